@@ -1,0 +1,107 @@
+"""The `txlog` application: global options, the verbs, and how every run ends.
+
+Exit codes (cli-conventions.md): 0 ok, 1 error, 2 usage, 3 verification found problems,
+130 interrupted. Every expected failure -- any storage `KafkaError`, an `OSError` from
+the store, a `CommandError` of the CLI -- ends as one `Error: <message>` line on stderr;
+only a bug prints a traceback.
+
+Each group of verbs is a module of its own, registered at the bottom of this file; a
+new verb (produce, consume, transactions, ...) is one more module and one more line.
+Nothing heavy is imported here: `storage` and `txlog` are imported inside commands.
+"""
+
+from __future__ import annotations
+
+import errno
+from typing import Annotated, Any
+
+import typer
+from typer.core import TyperGroup
+
+from cli import demo, topics
+from cli.context import DATA_DIR_ENV, DEFAULT_DATA_DIR, CommandError, Settings
+
+
+class TxlogGroup(TyperGroup):
+    """The root command group; turns expected failures into `Error: ...` and an exit code."""
+
+    def invoke(self, ctx: typer.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except CommandError as exc:
+            _fail(str(exc), exc.exit_code)
+        except OSError as exc:
+            if exc.errno == errno.EPIPE:
+                raise  # typer ends a broken pipe (`| head`) quietly with exit 1
+            _fail(_describe_os_error(exc), 1)
+        except Exception as exc:
+            from storage.errors import KafkaError
+
+            if isinstance(exc, KafkaError):
+                _fail(str(exc) or type(exc).__name__, 1)
+            raise
+
+
+def _fail(message: str, code: int) -> None:
+    from cli.output import error_line
+
+    error_line(message)
+    raise typer.Exit(code)
+
+
+def _describe_os_error(exc: OSError) -> str:
+    reason = exc.strerror or str(exc)
+    if exc.filename is not None:
+        return f"{reason}: {exc.filename}"
+    return reason
+
+
+app = typer.Typer(
+    cls=TxlogGroup,
+    name="txlog",
+    help="Kafka's exactly-once machinery as an embedded, file-backed tool. "
+    "Every command opens the store directory itself; there is no broker.",
+    no_args_is_help=True,
+    rich_markup_mode=None,  # plain click output: `Error: ...` lines, no boxes, no rich import
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        from txlog import __version__
+
+        typer.echo(f"txlog {__version__}")
+        raise typer.Exit()
+
+
+def _check_data_dir(value: str) -> str:
+    if not value:
+        raise typer.BadParameter("must not be empty")
+    return value
+
+
+@app.callback()
+def root(
+    ctx: typer.Context,
+    data_dir: Annotated[str, typer.Option(
+        "--data-dir", envvar=DATA_DIR_ENV, metavar="DIR", callback=_check_data_dir,
+        help="The store directory (a txlog store, or a Kafka log dir opened read-only).",
+    )] = DEFAULT_DATA_DIR,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only data and errors, no status lines.")] = False,
+    version: Annotated[bool | None, typer.Option(
+        "--version", callback=_version_callback, is_eager=True, help="Print txlog's version and exit.",
+    )] = None,
+) -> None:
+    ctx.obj = Settings(data_dir=data_dir, quiet=quiet)
+
+
+# ---- the verbs: one module per concept ---------------------------------------------------------
+
+app.add_typer(topics.app, name="topics")
+app.command("demo")(demo.demo)
+
+
+if __name__ == "__main__":
+    app(prog_name="txlog")

@@ -1,0 +1,110 @@
+"""Kafka's text checkpoint files (§3.7): a version line, a count line, then one entry per line.
+
+These small files record progress that must survive restarts (recovery points, log
+start offsets, leader epochs). They are replaced atomically so a crash leaves either the
+old or the new list, and parsed strictly so a damaged one is noticed rather than half
+believed. Entries are returned as strings: what a field means is the caller's business.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+
+from storage.durable import atomic_write
+from storage.errors import CorruptIndexError, KafkaStorageError
+
+CHECKPOINT_VERSION = 0
+LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
+
+_INT = re.compile(r"[+-]?[0-9]+")  # what Java's Integer.parseInt accepts, and nothing more
+
+
+def read_checkpoint(path: str, *, fields: int | None = None) -> list[tuple[str, ...]]:
+    """The entries of a checkpoint file; a missing or empty file has none.
+
+    `fields` is the number of whitespace-separated fields every entry must have; when
+    omitted, every entry must have the same, non-zero number. Anything malformed is
+    CorruptIndexError.
+    """
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise KafkaStorageError(f"cannot read {path}: {exc.strerror}") from exc
+    if not raw:
+        return []
+    try:
+        return _parse(raw.decode("utf-8"), fields)
+    except (CorruptIndexError, UnicodeDecodeError) as exc:
+        raise CorruptIndexError(f"malformed checkpoint file {path}: {exc}") from exc
+
+
+def _parse(text: str, fields: int | None) -> list[tuple[str, ...]]:
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()  # the newline ending the last line does not start another
+    if len(lines) < 2:
+        raise CorruptIndexError("missing the version or the count line")
+    version = _parse_int(lines[0], "version")
+    if version != CHECKPOINT_VERSION:
+        raise CorruptIndexError(f"unsupported version {version}")
+    count = _parse_int(lines[1], "entry count")
+    entries = [tuple(line.split()) for line in lines[2:]]
+    if count != len(entries):
+        raise CorruptIndexError(f"expected {count} entries, found {len(entries)}")
+    width = fields if fields is not None else (len(entries[0]) if entries else 0)
+    for number, entry in enumerate(entries, start=3):
+        if len(entry) != width or not entry:
+            raise CorruptIndexError(f"line {number} has {len(entry)} fields, expected {width or 'some'}")
+    return entries
+
+
+def _parse_int(line: str, what: str) -> int:
+    if not _INT.fullmatch(line):
+        raise CorruptIndexError(f"{what} line {line!r} is not an integer")
+    return int(line)
+
+
+def write_checkpoint(path: str, entries: Iterable[tuple[object, ...]]) -> None:
+    """Replace `path` atomically (tmp, fsync, rename, directory fsync) with these entries."""
+    rows = [_format_entry(entry) for entry in entries]
+    text = f"{CHECKPOINT_VERSION}\n{len(rows)}\n" + "".join(row + "\n" for row in rows)
+    atomic_write(path, text.encode("utf-8"))
+
+
+def _format_entry(entry: tuple[object, ...]) -> str:
+    """Refuse what could not be read back: an empty entry, or a field that is empty or contains whitespace."""
+    parts = [str(field) for field in entry]
+    if not parts or any(not part or part.split() != [part] for part in parts):
+        raise ValueError(f"checkpoint entry {entry!r} would not survive whitespace splitting")
+    return " ".join(parts)
+
+
+# ---- leader-epoch-checkpoint --------------------------------------------------------
+
+
+def write_leader_epoch_checkpoint(partition_dir: str, entries: list[tuple[int, int]]) -> None:
+    """Persist the (epoch, startOffset) history; both columns strictly increase, as in Kafka's epoch cache."""
+    for (epoch, start), (next_epoch, next_start) in zip(entries, entries[1:]):
+        if next_epoch <= epoch or next_start <= start:
+            raise ValueError(f"leader epochs must strictly increase in epoch and start offset: {entries}")
+    if any(epoch < 0 or start < 0 for epoch, start in entries):
+        raise ValueError(f"leader epochs and start offsets are non-negative: {entries}")
+    write_checkpoint(os.path.join(partition_dir, LEADER_EPOCH_CHECKPOINT), entries)
+
+
+def read_leader_epoch_checkpoint(partition_dir: str) -> list[tuple[int, int]]:
+    path = os.path.join(partition_dir, LEADER_EPOCH_CHECKPOINT)
+    result = []
+    for epoch, start in read_checkpoint(path, fields=2):
+        if not (_INT.fullmatch(epoch) and _INT.fullmatch(start)):
+            raise CorruptIndexError(f"malformed checkpoint file {path}: entry {epoch} {start} is not two integers")
+        result.append((int(epoch), int(start)))
+    return result

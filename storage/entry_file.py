@@ -1,0 +1,284 @@
+"""Fixed-size-entry files that several processes share: the machinery of all three indexes.
+
+`.index`, `.timeindex` and `.txnindex` have the same physical shape (big-endian entries,
+no header) and the same multi-process rules: appends happen under a flock the *caller*
+holds, readers take no lock and keep a parsed copy they refresh whenever the file
+changed under them, and only the prefix of entries that obey the file's ordering rule
+is trusted (a zero-filled Kafka tail or crash garbage is invisible to readers).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Callable
+from typing import NamedTuple
+
+from storage.durable import create_durably, fsync_fd, unlink_durably, write_all
+from storage.errors import CorruptIndexError, KafkaStorageError, ReadOnlyStoreError
+
+INT32_MAX = 2**31 - 1
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+DEFAULT_MAX_INDEX_SIZE = 10 * 1024 * 1024  # log.index.size.max.bytes
+
+Raw = tuple[int, ...]
+Follows = Callable[[Raw | None, Raw], bool]
+
+
+class IndexOrderError(ValueError):
+    """An append that would not move the index forward.
+
+    It subclasses ValueError because callers treat it as "another process already
+    indexed this" and skip; keeping it a distinct type lets them do that without also
+    swallowing real bugs.
+    """
+
+
+class EntryView(NamedTuple):
+    """What a refresh found: every complete entry, how many of them are trustworthy, and the file length.
+
+    `entries` is shared with the cache; read it, never mutate it.
+    """
+
+    entries: list[Raw]
+    valid: int
+    length: int
+
+
+class EntryFile:
+    """An append-only file of fixed-size big-endian entries that other processes may change.
+
+    Readers trust only the prefix in which every entry `follows` the one before it, so a
+    zero-filled preallocated tail (a file written by Kafka) or garbage after a crash is
+    never served, and a trailing partial entry (a writer mid-write) is ignored. The
+    parsed entries are cached under the file's (size, mtime); when the file grew, only
+    the new tail is read, after checking that the last entry we knew is still there
+    (so an in-place truncate-and-rewrite by another process forces a full re-read).
+    Mutating methods assume the caller holds the partition's exclusive lock.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        layout: struct.Struct,
+        follows: Follows,
+        *,
+        rule: str,
+        writable: bool,
+        create: bool,
+    ) -> None:
+        self.path = path
+        self.writable = writable
+        self._layout = layout
+        self._follows = follows
+        self._rule = rule
+        self._fd: int | None = None
+        self._closed = False
+        self._forget()
+        if writable and create:
+            self._open(create=True)
+
+    # ---- reading -------------------------------------------------------------
+
+    def view(self) -> EntryView:
+        """Bring the cache up to date with the disk and return it."""
+        self._refresh()
+        return EntryView(self._raw, self._valid, self._length)
+
+    def check_shape(self, *, allow_partial: bool = False) -> EntryView:
+        """Raise CorruptIndexError unless every byte of the file is a trustworthy entry."""
+        view = self.view()
+        size = self._layout.size
+        if view.length % size and not allow_partial:
+            raise CorruptIndexError(
+                f"{self.path}: length {view.length} is not a multiple of the {size}-byte entry size"
+            )
+        if view.valid < len(view.entries):
+            i = view.valid
+            after = f" after entry {i - 1} {view.entries[i - 1]}" if i else ""
+            raise CorruptIndexError(
+                f"{self.path}: entry {i} {view.entries[i]} is out of order{after} ({self._rule})"
+            )
+        return view
+
+    @property
+    def exists(self) -> bool:
+        return os.path.exists(self.path)
+
+    # ---- writing (caller holds the partition lock) --------------------------
+
+    def prepare_append(self) -> EntryView:
+        """Refresh and make the end of the file a clean entry boundary.
+
+        A torn partial entry can only be a crash or ENOSPC leftover here (the caller holds
+        the lock, so nobody is mid-write) and carries no information, so it is cut. An
+        untrustworthy entry is not cut: appending after it would hide the new entry from
+        every reader, and only a rebuild from the segment can say what belongs there.
+        """
+        self._require_writable()
+        view = self.view()
+        if view.valid < len(view.entries):
+            raise CorruptIndexError(f"{self.path}: index is damaged and must be rebuilt before appending")
+        clean_length = len(view.entries) * self._layout.size
+        if view.length != clean_length:
+            self._ftruncate(clean_length)
+            self._length = clean_length
+            self._key = None
+        return EntryView(self._raw, self._valid, self._length)
+
+    def append(self, fields: Raw) -> None:
+        """Write one entry at the end; call `prepare_append` first and check ordering against it.
+
+        The file is not fsynced: indexes are derived data rebuilt after a crash. If the
+        write fails part-way, the torn bytes are cut so the file stays a whole number of
+        entries (rule 10).
+        """
+        self._require_writable()
+        data = self._layout.pack(*fields)
+        if self._fd is None:
+            self._open(create=True)
+        before = self._length
+        try:
+            write_all(self._fd, data)
+        except KafkaStorageError:
+            self._key = None
+            try:
+                os.ftruncate(self._fd, before)
+            except OSError:
+                pass  # the next prepare_append cuts the torn entry
+            raise
+
+    def truncate_entries(self, count: int) -> None:
+        """Keep the first `count` entries and nothing else (garbage and torn tails go too)."""
+        self._require_writable()
+        self._refresh()
+        new_length = count * self._layout.size
+        if self._fd is None or new_length == self._length:
+            return
+        self._ftruncate(new_length)
+        self._forget()
+
+    def flush(self) -> None:
+        """fsync; used at roll and close, never on the append path."""
+        self._check_open()
+        if self._fd is not None:
+            fsync_fd(self._fd)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        self._closed = True
+
+    def delete(self) -> None:
+        """Close and unlink durably, so a crash cannot resurrect an index of a removed segment."""
+        if not self.writable:
+            raise ReadOnlyStoreError(f"{self.path}: index was opened read-only")
+        self.close()
+        unlink_durably([self.path], os.path.dirname(self.path) or ".")
+
+    # ---- internals -----------------------------------------------------------
+
+    def _forget(self) -> None:
+        self._key: tuple[int, int] | None = None  # (size, mtime_ns) the cache was built from
+        self._raw: list[Raw] = []  # every complete entry
+        self._valid = 0  # length of the trustworthy prefix of _raw
+        self._length = 0  # bytes covered by the last parse
+        self._last_bytes = b""  # bytes of the last complete entry, to notice rewrites
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError(f"{self.path}: index is closed")
+
+    def _require_writable(self) -> None:
+        self._check_open()
+        if not self.writable:
+            raise ReadOnlyStoreError(f"{self.path}: index was opened read-only")
+
+    def _open(self, *, create: bool) -> bool:
+        flags = os.O_RDWR | os.O_APPEND if self.writable else os.O_RDONLY
+        try:
+            self._fd = os.open(self.path, flags)
+        except FileNotFoundError:
+            if not create:
+                return False
+            self._fd = create_durably(self.path)
+        except OSError as exc:
+            raise KafkaStorageError(f"cannot open {self.path}: {exc.strerror}") from exc
+        return True
+
+    def _refresh(self) -> None:
+        self._check_open()
+        if self._fd is None and not self._open(create=False):
+            self._forget()
+            return
+        try:
+            st = os.fstat(self._fd)
+        except OSError as exc:
+            raise KafkaStorageError(f"cannot stat {self.path}: {exc.strerror}") from exc
+        key = (st.st_size, st.st_mtime_ns)
+        if key == self._key:
+            return
+        if st.st_size < self._length or not self._tail_unchanged():
+            self._forget()
+        complete = self._parse_from(len(self._raw), st.st_size)
+        self._key = key if complete else None
+
+    def _tail_unchanged(self) -> bool:
+        if not self._raw:
+            return True
+        size = self._layout.size
+        start = (len(self._raw) - 1) * size
+        return self._read(start, start + size) == self._last_bytes
+
+    def _parse_from(self, first: int, end: int) -> bool:
+        """Parse entries `first`… up to byte `end`; False if the file shrank while reading."""
+        size = self._layout.size
+        start = first * size
+        data = self._read(start, end)
+        whole = len(data) // size * size
+        intact_before = self._valid == len(self._raw)
+        self._raw.extend(self._layout.iter_unpack(data[:whole]))
+        self._length = start + len(data)
+        if whole:
+            self._last_bytes = data[whole - size : whole]
+        if intact_before:
+            self._extend_valid()
+        return self._length == end
+
+    def _extend_valid(self) -> None:
+        raw, i = self._raw, self._valid
+        prev = raw[i - 1] if i else None
+        while i < len(raw) and self._follows(prev, raw[i]):
+            prev = raw[i]
+            i += 1
+        self._valid = i
+
+    def _read(self, start: int, end: int) -> bytes:
+        chunks = []
+        pos = start
+        while pos < end:
+            try:
+                chunk = os.pread(self._fd, end - pos, pos)
+            except OSError as exc:
+                raise KafkaStorageError(f"cannot read {self.path}: {exc.strerror}") from exc
+            if not chunk:
+                break
+            chunks.append(chunk)
+            pos += len(chunk)
+        return b"".join(chunks)
+
+    def _ftruncate(self, length: int) -> None:
+        try:
+            os.ftruncate(self._fd, length)
+        except OSError as exc:
+            raise KafkaStorageError(f"cannot truncate {self.path}: {exc.strerror}") from exc
+
+
+def relative_offset(offset: int, base_offset: int) -> int:
+    """Offsets are stored relative to the segment; one that does not fit an int32 cannot be indexed."""
+    rel = offset - base_offset
+    if not 0 <= rel <= INT32_MAX:
+        raise OverflowError(f"offset {offset} does not fit an index of a segment based at {base_offset}")
+    return rel

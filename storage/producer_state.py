@@ -1,0 +1,365 @@
+"""Per-producer state of one partition: the idempotence and transaction rules of Kafka's leader.
+
+For every producer id the partition remembers its epoch, the coordinator epoch of its
+last marker, the sequence ranges and offsets of its last 5 data batches (the
+duplicate-detection window, matching `max.in.flight.requests.per.connection` ≤ 5), and the
+first offset of its open transaction. Client batches are checked against this state
+(kafka-formats.md §5.1) before a byte is written; markers complete transactions and
+feed the transaction index and the last stable offset (§5.5).
+
+Validation never mutates the manager: a `ProducerAppend` stages copies of the entries
+it touches, and the partition log commits them only after the bytes are durable, so a
+failed write or fsync leaves the state exactly as it was (the sequence is not consumed).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, NamedTuple
+
+from storage.errors import (
+    InvalidProducerEpochError,
+    InvalidRecordError,
+    InvalidTxnStateError,
+    OutOfOrderSequenceError,
+    TransactionCoordinatorFencedError,
+    UnknownProducerIdError,
+)
+from storage.producer_snapshot import SnapshotEntry
+from storage.records import ControlType
+from storage.sequence import INT32_MAX, dec_seq
+
+BATCH_WINDOW = 5
+NO_OFFSET = -1
+
+# Called with (producer_id, epoch) before a producer's first transactional write to the
+# partition; False means the coordinator never registered the partition (KIP-890 part 1).
+TxnVerifier = Callable[[int, int], bool]
+
+
+class BatchMetadata(NamedTuple):
+    """Where one data batch of a producer landed: enough to answer its retry."""
+
+    first_seq: int
+    last_seq: int
+    first_offset: int
+    last_offset: int
+    timestamp: int
+
+
+class CompletedTxn(NamedTuple):
+    """A transaction finished by a marker at `last_offset` (the marker's own offset)."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    is_aborted: bool
+
+
+@dataclass(slots=True)
+class ProducerStateEntry:
+    producer_id: int
+    epoch: int = -1
+    coordinator_epoch: int = -1
+    last_timestamp: int = -1
+    current_txn_first_offset: int = NO_OFFSET
+    batches: deque = field(default_factory=lambda: deque(maxlen=BATCH_WINDOW))
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else -1
+
+    @property
+    def has_open_txn(self) -> bool:
+        return self.current_txn_first_offset >= 0
+
+    def copy(self) -> "ProducerStateEntry":
+        return ProducerStateEntry(
+            self.producer_id,
+            self.epoch,
+            self.coordinator_epoch,
+            self.last_timestamp,
+            self.current_txn_first_offset,
+            deque(self.batches, maxlen=BATCH_WINDOW),
+        )
+
+    def find_duplicate(self, epoch: int, first_seq: int, last_seq: int) -> BatchMetadata | None:
+        if epoch != self.epoch:
+            return None
+        for meta in self.batches:
+            if meta.first_seq == first_seq and meta.last_seq == last_seq:
+                return meta
+        return None
+
+    def update_epoch(self, epoch: int) -> None:
+        """Any change of epoch clears the sequence window: the new epoch starts at 0."""
+        if epoch != self.epoch:
+            self.epoch = epoch
+            self.batches.clear()
+
+    def add_batch(self, epoch: int, meta: BatchMetadata, is_transactional: bool) -> None:
+        self.update_epoch(epoch)
+        self.batches.append(meta)
+        self.last_timestamp = meta.timestamp
+        if is_transactional and not self.has_open_txn:
+            self.current_txn_first_offset = meta.first_offset
+
+    def to_snapshot(self) -> SnapshotEntry:
+        """Kafka's snapshot keeps only the last data batch of each producer."""
+        if self.batches:
+            last = self.batches[-1]
+            return SnapshotEntry(
+                self.producer_id, self.epoch, last.last_seq, last.last_offset,
+                last.last_offset - last.first_offset, self.last_timestamp,
+                self.coordinator_epoch, self.current_txn_first_offset,
+            )
+        return SnapshotEntry(
+            self.producer_id, self.epoch, -1, -1, 0, self.last_timestamp,
+            self.coordinator_epoch, self.current_txn_first_offset,
+        )
+
+    @classmethod
+    def from_snapshot(cls, s: SnapshotEntry) -> "ProducerStateEntry":
+        entry = cls(s.producer_id, s.epoch, s.coordinator_epoch, s.timestamp, s.current_txn_first_offset)
+        if s.last_offset >= 0:
+            first_seq = dec_seq(s.last_sequence, s.offset_delta) if s.last_sequence >= 0 else -1
+            entry.batches.append(
+                BatchMetadata(first_seq, s.last_sequence, s.last_offset - s.offset_delta, s.last_offset, s.timestamp)
+            )
+        return entry
+
+
+def check_sequence(entry: ProducerStateEntry | None, epoch: int, first_seq: int) -> None:
+    """Kafka's client-origin sequence rule (§5.1 step 3), with txlog's rule for unknown producers.
+
+    A producer the partition knows nothing of may only start at sequence 0: a
+    higher sequence means its state was expired or evicted, and accepting it could
+    let a retry of an old batch through as new data (reliability scenarios 5 and 9).
+    """
+    if entry is None:
+        if first_seq != 0:
+            raise UnknownProducerIdError(
+                f"partition has no state for this producer and the batch starts at sequence {first_seq}, not 0"
+            )
+        return
+    if epoch != entry.epoch:
+        if first_seq != 0 and entry.epoch != -1:
+            raise OutOfOrderSequenceError(
+                f"new epoch {epoch} must start at sequence 0, got {first_seq}"
+            )
+        return
+    last = entry.last_seq
+    if first_seq == last + 1 or (first_seq == 0 and last == INT32_MAX):
+        return
+    if last == -1 and entry.epoch == -1:
+        return
+    raise OutOfOrderSequenceError(
+        f"expected sequence {0 if last == INT32_MAX else last + 1}, got {first_seq} (epoch {epoch})"
+    )
+
+
+class ProducerStateManager:
+    """All producer entries of one partition plus the offset they are valid up to."""
+
+    def __init__(self, *, expiration_ms: int = 86400000, max_producers: int = 0):
+        self.producers: dict[int, ProducerStateEntry] = {}
+        self.end_offset = 0
+        self.expiration_ms = expiration_ms
+        self.max_producers = max_producers
+
+    # ---- queries -------------------------------------------------------------------------
+
+    def get(self, producer_id: int) -> ProducerStateEntry | None:
+        return self.producers.get(producer_id)
+
+    def first_unstable_offset(self) -> int | None:
+        """First offset of the earliest open transaction; the LSO can never pass it."""
+        firsts = [e.current_txn_first_offset for e in self.producers.values() if e.has_open_txn]
+        return min(firsts) if firsts else None
+
+    def open_transactions(self) -> dict[int, int]:
+        """producer id -> first offset of its open transaction."""
+        return {pid: e.current_txn_first_offset for pid, e in self.producers.items() if e.has_open_txn}
+
+    def last_stable_offset_for_abort(self, producer_id: int, marker_offset: int) -> int:
+        """The LSO recorded in an AbortedTxn entry: earliest open txn of another producer, else marker + 1."""
+        firsts = [
+            e.current_txn_first_offset
+            for pid, e in self.producers.items()
+            if e.has_open_txn and pid != producer_id
+        ]
+        return min(firsts) if firsts else marker_offset + 1
+
+    # ---- snapshots -----------------------------------------------------------------------
+
+    def snapshot_entries(self) -> list[SnapshotEntry]:
+        return [e.to_snapshot() for e in self.producers.values()]
+
+    def load(self, entries: Iterable[SnapshotEntry], end_offset: int, now_ms: int) -> None:
+        self.producers = {s.producer_id: ProducerStateEntry.from_snapshot(s) for s in entries}
+        self.end_offset = end_offset
+        self.expire(now_ms)
+
+    def reset(self, end_offset: int) -> None:
+        self.producers = {}
+        self.end_offset = end_offset
+
+    # ---- expiry and the per-partition cap --------------------------------------------------
+
+    def expire(self, now_ms: int) -> list[int]:
+        """Forget producers idle for producer.id.expiration.ms; an open transaction pins a producer."""
+        gone = [
+            pid for pid, e in self.producers.items()
+            if not e.has_open_txn and now_ms - e.last_timestamp >= self.expiration_ms
+        ]
+        for pid in gone:
+            del self.producers[pid]
+        return gone
+
+    def _make_room(self) -> None:
+        """Evict least recently written producers (never ones with an open transaction)."""
+        if self.max_producers <= 0:
+            return
+        excess = len(self.producers) - self.max_producers
+        if excess <= 0:
+            return
+        for pid in [pid for pid, e in self.producers.items() if not e.has_open_txn][:excess]:
+            del self.producers[pid]
+
+    def _put(self, entry: ProducerStateEntry) -> None:
+        """Insert or refresh, keeping dict order = least recently written first."""
+        self.producers.pop(entry.producer_id, None)
+        self.producers[entry.producer_id] = entry
+        self._make_room()
+
+    # ---- replay (recovery and catching up on other processes' appends): no checks ------------
+
+    def replay_data(self, producer_id: int, epoch: int, base_seq: int, last_seq: int,
+                    first_offset: int, last_offset: int, max_timestamp: int,
+                    is_transactional: bool) -> None:
+        entry = self.producers.get(producer_id)
+        entry = entry.copy() if entry is not None else ProducerStateEntry(producer_id)
+        entry.add_batch(
+            epoch, BatchMetadata(base_seq, last_seq, first_offset, last_offset, max_timestamp), is_transactional
+        )
+        self._put(entry)
+
+    def replay_marker(self, producer_id: int, epoch: int, control_type: int, coordinator_epoch: int,
+                      offset: int, timestamp: int) -> CompletedTxn | None:
+        """Apply a marker read from the log; Kafka-only control types (KRaft) change nothing."""
+        if control_type not in (ControlType.ABORT, ControlType.COMMIT):
+            return None
+        entry = self.producers.get(producer_id)
+        entry = entry.copy() if entry is not None else ProducerStateEntry(producer_id)
+        completed = _complete(entry, epoch, control_type, coordinator_epoch, offset, timestamp)
+        self._put(entry)
+        return completed
+
+
+def _complete(entry: ProducerStateEntry, epoch: int, control_type: int, coordinator_epoch: int,
+              offset: int, timestamp: int) -> CompletedTxn | None:
+    completed = None
+    if entry.has_open_txn:
+        completed = CompletedTxn(
+            entry.producer_id, entry.current_txn_first_offset, offset, control_type == ControlType.ABORT
+        )
+    entry.update_epoch(epoch)
+    entry.coordinator_epoch = coordinator_epoch
+    entry.last_timestamp = timestamp
+    entry.current_txn_first_offset = NO_OFFSET
+    return completed
+
+
+class ProducerAppend:
+    """Validates one append call's batches against staged copies of the producer entries.
+
+    Batches are checked in order, each seeing the effect of the ones before it in the
+    same call (Kafka's ProducerAppendInfo); nothing reaches the manager until `commit`.
+    """
+
+    def __init__(self, manager: ProducerStateManager, verify_txn: TxnVerifier | None = None):
+        self._manager = manager
+        self._staged: dict[int, ProducerStateEntry | None] = {}
+        self._verify_txn = verify_txn
+
+    def _entry(self, producer_id: int) -> ProducerStateEntry | None:
+        if producer_id not in self._staged:
+            current = self._manager.get(producer_id)
+            self._staged[producer_id] = current.copy() if current is not None else None
+        return self._staged[producer_id]
+
+    def check_data(self, producer_id: int, epoch: int, base_seq: int, last_seq: int,
+                   is_transactional: bool) -> BatchMetadata | None:
+        """Raise if the batch must be refused; return the original batch if it is a retry."""
+        if producer_id < 0:
+            if is_transactional:
+                raise InvalidRecordError("a transactional batch must carry a producer id")
+            return None
+        if base_seq < 0 or epoch < 0:
+            raise InvalidRecordError("an idempotent batch needs a non-negative epoch and base sequence")
+        entry = self._entry(producer_id)
+        if entry is not None:
+            dup = entry.find_duplicate(epoch, base_seq, last_seq)
+            if dup is not None:
+                return dup
+            if epoch < entry.epoch:
+                raise InvalidProducerEpochError(
+                    f"producer {producer_id} epoch {epoch} is older than the partition's epoch {entry.epoch}"
+                )
+        check_sequence(entry, epoch, base_seq)
+        self._check_txn_state(producer_id, epoch, entry, is_transactional)
+        return None
+
+    def _check_txn_state(self, producer_id: int, epoch: int, entry: ProducerStateEntry | None,
+                         is_transactional: bool) -> None:
+        open_txn = entry is not None and entry.has_open_txn
+        if not is_transactional:
+            if open_txn:
+                raise InvalidTxnStateError(
+                    f"producer {producer_id} sent a non-transactional batch while its transaction is open"
+                )
+            return
+        if not open_txn and self._verify_txn is not None and not self._verify_txn(producer_id, epoch):
+            raise InvalidTxnStateError(
+                f"partition is not registered in a transaction of producer {producer_id} epoch {epoch}"
+            )
+
+    def stage_data(self, producer_id: int, epoch: int, meta: BatchMetadata, is_transactional: bool) -> None:
+        """Record an accepted batch (with its assigned offsets) in the staged entry."""
+        entry = self._entry(producer_id) or ProducerStateEntry(producer_id)
+        entry.add_batch(epoch, meta, is_transactional)
+        self._staged[producer_id] = entry
+
+    def check_marker(self, producer_id: int, epoch: int, coordinator_epoch: int) -> bool:
+        """Validate a coordinator's marker; False means it repeats the last one and must not be written.
+
+        Under transaction protocol v2 every transaction ends with an epoch bump, so a marker
+        whose epoch equals the producer's current epoch while no transaction is open and no
+        data was written since can only be a re-sent marker (roll-forward after a crash):
+        writing it again would add a second control record (KAFKA-19999).
+        """
+        entry = self._entry(producer_id)
+        if entry is None:
+            return True
+        if epoch < entry.epoch:
+            raise InvalidProducerEpochError(
+                f"marker epoch {epoch} is older than producer {producer_id}'s epoch {entry.epoch}"
+            )
+        if coordinator_epoch < entry.coordinator_epoch:
+            raise TransactionCoordinatorFencedError(
+                f"marker coordinator epoch {coordinator_epoch} < {entry.coordinator_epoch}"
+            )
+        return not (epoch == entry.epoch and not entry.has_open_txn and not entry.batches)
+
+    def stage_marker(self, producer_id: int, epoch: int, control_type: int, coordinator_epoch: int,
+                     offset: int, timestamp: int) -> CompletedTxn | None:
+        entry = self._entry(producer_id) or ProducerStateEntry(producer_id)
+        completed = _complete(entry, epoch, control_type, coordinator_epoch, offset, timestamp)
+        self._staged[producer_id] = entry
+        return completed
+
+    def commit(self) -> None:
+        for entry in self._staged.values():
+            if entry is not None:
+                self._manager._put(entry)

@@ -1,0 +1,333 @@
+"""A store: a root directory laid out like a Kafka log dir, plus txlog's topic metadata.
+
+`<root>/<topic>-<partition>/` hold the segments; `<root>/txlog.json` (replaced atomically
+under `<root>/txlog-store.lock`) says which topics exist, their partition counts and
+config overrides. The metadata file is the source of truth: a topic exists once its
+entry is durable, and partition directories are created before it is written.
+
+A directory with no `txlog.json` but Kafka partition directories (or `meta.properties`)
+is a real Kafka data directory: it opens read-only, topics inferred from directory names.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from storage.config import CONFIG_NAMES, TopicConfig, validate_overrides
+from storage.durable import atomic_write, fsync_dir
+from storage.errors import (
+    InvalidConfigurationError,
+    InvalidPartitionsError,
+    KafkaStorageError,
+    ReadOnlyStoreError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
+from storage.lock import FileLock
+from storage.partition_log import PartitionLog
+from storage.producer_ids import ProducerIdAllocator
+from storage.topic_name import parse_partition_dir, validate_topic_name
+
+META_FILE = "txlog.json"
+STORE_LOCK = "txlog-store.lock"
+FORMAT_VERSION = 1
+MAX_PARTITIONS = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionDescription:
+    partition: int
+    log_start_offset: int
+    log_end_offset: int
+    last_stable_offset: int
+    size_bytes: int
+    segments: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDescription:
+    name: str
+    partitions: list[PartitionDescription]
+    config: dict[str, int]
+    overrides: dict[str, int] = field(default_factory=dict)
+
+
+class Store:
+    """Entry point of the segment store; one object per process and root is the intended use."""
+
+    def __init__(self, root: str, *, read_only: bool, kafka_layout: bool, clock: Callable[[], int] | None):
+        self.root = root
+        self.read_only = read_only
+        self.kafka_layout = kafka_layout
+        self._clock = clock
+        self._logs: dict[tuple[str, int], PartitionLog] = {}
+        self._lock = None if read_only else FileLock(os.path.join(root, STORE_LOCK))
+        self._pids = None if read_only else ProducerIdAllocator(root)
+        self._closed = False
+
+    @classmethod
+    def open(cls, path: str | os.PathLike, *, read_only: bool = False,
+             clock: Callable[[], int] | None = None) -> "Store":
+        """Open (creating if missing) a store; a real Kafka data directory always opens read-only."""
+        root = os.path.abspath(os.fspath(path))
+        if os.path.exists(root) and not os.path.isdir(root):
+            raise KafkaStorageError(f"{root} exists and is not a directory")
+        if os.path.isfile(os.path.join(root, META_FILE)):
+            return cls(root, read_only=read_only, kafka_layout=False, clock=clock)
+        if os.path.isdir(root) and _looks_like_kafka_dir(root):
+            return cls(root, read_only=True, kafka_layout=True, clock=clock)
+        if read_only:
+            raise KafkaStorageError(f"{root} is not a txlog store or Kafka data directory")
+        if os.path.isdir(root) and os.listdir(root):
+            raise KafkaStorageError(f"{root} is not empty and is not a txlog store")
+        os.makedirs(root, exist_ok=True)
+        store = cls(root, read_only=False, kafka_layout=False, clock=clock)
+        with store._lock:
+            if not os.path.exists(store._meta_path):
+                store._write_meta({})
+        return store
+
+    # ---- metadata ---------------------------------------------------------------------------------
+
+    @property
+    def _meta_path(self) -> str:
+        return os.path.join(self.root, META_FILE)
+
+    def _topics(self) -> dict[str, dict[str, Any]]:
+        if self.kafka_layout:
+            return _infer_kafka_topics(self.root)
+        try:
+            with open(self._meta_path, "rb") as f:
+                meta = json.loads(f.read())
+        except (OSError, ValueError) as exc:
+            raise KafkaStorageError(f"cannot read {self._meta_path}: {exc}") from exc
+        if meta.get("version", 0) > FORMAT_VERSION:
+            raise KafkaStorageError(f"{self._meta_path} has format version {meta['version']}, newer than this txlog")
+        return meta.get("topics", {})
+
+    def _write_meta(self, topics: dict[str, dict[str, Any]]) -> None:
+        body = {"format": "txlog", "version": FORMAT_VERSION, "topics": topics}
+        atomic_write(self._meta_path, json.dumps(body, indent=2, sort_keys=True).encode() + b"\n")
+
+    def _check_writable(self) -> None:
+        if self._closed:
+            raise KafkaStorageError("store is closed")
+        if self.read_only:
+            what = "a Kafka data directory" if self.kafka_layout else "open read-only"
+            raise ReadOnlyStoreError(f"{self.root} is {what}; it cannot be written")
+
+    def _topic(self, name: str) -> dict[str, Any]:
+        topic = self._topics().get(name)
+        if topic is None:
+            raise UnknownTopicOrPartitionError(f"topic '{name}' does not exist")
+        return topic
+
+    # ---- topics -------------------------------------------------------------------------------------
+
+    def create_topic(self, name: str, partitions: int = 1, config: Mapping[str, Any] | None = None, *,
+                     internal: bool = False) -> None:
+        """Create a topic; its partition directories and first segments exist before it is listed."""
+        self._check_writable()
+        validate_topic_name(name, allow_internal=internal)
+        _check_partition_count(partitions)
+        overrides = validate_overrides(config or {})
+        with self._lock:
+            topics = self._topics()
+            if name in topics:
+                raise TopicAlreadyExistsError(f"topic '{name}' already exists")
+            for p in range(partitions):
+                self._make_partition_dir(name, p)
+            fsync_dir(self.root)
+            topics[name] = {"partitions": partitions, "config": overrides}
+            self._write_meta(topics)
+
+    def _make_partition_dir(self, name: str, p: int) -> None:
+        """The directory with its first, empty segment, as Kafka creates it with the topic.
+
+        Read-only readers (inspect, Spark) can then open a topic nobody has written yet.
+        """
+        path = self._partition_dir(name, p)
+        if os.path.isdir(path):
+            shutil.rmtree(path)  # left by a create that crashed before its metadata was written
+        os.makedirs(path)
+        PartitionLog.create_empty(path)
+
+    def _partition_dir(self, name: str, p: int) -> str:
+        return os.path.join(self.root, f"{name}-{p}")
+
+    def list_topics(self, *, include_internal: bool = True) -> list[str]:
+        names = sorted(self._topics())
+        return names if include_internal else [n for n in names if not n.startswith("__")]
+
+    def has_topic(self, name: str) -> bool:
+        return name in self._topics()
+
+    def partition_count(self, name: str) -> int:
+        return int(self._topic(name)["partitions"])
+
+    def topic_overrides(self, name: str) -> dict[str, int]:
+        return dict(self._topic(name).get("config", {}))
+
+    def topic_config(self, name: str) -> TopicConfig:
+        return TopicConfig.from_overrides(self.topic_overrides(name))
+
+    def describe_topic(self, name: str) -> TopicDescription:
+        count = self.partition_count(name)
+        parts = []
+        for p in range(count):
+            log = self.partition(name, p)
+            parts.append(PartitionDescription(
+                p, log.log_start_offset, log.log_end_offset, log.last_stable_offset,
+                log.size_bytes, len(log.segments),
+            ))
+        return TopicDescription(name, parts, self.topic_config(name).to_dict(), self.topic_overrides(name))
+
+    def alter_topic_config(self, name: str, set_configs: Mapping[str, Any] | None = None,
+                           delete_configs: list[str] | tuple[str, ...] = ()) -> dict[str, int]:
+        """Change config overrides (as kafka-configs --alter); open partition logs pick them up."""
+        self._check_writable()
+        updates = validate_overrides(set_configs or {})
+        unknown = [k for k in delete_configs if k not in CONFIG_NAMES]
+        if unknown:
+            raise InvalidConfigurationError(f"unknown topic config {', '.join(map(repr, unknown))}")
+        with self._lock:
+            topics = self._topics()
+            if name not in topics:
+                raise UnknownTopicOrPartitionError(f"topic '{name}' does not exist")
+            overrides = dict(topics[name].get("config", {}))
+            overrides.update(updates)
+            for key in delete_configs:
+                overrides.pop(key, None)
+            topics[name]["config"] = overrides
+            self._write_meta(topics)
+        config = TopicConfig.from_overrides(overrides)
+        for (topic, _), log in self._logs.items():
+            if topic == name:
+                log.config = config
+        return overrides
+
+    def create_partitions(self, name: str, total: int) -> None:
+        """Grow a topic to `total` partitions (Kafka never shrinks a topic)."""
+        self._check_writable()
+        _check_partition_count(total)
+        with self._lock:
+            topics = self._topics()
+            if name not in topics:
+                raise UnknownTopicOrPartitionError(f"topic '{name}' does not exist")
+            current = int(topics[name]["partitions"])
+            if total <= current:
+                raise InvalidPartitionsError(f"topic '{name}' has {current} partitions; the new count must be larger")
+            for p in range(current, total):
+                self._make_partition_dir(name, p)
+            fsync_dir(self.root)
+            topics[name]["partitions"] = total
+            self._write_meta(topics)
+
+    def delete_topic(self, name: str) -> None:
+        """Forget the topic first (atomic), then remove its directories the way Kafka does."""
+        self._check_writable()
+        with self._lock:
+            topics = self._topics()
+            if name not in topics:
+                raise UnknownTopicOrPartitionError(f"topic '{name}' does not exist")
+            count = int(topics.pop(name)["partitions"])
+            self._write_meta(topics)
+            for key in [k for k in self._logs if k[0] == name]:
+                self._logs.pop(key).close()
+            for p in range(count):
+                path = self._partition_dir(name, p)
+                if os.path.isdir(path):
+                    doomed = f"{path}.{uuid.uuid4().hex}-delete"
+                    os.rename(path, doomed)
+                    shutil.rmtree(doomed, ignore_errors=True)
+            fsync_dir(self.root)
+
+    # ---- partitions -----------------------------------------------------------------------------------
+
+    def partition(self, topic: str, partition: int) -> PartitionLog:
+        """The partition's log, opened (and recovered) on first use and cached for this store object."""
+        if self._closed:
+            raise KafkaStorageError("store is closed")
+        key = (topic, partition)
+        log = self._logs.get(key)
+        if log is not None:
+            return log
+        meta = self._topic(topic)
+        if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < int(meta["partitions"]):
+            raise UnknownTopicOrPartitionError(
+                f"topic '{topic}' has no partition {partition} (partitions: 0..{int(meta['partitions']) - 1})"
+            )
+        path = self._partition_dir(topic, partition)
+        if not os.path.isdir(path) and self.read_only:
+            raise UnknownTopicOrPartitionError(f"partition directory {path} is missing")
+        config = TopicConfig.from_overrides(meta.get("config", {}))
+        kwargs = {"clock": self._clock} if self._clock is not None else {}
+        log = PartitionLog(path, topic, partition, config, read_only=self.read_only, **kwargs)
+        self._logs[key] = log
+        return log
+
+    def allocate_producer_id(self) -> int:
+        self._check_writable()
+        return self._pids.allocate()
+
+    def enforce_retention(self) -> int:
+        """Apply retention to every partition of every topic; returns segments deleted."""
+        self._check_writable()
+        deleted = 0
+        for name, meta in self._topics().items():
+            for p in range(int(meta["partitions"])):
+                deleted += self.partition(name, p).enforce_retention()
+        return deleted
+
+    def close(self) -> None:
+        """Close every open partition cleanly (a snapshot at each log end)."""
+        if self._closed:
+            return
+        errors = []
+        for log in self._logs.values():
+            try:
+                log.close()
+            except Exception as exc:  # close the rest; report the first failure
+                errors.append(exc)
+        self._logs.clear()
+        if self._lock is not None:
+            self._lock.close()
+        if self._pids is not None:
+            self._pids.close()
+        self._closed = True
+        if errors:
+            raise errors[0]
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _check_partition_count(partitions: int) -> None:
+    if isinstance(partitions, bool) or not isinstance(partitions, int) or not 1 <= partitions <= MAX_PARTITIONS:
+        raise InvalidPartitionsError(f"partition count must be an integer from 1 to {MAX_PARTITIONS}, got {partitions!r}")
+
+
+def _looks_like_kafka_dir(root: str) -> bool:
+    names = os.listdir(root)
+    if "meta.properties" in names:
+        return True
+    return any(parse_partition_dir(n) and os.path.isdir(os.path.join(root, n)) for n in names)
+
+
+def _infer_kafka_topics(root: str) -> dict[str, dict[str, Any]]:
+    """Topics of a Kafka log dir from `<topic>-<partition>` directory names."""
+    found: dict[str, int] = {}
+    for name in os.listdir(root):
+        parsed = parse_partition_dir(name)
+        if parsed and os.path.isdir(os.path.join(root, name)):
+            topic, p = parsed
+            found[topic] = max(found.get(topic, 0), p + 1)
+    return {t: {"partitions": n, "config": {}} for t, n in found.items()}

@@ -1,0 +1,161 @@
+"""The `.txnindex` file: the aborted transactions whose ABORT marker is in a segment (§3.5, §5.6).
+
+A read_committed reader needs to know which producers' data to drop without buffering
+whole transactions; this file answers that per segment. Each entry is 34 bytes
+(version:i16 = 0, producerId, firstOffset, lastOffset, lastStableOffset as i64), with no
+header. Kafka creates the file only when the first abort lands in the segment, so it
+is created lazily here too. The multi-process rules are those of `EntryFile` in
+storage.offset_index.
+"""
+
+from __future__ import annotations
+
+import struct
+from bisect import bisect_left
+from operator import itemgetter
+from typing import NamedTuple
+
+from storage.errors import CorruptIndexError
+from storage.entry_file import EntryFile, IndexOrderError, Raw
+
+# Kafka's reader looks only at the first byte of the i16 version, so the second is
+# skipped on read; packing 0 into this layout yields exactly the i16 0 on write.
+_ENTRY = struct.Struct(">bxqqqq")  # version, producerId, firstOffset, lastOffset, lastStableOffset
+_VERSION = 0
+_LAST = itemgetter(3)
+
+
+class AbortedTxn(NamedTuple):
+    producer_id: int
+    first_offset: int
+    last_offset: int  # offset of the ABORT marker
+    last_stable_offset: int  # LSO right after the abort was applied (§5.5)
+
+
+def _plausible(version: int, first: int, last: int, lso: int) -> bool:
+    """What every real entry satisfies: the LSO after an abort is an earlier txn's start or marker + 1."""
+    return version == _VERSION and first <= last and lso <= last + 1
+
+
+def _follows(prev: Raw | None, cur: Raw) -> bool:
+    """Marker offsets strictly increase; the first entry that breaks this ends what readers trust."""
+    version, _pid, first, last, lso = cur
+    if not _plausible(version, first, last, lso):
+        return False
+    return prev is None or last > prev[3]
+
+
+def _txn(raw: Raw) -> AbortedTxn:
+    return AbortedTxn(*raw[1:])
+
+
+class TransactionIndex:
+    """The `.txnindex` of one segment, shared by every process that opens the partition."""
+
+    ENTRY_SIZE = _ENTRY.size
+
+    def __init__(self, path: str, base_offset: int, *, writable: bool = True) -> None:
+        self.base_offset = base_offset
+        self._file = EntryFile(
+            path,
+            _ENTRY,
+            _follows,
+            rule="version 0, firstOffset ≤ lastOffset, lastStableOffset ≤ lastOffset + 1, "
+            "lastOffset strictly increasing",
+            writable=writable,
+            create=False,
+        )
+
+    @property
+    def path(self) -> str:
+        return self._file.path
+
+    @property
+    def exists(self) -> bool:
+        """Whether the file is on disk now (another process may have created it)."""
+        return self._file.exists
+
+    def entries(self) -> list[AbortedTxn]:
+        view = self._file.view()
+        return [_txn(raw) for raw in view.entries[: view.valid]]
+
+    def last_entry(self) -> AbortedTxn | None:
+        view = self._file.view()
+        return _txn(view.entries[view.valid - 1]) if view.valid else None
+
+    def append(self, entry: AbortedTxn) -> None:
+        """Record an aborted transaction; creates the file on first use.
+
+        IndexOrderError (a ValueError) when `last_offset` does not pass the last entry
+        on disk, which another process may have written: then the abort is already
+        indexed. An entry no correct writer produces is a plain ValueError.
+        """
+        pid, first, last, lso = entry
+        if not _plausible(_VERSION, first, last, lso):
+            raise ValueError(f"not a valid aborted transaction: {entry}")
+        view = self._file.prepare_append()
+        if view.valid:
+            prev_last = view.entries[view.valid - 1][3]
+            if last <= prev_last:
+                raise IndexOrderError(
+                    f"last offset {last} is not after the last indexed abort at {prev_last}"
+                )
+        try:
+            self._file.append((_VERSION, pid, first, last, lso))
+        except struct.error as exc:
+            raise OverflowError(f"{entry} does not fit the int64 fields: {exc}") from exc
+
+    def collect_aborted(self, fetch_offset: int, upper_bound_offset: int) -> tuple[list[AbortedTxn], bool]:
+        """Aborted transactions overlapping [fetch_offset, upper_bound_offset), for a read_committed fetch.
+
+        The flag says the search is complete: an entry whose LSO is already ≥ the upper
+        bound proves no later segment can hold an abort of a txn that overlaps the range.
+        Otherwise the caller continues into the next segment's index (§5.6).
+        """
+        found: list[AbortedTxn] = []
+        for txn in self.entries():
+            if txn.last_offset >= fetch_offset and txn.first_offset < upper_bound_offset:
+                found.append(txn)
+            if txn.last_stable_offset >= upper_bound_offset:
+                return found, True
+        return found, False
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop the first entry with last_offset ≥ `offset` and all after it (the log is cut there)."""
+        view = self._file.view()
+        keep = bisect_left(view.entries, offset, hi=view.valid, key=_LAST)
+        self._file.truncate_entries(keep)
+
+    def reset(self) -> None:
+        self._file.truncate_entries(0)
+
+    def sanity_check(self) -> None:
+        """Raise CorruptIndexError unless every entry is trustworthy and belongs to this segment.
+
+        A trailing partial entry is tolerated, as Kafka does: it is ignored by readers
+        and cut by the next append.
+        """
+        view = self._file.check_shape(allow_partial=True)
+        for raw in view.entries:
+            if raw[3] < self.base_offset:
+                raise CorruptIndexError(
+                    f"{self.path}: last offset {raw[3]} of {_txn(raw)} is below the segment base {self.base_offset}"
+                )
+
+    def flush(self) -> None:
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+    def delete(self) -> None:
+        self._file.delete()
+
+    def __len__(self) -> int:
+        return self._file.view().valid
+
+    def __enter__(self) -> TransactionIndex:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
