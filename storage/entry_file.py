@@ -139,6 +139,7 @@ class EntryFile:
         if self._fd is None:
             self._open(create=True)
         before = self._length
+        cache_current = self._key is not None and self._key[0] == before
         try:
             write_all(self._fd, data)
         except KafkaStorageError:
@@ -148,6 +149,19 @@ class EntryFile:
             except OSError:
                 pass  # the next prepare_append cuts the torn entry
             raise
+        if cache_current:
+            # The writer holds the partition lock, so what it just wrote is the whole new
+            # tail: extend the cache instead of re-reading the file on the next call.
+            intact = self._valid == len(self._raw)
+            self._raw.append(tuple(fields))
+            self._length = before + len(data)
+            self._last_bytes = data
+            if intact:
+                self._extend_valid()
+            st = os.fstat(self._fd)
+            self._key = (st.st_size, st.st_mtime_ns) if st.st_size == self._length else None
+        else:
+            self._key = None
 
     def truncate_entries(self, count: int) -> None:
         """Keep the first `count` entries and nothing else (garbage and torn tails go too)."""

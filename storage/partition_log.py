@@ -200,8 +200,10 @@ class PartitionLog:
         self._check_indexes(repair)
         seg_idx, position = self._restore_producer_state(repair)
         scanned = self._replay(seg_idx, position, repair=repair)
-        if repair and scanned:
-            self._take_snapshot()
+        if repair:
+            self._drop_stale_txn_entries(self._segments[-1])
+            if scanned:
+                self._take_snapshot()
 
     def _open_segment(self, base: int, *, writable: bool) -> LogSegment:
         seg = LogSegment(self.directory, base, writable=writable, index_interval_bytes=self.config.index_interval_bytes)
@@ -438,6 +440,11 @@ class PartitionLog:
         append_marker makes the entry durable before the marker; a writer that died in
         between leaves an entry at an offset the next append would reuse.
         """
+        try:
+            if os.stat(active.txn_index.path).st_size == 0:
+                return
+        except FileNotFoundError:
+            return  # the usual case: no abort has landed in this segment
         last = active.txn_index.last_entry()
         if last is not None and last.last_offset >= active.next_offset:
             active.txn_index.truncate_to(active.next_offset)
@@ -461,8 +468,12 @@ class PartitionLog:
         if self._corruption is not None:
             raise self._corruption
 
-    def _parse_client_batches(self, data: bytes | bytearray | memoryview) -> list[RecordBatch]:
-        """Validate a Produce request's bytes before taking any lock; nothing partial gets in."""
+    def _parse_client_batches(self, data: bytes | bytearray | memoryview) -> list[tuple[RecordBatch, int]]:
+        """Validate a Produce request's bytes before taking any lock; nothing partial gets in.
+
+        Returns each batch with its true maxTimestamp (the leader corrects a header that
+        understates it, kafka-formats.md §1.2).
+        """
         data = bytes(data)
         batches = []
         pos = 0
@@ -479,8 +490,7 @@ class PartitionLog:
                 )
             if batch.is_control:
                 raise InvalidRecordError("control batches can only be written by the transaction coordinator")
-            batch.validate_framing()
-            batches.append(batch)
+            batches.append((batch, batch.validate_framing()))
             pos += batch.size
         if not batches:
             raise InvalidRecordError("append of zero batches")
@@ -499,11 +509,12 @@ class PartitionLog:
             self._check_writable()
             self._maybe_expire_producers()
             plan = ProducerAppend(self._state, verify_txn)
-            chunk = bytearray()
+            parts: list[bytes] = []
+            size = 0
             written: list[tuple[int, int, int]] = []
             results = []
             next_offset = self._segments[-1].next_offset
-            for batch in batches:
+            for batch, max_ts in batches:
                 dup = plan.check_data(batch.producer_id, batch.producer_epoch, batch.base_sequence,
                                       batch.last_sequence, batch.is_transactional)
                 if dup is not None:
@@ -512,14 +523,15 @@ class PartitionLog:
                 base, last = next_offset, next_offset + batch.last_offset_delta
                 if batch.has_producer_id:
                     plan.stage_data(batch.producer_id, batch.producer_epoch,
-                                    BatchMetadata(batch.base_sequence, batch.last_sequence, base, last, batch.max_timestamp),
+                                    BatchMetadata(batch.base_sequence, batch.last_sequence, base, last, max_ts),
                                     batch.is_transactional)
-                written.append((len(chunk), last, batch.max_timestamp))
-                chunk += batch.with_offset(base, LEADER_EPOCH)
+                written.append((size, last, max_ts))
+                parts.append(batch.with_offset(base, LEADER_EPOCH, max_ts))
+                size += batch.size
                 results.append(BatchAppendResult(base, last, False))
                 next_offset = last + 1
             if written:
-                self._write(bytes(chunk), written)
+                self._write(parts[0] if len(parts) == 1 else b"".join(parts), written)
             plan.commit()
             self._state.end_offset = self._segments[-1].next_offset
         return AppendResult(results[0].base_offset, results[-1].last_offset,
@@ -597,6 +609,7 @@ class PartitionLog:
         segment.max_timestamp, segment.offset_of_max_timestamp, segment.first_batch_timestamp = saved
         segment.offset_index.truncate_to(next_offset)
         segment.time_index.truncate_to(next_offset)
+        segment.txn_index.truncate_to(next_offset)  # an abort's entry goes in before its marker
 
     def _roll(self) -> None:
         """Seal the active segment, snapshot producer state at the new base, start a new segment."""

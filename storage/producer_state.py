@@ -238,8 +238,7 @@ class ProducerStateManager:
     def replay_data(self, producer_id: int, epoch: int, base_seq: int, last_seq: int,
                     first_offset: int, last_offset: int, max_timestamp: int,
                     is_transactional: bool) -> None:
-        entry = self.producers.get(producer_id)
-        entry = entry.copy() if entry is not None else ProducerStateEntry(producer_id)
+        entry = self.producers.pop(producer_id, None) or ProducerStateEntry(producer_id)
         entry.add_batch(
             epoch, BatchMetadata(base_seq, last_seq, first_offset, last_offset, max_timestamp), is_transactional
         )
@@ -250,8 +249,7 @@ class ProducerStateManager:
         """Apply a marker read from the log; Kafka-only control types (KRaft) change nothing."""
         if control_type not in (ControlType.ABORT, ControlType.COMMIT):
             return None
-        entry = self.producers.get(producer_id)
-        entry = entry.copy() if entry is not None else ProducerStateEntry(producer_id)
+        entry = self.producers.pop(producer_id, None) or ProducerStateEntry(producer_id)
         completed = _complete(entry, epoch, control_type, coordinator_epoch, offset, timestamp)
         self._put(entry)
         return completed
@@ -320,6 +318,11 @@ class ProducerAppend:
                     f"producer {producer_id} sent a non-transactional batch while its transaction is open"
                 )
             return
+        if open_txn and epoch != entry.epoch:
+            raise InvalidTxnStateError(
+                f"producer {producer_id}'s transaction of epoch {entry.epoch} is still open; "
+                f"epoch {epoch} cannot write before its marker"
+            )
         if not open_txn and self._verify_txn is not None and not self._verify_txn(producer_id, epoch):
             raise InvalidTxnStateError(
                 f"partition is not registered in a transaction of producer {producer_id} epoch {epoch}"

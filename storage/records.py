@@ -365,12 +365,17 @@ class RecordBatch:
             raise InvalidRecordError(f"control batch at byte {self.position} has no record")
         return _parse_control_record(records[0], self)
 
-    def validate_framing(self) -> None:
-        """Cheap structural check for the append path: counts, and record lengths tiling the region.
+    def validate_framing(self) -> int:
+        """Cheap structural check for the append path; returns the batch's true maxTimestamp.
 
-        It walks only the length varints, never the record bodies, so it costs a
-        small fraction of `records()`. Compressed batches get the header rules
-        only: inflating them here would cost more than the write it guards.
+        It walks the record length varints, never the record bodies, and jumps over
+        runs of equal-length records in C (a slice with the record size as its step
+        compares every run's length prefixes at once), so a producer's batch of
+        same-sized records costs a few slices instead of a Python step per record. The
+        same slices yield each record's timestamp delta, which is how the leader learns
+        the real maximum timestamp (kafka-formats.md §1.2) without decoding records.
+        Compressed batches get the header rules only: inflating them here would cost
+        more than the write it guards, so their header maxTimestamp is trusted.
         """
         count = self.records_count
         if count <= 0 or count != self.last_offset_delta + 1:
@@ -379,41 +384,85 @@ class RecordBatch:
                 f"{self.last_offset_delta} (must be lastOffsetDelta + 1 > 0)")
         if self.attributes & COMPRESSION_MASK:
             self.compression  # noqa: B018 - raises for codes 5-7
-            return
-        buf = self._buf
-        pos = self.position + HEADER_SIZE
-        end = self.position + self.size
-        one = ONE_BYTE_ZIGZAG
-        two = TWO_BYTE_ZIGZAG
-        seen = 0
-        while pos < end:
-            b = buf[pos]
-            if b < 0x80:
-                length = one[b]
-                pos += 1
-            else:
-                length = two[b][buf[pos + 1]] if pos + 1 < end else None
-                if length is None:
-                    try:
-                        length, pos = decode_varint(buf, pos)
-                    except CorruptRecordError as exc:
-                        raise self._corrupt(f"length of record {seen}: {exc}") from None
-                else:
-                    pos += 2
-            if length < _MIN_RECORD_BODY:
-                raise self._corrupt(f"record {seen} has length {length}, below the minimum {_MIN_RECORD_BODY}")
-            pos += length
-            seen += 1
-        if pos != end:
-            raise self._corrupt(f"record lengths overrun the batch by {pos - end} bytes")
+            return self.max_timestamp
+        region = self._records_region()
+        seen, max_delta = _walk_records(region, self._corrupt)
         if seen != count:
             raise self._corrupt(f"batch holds {seen} records but its header says {count}")
+        if self.attributes & TIMESTAMP_TYPE_MASK:
+            return self.max_timestamp  # LOG_APPEND_TIME: the header is the only timestamp
+        return self.base_timestamp + max_delta
 
-    def with_offset(self, base_offset: int, partition_leader_epoch: int | None = None) -> bytes:
-        """A copy with baseOffset (and leader epoch) rewritten; neither is under the CRC."""
+    def with_offset(self, base_offset: int, partition_leader_epoch: int | None = None,
+                    max_timestamp: int | None = None) -> bytes:
+        """A copy with baseOffset (and leader epoch) rewritten; neither is under the CRC.
+
+        Giving a `max_timestamp` that differs from the header's also rewrites that field
+        and the CRC, as Kafka's leader does for a batch that understates it.
+        """
         epoch = self.partition_leader_epoch if partition_leader_epoch is None else partition_leader_epoch
         body = memoryview(self.buffer)[16:]
-        return b"".join((_OFFSET_LENGTH_EPOCH.pack(base_offset, self.batch_length, epoch), body))
+        if max_timestamp is None or max_timestamp == self.max_timestamp:
+            return b"".join((_OFFSET_LENGTH_EPOCH.pack(base_offset, self.batch_length, epoch), body))
+        out = bytearray(_OFFSET_LENGTH_EPOCH.pack(base_offset, self.batch_length, epoch))
+        out += body
+        struct.pack_into(">q", out, 35, max_timestamp)
+        struct.pack_into(">I", out, 17, crc32c(memoryview(out)[21:]))
+        return bytes(out)
+
+
+def _walk_records(region: bytes, corrupt) -> tuple[int, int]:
+    """Count the records tiling `region` exactly and find the largest timestamp delta.
+
+    Raises `corrupt(detail)` when the lengths do not tile the region. A record is
+    `length varint | attributes | timestampDelta varlong | ...`; within a run of
+    records whose length prefix bytes are identical, record i starts at pos + i*stride.
+    """
+    end = len(region)
+    pos = seen = 0
+    max_delta = None
+    one = ONE_BYTE_ZIGZAG
+    while pos < end:
+        b = region[pos]
+        if b < 0x80:
+            length, h = one[b], 1
+        else:
+            try:
+                length, after = decode_varint(region, pos)
+            except CorruptRecordError as exc:
+                raise corrupt(f"length of record {seen}: {exc}") from None
+            h = after - pos
+        if length < _MIN_RECORD_BODY:
+            raise corrupt(f"record {seen} has length {length}, below the minimum {_MIN_RECORD_BODY}")
+        stride = h + length
+        fit = (end - pos) // stride
+        if fit == 0:
+            raise corrupt(f"record lengths overrun the batch by {pos + stride - end} bytes")
+        run = 1
+        if fit > 1 and h <= 2:
+            stop = pos + fit * stride
+            firsts = region[pos:stop:stride]
+            run = fit - len(firsts.lstrip(firsts[:1]))
+            if h == 2:
+                seconds = region[pos + 1:stop:stride]
+                run = min(run, fit - len(seconds.lstrip(seconds[:1])))
+        deltas = region[pos + h + 1:pos + run * stride:stride]
+        if deltas.isascii():
+            top = max(one[x] for x in set(deltas))
+        else:
+            top = max(_timestamp_delta(region, pos + i * stride + h + 1, corrupt) for i in range(run))
+        if max_delta is None or top > max_delta:
+            max_delta = top
+        pos += run * stride
+        seen += run
+    return seen, (0 if max_delta is None else max_delta)
+
+
+def _timestamp_delta(region: bytes, pos: int, corrupt) -> int:
+    try:
+        return decode_varlong(region, pos)[0]
+    except CorruptRecordError as exc:
+        raise corrupt(f"timestamp delta: {exc}") from None
 
 
 def _parse_control_record(record: Record, batch: RecordBatch) -> EndTransactionMarker:
@@ -764,8 +813,11 @@ def build_control_batch(control_type: ControlType | int, *, producer_id: int, pr
                         coordinator_epoch: int = 0, timestamp: int, base_offset: int = 0,
                         partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH) -> bytes:
     """The 78-byte EndTransactionMarker batch a coordinator has the leader write (§2)."""
-    key = _CONTROL_KEY.pack(0, int(control_type))
-    value = _CONTROL_VALUE.pack(0, coordinator_epoch)
+    try:
+        key = _CONTROL_KEY.pack(0, int(control_type))
+        value = _CONTROL_VALUE.pack(0, coordinator_epoch)
+    except struct.error as exc:
+        raise ValueError(f"control record field out of range: {exc}") from None
     payload = _encode_records((key,), (value,), (None,), (timestamp,), timestamp)
     return _assemble(payload, 1, base_offset=base_offset, partition_leader_epoch=partition_leader_epoch,
                      attributes=TRANSACTIONAL_MASK | CONTROL_MASK, base_timestamp=timestamp,

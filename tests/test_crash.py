@@ -29,13 +29,22 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import crash_worker as cw  # noqa: E402
-from crash_worker import TOPIC, Worker, check_batch, check_segment_indexes, make_batch, parse_acks, scan_log  # noqa: E402
+import crash_worker as cw
+from crash_worker import (
+    TOPIC,
+    Worker,
+    check_batch,
+    check_segment_files,
+    check_segment_indexes,
+    make_batch,
+    parse_acks,
+    scan_log,
+)
 
-from storage import Store  # noqa: E402
-from storage.errors import CorruptIndexError, CorruptRecordError, OffsetOutOfRangeError  # noqa: E402
-from storage.producer_ids import ProducerIdAllocator  # noqa: E402
-from storage.records import ControlType  # noqa: E402
+from storage import Store
+from storage.errors import CorruptIndexError, CorruptRecordError, OffsetOutOfRangeError
+from storage.producer_ids import ProducerIdAllocator
+from storage.records import ControlType
 
 TS_BASE = int(time.time() * 1000) - 60_000
 
@@ -85,6 +94,7 @@ def _verify_after_kill(store_path: str, pid: int, acked: dict, *, writable: bool
         for seq, (_, base, last) in acked.items():
             assert present.get(seq) == (base, last), (
                 f"acknowledged batch seq {seq} at {base}..{last} is {present.get(seq)} in the log")
+        assert check_segment_files(log, allow_torn_tail=not writable) == len(present)
         if writable:
             check_segment_indexes(log)
         return present
@@ -265,7 +275,7 @@ def test_lock_holder_killed_mid_append(store_path, hang):
 # =====================================================================================================
 
 FILL_CONFIG = {"segment.bytes": 8192, "index.interval.bytes": 100}
-FILL_SIZES = dict(min_size=60, max_size=500, max_records=3)
+FILL_SIZES = {"min_size": 60, "max_size": 500, "max_records": 3}
 
 
 @pytest.fixture(scope="module")
@@ -586,23 +596,28 @@ def _damage_index(path: str, damage: str, rng: random.Random, *, log_size: int, 
 DAMAGES = ["truncate-mid-entry", "truncate-entries", "zero", "zero-tail", "delete", "swap", "out-of-bounds"]
 
 
-@pytest.mark.parametrize("damage", DAMAGES)
-@pytest.mark.parametrize("suffix", [".index", ".timeindex"])
-@pytest.mark.parametrize("target", ["sealed", "active", "both"])
-@pytest.mark.parametrize("shutdown", ["crash", "clean"])
-def test_damaged_index_changes_no_lookup(fill_template, index_answers, tmp_path, damage, suffix, target, shutdown):
-    template, _ = fill_template("data", shutdown)
-    path = _copy_template(template, str(tmp_path / "store"))
-    rng = random.Random(f"{damage}{suffix}{target}{shutdown}")
-    offsets_before, times_before, _ = index_answers(shutdown)
-    view = _file_view(path)
-    chosen = {"sealed": [1], "active": [len(view) - 1], "both": [1, len(view) - 1]}[target]
-    for i in chosen:
+def _apply_damage(path: str, view, plan, seed: str) -> None:
+    rng = random.Random(seed)
+    for i, suffix, damage in plan:
         log_path, batches = view[i]
+        log_path = os.path.join(path, _pdir_rel(log_path))
         _damage_index(log_path[:-4] + suffix, damage, rng, log_size=os.path.getsize(log_path),
                       seg_base=batches[0][1].base_offset, seg_end=batches[-1][1].last_offset + 1)
-    logs_before = {pth: _sha(pth) for pth in _log_files(path)}
 
+
+def _pdir_rel(log_path: str) -> str:
+    return os.path.join(f"{TOPIC}-0", os.path.basename(log_path))
+
+
+def _run_damage_case(fill_template, index_answers, tmp_path, shutdown: str, plan_for, seed: str) -> None:
+    """Damage index files (plan_for(view) -> [(segment index, suffix, damage)]); no lookup may change."""
+    template, _ = fill_template("data", shutdown)
+    offsets_before, times_before, _ = index_answers(shutdown)
+    view = _file_view(template)
+    plan = plan_for(view)
+    path = _copy_template(template, str(tmp_path / "store"))
+    _apply_damage(path, view, plan, seed)
+    logs_before = {os.path.basename(pth): _sha(pth) for pth in _log_files(path)}
     problems: list[str] = []
 
     def compare(what: str, offsets: dict, times: dict) -> None:
@@ -635,21 +650,43 @@ def test_damaged_index_changes_no_lookup(fill_template, index_answers, tmp_path,
             problems.append(f"index entries disagree with the log after the writable open: {exc}")
     finally:
         store.close()
-    if {pth: _sha(pth) for pth in _log_files(path)} != logs_before:
+    if {os.path.basename(pth): _sha(pth) for pth in _log_files(path)} != logs_before:
         problems.append("index repair changed .log bytes")
 
     # ... and a lock-free reader never lets a damaged index change what it sees (rule 6).
     path2 = _copy_template(template, str(tmp_path / "store-ro"))
-    rng = random.Random(f"{damage}{suffix}{target}{shutdown}")
-    for i in chosen:
-        log_path, batches = view[i]
-        log_path = os.path.join(path2, os.path.relpath(log_path, path))
-        _damage_index(log_path[:-4] + suffix, damage, rng,
-                      log_size=os.path.getsize(log_path),
-                      seg_base=batches[0][1].base_offset, seg_end=batches[-1][1].last_offset + 1)
+    _apply_damage(path2, view, plan, seed)
     store = Store.open(path2, read_only=True)
     try:
         compare("read-only open", *_lookups(store.partition(TOPIC, 0)))
     finally:
         store.close()
     assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
+@pytest.mark.parametrize("suffix", [".index", ".timeindex"])
+@pytest.mark.parametrize("target", ["sealed", "active"])
+@pytest.mark.parametrize("shutdown", ["crash", "clean"])
+def test_damaged_index_changes_no_lookup(fill_template, index_answers, tmp_path, damage, suffix, target, shutdown):
+    def plan(view):
+        return [(1 if target == "sealed" else len(view) - 1, suffix, damage)]
+
+    _run_damage_case(fill_template, index_answers, tmp_path, shutdown, plan, f"{damage}{suffix}{target}{shutdown}")
+
+
+@pytest.mark.parametrize("shutdown", ["crash", "clean"])
+def test_every_index_damaged_at_once(fill_template, index_answers, tmp_path, shutdown):
+    """Both index files of every segment (sealed ones and the active one) damaged in one go."""
+    rng = random.Random(f"all-{shutdown}")
+
+    def plan(view):
+        out = []
+        for i, (log_path, _) in enumerate(view):
+            for suffix in (".index", ".timeindex"):
+                esize = 8 if suffix == ".index" else 12
+                entries = os.path.getsize(log_path[:-4] + suffix) // esize
+                out.append((i, suffix, rng.choice(DAMAGES) if entries >= 2 else "delete"))
+        return out
+
+    _run_damage_case(fill_template, index_answers, tmp_path, shutdown, plan, f"all-{shutdown}")

@@ -217,7 +217,7 @@ def test_invalid_batch_shapes_are_rejected(store):
     with pytest.raises(InvalidRecordError):
         log.append(bytes(b))
     # a producer id needs a non-negative epoch and sequence; a transactional batch needs a producer id
-    for kwargs in (dict(pid=4, epoch=0, seq=-1), dict(pid=4, epoch=-1, seq=0), dict(txn=True)):
+    for kwargs in ({"pid": 4, "epoch": 0, "seq": -1}, {"pid": 4, "epoch": -1, "seq": 0}, {"txn": True}):
         with pytest.raises(InvalidRecordError):
             log.append(batch([b"x"], **kwargs))
     assert log.log_end_offset == 0 and log.producer_states() == {}

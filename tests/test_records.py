@@ -709,6 +709,38 @@ def test_validate_framing_does_not_read_into_the_next_batch() -> None:
         RecordBatch.parse(log).validate_framing()
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(record_strategy, min_size=1, max_size=40), st.integers(1, 4))
+def test_validate_framing_returns_the_true_max_timestamp(inputs, repeat) -> None:
+    """Against the full decoder, for runs of equal records (the fast path) and mixed ones."""
+    buf = build_batch(inputs * repeat)
+    batch = RecordBatch.parse(buf)
+    assert batch.validate_framing() == max(r.timestamp for r in batch.records())
+
+
+@pytest.mark.parametrize("deltas", [
+    [0] * 500,                                 # one run, 1-byte deltas
+    list(range(0, 5000, 10)),                  # one run, multi-byte deltas
+    [0, -5, -9, -1],                           # negative deltas after the first
+    [-3, -7, -2],                              # every delta negative
+    [0, 63, 64, 8191, 8192, 1 << 33],          # varint size boundaries
+])
+def test_validate_framing_max_timestamp_over_delta_shapes(deltas) -> None:
+    base = 1_700_000_000_000
+    buf = build_batch([(b"k", b"v" * 100, None, base + d) for d in deltas])
+    assert RecordBatch.parse(buf).validate_framing() == base + max(deltas)
+
+
+def test_validate_framing_sees_a_single_odd_record_in_a_run() -> None:
+    """A run of equal records broken by one longer record must still be counted exactly."""
+    records = [(b"k", b"v" * 100, None, TS)] * 300 + [(b"k", b"v" * 101, None, TS + 9)] + [(b"k", b"v" * 100, None, TS)] * 300
+    batch = RecordBatch.parse(build_batch(records))
+    assert batch.validate_framing() == TS + 9
+    shortened = craft(build_batch(records), records_count=600, last_offset_delta=599)
+    with pytest.raises(CorruptRecordError):
+        RecordBatch.parse(shortened).validate_framing()
+
+
 @given(st.lists(record_strategy, min_size=1, max_size=40))
 def test_validate_framing_property(inputs) -> None:
     buf = build_batch(inputs)

@@ -150,7 +150,7 @@ def assert_once(log, expected_values: list[bytes]):
     ru, rc = views(log)
     assert values(ru) == expected_values
     assert values(rc) == expected_values
-    assert [o for o, _ in ru] == sorted(set(o for o, _ in ru))
+    assert [o for o, _ in ru] == sorted({o for o, _ in ru})
 
 
 def fd_path(fd: int) -> str:
@@ -160,24 +160,32 @@ def fd_path(fd: int) -> str:
         return ""
 
 
-def append_in_child(store_path, batches, topic="t", partition=0) -> list[list[int]]:
-    """Append batches from a separate process that then dies without closing anything (kill -9)."""
+def append_in_child(store_path, ops, topic="t", partition=0) -> list[list[int]]:
+    """Run appends in a separate process that then dies without closing anything (kill -9).
+
+    Each op is batch bytes (an append) or ("marker", control_type, pid, epoch, coordinator_epoch).
+    """
     script = (
         "import json, os, sys\n"
         f"sys.path.insert(0, {ROOT!r})\n"
         "from storage import Store\n"
+        "from storage.records import ControlType\n"
         "args = json.loads(sys.stdin.read())\n"
         "log = Store.open(args['path']).partition(args['topic'], args['partition'])\n"
         "out = []\n"
-        "for h in args['batches']:\n"
-        "    r = log.append(bytes.fromhex(h))\n"
+        "for op in args['ops']:\n"
+        "    if isinstance(op, str):\n"
+        "        r = log.append(bytes.fromhex(op))\n"
+        "    else:\n"
+        "        r = log.append_marker(ControlType(op[1]), op[2], op[3], coordinator_epoch=op[4])\n"
         "    out.append([r.base_offset, r.last_offset, int(r.duplicate)])\n"
         "sys.stdout.write(json.dumps(out)); sys.stdout.flush()\n"
         "os._exit(0)\n"
     )
-    args = {"path": store_path, "topic": topic, "partition": partition, "batches": [b.hex() for b in batches]}
+    encoded = [op.hex() if isinstance(op, bytes) else [op[0], int(op[1]), *op[2:]] for op in ops]
+    args = {"path": store_path, "topic": topic, "partition": partition, "ops": encoded}
     proc = subprocess.run([sys.executable, "-c", script], input=json.dumps(args), capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
@@ -639,8 +647,8 @@ def test_log_segment_test_worked_example(store_path, store):
     assert log.last_stable_offset == 108
     assert txn_entries(d) == [(0, 2, 102, 106, 100)]
     ru, rc = views(log)
-    assert [o for o, _ in rc] == list(range(0, 102)) + [104, 105]
-    assert [o for o, _ in ru] == list(range(0, 106))
+    assert [o for o, _ in rc] == list(range(102)) + [104, 105]
+    assert [o for o, _ in ru] == list(range(106))
     # a crash-restart rebuilds the same state; the index is untouched
     crashed = Store.open(store_path)
     assert crashed.partition("t", 0).last_stable_offset == 108
@@ -676,6 +684,78 @@ def test_scenario7_power_loss_in_the_active_segment_after_rolls(store_path, seed
         r = log.append(b)
         assert not r.duplicate
     assert_once(log, [f"p7e0s{i}".encode() for i in range(20)])
+    s.close()
+
+
+@pytest.mark.parametrize("shutdown", ["crash", "clean"])
+@pytest.mark.parametrize("cut", ["boundary", "inside-marker"])
+def test_scenario7_power_loss_of_an_abort_marker(store_path, shutdown, cut):
+    """The ABORT marker was not fsynced: on restart the txn is open again and the txn index is
+    cut to the same point (rule 7) - no entry may point at a marker that is not in the log."""
+    s = Store.open(store_path)
+    s.create_topic("t", partitions=1)
+    log = s.partition("t", 0)
+    ops = [batch([b"plain"]), pbatch(5, 0, n=2, txn=True), ("marker", ControlType.ABORT, 5, 1, 0)]
+    if shutdown == "crash":
+        s.close()
+        append_in_child(store_path, ops)
+    else:
+        log.append(ops[0])
+        log.append(ops[1])
+        log.append_marker(ControlType.ABORT, 5, 1)
+        s.close()
+    d = pdir(store_path)
+    segment = log_paths(d)[0]
+    assert txn_entries(d) == [(0, 5, 1, 3, 4)]
+    full = os.path.getsize(segment)
+    os.truncate(segment, full - 78 if cut == "boundary" else full - 30)
+
+    s = Store.open(store_path)
+    log = s.partition("t", 0)
+    assert log.log_end_offset == 3
+    assert log.open_transactions() == {5: 1}
+    assert log.last_stable_offset == 1
+    assert [e for e in txn_entries(d) if e[3] >= log.log_end_offset] == []  # before any new write
+    r = log.append_marker(ControlType.ABORT, 5, 1)  # roll-forward re-sends it: written once
+    assert (r.base_offset, r.duplicate) == (3, False)
+    assert log.append_marker(ControlType.ABORT, 5, 1).duplicate
+    assert txn_entries(d) == [(0, 5, 1, 3, 4)]
+    assert log.last_stable_offset == 4
+    ru, rc = views(log)
+    assert values(ru) == [b"plain", b"p5e0s0", b"p5e0s1"] and values(rc) == [b"plain"]
+    s.close()
+
+
+def test_scenario48_corrupt_snapshot_with_an_open_transaction(store_path):
+    s = Store.open(store_path)
+    s.create_topic("t", partitions=1, config={"segment.bytes": 300, "retention.ms": -1})
+    log = s.partition("t", 0)
+    log.append(pbatch(1, 0, n=2))                                 # 0-1
+    log.append(pbatch(5, 0, n=2, txn=True))                       # 2-3: txn opens
+    for i in range(6):
+        log.append(batch([b"filler-%d" % i + b"." * 30]))         # 4-9, rolls
+    log.append(pbatch(5, 2, txn=True))                            # 10
+    assert len(log.segments) >= 3 and log.last_stable_offset == 2
+    s.close()
+    d = pdir(store_path)
+    snaps = snapshots(d)
+    assert len(snaps) >= 3
+    for _, path in snaps[1:]:  # all but the oldest: an older snapshot plus a replay must restore the txn
+        with open(path, "r+b") as f:
+            f.seek(12)
+            byte = f.read(1)
+            f.seek(12)
+            f.write(bytes([byte[0] ^ 0xFF]))
+    s = Store.open(store_path)
+    log = s.partition("t", 0)
+    assert log.open_transactions() == {5: 2}
+    assert log.last_stable_offset == 2
+    assert log.append(pbatch(5, 2, txn=True)).duplicate
+    assert log.append(pbatch(1, 0, n=2)).duplicate
+    marker = log.append_marker(ControlType.ABORT, 5, 1).base_offset
+    assert marker == 11
+    assert txn_entries(d) == [(0, 5, 2, 11, 12)]
+    assert log.last_stable_offset == 12
     s.close()
 
 
@@ -1086,3 +1166,16 @@ def test_scenario58_oversized_record(store_path, store):
     vals = values(views(s.partition("t", 0))[0])
     assert vals == [b"small", payload, b"z" * 50_000]
     s.close()
+
+
+def test_newer_epoch_cannot_write_into_an_open_transaction(topic):
+    """The coordinator ends epoch N's transaction (marker) before epoch N+1 writes; a batch that
+    skips the marker would merge two transactions under one first offset, so it is refused."""
+    log = topic
+    log.append(pbatch(5, 0, txn=True, tag="n"))
+    with pytest.raises(InvalidTxnStateError):
+        log.append(pbatch(5, 0, epoch=1, txn=True, tag="n+1"))
+    assert log.log_end_offset == 1
+    log.append_marker(ControlType.ABORT, 5, 1)
+    res = log.append(pbatch(5, 0, epoch=1, txn=True, tag="n+1"))
+    assert res.base_offset == 2 and log.open_transactions() == {5: 2}

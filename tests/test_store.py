@@ -124,7 +124,7 @@ def test_delete_topic(store, store_path):
     store.partition("other", 0).append(batch([b"kept"]))
     store.delete_topic("t")
     assert store.list_topics() == ["other"]
-    leftovers = [n for n in os.listdir(store_path) if n.startswith("t-") or n.startswith("t.")]
+    leftovers = [n for n in os.listdir(store_path) if n.startswith(("t-", "t."))]
     assert leftovers == []
     with pytest.raises(UnknownTopicOrPartitionError):
         store.partition("t", 0)
