@@ -194,12 +194,12 @@ class PartitionLog:
             self.create_empty(self.directory)
             self._segments = [self._open_segment(0, writable=True)]
         else:
-            self._segments = [self._open_segment(b, writable=repair) for b in bases]
+            self._segments = [self._open_segment(b, writable=not self.read_only) for b in bases]
         for seg, following in zip(self._segments, self._segments[1:]):
             seg.size, seg.next_offset = seg.file_size(), following.base_offset
-        self._check_indexes(repair)
         seg_idx, position = self._restore_producer_state(repair)
         scanned = self._replay(seg_idx, position, repair=repair)
+        self._check_indexes(repair)
         if repair:
             self._drop_stale_txn_entries(self._segments[-1])
             if scanned:
@@ -234,23 +234,27 @@ class PartitionLog:
             unlink_durably([os.path.join(self.directory, n) for n in doomed], self.directory)
 
     def _check_indexes(self, repair: bool) -> None:
-        """Rebuild any offset or time index that fails its sanity check (they are derived data)."""
+        """Rebuild any index that is missing or fails its checks (indexes are derived data).
+
+        A process that may not write (read-only) stops trusting a damaged index instead:
+        its lookups scan the segment, so the damage never changes what a reader sees.
+        """
         for i, seg in enumerate(self._segments):
-            size = seg.file_size()
+            size = seg.size
             try:
+                if size > 0 and seg.missing_indexes:
+                    raise CorruptIndexError("an index file is missing")
                 seg.offset_index.sanity_check(size)
-                seg.time_index.sanity_check()
+                seg.time_index.sanity_check(next_offset=seg.next_offset)
                 seg.txn_index.sanity_check()
                 last = seg.offset_index.last_entry()
-                if i + 1 < len(self._segments) and last is not None and last[0] >= self._segments[i + 1].base_offset:
+                if last is not None and last[0] >= seg.next_offset:
                     raise CorruptIndexError("offset index points past its segment")
-                if size > 0 and not os.path.exists(seg.offset_index.path):
-                    raise CorruptIndexError("offset index is missing")
-                if size > 0 and not os.path.exists(seg.time_index.path):
-                    raise CorruptIndexError("time index is missing")
             except CorruptIndexError:
                 if repair:
                     self._rebuild_segment(i)
+                else:
+                    seg.indexes_trusted = False
 
     def _rebuild_segment(self, i: int) -> None:
         """Rewrite a segment's three indexes from its batches (Kafka's segment recovery).
@@ -324,18 +328,18 @@ class PartitionLog:
             return idx, 0
         position = seg.read_position(offset)
         end = seg.file_size()
-        while position + 61 <= end:
-            head = seg.read_bytes(position, 61)
-            base = int.from_bytes(head[0:8], "big", signed=True)
-            length = int.from_bytes(head[8:12], "big", signed=True)
-            last = base + int.from_bytes(head[23:27], "big", signed=True)
-            if base == offset:
-                return idx, position
-            if base > offset or last >= offset or length < 49 or position + 12 + length > end:
-                return None
-            position += 12 + length
-            if last + 1 == offset:
-                return idx, position  # whatever follows (even a torn tail) is validated by the replay
+        try:
+            # CRC-checked: a snapshot written after a batch that was later torn (power loss)
+            # must not be trusted, or the torn batch would survive recovery.
+            for pos, batch in seg.iter_batches(position, end):
+                if batch.base_offset == offset:
+                    return idx, pos
+                if batch.base_offset > offset or batch.last_offset >= offset:
+                    return None
+                if batch.last_offset + 1 == offset:
+                    return idx, pos + batch.size  # whatever follows is validated by the replay
+        except CorruptRecordError:
+            return None
         return None
 
     def _segment_index_for(self, offset: int) -> int:
@@ -454,6 +458,9 @@ class PartitionLog:
         self._catch_up(repair=False)
         bases = self._segment_bases()
         if not bases:
+            return
+        if self._segments[-1].base_offset < bases[0]:
+            self._load(repair=False)  # retention removed every segment this view knew of
             return
         while len(self._segments) > 1 and self._segments[0].base_offset < bases[0]:
             self._segments.pop(0).close()
@@ -680,7 +687,9 @@ class PartitionLog:
                 if seg.base_offset >= limit or (total >= max_bytes and out):
                     break
                 position = seg.read_position(start_offset) if seg.base_offset <= start_offset else 0
-                for _, batch in seg.iter_batches(position, seg.size):
+                sealed = seg is not self._segments[-1]
+                end_pos = seg.file_size() if sealed else seg.size
+                for _, batch in seg.iter_batches(position, end_pos, strict=True):
                     if batch.base_offset >= limit:
                         return out
                     if batch.last_offset < start_offset:
@@ -696,11 +705,14 @@ class PartitionLog:
         with self._mutex:
             self._refresh_segment_list()
             for seg in self._segments:
-                if seg.size == 0 or seg.largest_timestamp() < timestamp:
+                if seg.size == 0 and seg is self._segments[-1]:
                     continue
-                _, indexed_offset = seg.time_index.lookup(timestamp)
+                # No segment is skipped on the time index's word alone: a time index cut short
+                # would then hide records. The index only picks where in a segment to start.
+                indexed_offset = seg.time_index.lookup(timestamp)[1] if seg.indexes_trusted else seg.base_offset
                 position = seg.read_position(indexed_offset)
-                for _, batch in seg.iter_batches(position, seg.size):
+                end_pos = seg.size if seg is self._segments[-1] else seg.file_size()
+                for _, batch in seg.iter_batches(position, end_pos, strict=True):
                     if batch.max_timestamp < timestamp or batch.is_control:
                         continue
                     for record in batch.records():
@@ -722,7 +734,8 @@ class PartitionLog:
         total = sum(s.size for s in self._segments)
         doomed: list[LogSegment] = []
         for seg in self._segments[:-1]:
-            expired = cfg.retention_ms >= 0 and now - seg.largest_timestamp() > cfg.retention_ms
+            expired = (cfg.retention_ms >= 0 and now - seg.largest_timestamp() > cfg.retention_ms
+                       and now - seg.scan_max_timestamp() > cfg.retention_ms)
             oversize = cfg.retention_bytes >= 0 and total - seg.size >= cfg.retention_bytes
             if not (expired or oversize):
                 break

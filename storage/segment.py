@@ -45,6 +45,12 @@ class LogSegment:
             self.fd = os.open(self.log_path, flags)
         except OSError as exc:
             raise KafkaStorageError(f"cannot open {self.log_path}: {exc.strerror}") from exc
+        # Checked before the index objects create empty files, so recovery can tell a deleted
+        # index (to be rebuilt) from an empty one.
+        self.missing_indexes = not (os.path.exists(self._path(".index")) and os.path.exists(self._path(".timeindex")))
+        # False when an index failed its checks and this process may not rebuild it (read-only):
+        # lookups then scan the log instead of trusting it.
+        self.indexes_trusted = True
         self.offset_index = OffsetIndex(self._path(".index"), base_offset, writable=writable)
         self.time_index = TimeIndex(self._path(".timeindex"), base_offset, writable=writable)
         self.txn_index = TransactionIndex(self._path(".txnindex"), base_offset, writable=writable)
@@ -74,14 +80,25 @@ class LogSegment:
         except OSError as exc:
             raise KafkaStorageError(f"read of {self.log_path} failed: {exc.strerror}") from exc
 
-    def iter_batches(self, position: int = 0, end: int | None = None) -> Iterator[tuple[int, RecordBatch]]:
+    def iter_batches(self, position: int = 0, end: int | None = None, *,
+                     strict: bool = False) -> Iterator[tuple[int, RecordBatch]]:
         """Yield (file position, batch) for every complete, CRC-valid batch from `position`.
 
         Stops quietly at a partial tail (fewer than 17 bytes left, or a batch running past
-        the end). An invalid batch raises CorruptRecordError naming this file and the
-        byte position; the caller decides whether that is a torn tail or corruption.
+        the end) unless `strict`: readers scanning a range already known to hold whole
+        batches treat a partial batch there as the corruption it is. An invalid batch
+        raises CorruptRecordError naming this file and the byte position; the caller
+        decides whether that is a torn tail or corruption.
         """
         end = self.file_size() if end is None else end
+        try:
+            yield from self._iter_batches(position, end)
+        except _PartialTail as tail:
+            if strict:
+                raise CorruptRecordError("batch runs past the end of the data", path=self.log_path,
+                                         position=tail.position) from None
+
+    def _iter_batches(self, position: int, end: int) -> Iterator[tuple[int, RecordBatch]]:
         while end - position >= MIN_HEADER:
             buf = self.read_bytes(position, min(SCAN_CHUNK, end - position))
             off = 0
@@ -94,10 +111,12 @@ class LogSegment:
             if off == 0:
                 size = self._size_at(buf, 0, position)
                 if position + size > end:
-                    return
+                    raise _PartialTail(position)
                 yield position, self._parse(self.read_bytes(position, size), 0, position)
                 off = size
             position += off
+        if position < end:
+            raise _PartialTail(position)
 
     def _size_at(self, buf: bytes, off: int, abs_position: int) -> int:
         """Total size of the batch whose header starts at buf[off]; rejects impossible headers."""
@@ -144,6 +163,8 @@ class LogSegment:
         batch at the indexed position does not start at or before the indexed offset,
         scan the segment from its start instead.
         """
+        if not self.indexes_trusted:
+            return 0
         indexed_offset, position = self.offset_index.lookup(offset)
         if position == 0:
             return 0
@@ -172,6 +193,26 @@ class LogSegment:
         head = self.read_bytes(0, 61)
         if len(head) == 61 and head[16] == MAGIC:
             self.first_batch_timestamp = int.from_bytes(head[35:43], "big", signed=True)
+
+    def scan_max_timestamp(self) -> int:
+        """Largest batch maxTimestamp read from the batch headers themselves (no CRC, no records).
+
+        Retention deletes data on this answer, so before deleting it does not trust the
+        time index, which a crash or a bit flip could have cut short.
+        """
+        largest = -1
+        position, end = 0, self.file_size()
+        while end - position >= 61:
+            buf = self.read_bytes(position, min(SCAN_CHUNK, end - position))
+            off = 0
+            while len(buf) - off >= 61:
+                length = int.from_bytes(buf[off + 8:off + 12], "big", signed=True)
+                if length < MIN_BATCH_LENGTH:
+                    return largest
+                largest = max(largest, int.from_bytes(buf[off + 35:off + 43], "big", signed=True))
+                off += 12 + length
+            position += off
+        return largest
 
     def largest_timestamp(self) -> int:
         """Largest batch timestamp: retention.ms compares it with the clock."""
@@ -251,6 +292,10 @@ class LogSegment:
                 self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
                 last_indexed = position
             seen.append(batch)
+        if self.max_timestamp >= 0:
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+        self.indexes_trusted = True
+        self.missing_indexes = False
         return seen
 
     def close(self) -> None:
@@ -264,6 +309,14 @@ class LogSegment:
         """Paths of this segment's files, the `.log` first so a crash midway leaves only orphans."""
         return [self.log_path, self._path(".index"), self._path(".timeindex"), self._path(".txnindex")]
 
+
+
+class _PartialTail(Exception):
+    """The scan reached a batch that does not end inside the scanned range."""
+
+    def __init__(self, position: int):
+        super().__init__(position)
+        self.position = position
 
 
 def _reason(exc: CorruptRecordError) -> str:

@@ -165,7 +165,7 @@ def test_twenty_processes_allocate_distinct_ids(store_path):
 
 def test_pid_allocation_survives_kill9(store_path, big):
     rounds = 100 if big else 6
-    seed = random.randrange(1 << 30)
+    seed = int(os.environ.get("TXLOG_CRASH_SEED") or random.randrange(1 << 30))  # set it to replay a run
     rng = random.Random(seed)
     Store.open(store_path).close()
     issued: list[int] = []
