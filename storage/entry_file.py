@@ -290,6 +290,47 @@ class EntryFile:
             raise KafkaStorageError(f"cannot truncate {self.path}: {exc.strerror}") from exc
 
 
+class EntryFileIndex:
+    """What the three index classes share: a base offset, an EntryFile, and its life cycle.
+
+    Subclasses say how a raw entry reads at the API (`_convert`) and add their own
+    lookups, appends and checks.
+    """
+
+    base_offset: int
+    _file: EntryFile
+
+    @property
+    def path(self) -> str:
+        return self._file.path
+
+    def entries(self) -> list:
+        """Every trustworthy entry, as the index's API presents it."""
+        view = self._file.view()
+        return [self._convert(raw) for raw in view.entries[: view.valid]]
+
+    def _convert(self, raw: Raw):
+        raise NotImplementedError
+
+    def flush(self) -> None:
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+    def delete(self) -> None:
+        self._file.delete()
+
+    def __len__(self) -> int:
+        return self._file.view().valid
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
 def relative_offset(offset: int, base_offset: int) -> int:
     """Offsets are stored relative to the segment; one that does not fit an int32 cannot be indexed."""
     rel = offset - base_offset

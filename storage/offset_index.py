@@ -13,7 +13,15 @@ import struct
 from bisect import bisect_left, bisect_right
 from operator import itemgetter
 
-from storage.entry_file import DEFAULT_MAX_INDEX_SIZE, INT32_MAX, EntryFile, IndexOrderError, Raw, relative_offset
+from storage.entry_file import (
+    DEFAULT_MAX_INDEX_SIZE,
+    INT32_MAX,
+    EntryFile,
+    EntryFileIndex,
+    IndexOrderError,
+    Raw,
+    relative_offset,
+)
 from storage.errors import CorruptIndexError
 
 # ---- the offset index ---------------------------------------------------------
@@ -30,7 +38,7 @@ def _follows(prev: Raw | None, cur: Raw) -> bool:
     return rel > prev[0] and pos > prev[1]
 
 
-class OffsetIndex:
+class OffsetIndex(EntryFileIndex):
     """The `.index` of one segment, shared by every process that opens the partition."""
 
     ENTRY_SIZE = _ENTRY.size
@@ -54,25 +62,17 @@ class OffsetIndex:
             create=True,
         )
 
-    @property
-    def path(self) -> str:
-        return self._file.path
-
-    def entries(self) -> list[tuple[int, int]]:
-        view = self._file.view()
-        return [self._absolute(raw) for raw in view.entries[: view.valid]]
-
     def lookup(self, target_offset: int) -> tuple[int, int]:
         """Where to start scanning the log for `target_offset`: (base, 0) if nothing indexed precedes it."""
         view = self._file.view()
         i = bisect_right(view.entries, target_offset - self.base_offset, hi=view.valid, key=_REL)
         if i == 0:
             return (self.base_offset, 0)
-        return self._absolute(view.entries[i - 1])
+        return self._convert(view.entries[i - 1])
 
     def last_entry(self) -> tuple[int, int] | None:
         view = self._file.view()
-        return self._absolute(view.entries[view.valid - 1]) if view.valid else None
+        return self._convert(view.entries[view.valid - 1]) if view.valid else None
 
     def append(self, offset: int, position: int) -> None:
         """Index `offset` (the last offset of a batch or chunk) at byte `position` of its start.
@@ -122,23 +122,6 @@ class OffsetIndex:
         """Kafka rolls the segment when its index is full (§3.2); the limit keeps files Kafka-sized."""
         return len(self) >= self.max_entries
 
-    def flush(self) -> None:
-        self._file.flush()
 
-    def close(self) -> None:
-        self._file.close()
-
-    def delete(self) -> None:
-        self._file.delete()
-
-    def __len__(self) -> int:
-        return self._file.view().valid
-
-    def __enter__(self) -> OffsetIndex:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def _absolute(self, raw: Raw) -> tuple[int, int]:
+    def _convert(self, raw: Raw) -> tuple[int, int]:
         return (self.base_offset + raw[0], raw[1])

@@ -58,6 +58,7 @@ LOCK_FILE = "txlog.lock"
 LEADER_EPOCH = 0  # a single "broker" that never changes leadership
 MAX_RELATIVE_OFFSET = 2**31 - 1
 EXPIRY_CHECK_INTERVAL_MS = 60_000
+RELOAD_ATTEMPTS = 20
 _TEMP_SUFFIXES = (".tmp", ".deleted", ".cleaned", ".swap")
 _INDEX_SUFFIXES = (".index", ".timeindex", ".txnindex")
 
@@ -181,10 +182,24 @@ class PartitionLog:
     # ---- loading and recovery --------------------------------------------------------------------
 
     def _load(self, *, repair: bool) -> None:
-        """Build this process's view from the files, recovering them when allowed to write."""
+        """Build this process's view from the files, recovering them when allowed to write.
+
+        Another process's retention may delete a segment between the listing and its
+        opening; the load then starts over from a fresh listing.
+        """
+        vanished: FileNotFoundError | None = None
+        for _ in range(RELOAD_ATTEMPTS):
+            try:
+                return self._load_once(repair=repair)
+            except FileNotFoundError as exc:
+                vanished = exc
+        raise KafkaStorageError(f"segments of {self.directory} keep disappearing while loading: {vanished}")
+
+    def _load_once(self, *, repair: bool) -> None:
         for seg in self._segments:
             seg.close()
         self._segments = []
+        self._corruption = None
         if repair:
             self._remove_temp_and_orphan_files()
         bases = self._segment_bases()
@@ -194,7 +209,15 @@ class PartitionLog:
             self.create_empty(self.directory)
             self._segments = [self._open_segment(0, writable=True)]
         else:
-            self._segments = [self._open_segment(b, writable=not self.read_only) for b in bases]
+            opened: list[LogSegment] = []
+            try:
+                for base in bases:
+                    opened.append(self._open_segment(base, writable=not self.read_only))
+            except BaseException:
+                for seg in opened:
+                    seg.close()
+                raise
+            self._segments = opened
         for seg, following in zip(self._segments, self._segments[1:]):
             seg.size, seg.next_offset = seg.file_size(), following.base_offset
         seg_idx, position = self._restore_producer_state(repair)
@@ -290,7 +313,6 @@ class PartitionLog:
             if completed is not None and completed.is_aborted:
                 seg.txn_index.append(AbortedTxn(completed.producer_id, completed.first_offset,
                                                 completed.last_offset, lso))
-        seg.load_time_stats()
 
     def _restore_producer_state(self, repair: bool) -> tuple[int, int]:
         """Load the newest usable snapshot; returns where the replay must start (segment, position).
@@ -371,12 +393,16 @@ class PartitionLog:
                 for bpos, batch in seg.iter_batches(pos):
                     self._apply_replayed(seg, batch, bpos, repair)
                     scanned += batch.size
+                if seg.size < seg.file_size():
+                    raise CorruptRecordError("incomplete batch", path=seg.log_path, position=seg.size)
             except CorruptRecordError as exc:
+                if not repair and not last_segment:
+                    # A read-only view notes the damage (reading that range raises) and goes on,
+                    # so the segments after it stay readable.
+                    self._corruption = exc
+                    self._state.end_offset = self._segments[i + 1].base_offset
+                    continue
                 self._handle_bad_bytes(seg, exc, last_segment, repair)
-                return scanned
-            if seg.size < seg.file_size():
-                bad = CorruptRecordError("incomplete batch", path=seg.log_path, position=seg.size)
-                self._handle_bad_bytes(seg, bad, last_segment, repair)
                 return scanned
             if not last_segment and seg.next_offset > self._segments[i + 1].base_offset:
                 raise CorruptRecordError(
@@ -400,10 +426,11 @@ class PartitionLog:
         seg.note_batch(batch, position)
 
     def _handle_bad_bytes(self, seg: LogSegment, exc: CorruptRecordError, last_segment: bool, repair: bool) -> None:
-        """Cut a torn tail; refuse (and remember) corruption of data that was followed by more data."""
+        """Cut a torn tail; refuse corruption of data that was followed by more data.
+
+        Without `repair` (no lock) bad bytes at the end may be a write in flight: stop there.
+        """
         if not repair:
-            if not last_segment:
-                self._corruption = exc
             return
         position = seg.size
         if not last_segment:
@@ -436,7 +463,11 @@ class PartitionLog:
                 if repair:
                     self._drop_stale_txn_entries(active)
                 return
-            self._segments.append(self._open_segment(active.next_offset, writable=not self.read_only))
+            try:
+                self._segments.append(self._open_segment(active.next_offset, writable=not self.read_only))
+            except FileNotFoundError:
+                self._load(repair=repair)  # deleted by retention since we looked: this view is far behind
+                return
 
     def _drop_stale_txn_entries(self, active: LogSegment) -> None:
         """Remove `.txnindex` entries for markers that never reached the log.

@@ -43,6 +43,8 @@ class LogSegment:
         flags = os.O_RDWR | os.O_APPEND if writable else os.O_RDONLY
         try:
             self.fd = os.open(self.log_path, flags)
+        except FileNotFoundError:
+            raise  # retention removed it after it was listed: the caller reloads its view
         except OSError as exc:
             raise KafkaStorageError(f"cannot open {self.log_path}: {exc.strerror}") from exc
         # Checked before the index objects create empty files, so recovery can tell a deleted

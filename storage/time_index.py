@@ -19,6 +19,7 @@ from storage.entry_file import (
     INT64_MAX,
     INT64_MIN,
     EntryFile,
+    EntryFileIndex,
     Raw,
     relative_offset,
 )
@@ -37,7 +38,7 @@ def _follows(prev: Raw | None, cur: Raw) -> bool:
     return ts > prev_ts and rel >= prev_rel
 
 
-class TimeIndex:
+class TimeIndex(EntryFileIndex):
     """The `.timeindex` of one segment, shared by every process that opens the partition."""
 
     ENTRY_SIZE = _ENTRY.size
@@ -61,25 +62,17 @@ class TimeIndex:
             create=True,
         )
 
-    @property
-    def path(self) -> str:
-        return self._file.path
-
-    def entries(self) -> list[tuple[int, int]]:
-        view = self._file.view()
-        return [self._absolute(raw) for raw in view.entries[: view.valid]]
-
     def lookup(self, timestamp: int) -> tuple[int, int]:
         """The greatest entry with timestamp ≤ `timestamp`, or (-1, base) — scan the log from its offset."""
         view = self._file.view()
         i = bisect_right(view.entries, timestamp, hi=view.valid, key=_TS)
         if i == 0:
             return (NO_TIMESTAMP, self.base_offset)
-        return self._absolute(view.entries[i - 1])
+        return self._convert(view.entries[i - 1])
 
     def last_entry(self) -> tuple[int, int] | None:
         view = self._file.view()
-        return self._absolute(view.entries[view.valid - 1]) if view.valid else None
+        return self._convert(view.entries[view.valid - 1]) if view.valid else None
 
     def maybe_append(self, timestamp: int, offset: int) -> bool:
         """Record that the segment reached `timestamp` by `offset`, if that is news.
@@ -128,23 +121,6 @@ class TimeIndex:
         """Full one slot early: Kafka keeps the last slot for the entry forced in at roll."""
         return len(self) >= self.max_entries - 1
 
-    def flush(self) -> None:
-        self._file.flush()
 
-    def close(self) -> None:
-        self._file.close()
-
-    def delete(self) -> None:
-        self._file.delete()
-
-    def __len__(self) -> int:
-        return self._file.view().valid
-
-    def __enter__(self) -> TimeIndex:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def _absolute(self, raw: Raw) -> tuple[int, int]:
+    def _convert(self, raw: Raw) -> tuple[int, int]:
         return (raw[0], self.base_offset + raw[1])

@@ -16,7 +16,7 @@ from operator import itemgetter
 from typing import NamedTuple
 
 from storage.errors import CorruptIndexError
-from storage.entry_file import EntryFile, IndexOrderError, Raw
+from storage.entry_file import EntryFile, EntryFileIndex, IndexOrderError, Raw
 
 # Kafka's reader looks only at the first byte of the i16 version, so the second is
 # skipped on read; packing 0 into this layout yields exactly the i16 0 on write.
@@ -49,7 +49,7 @@ def _txn(raw: Raw) -> AbortedTxn:
     return AbortedTxn(*raw[1:])
 
 
-class TransactionIndex:
+class TransactionIndex(EntryFileIndex):
     """The `.txnindex` of one segment, shared by every process that opens the partition."""
 
     ENTRY_SIZE = _ENTRY.size
@@ -67,17 +67,12 @@ class TransactionIndex:
         )
 
     @property
-    def path(self) -> str:
-        return self._file.path
-
-    @property
     def exists(self) -> bool:
         """Whether the file is on disk now (another process may have created it)."""
         return self._file.exists
 
-    def entries(self) -> list[AbortedTxn]:
-        view = self._file.view()
-        return [_txn(raw) for raw in view.entries[: view.valid]]
+    def _convert(self, raw: Raw) -> AbortedTxn:
+        return _txn(raw)
 
     def last_entry(self) -> AbortedTxn | None:
         view = self._file.view()
@@ -142,20 +137,3 @@ class TransactionIndex:
                     f"{self.path}: last offset {raw[3]} of {_txn(raw)} is below the segment base {self.base_offset}"
                 )
 
-    def flush(self) -> None:
-        self._file.flush()
-
-    def close(self) -> None:
-        self._file.close()
-
-    def delete(self) -> None:
-        self._file.delete()
-
-    def __len__(self) -> int:
-        return self._file.view().valid
-
-    def __enter__(self) -> TransactionIndex:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
