@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import struct
 from bisect import bisect_left, bisect_right
-from operator import itemgetter
+from operator import itemgetter, lt
 
 from storage.entry_file import (
     DEFAULT_MAX_INDEX_SIZE,
     INT32_MAX,
     EntryFile,
     EntryFileIndex,
+    increasing_columns,
     IndexOrderError,
     Raw,
     relative_offset,
@@ -60,6 +61,7 @@ class OffsetIndex(EntryFileIndex):
             rule="relative offsets and positions must strictly increase",
             writable=writable,
             create=True,
+            run_check=increasing_columns((0, lt), (1, lt)),
         )
 
     def lookup(self, target_offset: int) -> tuple[int, int]:

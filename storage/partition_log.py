@@ -259,25 +259,44 @@ class PartitionLog:
     def _check_indexes(self, repair: bool) -> None:
         """Rebuild any index that is missing or fails its checks (indexes are derived data).
 
+        The active segment gets the full check at open; sealed segments a constant-time one
+        (so opening does not grow with the log), and the full one before their first lookup.
         A process that may not write (read-only) stops trusting a damaged index instead:
         its lookups scan the segment, so the damage never changes what a reader sees.
         """
+        last = len(self._segments) - 1
         for i, seg in enumerate(self._segments):
-            size = seg.size
             try:
-                if size > 0 and seg.missing_indexes:
-                    raise CorruptIndexError("an index file is missing")
-                seg.offset_index.sanity_check(size)
-                seg.time_index.sanity_check(next_offset=seg.next_offset)
-                seg.txn_index.sanity_check()
-                last = seg.offset_index.last_entry()
-                if last is not None and last[0] >= seg.next_offset:
-                    raise CorruptIndexError("offset index points past its segment")
-            except CorruptIndexError:
-                if repair:
-                    self._rebuild_segment(i)
+                if i == last:
+                    seg.full_index_check()
+                    seg.indexes_verified = True
                 else:
-                    seg.indexes_trusted = False
+                    seg.quick_index_check()
+            except CorruptIndexError:
+                self._repair_indexes(i, repair)
+
+    def _repair_indexes(self, i: int, repair: bool) -> None:
+        seg = self._segments[i]
+        if repair:
+            self._rebuild_segment(i)
+        else:
+            seg.indexes_trusted = False
+            seg.indexes_verified = True
+
+    def _verified(self, seg: LogSegment) -> LogSegment:
+        """Give a sealed segment its full index check before a lookup trusts its indexes."""
+        if seg.indexes_verified:
+            return seg
+        try:
+            seg.full_index_check()
+            seg.indexes_verified = True
+        except CorruptIndexError:
+            if self.read_only:
+                self._repair_indexes(self._segments.index(seg), repair=False)
+            else:
+                with self._lock:
+                    self._repair_indexes(self._segments.index(seg), repair=True)
+        return seg
 
     def _rebuild_segment(self, i: int) -> None:
         """Rewrite a segment's three indexes from its batches (Kafka's segment recovery).
@@ -717,7 +736,7 @@ class PartitionLog:
             for seg in self._segments[idx:]:
                 if seg.base_offset >= limit or (total >= max_bytes and out):
                     break
-                position = seg.read_position(start_offset) if seg.base_offset <= start_offset else 0
+                position = self._verified(seg).read_position(start_offset) if seg.base_offset <= start_offset else 0
                 sealed = seg is not self._segments[-1]
                 end_pos = seg.file_size() if sealed else seg.size
                 for _, batch in seg.iter_batches(position, end_pos, strict=True):
@@ -740,6 +759,7 @@ class PartitionLog:
                     continue
                 # No segment is skipped on the time index's word alone: a time index cut short
                 # would then hide records. The index only picks where in a segment to start.
+                self._verified(seg)
                 indexed_offset = seg.time_index.lookup(timestamp)[1] if seg.indexes_trusted else seg.base_offset
                 position = seg.read_position(indexed_offset)
                 end_pos = seg.size if seg is self._segments[-1] else seg.file_size()

@@ -12,7 +12,7 @@ import os
 from typing import Iterator
 
 from storage.durable import create_durably, fsync_fd, write_all
-from storage.errors import CorruptRecordError, KafkaStorageError
+from storage.errors import CorruptIndexError, CorruptRecordError, KafkaStorageError
 from storage.offset_index import OffsetIndex
 from storage.records import MAGIC, RecordBatch
 from storage.time_index import TimeIndex
@@ -53,6 +53,9 @@ class LogSegment:
         # False when an index failed its checks and this process may not rebuild it (read-only):
         # lookups then scan the log instead of trusting it.
         self.indexes_trusted = True
+        # False until the indexes had their full check; sealed segments get only a
+        # constant-time check at open and the full one before their first lookup.
+        self.indexes_verified = False
         self.offset_index = OffsetIndex(self._path(".index"), base_offset, writable=writable)
         self.time_index = TimeIndex(self._path(".timeindex"), base_offset, writable=writable)
         self.txn_index = TransactionIndex(self._path(".txnindex"), base_offset, writable=writable)
@@ -189,7 +192,7 @@ class LogSegment:
 
     def load_time_stats(self) -> None:
         """Seed max timestamp from the time index and the roll timestamp from the first batch."""
-        last = self.time_index.last_entry()
+        _, last = self.time_index.peek_last()
         if last is not None:
             self.max_timestamp, self.offset_of_max_timestamp = last
         head = self.read_bytes(0, 61)
@@ -216,9 +219,39 @@ class LogSegment:
             position += off
         return largest
 
+    def quick_index_check(self) -> None:
+        """Constant-time checks of both indexes: files present, whole entries, last entry in bounds.
+
+        Catches a deleted, cut or zero-filled index at open without parsing it; damage in
+        the middle is left to the full check before the first lookup.
+        """
+        if self.size > 0 and self.missing_indexes:
+            raise CorruptIndexError("an index file is missing")
+        length, last = self.offset_index.peek_last()
+        if length % OffsetIndex.ENTRY_SIZE:
+            raise CorruptIndexError(f"{self.offset_index.path}: length {length} is not whole entries")
+        if last is not None and not (self.base_offset <= last[0] < self.next_offset and 0 < last[1] < self.size):
+            raise CorruptIndexError(f"{self.offset_index.path}: last entry {last} is outside the segment")
+        length, last = self.time_index.peek_last()
+        if length % TimeIndex.ENTRY_SIZE:
+            raise CorruptIndexError(f"{self.time_index.path}: length {length} is not whole entries")
+        if last is not None and not (last[0] >= 0 and self.base_offset <= last[1] < self.next_offset):
+            raise CorruptIndexError(f"{self.time_index.path}: last entry {last} is outside the segment")
+
+    def full_index_check(self) -> None:
+        """Every entry of all three indexes against the ordering rules and the segment's bounds."""
+        if self.size > 0 and self.missing_indexes:
+            raise CorruptIndexError("an index file is missing")
+        self.offset_index.sanity_check(self.size)
+        self.time_index.sanity_check(next_offset=self.next_offset)
+        self.txn_index.sanity_check()
+        last = self.offset_index.last_entry()
+        if last is not None and last[0] >= self.next_offset:
+            raise CorruptIndexError("offset index points past its segment")
+
     def largest_timestamp(self) -> int:
         """Largest batch timestamp: retention.ms compares it with the clock."""
-        last = self.time_index.last_entry()
+        _, last = self.time_index.peek_last()
         ts = last[0] if last is not None else -1
         return max(ts, self.max_timestamp)
 
@@ -297,6 +330,7 @@ class LogSegment:
         if self.max_timestamp >= 0:
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
         self.indexes_trusted = True
+        self.indexes_verified = True
         self.missing_indexes = False
         return seen
 

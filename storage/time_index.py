@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import struct
 from bisect import bisect_left, bisect_right
-from operator import itemgetter
+from operator import itemgetter, le, lt
 
 from storage.errors import CorruptIndexError
 from storage.entry_file import (
@@ -20,6 +20,7 @@ from storage.entry_file import (
     INT64_MIN,
     EntryFile,
     EntryFileIndex,
+    increasing_columns,
     Raw,
     relative_offset,
 )
@@ -60,6 +61,7 @@ class TimeIndex(EntryFileIndex):
             rule="timestamps must strictly increase and offsets must not decrease",
             writable=writable,
             create=True,
+            run_check=increasing_columns((0, lt), (1, le)),
         )
 
     def lookup(self, timestamp: int) -> tuple[int, int]:

@@ -649,3 +649,21 @@ def test_read_only_open_of_a_txlog_store_refuses_writes(store_path):
     s = Store.open(store_path)
     assert data_records(s.partition("t", 0)) == [(0, b"a")]
     s.close()
+
+
+def test_segment_ms_rolls_on_the_incoming_batch_timestamp(store, store_path):
+    """Kafka rolls when the incoming batch is more than segment.ms newer than the active
+    segment's first batch (kafka-formats.md §3.2); the clock of the appender does not matter."""
+    store.create_topic("t", partitions=1, config={"segment.ms": 1000, "retention.ms": -1})
+    log = store.partition("t", 0)
+    t0 = now_ms() - 10_000
+    log.append(batch([b"a"], ts=t0))
+    log.append(batch([b"b"], ts=t0 + 1000))  # exactly segment.ms later: same segment
+    assert [s.base_offset for s in log.segments] == [0]
+    log.append(batch([b"c"], ts=t0 + 1001))  # past it: a new segment starts at offset 2
+    assert [s.base_offset for s in log.segments] == [0, 2]
+    log.append(batch([b"d"], ts=t0 + 1500))  # measured from the new segment's first batch
+    assert [s.base_offset for s in log.segments] == [0, 2]
+    assert data_records(log) == [(0, b"a"), (1, b"b"), (2, b"c"), (3, b"d")]
+    snapshots = sorted(n for n in os.listdir(partition_dir(store_path)) if n.endswith(".snapshot"))
+    assert "00000000000000000002.snapshot" in snapshots  # producer state snapshotted at the roll
