@@ -750,6 +750,25 @@ class PartitionLog:
                     total += batch.size
             return out
 
+    def aborted_transactions(self, start_offset: int, end_offset: int) -> list[AbortedTxn]:
+        """Aborted transactions with data in [start_offset, end_offset): what a read_committed
+        reader must skip there (kafka-formats.md §5.6).
+
+        Walks the `.txnindex` of the segment holding `start_offset` and the ones after it,
+        stopping at the first entry whose recorded LSO is ≥ `end_offset`: no later abort can
+        cover the range. Each entry's data runs from `first_offset` to its ABORT marker at
+        `last_offset`, and only batches of its `producer_id` in that span are aborted.
+        """
+        with self._mutex:
+            self._refresh_segment_list()
+            found: list[AbortedTxn] = []
+            for seg in self._segments[self._segment_index_for(start_offset):]:
+                entries, complete = seg.txn_index.collect_aborted(start_offset, end_offset)
+                found.extend(entries)
+                if complete:
+                    break
+            return found
+
     def offset_for_timestamp(self, timestamp: int) -> int | None:
         """First offset whose record timestamp is ≥ `timestamp` (Kafka's ListOffsets), or None."""
         with self._mutex:

@@ -1179,3 +1179,24 @@ def test_newer_epoch_cannot_write_into_an_open_transaction(topic):
     log.append_marker(ControlType.ABORT, 5, 1)
     res = log.append(pbatch(5, 0, epoch=1, txn=True, tag="n+1"))
     assert res.base_offset == 2 and log.open_transactions() == {5: 2}
+
+
+def test_aborted_transactions_over_a_range_follow_kafka_fetch_rules(store):
+    """§5.6: entries with lastOffset ≥ fetch and firstOffset < upper, across segments,
+    stopping once an entry's LSO reaches the upper bound."""
+    store.create_topic("r", partitions=1, config={"segment.bytes": 400, "retention.ms": -1})
+    log = store.partition("r", 0)
+    log.append(pbatch(1, 0, txn=True, tag="a"))        # 0: pid 1 opens a txn
+    log.append(pbatch(2, 0, txn=True, tag="b"))        # 1: pid 2 opens a txn
+    log.append(batch([b"plain"]))                       # 2
+    log.append_marker(ControlType.ABORT, 2, 1)          # 3: pid 2 aborts; LSO recorded 0 (pid 1 open)
+    log.append_marker(ControlType.COMMIT, 1, 1)         # 4: pid 1 commits (not indexed)
+    log.append(pbatch(3, 0, txn=True, tag="c"))        # 5: pid 3 opens a txn
+    log.append_marker(ControlType.ABORT, 3, 1)          # 6: pid 3 aborts; LSO recorded 7
+    assert len(log.segments) > 1                        # the entries live in different segments
+    everything = log.aborted_transactions(0, log.log_end_offset)
+    assert [(t.producer_id, t.first_offset, t.last_offset) for t in everything] == [(2, 1, 3), (3, 5, 6)]
+    # A range that ends before pid 3's transaction starts does not include it ...
+    assert [t.producer_id for t in log.aborted_transactions(0, 5)] == [2]
+    # ... and one that starts after pid 2's marker does not include pid 2.
+    assert [t.producer_id for t in log.aborted_transactions(4, 7)] == [3]
