@@ -322,16 +322,18 @@ class PartitionLog:
             for _, batch in earlier.iter_batches(0):
                 if batch.base_offset >= state.end_offset:
                     _replay_into(state, batch)
-        batches = seg.rebuild_indexes()
         seg.txn_index.reset()
-        for batch in batches:
+
+        def replay(batch: RecordBatch) -> None:
             if batch.base_offset < state.end_offset:
-                continue
+                return
             lso = _abort_lso(state, batch)
             completed = _replay_into(state, batch)
             if completed is not None and completed.is_aborted:
                 seg.txn_index.append(AbortedTxn(completed.producer_id, completed.first_offset,
                                                 completed.last_offset, lso))
+
+        seg.rebuild_indexes(replay)
 
     def _restore_producer_state(self, repair: bool) -> tuple[int, int]:
         """Load the newest usable snapshot; returns where the replay must start (segment, position).

@@ -9,7 +9,7 @@ writes Kafka's sparse entries (kafka-formats.md §3.3-3.4) and can rebuild them.
 from __future__ import annotations
 
 import os
-from typing import Iterator
+from typing import Callable, Iterator
 
 from storage.durable import create_durably, fsync_fd, write_all
 from storage.errors import CorruptIndexError, CorruptRecordError, KafkaStorageError
@@ -144,21 +144,27 @@ class LogSegment:
         """Position of a CRC-valid batch starting after `position`, or None.
 
         Tells a torn tail (nothing valid follows) from corruption of acknowledged data
-        (valid batches follow the bad bytes): only the first may be cut.
+        (valid batches follow the bad bytes): only the first may be cut. The rest of the
+        file is searched window by window, each candidate read whole only when its header
+        is plausible.
         """
         end = self.file_size()
-        data = self.read_bytes(position, end - position)
-        for off in range(1, len(data) - 60):
-            if data[off + 16] != MAGIC:
-                continue
-            length = int.from_bytes(data[off + 8:off + 12], "big", signed=True)
-            if length < MIN_BATCH_LENGTH or off + 12 + length > len(data):
-                continue
-            try:
-                RecordBatch.parse(data, off)
-            except CorruptRecordError:
-                continue
-            return position + off
+        start = position + 1
+        while end - start >= 61:
+            window = self.read_bytes(start, min(SCAN_CHUNK, end - start))
+            for off in range(0, len(window) - 60):
+                if window[off + 16] != MAGIC:
+                    continue
+                length = int.from_bytes(window[off + 8:off + 12], "big", signed=True)
+                candidate = start + off
+                if length < MIN_BATCH_LENGTH or candidate + 12 + length > end:
+                    continue
+                try:
+                    RecordBatch.parse(self.read_bytes(candidate, 12 + length))
+                except CorruptRecordError:
+                    continue
+                return candidate
+            start += len(window) - 60
         return None
 
     def read_position(self, offset: int) -> int:
@@ -309,16 +315,16 @@ class LogSegment:
         self.offset_index.flush()
         self.time_index.flush()
 
-    def rebuild_indexes(self) -> list[RecordBatch]:
+    def rebuild_indexes(self, on_batch: Callable[[RecordBatch], None] | None = None) -> None:
         """Rewrite `.index` and `.timeindex` from the log, one entry per qualifying batch.
 
-        Returns the scanned batches' headers so the caller can rebuild the txn index too.
+        `on_batch` sees every batch in order (the caller rebuilds the txn index with it);
+        batches are not collected, so a large segment is never held in memory.
         """
         self.offset_index.reset()
         self.time_index.reset()
         self.size, self.next_offset = 0, self.base_offset
         self.max_timestamp, self.offset_of_max_timestamp, self.first_batch_timestamp = -1, self.base_offset, -1
-        seen: list[RecordBatch] = []
         last_indexed = 0
         for position, batch in self.iter_batches(0):
             self.note_batch(batch, position)
@@ -326,13 +332,13 @@ class LogSegment:
                 self.offset_index.append(batch.last_offset, position)
                 self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
                 last_indexed = position
-            seen.append(batch)
+            if on_batch is not None:
+                on_batch(batch)
         if self.max_timestamp >= 0:
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
         self.indexes_trusted = True
         self.indexes_verified = True
         self.missing_indexes = False
-        return seen
 
     def close(self) -> None:
         for idx in (self.offset_index, self.time_index, self.txn_index):
