@@ -739,9 +739,7 @@ class PartitionLog:
                 if seg.base_offset >= limit or (total >= max_bytes and out):
                     break
                 position = self._verified(seg).read_position(start_offset) if seg.base_offset <= start_offset else 0
-                sealed = seg is not self._segments[-1]
-                end_pos = seg.file_size() if sealed else seg.size
-                for _, batch in seg.iter_batches(position, end_pos, strict=True):
+                for _, batch in seg.iter_batches(position, self._readable_end(seg), strict=True):
                     if batch.base_offset >= limit:
                         return out
                     if batch.last_offset < start_offset:
@@ -751,6 +749,14 @@ class PartitionLog:
                     out.append(batch)
                     total += batch.size
             return out
+
+    def _readable_end(self, seg: LogSegment) -> int:
+        """Bytes of a segment a reader may scan, all of which must be whole batches.
+
+        A sealed segment is read to its file end (damage anywhere in it raises); the active
+        one only up to what this view validated, since past that a write may be in flight.
+        """
+        return seg.size if seg is self._segments[-1] else seg.file_size()
 
     def aborted_transactions(self, start_offset: int, end_offset: int) -> list[AbortedTxn]:
         """Aborted transactions with data in [start_offset, end_offset): what a read_committed
@@ -783,8 +789,7 @@ class PartitionLog:
                 self._verified(seg)
                 indexed_offset = seg.time_index.lookup(timestamp)[1] if seg.indexes_trusted else seg.base_offset
                 position = seg.read_position(indexed_offset)
-                end_pos = seg.size if seg is self._segments[-1] else seg.file_size()
-                for _, batch in seg.iter_batches(position, end_pos, strict=True):
+                for _, batch in seg.iter_batches(position, self._readable_end(seg), strict=True):
                     if batch.max_timestamp < timestamp or batch.is_control:
                         continue
                     for record in batch.records():
