@@ -53,15 +53,16 @@ def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
         view = view[n:]
 
 
-def atomic_write(path: str, data: bytes) -> None:
+def atomic_write(path: str, data: bytes, *, tmp_suffix: str = TMP_SUFFIX) -> None:
     """Replace `path` with `data` so that a crash leaves either the old or the new file.
 
     The tmp file is fsynced before the rename (the ext4 zero-length-file lesson)
     and the directory after it. On failure the tmp file is removed and the old
-    file is untouched.
+    file is untouched. Writers that may race another process on the same file pass
+    their own `tmp_suffix`, so neither truncates the other's half-written copy.
     """
     directory = os.path.dirname(path) or "."
-    tmp = path + TMP_SUFFIX
+    tmp = path + tmp_suffix
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     except OSError as exc:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -52,7 +53,7 @@ from storage.producer_state import (
 )
 from storage.records import ControlType, RecordBatch, build_control_batch
 from storage.segment import LogSegment, segment_filename
-from storage.transaction_index import AbortedTxn
+from storage.transaction_index import AbortedTxn, collect_aborted
 
 LOCK_FILE = "txlog.lock"
 LEADER_EPOCH = 0  # a single "broker" that never changes leadership
@@ -166,6 +167,11 @@ class PartitionLog:
                     "current_txn_start_offset": e.current_txn_first_offset,
                 }
             return out
+
+    @property
+    def failed(self) -> bool:
+        """True once an fsync failed: the last write's durability is unknown and writes are refused."""
+        return self._failed is not None
 
     @property
     def size_bytes(self) -> int:
@@ -299,10 +305,17 @@ class PartitionLog:
         return seg
 
     def _rebuild_segment(self, i: int) -> None:
-        """Rewrite a segment's three indexes from its batches (Kafka's segment recovery).
+        """Rewrite a segment's three indexes from its batches (Kafka's segment recovery)."""
+        seg = self._segments[i]
+        state = self._state_at_segment_start(i)
+        seg.txn_index.reset()
+        seg.rebuild_indexes(_abort_replayer(state, seg.txn_index.append))
+        seg.txn_checked, seg.abort_replay = seg.txn_index.stored_count(), None
 
-        The txn index needs the producer state at the segment's start: the snapshot taken
-        when the segment was rolled in, else a replay of the earlier segments.
+    def _state_at_segment_start(self, i: int) -> ProducerStateManager:
+        """Producer state as of segment i's base, which rebuilding its txn index starts from.
+
+        The snapshot taken when the segment was rolled in, else a replay of the earlier segments.
         """
         seg = self._segments[i]
         state = ProducerStateManager()
@@ -322,18 +335,7 @@ class PartitionLog:
             for _, batch in earlier.iter_batches(0):
                 if batch.base_offset >= state.end_offset:
                     _replay_into(state, batch)
-        seg.txn_index.reset()
-
-        def replay(batch: RecordBatch) -> None:
-            if batch.base_offset < state.end_offset:
-                return
-            lso = _abort_lso(state, batch)
-            completed = _replay_into(state, batch)
-            if completed is not None and completed.is_aborted:
-                seg.txn_index.append(AbortedTxn(completed.producer_id, completed.first_offset,
-                                                completed.last_offset, lso))
-
-        seg.rebuild_indexes(replay)
+        return state
 
     def _restore_producer_state(self, repair: bool) -> tuple[int, int]:
         """Load the newest usable snapshot; returns where the replay must start (segment, position).
@@ -439,12 +441,30 @@ class PartitionLog:
             )
         lso = _abort_lso(self._state, batch)
         completed = _replay_into(self._state, batch)
-        if repair and completed is not None and completed.is_aborted:
-            last = seg.txn_index.last_entry()
-            if last is None or last.last_offset < completed.last_offset:
-                seg.txn_index.append(AbortedTxn(completed.producer_id, completed.first_offset,
-                                                completed.last_offset, lso))
         seg.note_batch(batch, position)
+        if completed is not None and completed.is_aborted:
+            self._index_replayed_abort(seg, AbortedTxn(completed.producer_id, completed.first_offset,
+                                                       completed.last_offset, lso), repair)
+
+    def _index_replayed_abort(self, seg: LogSegment, txn: AbortedTxn, repair: bool) -> None:
+        """Recovery's side of the txn index: append an abort it lacks, rebuild it if it disagrees.
+
+        An abort below the last entry must already be indexed, for the same producer and
+        first offset; otherwise an entry was deleted or altered. This replay is the one
+        place a deleted entry is noticed. The LSO is not compared: a replay that lost older
+        producer state (no snapshot left after retention) may compute it differently.
+        A view that may not write (read-only, or no lock held) keeps a replayed list instead.
+        """
+        last = seg.txn_index.last_entry()
+        if repair and (last is None or last.last_offset < txn.last_offset):
+            seg.txn_index.append(txn)
+            return
+        indexed = seg.txn_index.entry_at(txn.last_offset)
+        if seg.abort_replay is None and (indexed is None or indexed[:2] != txn[:2]):
+            if repair:
+                self._rewrite_txn_index(seg)
+            else:
+                seg.abort_replay = AbortReplay(self._state_at_segment_start(self._segments.index(seg)))
 
     def _handle_bad_bytes(self, seg: LogSegment, exc: CorruptRecordError, last_segment: bool, repair: bool) -> None:
         """Cut a torn tail; refuse corruption of data that was followed by more data.
@@ -502,8 +522,25 @@ class PartitionLog:
         except FileNotFoundError:
             return  # the usual case: no abort has landed in this segment
         last = active.txn_index.last_entry()
-        if last is not None and last.last_offset >= active.next_offset:
+        if last is None or last.last_offset < active.next_offset:
+            return
+        if self._dead_writers_entry(active, last):
             active.txn_index.truncate_to(active.next_offset)
+        else:
+            # An entry past the log end that no dying writer leaves: damage, which truncating
+            # would turn into a lost abort. Rebuild from the log instead.
+            self._rewrite_txn_index(active)
+
+    def _dead_writers_entry(self, active: LogSegment, last: AbortedTxn) -> bool:
+        """Whether `last` is what append_marker leaves when it dies before the marker.
+
+        That entry is alone past the end, names the very offset the marker would have taken,
+        and its transaction is still open in the producer state replayed from the log.
+        """
+        entries = active.txn_index.entries()
+        alone = len(entries) < 2 or entries[-2].last_offset < active.next_offset
+        return (alone and last.last_offset == active.next_offset
+                and self._state.open_transactions().get(last.producer_id) == last.first_offset)
 
     def _refresh_segment_list(self) -> None:
         """Drop segments other processes deleted (retention) and pick up ones they rolled."""
@@ -628,6 +665,19 @@ class PartitionLog:
             plan.commit()
             self._state.end_offset = offset + 1
         return AppendResult(offset, offset, False, (BatchAppendResult(offset, offset, False),))
+
+    @contextmanager
+    def exclusive(self):
+        """Hold this partition's writer lock across several steps, caught up on other writers.
+
+        The transaction coordinator keeps its state in a partition of `__transaction_state`
+        and makes each state change under that partition's lock (DESIGN.md §3). Appends
+        made while holding it re-enter the lock.
+        """
+        self._check_writable()
+        with self._mutex, self._lock:
+            self._catch_up(repair=True)
+            yield self
 
     def _segment_for_write(self, incoming: int, max_timestamp: int, last_offset: int) -> LogSegment:
         """The active segment, rolled first if the append would overflow it (§3.2)."""
@@ -771,11 +821,117 @@ class PartitionLog:
             self._refresh_segment_list()
             found: list[AbortedTxn] = []
             for seg in self._segments[self._segment_index_for(start_offset):]:
-                entries, complete = seg.txn_index.collect_aborted(start_offset, end_offset)
+                entries, complete = collect_aborted(self._aborts(seg), start_offset, end_offset)
                 found.extend(entries)
                 if complete:
                     break
             return found
+
+    # ---- the aborted-transaction index, checked against the log's markers ------------------------
+
+    def _aborts(self, seg: LogSegment) -> list[AbortedTxn]:
+        """The segment's aborted transactions, its `.txnindex` checked against the log first (rule 6).
+
+        The structural checks cannot see an entry whose offsets or producer id changed to
+        other plausible values, yet a read_committed reader would then skip the wrong data.
+        So each entry is checked once per view, lazily (opening stays O(1) in log size), at
+        a few single-batch reads per entry; a mismatch rebuilds the index from the log.
+        A *deleted* entry leaves nothing to check without scanning the segment: only
+        recovery's replay (an unclean open of that segment) or a rebuild restores it.
+        """
+        if seg.abort_replay is not None:
+            if self.read_only or self._failed:
+                return seg.abort_replay.advance(seg, self._readable_end(seg))
+            return self._rebuild_txn_index(seg)  # found by a replay without the lock: fix the file
+        self._verified(seg)
+        if seg.txn_checked < seg.txn_index.stored_count() and self._txn_index_mismatch(seg) is not None:
+            return self._rebuild_txn_index(seg)
+        return seg.txn_index.entries()
+
+    def _txn_index_mismatch(self, seg: LogSegment) -> str | None:
+        """Why `seg`'s `.txnindex` disagrees with the log, or None; advances `seg.txn_checked`.
+
+        Entries past the end of this view's active segment are left unchecked: a writer makes
+        the entry durable before its marker, which may still be in flight.
+        """
+        try:
+            seg.txn_index.sanity_check()
+        except CorruptIndexError as exc:
+            return str(exc)
+        active = seg is self._segments[-1]
+        previous: dict[int, int] = {}  # producer id -> marker offset of its previous entry here
+        for i, txn in enumerate(seg.txn_index.entries()):
+            if i >= seg.txn_checked:
+                if active and txn.last_offset >= seg.next_offset:
+                    return None
+                problem = self._txn_entry_mismatch(seg, txn, previous.get(txn.producer_id))
+                if problem is not None:
+                    return f"{seg.txn_index.path}: {txn} {problem}"
+                seg.txn_checked = i + 1
+            previous[txn.producer_id] = txn.last_offset
+        return None
+
+    def _txn_entry_mismatch(self, seg: LogSegment, txn: AbortedTxn, previous: int | None) -> str | None:
+        """What an entry claims that the batches it names deny, or None.
+
+        The ABORT marker of its producer sits at last_offset, in this segment; a
+        transactional batch of that producer starts at first_offset, after the producer's
+        previous indexed abort; the LSO is marker + 1 or where another producer's
+        transaction starts (§5.5). A first_offset moved onto an earlier transaction of the
+        same producer that is not indexed here passes: telling that apart needs a scan.
+        """
+        if not seg.base_offset <= txn.last_offset < seg.next_offset:
+            return "lies outside the segment"
+        if not _is_abort_of(self._batch_at(txn.last_offset), txn.last_offset, txn.producer_id):
+            return "does not name an ABORT marker of its producer"
+        if previous is not None and txn.first_offset <= previous:
+            return "overlaps the producer's previous aborted transaction"
+        if not self._starts_txn(txn.first_offset, txn.producer_id, same_producer=True):
+            return "does not start at a transactional batch of its producer"
+        if (txn.last_stable_offset != txn.last_offset + 1
+                and not self._starts_txn(txn.last_stable_offset, txn.producer_id, same_producer=False)):
+            return "records an LSO that is not the start of another producer's transaction"
+        return None
+
+    def _starts_txn(self, offset: int, producer_id: int, *, same_producer: bool) -> bool:
+        """Whether a transactional data batch of (or, if not same_producer, not of) the producer starts at offset.
+
+        Below the log start the batch went with its segment and cannot be checked; a
+        reader never starts there, so such an offset reads the same as any other there.
+        """
+        if offset < self._segments[0].base_offset:
+            return True
+        batch = self._batch_at(offset)
+        return (batch is not None and batch.base_offset == offset and batch.is_transactional
+                and not batch.is_control and (batch.producer_id == producer_id) == same_producer)
+
+    def _batch_at(self, offset: int) -> RecordBatch | None:
+        seg = self._segments[self._segment_index_for(offset)]
+        return self._verified(seg).batch_at(offset, self._readable_end(seg))
+
+    def _rebuild_txn_index(self, seg: LogSegment) -> list[AbortedTxn]:
+        """Replace a `.txnindex` that disagrees with the log by recovery's replay of the segment.
+
+        A writable view rewrites the file under the lock, caught up first so the replay also
+        covers what other writers appended; a read-only view (or one whose fsync failed) may
+        not write, so it keeps the replayed list for its own reads.
+        """
+        if self.read_only or self._failed:
+            seg.abort_replay = AbortReplay(self._state_at_segment_start(self._segments.index(seg)))
+            return seg.abort_replay.advance(seg, self._readable_end(seg))
+        with self._lock:
+            self._catch_up(repair=True)
+            if seg not in self._segments:  # the view was reloaded meanwhile: check the fresh segment
+                fresh = [s for s in self._segments if s.base_offset == seg.base_offset]
+                return self._aborts(fresh[0]) if fresh else []
+            self._rewrite_txn_index(seg)
+        return seg.txn_index.entries()
+
+    def _rewrite_txn_index(self, seg: LogSegment) -> None:
+        """Rewrite a segment's `.txnindex` from its batches, durably (caller holds the lock)."""
+        replay = AbortReplay(self._state_at_segment_start(self._segments.index(seg)))
+        seg.txn_index.rewrite(replay.advance(seg, self._readable_end(seg)))
+        seg.txn_checked, seg.abort_replay = seg.txn_index.stored_count(), None
 
     def offset_for_timestamp(self, timestamp: int) -> int | None:
         """First offset whose record timestamp is ≥ `timestamp` (Kafka's ListOffsets), or None."""
@@ -880,6 +1036,51 @@ def _replay_into(state: ProducerStateManager, batch: RecordBatch) -> CompletedTx
     state.replay_data(batch.producer_id, batch.producer_epoch, batch.base_sequence, batch.last_sequence,
                       batch.base_offset, batch.last_offset, batch.max_timestamp, batch.is_transactional)
     return None
+
+
+def _abort_replayer(state: ProducerStateManager,
+                    sink: Callable[[AbortedTxn], None]) -> Callable[[RecordBatch], None]:
+    """Recovery's replay of one segment's batches from `state`, handing each abort's entry to `sink`."""
+
+    def replay(batch: RecordBatch) -> None:
+        if batch.base_offset < state.end_offset:
+            return
+        lso = _abort_lso(state, batch)
+        completed = _replay_into(state, batch)
+        if completed is not None and completed.is_aborted:
+            sink(AbortedTxn(completed.producer_id, completed.first_offset, completed.last_offset, lso))
+
+    return replay
+
+
+class AbortReplay:
+    """A segment's aborted transactions replayed from its batches, resumable as the segment grows.
+
+    A read-only view keeps one in place of a `.txnindex` that failed its check against the
+    markers; a writable view uses one to rewrite that file.
+    """
+
+    def __init__(self, state: ProducerStateManager):
+        self.aborts: list[AbortedTxn] = []
+        self.position = 0
+        self._replay = _abort_replayer(state, self.aborts.append)
+
+    def advance(self, seg: LogSegment, end: int) -> list[AbortedTxn]:
+        """Replay the batches between the last position and `end`; returns every abort so far."""
+        for position, batch in seg.iter_batches(self.position, end, strict=True):
+            self._replay(batch)
+            self.position = position + batch.size
+        return self.aborts
+
+
+def _is_abort_of(batch: RecordBatch | None, offset: int, producer_id: int) -> bool:
+    """Whether `batch` is the producer's ABORT marker at `offset`."""
+    if batch is None or batch.base_offset != offset or not batch.is_control or batch.producer_id != producer_id:
+        return False
+    try:
+        return batch.records_count > 0 and batch.control_marker().is_abort
+    except InvalidRecordError:
+        return False
 
 
 def _abort_lso(state: ProducerStateManager, batch: RecordBatch) -> int | None:

@@ -9,7 +9,7 @@ writes Kafka's sparse entries (kafka-formats.md §3.3-3.4) and can rebuild them.
 from __future__ import annotations
 
 import os
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from storage.durable import create_durably, fsync_fd, write_all
 from storage.errors import CorruptIndexError, CorruptRecordError, KafkaStorageError
@@ -18,9 +18,13 @@ from storage.records import MAGIC, RecordBatch
 from storage.time_index import TimeIndex
 from storage.transaction_index import TransactionIndex
 
+if TYPE_CHECKING:
+    from storage.partition_log import AbortReplay
+
 SCAN_CHUNK = 1 << 20
 MIN_HEADER = 17  # baseOffset, batchLength, partitionLeaderEpoch, magic: enough to size a batch
 MIN_BATCH_LENGTH = 49
+HEADER_SIZE = 61  # the whole batch header, up to and including recordsCount
 
 
 def segment_filename(base_offset: int, suffix: str) -> str:
@@ -59,6 +63,13 @@ class LogSegment:
         self.offset_index = OffsetIndex(self._path(".index"), base_offset, writable=writable)
         self.time_index = TimeIndex(self._path(".timeindex"), base_offset, writable=writable)
         self.txn_index = TransactionIndex(self._path(".txnindex"), base_offset, writable=writable)
+        # How many leading `.txnindex` entries this process checked against the log's markers:
+        # the structural checks cannot see an entry moved to other plausible offsets, so the
+        # partition log checks each one once, lazily, before a read_committed fetch uses it.
+        self.txn_checked = 0
+        # A read-only view's replacement for a `.txnindex` that failed that check (it may not
+        # rewrite the file): the aborts replayed from the batches, kept up as the segment grows.
+        self.abort_replay: AbortReplay | None = None
         self.size = 0
         self.next_offset = base_offset
         self.max_timestamp = -1
@@ -183,6 +194,28 @@ class LogSegment:
         if len(head) < 17 or head[16] != MAGIC or int.from_bytes(head[0:8], "big", signed=True) > indexed_offset:
             return 0
         return position
+
+    def batch_at(self, offset: int, end: int) -> RecordBatch | None:
+        """The CRC-checked batch holding `offset`, or None if no whole batch before byte `end` does.
+
+        One offset-index lookup, then a hop from header to header (the index is sparse:
+        at most index.interval.bytes of batches are skipped) and one read of the batch
+        found: a check that must cost O(1) per offset, not a segment scan, uses this.
+        Damaged bytes on the way raise CorruptRecordError, as any read of them does.
+        """
+        position = self.read_position(offset)
+        while end - position >= HEADER_SIZE:
+            head = self.read_bytes(position, HEADER_SIZE)
+            if len(head) < HEADER_SIZE:
+                return None
+            size = self._size_at(head, 0, position)
+            base = int.from_bytes(head[0:8], "big", signed=True)
+            if base > offset or position + size > end:
+                return None
+            if base + int.from_bytes(head[23:27], "big", signed=True) >= offset:
+                return self._parse(self.read_bytes(position, size), 0, position)
+            position += size
+        return None
 
     # ---- bookkeeping ------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import struct
 from bisect import bisect_left
+from collections.abc import Iterable
 from operator import itemgetter
 from typing import NamedTuple
 
@@ -47,6 +48,24 @@ def _follows(prev: Raw | None, cur: Raw) -> bool:
 
 def _txn(raw: Raw) -> AbortedTxn:
     return AbortedTxn(*raw[1:])
+
+
+def collect_aborted(entries: Iterable[AbortedTxn], fetch_offset: int,
+                    upper_bound_offset: int) -> tuple[list[AbortedTxn], bool]:
+    """Entries overlapping [fetch_offset, upper_bound_offset), for a read_committed fetch.
+
+    The flag says the search is complete: an entry whose LSO is already ≥ the upper
+    bound proves no later segment can hold an abort of a txn that overlaps the range.
+    Otherwise the caller continues into the next segment's index (§5.6). A module
+    function so that a list rebuilt from the log answers exactly as the file would.
+    """
+    found: list[AbortedTxn] = []
+    for txn in entries:
+        if txn.last_offset >= fetch_offset and txn.first_offset < upper_bound_offset:
+            found.append(txn)
+        if txn.last_stable_offset >= upper_bound_offset:
+            return found, True
+    return found, False
 
 
 class TransactionIndex(EntryFileIndex):
@@ -101,19 +120,29 @@ class TransactionIndex(EntryFileIndex):
             raise OverflowError(f"{entry} does not fit the int64 fields: {exc}") from exc
 
     def collect_aborted(self, fetch_offset: int, upper_bound_offset: int) -> tuple[list[AbortedTxn], bool]:
-        """Aborted transactions overlapping [fetch_offset, upper_bound_offset), for a read_committed fetch.
+        """Aborted transactions overlapping [fetch_offset, upper_bound_offset), for a read_committed fetch."""
+        return collect_aborted(self.entries(), fetch_offset, upper_bound_offset)
 
-        The flag says the search is complete: an entry whose LSO is already ≥ the upper
-        bound proves no later segment can hold an abort of a txn that overlaps the range.
-        Otherwise the caller continues into the next segment's index (§5.6).
+    def entry_at(self, last_offset: int) -> AbortedTxn | None:
+        """The trusted entry whose ABORT marker is at `last_offset`, found by bisection."""
+        view = self._file.view()
+        i = bisect_left(view.entries, last_offset, hi=view.valid, key=_LAST)
+        return _txn(view.entries[i]) if i < view.valid and view.entries[i][3] == last_offset else None
+
+    def stored_count(self) -> int:
+        """Whole entries in the file, trusted or not: more than len(self) means damage hides some."""
+        return len(self._file.view().entries)
+
+    def rewrite(self, entries: list[AbortedTxn]) -> None:
+        """Replace every entry by `entries` (a rebuild from the log) and fsync the file.
+
+        Done in place, like the other index rebuilds, so other processes' open
+        descriptors see the new entries (their caches notice the rewrite).
         """
-        found: list[AbortedTxn] = []
-        for txn in self.entries():
-            if txn.last_offset >= fetch_offset and txn.first_offset < upper_bound_offset:
-                found.append(txn)
-            if txn.last_stable_offset >= upper_bound_offset:
-                return found, True
-        return found, False
+        self.reset()
+        for entry in entries:
+            self.append(entry)
+        self.flush()
 
     def truncate_to(self, offset: int) -> None:
         """Drop the first entry with last_offset ≥ `offset` and all after it (the log is cut there)."""

@@ -18,3 +18,19 @@ def test_store_basics_sample_runs_and_deduplicates(tmp_path):
     assert "appended at offset 0; the retry was answered with offset 0" in out.stdout
     assert "0 b'k1' b'v1' [('h', b'x')]" in out.stdout
     assert "log start 0 log end 1 LSO 1" in out.stdout
+
+
+def test_exactly_once_sample_survives_kill_9_and_rerun(tmp_path):
+    """The README's promise for samples/exactly_once.py: kill it, run it again, 1000 distinct squares."""
+    import signal
+    import time
+
+    cmd = [sys.executable, os.path.join(ROOT, "samples", "exactly_once.py"), str(tmp_path / "data")]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    time.sleep(0.8)
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert "squares holds 1000 records, 1000 distinct" in out.stdout

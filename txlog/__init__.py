@@ -1,7 +1,55 @@
 """txlog: Kafka's exactly-once machinery as an embedded, file-backed Python tool.
 
-This package is the exactly-once layer over `storage` (producers, consumers,
-transaction coordinator, group offsets, the Spark source).
+This package is the exactly-once layer over `storage`: producers, consumers, the
+transaction coordinator, group offsets, and the consume-transform-produce loop::
+
+    import txlog
+    p = txlog.Producer(path, transactional_id="app-1")
+    c = txlog.Consumer(path, group_id="group-1", isolation_level="read_committed")
+    admin = txlog.Admin(path)
+
+Names are imported on first use, so `import txlog` (and the CLI's start-up) stays cheap.
 """
 
+from __future__ import annotations
+
+import importlib
+
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    "Producer": "txlog.producer",
+    "FutureRecordMetadata": "txlog.producer",
+    "Consumer": "txlog.consumer",
+    "Admin": "txlog.admin",
+    "TopicPartition": "txlog.topic_partition",
+    "OffsetAndMetadata": "txlog.topic_partition",
+    "ConsumerRecord": "txlog.consumer_record",
+    "RecordMetadata": "txlog.consumer_record",
+    "IsolationLevel": "txlog.fetch",
+    "TransactionCoordinator": "txlog.coordinator",
+    "TransformLoop": "txlog.transform_loop",
+    "AbortRequested": "txlog.transform_loop",
+    "FaultPlan": "txlog.transport",
+    "Fault": "txlog.transport",
+    "DeliveryMode": "txlog.delivery",
+    "compare_delivery_semantics": "txlog.delivery",
+    "Store": "storage.store",
+}
+
+__all__ = sorted(_EXPORTS) + ["errors", "__version__"]
+
+
+def __getattr__(name: str):
+    if name == "errors":
+        return importlib.import_module("txlog.errors")
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'txlog' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

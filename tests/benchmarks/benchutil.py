@@ -1,0 +1,129 @@
+"""Helpers shared by bench_producer.py, bench_read_committed.py and bench_coordinator.py.
+
+Not a benchmark itself (conftest.py only keeps `bench_*.py` from pytest, and this module
+has no tests to collect). It holds what every script needs in the same form, so that
+their numbers mean the same thing:
+
+* `Sample` / `measure`: wall seconds, this process's CPU seconds, and the wall seconds
+  spent inside fsync/fdatasync. On a shared VM disk fsync latency varies by an order of
+  magnitude from minute to minute; printing it apart from the rest shows how much of a
+  ratio is the disk and how much is our own code.
+* `median_after_cold`: the repetition rule of every script here (drop the first, cold
+  repetition, take the median of the rest).
+* `scratch_dir`: `<repo>/.bench-tmp/<prefix>*` (or under `--dir`), removed afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+MiB = 1 << 20
+
+
+class FsyncMeter:
+    """Counts calls of os.fsync / os.fdatasync and the wall seconds spent in them.
+
+    storage.durable looks both functions up on `os` at call time, so replacing them on the
+    module catches every fsync the store does. The wrapper adds one Python call per fsync,
+    which is noise next to the syscall.
+    """
+
+    calls = 0
+    seconds = 0.0
+    _installed = False
+
+    @classmethod
+    def install(cls) -> None:
+        if cls._installed:
+            return
+        cls._installed = True
+        for name in ("fsync", "fdatasync"):
+            setattr(os, name, cls._wrap(getattr(os, name)))
+
+    @classmethod
+    def _wrap(cls, real: Callable[[int], None]) -> Callable[[int], None]:
+        clock = time.perf_counter
+
+        def timed(fd: int) -> None:
+            start = clock()
+            try:
+                real(fd)
+            finally:
+                cls.seconds += clock() - start
+                cls.calls += 1
+
+        return timed
+
+    @classmethod
+    def reading(cls) -> tuple[int, float]:
+        return cls.calls, cls.seconds
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One timed repetition."""
+
+    wall: float
+    cpu: float
+    fsync: float = 0.0  # wall seconds inside fsync/fdatasync
+    fsyncs: int = 0
+
+    @property
+    def without_fsync(self) -> float:
+        """Wall time minus the time spent waiting for the disk: what our own code cost."""
+        return self.wall - self.fsync
+
+
+@contextmanager
+def timed() -> Iterator[list[Sample]]:
+    """`with timed() as out:` times the block; `out[0]` is its Sample afterwards."""
+    out: list[Sample] = []
+    calls, seconds = FsyncMeter.reading()
+    cpu, start = time.process_time(), time.perf_counter()
+    yield out
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    calls2, seconds2 = FsyncMeter.reading()
+    out.append(Sample(wall, cpu, seconds2 - seconds, calls2 - calls))
+
+
+def median_after_cold(samples: list[Sample], field: str = "wall") -> float:
+    """Median of `field` over the repetitions after the first (cold) one."""
+    rest = samples[1:] or samples
+    return statistics.median(getattr(s, field) for s in rest)
+
+
+def spread(samples: list[Sample]) -> tuple[float, float]:
+    """(min, max) wall seconds of the repetitions after the cold one."""
+    rest = samples[1:] or samples
+    return min(s.wall for s in rest), max(s.wall for s in rest)
+
+
+@contextmanager
+def scratch_dir(parent: str | None, prefix: str) -> Iterator[str]:
+    """A fresh directory under `parent` (default <repo>/.bench-tmp), deleted with everything in it."""
+    parent = parent or str(ROOT / ".bench-tmp")
+    made_parent = not os.path.exists(parent)
+    os.makedirs(parent, exist_ok=True)
+    workdir = tempfile.mkdtemp(prefix=prefix, dir=parent)
+    try:
+        yield workdir
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+        if made_parent:
+            try:
+                os.rmdir(parent)
+            except OSError:
+                pass
+
+
+def verdict(ratio: float, target: float) -> str:
+    return "ok" if ratio >= target else "MISSED"

@@ -1,0 +1,249 @@
+"""The operator's view: topics, transactions, producers and groups, read and repaired without a broker.
+
+Names follow Kafka's Admin client (`list_transactions`, `describe_producers`,
+`list_consumer_group_offsets`, ...) so that what `kafka-transactions.sh` and
+`kafka-consumer-groups.sh` show can be computed from the store alone.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping
+
+from storage.records import ControlType
+from storage.store import Store, TopicDescription
+from txlog.coordinator import (
+    MAX_TRANSACTION_TIMEOUT_MS,
+    DEFAULT_TRANSACTION_TIMEOUT_MS,
+    ProducerIdAndEpoch,
+    TransactionCoordinator,
+    TransactionDescription,
+)
+from txlog.errors import InvalidTxnStateError, UnknownTopicOrPartitionError
+from txlog.fetch import IsolationLevel
+from txlog.group_offsets import GroupOffsets
+from txlog.internal_topics import INTERNAL_TOPICS
+from txlog.topic_partition import OffsetAndMetadata, TopicPartition
+from txlog.transaction_log import TxnState
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerState:
+    """One producer as a partition remembers it (kafka-transactions describe-producers)."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int
+    current_transaction_start_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class HangingTransaction:
+    """An open transaction in a partition that no live coordinator transaction will ever end."""
+
+    topic: str
+    partition: int
+    producer_id: int
+    producer_epoch: int
+    start_offset: int
+    open_ms: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class GroupOffsetRow:
+    """One partition of a group, with the columns of kafka-consumer-groups --describe."""
+
+    group: str
+    topic: str
+    partition: int
+    current_offset: int
+    log_end_offset: int
+    lag: int
+    metadata: str
+    commit_timestamp: int
+    pending_producer_id: int
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Admin:
+    """Administrative operations on one store (a path or an open Store)."""
+
+    def __init__(self, store: str | os.PathLike | Store, *, clock: Callable[[], int] | None = None,
+                 read_only: bool = False):
+        self._own_store = not isinstance(store, Store)
+        self.store = Store.open(store, read_only=read_only) if self._own_store else store
+        self._clock = clock or _now_ms
+        self.coordinator = TransactionCoordinator(self.store, clock=clock)
+        self.groups = GroupOffsets(self.store, clock=clock)
+
+    # ---- topics -----------------------------------------------------------------------------------
+
+    def create_topic(self, name: str, partitions: int = 1, config: Mapping[str, Any] | None = None) -> None:
+        self.store.create_topic(name, partitions, config)
+
+    def list_topics(self, *, include_internal: bool = False) -> list[str]:
+        return self.store.list_topics(include_internal=include_internal)
+
+    def describe_topic(self, name: str) -> TopicDescription:
+        return self.store.describe_topic(name)
+
+    def delete_topic(self, name: str) -> None:
+        self.store.delete_topic(name)
+
+    def alter_topic_config(self, name: str, set_configs: Mapping[str, Any] | None = None,
+                           delete_configs: Iterable[str] = ()) -> None:
+        self.store.alter_topic_config(name, set_configs, delete_configs)
+
+    def create_partitions(self, name: str, total: int) -> None:
+        self.store.create_partitions(name, total)
+
+    def list_offsets(self, partitions: Iterable[TopicPartition],
+                     isolation_level: str | IsolationLevel = IsolationLevel.READ_COMMITTED) -> dict[TopicPartition, int]:
+        """Latest offsets as ListOffsets answers them: the LSO under read_committed, else the log end."""
+        committed = IsolationLevel.parse(isolation_level) is IsolationLevel.READ_COMMITTED
+        out = {}
+        for tp in partitions:
+            log = self.store.partition(tp.topic, tp.partition)
+            out[tp] = log.last_stable_offset if committed else log.log_end_offset
+        return out
+
+    # ---- transactions ------------------------------------------------------------------------------
+
+    def list_transactions(self, states: Iterable[str | TxnState] | None = None) -> list[TransactionDescription]:
+        """Every live transactional id (optionally only those in `states`), after the coordinator's sweep."""
+        self._sweep()
+        wanted = None if states is None else {TxnState[s.upper()] if isinstance(s, str) else s for s in states}
+        return [d for d in self.coordinator.list_transactions() if wanted is None or d.state.state in wanted]
+
+    def describe_transaction(self, transactional_id: str) -> TransactionDescription | None:
+        self._sweep()
+        return self.coordinator.describe(transactional_id)
+
+    def _sweep(self) -> None:
+        """Roll forward and time out what a daemon would have by now (never on a read-only store)."""
+        if not self.store.read_only:
+            self.coordinator.sweep_all()
+
+    def end_transaction(self, transactional_id: str, commit: bool) -> ProducerIdAndEpoch:
+        """Commit or abort the open transaction of an id from outside its producer (`txlog commit|abort`)."""
+        return self.coordinator.end_transaction(transactional_id, None, None, commit)
+
+    def fence_producers(self, transactional_ids: Iterable[str],
+                        timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS) -> dict[str, ProducerIdAndEpoch]:
+        """Bump each id's epoch (aborting an open transaction), as Admin.fenceProducers does."""
+        return {t: self.coordinator.init_producer_id(t, timeout_ms) for t in transactional_ids}
+
+    def abort_expired_transactions(self) -> None:
+        self.coordinator.sweep_all()
+
+    def describe_producers(self, tp: TopicPartition) -> list[ProducerState]:
+        log = self.store.partition(tp.topic, tp.partition)
+        return [ProducerState(pid, s["producer_epoch"], s["last_sequence"], s["last_timestamp"],
+                              s["coordinator_epoch"], s["current_txn_start_offset"])
+                for pid, s in sorted(log.producer_states().items())]
+
+    def find_hanging_transactions(self, topics: Iterable[str] | None = None,
+                                  max_transaction_timeout_ms: int = MAX_TRANSACTION_TIMEOUT_MS) -> list[HangingTransaction]:
+        """Open transactions in partitions that the coordinator does not know as Ongoing there,
+        or that stayed open longer than the largest allowed timeout (kafka-transactions find-hanging)."""
+        self._sweep()
+        live = {(d.state.producer_id, tp) for d in self.coordinator.list_transactions()
+                if d.state.state == TxnState.ONGOING for tp in d.state.partitions}
+        now = self._clock()
+        names = self.store.list_topics(include_internal=True) if topics is None else list(topics)
+        found = []
+        for topic in names:
+            for p in range(self.store.partition_count(topic)):
+                found.extend(self._hanging_in(topic, p, live, now, max_transaction_timeout_ms))
+        return found
+
+    def _hanging_in(self, topic: str, p: int, live: set, now: int, limit_ms: int) -> list[HangingTransaction]:
+        out = []
+        log = self.store.partition(topic, p)
+        for pid, start in sorted(log.open_transactions().items()):
+            state = log.producer_states().get(pid, {})
+            open_ms = now - state.get("last_timestamp", now)
+            if (pid, (topic, p)) not in live:
+                reason = "no ongoing coordinator transaction includes this partition"
+            elif open_ms > limit_ms:
+                reason = f"open longer than {limit_ms} ms"
+            else:
+                continue
+            out.append(HangingTransaction(topic, p, pid, state.get("producer_epoch", -1), start, open_ms, reason))
+        return out
+
+    def abort_hanging_transaction(self, tp: TopicPartition, start_offset: int) -> int:
+        """Write an ABORT marker for the transaction open at `start_offset` in one partition.
+
+        Refused when a live coordinator transaction still owns it: aborting one partition of
+        a transaction that may yet commit elsewhere would break its atomicity. Returns the
+        marker's offset.
+        """
+        self._sweep()
+        log = self.store.partition(tp.topic, tp.partition)
+        owners = [pid for pid, first in log.open_transactions().items() if first == start_offset]
+        if not owners:
+            raise InvalidTxnStateError(f"no open transaction starts at offset {start_offset} of "
+                                       f"{tp.topic}-{tp.partition}")
+        pid = owners[0]
+        for d in self.coordinator.list_transactions():
+            if d.state.producer_id == pid and d.state.state == TxnState.ONGOING and \
+                    (tp.topic, tp.partition) in d.state.partitions:
+                raise InvalidTxnStateError(
+                    f"the transaction at offset {start_offset} belongs to live transactional id "
+                    f"'{d.transactional_id}'; end it with its producer or `abort --transactional-id`")
+        epoch = log.producer_states()[pid]["producer_epoch"]
+        return log.append_marker(ControlType.ABORT, pid, epoch, 0, self._clock()).base_offset
+
+    # ---- consumer groups -----------------------------------------------------------------------------
+
+    def list_consumer_groups(self) -> list[str]:
+        return self.groups.list_groups()
+
+    def list_consumer_group_offsets(self, group: str) -> dict[TopicPartition, OffsetAndMetadata]:
+        return self.groups.committed(group)
+
+    def describe_consumer_group(self, group: str) -> list[GroupOffsetRow]:
+        """Committed offset, log end and lag per partition (lag against the LSO, as read_committed sees it)."""
+        pending = self.groups.pending(group)
+        rows = []
+        for tp, value in sorted(self.groups.describe(group).items()):
+            try:
+                end = self.store.partition(tp.topic, tp.partition).last_stable_offset
+            except UnknownTopicOrPartitionError:
+                end = -1
+            lag = max(end - value.offset, 0) if end >= 0 else -1
+            rows.append(GroupOffsetRow(group, tp.topic, tp.partition, value.offset, end, lag, value.metadata,
+                                       value.commit_timestamp, pending.get(tp, (-1, None))[0]))
+        return rows
+
+    def alter_consumer_group_offsets(self, group: str, offsets: Mapping[TopicPartition, OffsetAndMetadata | int]) -> None:
+        """Reset a group's positions (kafka-consumer-groups --reset-offsets --execute)."""
+        for tp in offsets:
+            if tp.topic in INTERNAL_TOPICS:
+                raise UnknownTopicOrPartitionError(f"cannot reset offsets of internal topic {tp.topic}")
+            self.store.partition(tp.topic, tp.partition)  # validates the partition exists
+        self.groups.commit(group, offsets)
+
+    def delete_consumer_group_offsets(self, group: str, partitions: Iterable[TopicPartition]) -> None:
+        self.groups.delete_offsets(group, partitions)
+
+    # ---- life cycle -------------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        if self._own_store:
+            self.store.close()
+
+    def __enter__(self) -> "Admin":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,559 @@
+"""The public Consumer, in Kafka's client vocabulary (kafka-python users should feel at home).
+
+There is no group coordinator and no rebalancing: a consumer is a single member that
+either `assign`s partitions or `subscribe`s to topics (then it reads every partition of
+them, picking up partitions and topics that appear later). The group id is only where
+positions are committed to and resumed from, in `__consumer_offsets` (DESIGN.md §7).
+
+Where a partition starts, when nothing was `seek`ed: the group's committed offset,
+else `auto_offset_reset`. Under read_committed the committed offset is asked for with
+require-stable, so a transaction still holding a pending offset commit for the
+partition makes the consumer wait instead of resuming from an offset that is about
+to change (KIP-447). Positions only move forward on their own; only `seek*` and an
+out-of-range position (retention, a log cut back) move them elsewhere.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterable, Iterator, Mapping
+
+from storage.errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
+from storage.store import Store
+from txlog.consumer_record import ConsumerRecord
+from txlog.errors import (
+    IllegalArgumentError,
+    IllegalStateError,
+    KafkaError,
+    NoOffsetForPartitionError,
+    UnstableOffsetCommitError,
+)
+from txlog.coordinator import TransactionCoordinator
+from txlog.fetch import IsolationLevel, fetch
+from txlog.group_offsets import GroupOffsets, InvalidGroupIdError
+from txlog.topic_partition import OffsetAndMetadata, TopicPartition
+
+OFFSET_RESET_POLICIES = ("earliest", "latest", "none")
+_EARLIEST, _LATEST = "earliest", "latest"
+POLL_BACKOFF_S = 0.01  # sleep between empty fetch rounds while poll waits for data
+EXPIRED_SWEEP_INTERVAL_MS = 10_000  # how often a blocked reader may run the coordinator's timeout sweep
+
+
+@dataclass
+class _PartitionState:
+    """What the consumer tracks per assigned partition."""
+
+    position: int | None = None  # None: not known yet, resolved on first use
+    reset: str | None = None  # a pending seek_to_beginning/seek_to_end, resolved on first use
+    paused: bool = False
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Consumer:
+    """Reads assigned partitions in order under an isolation level, committing positions to a group."""
+
+    def __init__(self, path_or_store: str | os.PathLike | Store, *, group_id: str | None = None,
+                 isolation_level: str | IsolationLevel = "read_committed", auto_offset_reset: str = "earliest",
+                 enable_auto_commit: bool = True, auto_commit_interval_ms: int = 5000,
+                 max_poll_records: int = 500, fetch_max_bytes: int = 52428800,
+                 max_partition_fetch_bytes: int = 1048576, clock: Callable[[], int] | None = None):
+        self._isolation = IsolationLevel.parse(isolation_level)
+        _check_config(group_id, auto_offset_reset, auto_commit_interval_ms, max_poll_records,
+                      fetch_max_bytes, max_partition_fetch_bytes)
+        self._group_id = group_id
+        self._reset_policy = auto_offset_reset
+        self._auto_commit_interval_ms = auto_commit_interval_ms
+        self._max_poll_records = max_poll_records
+        self._fetch_max_bytes = fetch_max_bytes
+        self._partition_fetch_bytes = max_partition_fetch_bytes
+        self._clock = clock or _now_ms
+        if isinstance(path_or_store, Store):
+            self._store, self._owns_store = path_or_store, False
+        else:
+            self._store, self._owns_store = Store.open(path_or_store), True
+        self._groups = GroupOffsets(self._store, clock=self._clock)
+        # Without a group (as in kafka-python) or on a read-only store (a Kafka data directory)
+        # there is nowhere to commit to, so auto-commit is simply off; explicit commits still raise.
+        self._auto_commit = bool(enable_auto_commit) and group_id is not None and not self._store.read_only
+        self._assigned: dict[TopicPartition, _PartitionState] = {}
+        self._subscription: set[str] | None = None
+        self._pattern: re.Pattern[str] | None = None
+        self._next_partition = 0  # round-robin start of the next poll
+        self._last_auto_commit = self._clock()
+        self._auto_committed: dict[TopicPartition, int] = {}
+        self._deferred_error: KafkaError | None = None  # raised by the next poll (see _fetch_round)
+        self._last_sweep_ms = -EXPIRED_SWEEP_INTERVAL_MS
+        self._closed = False
+
+    # ---- assignment ---------------------------------------------------------------------------
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        """Read exactly these partitions (replacing any earlier assignment); `[]` unassigns."""
+        self._check_open()
+        wanted = [_as_tp(tp) for tp in partitions]
+        if wanted and self._subscribed():
+            raise IllegalStateError("subscription to topics, partitions and pattern are mutually exclusive")
+        self._subscription, self._pattern = None, None
+        self._set_assignment(wanted)
+
+    def subscribe(self, topics: Iterable[str] = (), pattern: str | None = None) -> None:
+        """Read every partition of these topics (or of every topic matching `pattern`), now and later."""
+        self._check_open()
+        names = [topics] if isinstance(topics, str) else list(topics)
+        if bool(names) == (pattern is not None):
+            raise IllegalStateError("subscribe to a list of topics or a pattern, exactly one of them")
+        if self._assigned and not self._subscribed():
+            raise IllegalStateError("subscription to topics, partitions and pattern are mutually exclusive")
+        if any(not isinstance(n, str) or not n for n in names):
+            raise IllegalArgumentError(f"topic names must be non-empty strings, not {names!r}")
+        self._subscription = set(names) if pattern is None else None
+        self._pattern = re.compile(pattern) if pattern is not None else None
+        self._refresh_subscription()
+
+    def unsubscribe(self) -> None:
+        """Drop the subscription or assignment."""
+        self._check_open()
+        self._subscription, self._pattern = None, None
+        self._set_assignment([])
+
+    def subscription(self) -> set[str]:
+        """The subscribed topic names (for a pattern: those matching now)."""
+        self._check_open()
+        if self._pattern is not None:
+            return set(self._matching_topics())
+        return set(self._subscription or ())
+
+    def assignment(self) -> set[TopicPartition]:
+        self._check_open()
+        if self._subscribed():
+            self._refresh_subscription()
+        return set(self._assigned)
+
+    def _subscribed(self) -> bool:
+        return self._subscription is not None or self._pattern is not None
+
+    def _set_assignment(self, partitions: Iterable[TopicPartition]) -> None:
+        """Keep the state of partitions that stay assigned; new ones start unpositioned."""
+        self._assigned = {tp: self._assigned.get(tp) or _PartitionState() for tp in sorted(set(partitions))}
+
+    def _matching_topics(self) -> list[str]:
+        if self._pattern is not None:
+            return [t for t in self._store.list_topics(include_internal=False) if self._pattern.fullmatch(t)]
+        return [t for t in sorted(self._subscription or ()) if self._store.has_topic(t)]
+
+    def _refresh_subscription(self) -> None:
+        """Follow topics and partitions created (or deleted) since the last look: no rebalance needed."""
+        if not self._subscribed():
+            return
+        partitions = [TopicPartition(t, p) for t in self._matching_topics()
+                      for p in range(self._store.partition_count(t))]
+        if set(partitions) != set(self._assigned):
+            self._set_assignment(partitions)
+
+    # ---- positions ----------------------------------------------------------------------------
+
+    def seek(self, partition: TopicPartition, offset: int) -> None:
+        """Fetch from `offset` on the next poll (out of range is handled by auto_offset_reset then)."""
+        state = self._state_of(partition)
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise IllegalArgumentError(f"seek offset must be a non-negative integer, not {offset!r}")
+        state.position, state.reset = offset, None
+
+    def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        """Start from the log start (of all assigned partitions when none are named)."""
+        self._seek_lazily(partitions, _EARLIEST)
+
+    def seek_to_end(self, *partitions: TopicPartition) -> None:
+        """Start from the end offset under this isolation (LSO for read_committed) when next used."""
+        self._seek_lazily(partitions, _LATEST)
+
+    def _seek_lazily(self, partitions: tuple[TopicPartition, ...], where: str) -> None:
+        """Like Kafka, resolve the offset when it is next needed, so 'end' means the end then."""
+        self._check_open()
+        states = [self._state_of(tp) for tp in partitions] if partitions else list(self._assigned.values())
+        for state in states:
+            state.position, state.reset = None, where
+
+    def position(self, partition: TopicPartition, *, timeout_ms: int = 0) -> int:
+        """Offset of the next record poll would return for the partition, resolving it if needed.
+
+        Under read_committed, a pending transactional offset commit for the partition
+        keeps it unresolved; this waits up to `timeout_ms` for it and then raises
+        UnstableOffsetCommitError (retriable).
+        """
+        tp = _as_tp(partition)
+        state = self._state_of(tp)
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            try:
+                return self._resolve(tp, state)
+            except UnstableOffsetCommitError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(POLL_BACKOFF_S)
+
+    def _state_of(self, partition: TopicPartition) -> _PartitionState:
+        self._check_open()
+        tp = _as_tp(partition)
+        state = self._assigned.get(tp)
+        if state is None:
+            raise IllegalStateError(f"no current assignment for partition {tp.topic}-{tp.partition}")
+        return state
+
+    def _resolve(self, tp: TopicPartition, state: _PartitionState) -> int:
+        """The partition's position, from a pending seek, the group's committed offset or the reset policy."""
+        if state.position is None:
+            if state.reset is not None:
+                state.position = self._reset_offset(tp, state.reset)
+            else:
+                committed = self._committed_start(tp)
+                state.position = committed if committed is not None else self._reset_offset(tp, self._reset_policy)
+            state.reset = None
+        return state.position
+
+    def _committed_start(self, tp: TopicPartition) -> int | None:
+        """The group's committed offset for the partition, if any; unstable ones raise (read_committed)."""
+        if self._group_id is None:
+            return None
+        stable = self._isolation is IsolationLevel.READ_COMMITTED
+        found = self._groups.committed(self._group_id, [tp], require_stable=stable).get(tp)
+        return None if found is None else found.offset
+
+    def _reset_offset(self, tp: TopicPartition, policy: str) -> int:
+        if policy == _EARLIEST:
+            return self._store.partition(*tp).log_start_offset
+        if policy == _LATEST:
+            return self._end_offset(tp)
+        raise NoOffsetForPartitionError(
+            f"no committed offset for {tp.topic}-{tp.partition} and auto_offset_reset is 'none'"
+        )
+
+    def _end_offset(self, tp: TopicPartition) -> int:
+        """Kafka's ListOffsets(LATEST) with isolation: the LSO for read_committed, else the log end."""
+        log = self._store.partition(*tp)
+        if self._isolation is IsolationLevel.READ_COMMITTED:
+            return log.last_stable_offset
+        return log.log_end_offset
+
+    # ---- polling ------------------------------------------------------------------------------
+
+    def poll(self, timeout_ms: int = 0, max_records: int | None = None) -> list[ConsumerRecord]:
+        """Up to `max_records` records across the assigned partitions, round-robin.
+
+        Waits up to `timeout_ms` for data (short sleeps), and returns [] when there is
+        none: every partition is at the end of what the isolation level lets it see,
+        paused, or waiting for a pending offset commit to be decided.
+        """
+        self._check_open()
+        limit = self._max_poll_records if max_records is None else max_records
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise IllegalArgumentError(f"max_records must be a positive integer, not {limit!r}")
+        if not self._assigned and not self._subscribed():
+            raise IllegalStateError("consumer is not subscribed to any topics or assigned any partitions")
+        if self._deferred_error is not None:
+            error, self._deferred_error = self._deferred_error, None
+            raise error
+        self._maybe_auto_commit()
+        deadline = time.monotonic() + max(timeout_ms, 0) / 1000
+        while True:
+            self._refresh_subscription()
+            records, progressed = self._fetch_round(limit)
+            if records:
+                return records
+            if progressed:
+                continue  # skipped aborted data or markers: more may follow at once
+            if time.monotonic() >= deadline:
+                return []
+            time.sleep(min(POLL_BACKOFF_S, max(deadline - time.monotonic(), 0)))
+
+    def _fetch_round(self, limit: int) -> tuple[list[ConsumerRecord], bool]:
+        """One pass over the fetchable partitions, starting after the last one served.
+
+        Returns the records and whether any position moved (even without records).
+        """
+        partitions = [tp for tp, st in self._assigned.items() if not st.paused]
+        if not partitions:
+            return [], False
+        for tp in partitions:  # NoOffsetForPartitionError surfaces before any position moves
+            self._try_resolve(tp)
+        start = self._next_partition % len(partitions)
+        out: list[ConsumerRecord] = []
+        progressed = False
+        budget = self._fetch_max_bytes
+        for i in range(len(partitions)):
+            if len(out) >= limit or budget <= 0:
+                break
+            tp = partitions[(start + i) % len(partitions)]
+            try:
+                got, moved, used = self._fetch_partition(tp, limit - len(out), budget)
+            except OffsetOutOfRangeError as exc:
+                if not out:
+                    raise
+                self._deferred_error = exc  # records already taken must reach the caller first
+                break
+            out.extend(got)
+            budget -= used
+            progressed = progressed or moved
+            if got:
+                self._next_partition = start + i + 1
+        return out, progressed
+
+    def _try_resolve(self, tp: TopicPartition) -> int | None:
+        """The partition's position, or None while it cannot be known yet.
+
+        An unstable committed offset (a transaction still holds a pending commit for it)
+        and a partition assigned before its topic exists are waited out, not errors.
+        """
+        try:
+            return self._resolve(tp, self._assigned[tp])
+        except (UnstableOffsetCommitError, UnknownTopicOrPartitionError):
+            return None
+
+    def _fetch_partition(self, tp: TopicPartition, room: int, budget: int) -> tuple[list[ConsumerRecord], bool, int]:
+        """Fetch one partition from its position; (records, position moved, bytes budget used)."""
+        state = self._assigned[tp]
+        start = self._try_resolve(tp)
+        if start is None:
+            return [], False, 0
+        try:
+            log = self._store.partition(*tp)
+        except UnknownTopicOrPartitionError:
+            return [], False, 0  # the topic was deleted under us
+        max_bytes = max(1, min(self._partition_fetch_bytes, budget))
+        try:
+            result = fetch(log, start, self._isolation, max_records=room, max_bytes=max_bytes)
+        except OffsetOutOfRangeError:
+            return [], self._reset_out_of_range(tp, state, start), 0
+        moved = result.next_offset > start
+        if not result.records and result.next_offset >= result.last_stable_offset < result.high_watermark:
+            self._maybe_sweep_expired()
+        state.position = max(start, result.next_offset)
+        used = sum(_approx_size(r) for r in result.records)
+        return result.records, moved, used
+
+    def _maybe_sweep_expired(self) -> None:
+        """Blocked at an open transaction's LSO: let the coordinator time out expired ones.
+
+        There is no daemon to abort a transaction whose producer died (DESIGN.md §5); a
+        reader with write access does the coordinator's sweep, at most every
+        EXPIRED_SWEEP_INTERVAL_MS (Kafka's abort.timed.out.transaction.cleanup.interval.ms).
+        A read-only reader only ever reports the LSO pinned. A coordinator that cannot run
+        (e.g. a damaged `__transaction_state`) must not stop reads, so its errors are dropped.
+        """
+        now = self._clock()
+        if self._store.read_only or now - self._last_sweep_ms < EXPIRED_SWEEP_INTERVAL_MS:
+            return
+        self._last_sweep_ms = now
+        try:
+            TransactionCoordinator(self._store, clock=self._clock).sweep_all()
+        except KafkaError:
+            pass
+
+    def _reset_out_of_range(self, tp: TopicPartition, state: _PartitionState, position: int) -> bool:
+        """Kafka's OffsetOutOfRange handling: reset per policy, or raise when the policy is 'none'."""
+        if self._reset_policy == "none":
+            raise OffsetOutOfRangeError(
+                f"position {position} of {tp.topic}-{tp.partition} is out of range and auto_offset_reset is 'none'"
+            )
+        state.position = self._reset_offset(tp, self._reset_policy)
+        return state.position != position
+
+    # ---- pausing ------------------------------------------------------------------------------
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        """Stop fetching these partitions until resumed; positions are kept."""
+        for tp in partitions:
+            self._state_of(tp).paused = True
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        for tp in partitions:
+            self._state_of(tp).paused = False
+
+    def paused(self) -> set[TopicPartition]:
+        self._check_open()
+        return {tp for tp, st in self._assigned.items() if st.paused}
+
+    # ---- offsets of the log -------------------------------------------------------------------
+
+    def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        self._check_open()
+        return {tp: self._store.partition(*tp).log_start_offset for tp in map(_as_tp, partitions)}
+
+    def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """The LSO under read_committed, the log end under read_uncommitted."""
+        self._check_open()
+        return {tp: self._end_offset(tp) for tp in map(_as_tp, partitions)}
+
+    def offsets_for_times(self, timestamps: Mapping[TopicPartition, int]) -> dict[TopicPartition, tuple[int, int] | None]:
+        """Per partition, (offset, timestamp) of the first record with timestamp ≥ the one given, or None.
+
+        As Kafka's ListOffsets, read_committed only answers with offsets below the LSO.
+        """
+        self._check_open()
+        out: dict[TopicPartition, tuple[int, int] | None] = {}
+        for tp, ts in timestamps.items():
+            tp = _as_tp(tp)
+            if isinstance(ts, bool) or not isinstance(ts, int) or ts < 0:
+                raise IllegalArgumentError(f"target timestamp for {tp.topic}-{tp.partition} must be ≥ 0, not {ts!r}")
+            out[tp] = self._offset_for_time(tp, ts)
+        return out
+
+    def _offset_for_time(self, tp: TopicPartition, ts: int) -> tuple[int, int] | None:
+        log = self._store.partition(*tp)
+        offset = log.offset_for_timestamp(ts)
+        if offset is None or offset >= self._end_offset(tp):
+            return None
+        for batch in log.read(offset, 1):
+            for record in batch.records():
+                if record.offset == offset:
+                    return offset, record.timestamp
+        return None
+
+    def topics(self) -> set[str]:
+        """Names of the store's non-internal topics."""
+        self._check_open()
+        return set(self._store.list_topics(include_internal=False))
+
+    def partitions_for_topic(self, topic: str) -> set[int] | None:
+        """Partition ids of a topic, or None if it does not exist (as kafka-python)."""
+        self._check_open()
+        if not self._store.has_topic(topic):
+            return None
+        return set(range(self._store.partition_count(topic)))
+
+    # ---- committing ---------------------------------------------------------------------------
+
+    def commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int] | None = None) -> None:
+        """Commit offsets to the group (default: the positions of all assigned partitions)."""
+        self._check_open()
+        group = self._require_group()
+        if offsets is None:
+            offsets = self._consumed()
+        if offsets:
+            self._groups.commit(group, offsets)
+            self._auto_committed.update({tp: _offset_of(om) for tp, om in offsets.items()})
+
+    def committed(self, partition: TopicPartition | Iterable[TopicPartition], *, timeout_ms: int = 0
+                  ) -> OffsetAndMetadata | None | dict[TopicPartition, OffsetAndMetadata | None]:
+        """The group's committed offset of one partition (None if none), or a dict for several.
+
+        Under read_committed the offset must be stable: while a transaction holds a
+        pending commit for it, this retries up to `timeout_ms`, then raises
+        UnstableOffsetCommitError (retriable).
+        """
+        self._check_open()
+        group = self._require_group()
+        single = _is_single_partition(partition)
+        wanted = [_as_tp(partition)] if single else [_as_tp(tp) for tp in partition]
+        stable = self._isolation is IsolationLevel.READ_COMMITTED
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            try:
+                found = self._groups.committed(group, wanted, require_stable=stable)
+                break
+            except UnstableOffsetCommitError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(POLL_BACKOFF_S)
+        return found.get(wanted[0]) if single else {tp: found.get(tp) for tp in wanted}
+
+    def _require_group(self) -> str:
+        if self._group_id is None:
+            raise InvalidGroupIdError("committing or reading committed offsets needs a group_id")
+        return self._group_id
+
+    def _consumed(self) -> dict[TopicPartition, OffsetAndMetadata]:
+        """Positions of assigned partitions that have one (Kafka's allConsumed)."""
+        return {tp: OffsetAndMetadata(st.position) for tp, st in self._assigned.items() if st.position is not None}
+
+    def _maybe_auto_commit(self, *, force: bool = False) -> None:
+        """Commit consumed positions when the interval passed; skip when nothing moved."""
+        if not self._auto_commit:
+            return
+        now = self._clock()
+        if not force and now - self._last_auto_commit < self._auto_commit_interval_ms:
+            return
+        self._last_auto_commit = now
+        positions = {tp: om.offset for tp, om in self._consumed().items()}
+        changed = {tp: OffsetAndMetadata(off) for tp, off in positions.items() if self._auto_committed.get(tp) != off}
+        if changed:
+            self._groups.commit(self._group_id, changed)
+            self._auto_committed.update({tp: om.offset for tp, om in changed.items()})
+
+    # ---- life cycle ---------------------------------------------------------------------------
+
+    def close(self, autocommit: bool = True) -> None:
+        """Commit positions (when auto-commit is on), then release the store if this consumer opened it."""
+        if self._closed:
+            return
+        try:
+            if autocommit:
+                self._maybe_auto_commit(force=True)
+        finally:
+            self._closed = True
+            if self._owns_store:
+                self._store.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise IllegalStateError("this consumer has already been closed")
+
+    def __enter__(self) -> "Consumer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __iter__(self) -> Iterator[ConsumerRecord]:
+        """Iterate records as kafka-python does, ending when a poll finds nothing new."""
+        while True:
+            records = self.poll()
+            if not records:
+                return
+            yield from records
+
+
+def _offset_of(om: OffsetAndMetadata | int) -> int:
+    return om if isinstance(om, int) else om[0]
+
+
+def _approx_size(record: ConsumerRecord) -> int:
+    """Bytes a record counts against fetch_max_bytes (key + value; headers are small)."""
+    return len(record.key or b"") + len(record.value or b"")
+
+
+def _is_single_partition(value: object) -> bool:
+    """A TopicPartition or a plain (topic, partition) pair, as opposed to a collection of them."""
+    return isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str)
+
+
+def _as_tp(tp: TopicPartition) -> TopicPartition:
+    try:
+        topic, partition = tp
+    except (TypeError, ValueError):
+        raise IllegalArgumentError(f"expected a TopicPartition, not {tp!r}") from None
+    if not isinstance(topic, str) or isinstance(partition, bool) or not isinstance(partition, int):
+        raise IllegalArgumentError(f"expected a TopicPartition, not {tp!r}")
+    return TopicPartition(topic, partition)
+
+
+def _check_config(group_id: str | None, auto_offset_reset: str, auto_commit_interval_ms: int,
+                  max_poll_records: int, fetch_max_bytes: int, max_partition_fetch_bytes: int) -> None:
+    """Reject bad settings at construction, where the mistake is, not at the first poll."""
+    if group_id is not None and (not isinstance(group_id, str) or not group_id):
+        raise InvalidGroupIdError(f"group_id must be a non-empty string or None, not {group_id!r}")
+    if auto_offset_reset not in OFFSET_RESET_POLICIES:
+        raise IllegalArgumentError(
+            f"auto_offset_reset must be one of {', '.join(OFFSET_RESET_POLICIES)}, not {auto_offset_reset!r}"
+        )
+    for name, value in (("auto_commit_interval_ms", auto_commit_interval_ms), ("max_poll_records", max_poll_records),
+                        ("fetch_max_bytes", fetch_max_bytes), ("max_partition_fetch_bytes", max_partition_fetch_bytes)):
+        minimum = 0 if name == "auto_commit_interval_ms" else 1
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise IllegalArgumentError(f"{name} must be an integer ≥ {minimum}, not {value!r}")

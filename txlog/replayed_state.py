@@ -1,0 +1,142 @@
+"""State kept in step with an internal partition: load a snapshot, then replay the tail.
+
+The coordinator's transaction metadata and the groups' committed offsets are both the
+replay of a partition's records (last value per key wins). Replaying from offset 0 on
+every open would cost O(history); instead each process that catches up far enough
+writes a snapshot of the replayed state with the offset it covers, and the next open
+loads it and replays only what came after, so opening costs O(live keys).
+
+A snapshot is only used if the offset it covers is inside the log (reliability rule 5):
+a log cut back below it (power loss) makes it stale, and the state is rebuilt from the
+log start instead.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import uuid
+import zlib
+from typing import Any, Callable
+
+from storage.durable import atomic_write
+from storage.errors import KafkaStorageError, OffsetOutOfRangeError
+from storage.partition_log import PartitionLog
+from storage.records import RecordBatch
+
+SNAPSHOT_EVERY = 1000  # batches replayed past the last snapshot before a new one is written
+READ_BYTES = 1 << 20
+PART_SUFFIX = ".part"
+
+
+class ReplayedPartition:
+    """Drives `apply` over every batch of `log` once, in order, across snapshots and other writers.
+
+    `apply(batch)` folds one batch (data or control) into the owner's state; `dump()`
+    returns that state as JSON-able data and `load(data)` restores it (`load(None)`
+    resets to empty).
+    """
+
+    def __init__(self, log: PartitionLog, snapshot_name: str, *, apply: Callable[[RecordBatch], None],
+                 dump: Callable[[], Any], load: Callable[[Any], None], snapshot_every: int = SNAPSHOT_EVERY):
+        self.log = log
+        self.path = os.path.join(log.directory, f"{snapshot_name}.json")
+        self._apply, self._dump, self._load = apply, dump, load
+        self._snapshot_every = snapshot_every
+        self.position = log.log_start_offset
+        self._snapshot_offset = -1
+        self._load_snapshot()
+
+    # ---- snapshot -----------------------------------------------------------------------------
+
+    def _load_snapshot(self) -> None:
+        snap = _read_snapshot(self.path)
+        end = self.log.log_end_offset
+        if snap is not None and self.log.log_start_offset <= snap["offset"] <= end:
+            self._load(snap["state"])
+            self.position = self._snapshot_offset = snap["offset"]
+        else:
+            self._reset()
+
+    def _reset(self) -> None:
+        self._load(None)
+        self.position = self.log.log_start_offset
+        self._snapshot_offset = -1
+
+    def maybe_snapshot(self, *, force: bool = False) -> None:
+        """Write a snapshot if enough was replayed since the last one (writable views only).
+
+        A snapshot only saves replay time, so failing to write one (disk full, a race with
+        another process's snapshot) is not an error. Each writer uses its own temp name:
+        two processes may snapshot the same partition at once, and a partition open
+        deletes `*.tmp` files.
+        """
+        if self.log.read_only:
+            return
+        behind = self.position - max(self._snapshot_offset, 0)
+        if self.position == self._snapshot_offset or not (force or behind >= self._snapshot_every):
+            return
+        state = self._dump()
+        body = {"offset": self.position, "state": state, "crc": _crc(self.position, state)}
+        try:
+            self._remove_stale_parts()
+            atomic_write(self.path, json.dumps(body, separators=(",", ":")).encode(),
+                         tmp_suffix=f".{os.getpid()}.{uuid.uuid4().hex[:8]}{PART_SUFFIX}")
+        except (OSError, KafkaStorageError):
+            return
+        self._snapshot_offset = self.position
+
+    def _remove_stale_parts(self) -> None:
+        """Temp files of writers that died mid-snapshot (their pid is gone)."""
+        for part in glob.glob(glob.escape(self.path) + ".*" + PART_SUFFIX):
+            try:
+                os.kill(int(part[len(self.path) + 1:].split(".")[0]), 0)
+            except ProcessLookupError:
+                try:
+                    os.unlink(part)
+                except OSError:
+                    pass
+            except (ValueError, PermissionError):
+                pass
+
+    # ---- replay -------------------------------------------------------------------------------
+
+    def catch_up(self) -> int:
+        """Apply every whole batch past `position`; returns how many batches were applied."""
+        applied = 0
+        while True:
+            end = self.log.log_end_offset
+            if self.position > end:  # the log was cut back below what we applied: start over
+                self._reset()
+            if self.position >= end:
+                return applied
+            try:
+                batches = self.log.read(self.position, READ_BYTES)
+            except OffsetOutOfRangeError:
+                self._reset()
+                continue
+            if not batches:
+                return applied
+            for batch in batches:
+                if batch.last_offset < self.position:
+                    continue
+                self._apply(batch)
+                self.position = batch.last_offset + 1
+                applied += 1
+
+
+def _crc(offset: int, state: Any) -> int:
+    return zlib.crc32(json.dumps([offset, state], sort_keys=True, separators=(",", ":")).encode())
+
+
+def _read_snapshot(path: str) -> dict | None:
+    """The snapshot, or None when it is missing, torn or fails its CRC (then the log is replayed)."""
+    try:
+        with open(path, "rb") as f:
+            body = json.loads(f.read())
+        if isinstance(body, dict) and isinstance(body.get("offset"), int) and body.get("crc") == _crc(body["offset"], body["state"]):
+            return body
+    except (OSError, ValueError, KeyError):
+        pass
+    return None
