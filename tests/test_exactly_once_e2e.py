@@ -78,6 +78,7 @@ IN, OUT = "in", "out"
 TXN_SIZE = 100
 ABORT_P = 1 / 3
 KILL_QUOTA = 3  # kills per copier after ≥ 20 % progress
+URGENT_STOP_GAP_S = 0.3  # between forced short stops while the run is below its quota
 QUOTA_PROGRESS = 0.20
 CONTROL_BATCH_BYTES = 78
 
@@ -484,6 +485,7 @@ class Scenario60:
         self.long_stop_probes = 0
         self.next_probe = 0.0
         self.ticks = 0
+        self.next_urgent_stop = 0.0
         self.problems: list[str] = []
         self.mon_store: Store | None = None
 
@@ -596,6 +598,7 @@ class Scenario60:
             self.resume_short_stops(now)
             self.long_stop_step(now, committed)
             self.urgent_kills(now, committed)
+            self.urgent_stops(now, committed)
             if now >= next_tick:
                 self.tick(now, committed)
                 next_tick = now + self.rng.uniform(*self.profile.kill_every)
@@ -693,11 +696,15 @@ class Scenario60:
         stop = (short_stops < self.profile.min_short_stops and self.ticks % 2 == 1) \
             or self.rng.random() < self.profile.stop_share
         if stop:
-            os.kill(slot.proc.pid, signal.SIGSTOP)
-            slot.stopped_until = now + self.rng.uniform(*self.profile.stop_for)
-            slot.short_stops += 1
+            self.short_stop(slot, now)
         else:
             self.kill(slot, committed)
+
+    def short_stop(self, slot: Slot, now: float) -> None:
+        """SIGSTOP a copier for a while (a late actor); resume_short_stops sends the SIGCONT."""
+        os.kill(slot.proc.pid, signal.SIGSTOP)
+        slot.stopped_until = now + self.rng.uniform(*self.profile.stop_for)
+        slot.short_stops += 1
 
     def urgent_kills(self, now: float, committed: dict[int, int]) -> None:
         """Until a copier has KILL_QUOTA kills past 20 % progress, kill each life soon after its first commit."""
@@ -710,6 +717,16 @@ class Scenario60:
                 slot.urgent_at = now + self.rng.uniform(0, 0.15)  # somewhere in the next transaction
             elif now >= slot.urgent_at:
                 self.kill(slot, committed)
+
+    def urgent_stops(self, now: float, committed: dict[int, int]) -> None:
+        """Until the run has its quota of short stops, stop an eligible copier every URGENT_STOP_GAP_S:
+        a run that finishes in fewer watchdog ticks than planned still gets its late actors."""
+        if sum(s.short_stops for s in self.slots) >= self.profile.min_short_stops or now < self.next_urgent_stop:
+            return
+        candidates = [s for s in self.slots if self.eligible(s, now, committed)]
+        if candidates:
+            self.short_stop(self.rng.choice(candidates), now)
+            self.next_urgent_stop = now + URGENT_STOP_GAP_S
 
     def resume_short_stops(self, now: float) -> None:
         for slot in self.slots:
