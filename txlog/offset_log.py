@@ -124,9 +124,7 @@ def decode_offset_value(data: bytes | None) -> OffsetValue | None:
     if data is None:
         return None
     r = SchemaReader(data, "offset commit value")
-    version = r.i16("value version")
-    if version not in VALUE_VERSIONS:
-        raise r.corrupt(f"unknown value version {version}", 0)
+    version = r.value_version(VALUE_VERSIONS)
     flexible = version >= _FLEXIBLE_VALUE_VERSION
     offset = r.i64("offset")
     leader_epoch = r.i32("leader epoch") if version >= 3 else -1

@@ -104,6 +104,13 @@ class SchemaReader:
     def position(self) -> int:
         return self._pos
 
+    def value_version(self, known: tuple[int, ...]) -> int:
+        """The i16 version prefix of a value, which must be one this reader knows (§4)."""
+        version = self.i16("value version")
+        if version not in known:
+            raise self.corrupt(f"unknown value version {version}", 0)
+        return version
+
     def corrupt(self, message: str, position: int | None = None) -> CorruptRecordError:
         pos = self._pos if position is None else position
         return CorruptRecordError(f"{self._what}: {message}", position=pos)

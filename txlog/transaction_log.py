@@ -223,9 +223,7 @@ def decode_value(data: bytes | None) -> TxnLogValue | None:
     if data is None:
         return None
     r = SchemaReader(data, "transaction log value")
-    version = r.i16("value version")
-    if version not in VALUE_VERSIONS:
-        raise r.corrupt(f"unknown value version {version}", 0)
+    version = r.value_version(VALUE_VERSIONS)
     flexible = version >= _FLEXIBLE_VALUE_VERSION
     producer_id = r.i64("producer id")
     producer_epoch = r.i16("producer epoch")
