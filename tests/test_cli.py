@@ -459,7 +459,13 @@ DEMO_PHRASES = (
     "Look further:",
     "txlog-demo-0",
     "topics describe txlog-demo",
+    "5. Delivery semantics under the same injected faults",
+    "6. Transactions: read_uncommitted sees everything",
+    "7. A zombie is fenced",
+    "8. kill -9 in the middle of a commit",
+    "ProducerFencedError",
 )
+DEMO_TOPICS = "__transaction_state\n{}txlog-demo\ntxlog-demo-delivery\ntxlog-demo-txn\n"
 
 
 def test_demo_twice_in_a_row(data_dir):
@@ -474,7 +480,7 @@ def test_demo_twice_in_a_row(data_dir):
         markers = [line.split() for line in proc.stdout.splitlines()
                    if line.split()[1:2] in (["ABORT"], ["COMMIT"])]
         assert [m[1:3] for m in markers] == [["ABORT", "78"], ["COMMIT", "78"]]
-    assert txlog("topics", "list", data_dir=data_dir).stdout == "txlog-demo\n"
+    assert txlog("topics", "list", data_dir=data_dir).stdout == DEMO_TOPICS.format("")
     doc = json.loads(txlog("topics", "describe", "txlog-demo", "-o", "json", data_dir=data_dir).stdout)
     part = doc["partitions"][0]
     assert part["logEndOffset"] > 0 and part["lastStableOffset"] == part["logEndOffset"]
@@ -493,7 +499,7 @@ def test_demo_quiet_prints_only_the_summary(data_dir):
 def test_demo_keeps_other_topics(data_dir):
     assert_ok(txlog("topics", "create", "mine", "-p", "2", data_dir=data_dir))
     assert_ok(txlog("-q", "demo", data_dir=data_dir))
-    assert txlog("topics", "list", data_dir=data_dir).stdout == "mine\ntxlog-demo\n"
+    assert txlog("topics", "list", data_dir=data_dir).stdout == DEMO_TOPICS.format("mine\n")
 
 
 def test_demo_on_a_kafka_data_directory_is_refused(tmp_path):
