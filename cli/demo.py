@@ -33,7 +33,12 @@ from typing import Any
 import typer
 
 from cli.context import DEFAULT_DATA_DIR, open_store, settings
-from cli.demo_exactly_once import TXN_TOPIC, show_client_transactions, show_crash_mid_commit, show_delivery_semantics
+from cli.demo_exactly_once import (
+    TXN_TOPIC,
+    show_client_transactions,
+    show_crash_mid_commit,
+    show_delivery_semantics,
+)
 from cli.output import error_line, render_table
 
 DEMO_TOPIC = "txlog-demo"

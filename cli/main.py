@@ -18,7 +18,8 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from cli import demo, topics
+from cli import consume, demo, groups, process, produce, topics, transactions
+from cli import inspect as inspect_cmd
 from cli.context import DATA_DIR_ENV, DEFAULT_DATA_DIR, CommandError, Settings
 
 
@@ -100,7 +101,15 @@ def root(
 # ---- the verbs: one module per concept ---------------------------------------------------------
 
 app.add_typer(topics.app, name="topics")
+app.command("produce")(produce.produce)
+app.command("consume")(consume.consume)
+app.add_typer(transactions.app, name="transactions")
+app.add_typer(groups.app, name="groups")
+app.command("commit")(transactions.commit)
+app.command("abort")(transactions.abort)
 app.command("demo")(demo.demo)
+app.command("inspect")(inspect_cmd.inspect)
+app.command("process", context_settings={"allow_interspersed_args": False})(process.process)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,448 @@
+"""`txlog consume`: print a topic's records, as kafka-console-consumer.sh and kcat -C do.
+
+read_committed by default (txlog's default, as librdkafka's); starts at the group's
+committed offset, else at the earliest (`--offset` / `--from-beginning` override both);
+exits at the end -- the last stable offset under read_committed -- unless `--follow`.
+Output is Kafka's formatter (`--property print.key=true`, ...), kcat's `-f` format, or
+`--output jsonl|json|csv|table`. With `--group`, the offsets of what was printed are
+committed to the group when the command ends (and after each batch under `--follow`).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from enum import Enum
+from typing import Annotated, Any
+
+import typer
+
+from cli.context import USAGE, CommandError, complete_topic_names, open_store
+from cli.interrupts import Interrupts
+from cli.output import status
+from cli.record_format import (
+    VALUE_FORMAT_HELP,
+    ValueFormat,
+    check_partition,
+    check_topic,
+    encode_value,
+    header_text,
+    parse_bool,
+    parse_properties,
+    unescape,
+    value_text,
+)
+
+FORMATTER_PROPERTIES = {
+    "print.timestamp": "false",
+    "print.key": "false",
+    "print.offset": "false",
+    "print.partition": "false",
+    "print.headers": "false",
+    "print.value": "true",
+    "key.separator": "\t",
+    "line.separator": "\n",
+    "headers.separator": ",",
+    "null.literal": "null",
+}
+FIELDS = ("topic", "partition", "offset", "timestamp", "key", "value", "headers")
+FOLLOW_POLL_MS = 100  # how long one poll waits under --follow; signals are looked at between polls
+
+
+class ConsumeOutput(str, Enum):
+    """`--output`: Kafka's formatter (text, the default) or structured records."""
+
+    text = "text"
+    jsonl = "jsonl"
+    json = "json"
+    csv = "csv"
+    table = "table"
+
+
+class IsolationChoice(str, Enum):
+    read_committed = "read_committed"
+    read_uncommitted = "read_uncommitted"
+
+
+# ---- writers ------------------------------------------------------------------------------------------
+
+class _Writer:
+    """Turns records into output; `write` per polled batch, `close` once at the end."""
+
+    def __init__(self, value_format: ValueFormat):
+        self.value_format = value_format
+        self.out = sys.stdout.buffer
+        self.replaced = False  # some key or value was not UTF-8 and was shown with U+FFFD
+
+    def write(self, records: list[Any]) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self.out.flush()
+
+    def text(self, data: bytes | None) -> str | None:
+        shown, replaced = value_text(data, self.value_format)
+        self.replaced = self.replaced or replaced
+        return shown
+
+    def obj(self, r: Any) -> dict[str, Any]:
+        return {
+            "topic": r.topic,
+            "partition": r.partition,
+            "offset": r.offset,
+            "timestamp": r.timestamp,
+            "key": self.text(r.key),
+            "value": self.text(r.value),
+            "headers": [[name, header_text(value)] for name, value in r.headers],
+        }
+
+
+class _KafkaFormatter(_Writer):
+    """kafka-console-consumer's DefaultMessageFormatter, driven by the print.* properties."""
+
+    def __init__(self, value_format: ValueFormat, props: dict[str, str]):
+        super().__init__(value_format)
+        flags = ("print.timestamp", "print.partition", "print.offset", "print.headers", "print.key", "print.value")
+        self.flags = [parse_bool(props[name], name) for name in flags]
+        self.sep = unescape(props["key.separator"]).encode("utf-8")
+        self.line_sep = unescape(props["line.separator"]).encode("utf-8")
+        self.headers_sep = unescape(props["headers.separator"]).encode("utf-8")
+        self.null = props["null.literal"].encode("utf-8")
+
+    def write(self, records: list[Any]) -> None:
+        show_ts, show_p, show_o, show_h, show_k, show_v = self.flags
+        for r in records:
+            fields: list[bytes] = []
+            if show_ts:
+                kind = "LogAppendTime" if int(r.timestamp_type) == 1 else "CreateTime"
+                fields.append(f"{kind}:{r.timestamp}".encode())
+            if show_p:
+                fields.append(f"Partition:{r.partition}".encode())
+            if show_o:
+                fields.append(f"Offset:{r.offset}".encode())
+            if show_h:
+                fields.append(self.headers_sep.join(
+                    name.encode("utf-8") + b":" + (self.null if value is None else value) for name, value in r.headers
+                ) if r.headers else b"NO_HEADERS")
+            if show_k:
+                fields.append(self.null if r.key is None else encode_value(r.key, self.value_format))
+            if show_v:
+                fields.append(self.null if r.value is None else encode_value(r.value, self.value_format))
+            self.out.write(self.sep.join(fields) + self.line_sep)
+
+
+class _KcatFormatter(_Writer):
+    """kcat's -f: %t %p %o %k %K %s %S %R %h %T %%, and \\n \\r \\t \\\\ \\xHH escapes; no newline added."""
+
+    TOKENS = "tpokKsSRhT%"
+
+    def __init__(self, value_format: ValueFormat, fmt: str):
+        super().__init__(value_format)
+        self.parts: list[str | bytes] = []  # bytes: literal text; str: a token letter
+        literal = bytearray()
+        i = 0
+        while i < len(fmt):
+            c = fmt[i]
+            if c == "%" and i + 1 < len(fmt):
+                token = fmt[i + 1]
+                if token not in self.TOKENS:
+                    raise CommandError(f"Unsupported formatter: %{token}", exit_code=USAGE)
+                if token == "%":
+                    literal += b"%"
+                else:
+                    if literal:
+                        self.parts.append(bytes(literal))
+                        literal.clear()
+                    self.parts.append(token)
+                i += 2
+            elif c == "\\" and i + 1 < len(fmt):
+                nxt = fmt[i + 1]
+                simple = {"n": b"\n", "r": b"\r", "t": b"\t", "\\": b"\\"}
+                if nxt in simple:
+                    literal += simple[nxt]
+                    i += 2
+                elif nxt == "x" and i + 3 < len(fmt) and _is_hex(fmt[i + 2:i + 4]):
+                    literal.append(int(fmt[i + 2:i + 4], 16))
+                    i += 4
+                else:
+                    literal += c.encode("utf-8")
+                    i += 1
+            else:
+                literal += c.encode("utf-8")
+                i += 1
+        if literal:
+            self.parts.append(bytes(literal))
+
+    def write(self, records: list[Any]) -> None:
+        fmt = self.value_format
+        for r in records:
+            buf = bytearray()
+            for part in self.parts:
+                if isinstance(part, bytes):
+                    buf += part
+                elif part == "t":
+                    buf += r.topic.encode("utf-8")
+                elif part == "p":
+                    buf += str(r.partition).encode()
+                elif part == "o":
+                    buf += str(r.offset).encode()
+                elif part == "T":
+                    buf += str(r.timestamp).encode()
+                elif part == "k":
+                    buf += b"" if r.key is None else encode_value(r.key, fmt)
+                elif part == "K":
+                    buf += str(-1 if r.key is None else len(r.key)).encode()
+                elif part == "s":
+                    buf += b"" if r.value is None else encode_value(r.value, fmt)
+                elif part == "S":
+                    buf += str(-1 if r.value is None else len(r.value)).encode()
+                elif part == "R":
+                    buf += (-1 if r.value is None else len(r.value)).to_bytes(4, "big", signed=True)
+                elif part == "h":
+                    buf += b",".join(name.encode("utf-8") + b"=" + (b"NULL" if value is None else value)
+                                     for name, value in r.headers)
+            self.out.write(bytes(buf))
+
+
+def _is_hex(text: str) -> bool:
+    return len(text) == 2 and all(ch in "0123456789abcdefABCDEF" for ch in text)
+
+
+class _JsonLines(_Writer):
+    def write(self, records: list[Any]) -> None:
+        import json
+
+        for r in records:
+            self.out.write(json.dumps(self.obj(r), ensure_ascii=False).encode("utf-8") + b"\n")
+
+
+class _JsonArray(_Writer):
+    def __init__(self, value_format: ValueFormat):
+        super().__init__(value_format)
+        self.items: list[dict[str, Any]] = []
+
+    def write(self, records: list[Any]) -> None:
+        self.items.extend(self.obj(r) for r in records)
+
+    def close(self) -> None:
+        import json
+
+        self.out.write(json.dumps(self.items, indent=2, ensure_ascii=False).encode("utf-8") + b"\n")
+        super().close()
+
+
+class _Csv(_Writer):
+    """RFC 4180 rows under a header row; null is an empty field, headers a JSON array of [name, value]."""
+
+    def __init__(self, value_format: ValueFormat):
+        super().__init__(value_format)
+        self.started = False
+
+    def write(self, records: list[Any]) -> None:
+        import csv
+        import io
+        import json
+
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        if not self.started:
+            w.writerow(FIELDS)
+            self.started = True
+        for r in records:
+            o = self.obj(r)
+            o["headers"] = json.dumps(o["headers"], ensure_ascii=False) if o["headers"] else ""
+            w.writerow(["" if o[f] is None else o[f] for f in FIELDS])
+        self.out.write(buf.getvalue().encode("utf-8"))
+
+    def close(self) -> None:
+        if not self.started:
+            self.write([])
+        super().close()
+
+
+class _Table(_Writer):
+    def __init__(self, value_format: ValueFormat):
+        super().__init__(value_format)
+        self.rows: list[list[Any]] = []
+
+    def write(self, records: list[Any]) -> None:
+        for r in records:
+            o = self.obj(r)
+            o["headers"] = ",".join(f"{n}={'NULL' if v is None else v}" for n, v in o["headers"])
+            self.rows.append(["null" if o[f] is None else o[f] for f in FIELDS])
+
+    def close(self) -> None:
+        from cli.output import render_table
+
+        self.out.write(render_table(self.rows, [f.capitalize() for f in FIELDS]).encode("utf-8") + b"\n")
+        super().close()
+
+
+def _writer(output: ConsumeOutput, fmt: str | None, props: dict[str, str], value_format: ValueFormat) -> _Writer:
+    if fmt is not None:
+        return _KcatFormatter(value_format, fmt)
+    return {
+        ConsumeOutput.jsonl: lambda: _JsonLines(value_format),
+        ConsumeOutput.json: lambda: _JsonArray(value_format),
+        ConsumeOutput.csv: lambda: _Csv(value_format),
+        ConsumeOutput.table: lambda: _Table(value_format),
+    }.get(output, lambda: _KafkaFormatter(value_format, props))()
+
+
+# ---- where to start -----------------------------------------------------------------------------------
+
+def _parse_offset(value: str | None) -> str | int | None:
+    """earliest|beginning, latest|end, N (absolute) or -N (N back from the end); None: group/earliest."""
+    if value is None:
+        return None
+    lowered = value.strip().lower()
+    if lowered in ("earliest", "beginning", "smallest"):
+        return "earliest"
+    if lowered in ("latest", "end", "largest"):
+        return "latest"
+    try:
+        return int(lowered)
+    except ValueError:
+        raise CommandError(f"--offset must be earliest, latest, N or -N, not {value!r}", exit_code=USAGE) from None
+
+
+def _position(consumer: Any, store: Any, tps: list[Any], where: str | int | None) -> None:
+    if where is None:
+        return  # the group's committed offset, else auto_offset_reset=earliest
+    if where == "earliest":
+        consumer.seek_to_beginning(*tps)
+        return
+    if where == "latest":
+        consumer.seek_to_end(*tps)
+        return
+    ends = consumer.end_offsets(tps)
+    for tp in tps:
+        log = store.partition(tp.topic, tp.partition)
+        start, log_end = log.log_start_offset, log.log_end_offset
+        target = ends[tp] + where if where < 0 else where  # -N: N back from the end (kcat's OFFSET_TAIL)
+        consumer.seek(tp, min(max(target, start), log_end))
+
+
+# ---- the command --------------------------------------------------------------------------------------
+
+def consume(
+    ctx: typer.Context,
+    topic: Annotated[str, typer.Option(
+        "--topic", "-t", metavar="TOPIC", help="Topic to read.", autocompletion=complete_topic_names,
+        show_default=False,
+    )] = ...,
+    partition: Annotated[int | None, typer.Option(
+        "--partition", "-p", help="Read only this partition (default: all).", show_default=False,
+    )] = None,
+    group: Annotated[str | None, typer.Option(
+        "--group", "-g", metavar="GROUP", help="Start at this group's committed offsets and commit what was printed.",
+        show_default=False,
+    )] = None,
+    isolation_level: Annotated[IsolationChoice, typer.Option(
+        "--isolation-level", case_sensitive=False, help="read_committed hides open and aborted transactions.",
+    )] = IsolationChoice.read_committed,
+    offset: Annotated[str | None, typer.Option(
+        "--offset", metavar="earliest|latest|N|-N",
+        help="Where to start (over the group's offset): earliest, latest, offset N, or N back from the end.",
+        show_default=False,
+    )] = None,
+    from_beginning: Annotated[bool, typer.Option("--from-beginning", help="Same as --offset earliest.")] = False,
+    follow: Annotated[bool, typer.Option(
+        "--follow", help="Keep waiting for new records instead of exiting at the end.",
+    )] = False,
+    max_messages: Annotated[int | None, typer.Option(
+        "--max-messages", "-c", metavar="N", help="Exit after printing N records.", show_default=False,
+    )] = None,
+    timeout_ms: Annotated[int | None, typer.Option(
+        "--timeout-ms", metavar="MS", help="Exit when no record came for this long (also waits this long at the end).",
+        show_default=False,
+    )] = None,
+    prop: Annotated[list[str] | None, typer.Option(
+        "--property", metavar="NAME=VALUE",
+        help="Kafka formatter (repeatable): print.timestamp, print.key, print.offset, print.partition, "
+        "print.headers, print.value, key.separator, line.separator, headers.separator, null.literal.",
+    )] = None,
+    fmt: Annotated[str | None, typer.Option(
+        "--format", "-f", metavar="FMT", help="kcat format, e.g. '%t %p %o %k %s %h %T\\n'.", show_default=False,
+    )] = None,
+    output: Annotated[ConsumeOutput, typer.Option(
+        "--output", case_sensitive=False, help="text (Kafka's formatter), jsonl, json, csv or table.",
+    )] = ConsumeOutput.text,
+    value_format: Annotated[ValueFormat, typer.Option(
+        "--value-format", case_sensitive=False, help=VALUE_FORMAT_HELP,
+    )] = ValueFormat.utf8,
+) -> None:
+    """Print records of a topic (kafka-console-consumer, kcat -C)."""
+    check_partition(partition)
+    if from_beginning and offset is not None:
+        raise CommandError("give --offset or --from-beginning, not both", exit_code=USAGE)
+    if fmt is not None and (output is not ConsumeOutput.text or prop):
+        raise CommandError("-f/--format cannot be combined with --output or --property", exit_code=USAGE)
+    if prop and output is not ConsumeOutput.text:
+        raise CommandError("--property sets Kafka's text formatter; it cannot be combined with --output",
+                           exit_code=USAGE)
+    if max_messages is not None and max_messages < 1:
+        raise CommandError(f"--max-messages must be 1 or more, not {max_messages}", exit_code=USAGE)
+    if timeout_ms is not None and timeout_ms < 0:
+        raise CommandError(f"--timeout-ms must be 0 or more, not {timeout_ms}", exit_code=USAGE)
+    if group == "":
+        raise CommandError("--group must not be empty", exit_code=USAGE)
+    where = "earliest" if from_beginning else _parse_offset(offset)
+    props = parse_properties(prop, FORMATTER_PROPERTIES)
+    writer = _writer(output, fmt, props, value_format)
+
+    from txlog.consumer import Consumer
+    from txlog.topic_partition import TopicPartition
+
+    # Without a group nothing is written: the store opens read-only (safe beside writers, works on Kafka dirs).
+    with open_store(ctx, read_only=group is None) as store:
+        count = check_topic(store, topic, partition)
+        if group is not None and store.read_only:
+            raise CommandError("this store is read-only (a Kafka data directory): group offsets cannot be "
+                               "committed; drop --group")
+        consumer = Consumer(store, group_id=group, isolation_level=isolation_level.value,
+                            auto_offset_reset="earliest", enable_auto_commit=False)
+        tps = [TopicPartition(topic, p) for p in ([partition] if partition is not None else range(count))]
+        consumer.assign(tps)
+        _position(consumer, store, tps, where)
+        printed, interrupted = _loop(consumer, writer, group, follow=follow, max_messages=max_messages,
+                                     timeout_ms=timeout_ms)
+        writer.close()
+        if group is not None:
+            consumer.commit()  # positions: just past what was printed (and any markers skipped after it)
+        consumer.close(autocommit=False)
+    if writer.replaced:
+        status(ctx, "Note: some keys or values are not UTF-8 and were shown with U+FFFD; "
+                    "use --value-format base64 or hex for binary data.")
+    status(ctx, f"Processed a total of {printed} messages")
+    if interrupted:
+        raise typer.Exit(130)
+
+
+def _loop(consumer: Any, writer: _Writer, group: str | None, *, follow: bool, max_messages: int | None,
+          timeout_ms: int | None) -> tuple[int, bool]:
+    """Poll and print until the end (or forever with --follow); (records printed, interrupted)."""
+    printed = 0
+    streaming = isinstance(writer, (_KafkaFormatter, _KcatFormatter, _JsonLines, _Csv))
+    last_record = time.monotonic()
+    with Interrupts() as stop:
+        while not stop.received:
+            room = 500 if max_messages is None else min(500, max_messages - printed)
+            waiting = follow or timeout_ms is not None
+            records = consumer.poll(timeout_ms=FOLLOW_POLL_MS if waiting else 0, max_records=room)
+            if records:
+                writer.write(records)
+                printed += len(records)
+                last_record = time.monotonic()
+                if follow and streaming:
+                    writer.out.flush()
+                    if group is not None:
+                        consumer.commit()
+                if max_messages is not None and printed >= max_messages:
+                    break
+                continue
+            if timeout_ms is not None and (time.monotonic() - last_record) * 1000 >= timeout_ms:
+                break
+            if not waiting:
+                break
+        return printed, stop.received

@@ -1,0 +1,177 @@
+"""`txlog inspect FILE...|DIR`: kafka-dump-log.sh for txlog stores and Kafka log directories.
+
+The options and text lines are kafka-dump-log's (Kafka ≥ 3.5, cli-conventions.md §2); the
+lines themselves are made in `cli.dump_log`. `--output json|jsonl` gives the same content
+as data. Files are only ever opened for reading, so a live store or a real Kafka data
+directory is safe to inspect. Where kafka-dump-log only complains on stderr and exits 0
+(index entries that do not match the log, a corrupt snapshot, trailing garbage), txlog
+prints the same stderr lines and then exits 3, as every txlog check does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from enum import Enum
+from typing import Annotated, Any
+
+import typer
+
+from cli import dump_log
+from cli.context import USAGE, CommandError, settings
+from cli.output import error_line, print_json
+
+VERIFICATION_FAILED = 3
+
+
+class InspectOutput(str, Enum):
+    """`--output`: kafka-dump-log's text lines (the default), one JSON document, or JSON lines."""
+
+    text = "text"
+    json = "json"
+    jsonl = "jsonl"
+
+
+def _expand(paths: list[str]) -> list[str]:
+    """Files as given; a directory becomes its segment files (recursively: a log dir holds partitions)."""
+    out: list[str] = []
+    for path in paths:
+        if os.path.isdir(path):
+            for directory, subdirs, names in os.walk(path):
+                subdirs.sort()
+                out += [os.path.join(directory, n) for n in sorted(names) if n.endswith(dump_log.KNOWN_SUFFIXES)]
+        elif os.path.exists(path):
+            out.append(path)
+        else:
+            raise CommandError(f"no such file or directory: {path}")
+    return out
+
+
+def _file_json(path: str, items: list[dict[str, Any]]) -> dict[str, Any]:
+    """One file's items grouped: batches carry their records; index entries are `entries`."""
+    suffix = os.path.splitext(path)[1].lstrip(".")
+    doc: dict[str, Any] = {"file": path, "type": suffix}
+    batches: list[dict[str, Any]] = []
+    entries: list[dict[str, Any]] = []
+    messages: list[str] = []
+    for item in items:
+        kind = item["type"]
+        body = {k: v for k, v in item.items() if k != "type"}
+        if kind == "logStartOffset":
+            doc["logStartOffset"] = item["offset"]
+        elif kind == "batch":
+            batches.append(body)
+        elif kind == "record":
+            batches[-1].setdefault("records", []).append(body)
+        elif kind == "sanityCheck":
+            doc["sanityCheck"] = {"passed": item["passed"], **({"reason": item["reason"]} if "reason" in item else {})}
+        elif kind == "message":
+            messages.append(item["text"])
+        else:
+            entries.append(body)
+    if suffix == "log":
+        doc["batches"] = batches
+    else:
+        doc["entries"] = entries
+    if messages:
+        doc["messages"] = messages
+    return doc
+
+
+def inspect(
+    ctx: typer.Context,
+    paths: Annotated[list[str] | None, typer.Argument(
+        metavar="FILE...|DIR", show_default=False,
+        help="Segment files (.log .index .timeindex .snapshot .txnindex) or directories "
+        "(a partition, a store, a Kafka log dir). Default: --data-dir.",
+    )] = None,
+    files: Annotated[str | None, typer.Option(
+        "--files", metavar="F1,F2", help="kafka-dump-log's comma-separated file list (added to FILE...).",
+    )] = None,
+    print_data_log: Annotated[bool, typer.Option(
+        "--print-data-log", help="Print keys and payloads (implies --deep-iteration).")] = False,
+    deep_iteration: Annotated[bool, typer.Option(
+        "--deep-iteration", help="Print a '|' line per record, not just per batch.")] = False,
+    skip_record_metadata: Annotated[bool, typer.Option(
+        "--skip-record-metadata", help="Leave offset, timestamp, sizes, sequence and header keys out of record lines.",
+    )] = False,
+    max_bytes: Annotated[int, typer.Option(
+        "--max-bytes", min=0, help="Read only the first N bytes of each .log.")] = dump_log.INT32_MAX,
+    max_message_size: Annotated[int, typer.Option(
+        "--max-message-size", min=1, help="Bytes read at each .index position when checking it against the log.",
+    )] = dump_log.DEFAULT_MAX_MESSAGE_SIZE,
+    transaction_log_decoder: Annotated[bool, typer.Option(
+        "--transaction-log-decoder", help="Decode __transaction_state records (implies --print-data-log).")] = False,
+    offsets_decoder: Annotated[bool, typer.Option(
+        "--offsets-decoder", help="Decode __consumer_offsets records as JSON (implies --print-data-log).")] = False,
+    index_sanity_check: Annotated[bool, typer.Option(
+        "--index-sanity-check", help="Only run the broker-startup sanity check of .index/.timeindex files.")] = False,
+    verify_index_only: Annotated[bool, typer.Option(
+        "--verify-index-only", help="Check .index/.timeindex entries against the log without printing them.",
+    )] = False,
+    output: Annotated[InspectOutput, typer.Option(
+        "--output", "-o", case_sensitive=False, help="text (kafka-dump-log lines), json, or jsonl.",
+    )] = InspectOutput.text,
+) -> None:
+    """Dump segment, index, snapshot and transaction-index files as kafka-dump-log.sh does.
+
+    Read-only. Exits 3 when a check finds a problem (an index entry that does not match
+    the log, a corrupt snapshot, bytes that are not a batch, a failed sanity check).
+    """
+    if transaction_log_decoder and offsets_decoder:
+        raise CommandError("give at most one of --transaction-log-decoder and --offsets-decoder", exit_code=USAGE)
+    given = list(paths or []) + [f for f in (files or "").split(",") if f]
+    if not given:
+        root = settings(ctx).data_dir
+        if not os.path.isdir(root):
+            raise CommandError(f"no store at {os.path.abspath(root)} (give FILE...|DIR or --data-dir)")
+        given = [root]
+    targets = _expand(given)
+
+    parser = None
+    if transaction_log_decoder:
+        parser = dump_log.transaction_log_parser
+    elif offsets_decoder:
+        parser = dump_log.offsets_parser
+    print_data = print_data_log or parser is not None
+    opts = dump_log.Options(
+        print_data=print_data, deep=deep_iteration or print_data, skip_metadata=skip_record_metadata,
+        max_bytes=max_bytes, max_message_size=max_message_size, sanity_only=index_sanity_check,
+        verify_only=verify_index_only, parser=parser,
+    )
+    from storage.errors import KafkaError
+
+    problems = dump_log.Problems()
+    documents: list[dict[str, Any]] = []
+
+    for path in targets:
+        dumper = dump_log.dumper_for(path)
+        if output is InspectOutput.text:
+            typer.echo(f"Dumping {path}")
+        if dumper is None:
+            typer.echo(f"Ignoring unknown file {path}", err=True)
+            continue
+        try:
+            items = dumper(path, opts, problems)
+            if output is InspectOutput.text:
+                for item in items:
+                    line = dump_log.text_line(item, opts)
+                    if line is not None:
+                        typer.echo(line)
+            elif output is InspectOutput.jsonl:
+                for item in items:
+                    typer.echo(json.dumps({"file": path, **item}))
+            else:
+                documents.append(_file_json(path, list(items)))
+        except dump_log.DumpError as exc:
+            problems.other.append(str(exc))
+        except KafkaError as exc:  # a batch whose records cannot be decoded: report it, go on
+            problems.other.append(f"{path}: {exc}")
+
+    if output is InspectOutput.json:
+        print_json(documents)
+    for line in problems.other + problems.summary_lines():
+        typer.echo(line, err=True)
+    if problems:
+        error_line("inspect found problems (see above)")
+        raise typer.Exit(VERIFICATION_FAILED)

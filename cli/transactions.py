@@ -1,0 +1,354 @@
+"""`txlog transactions ...` (kafka-transactions.sh) and the top-level `commit` / `abort` verbs.
+
+Everything is read from the store; txlog has one "broker", 0, which coordinates every
+transactional id (the JSON output adds the `__transaction_state` partition that owns it).
+
+Store modes: `describe-producers` opens the store read-only. `list`, `describe` and
+`find-hanging` open it writable by default so that the coordinator's sweep first times out
+expired transactions and rolls forward decided ones -- what a running broker would already
+have done -- and `--no-sweep` opens it read-only instead (nothing written; a Kafka data
+directory is always read-only). `abort`, `commit` write.
+
+Exit codes beyond the usual ones: 4 when the outcome of `commit`/`abort --transactional-id`
+is ambiguous (the decision may or may not be durable); run the same command again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from cli.context import (
+    USAGE,
+    CommandError,
+    complete_topic_names,
+    open_store,
+    store_exists,
+)
+from cli.formats import OUTPUT_HELP, RowFormat, emit, pretty_print_table
+from cli.output import status
+
+if TYPE_CHECKING:  # pragma: no cover
+    from txlog.admin import Admin
+
+AMBIGUOUS = 4  # exit code: the transaction's outcome is unknown (reliability scenario 26)
+BROKER_ID = 0  # the one "broker" of a store
+
+app = typer.Typer(
+    help="List, describe and repair transactions (kafka-transactions.sh).",
+    no_args_is_help=True,
+)
+
+OutputOption = Annotated[RowFormat, typer.Option("--output", "-o", case_sensitive=False, help=OUTPUT_HELP)]
+NoSweepOption = Annotated[bool, typer.Option(
+    "--no-sweep", help="Open the store read-only: do not time out expired transactions first.",
+)]
+TopicOption = Annotated[str, typer.Option(
+    "--topic", metavar="TOPIC", help="Topic name.", autocompletion=complete_topic_names, show_default=False,
+)]
+PartitionOption = Annotated[int, typer.Option("--partition", min=0, help="Partition number.", show_default=False)]
+BrokerIdOption = Annotated[int | None, typer.Option(
+    "--broker-id", help="Accepted for kafka-transactions compatibility; txlog's only broker is 0.", show_default=False,
+)]
+
+# TransactionState as kafka-transactions prints it.
+_STATE_NAMES = {
+    "EMPTY": "Empty", "ONGOING": "Ongoing", "PREPARE_COMMIT": "PrepareCommit", "PREPARE_ABORT": "PrepareAbort",
+    "COMPLETE_COMMIT": "CompleteCommit", "COMPLETE_ABORT": "CompleteAbort", "PREPARE_EPOCH_FENCE": "PrepareEpochFence",
+}
+
+LIST_COLUMNS = (("TransactionalId", "transactionalId"), ("Coordinator", "coordinator"),
+                ("ProducerId", "producerId"), ("TransactionState", "transactionState"))
+DESCRIBE_COLUMNS = (
+    ("CoordinatorId", "coordinatorId"), ("TransactionalId", "transactionalId"), ("ProducerId", "producerId"),
+    ("ProducerEpoch", "producerEpoch"), ("TransactionState", "transactionState"),
+    ("TransactionTimeoutMs", "transactionTimeoutMs"),
+    ("CurrentTransactionStartTimeMs", "currentTransactionStartTimeMs"),
+    ("TransactionDurationMs", "transactionDurationMs"), ("TopicPartitions", "topicPartitions"),
+)
+PRODUCER_COLUMNS = (
+    ("ProducerId", "producerId"), ("ProducerEpoch", "producerEpoch"),
+    ("LatestCoordinatorEpoch", "latestCoordinatorEpoch"), ("LastSequence", "lastSequence"),
+    ("LastTimestamp", "lastTimestamp"), ("CurrentTransactionStartOffset", "currentTransactionStartOffset"),
+)
+HANGING_COLUMNS = (
+    ("Topic", "topic"), ("Partition", "partition"), ("ProducerId", "producerId"), ("ProducerEpoch", "producerEpoch"),
+    ("CoordinatorEpoch", "coordinatorEpoch"), ("StartOffset", "startOffset"), ("LastTimestamp", "lastTimestamp"),
+    ("Duration(min)", "durationMin"),
+)
+
+
+def state_name(state: Any) -> str:
+    return _STATE_NAMES.get(state.name, "Unknown")
+
+
+def _parse_state(text: str) -> Any:
+    from txlog.transaction_log import TxnState
+
+    wanted = text.replace("_", "").replace("-", "").lower()
+    for state in TxnState:
+        if state.name.replace("_", "").lower() == wanted:
+            return state
+    raise typer.BadParameter(f"'{text}' is not a transaction state (one of {', '.join(_STATE_NAMES.values())})",
+                             param_hint="'--state'")
+
+
+def _check_broker(broker_id: int | None) -> None:
+    if broker_id is not None and broker_id != BROKER_ID:
+        raise CommandError(f"there is no broker {broker_id}: a txlog store has one broker, {BROKER_ID}")
+
+
+@contextmanager
+def _admin(ctx: typer.Context, *, read_only: bool) -> Iterator[Admin]:
+    from txlog.admin import Admin
+
+    with open_store(ctx, read_only=read_only) as store:
+        yield Admin(store)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+# ---- list -------------------------------------------------------------------------------------------
+
+@app.command("list")
+def list_(
+    ctx: typer.Context,
+    state: Annotated[list[str] | None, typer.Option(
+        "--state", metavar="STATE", help="Only transactions in this state (repeatable), e.g. Ongoing.",
+    )] = None,
+    duration_filter: Annotated[int, typer.Option(
+        "--duration-filter", metavar="MS",
+        help="Only transactions open longer than MS milliseconds (< 0: all), as KIP-994.",
+    )] = -1,
+    no_sweep: NoSweepOption = False,
+    output: OutputOption = RowFormat.text,
+) -> None:
+    """List transactional ids: TransactionalId, Coordinator, ProducerId, TransactionState."""
+    states = None if not state else [_parse_state(s) for s in state]
+    found = []
+    if store_exists(ctx):
+        with _admin(ctx, read_only=no_sweep) as admin:
+            found = admin.list_transactions(states)
+    if duration_filter >= 0:
+        from txlog.transaction_log import TxnState
+
+        now = _now_ms()
+        found = [d for d in found
+                 if d.state.state == TxnState.ONGOING and now - d.state.start_ms >= duration_filter]
+    rows = [{"transactionalId": d.transactional_id, "coordinator": BROKER_ID, "producerId": d.state.producer_id,
+             "transactionState": state_name(d.state.state), "coordinatorPartition": d.coordinator_partition}
+            for d in found]
+    emit(rows, LIST_COLUMNS, output, text=pretty_print_table)
+
+
+# ---- describe ---------------------------------------------------------------------------------------
+
+@app.command("describe")
+def describe(
+    ctx: typer.Context,
+    transactional_id: Annotated[str, typer.Option(
+        "--transactional-id", metavar="ID", help="The transactional id to describe.", show_default=False,
+    )],
+    no_sweep: NoSweepOption = False,
+    output: OutputOption = RowFormat.text,
+) -> None:
+    """Describe one transactional id: producer, epoch, state, timeout, open partitions."""
+    from txlog.transaction_log import TxnState
+
+    with _admin(ctx, read_only=no_sweep) as admin:
+        d = admin.describe_transaction(transactional_id)
+    if d is None:
+        raise CommandError(f"transactional id '{transactional_id}' not found")
+    v = d.state
+    in_txn = v.state in (TxnState.ONGOING, TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
+    row = {
+        "coordinatorId": BROKER_ID,
+        "transactionalId": d.transactional_id,
+        "producerId": v.producer_id,
+        "producerEpoch": v.producer_epoch,
+        "transactionState": state_name(v.state),
+        "transactionTimeoutMs": v.timeout_ms,
+        "currentTransactionStartTimeMs": v.start_ms if in_txn else None,
+        "transactionDurationMs": _now_ms() - v.start_ms if in_txn else None,
+        "topicPartitions": [f"{t}-{p}" for t, p in v.partitions],
+        "coordinatorPartition": d.coordinator_partition,
+    }
+    emit([row], DESCRIBE_COLUMNS, output, text=pretty_print_table, single=True)
+
+
+# ---- describe-producers -----------------------------------------------------------------------------
+
+@app.command("describe-producers")
+def describe_producers(
+    ctx: typer.Context,
+    topic: TopicOption,
+    partition: PartitionOption,
+    broker_id: BrokerIdOption = None,
+    output: OutputOption = RowFormat.text,
+) -> None:
+    """The producers a partition remembers, with the start offset of each one's open transaction."""
+    _check_broker(broker_id)
+    from txlog.topic_partition import TopicPartition
+
+    with _admin(ctx, read_only=True) as admin:
+        states = admin.describe_producers(TopicPartition(topic, partition))
+    rows = [{"producerId": s.producer_id, "producerEpoch": s.producer_epoch,
+             "latestCoordinatorEpoch": s.coordinator_epoch if s.coordinator_epoch >= 0 else None,
+             "lastSequence": s.last_sequence, "lastTimestamp": s.last_timestamp,
+             "currentTransactionStartOffset": (s.current_transaction_start_offset
+                                               if s.current_transaction_start_offset >= 0 else None)}
+            for s in states]
+    emit(rows, PRODUCER_COLUMNS, output, text=pretty_print_table)
+
+
+# ---- find-hanging -----------------------------------------------------------------------------------
+
+@app.command("find-hanging")
+def find_hanging(
+    ctx: typer.Context,
+    topic: Annotated[str | None, typer.Option(
+        "--topic", metavar="TOPIC", help="Only this topic (default: every topic).",
+        autocompletion=complete_topic_names, show_default=False,
+    )] = None,
+    partition: Annotated[int | None, typer.Option(
+        "--partition", min=0, help="Only this partition (needs --topic).", show_default=False,
+    )] = None,
+    broker_id: BrokerIdOption = None,
+    max_transaction_timeout: Annotated[int, typer.Option(
+        "--max-transaction-timeout", metavar="MINUTES", min=0,
+        help="A transaction open longer than this is hanging even if its coordinator knows it.",
+    )] = 15,
+    no_sweep: NoSweepOption = False,
+    output: OutputOption = RowFormat.text,
+) -> None:
+    """Open transactions no coordinator transaction will ever end (or open too long)."""
+    _check_broker(broker_id)
+    if partition is not None and topic is None:
+        raise CommandError("--partition needs --topic", exit_code=USAGE)
+    with _admin(ctx, read_only=no_sweep) as admin:
+        found = admin.find_hanging_transactions(None if topic is None else [topic],
+                                                max_transaction_timeout * 60_000)
+        rows = []
+        for h in found:
+            if partition is not None and h.partition != partition:
+                continue
+            state = admin.store.partition(h.topic, h.partition).producer_states().get(h.producer_id, {})
+            coordinator_epoch = state.get("coordinator_epoch", -1)
+            rows.append({"topic": h.topic, "partition": h.partition, "producerId": h.producer_id,
+                         "producerEpoch": h.producer_epoch,
+                         "coordinatorEpoch": coordinator_epoch if coordinator_epoch >= 0 else None,
+                         "startOffset": h.start_offset, "lastTimestamp": state.get("last_timestamp"),
+                         "durationMin": h.open_ms // 60_000, "reason": h.reason})
+    emit(rows, HANGING_COLUMNS, output, text=pretty_print_table)
+
+
+# ---- abort (a hanging transaction) ------------------------------------------------------------------
+
+@app.command("abort")
+def abort_hanging(
+    ctx: typer.Context,
+    topic: TopicOption,
+    partition: PartitionOption,
+    start_offset: Annotated[int, typer.Option(
+        "--start-offset", min=0, help="First offset of the hanging transaction (see find-hanging).",
+        show_default=False,
+    )],
+) -> None:
+    """Abort a hanging transaction in one partition by writing an ABORT marker for it."""
+    _abort_hanging(ctx, topic, partition, start_offset)
+
+
+def _abort_hanging(ctx: typer.Context, topic: str, partition: int, start_offset: int) -> None:
+    from txlog.errors import InvalidTxnStateError
+    from txlog.topic_partition import TopicPartition
+
+    with _admin(ctx, read_only=False) as admin:
+        try:
+            marker = admin.abort_hanging_transaction(TopicPartition(topic, partition), start_offset)
+        except InvalidTxnStateError as exc:
+            raise CommandError(str(exc)) from None
+    status(ctx, f"Aborted the transaction starting at offset {start_offset} of {topic}-{partition} "
+                f"(abort marker at offset {marker}).")
+
+
+# ---- commit / abort --transactional-id (top-level verbs) --------------------------------------------
+
+def _end(ctx: typer.Context, transactional_id: str, commit: bool) -> None:
+    from txlog.errors import (
+        InvalidProducerEpochError,
+        InvalidProducerIdMappingError,
+        InvalidTxnStateError,
+        ProducerFencedError,
+        TransactionOutcomeUnknownError,
+    )
+
+    verb = "commit" if commit else "abort"
+    with _admin(ctx, read_only=False) as admin:
+        if admin.coordinator.describe(transactional_id) is None:  # checked first: creates nothing
+            raise CommandError(f"cannot {verb}: transactional id '{transactional_id}' is unknown")
+        try:
+            ids = admin.end_transaction(transactional_id, commit)
+        except InvalidProducerIdMappingError as exc:
+            raise CommandError(f"cannot {verb}: {exc}") from None
+        except InvalidTxnStateError as exc:
+            raise CommandError(f"cannot {verb}: {exc}") from None
+        except (ProducerFencedError, InvalidProducerEpochError) as exc:
+            raise CommandError(f"cannot {verb}: fenced: {exc}") from None
+        except TransactionOutcomeUnknownError as exc:
+            raise CommandError(
+                f"the outcome of the {verb} of '{transactional_id}' is ambiguous: {exc}; run "
+                f"'txlog {verb} --transactional-id {transactional_id}' again to learn it (do not abort blindly)",
+                exit_code=AMBIGUOUS,
+            ) from None
+    done = "Committed" if commit else "Aborted"
+    status(ctx, f"{done} the transaction of '{transactional_id}' (producer id {ids.producer_id}, "
+                f"epoch now {ids.epoch}).")
+
+
+def commit(
+    ctx: typer.Context,
+    transactional_id: Annotated[str, typer.Option(
+        "--transactional-id", metavar="ID", help="Commit the open transaction of this id.", show_default=False,
+    )],
+) -> None:
+    """Commit the open transaction of a transactional id (e.g. one whose producer died).
+
+    Exit 1 if the id is unknown, has no open transaction, or was already decided the other
+    way; exit 4 if the outcome is ambiguous (run the same command again).
+    """
+    _end(ctx, transactional_id, commit=True)
+
+
+def abort(
+    ctx: typer.Context,
+    transactional_id: Annotated[str | None, typer.Option(
+        "--transactional-id", metavar="ID", help="Abort the open transaction of this id.", show_default=False,
+    )] = None,
+    topic: Annotated[str | None, typer.Option(
+        "--topic", metavar="TOPIC", help="With --partition and --start-offset: abort a hanging transaction.",
+        autocompletion=complete_topic_names, show_default=False,
+    )] = None,
+    partition: Annotated[int | None, typer.Option("--partition", min=0, show_default=False)] = None,
+    start_offset: Annotated[int | None, typer.Option("--start-offset", min=0, show_default=False)] = None,
+) -> None:
+    """Abort the open transaction of a transactional id, or a hanging one by --topic/--partition/--start-offset.
+
+    Exit 1 if there is nothing to abort; exit 4 if the outcome is ambiguous (run it again).
+    """
+    hanging = (topic, partition, start_offset)
+    if transactional_id is not None:
+        if any(v is not None for v in hanging):
+            raise CommandError("give either --transactional-id or --topic/--partition/--start-offset, not both",
+                               exit_code=USAGE)
+        _end(ctx, transactional_id, commit=False)
+    elif all(v is not None for v in hanging):
+        _abort_hanging(ctx, topic, partition, start_offset)
+    else:
+        raise CommandError("give --transactional-id ID, or --topic T --partition P --start-offset O",
+                           exit_code=USAGE)
