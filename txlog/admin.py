@@ -15,8 +15,8 @@ from typing import Any, Callable, Iterable, Mapping
 from storage.records import ControlType
 from storage.store import Store, TopicDescription
 from txlog.coordinator import (
-    MAX_TRANSACTION_TIMEOUT_MS,
     DEFAULT_TRANSACTION_TIMEOUT_MS,
+    MAX_TRANSACTION_TIMEOUT_MS,
     ProducerIdAndEpoch,
     TransactionCoordinator,
     TransactionDescription,

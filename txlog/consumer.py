@@ -24,6 +24,7 @@ from typing import Callable, Iterable, Iterator, Mapping
 from storage.errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from storage.store import Store
 from txlog.consumer_record import ConsumerRecord
+from txlog.coordinator import TransactionCoordinator
 from txlog.errors import (
     IllegalArgumentError,
     IllegalStateError,
@@ -31,7 +32,6 @@ from txlog.errors import (
     NoOffsetForPartitionError,
     UnstableOffsetCommitError,
 )
-from txlog.coordinator import TransactionCoordinator
 from txlog.fetch import IsolationLevel, fetch
 from txlog.group_offsets import GroupOffsets, InvalidGroupIdError
 from txlog.topic_partition import OffsetAndMetadata, TopicPartition

@@ -47,7 +47,14 @@ from txlog.internal_topics import (
     owner_partition,
 )
 from txlog.replayed_state import ReplayedPartition
-from txlog.transaction_log import TxnLogValue, TxnState, decode_key, decode_value, encode_key, encode_value
+from txlog.transaction_log import (
+    TxnLogValue,
+    TxnState,
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
+)
 
 MAX_EPOCH = 32767  # Short.MAX_VALUE: reserved so a fence is always possible
 EXHAUSTED_EPOCH = 32766  # at or above this, the next bump rotates to a new producer id (§5.9)

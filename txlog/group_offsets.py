@@ -36,7 +36,11 @@ from txlog.errors import (
     OffsetMetadataTooLargeError,
     UnstableOffsetCommitError,
 )
-from txlog.internal_topics import CONSUMER_OFFSETS_TOPIC, ensure_internal_topic, owner_partition
+from txlog.internal_topics import (
+    CONSUMER_OFFSETS_TOPIC,
+    ensure_internal_topic,
+    owner_partition,
+)
 from txlog.offset_log import (
     OffsetKey,
     OffsetValue,

@@ -32,7 +32,11 @@ from storage.errors import KafkaError
 from storage.records import BatchBuilder, Compression, TimestampType
 from storage.store import Store
 from txlog.consumer_record import RecordMetadata
-from txlog.coordinator import DEFAULT_TRANSACTION_TIMEOUT_MS, ProducerIdAndEpoch, TransactionCoordinator
+from txlog.coordinator import (
+    DEFAULT_TRANSACTION_TIMEOUT_MS,
+    ProducerIdAndEpoch,
+    TransactionCoordinator,
+)
 from txlog.errors import (
     ConcurrentTransactionsError,
     IllegalStateError,
@@ -473,7 +477,9 @@ class Producer:
     def send_offsets_to_transaction(self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int],
                                     group_id: Any) -> None:
         """Commit a consumer group's offsets as part of this transaction (pending until it commits)."""
-        from txlog.group_offsets import GroupOffsets  # the group module builds on the producer's store
+        from txlog.group_offsets import (
+            GroupOffsets,  # the group module builds on the producer's store
+        )
 
         self._require_transactional()
         group = getattr(group_id, "group_id", group_id)
