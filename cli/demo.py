@@ -404,6 +404,10 @@ def demo(ctx: typer.Context) -> None:
     n.say(f"  {_command(opts.data_dir, 'topics', 'describe', DEMO_TOPIC)}")
     n.say(f"  {_command(opts.data_dir, 'topics', 'describe', DEMO_TOPIC, '--output', 'table')}")
     n.say(f"  {_command(opts.data_dir, 'topics', 'describe', TXN_TOPIC, '--output', 'table')}")
+    n.say(f"  {_command(opts.data_dir, 'inspect', os.path.join(opts.data_dir, f'{TXN_TOPIC}-0'), '--deep-iteration')}")
+    n.say(f"  {_command(opts.data_dir, 'transactions', 'list')}")
+    n.say(f"  {_command(opts.data_dir, 'transactions', 'describe', '--transactional-id', 'demo-crash')}")
+    n.say(f"  {_command(opts.data_dir, 'verify')}")
     elapsed = time.monotonic() - began
     if n.problems:
         for problem in n.problems:

@@ -215,11 +215,34 @@ def test_transaction_spanning_shell_commands(data_dir):
     assert run("consume", "-t", "t", data_dir=data_dir).stdout == ""
     assert run("consume", "-t", "t", "--isolation-level", "read_uncommitted", data_dir=data_dir).stdout == "a\nb\n"
 
-    proc = python("import txlog, sys\n"
-                  f"txlog.Admin({data_dir!r}).end_transaction('X', commit=True)\n")
-    assert proc.returncode == 0, proc.stderr
+    assert_ok(run("commit", "--transactional-id", "X", data_dir=data_dir))
     assert run("consume", "-t", "t", data_dir=data_dir).stdout == "a\nb\n"
     assert offsets(data_dir, "t") == (3, 3)
+    again = run("commit", "--transactional-id", "X", data_dir=data_dir)  # already decided: an error
+    assert again.returncode == 1 and again.stderr.startswith("Error: ")
+
+
+def test_scenario58_oversized_record_through_the_cli(data_dir):
+    """RECORD_TOO_LARGE: nothing appended, the sequence is not consumed; at the limit it is accepted."""
+    assert_ok(run("topics", "create", "big", "--config", "max.message.bytes=200", data_dir=data_dir))
+    too_big = run("produce", "-t", "big", data_dir=data_dir, stdin="x" * 300 + "\n")
+    assert too_big.returncode == 1
+    assert [ln for ln in too_big.stderr.splitlines() if ln.startswith("Error:")] == [
+        "Error: batch of 370 bytes exceeds max.message.bytes=200"]
+    assert offsets(data_dir, "big") == (0, 0)
+    # 61-byte header + a 139-byte record (1-byte length, 136 bytes of body) = exactly 200 bytes
+    at_limit = "y" * 130
+    assert_ok(run("produce", "-t", "big", data_dir=data_dir, stdin=at_limit + "\n"))
+    assert run("consume", "-t", "big", data_dir=data_dir).stdout == at_limit + "\n"
+    from storage import Store
+
+    with_limit = Store.open(data_dir, read_only=True)
+    assert [b.size for b in with_limit.partition("big", 0).read(0)] == [200]
+    with_limit.close()
+    inside_txn = run("produce", "-t", "big", "--transactional-id", "T58", data_dir=data_dir,
+                     stdin="ok\n" + "z" * 300 + "\n")
+    assert inside_txn.returncode == 1
+    assert run("consume", "-t", "big", data_dir=data_dir).stdout == at_limit + "\n"  # none of it committed
 
 
 def test_transactional_produce_commits_at_end_of_input(data_dir):
