@@ -122,13 +122,6 @@ def _sibling(path: str, suffix: str) -> str:
     return os.path.join(directory, os.path.basename(path).split(".")[0] + suffix)
 
 
-def _dec_seq(seq: int, decrement: int) -> int:
-    """DefaultRecordBatch.decrementSequence: sequences wrap at Integer.MAX_VALUE."""
-    if seq < decrement:
-        return INT32_MAX - (decrement - seq) + 1
-    return seq - decrement
-
-
 def optional_long(value: int | None) -> str:
     return "OptionalLong.empty" if value is None else f"OptionalLong[{value}]"
 
@@ -263,7 +256,10 @@ def _time_entries(data: bytes, base: int) -> list[tuple[int, int]]:
     return [(ts, base + rel) for ts, rel in _TIME_ENTRY.iter_unpack(data[:usable])]
 
 
-def _sanity_failure(path: str, reason: str, problems: Problems) -> dict[str, Any]:
+def _sanity_item(path: str, reason: str | None, problems: Problems) -> dict[str, Any]:
+    """What --index-sanity-check reports for one file; a failure is also a problem (exit 3)."""
+    if reason is None:
+        return {"type": "sanityCheck", "passed": True, "text": f"{path} passed sanity check."}
     problems.other.append(f"{path} failed sanity check: {reason}")
     return {"type": "sanityCheck", "passed": False, "reason": reason}
 
@@ -303,6 +299,14 @@ def _log_data(path: str) -> bytes | None:
         return None
 
 
+def _log_to_verify_against(path: str, problems: Problems) -> bytes | None:
+    """The `.log` beside an index; its absence is a problem, since nothing can be verified."""
+    log = _log_data(path)
+    if log is None:
+        problems.other.append(f"cannot verify {path}: {_sibling(path, LOG_SUFFIX)} does not exist")
+    return log
+
+
 def dump_index(path: str, opts: Options, problems: Problems) -> Iterator[dict[str, Any]]:
     base = base_offset_of(path)
     data = _read(path)
@@ -311,15 +315,9 @@ def dump_index(path: str, opts: Options, problems: Problems) -> Iterator[dict[st
         yield {"type": "message", "text": f"{path} is empty."}
         return
     if opts.sanity_only:
-        reason = offset_index_sanity(path, data, base)
-        if reason is not None:
-            yield _sanity_failure(path, reason, problems)
-        else:
-            yield {"type": "sanityCheck", "passed": True, "text": f"{path} passed sanity check."}
+        yield _sanity_item(path, offset_index_sanity(path, data, base), problems)
         return
-    log = _log_data(path)
-    if log is None:
-        problems.other.append(f"cannot verify {path}: {_sibling(path, LOG_SUFFIX)} does not exist")
+    log = _log_to_verify_against(path, problems)
     for i, (offset, position) in enumerate(entries):
         if offset == base and i > 0:
             return  # the zero-filled tail of a preallocated index
@@ -349,15 +347,9 @@ def dump_time_index(path: str, opts: Options, problems: Problems) -> Iterator[di
     base = base_offset_of(path)
     data = _read(path)
     if opts.sanity_only:
-        reason = time_index_sanity(path, data, base)
-        if reason is not None:
-            yield _sanity_failure(path, reason, problems)
-        else:
-            yield {"type": "sanityCheck", "passed": True, "text": f"{path} passed sanity check."}
+        yield _sanity_item(path, time_index_sanity(path, data, base), problems)
         return
-    log = _log_data(path)
-    if log is None:
-        problems.other.append(f"cannot verify {path}: {_sibling(path, LOG_SUFFIX)} does not exist")
+    log = _log_to_verify_against(path, problems)
     try:
         offset_entries = _offset_entries(_read(_sibling(path, INDEX_SUFFIX)), base)
     except FileNotFoundError:
@@ -403,6 +395,7 @@ def dump_snapshot(path: str, opts: Options, problems: Problems) -> Iterator[dict
 
     from storage.errors import CorruptSnapshotError
     from storage.producer_snapshot import decode_snapshot
+    from storage.sequence import dec_seq
 
     data = _read(path)
     try:
@@ -427,7 +420,7 @@ def dump_snapshot(path: str, opts: Options, problems: Problems) -> Iterator[dict
             "lastTimestamp": e.timestamp,
         }
         if e.last_offset >= 0:  # batch metadata is restored only for a producer with a data batch
-            item.update(firstSequence=_dec_seq(e.last_sequence, e.offset_delta), lastSequence=e.last_sequence,
+            item.update(firstSequence=dec_seq(e.last_sequence, e.offset_delta), lastSequence=e.last_sequence,
                         lastOffset=e.last_offset, offsetDelta=e.offset_delta, timestamp=e.timestamp)
         yield item
 

@@ -124,7 +124,7 @@ class _PartitionCheck:
         self.topic = topic
         self.partition = partition
         self.now = now
-        self.directory = store._partition_dir(topic, partition)
+        self.directory = store.partition_dir(topic, partition)
         try:
             self.config = store.topic_config(topic)
         except Exception:  # noqa: BLE001  a Kafka dir's topics have no txlog metadata: defaults
@@ -180,13 +180,13 @@ class _PartitionCheck:
     # ---- .log ----------------------------------------------------------------------------------
 
     def _segment(self, base: int, *, active: bool) -> None:
-        from storage.partition_log import _abort_replayer
+        from storage.partition_log import abort_replayer
         from storage.transaction_index import AbortedTxn
 
         path = self._path(base, ".log")
         data = _read(path)
         aborts: list[AbortedTxn] = []
-        replay = _abort_replayer(self.state, aborts.append)
+        replay = abort_replayer(self.state, aborts.append)
         if self.next_offset is None:
             self.next_offset = base  # resynchronise after bytes that could not be framed
         bad_crc: list[Any] = []

@@ -141,9 +141,22 @@ class PartitionLog:
         """First offset of the earliest open transaction, else the log end (DESIGN.md §6)."""
         with self._mutex:
             self._catch_up(repair=False)
-            first = self._state.first_unstable_offset()
-            end = self._segments[-1].next_offset
-            return end if first is None else max(min(first, end), self._segments[0].base_offset)
+            return self._lso()
+
+    def bounds(self) -> tuple[int, int, int]:
+        """(log start, last stable offset, log end) from one look at the files.
+
+        A reader needs all three before every fetch; asking for them one property at a
+        time would catch up on other writers and list the directory once per property.
+        """
+        with self._mutex:
+            self._refresh_segment_list()
+            return self._segments[0].base_offset, self._lso(), self._segments[-1].next_offset
+
+    def _lso(self) -> int:
+        first = self._state.first_unstable_offset()
+        end = self._segments[-1].next_offset
+        return end if first is None else max(min(first, end), self._segments[0].base_offset)
 
     def open_transactions(self) -> dict[int, int]:
         """producer id -> first offset of its still-open transaction in this partition."""
@@ -309,7 +322,7 @@ class PartitionLog:
         seg = self._segments[i]
         state = self._state_at_segment_start(i)
         seg.txn_index.reset()
-        seg.rebuild_indexes(_abort_replayer(state, seg.txn_index.append))
+        seg.rebuild_indexes(abort_replayer(state, seg.txn_index.append))
         seg.txn_checked, seg.abort_replay = seg.txn_index.stored_count(), None
 
     def _state_at_segment_start(self, i: int) -> ProducerStateManager:
@@ -1038,7 +1051,7 @@ def _replay_into(state: ProducerStateManager, batch: RecordBatch) -> CompletedTx
     return None
 
 
-def _abort_replayer(state: ProducerStateManager,
+def abort_replayer(state: ProducerStateManager,
                     sink: Callable[[AbortedTxn], None]) -> Callable[[RecordBatch], None]:
     """Recovery's replay of one segment's batches from `state`, handing each abort's entry to `sink`."""
 
@@ -1063,7 +1076,7 @@ class AbortReplay:
     def __init__(self, state: ProducerStateManager):
         self.aborts: list[AbortedTxn] = []
         self.position = 0
-        self._replay = _abort_replayer(state, self.aborts.append)
+        self._replay = abort_replayer(state, self.aborts.append)
 
     def advance(self, seg: LogSegment, end: int) -> list[AbortedTxn]:
         """Replay the batches between the last position and `end`; returns every abort so far."""

@@ -151,13 +151,14 @@ class Store:
 
         Read-only readers (inspect, Spark) can then open a topic nobody has written yet.
         """
-        path = self._partition_dir(name, p)
+        path = self.partition_dir(name, p)
         if os.path.isdir(path):
             shutil.rmtree(path)  # left by a create that crashed before its metadata was written
         os.makedirs(path)
         PartitionLog.create_empty(path)
 
-    def _partition_dir(self, name: str, p: int) -> str:
+    def partition_dir(self, name: str, p: int) -> str:
+        """Where the partition's files live (`<root>/<topic>-<partition>`, Kafka's layout)."""
         return os.path.join(self.root, f"{name}-{p}")
 
     def list_topics(self, *, include_internal: bool = True) -> list[str]:
@@ -240,7 +241,7 @@ class Store:
             for key in [k for k in self._logs if k[0] == name]:
                 self._logs.pop(key).close()
             for p in range(count):
-                path = self._partition_dir(name, p)
+                path = self.partition_dir(name, p)
                 if os.path.isdir(path):
                     doomed = f"{path}.{uuid.uuid4().hex}-delete"
                     os.rename(path, doomed)
@@ -262,7 +263,7 @@ class Store:
             raise UnknownTopicOrPartitionError(
                 f"topic '{topic}' has no partition {partition} (partitions: 0..{int(meta['partitions']) - 1})"
             )
-        path = self._partition_dir(topic, partition)
+        path = self.partition_dir(topic, partition)
         if not os.path.isdir(path) and self.read_only:
             raise UnknownTopicOrPartitionError(f"partition directory {path} is missing")
         config = TopicConfig.from_overrides(meta.get("config", {}))

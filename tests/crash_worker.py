@@ -416,14 +416,19 @@ HANG_GUARD = 180.0  # seconds: a worker silent this long is hung; the test fails
 
 
 class Worker:
-    """A worker subprocess whose stdout lines arrive on a queue (so reads can give up instead of hanging)."""
+    """A worker subprocess whose stdout lines arrive on a queue (so reads can give up instead of hanging).
+
+    Other worker scripts reuse it by overriding SCRIPT (and `_env` for their environment).
+    """
+
+    SCRIPT = WORKER
 
     def __init__(self, mode: str, store: str, *args: str | int, stdin: bool = False):
-        cmd = [sys.executable, WORKER, mode, "--store", store, *map(str, args)]
+        cmd = [sys.executable, self.SCRIPT, mode, "--store", store, *map(str, args)]
         self.cmd = cmd
         self.proc = subprocess.Popen(
             cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL, text=True, bufsize=1,
+            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL, text=True, bufsize=1, env=self._env(),
         )
         self.pid = self.proc.pid
         self.lines: list[str] = []
@@ -433,6 +438,9 @@ class Worker:
         self._err_thread = threading.Thread(target=self._drain, daemon=True)
         self._out_thread.start()
         self._err_thread.start()
+
+    def _env(self) -> dict[str, str] | None:
+        return None  # inherit ours
 
     def _pump(self, stream, q) -> None:
         for line in stream:

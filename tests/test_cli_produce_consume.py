@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from tests.test_cli import ROOT, _env, assert_ok, assert_one_error, assert_usage_error, make_store, python, tree
+from tests.test_cli import ROOT, _env, assert_ok, assert_one_error, assert_usage_error, make_store, tree
 
 
 def run(*args: str, data_dir: str, stdin: str | bytes | None = None, timeout: float = 60) -> subprocess.CompletedProcess:

@@ -39,18 +39,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import queue
 import random
 import signal
-import subprocess
 import sys
-import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+
+import crash_worker  # noqa: E402  (the shared worker driver; this directory is on sys.path)
 
 TXN_TOPIC = "__transaction_state"
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -335,7 +336,6 @@ def main(argv: list[str] | None = None) -> None:
 # =====================================================================================================
 
 WORKER = os.path.abspath(__file__)
-HANG_GUARD = 120.0
 
 
 def _worker_env() -> dict[str, str]:
@@ -349,70 +349,13 @@ def _worker_env() -> dict[str, str]:
     return env
 
 
-class Worker:
-    """A worker subprocess whose stdout lines arrive on a queue, so a wait can give up instead of hanging."""
+class Worker(crash_worker.Worker):
+    """A txn_crash_worker subprocess, driven like the storage crash workers."""
 
-    def __init__(self, mode: str, store: str, *args, stdin: bool = False):
-        self.cmd = [sys.executable, WORKER, mode, "--store", store, *map(str, args)]
-        self.proc = subprocess.Popen(self.cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     stdin=subprocess.PIPE if stdin else subprocess.DEVNULL, text=True, bufsize=1,
-                                     env=_worker_env())
-        self.pid = self.proc.pid
-        self.lines: list[str] = []
-        self._q: queue.Queue = queue.Queue()
-        self._err: list[str] = []
-        threading.Thread(target=self._pump, daemon=True).start()
-        threading.Thread(target=lambda: self._err.extend(self.proc.stderr), daemon=True).start()
+    SCRIPT = WORKER
 
-    def _pump(self) -> None:
-        for line in self.proc.stdout:
-            self._q.put(line.rstrip("\n"))
-        self._q.put(None)
-
-    @property
-    def stderr(self) -> str:
-        return "".join(self._err)
-
-    def expect(self, prefix: str, timeout: float = HANG_GUARD) -> str:
-        """Read lines until one starts with `prefix`; AssertionError at EOF or after `timeout`."""
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                line = self._q.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                self.kill()
-                raise AssertionError(f"{self.cmd}: no {prefix!r} within {timeout} s\n{self.stderr}") from None
-            if line is None:
-                self._q.put(None)
-                self.proc.wait()
-                raise AssertionError(f"{self.cmd} exited {self.proc.returncode} before {prefix!r}; "
-                                     f"lines {self.lines[-6:]}\nstderr:\n{self.stderr}")
-            self.lines.append(line)
-            if line.startswith(prefix):
-                return line
-
-    def send(self, line: str) -> None:
-        self.proc.stdin.write(line + "\n")
-        self.proc.stdin.flush()
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
-
-    def finish(self, timeout: float = HANG_GUARD) -> list[str]:
-        """Wait for the process to end; every stdout line it printed."""
-        try:
-            self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            raise AssertionError(f"{self.cmd} did not finish within {timeout} s\n{self.stderr}") from None
-        while True:
-            line = self._q.get(timeout=HANG_GUARD)
-            if line is None:
-                self._q.put(None)
-                return self.lines
-            self.lines.append(line)
+    def _env(self) -> dict[str, str]:
+        return _worker_env()
 
     def line(self, prefix: str) -> str | None:
         return next((line for line in self.lines if line.startswith(prefix)), None)
@@ -679,8 +622,6 @@ def check_store(root: str, *, settled: bool = True, allow_torn: bool = False) ->
     """
     from storage import Store
     from txlog.transaction_log import TxnState
-
-    import crash_worker
 
     store = Store.open(root, read_only=True)  # a checker must not repair what it checks
     try:

@@ -168,8 +168,9 @@ class Admin:
     def _hanging_in(self, topic: str, p: int, live: set, now: int, limit_ms: int) -> list[HangingTransaction]:
         out = []
         log = self.store.partition(topic, p)
+        states = log.producer_states()
         for pid, start in sorted(log.open_transactions().items()):
-            state = log.producer_states().get(pid, {})
+            state = states.get(pid, {})
             open_ms = now - state.get("last_timestamp", now)
             if (pid, (topic, p)) not in live:
                 reason = "no ongoing coordinator transaction includes this partition"

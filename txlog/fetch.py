@@ -72,12 +72,10 @@ def fetch(log: PartitionLog, start_offset: int, isolation: IsolationLevel | str,
     """
     isolation = IsolationLevel.parse(isolation)
     _check_limits(max_records, max_bytes)
-    # LSO before HW: the log only grows between the two reads, so LSO ≤ HW holds.
-    lso = log.last_stable_offset
-    hw = log.log_end_offset
-    if start_offset < log.log_start_offset or start_offset > hw:
+    log_start, lso, hw = log.bounds()
+    if start_offset < log_start or start_offset > hw:
         raise OffsetOutOfRangeError(
-            f"offset {start_offset} is outside [{log.log_start_offset}, {hw}] of {log.topic}-{log.partition}"
+            f"offset {start_offset} is outside [{log_start}, {hw}] of {log.topic}-{log.partition}"
         )
     upper = lso if isolation is IsolationLevel.READ_COMMITTED else hw
     if start_offset >= upper:

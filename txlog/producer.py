@@ -50,6 +50,7 @@ from txlog.errors import (
     UnknownProducerIdError,
     UnknownTopicOrPartitionError,
 )
+from txlog.group_offsets import GroupOffsets
 from txlog.internal_topics import CONSUMER_OFFSETS_TOPIC
 from txlog.topic_partition import OffsetAndMetadata, TopicPartition
 from txlog.transport import FaultPlan, Transport
@@ -231,6 +232,7 @@ class Producer:
         self._clock = clock or _now_ms
         self._transport = Transport(self.store, faults)
         self._coordinator = TransactionCoordinator(self.store, clock=clock) if transactional_id is not None else None
+        self._groups = GroupOffsets(self.store, clock=clock) if transactional_id is not None else None
         self._ids = ProducerIdAndEpoch(-1, -1)
         self._sequences: dict[TopicPartition, int] = {}
         self._batches: dict[TopicPartition, _OpenBatch] = {}
@@ -477,14 +479,10 @@ class Producer:
     def send_offsets_to_transaction(self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int],
                                     group_id: Any) -> None:
         """Commit a consumer group's offsets as part of this transaction (pending until it commits)."""
-        from txlog.group_offsets import (
-            GroupOffsets,  # the group module builds on the producer's store
-        )
-
         self._require_transactional()
         group = getattr(group_id, "group_id", group_id)
         self._check_can_send()
-        groups = GroupOffsets(self.store, clock=self._clock)
+        groups = self._groups
         tp = TopicPartition(CONSUMER_OFFSETS_TOPIC, groups.partition_for(group))
         now = self._clock()
         builder = BatchBuilder(max_bytes=1 << 30, is_transactional=True)

@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterable
 from storage.store import Store
 from txlog.consumer import Consumer
 from txlog.consumer_record import ConsumerRecord
-from txlog.errors import KafkaError
+from txlog.errors import KafkaError, ProducerFencedError, TransactionOutcomeUnknownError
 from txlog.producer import Producer
 from txlog.topic_partition import OffsetAndMetadata, TopicPartition
 
@@ -120,8 +120,6 @@ class TransformLoop:
 
     def _abort(self, cause: BaseException | None) -> None:
         """Abort the round and move the consumer back to the committed offsets."""
-        from txlog.errors import ProducerFencedError, TransactionOutcomeUnknownError
-
         if isinstance(cause, (ProducerFencedError, TransactionOutcomeUnknownError)):
             raise cause  # fenced: another instance owns the id; unknown: never abort a possible commit
         self.producer.abort_transaction()
