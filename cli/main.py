@@ -18,7 +18,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from cli import consume, demo, groups, process, produce, topics, transactions, verify
+from cli import consume, demo, groups, process, produce, sql, topics, transactions, verify
 from cli import inspect as inspect_cmd
 from cli.context import DATA_DIR_ENV, DEFAULT_DATA_DIR, CommandError, Settings
 
@@ -111,6 +111,7 @@ app.command("demo")(demo.demo)
 app.command("inspect")(inspect_cmd.inspect)
 app.command("verify")(verify.verify)
 app.command("process", context_settings={"allow_interspersed_args": False})(process.process)
+app.command("sql")(sql.sql)
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ from storage.errors import (
     ReadOnlyStoreError,
     RecordTooLargeError,
 )
+from storage.extent import SegmentExtent
 from storage.lock import FileLock
 from storage.producer_snapshot import (
     delete_snapshot,
@@ -811,6 +812,28 @@ class PartitionLog:
                         return out
                     out.append(batch)
                     total += batch.size
+            return out
+
+    def extents(self, start_offset: int, end_offset: int) -> list[SegmentExtent]:
+        """Where the batches holding offsets [start_offset, end_offset) lie, one extent per segment.
+
+        For readers in other processes (DESIGN.md §8): each extent starts at the offset
+        index's position for `start_offset` (its indexes checked first, as any lookup
+        here is) and ends where this view's whole batches end, so the reader needs no
+        recovery or index of its own. Batches outside the offsets may lie at either end.
+        """
+        with self._mutex:
+            self._refresh_segment_list()
+            if end_offset <= start_offset:
+                return []
+            out: list[SegmentExtent] = []
+            segments = self._segments
+            for i in range(self._segment_index_for(start_offset), len(segments)):
+                seg = segments[i]
+                if seg.base_offset >= end_offset:
+                    break
+                position = self._verified(seg).read_position(start_offset) if seg.base_offset < start_offset else 0
+                out.append(SegmentExtent(seg.directory, seg.base_offset, position, self._readable_end(seg)))
             return out
 
     def _readable_end(self, seg: LogSegment) -> int:

@@ -49,3 +49,13 @@ def kafka_real_copy(tmp_path) -> str:
     dst = tmp_path / "kafka-real"
     shutil.copytree(KAFKA_REAL, dst, ignore=shutil.ignore_patterns("README.md"))
     return str(dst)
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """The one SparkSession of the test run (local[2], UI off), with the txlog source registered."""
+    from txlog.spark import local_session  # pyspark is a test dependency: a missing one must fail
+
+    session = local_session("local[2]", app_name="txlog-tests")
+    yield session
+    session.stop()

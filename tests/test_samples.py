@@ -34,3 +34,17 @@ def test_exactly_once_sample_survives_kill_9_and_rerun(tmp_path):
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert "squares holds 1000 records, 1000 distinct" in out.stdout
+
+
+def test_spark_analysis_sample_answers_its_questions(tmp_path):
+    """samples/spark_analysis.py: its own Spark session, in a process of its own like a user's."""
+    out = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "samples", "spark_analysis.py"), str(tmp_path / "data")],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "orders: 225 committed records, 300 written" in out.stdout
+    rates = [line.split("|")[1:4] for line in out.stdout.splitlines() if line.count("|") == 4]
+    assert [[cell.strip() for cell in row] for row in rates[1:4]] == [
+        ["0", "20", "0.00"], ["1", "20", "0.25"], ["2", "20", "0.50"]]
+    assert "CompleteAbort" in out.stdout and "CompleteCommit" in out.stdout

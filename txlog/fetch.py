@@ -93,7 +93,7 @@ def _check_limits(max_records: int, max_bytes: int) -> None:
         raise IllegalArgumentError(f"max_bytes must be a positive integer, not {max_bytes!r}")
 
 
-class _AbortedFilter:
+class AbortedFilter:
     """The consumer's side of read_committed: which producers' batches are inside an aborted txn.
 
     Entries are taken in first-offset order as the walk reaches them; a producer stays
@@ -119,14 +119,14 @@ class _AbortedFilter:
             while self._pending and self._pending[-1].first_offset <= batch.last_offset:
                 self._producers.add(self._pending.pop().producer_id)
             if batch.is_control:
-                if _is_abort_marker(batch):
+                if is_abort_marker(batch):
                     self._producers.discard(batch.producer_id)
                 return True
             return batch.is_transactional and batch.producer_id in self._producers
         return batch.is_control
 
 
-def _is_abort_marker(batch: RecordBatch) -> bool:
+def is_abort_marker(batch: RecordBatch) -> bool:
     """Whether a control batch ends its producer's transaction with ABORT.
 
     A control batch emptied by compaction has no record left; it ends nothing.
@@ -189,7 +189,7 @@ class _Walk:
         self.start_offset = start_offset
         self.max_records = max_records
         self.committed_only = committed_only
-        self.filter = _AbortedFilter(())
+        self.filter = AbortedFilter(())
         self.records: list[ConsumerRecord] = []
         self.next_offset = start_offset
 

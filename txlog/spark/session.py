@@ -1,0 +1,37 @@
+"""A local SparkSession set up for txlog: what `txlog sql`, the samples and the tests start.
+
+Spark's Python workers are started with `PYSPARK_PYTHON` (default: whatever `python3`
+is on PATH), which may lack txlog; pointing it at this interpreter makes the workers
+see the same installed packages as the driver.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def local_session(master: str = "local[2]", *, app_name: str = "txlog", log_level: str = "ERROR",
+                  extra_conf: dict[str, str] | None = None):
+    """Get or create a local session: UI off, UTC session time zone, txlog registered."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.driver.extraJavaOptions", "-Dlog4j2.level=ERROR")
+    )
+    for key, value in (extra_conf or {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(log_level)
+    from txlog.spark import register
+
+    register(spark)
+    return spark

@@ -1,0 +1,95 @@
+"""The `txlog` format: a PySpark Python data source over a txlog store or Kafka data directory.
+
+    spark.read.format("txlog").option("subscribe", "orders").load("/path/to/store")
+
+`DataSource` is what Spark instantiates from the format name; it hands out a batch
+reader (planning on the driver, reading on executors) and a stream reader. Which rows
+come out is chosen by the `view` option: the records themselves (Spark's Kafka source
+schema), one row per batch, or the decoded `__transaction_state` history.
+
+The classes live in an importable module and are pickled by reference, so executors
+need nothing but the txlog package installed.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
+
+from txlog.spark.options import SourceOptions, parse_options
+from txlog.spark.planning import plan_batch
+from txlog.spark.range_reader import read_range
+from txlog.spark.schemas import record_schema
+
+FORMAT = "txlog"
+
+
+class TxlogDataSource(DataSource):
+    """Spark's entry point for `format("txlog")`."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def schema(self) -> str:
+        options = parse_options(self.options, streaming=None)
+        if options.view != "records":
+            return _view_module(options.view).SCHEMA
+        return record_schema(include_headers=options.include_headers,
+                             include_transaction_columns=options.include_transaction_columns)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return TxlogReader(parse_options(self.options, streaming=False), schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from txlog.spark.stream import TxlogStreamReader  # streaming is the rarer path
+
+        return TxlogStreamReader(parse_options(self.options, streaming=True), schema)
+
+
+class TxlogReader(DataSourceReader):
+    """A batch query: `partitions()` runs once on the driver, `read()` once per task on an executor."""
+
+    def __init__(self, options: SourceOptions, schema: StructType):
+        self.options = options
+        self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
+
+    def partitions(self) -> list[InputPartition]:
+        return [InputPartition(part) for part in plan_view(self.options)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return read_view(self.options, partition.value, self.arrow_schema)
+
+
+def _view_module(view: str):
+    """The module of an analysis view: its SCHEMA, plan(options) and read(part, arrow_schema)."""
+    if view == "batches":
+        from txlog.spark import batches_view
+
+        return batches_view
+    from txlog.spark import transactions_view
+
+    return transactions_view
+
+
+def plan_view(options: SourceOptions) -> list:
+    """The picklable input partitions of a batch query of the chosen view."""
+    if options.view != "records":
+        return _view_module(options.view).plan(options)
+    return plan_batch(options)
+
+
+def read_view(options: SourceOptions, part, arrow_schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """Read one input partition planned by `plan_view`.
+
+    Spark replaces an empty list of input partitions by one partition holding None.
+    """
+    if part is None:
+        return iter(())
+    if options.view != "records":
+        return _view_module(options.view).read(part, arrow_schema)
+    return read_range(part, arrow_schema, fail_on_data_loss=options.fail_on_data_loss)

@@ -1,0 +1,141 @@
+"""`spark.readStream.format("txlog")`: a micro-batch source with Kafka's offsets and exactly-once restarts.
+
+Offsets are Spark's Kafka JSON, {"topic": {"partition": next offset}}, so a checkpoint
+reads like one written by the Kafka source. Each micro-batch reads [previous end, new
+end) of every partition; "latest" is the last stable offset under read_committed, so
+a micro-batch never holds part of an undecided transaction and its rows cannot change
+afterwards. That, with Spark's offset log, is what makes a restart exactly-once: a
+batch re-planned after a crash covers the same offsets, its ends fixed in the
+checkpoint, and the same `.txnindex` entries decide the same rows.
+
+Partitions that appear while the query runs (new topics matching the pattern, added
+partitions) are read from their earliest offset, as the Kafka source does.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterator
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from txlog.spark.options import SourceOptions
+from txlog.spark.planning import (
+    PartitionBounds,
+    TopicPartitionKey,
+    open_store,
+    partition_bounds,
+    plan_ranges,
+    resolve_offsets,
+    select_partitions,
+)
+from txlog.spark.range_reader import read_range
+
+Offsets = dict[TopicPartitionKey, int]
+
+
+def to_json_offsets(offsets: Offsets) -> dict[str, dict[str, int]]:
+    """Kafka's JSON shape: {"topic": {"0": 23}} (Spark stores the dict as that JSON)."""
+    out: dict[str, dict[str, int]] = {}
+    for (topic, partition), offset in sorted(offsets.items()):
+        out.setdefault(topic, {})[str(partition)] = offset
+    return out
+
+
+def from_json_offsets(value: dict) -> Offsets:
+    return {(topic, int(p)): int(offset) for topic, parts in value.items() for p, offset in parts.items()}
+
+
+class TxlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Planning (offsets, partitions) runs on the driver; `read` on executors, as in batch queries."""
+
+    def __init__(self, options: SourceOptions, schema: StructType):
+        self.options = options
+        self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
+        self._available_now: Offsets | None = None
+
+    def initialOffset(self) -> dict:
+        """Where a new query starts (startingOffsets, 'latest' by default); a restart uses its checkpoint."""
+        bounds = self._bounds()
+        return to_json_offsets(resolve_offsets(self.options.starting_offsets, bounds,
+                                               committed_only=self.options.committed_only,
+                                               option="startingOffsets"))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_offsets_per_trigger:
+            return ReadMaxRows(self.options.max_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Trigger.AvailableNow: read up to what is visible now, then stop."""
+        self._available_now = self._latest()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        """The end of the next micro-batch: the visible end of every partition, within `limit`."""
+        begin = from_json_offsets(start)
+        bounds = self._bounds()
+        latest = self._available_now
+        if latest is None:
+            latest = {tp: b.latest(self.options.committed_only) for tp, b in bounds.items()}
+        for tp, offset in latest.items():
+            begin.setdefault(tp, bounds[tp].log_start if tp in bounds else offset)
+        end = {tp: max(begin[tp], offset) for tp, offset in latest.items()}
+        return to_json_offsets(_limited(begin, end, limit))
+
+    def reportLatestOffset(self) -> dict:
+        return to_json_offsets(self._latest())
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        begin, finish = from_json_offsets(start), from_json_offsets(end)
+        store = open_store(self.options.path)
+        try:
+            bounds = partition_bounds(store, list(finish))
+            begin = {tp: begin.get(tp, b.log_start) for tp, b in bounds.items()}
+            ranges = plan_ranges(store, self.options, bounds, begin, finish)
+        finally:
+            store.close()
+        return [InputPartition(r) for r in ranges]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return read_range(partition.value, self.arrow_schema, fail_on_data_loss=self.options.fail_on_data_loss)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to do: progress lives in Spark's checkpoint, not in the store."""
+
+    # ---- helpers ------------------------------------------------------------------------------
+
+    def _bounds(self) -> dict[TopicPartitionKey, PartitionBounds]:
+        store = open_store(self.options.path)
+        try:
+            return partition_bounds(store, select_partitions(store, self.options))
+        finally:
+            store.close()
+
+    def _latest(self) -> Offsets:
+        return {tp: b.latest(self.options.committed_only) for tp, b in self._bounds().items()}
+
+
+def _limited(begin: Offsets, end: Offsets, limit: ReadLimit) -> Offsets:
+    """Cap the micro-batch at `limit`, sharing a row budget across partitions by backlog (as Kafka's source)."""
+    backlog = {tp: end[tp] - begin[tp] for tp in end}
+    total = sum(backlog.values())
+    if isinstance(limit, ReadMinRows):
+        return end if total >= limit.min_rows else {tp: begin[tp] for tp in end}
+    if not isinstance(limit, ReadMaxRows) or total <= limit.max_rows:
+        return end
+    out = {}
+    for tp, size in backlog.items():
+        share = limit.max_rows * size / total
+        step = math.floor(share) if share >= 1 else math.ceil(share)
+        out[tp] = min(end[tp], begin[tp] + step)
+    return out
