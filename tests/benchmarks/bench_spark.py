@@ -471,7 +471,7 @@ def profile_read(spark, root: str, expected: dict, spark_rate: dict[str, float],
         return sum(b.records_count for r in ranges for b in visible_batches(r))
 
     def decoded(ranges) -> int:
-        return sum(len(b.records()) for r in ranges for b in visible_batches(r))
+        return sum(len(b.record_tuples()) for r in ranges for b in visible_batches(r))
 
     def full(ranges) -> int:
         return sum(batch.num_rows for r in ranges for batch in read_range(r, schema))
@@ -496,7 +496,7 @@ def profile_read(spark, root: str, expected: dict, spark_rate: dict[str, float],
         print(f"{label + ' plan_batch (driver side, once per query)':<52}{'':>11}{time.process_time() - start:>8.3f}")
         steps = {
             "frame + CRC + abort filter (visible_batches)": frames,
-            "  + decode (batch.records())": decoded,
+            "  + decode (batch.record_tuples())": decoded,
             "  + gather columns + Arrow (read_range)": full,
             "read_range with the GC disabled": full_without_gc,
         }
@@ -552,8 +552,8 @@ def arrow_pieces(r0) -> None:
         n += batch.records_count
         if n >= ROWS_PER_ARROW_BATCH:
             break
-    decode_s = _best(lambda: sum(len(b.records()) for b in batches))  # nothing kept alive: pure decode
-    records = [rec for b in batches for rec in b.records()]
+    decode_s = _best(lambda: sum(len(b.record_tuples()) for b in batches))  # nothing kept alive: pure decode
+    records = [rec for b in batches for rec in b.record_tuples()]
     cols = list(zip(*records))
     topic_scalar, int_scalar = pa.scalar(TOPIC, pa.string()), pa.scalar(0, pa.int32())
     pieces = {
@@ -570,7 +570,7 @@ def arrow_pieces(r0) -> None:
     }
     print(f"\nread_range's flush() taken apart, on the first {n:,} visible records of partition {r0.partition} "
           f"(one flush's worth; least CPU of 3); decode for comparison:")
-    print(f"  {'decode (batch.records())':<42}{decode_s * 1e3:>8.1f} ms {decode_s / n * 1e9:>7.0f} ns/record")
+    print(f"  {'decode (batch.record_tuples())':<42}{decode_s * 1e3:>8.1f} ms {decode_s / n * 1e9:>7.0f} ns/record")
     for name, fn in pieces.items():
         seconds = _best(fn)
         print(f"  {name:<42}{seconds * 1e3:>8.1f} ms {seconds / n * 1e9:>7.0f} ns/record")
