@@ -10,6 +10,9 @@ from __future__ import annotations
 import os
 import sys
 
+#: Errors only, on stderr: without it the JVM prints a screenful of start-up warnings.
+LOG4J2_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
+
 
 def local_session(master: str = "local[2]", *, app_name: str = "txlog", log_level: str = "ERROR",
                   extra_conf: dict[str, str] | None = None):
@@ -25,7 +28,7 @@ def local_session(master: str = "local[2]", *, app_name: str = "txlog", log_leve
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.driver.extraJavaOptions", "-Dlog4j2.level=ERROR")
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{LOG4J2_CONFIG}")
     )
     for key, value in (extra_conf or {}).items():
         builder = builder.config(key, value)
