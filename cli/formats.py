@@ -44,9 +44,12 @@ def _cell(value: Any, missing: str) -> str:
 
 
 def emit(rows: Sequence[dict[str, Any]], columns: Columns, output: RowFormat, *,
-         text: Callable[[list[str], list[list[str]]], list[str]], missing: str = "None",
+         text: Callable[[list[str], list[list[str]]], list[str]] | None = None, missing: str = "None",
          single: bool = False) -> None:
-    """Print rows; with `single`, json prints the one row as an object rather than an array."""
+    """Print rows; with `single`, json prints the one row as an object rather than an array.
+
+    `text` lays out RowFormat.text; a verb without a text layout passes none and never asks for it.
+    """
     headers = [h for h, _ in columns]
     if output is RowFormat.json:
         print_json(rows[0] if single and rows else list(rows))
@@ -65,6 +68,8 @@ def emit(rows: Sequence[dict[str, Any]], columns: Columns, output: RowFormat, *,
     elif output is RowFormat.table:
         print_table(cells(rows, columns, missing), headers)
     else:
+        if text is None:
+            raise ValueError("this output has no text layout")
         for line in text(headers, cells(rows, columns, missing)):
             typer.echo(line)
 

@@ -71,9 +71,7 @@ class BinaryFormat(str, Enum):
 
 def quoted(name: str) -> str:
     """A view name as it is written in a query: backticks unless it is a plain identifier."""
-    if _PLAIN_IDENTIFIER.fullmatch(name):
-        return name
-    return "`" + name.replace("`", "``") + "`"
+    return name if _PLAIN_IDENTIFIER.fullmatch(name) else _backticked(name)
 
 
 def _backticked(name: str) -> str:
@@ -181,17 +179,12 @@ def _print_result(table: Any, output: SqlOutput, binary: BinaryFormat) -> bool:
     if output in (SqlOutput.json, SqlOutput.jsonl):
         keys = _unique(names)
         rows = [{k: cells.json_value(v) for k, v in zip(keys, row)} for row in rows_by_index]
-        emit(rows, [(k, k) for k in keys], RowFormat(output.value), text=_no_text)
+        emit(rows, [(k, k) for k in keys], RowFormat(output.value))
     elif names:
         missing = "null" if output is SqlOutput.table else ""
         rows = [{str(i): cells.text(v, missing) for i, v in enumerate(row)} for row in rows_by_index]
-        emit(rows, [(name, str(i)) for i, name in enumerate(names)], RowFormat(output.value), text=_no_text,
-             missing=missing)
+        emit(rows, [(name, str(i)) for i, name in enumerate(names)], RowFormat(output.value), missing=missing)
     return cells.hexed
-
-
-def _no_text(headers: list[str], rows: list[list[str]]) -> list[str]:  # pragma: no cover  (no text layout)
-    raise AssertionError("txlog sql has no text layout")
 
 
 # ---- Spark --------------------------------------------------------------------------------------

@@ -42,15 +42,14 @@ import os
 import pstats
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchutil import Sample, median_after_cold, scratch_dir, spread, timed  # noqa: E402
+from benchutil import Sample, fsync_skipped, median_after_cold, scratch_dir, spread, timed  # noqa: E402
 
 from storage import Store  # noqa: E402
 from storage.records import build_batch  # noqa: E402
@@ -117,19 +116,6 @@ def _flush(pending: dict[int, list[bytes]], logs: dict, index: int) -> None:
     batches = pending.pop(index, [])
     if batches:
         logs[index].append(b"".join(batches))
-
-
-@contextmanager
-def fsync_skipped() -> Iterator[None]:
-    """Setup only: the bulk need not be durable to be opened from the page cache, and with one
-    fsync per append a shared VM disk made writing it take minutes. os.sync() afterwards."""
-    saved = os.fsync, os.fdatasync
-    os.fsync = os.fdatasync = lambda fd: None
-    try:
-        yield
-    finally:
-        os.fsync, os.fdatasync = saved
-        os.sync()
 
 
 def run_transactions(coordinator: TransactionCoordinator, ids: list[str], transactions: int) -> None:

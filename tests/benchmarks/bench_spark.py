@@ -72,7 +72,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchutil import MiB, Sample, median_after_cold, scratch_dir, spread, verdict  # noqa: E402
+from benchutil import MiB, Sample, fsync_skipped, median_after_cold, scratch_dir, spread, verdict  # noqa: E402
 
 from storage import Store  # noqa: E402
 from storage.records import ControlType, build_batch  # noqa: E402
@@ -123,56 +123,53 @@ def build_store(root: str, args: argparse.Namespace) -> dict:
     """Write the store; returns what a reader must find (per-partition and total counts)."""
     per_batch = max(1, (args.batch_kb * 1024 - 61) // RECORD_BYTES)
     source = _Records()
-    saved = os.fsync, os.fdatasync
-    os.fsync = os.fdatasync = lambda fd: None  # setup only, see the docstring
-    store = Store.open(root)
-    try:
-        store.create_topic(TOPIC, args.partitions)
-        pids = [store.allocate_producer_id() for _ in range(2)]
-        txns = 0
-        parts = []
-        for p in range(args.partitions):
-            log = store.partition(TOPIC, p)
-            quota = args.records // args.partitions + (p < args.records % args.partitions)
-            c = {"committed": 0, "aborted": 0, "plain": 0, "markers": 0, "aborted_txns": 0}
-            seqs = {pid: 0 for pid in pids}
-            while quota:
-                sizes = []
-                for _ in pids:
-                    sizes.append(min(args.txn_records, quota))
-                    quota -= sizes[-1]
-                lanes = []
-                for pid, n in zip(pids, sizes):
-                    batches, seqs[pid] = _batches(source, n, per_batch, producer_id=pid, producer_epoch=EPOCH,
-                                                  base_sequence=seqs[pid], is_transactional=True)
-                    lanes.append(batches)
-                # the two producers' batches interleaved, as concurrent producers would leave them
-                interleaved = [b for pair in zip_longest(*lanes) for b in pair if b is not None]
-                if interleaved:
-                    log.append(b"".join(interleaved))
-                for pid, n in zip(pids, sizes):
-                    if not n:
-                        continue
-                    txns += 1
-                    abort = txns % args.abort_every == 0
-                    log.append_marker(ControlType.ABORT if abort else ControlType.COMMIT, pid, EPOCH,
-                                      timestamp=TS0 + source.next // 64)
-                    c["aborted" if abort else "committed"] += n
-                    c["aborted_txns"] += abort
-                    c["markers"] += 1
-                n = min(per_batch, quota)
-                if n:
-                    quota -= n
-                    log.append(_batches(source, n, per_batch)[0][0])
-                    c["plain"] += n
-            c["log_end"] = log.log_end_offset
-            assert c["log_end"] == c["committed"] + c["aborted"] + c["plain"] + c["markers"], (p, c)
-            assert log.last_stable_offset == log.log_end_offset
-            parts.append(c)
-    finally:
-        store.close()
-        os.fsync, os.fdatasync = saved
-        os.sync()
+    with fsync_skipped():  # setup only, see the docstring
+        store = Store.open(root)
+        try:
+            store.create_topic(TOPIC, args.partitions)
+            pids = [store.allocate_producer_id() for _ in range(2)]
+            txns = 0
+            parts = []
+            for p in range(args.partitions):
+                log = store.partition(TOPIC, p)
+                quota = args.records // args.partitions + (p < args.records % args.partitions)
+                c = {"committed": 0, "aborted": 0, "plain": 0, "markers": 0, "aborted_txns": 0}
+                seqs = {pid: 0 for pid in pids}
+                while quota:
+                    sizes = []
+                    for _ in pids:
+                        sizes.append(min(args.txn_records, quota))
+                        quota -= sizes[-1]
+                    lanes = []
+                    for pid, n in zip(pids, sizes):
+                        batches, seqs[pid] = _batches(source, n, per_batch, producer_id=pid, producer_epoch=EPOCH,
+                                                      base_sequence=seqs[pid], is_transactional=True)
+                        lanes.append(batches)
+                    # the two producers' batches interleaved, as concurrent producers would leave them
+                    interleaved = [b for pair in zip_longest(*lanes) for b in pair if b is not None]
+                    if interleaved:
+                        log.append(b"".join(interleaved))
+                    for pid, n in zip(pids, sizes):
+                        if not n:
+                            continue
+                        txns += 1
+                        abort = txns % args.abort_every == 0
+                        log.append_marker(ControlType.ABORT if abort else ControlType.COMMIT, pid, EPOCH,
+                                          timestamp=TS0 + source.next // 64)
+                        c["aborted" if abort else "committed"] += n
+                        c["aborted_txns"] += abort
+                        c["markers"] += 1
+                    n = min(per_batch, quota)
+                    if n:
+                        quota -= n
+                        log.append(_batches(source, n, per_batch)[0][0])
+                        c["plain"] += n
+                c["log_end"] = log.log_end_offset
+                assert c["log_end"] == c["committed"] + c["aborted"] + c["plain"] + c["markers"], (p, c)
+                assert log.last_stable_offset == log.log_end_offset
+                parts.append(c)
+        finally:
+            store.close()
     total = {k: sum(c[k] for c in parts) for k in parts[0]}
     total["visible"] = total["committed"] + total["plain"]
     total["data"] = total["visible"] + total["aborted"]

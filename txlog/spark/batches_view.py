@@ -34,14 +34,14 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from storage.errors import KafkaError, OffsetOutOfRangeError
-from storage.extent import SegmentExtent, read_extent
+from storage.errors import KafkaError
+from storage.extent import SegmentExtent
 from storage.records import COMPRESSION_MASK, NO_TIMESTAMP, ControlType, RecordBatch
 from storage.store import Store
 from txlog.spark.arrow_columns import timestamp_array
 from txlog.spark.options import SourceOptions
 from txlog.spark.planning import open_store, select_partitions
-from txlog.spark.range_reader import ROWS_PER_ARROW_BATCH
+from txlog.spark.range_reader import ROWS_PER_ARROW_BATCH, extent_batches
 
 SCHEMA = (
     "topic string, partition int, baseOffset long, lastOffset long, recordCount int, sizeBytes int, "
@@ -88,21 +88,8 @@ def plan_whole_logs(store: Store, partitions, fail_on_data_loss: bool) -> list[L
 
 
 def log_batches(part: LogPart) -> Iterator[tuple[int, RecordBatch]]:
-    """(segment base offset, batch) for every batch of the part, in offset order, straight from the files.
-
-    A segment deleted by retention since planning is data loss, an error unless the
-    query allowed it with failOnDataLoss=false (as for the records view).
-    """
-    for extent in part.extents:
-        try:
-            for batch in read_extent(extent):
-                yield extent.base_offset, batch
-        except FileNotFoundError:
-            if part.fail_on_data_loss:
-                raise OffsetOutOfRangeError(
-                    f"segment {extent.base_offset} of {part.topic}-{part.partition} was deleted after the query "
-                    f"was planned (retention); set failOnDataLoss=false to skip what was lost"
-                ) from None
+    """(segment base offset, batch) for every batch of the part, with the records view's data-loss rule."""
+    return extent_batches(part.topic, part.partition, part.extents, fail_on_data_loss=part.fail_on_data_loss)
 
 
 def read(part: LogPart | None, arrow_schema: pa.Schema) -> Iterator[pa.RecordBatch]:

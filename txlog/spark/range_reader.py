@@ -15,12 +15,12 @@ from __future__ import annotations
 import gc
 from contextlib import contextmanager
 from itertools import repeat
-from typing import Iterator
+from typing import Iterable, Iterator
 
 import pyarrow as pa
 
 from storage.errors import OffsetOutOfRangeError
-from storage.extent import read_extent
+from storage.extent import SegmentExtent, read_extent
 from storage.records import RecordBatch
 from txlog.fetch import AbortedFilter
 from txlog.spark.arrow_columns import timestamp_array
@@ -64,20 +64,31 @@ def _collector_paused() -> Iterator[None]:
 def visible_batches(r: OffsetRange, *, fail_on_data_loss: bool = True) -> Iterator[RecordBatch]:
     """The data batches of the range that its isolation level shows (control batches never are)."""
     committed_filter = AbortedFilter(r.aborted) if r.committed_only else None
-    for extent in r.extents:
+    for _, batch in extent_batches(r.topic, r.partition, r.extents, fail_on_data_loss=fail_on_data_loss):
+        if batch.last_offset < r.start:
+            continue
+        if batch.base_offset >= r.end:
+            return
+        hidden = committed_filter.skip(batch) if committed_filter else batch.is_control
+        if not hidden:
+            yield batch
+
+
+def extent_batches(topic: str, partition: int, extents: Iterable[SegmentExtent], *,
+                   fail_on_data_loss: bool) -> Iterator[tuple[int, RecordBatch]]:
+    """(segment base offset, batch) of every planned extent, in offset order, straight from the files.
+
+    A segment deleted by retention since planning is data loss: an error unless the query
+    allowed it with failOnDataLoss=false, when what is left is read. Every view reads this way.
+    """
+    for extent in extents:
         try:
             for batch in read_extent(extent):
-                if batch.last_offset < r.start:
-                    continue
-                if batch.base_offset >= r.end:
-                    return
-                hidden = committed_filter.skip(batch) if committed_filter else batch.is_control
-                if not hidden:
-                    yield batch
+                yield extent.base_offset, batch
         except FileNotFoundError:
             if fail_on_data_loss:
                 raise OffsetOutOfRangeError(
-                    f"segment {extent.base_offset} of {r.topic}-{r.partition} was deleted after the query was "
+                    f"segment {extent.base_offset} of {topic}-{partition} was deleted after the query was "
                     f"planned (retention); set failOnDataLoss=false to skip what was lost"
                 ) from None
 
@@ -88,7 +99,6 @@ class _Columns:
     def __init__(self, topic: str, partition: int, schema: pa.Schema):
         self.topic, self.partition, self.schema = topic, partition, schema
         self.names = set(schema.names)
-        self.rows = 0
         self._reset()
 
     def fill(self, batches: Iterator[RecordBatch], start: int, end: int) -> pa.RecordBatch | None:

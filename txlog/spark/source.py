@@ -20,12 +20,11 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
+from txlog.spark import FORMAT
 from txlog.spark.options import SourceOptions, parse_options
 from txlog.spark.planning import plan_batch
 from txlog.spark.range_reader import read_range
 from txlog.spark.schemas import record_schema
-
-FORMAT = "txlog"
 
 
 class TxlogDataSource(DataSource):

@@ -63,6 +63,7 @@ class TxlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
         self._available_now: Offsets | None = None
+        self._seen_latest: Offsets | None = None  # what the last latestOffset saw, for reportLatestOffset
 
     def initialOffset(self) -> dict:
         """Where a new query starts (startingOffsets, 'latest' by default); a restart uses its checkpoint."""
@@ -84,16 +85,16 @@ class TxlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The end of the next micro-batch: the visible end of every partition, within `limit`."""
         begin = from_json_offsets(start)
         bounds = self._bounds()
-        latest = self._available_now
-        if latest is None:
-            latest = {tp: b.latest(self.options.committed_only) for tp, b in bounds.items()}
+        self._seen_latest = {tp: b.latest(self.options.committed_only) for tp, b in bounds.items()}
+        latest = self._seen_latest if self._available_now is None else self._available_now
         for tp, offset in latest.items():
             begin.setdefault(tp, bounds[tp].log_start if tp in bounds else offset)
         end = {tp: max(begin[tp], offset) for tp, offset in latest.items()}
         return to_json_offsets(_limited(begin, end, limit))
 
     def reportLatestOffset(self) -> dict:
-        return to_json_offsets(self._latest())
+        """Spark asks right after latestOffset, for progress reports: that call's look, not another."""
+        return to_json_offsets(self._seen_latest if self._seen_latest is not None else self._latest())
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         begin, finish = from_json_offsets(start), from_json_offsets(end)
