@@ -149,21 +149,26 @@ def plan_batch(options: SourceOptions) -> list[OffsetRange]:
         store.close()
 
 
+#: (partition, start, end, its extents when a segment cut already found them, else None)
+_Span = tuple[TopicPartitionKey, int, int, "tuple[SegmentExtent, ...] | None"]
+
+
 def plan_ranges(store: Store, options: SourceOptions, bounds: dict[TopicPartitionKey, PartitionBounds],
                 starts: dict[TopicPartitionKey, int], ends: dict[TopicPartitionKey, int]) -> list[OffsetRange]:
     """Cut [starts, ends) of each partition into input partitions and fix what each needs."""
-    spans = []
+    spans: list[_Span] = []
     for tp, b in bounds.items():
         start, end = _checked_span(tp, b, starts[tp], ends[tp], options)
         if end > start:
-            spans.extend((tp, s, e) for s, e in _segment_pieces(store.partition(*tp), start, end,
-                                                                   options.max_bytes_per_partition))
+            spans.extend((tp, s, e, extents) for s, e, extents in _segment_pieces(
+                store.partition(*tp), start, end, options.max_bytes_per_partition))
     if options.max_records_per_partition:
-        spans = [(tp, s, e) for tp, start, end in spans
-                 for s, e in _equal_pieces(start, end, -(-(end - start) // options.max_records_per_partition))]
+        limit = options.max_records_per_partition
+        spans = [piece for span in spans for piece in _split(span, -(-(span[2] - span[1]) // limit))]
     if options.min_partitions and len(spans) < options.min_partitions:
         spans = _spread(spans, options.min_partitions)
-    return [_range(store.partition(*tp), s, e, options.committed_only) for tp, s, e in spans]
+    return [_range(store.partition(*tp), s, e, options.committed_only, extents) for tp, s, e, extents in spans]
+
 
 
 def _checked_span(tp: TopicPartitionKey, b: PartitionBounds, start: int, end: int,
@@ -191,17 +196,31 @@ def _checked_span(tp: TopicPartitionKey, b: PartitionBounds, start: int, end: in
     return start, end
 
 
-def _segment_pieces(log: PartitionLog, start: int, end: int, max_bytes: int) -> list[tuple[int, int]]:
-    """Cut [start, end) at segment boundaries, keeping pieces under `max_bytes` where a boundary allows."""
-    cuts, used = [], 0
+def _segment_pieces(log: PartitionLog, start: int, end: int,
+                    max_bytes: int) -> list[tuple[int, int, tuple[SegmentExtent, ...]]]:
+    """Cut [start, end) at segment boundaries, keeping pieces under `max_bytes` where a boundary allows.
+
+    A piece cut at a segment boundary holds whole extents of the span, so each piece
+    comes with its own: no second index lookup for them.
+    """
+    pieces, piece, used = [], [], 0
     for extent in log.extents(start, end):
         size = extent.end_position - extent.start_position
-        if used and used + size > max_bytes and start < extent.base_offset < end:
-            cuts.append(extent.base_offset)
-            used = 0
+        if piece and used + size > max_bytes and start < extent.base_offset < end:
+            pieces.append(piece)
+            piece, used = [], 0
+        piece.append(extent)
         used += size
-    bounds = [start, *cuts, end]
-    return list(zip(bounds, bounds[1:]))
+    pieces.append(piece)
+    edges = [start, *(p[0].base_offset for p in pieces[1:]), end]
+    return [(s, e, tuple(p)) for s, e, p in zip(edges, edges[1:], pieces)]
+
+
+def _split(span: _Span, parts: int) -> list[_Span]:
+    """Equal offset pieces of a span; a piece cut inside a segment finds its extents later."""
+    tp, start, end, _ = span
+    pieces = _equal_pieces(start, end, parts)
+    return [span] if len(pieces) == 1 else [(tp, s, e, None) for s, e in pieces]
 
 
 def _equal_pieces(start: int, end: int, parts: int) -> list[tuple[int, int]]:
@@ -212,17 +231,16 @@ def _equal_pieces(start: int, end: int, parts: int) -> list[tuple[int, int]]:
 
 def _spread(spans: list, min_partitions: int) -> list:
     """Split spans in proportion to their sizes until there are about `min_partitions` (as Spark's Kafka source)."""
-    total = sum(e - s for _, s, e in spans)
+    total = sum(e - s for _, s, e, _ in spans)
     if total == 0:
         return spans
-    out = []
-    for tp, s, e in spans:
-        parts = max(1, round((e - s) / total * min_partitions))
-        out.extend((tp, a, b) for a, b in _equal_pieces(s, e, parts))
-    return out
+    return [piece for span in spans
+            for piece in _split(span, max(1, round((span[2] - span[1]) / total * min_partitions)))]
 
 
-def _range(log: PartitionLog, start: int, end: int, committed_only: bool) -> OffsetRange:
+def _range(log: PartitionLog, start: int, end: int, committed_only: bool,
+           extents: tuple[SegmentExtent, ...] | None) -> OffsetRange:
     aborted = tuple(log.aborted_transactions(start, end)) if committed_only else ()
-    return OffsetRange(log.topic, log.partition, start, end, committed_only, aborted,
-                       tuple(log.extents(start, end)))
+    if extents is None:
+        extents = tuple(log.extents(start, end))
+    return OffsetRange(log.topic, log.partition, start, end, committed_only, aborted, extents)
