@@ -679,10 +679,14 @@ class Scenario60:
                 return
         self.tear_skipped += 1
 
-    def eligible(self, slot: Slot, now: float, committed: dict[int, int]) -> bool:
-        """May the watchdog touch this copier now? Never a stopped one; never twice in a row without progress."""
+    def eligible(self, slot: Slot, now: float, committed: dict[int, int], *, min_life: bool = True) -> bool:
+        """May the watchdog touch this copier now? Never a stopped one; never twice in a row without progress.
+
+        Random ticks also wait out the life's `min_life`; urgent kills do not (a life that already
+        committed is old enough), or a fast copier on a loaded machine could finish short of its quota.
+        """
         return (slot.alive() and not slot.done and slot.stopped_until is None and slot.zombie is None
-                and now - slot.started >= slot.min_life
+                and (not min_life or now - slot.started >= slot.min_life)
                 and (slot.prev_life_progressed or self.slot_committed(slot, committed) > slot.committed_at_start))
 
     def tick(self, now: float, committed: dict[int, int]) -> None:
@@ -709,7 +713,7 @@ class Scenario60:
     def urgent_kills(self, now: float, committed: dict[int, int]) -> None:
         """Until a copier has KILL_QUOTA kills past 20 % progress, kill each life soon after its first commit."""
         for slot in self.slots:
-            if (slot.counted_kills >= KILL_QUOTA or not self.eligible(slot, now, committed)
+            if (slot.counted_kills >= KILL_QUOTA or not self.eligible(slot, now, committed, min_life=False)
                     or self.progress(slot, committed) < QUOTA_PROGRESS
                     or self.slot_committed(slot, committed) <= slot.committed_at_start):
                 continue
