@@ -19,7 +19,7 @@ import typer
 
 from cli.context import USAGE, CommandError, complete_topic_names, open_store
 from cli.interrupts import Interrupts
-from cli.output import status
+from cli.output import absent_note, status
 from cli.record_format import (
     VALUE_FORMAT_HELP,
     ValueFormat,
@@ -402,7 +402,9 @@ def consume(
                                "committed; drop --group")
         consumer = Consumer(store, group_id=group, isolation_level=isolation_level.value,
                             auto_offset_reset="earliest", enable_auto_commit=False)
-        tps = [TopicPartition(topic, p) for p in ([partition] if partition is not None else range(count))]
+        tps = [TopicPartition(topic, p) for p in ([partition] if partition is not None else store.partitions(topic))]
+        if partition is None and len(tps) < count:
+            status(ctx, absent_note(topic, store.absent_partitions(topic)))
         consumer.assign(tps)
         _position(consumer, store, tps, where)
         printed, interrupted = _loop(consumer, writer, group, follow=follow, max_messages=max_messages,

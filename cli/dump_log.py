@@ -10,8 +10,10 @@ with a `type` key. `text_line` turns an item into the line kafka-dump-log.sh pri
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import re
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -22,7 +24,10 @@ INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 TXN_INDEX_SUFFIX = ".txnindex"
 SNAPSHOT_SUFFIX = ".snapshot"
-KNOWN_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, SNAPSHOT_SUFFIX)
+KRAFT_SNAPSHOT_SUFFIX = ".checkpoint"  # a KRaft metadata snapshot: record batches, dumped like a .log
+BOOTSTRAP_SNAPSHOT = "bootstrap.checkpoint"
+KNOWN_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, SNAPSHOT_SUFFIX,
+                  KRAFT_SNAPSHOT_SUFFIX)
 
 INT32_MAX = 2**31 - 1
 DEFAULT_MAX_MESSAGE_SIZE = 5 * 1024 * 1024
@@ -138,13 +143,51 @@ def string_parser(record: Any) -> tuple[str | None, str | None]:
 # ---- .log ---------------------------------------------------------------------------------------
 
 
-def iter_log_batches(data: bytes, path: str) -> Iterator[Any]:
-    """Every complete batch, CRC unchecked (the batch line says `isvalid:`), like FileRecords.batches."""
+@dataclass(frozen=True, slots=True)
+class LegacyEntry:
+    """A shallow magic 0/1 log entry, with the few batch attributes the index checks use."""
+
+    message: Any  # storage.legacy_records.LegacyMessage
+    path: str
+
+    @property
+    def position(self) -> int:
+        return self.message.position
+
+    @property
+    def size(self) -> int:
+        return self.message.size
+
+    @property
+    def last_offset(self) -> int:
+        return self.message.offset  # a wrapper carries its last inner offset
+
+    def records(self) -> list[Any]:
+        from storage.legacy_records import records_of
+
+        return records_of(self.message, path=self.path)
+
+
+def iter_log_batches(data: bytes, path: str, *, legacy: bool = False) -> Iterator[Any]:
+    """Every complete batch, CRC unchecked (the batch line says `isvalid:`), like FileRecords.batches.
+
+    A pre-0.11 message (magic 0/1) is yielded as a `LegacyEntry` when `legacy` (the dump and
+    its index checks read them, as kafka-dump-log does); otherwise it is refused with
+    UnsupportedForMessageFormatError, never taken for bad bytes.
+    """
     from storage.errors import CorruptRecordError
-    from storage.records import RecordBatch
+    from storage.legacy_records import is_legacy_message, parse_legacy, refuse
+    from storage.records import MAGIC, RecordBatch
 
     pos, end = 0, len(data)
     while end - pos >= _MIN_FRAME:
+        if data[pos + 16] != MAGIC and is_legacy_message(data, pos):
+            if not legacy:
+                raise refuse(data[pos + 16], path, pos)
+            entry = LegacyEntry(parse_legacy(data, pos, path=path), path)
+            yield entry
+            pos += entry.size
+            continue
         _, length = _FRAME.unpack_from(data, pos)
         if length < 49:
             raise DumpError(f"{path}: batch at position {pos} has length {length}, below the minimum 49")
@@ -189,6 +232,62 @@ def batch_item(batch: Any, valid: bool) -> dict[str, Any]:
     }
 
 
+def legacy_batch_item(m: Any) -> dict[str, Any]:
+    """A shallow magic 0/1 entry: Kafka prints only its (last) offset and the common fields."""
+    return {"type": "batch", "lastOffset": m.offset, "position": m.position, "timestampType": m.timestamp_type,
+            "maxTimestamp": m.timestamp, "size": m.size, "magic": m.magic, "compresscodec": _codec_name(m.codec),
+            "crc": m.crc, "isvalid": m.valid}
+
+
+def legacy_record_item(m: Any, opts: Options) -> dict[str, Any]:
+    item: dict[str, Any] = {
+        "type": "record", "magic": m.magic, "offset": m.offset, "timestampType": m.timestamp_type,
+        "timestamp": m.timestamp, "keySize": -1 if m.key is None else len(m.key),
+        "valueSize": -1 if m.value is None else len(m.value), "isValid": m.valid, "crc": m.crc,
+    }
+    if opts.print_data:
+        key, payload = (opts.parser or string_parser)(m)
+        item["key"] = key
+        item["payload"] = payload
+    return item
+
+
+def _snapshot_header(r: Any) -> dict[str, Any]:
+    return {"version": r.i16("version"), "lastContainedLogTimestamp": r.i64("last contained log timestamp")}
+
+
+def _snapshot_footer(r: Any) -> dict[str, Any]:
+    return {"version": r.i16("version")}
+
+
+def _kraft_version(r: Any) -> dict[str, Any]:
+    return {"version": r.i16("version"), "kRaftVersion": r.i16("kraft version")}
+
+
+# KRaft's control records that DumpLogSegments prints as JSON: type -> (its label, the v0 fields).
+# Each value is a flexible struct whose first field is its own version; the voters record
+# (type 6, Kafka 3.9+) is not decoded here and prints as `controlType: KRAFT_VOTERS(6)`.
+_KRAFT_CONTROL_RECORDS: dict[int, tuple[str, Callable[[Any], dict[str, Any]]]] = {
+    3: ("SnapshotHeader", _snapshot_header),
+    4: ("SnapshotFooter", _snapshot_footer),
+    5: ("KRaftVersion", _kraft_version),
+}
+
+
+def _kraft_control_json(ctype: int, record: Any) -> dict[str, Any]:
+    from storage.errors import CorruptRecordError
+    from txlog.schema_types import SchemaReader
+
+    label, read = _KRAFT_CONTROL_RECORDS[ctype]
+    if record.value is None:
+        raise CorruptRecordError(f"{label} control record at offset {record.offset} has no value")
+    r = SchemaReader(record.value, f"{label} control record at offset {record.offset}")
+    fields = read(r)
+    r.tagged_fields()
+    r.expect_end()
+    return fields
+
+
 def _codec_name(code: int) -> str:
     names = ("none", "gzip", "snappy", "lz4", "zstd")
     return names[code] if code < len(names) else f"unknown({code})"
@@ -211,6 +310,8 @@ def record_item(batch: Any, record: Any, opts: Options) -> dict[str, Any]:
         item["controlTypeId"] = ctype
         if ctype in (0, 1) and record.value is not None and len(record.value) >= 6:
             item["coordinatorEpoch"] = _CONTROL_VALUE.unpack_from(record.value)[1]
+        elif ctype in _KRAFT_CONTROL_RECORDS:
+            item["controlRecord"] = _kraft_control_json(ctype, record)
     elif opts.print_data:
         key, payload = (opts.parser or string_parser)(record)
         item["key"] = key
@@ -221,10 +322,41 @@ def record_item(batch: Any, record: Any, opts: Options) -> dict[str, Any]:
 def dump_log(path: str, opts: Options, problems: Problems) -> Iterator[dict[str, Any]]:
     base = base_offset_of(path)
     yield {"type": "logStartOffset", "offset": base}
+    yield from _dump_batches(path, opts, problems)
+
+
+_SNAPSHOT_NAME = re.compile(r"(\d{20})-(\d{10})\.checkpoint")
+
+
+def dump_kraft_snapshot(path: str, opts: Options, problems: Problems) -> Iterator[dict[str, Any]]:
+    """A KRaft snapshot (`<endOffset>-<epoch>.checkpoint`, or the bootstrap one): its id line, then its batches."""
+    name = os.path.basename(path)
+    if name == BOOTSTRAP_SNAPSHOT:
+        yield {"type": "message", "text": "KRaft bootstrap snapshot"}
+    else:
+        match = _SNAPSHOT_NAME.fullmatch(name)
+        if match is None:
+            raise DumpError(f"{path}: not a KRaft snapshot name (<20-digit end offset>-<10-digit epoch>.checkpoint)")
+        yield {"type": "snapshotId", "endOffset": int(match[1]), "epoch": int(match[2]),
+               "text": f"Snapshot end offset: {int(match[1])}, epoch: {int(match[2])}"}
+    yield from _dump_batches(path, opts, problems)
+
+
+def _dump_batches(path: str, opts: Options, problems: Problems) -> Iterator[dict[str, Any]]:
     data = _read(path, opts.max_bytes if opts.max_bytes != INT32_MAX else None)
     valid_bytes = 0
     last_offset = -1
-    for batch in iter_log_batches(data, path):
+    for batch in iter_log_batches(data, path, legacy=True):
+        if isinstance(batch, LegacyEntry):
+            yield legacy_batch_item(batch.message)
+            if opts.deep:
+                for record in batch.records():
+                    if last_offset != -1 and record.offset != last_offset + 1:
+                        problems._add(problems.non_consecutive, path, (last_offset, record.offset))
+                    last_offset = record.offset
+                    yield legacy_record_item(record, opts)
+            valid_bytes += batch.size
+            continue
         valid = _batch_valid(data, batch)
         if not valid:
             problems.other.append(f"Batch at position {batch.position} of {path} has an invalid CRC")
@@ -251,7 +383,8 @@ def _offset_entries(data: bytes, base: int) -> list[tuple[int, int]]:
     return [(base + rel, pos) for rel, pos in _OFFSET_ENTRY.iter_unpack(data[:usable])]
 
 
-def _time_entries(data: bytes, base: int) -> list[tuple[int, int]]:
+def time_index_entries(data: bytes, base: int) -> list[tuple[int, int]]:
+    """(timestamp, absolute offset) of every whole entry, as TimeIndex reads them."""
     usable = len(data) - len(data) % _TIME_ENTRY.size
     return [(ts, base + rel) for ts, rel in _TIME_ENTRY.iter_unpack(data[:usable])]
 
@@ -278,7 +411,7 @@ def offset_index_sanity(path: str, data: bytes, base: int) -> str | None:
 
 def time_index_sanity(path: str, data: bytes, base: int) -> str | None:
     """TimeIndex.sanityCheck(): the reason it throws, or None."""
-    entries = _time_entries(data, base)
+    entries = time_index_entries(data, base)
     if entries and entries[-1][0] < entries[0][0]:
         return (f"Corrupt time index found, time index file ({os.path.abspath(path)}) has non-zero size but the last "
                 f"timestamp is {entries[-1][0]} which is less than the first timestamp {entries[0][0]}")
@@ -323,7 +456,7 @@ def dump_index(path: str, opts: Options, problems: Problems) -> Iterator[dict[st
             return  # the zero-filled tail of a preallocated index
         if log is not None:
             window = log[position:position + opts.max_message_size] if position >= 0 else b""
-            first = next(iter_log_batches(window, path), None)
+            first = next(iter_log_batches(window, path, legacy=True), None)
             log_offset = first.last_offset if first is not None else -1
             if log_offset != offset:
                 problems._add(problems.index_mismatches, path, (offset, log_offset))
@@ -355,12 +488,12 @@ def dump_time_index(path: str, opts: Options, problems: Problems) -> Iterator[di
     except FileNotFoundError:
         offset_entries = []
     prev = -1
-    for i, (timestamp, offset) in enumerate(_time_entries(data, base)):
+    for i, (timestamp, offset) in enumerate(time_index_entries(data, base)):
         if offset == base and i > 0:
             return
         if log is not None:
             start = _lookup(offset_entries, base, offset)
-            found = next((b for b in iter_log_batches(log[start:], path) if b.last_offset >= offset), None)
+            found = next((b for b in iter_log_batches(log[start:], path, legacy=True) if b.last_offset >= offset), None)
             if found is None:
                 problems._add(problems.not_found, path, (offset, -1))
             elif found.last_offset != offset:
@@ -431,6 +564,7 @@ DUMPERS: dict[str, Callable[[str, Options, Problems], Iterator[dict[str, Any]]]]
     TIME_INDEX_SUFFIX: dump_time_index,
     SNAPSHOT_SUFFIX: dump_snapshot,
     TXN_INDEX_SUFFIX: dump_txn_index,
+    KRAFT_SNAPSHOT_SUFFIX: dump_kraft_snapshot,
 }
 
 
@@ -449,6 +583,10 @@ def _bool(value: bool) -> str:
 
 
 def batch_line(b: dict[str, Any]) -> str:
+    if b["magic"] < 2:  # printBatchLevel: a legacy entry shows only its offset before the common fields
+        return (f"offset: {b['lastOffset']} position: {b['position']} {b['timestampType']}: {b['maxTimestamp']} "
+                f"size: {b['size']} magic: {b['magic']} compresscodec: {b['compresscodec']} crc: {b['crc']} "
+                f"isvalid: {_bool(b['isvalid'])}")
     return (f"baseOffset: {b['baseOffset']} lastOffset: {b['lastOffset']} count: {b['count']} "
             f"baseSequence: {b['baseSequence']} lastSequence: {b['lastSequence']} producerId: {b['producerId']} "
             f"producerEpoch: {b['producerEpoch']} partitionLeaderEpoch: {b['partitionLeaderEpoch']} "
@@ -462,13 +600,21 @@ def record_line(r: dict[str, Any], skip_metadata: bool) -> str:
     """DumpLogSegments.dumpLog's record line, including its `--skip-record-metadata` quirks."""
     out = ""
     prefix = "| "
-    if not skip_metadata:
+    if not skip_metadata and r.get("magic", 2) < 2:
+        # Kafka's legacy record line has no sequence or headers, and its format string ends
+        # in a stray '}' ("crc: ${r.checksum}}"), printed as is.
+        out += (f"{prefix}offset: {r['offset']} {r['timestampType']}: {r['timestamp']} keySize: {r['keySize']} "
+                f"valueSize: {r['valueSize']} isValid: {_bool(r['isValid'])} crc: {r['crc']}}}")
+        prefix = " "
+    elif not skip_metadata:
         out += (f"{prefix}offset: {r['offset']} {r['timestampType']}: {r['timestamp']} keySize: {r['keySize']} "
                 f"valueSize: {r['valueSize']} sequence: {r['sequence']} headerKeys: [{','.join(r['headerKeys'])}]")
         prefix = " "
         if "controlType" in r:
             if "coordinatorEpoch" in r:
                 out += f" endTxnMarker: {r['controlType']} coordinatorEpoch: {r['coordinatorEpoch']}"
+            elif "controlRecord" in r:
+                out += f" {_KRAFT_CONTROL_RECORDS[r['controlTypeId']][0]} {_compact(r['controlRecord'])}"
             else:
                 out += f" controlType: {r['controlType']}({r['controlTypeId']})"
     if "controlType" not in r:
@@ -509,7 +655,7 @@ def text_line(item: dict[str, Any], opts: Options) -> str | None:
                 f"lastOffset: {item['lastOffset']} lastStableOffset: {item['lastStableOffset']}")
     if kind == "producer":
         return producer_line(item)
-    if kind in ("message", "sanityCheck"):
+    if kind in ("message", "sanityCheck", "snapshotId"):
         return item.get("text")
     raise AssertionError(f"unknown item type {kind}")
 
@@ -581,7 +727,100 @@ def offsets_parser(record: Any) -> tuple[str | None, str | None]:
             return key_json, _compact({"version": str(version), "data": data})
         if isinstance(key, GroupMetadataKey):
             key_json = _compact({"type": str(key_version), "data": {"group": key.group}})
-            return key_json, "<DELETE>" if record.value is None else None
+            if record.value is None:
+                return key_json, "<DELETE>"
+            return key_json, _compact(group_metadata_json(record.value))
         return f"Unknown record type {key_version} at offset {record.offset}, skipping.", None
     except Exception as exc:  # noqa: BLE001
         return f"Error at offset {record.offset}, skipping. {exc}", None
+
+
+def cluster_metadata_parser(record: Any) -> tuple[str | None, str | None]:
+    """`--cluster-metadata-decoder`: ClusterMetadataLogMessageParser's payload; metadata records have no key.
+
+    A record that does not decode prints Kafka's `Error at <offset>, skipping. <reason>` as
+    its payload, so one damaged record never hides the rest of the file.
+    """
+    from storage.errors import CorruptRecordError
+    from txlog.cluster_metadata import decode_metadata_record, metadata_record_json
+
+    try:
+        return None, metadata_record_json(decode_metadata_record(record.value))
+    except CorruptRecordError as exc:
+        return None, f"Error at {record.offset}, skipping. {exc}"
+
+
+def _base64(data: bytes | None) -> str | None:
+    """Jackson's BinaryNode text: standard base64 with padding (null stays null)."""
+    return None if data is None else base64.b64encode(data).decode("ascii")
+
+
+def _partitions_json(grouped: Any) -> list[dict[str, Any]]:
+    return [{"topic": topic, "partitions": list(ids)} for topic, ids in grouped]
+
+
+def subscription_json(data: bytes) -> dict[str, Any]:
+    """ConsumerProtocolSubscriptionJsonConverter.write: the fields the decoded version has."""
+    from txlog.group_metadata import decode_subscription
+
+    version, sub = decode_subscription(data)
+    out: dict[str, Any] = {"topics": list(sub.topics), "userData": _base64(sub.user_data)}
+    if version >= 1:
+        out["ownedPartitions"] = _partitions_json(sub.owned_partitions)
+    if version >= 2:
+        out["generationId"] = sub.generation_id
+    if version >= 3:
+        out["rackId"] = sub.rack_id
+    return out
+
+
+def assignment_json(data: bytes) -> dict[str, Any]:
+    """ConsumerProtocolAssignmentJsonConverter.write."""
+    from txlog.group_metadata import decode_assignment
+
+    _, assignment = decode_assignment(data)
+    return {"assignedPartitions": _partitions_json(assignment.assigned_partitions),
+            "userData": _base64(assignment.user_data)}
+
+
+def _decoded_or_bytes(decode: Callable[[bytes], dict[str, Any]], data: bytes) -> Any:
+    """Kafka swallows a member's undecodable subscription or assignment and keeps the bytes."""
+    from storage.errors import KafkaError
+
+    try:
+        return decode(data)
+    except (KafkaError, ValueError):
+        return _base64(data)
+
+
+def group_metadata_json(data: bytes) -> dict[str, Any]:
+    """`{"version":"N","data":{...}}` of a GroupMetadataValue, as OffsetsMessageParser prints it.
+
+    Fields appear in the schema's order and only from the version that has them; for
+    protocol type "consumer" each member's subscription and assignment are decoded,
+    otherwise (and when they do not decode) they stay base64 bytes.
+    """
+    from txlog.group_metadata import CONSUMER_PROTOCOL_TYPE, decode_group_metadata_value
+
+    version, value = decode_group_metadata_value(data)
+    consumer = value.protocol_type == CONSUMER_PROTOCOL_TYPE
+    body: dict[str, Any] = {"protocolType": value.protocol_type, "generation": value.generation,
+                            "protocol": value.protocol, "leader": value.leader}
+    if version >= 2:
+        body["currentStateTimestamp"] = value.current_state_timestamp
+    members = []
+    for m in value.members:
+        member: dict[str, Any] = {"memberId": m.member_id}
+        if version >= 3:
+            member["groupInstanceId"] = m.group_instance_id
+        member.update(clientId=m.client_id, clientHost=m.client_host)
+        if version >= 1:
+            member["rebalanceTimeout"] = m.rebalance_timeout
+        member["sessionTimeout"] = m.session_timeout
+        member["subscription"] = (_decoded_or_bytes(subscription_json, m.subscription) if consumer
+                                  else _base64(m.subscription))
+        member["assignment"] = (_decoded_or_bytes(assignment_json, m.assignment) if consumer
+                                else _base64(m.assignment))
+        members.append(member)
+    body["members"] = members
+    return {"version": str(version), "data": body}

@@ -59,6 +59,8 @@ def _file_json(path: str, items: list[dict[str, Any]]) -> dict[str, Any]:
         body = {k: v for k, v in item.items() if k != "type"}
         if kind == "logStartOffset":
             doc["logStartOffset"] = item["offset"]
+        elif kind == "snapshotId":
+            doc["snapshotId"] = {"endOffset": item["endOffset"], "epoch": item["epoch"]}
         elif kind == "batch":
             batches.append(body)
         elif kind == "record":
@@ -69,7 +71,7 @@ def _file_json(path: str, items: list[dict[str, Any]]) -> dict[str, Any]:
             messages.append(item["text"])
         else:
             entries.append(body)
-    if suffix == "log":
+    if suffix in ("log", "checkpoint"):  # a KRaft snapshot holds record batches too
         doc["batches"] = batches
     else:
         doc["entries"] = entries
@@ -82,7 +84,7 @@ def inspect(
     ctx: typer.Context,
     paths: Annotated[list[str] | None, typer.Argument(
         metavar="FILE...|DIR", show_default=False,
-        help="Segment files (.log .index .timeindex .snapshot .txnindex) or directories "
+        help="Segment files (.log .index .timeindex .snapshot .txnindex, KRaft .checkpoint) or directories "
         "(a partition, a store, a Kafka log dir). Default: --data-dir.",
     )] = None,
     files: Annotated[str | None, typer.Option(
@@ -104,6 +106,10 @@ def inspect(
         "--transaction-log-decoder", help="Decode __transaction_state records (implies --print-data-log).")] = False,
     offsets_decoder: Annotated[bool, typer.Option(
         "--offsets-decoder", help="Decode __consumer_offsets records as JSON (implies --print-data-log).")] = False,
+    cluster_metadata_decoder: Annotated[bool, typer.Option(
+        "--cluster-metadata-decoder",
+        help="Decode KRaft metadata records (__cluster_metadata .log, .checkpoint) as JSON (implies --print-data-log).",
+    )] = False,
     index_sanity_check: Annotated[bool, typer.Option(
         "--index-sanity-check", help="Only run the broker-startup sanity check of .index/.timeindex files.")] = False,
     verify_index_only: Annotated[bool, typer.Option(
@@ -118,8 +124,9 @@ def inspect(
     Read-only. Exits 3 when a check finds a problem (an index entry that does not match
     the log, a corrupt snapshot, bytes that are not a batch, a failed sanity check).
     """
-    if transaction_log_decoder and offsets_decoder:
-        raise CommandError("give at most one of --transaction-log-decoder and --offsets-decoder", exit_code=USAGE)
+    if transaction_log_decoder + offsets_decoder + cluster_metadata_decoder > 1:
+        raise CommandError("give at most one of --transaction-log-decoder, --offsets-decoder and "
+                           "--cluster-metadata-decoder", exit_code=USAGE)
     given = list(paths or []) + [f for f in (files or "").split(",") if f]
     if not given:
         root = settings(ctx).data_dir
@@ -133,6 +140,8 @@ def inspect(
         parser = dump_log.transaction_log_parser
     elif offsets_decoder:
         parser = dump_log.offsets_parser
+    elif cluster_metadata_decoder:
+        parser = dump_log.cluster_metadata_parser
     print_data = print_data_log or parser is not None
     opts = dump_log.Options(
         print_data=print_data, deep=deep_iteration or print_data, skip_metadata=skip_record_metadata,

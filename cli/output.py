@@ -47,6 +47,13 @@ def status(ctx: typer.Context, message: str) -> None:
         typer.echo(message, err=True)
 
 
+def absent_note(topic: str, absent: list[int]) -> str:
+    """The status line naming partitions a Kafka log dir does not hold (a broker of a larger cluster)."""
+    return (f"partition{'s' * (len(absent) != 1)} {', '.join(map(str, absent))} of topic '{topic}' "
+            f"{'are' if len(absent) != 1 else 'is'} not in this log directory (another broker holds "
+            f"{'them' if len(absent) != 1 else 'it'})")
+
+
 def error_line(message: str) -> None:
     """The one line every expected failure ends with."""
     typer.echo(f"Error: {message}", err=True)

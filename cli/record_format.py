@@ -119,4 +119,6 @@ def check_topic(store, topic: str, partition: int | None) -> int:
         raise UnknownTopicOrPartitionError(
             f"topic '{topic}' has no partition {partition} (it has {count}: 0..{count - 1})"
         )
+    if partition is not None and partition not in store.partitions(topic):
+        store.partition(topic, partition)  # raises, saying which partitions this log directory holds
     return count

@@ -1,8 +1,10 @@
 """`txlog topics ...`: create, list, describe, alter and delete topics, as kafka-topics.sh does.
 
 `describe` prints kafka-topics' text layout by default (overrides only in `Configs:`;
-txlog has no topic ids and one "broker", 0, leads every partition); `--output table|json`
-adds the log's offsets, size and segment count per partition.
+one "broker", 0, leads every partition; the TopicId is the one a Kafka log dir's
+`partition.metadata` records, `<none>` for txlog's own topics); `--output table|json`
+adds the log's offsets, size and segment count per partition. A Kafka log dir holding
+only some partitions of a topic describes those, and says on stderr which are absent.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from cli.context import (
     open_store,
     store_exists,
 )
-from cli.output import OutputFormat, print_json, print_table, status
+from cli.output import OutputFormat, absent_note, print_json, print_table, status
 
 app = typer.Typer(
     help="Create, list, describe, alter and delete topics (kafka-topics.sh).",
@@ -117,6 +119,9 @@ def describe(
     with open_store(ctx, read_only=True) as store:
         names = [name] if name is not None else store.list_topics(include_internal=not exclude_internal)
         descriptions = [store.describe_topic(n) for n in names]
+    for d in descriptions:
+        if d.absent:
+            status(ctx, absent_note(d.name, d.absent))
     if output is OutputFormat.json:
         if name is not None:
             print_json(_topic_json(descriptions[0]))
@@ -139,9 +144,10 @@ def format_configs(overrides: dict[str, Any]) -> str:
 
 
 def describe_lines(d: Any) -> list[str]:
-    """kafka-topics --describe: a topic line, then one tab-indented line per partition."""
+    """kafka-topics --describe: a topic line, then one tab-indented line per (readable) partition."""
+    count = len(d.partitions) + len(d.absent)
     lines = [
-        (f"Topic: {d.name}\tTopicId: <none>\tPartitionCount: {len(d.partitions)}\tReplicationFactor: 1\t"
+        (f"Topic: {d.name}\tTopicId: {d.topic_id or '<none>'}\tPartitionCount: {count}\tReplicationFactor: 1\t"
          f"Configs: {format_configs(d.overrides)}")
     ]
     for p in d.partitions:
@@ -152,8 +158,9 @@ def describe_lines(d: Any) -> list[str]:
 def _topic_json(d: Any) -> dict[str, Any]:
     return {
         "topic": d.name,
-        "topicId": None,
-        "partitionCount": len(d.partitions),
+        "topicId": d.topic_id,
+        "partitionCount": len(d.partitions) + len(d.absent),
+        "absentPartitions": list(d.absent),
         "replicationFactor": 1,
         "configs": dict(sorted(d.overrides.items())),
         "partitions": [

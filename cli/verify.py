@@ -7,11 +7,16 @@ file byte by byte and checks:
   dense, in a txlog store: a Kafka log dir has gaps after compaction). Bad bytes at the very end of the *active* segment, with no valid batch after
   them, are a torn/unflushed tail (a writer died mid-write; the next writer cuts it): a
   `warning`. Bad bytes followed by valid data, or anywhere in a sealed segment: an `error`;
-* `.index` / `.timeindex` entries against the log (kafka-dump-log's own checks from
-  `cli.dump_log`: broker sanity check plus every entry against the batch it names);
+* `.index` / `.timeindex`: the broker's sanity check, then every entry against the log
+  (`.index` with kafka-dump-log's check from `cli.dump_log`; `.timeindex` for what Kafka
+  writes: a batch holds the entry's offset, anywhere inside it, and has its timestamp);
 * `.txnindex` entries against the ABORT markers replayed from the log, both ways: every
   entry names an ABORT of its producer at `lastOffset` whose transaction starts at
-  `firstOffset`, and every ABORT that closed a transaction with data has its entry;
+  `firstOffset`, and every ABORT that closed a transaction with data has its entry (a
+  missing one is only a warning where Kafka rebuilds the index at its next start: the
+  index is a cache of the markers);
+* in a Kafka log dir, the log end against the offsets the broker checkpointed at the root
+  (recovery point, high watermark, log start): a log ending before one of them lost data;
 * producer state replayed from the log against what the partition reports
   (`PartitionLog.producer_states()`, i.e. its snapshot plus catch-up): epoch, last sequence,
   open transaction;
@@ -33,7 +38,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -42,7 +47,7 @@ import typer
 from cli import dump_log
 from cli.context import CommandError, complete_topic_names, open_store
 from cli.formats import RowFormat, emit, pretty_print_table
-from cli.output import error_line, status
+from cli.output import absent_note, error_line, status
 
 if TYPE_CHECKING:  # pragma: no cover
     from storage import Store
@@ -78,6 +83,7 @@ class Report:
     findings: list[Finding]
     partitions: int = 0
     batches: int = 0
+    absent: dict[str, list[int]] = field(default_factory=dict)  # partitions a Kafka log dir does not hold
 
     def add(self, severity: str, topic: str, partition: int | None, file: str | None, offset: int | None,
             text: str) -> None:
@@ -110,13 +116,60 @@ def _valid_batch_after(data: bytes, position: int) -> int | None:
     return None
 
 
+# ---- a Kafka log dir's checkpoint files --------------------------------------------------------------
+
+CHECKPOINT_MEANINGS = {  # file -> what its offset is, for the finding
+    "recovery-point-offset-checkpoint": "recovery point (flushed to disk)",
+    "replication-offset-checkpoint": "high watermark (acknowledged, visible to consumers)",
+    "log-start-offset-checkpoint": "log start offset",
+}
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+
+
+@dataclass
+class LogDirCheckpoints:
+    """What a Kafka broker recorded at the log dir's root about each partition's offsets."""
+
+    offsets: dict[str, dict[tuple[str, int], int]] = field(default_factory=dict)  # file name -> entries
+    clean_shutdown: bool = True  # Kafka trusts every index after a clean shutdown
+
+    def recovered_from(self, topic: str, partition: int) -> int | None:
+        """Where Kafka's next start rebuilds this partition's segments and indexes from; None: it will not.
+
+        Without a clean-shutdown marker the broker recovers every segment holding offsets at
+        or past the recovery point (0 when the checkpoint does not list the partition).
+        """
+        if self.clean_shutdown:
+            return None
+        return self.offsets.get("recovery-point-offset-checkpoint", {}).get((topic, partition), 0)
+
+
+def load_checkpoints(report: Report, store: Store) -> LogDirCheckpoints:
+    """The root's checkpoint files, where present (a txlog store has none); a malformed one is a finding."""
+    from storage.checkpoint import read_offset_checkpoint
+    from storage.errors import KafkaError
+
+    found = LogDirCheckpoints(clean_shutdown=not store.kafka_layout
+                              or os.path.exists(os.path.join(store.root, CLEAN_SHUTDOWN_FILE)))
+    for name in CHECKPOINT_MEANINGS:
+        path = os.path.join(store.root, name)
+        if not os.path.exists(path):
+            continue
+        try:
+            found.offsets[name] = read_offset_checkpoint(path)
+        except KafkaError as exc:
+            report.add(ERROR, "-", None, path, None, f"cannot read the checkpoint: {exc}")
+    return found
+
+
 # ---- one partition --------------------------------------------------------------------------------
 
 
 class _PartitionCheck:
     """The file-level scan of one partition directory, replaying producer state as it goes."""
 
-    def __init__(self, report: Report, store: Store, topic: str, partition: int, now: int):
+    def __init__(self, report: Report, store: Store, topic: str, partition: int, now: int,
+                 checkpoints: LogDirCheckpoints | None = None):
         from storage.config import TopicConfig
         from storage.producer_state import ProducerStateManager
 
@@ -137,6 +190,7 @@ class _PartitionCheck:
         # Kafka leaves offset gaps (compaction, a log start offset moved inside a segment);
         # txlog never compacts, so in its stores a gap is lost data.
         self.gaps_allowed = store.kafka_layout
+        self.checkpoints = checkpoints or LogDirCheckpoints()
 
     def add(self, severity: str, file: str | None, offset: int | None, text: str) -> None:
         if severity == ERROR and file is not None and file.endswith(".log"):
@@ -180,6 +234,7 @@ class _PartitionCheck:
     # ---- .log ----------------------------------------------------------------------------------
 
     def _segment(self, base: int, *, active: bool) -> None:
+        from storage.errors import UnsupportedForMessageFormatError
         from storage.partition_log import abort_replayer
         from storage.transaction_index import AbortedTxn
 
@@ -190,6 +245,7 @@ class _PartitionCheck:
         if self.next_offset is None:
             self.next_offset = base  # resynchronise after bytes that could not be framed
         bad_crc: list[Any] = []
+        spans: list[tuple[int, int, int]] = []  # (base, last offset, max timestamp) of each valid batch
         end = 0
         try:
             for batch in dump_log.iter_log_batches(data, path):
@@ -199,11 +255,15 @@ class _PartitionCheck:
                     self.next_offset = None
                     continue
                 self.report.batches += 1
+                spans.append((batch.base_offset, batch.last_offset, batch.max_timestamp))
                 self._check_offsets(path, base, batch)
                 replay(batch)
                 self.next_offset = batch.last_offset + 1
         except dump_log.DumpError as exc:
             self._bad_bytes(path, data, end, active, f"bytes that are not a batch ({exc})")
+            self.next_offset = None
+        except UnsupportedForMessageFormatError as exc:  # pre-0.11 data: not damage, but nothing here reads it
+            self.add(ERROR, path, None, str(exc))
             self.next_offset = None
         else:
             if end < len(data):
@@ -215,7 +275,7 @@ class _PartitionCheck:
                      f"{TORN_TAIL}: batch at byte {batch.position} has an invalid CRC" if tail else
                      f"batch at byte {batch.position} has an invalid CRC"
                      + (" in a sealed segment" if not active else "; valid batches follow it"))
-        self._indexes(base)
+        self._indexes(base, spans)
         self._txn_index(base, aborts, active, self.next_offset)
 
     def _bad_bytes(self, path: str, data: bytes, position: int, active: bool, what: str) -> None:
@@ -244,41 +304,61 @@ class _PartitionCheck:
 
     # ---- .index / .timeindex (kafka-dump-log's checks) -------------------------------------------
 
-    def _indexes(self, base: int) -> None:
+    def _indexes(self, base: int, batches: list[tuple[int, int, int]]) -> None:
+        """The broker's sanity check of both indexes, then every entry against the log.
+
+        `.index` entries get kafka-dump-log's check (each names the last offset of the batch
+        at its position). `.timeindex` entries are checked for what Kafka writes, no more:
+        since 3.6 an entry may name any offset inside a batch (the record with the largest
+        timestamp), so an entry is right when a batch holds its offset and that batch's max
+        timestamp is the entry's, with timestamps increasing (TimeIndex only appends larger ones).
+        """
         from storage.errors import KafkaError
 
-        problems = dump_log.Problems()
-        opts = dump_log.Options(verify_only=True)
-        checks = ((".index", dump_log.dump_index, dump_log.offset_index_sanity),
-                  (".timeindex", dump_log.dump_time_index, dump_log.time_index_sanity))
-        for suffix, dumper, sanity in checks:
+        for suffix, sanity in ((".index", dump_log.offset_index_sanity), (".timeindex", dump_log.time_index_sanity)):
             path = self._path(base, suffix)
-            if not os.path.exists(path):
-                continue  # derived data: Kafka and txlog rebuild a missing index
-            reason = sanity(path, _read(path), base)
-            if reason is not None:
-                self.add(ERROR, path, None, f"fails the broker's sanity check: {reason}")
+            if os.path.exists(path):  # derived data: Kafka and txlog rebuild a missing index
+                reason = sanity(path, _read(path), base)
+                if reason is not None:
+                    self.add(ERROR, path, None, f"fails the broker's sanity check: {reason}")
+        path = self._path(base, ".index")
+        if os.path.exists(path):
+            problems = dump_log.Problems()
             try:
-                for _ in dumper(path, opts, problems):
+                for _ in dump_log.dump_index(path, dump_log.Options(verify_only=True), problems):
                     pass
             except (dump_log.DumpError, KafkaError) as exc:
                 self.add(ERROR, path, None, f"an entry points at no batch boundary ({exc})")
-        for name, pairs in problems.index_mismatches.items():
-            for index_offset, log_offset in reversed(pairs):
-                at = f"a batch ending at {log_offset}" if log_offset >= 0 else "no batch"
-                self.add(ERROR, name, index_offset, f"index entry for offset {index_offset} points at {at}")
-        for name, pairs in problems.not_found.items():
-            for index_offset, log_offset in reversed(pairs):
-                self.add(ERROR, name, index_offset,
-                         f"time index offset {index_offset} is not a batch's last offset (found {log_offset})")
-        for name, pairs in problems.time_mismatches.items():
-            for index_ts, log_ts in reversed(pairs):
-                self.add(ERROR, name, None, f"time index timestamp {index_ts}, but the batch's max timestamp is {log_ts}")
-        for name, pairs in problems.out_of_order.items():
-            for index_ts, previous in reversed(pairs):
-                self.add(ERROR, name, None, f"time index timestamp {index_ts} is not after the previous {previous}")
-        for message in problems.other:
-            self.add(ERROR, None, None, message)
+            for name, pairs in problems.index_mismatches.items():
+                for index_offset, log_offset in reversed(pairs):
+                    at = f"a batch ending at {log_offset}" if log_offset >= 0 else "no batch"
+                    self.add(ERROR, name, index_offset, f"index entry for offset {index_offset} points at {at}")
+            for message in problems.other:
+                self.add(ERROR, None, None, message)
+        path = self._path(base, ".timeindex")
+        if os.path.exists(path):
+            self._time_index(path, base, batches)
+
+    def _time_index(self, path: str, base: int, batches: list[tuple[int, int, int]]) -> None:
+        """Each entry against the batch holding its offset; `batches` is (base, last, max timestamp)."""
+        import bisect
+
+        starts = [b[0] for b in batches]
+        previous: int | None = None
+        for i, (timestamp, offset) in enumerate(dump_log.time_index_entries(_read(path), base)):
+            if offset == base and i > 0:
+                return  # the zero-filled tail of a preallocated index, as Kafka stops there
+            at = bisect.bisect_right(starts, offset) - 1
+            batch = batches[at] if at >= 0 and batches[at][1] >= offset else None
+            if batch is None:
+                self.add(ERROR, path, offset, f"time index entry ({timestamp}, offset {offset}) names an offset "
+                         "no batch of the segment holds")
+            elif batch[2] != timestamp:
+                self.add(ERROR, path, offset, f"time index timestamp {timestamp} for offset {offset}, but the batch "
+                         f"holding it (offsets {batch[0]}..{batch[1]}) has max timestamp {batch[2]}")
+            if previous is not None and timestamp <= previous:
+                self.add(ERROR, path, offset, f"time index timestamp {timestamp} is not after the previous {previous}")
+            previous = timestamp
 
     # ---- .txnindex against the ABORT markers -----------------------------------------------------
 
@@ -311,21 +391,33 @@ class _PartitionCheck:
             elif self.complete_base and abort.last_stable_offset != lso:
                 self.add(ERROR, path, last,
                          f"{desc} records LSO {lso}; replaying the log gives {abort.last_stable_offset}")
+        rebuilt_from = self.checkpoints.recovered_from(self.topic, self.partition)
         for a in aborts:
-            if a.last_offset not in matched:
+            if a.last_offset in matched:
+                continue
+            what = (f"ABORT marker of producer {a.producer_id} at {a.last_offset} (transaction from "
+                    f"{a.first_offset}) has no .txnindex entry")
+            if rebuilt_from is not None and log_end is not None and log_end > rebuilt_from:
+                # The index is a cache of the markers, and this one is rebuilt before anyone reads.
+                self.add(WARNING, path, a.last_offset,
+                         f"{what}; the index is rebuilt from the markers when Kafka next starts (no clean "
+                         f"shutdown, segment past the recovery point {rebuilt_from}): a repair, not exposed data")
+            else:
                 self.add(ERROR, path, a.last_offset,
-                         f"ABORT marker of producer {a.producer_id} at {a.last_offset} (transaction from "
-                         f"{a.first_offset}) has no .txnindex entry: read_committed readers would see its data")
+                         f"{what}, and nothing rebuilds the index before a read: read_committed readers "
+                         "would see the aborted data")
 
 
 def _check_partition(report: Report, store: Store, topic: str, p: int, coord: dict[int, Any],
-                     expired: set[str], now: int) -> None:
-    from storage.errors import KafkaError
+                     expired: set[str], now: int, checkpoints: LogDirCheckpoints | None = None) -> None:
+    from storage.errors import KafkaError, UnsupportedForMessageFormatError
 
     report.partitions += 1
-    check = _PartitionCheck(report, store, topic, p, now)
+    check = _PartitionCheck(report, store, topic, p, now, checkpoints)
     try:
         log = store.partition(topic, p)
+    except UnsupportedForMessageFormatError:
+        log = None  # the scan below reports where the pre-0.11 messages are
     except KafkaError as exc:
         check.add(ERROR, None, None, f"the partition cannot be opened: {exc}")
         log = None
@@ -339,7 +431,18 @@ def _check_partition(report: Report, store: Store, topic: str, p: int, coord: di
     except KafkaError as exc:
         check.add(ERROR, None, None, f"reading the partition failed: {exc}")
     else:
+        _against_checkpoints(check, log.log_end_offset)
         _open_transactions(check, log.open_transactions(), coord, expired)
+
+
+def _against_checkpoints(check: _PartitionCheck, log_end: int) -> None:
+    """A log ending before an offset the broker checkpointed lost data it had (or was copied mid-write)."""
+    for name, meaning in CHECKPOINT_MEANINGS.items():
+        offset = check.checkpoints.offsets.get(name, {}).get((check.topic, check.partition))
+        if offset is not None and log_end < offset:
+            check.add(ERROR, None, log_end,
+                      f"the log ends at offset {log_end}, before the {meaning} {offset} that {name} records: "
+                      "the log directory was copied while the broker was writing, or data was lost")
 
 
 def _against_the_log(check: _PartitionCheck, log: Any) -> None:
@@ -434,9 +537,12 @@ def verify_store(store: Store, topic: str | None = None, *, now: int | None = No
         descriptions = []
     coord = {d.state.producer_id: d for d in descriptions}
     expired: set[str] = set()
+    checkpoints = load_checkpoints(report, store)
     for name in ([topic] if topic is not None else store.list_topics(include_internal=True)):
-        for p in range(store.partition_count(name)):
-            _check_partition(report, store, name, p, coord, expired, now)
+        for p in store.partitions(name):  # a Kafka log dir may hold only some: those are what there is to check
+            _check_partition(report, store, name, p, coord, expired, now, checkpoints)
+        if store.absent_partitions(name):
+            report.absent[name] = store.absent_partitions(name)
     _check_coordinator(report, descriptions, topic, expired, now)
     return report
 
@@ -469,6 +575,8 @@ def verify(
     rows = [asdict(f) for f in report.findings]
     emit(rows, COLUMNS, RowFormat(output.value), text=pretty_print_table, missing="-")
     n = len(report.findings)
+    for name, absent in report.absent.items():
+        status(ctx, absent_note(name, absent))
     status(ctx, f"checked {report.partitions} partition{'s' * (report.partitions != 1)}, "
                 f"{report.batches} batch{'es' * (report.batches != 1)}: {n} finding{'s' * (n != 1)}")
     if report.findings:

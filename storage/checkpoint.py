@@ -108,3 +108,21 @@ def read_leader_epoch_checkpoint(partition_dir: str) -> list[tuple[int, int]]:
             raise CorruptIndexError(f"malformed checkpoint file {path}: entry {epoch} {start} is not two integers")
         result.append((int(epoch), int(start)))
     return result
+
+
+# ---- per-partition offset checkpoints of a log dir ------------------------------------------
+
+
+def read_offset_checkpoint(path: str) -> dict[tuple[str, int], int]:
+    """A log dir's `<topic> <partition> <offset>` checkpoint (recovery point, high watermark, log start).
+
+    Kafka writes these at the log dir's root; txlog only reads them, from real Kafka log
+    directories. A missing file has no entries; a malformed one is CorruptIndexError.
+    """
+    result: dict[tuple[str, int], int] = {}
+    for topic, partition, offset in read_checkpoint(path, fields=3):
+        if not (_INT.fullmatch(partition) and _INT.fullmatch(offset)):
+            raise CorruptIndexError(f"malformed checkpoint file {path}: entry {topic} {partition} {offset} "
+                                    "does not end in two integers")
+        result[(topic, int(partition))] = int(offset)
+    return result

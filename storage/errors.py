@@ -112,6 +112,18 @@ class TransactionCoordinatorFencedError(KafkaError):
     code = 52
 
 
+class UnsupportedForMessageFormatError(KafkaError):
+    """Data in a message format this reader does not handle: pre-0.11 magic 0/1 (UNSUPPORTED_FOR_MESSAGE_FORMAT)."""
+
+    code = 43
+
+
+class InconsistentTopicIdError(KafkaError):
+    """A partition's recorded topic id is not the topic's (INCONSISTENT_TOPIC_ID)."""
+
+    code = 103
+
+
 class KafkaStorageError(KafkaError):
     """The disk failed us (KAFKA_STORAGE_ERROR): ENOSPC, EIO, a failed fsync.
 

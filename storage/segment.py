@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Callable, Iterator
 from storage.durable import create_durably, fsync_fd, write_all
 from storage.errors import CorruptIndexError, CorruptRecordError, KafkaStorageError
 from storage.offset_index import OffsetIndex
+from storage.legacy_records import is_legacy_message
+from storage.legacy_records import refuse as legacy_refusal
 from storage.records import MAGIC, RecordBatch
 from storage.time_index import TimeIndex
 from storage.transaction_index import TransactionIndex
@@ -136,6 +138,8 @@ class LogSegment:
 
     def _size_at(self, buf: bytes, off: int, abs_position: int) -> int:
         """Total size of the batch whose header starts at buf[off]; rejects impossible headers."""
+        if buf[off + 16] != MAGIC and is_legacy_message(buf, off):
+            raise legacy_refusal(buf[off + 16], self.log_path, abs_position)  # not a torn tail: refuse loudly
         length = int.from_bytes(buf[off + 8:off + 12], "big", signed=True)
         if length < MIN_BATCH_LENGTH:
             raise CorruptRecordError(f"batch length {length} is below the minimum {MIN_BATCH_LENGTH}",

@@ -7,6 +7,10 @@ entry is durable, and partition directories are created before it is written.
 
 A directory with no `txlog.json` but Kafka partition directories (or `meta.properties`)
 is a real Kafka data directory: it opens read-only, topics inferred from directory names.
+A broker of a multi-broker cluster holds only some partitions of a topic, so there the
+partitions present are the topic's readable ones (`Store.partitions`), the partition
+count is the highest number seen plus one (a lower bound: the log dir does not record
+the real count), and only a read of an absent partition fails.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from typing import Any, Callable, Mapping
 from storage.config import CONFIG_NAMES, TopicConfig, validate_overrides
 from storage.durable import atomic_write, fsync_dir
 from storage.errors import (
+    InconsistentTopicIdError,
     InvalidConfigurationError,
     InvalidPartitionsError,
     KafkaStorageError,
@@ -30,6 +35,7 @@ from storage.errors import (
 )
 from storage.lock import FileLock
 from storage.partition_log import PartitionLog
+from storage.partition_metadata import read_topic_id
 from storage.producer_ids import ProducerIdAllocator
 from storage.topic_name import parse_partition_dir, validate_topic_name
 
@@ -55,6 +61,8 @@ class TopicDescription:
     partitions: list[PartitionDescription]
     config: dict[str, int]
     overrides: dict[str, int] = field(default_factory=dict)
+    topic_id: str | None = None  # from Kafka's partition.metadata; txlog topics have none
+    absent: list[int] = field(default_factory=list)  # partitions below the count this log dir lacks
 
 
 class Store:
@@ -171,6 +179,29 @@ class Store:
     def partition_count(self, name: str) -> int:
         return int(self._topic(name)["partitions"])
 
+    def partitions(self, name: str) -> list[int]:
+        """The topic's readable partitions: all of them, except in a Kafka log dir holding only some."""
+        topic = self._topic(name)
+        return list(topic.get("present", range(int(topic["partitions"]))))
+
+    def absent_partitions(self, name: str) -> list[int]:
+        """Partitions below the count whose directories this (Kafka) log dir does not hold."""
+        present = set(self.partitions(name))
+        return [p for p in range(self.partition_count(name)) if p not in present]
+
+    def topic_id(self, name: str) -> str | None:
+        """The id Kafka recorded in the topic's partition.metadata files (None in a txlog store).
+
+        Every partition must record the same id; Kafka refuses a log whose file disagrees
+        with the topic (INCONSISTENT_TOPIC_ID), and so does this.
+        """
+        ids = {p: read_topic_id(self.partition_dir(name, p)) for p in self.partitions(name)}
+        found = {i for i in ids.values() if i is not None}
+        if len(found) > 1:
+            listed = ", ".join(f"{p}: {i}" for p, i in sorted(ids.items()) if i is not None)
+            raise InconsistentTopicIdError(f"the partitions of topic '{name}' record different topic ids ({listed})")
+        return found.pop() if found else None
+
     def topic_overrides(self, name: str) -> dict[str, int]:
         return dict(self._topic(name).get("config", {}))
 
@@ -178,15 +209,16 @@ class Store:
         return TopicConfig.from_overrides(self.topic_overrides(name))
 
     def describe_topic(self, name: str) -> TopicDescription:
-        count = self.partition_count(name)
+        """Offsets and sizes of the readable partitions; `absent` names the ones a Kafka log dir lacks."""
         parts = []
-        for p in range(count):
+        for p in self.partitions(name):
             log = self.partition(name, p)
             parts.append(PartitionDescription(
                 p, log.log_start_offset, log.log_end_offset, log.last_stable_offset,
                 log.size_bytes, len(log.segments),
             ))
-        return TopicDescription(name, parts, self.topic_config(name).to_dict(), self.topic_overrides(name))
+        return TopicDescription(name, parts, self.topic_config(name).to_dict(), self.topic_overrides(name),
+                                topic_id=self.topic_id(name), absent=self.absent_partitions(name))
 
     def alter_topic_config(self, name: str, set_configs: Mapping[str, Any] | None = None,
                            delete_configs: list[str] | tuple[str, ...] = ()) -> dict[str, int]:
@@ -264,6 +296,11 @@ class Store:
                 f"topic '{topic}' has no partition {partition} (partitions: 0..{int(meta['partitions']) - 1})"
             )
         path = self.partition_dir(topic, partition)
+        if self.kafka_layout and partition not in self.partitions(topic):
+            held = ", ".join(map(str, self.partitions(topic)))
+            raise UnknownTopicOrPartitionError(
+                f"partition {partition} of topic '{topic}' is not in this Kafka log directory (another broker "
+                f"holds it); partitions here: {held}")
         if not os.path.isdir(path) and self.read_only:
             raise UnknownTopicOrPartitionError(f"partition directory {path} is missing")
         config = TopicConfig.from_overrides(meta.get("config", {}))
@@ -324,11 +361,14 @@ def _looks_like_kafka_dir(root: str) -> bool:
 
 
 def _infer_kafka_topics(root: str) -> dict[str, dict[str, Any]]:
-    """Topics of a Kafka log dir from `<topic>-<partition>` directory names."""
-    found: dict[str, int] = {}
+    """Topics of a Kafka log dir from `<topic>-<partition>` directory names.
+
+    `present` lists the partition directories found; the count is the highest plus one.
+    """
+    found: dict[str, list[int]] = {}
     for name in os.listdir(root):
         parsed = parse_partition_dir(name)
         if parsed and os.path.isdir(os.path.join(root, name)):
             topic, p = parsed
-            found[topic] = max(found.get(topic, 0), p + 1)
-    return {t: {"partitions": n, "config": {}} for t, n in found.items()}
+            found.setdefault(topic, []).append(p)
+    return {t: {"partitions": max(ps) + 1, "present": sorted(ps), "config": {}} for t, ps in found.items()}

@@ -445,6 +445,10 @@ class TransactionCoordinator:
     def describe(self, transactional_id: str) -> TransactionDescription | None:
         if not self.store.has_topic(TRANSACTION_STATE_TOPIC):
             return None
+        if self.store.kafka_layout:
+            # A Kafka log dir does not record the topic's partition count (the hash rule's
+            # modulus), and may hold only some partitions: look in every one it has.
+            return next((d for d in self.list_transactions() if d.transactional_id == transactional_id), None)
         index = self.partition_for(transactional_id)
         part = self._part(index)
         part.replay.catch_up()
@@ -456,7 +460,7 @@ class TransactionCoordinator:
         if not self.store.has_topic(TRANSACTION_STATE_TOPIC):
             return []
         out = []
-        for index in range(self.store.partition_count(TRANSACTION_STATE_TOPIC)):
+        for index in self.store.partitions(TRANSACTION_STATE_TOPIC):  # a Kafka log dir may hold only some
             part = self._part(index)
             part.replay.catch_up()
             out.extend(TransactionDescription(t, index, v) for t, v in part.txns.items())

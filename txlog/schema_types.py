@@ -9,6 +9,7 @@ bytes raise CorruptRecordError naming what was being read and where.
 
 from __future__ import annotations
 
+import base64
 import struct
 from collections.abc import Callable
 
@@ -65,6 +66,36 @@ class SchemaWriter:
             raise ValueError(f"string of {len(data)} UTF-8 bytes is longer than Kafka allows")
         self.uvarint(len(data) + 1)
         self._out += data
+
+    def nullable_string(self, value: str | None) -> None:
+        """A non-flexible string that may be null (length -1)."""
+        if value is None:
+            self.i16(-1)
+        else:
+            self.string(value)
+
+    def compact_nullable_string(self, value: str | None) -> None:
+        """A flexible string that may be null (uvarint 0)."""
+        if value is None:
+            self.uvarint(0)
+        else:
+            self.compact_string(value)
+
+    def bytes_(self, value: bytes | None) -> None:
+        """i32 length + bytes; None writes the null bytes (-1)."""
+        if value is None:
+            self.i32(-1)
+            return
+        self.i32(len(value))
+        self._out += value
+
+    def compact_bytes(self, value: bytes | None) -> None:
+        """uvarint(len+1) + bytes; None writes the null bytes (0)."""
+        if value is None:
+            self.uvarint(0)
+            return
+        self.uvarint(len(value) + 1)
+        self._out += value
 
     def array_count(self, count: int | None) -> None:
         """i32 element count; None writes the null array (-1)."""
@@ -139,11 +170,33 @@ class SchemaReader:
     def i64(self, what: str = "int64") -> int:
         return self._unpack(">q", 8, what)
 
+    def u16(self, what: str = "uint16") -> int:
+        return self._unpack(">H", 2, what)
+
+    def f64(self, what: str = "float64") -> float:
+        """A big-endian IEEE 754 double (Kafka's float64)."""
+        start = self._take(8, what)
+        return struct.unpack_from(">d", self._buf, start)[0]
+
+    def raw(self, size: int, what: str) -> bytes:
+        """The next `size` bytes as they are (bounds-checked), for callers that decode them their way."""
+        start = self._take(size, what)
+        return bytes(self._buf[start:start + size])
+
+    def uuid(self, what: str = "uuid") -> bytes:
+        """Kafka's Uuid: 16 raw bytes (most then least significant long); see `uuid_text`."""
+        start = self._take(16, what)
+        return bytes(self._buf[start:start + 16])
+
     def uvarint(self) -> int:
         try:
             value, self._pos = decode_unsigned_varint(self._buf, self._pos)
         except CorruptRecordError as exc:
-            raise self.corrupt(str(exc.args[0])) from None
+            # The varint error already names its position; keep it once, not twice.
+            detail = str(exc.args[0])
+            if exc.position is not None:
+                detail = detail.removesuffix(f" at byte {exc.position}")
+            raise self.corrupt(detail, exc.position) from None
         return value
 
     def _utf8(self, size: int, what: str) -> str:
@@ -169,6 +222,29 @@ class SchemaReader:
         if size == 0:
             return None
         return self._utf8(size - 1, what)
+
+    def bytes_(self, what: str) -> bytes | None:
+        """Non-flexible bytes (i32 length); None for null (-1)."""
+        start = self._pos
+        length = self.i32(what)
+        if length == -1:
+            return None
+        if length < 0:
+            raise self.corrupt(f"negative length {length} of {what}", start)
+        at = self._take(length, what)
+        return bytes(self._buf[at:at + length])
+
+    def compact_bytes(self, what: str) -> bytes | None:
+        """Flexible bytes (uvarint length+1); None for null (0)."""
+        size = self.uvarint()
+        if size == 0:
+            return None
+        at = self._take(size - 1, what)
+        return bytes(self._buf[at:at + size - 1])
+
+    def at_end(self) -> bool:
+        """True when every byte was read (for schemas whose newer versions append fields)."""
+        return self._pos >= len(self._buf)
 
     def _checked_count(self, count: int, min_element_size: int, what: str, start: int) -> int:
         # Checking the count against the bytes left stops a corrupt count from
@@ -222,3 +298,8 @@ class SchemaReader:
         """Reject trailing bytes: they mean the version or a length is wrong."""
         if self._pos != len(self._buf):
             raise self.corrupt(f"{len(self._buf) - self._pos} trailing bytes")
+
+
+def uuid_text(raw: bytes) -> str:
+    """Kafka's Uuid.toString: URL-safe base64 of the 16 bytes without padding (22 characters)."""
+    return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from enum import IntEnum
 from itertools import groupby
 
@@ -45,12 +45,14 @@ class TxnState(IntEnum):
     PREPARE_EPOCH_FENCE = 7
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class TxnLogValue:
     """One transactional id's coordinator state, as persisted.
 
-    `partitions` is flat and sorted so that equal states compare equal whatever
-    order Kafka's HashSet happened to write the topics in.
+    `partitions` is flat and in the order the record stores them (Kafka writes its
+    HashSet's order, which `--transaction-log-decoder` must print as is). That order
+    means nothing, so equality and hashing compare the partitions sorted: two states
+    that differ only in it are the same state.
     """
 
     producer_id: int
@@ -64,6 +66,19 @@ class TxnLogValue:
     next_producer_id: int = -1
     client_transaction_version: int = 2
     next_producer_epoch: int = -1
+
+    def _comparable(self) -> tuple:
+        """Every field (so a new one cannot be forgotten), the partitions sorted."""
+        return tuple(tuple(sorted(self.partitions)) if f.name == "partitions" else getattr(self, f.name)
+                     for f in fields(self))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TxnLogValue):
+            return NotImplemented
+        return self._comparable() == other._comparable()
+
+    def __hash__(self) -> int:
+        return hash(self._comparable())
 
 
 # Tagged fields of value v1: (tag, attribute, struct format, default on the wire).
@@ -194,7 +209,7 @@ def _read_partitions(r: SchemaReader, flexible: bool) -> tuple[tuple[str, int], 
         pairs.extend((topic, r.i32("partition id")) for _ in range(ids))
         if flexible:
             r.tagged_fields()
-    return tuple(sorted(pairs))
+    return tuple(pairs)  # the stored order, which the dump prints; TxnLogValue.__eq__ ignores it
 
 
 def _read_state(r: SchemaReader) -> TxnState:

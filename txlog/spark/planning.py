@@ -76,6 +76,9 @@ def select_partitions(store: Store, options: SourceOptions) -> list[TopicPartiti
             missing = [p for p in parts if p >= count]
             if missing:
                 raise UnknownTopicOrPartitionError(f"topic '{topic}' has no partition {missing[0]}")
+            for p in parts:
+                if p not in store.partitions(topic):
+                    store.partition(topic, p)  # raises: a Kafka log dir without it, saying which it holds
             out.extend((topic, p) for p in parts)
         return sorted(out)
     if options.subscribe is not None:
@@ -87,7 +90,8 @@ def select_partitions(store: Store, options: SourceOptions) -> list[TopicPartiti
         topics = [t for t in store.list_topics(include_internal=False) if pattern.fullmatch(t)]
     else:
         topics = store.list_topics()
-    return [(topic, p) for topic in topics for p in range(store.partition_count(topic))]
+    # A Kafka log dir may hold only some partitions of a topic: those present are the readable ones.
+    return [(topic, p) for topic in topics for p in store.partitions(topic)]
 
 
 def _partition_count(store: Store, topic: str) -> int:

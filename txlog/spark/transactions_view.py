@@ -85,7 +85,7 @@ def _log_partitions(store: Store, options: SourceOptions) -> list[tuple[str, int
         return selected
     if not store.has_topic(TRANSACTION_STATE_TOPIC):
         return []
-    return [(TRANSACTION_STATE_TOPIC, p) for p in range(store.partition_count(TRANSACTION_STATE_TOPIC))]
+    return [(TRANSACTION_STATE_TOPIC, p) for p in store.partitions(TRANSACTION_STATE_TOPIC)]
 
 
 def read(part: LogPart | None, arrow_schema: pa.Schema) -> Iterator[pa.RecordBatch]:
