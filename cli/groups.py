@@ -1,13 +1,15 @@
 """`txlog groups ...`: list, describe, reset and delete consumer group offsets (kafka-consumer-groups.sh).
 
 Kafka's modes (`--list`, `--describe`, ...) are verbs here; options and column names are
-Kafka's. txlog groups have committed offsets but no live members, so CONSUMER-ID, HOST and
-CLIENT-ID are always `-`. LOG-END-OFFSET and LAG are measured against the last stable
-offset, as a read_committed consumer sees the log.
+Kafka's. `describe` has Kafka's three views: offsets (the default: per partition, with the
+member that owns it), `--members` and `--state`. LOG-END-OFFSET and LAG are measured
+against the last stable offset, as a read_committed consumer sees the log. There is no
+broker, so COORDINATOR names the `__consumer_offsets` partition that holds the group.
 
-`list` and `describe` open the store read-only; `reset-offsets` writes only with
-`--execute` (the default is Kafka's dry run, which prints the plan and opens read-only);
-`delete-offsets` writes.
+`list` and `describe` open the store read-only (members whose session expired are left
+out, not removed); `reset-offsets` writes only with `--execute` (the default is Kafka's dry
+run, which prints the plan and opens read-only) and refuses a group with live members, as
+Kafka does; `delete-offsets` writes.
 """
 
 from __future__ import annotations
@@ -39,7 +41,20 @@ DESCRIBE_COLUMNS = (
 )
 RESET_COLUMNS = (("GROUP", "group"), ("TOPIC", "topic"), ("PARTITION", "partition"), ("NEW-OFFSET", "newOffset"))
 DELETE_COLUMNS = (("TOPIC", "topic"), ("PARTITION", "partition"), ("STATUS", "status"))
-LIST_COLUMNS = (("GROUP", "group"),)
+LIST_COLUMNS = (("GROUP", "group"), ("STATE", "state"))
+MEMBERS_COLUMNS = (
+    ("GROUP", "group"), ("CONSUMER-ID", "consumerId"), ("GROUP-INSTANCE-ID", "groupInstanceId"), ("HOST", "host"),
+    ("CLIENT-ID", "clientId"), ("#PARTITIONS", "partitions"),
+)
+MEMBERS_VERBOSE_COLUMNS = MEMBERS_COLUMNS + (
+    ("CURRENT-EPOCH", "currentEpoch"), ("CURRENT-ASSIGNMENT", "currentAssignment"),
+    ("TARGET-EPOCH", "targetEpoch"), ("TARGET-ASSIGNMENT", "targetAssignment"),
+)
+STATE_COLUMNS = (
+    ("GROUP", "group"), ("COORDINATOR (ID)", "coordinator"), ("ASSIGNMENT-STRATEGY", "assignmentStrategy"),
+    ("STATE", "state"), ("#MEMBERS", "members"),
+)
+STATE_VERBOSE_COLUMNS = STATE_COLUMNS + (("GROUP-EPOCH", "groupEpoch"), ("TARGET-ASSIGNMENT-EPOCH", "targetEpoch"))
 
 
 def _admin(store: Any) -> Any:
@@ -75,13 +90,19 @@ def _parse_topics(values: list[str]) -> list[tuple[str, list[int] | None]]:
 # ---- list -------------------------------------------------------------------------------------------
 
 @app.command("list")
-def list_(ctx: typer.Context, output: OutputOption = RowFormat.text) -> None:
-    """Every group with committed (or pending transactional) offsets, one per line."""
-    names: list[str] = []
+def list_(
+    ctx: typer.Context,
+    state: Annotated[bool, typer.Option("--state", help="Show each group's state (Kafka's --list --state).")] = False,
+    output: OutputOption = RowFormat.text,
+) -> None:
+    """Every group with committed offsets or members, one per line (with --state: GROUP STATE)."""
+    states: dict[str, str] = {}
     if store_exists(ctx):
         with open_store(ctx, read_only=True) as store:
-            names = _admin(store).list_consumer_groups()
-    emit([{"group": n} for n in names], LIST_COLUMNS, output, text=lambda _h, rows: [r[0] for r in rows])
+            states = _admin(store).list_consumer_group_states()
+    rows = [{"group": n, "state": st} for n, st in states.items()]
+    emit(rows, LIST_COLUMNS, output,
+         text=(lambda h, r: _auto_text(h, r)[1:]) if state else (lambda _h, rows: [r[0] for r in rows]))
 
 
 # ---- describe ---------------------------------------------------------------------------------------
@@ -93,11 +114,25 @@ def describe(
         "--group", metavar="GROUP", help="A group to describe (repeatable).", show_default=False,
     )] = None,
     all_groups: Annotated[bool, typer.Option("--all-groups", help="Describe every group.")] = False,
+    members: Annotated[bool, typer.Option("--members", help="One row per member: id, host, client, partitions.")] = False,
+    state: Annotated[bool, typer.Option("--state", help="One row per group: assignor, state, member count.")] = False,
+    verbose: Annotated[bool, typer.Option(
+        "--verbose", help="With --members: epochs and assignments; with --state: the group epochs.",
+    )] = False,
     output: OutputOption = RowFormat.text,
 ) -> None:
-    """Committed offset, log end and lag per partition of each group."""
+    """Per partition (default), per member (--members) or per group (--state), as kafka-consumer-groups.
+
+    \b
+    Examples:
+      txlog groups describe --group upper
+      txlog groups describe --group upper --members --verbose
+      txlog groups describe --all-groups --state -o json
+    """
     if bool(group) == all_groups:
         raise CommandError("give --group GROUP (repeatable) or --all-groups", exit_code=USAGE)
+    if members and state:
+        raise CommandError("--members and --state exclude each other", exit_code=USAGE)
     with open_store(ctx, read_only=True) as store:
         admin = _admin(store)
         known = admin.list_consumer_groups()
@@ -105,22 +140,87 @@ def describe(
         for name in names:
             if name not in known:
                 raise _no_group(name)
-        described = {name: admin.describe_consumer_group(name) for name in names}
+        if members or state:
+            views = {name: admin.describe_consumer_group_members(name) for name in names}
+            coordinators = {name: admin.groups.partition_for(name) for name in names}
+        else:
+            described = {name: admin.describe_consumer_group(name) for name in names}
+    if members:
+        _print_members(ctx, views, verbose, output)
+    elif state:
+        rows = [_state_row(name, view, coordinators[name]) for name, view in views.items()]
+        emit(rows, STATE_VERBOSE_COLUMNS if verbose else STATE_COLUMNS, output, text=_auto_text, missing="-")
+    else:
+        _print_offsets(ctx, described, output)
+
+
+def _print_offsets(ctx: typer.Context, described: dict[str, list[Any]], output: RowFormat) -> None:
     by_group = {name: [_describe_row(r) for r in rows] for name, rows in described.items()}
     if output is not RowFormat.text:
         emit([row for rows in by_group.values() for row in rows], DESCRIBE_COLUMNS, output, text=_offsets_text,
              missing="-")
         return
     for name, rows in by_group.items():
-        status(ctx, f"Consumer group '{name}' has no active members.")
+        if not any(r["consumerId"] for r in rows):
+            status(ctx, f"Consumer group '{name}' has no active members.")
         emit(rows, DESCRIBE_COLUMNS, output, text=_offsets_text, missing="-")
+
+
+def _print_members(ctx: typer.Context, views: dict[str, Any], verbose: bool, output: RowFormat) -> None:
+    columns = MEMBERS_VERBOSE_COLUMNS if verbose else MEMBERS_COLUMNS
+    rows = []
+    for name, view in views.items():
+        if view is None or not view.members:
+            if output is RowFormat.text:
+                status(ctx, f"Consumer group '{name}' has no active members.")
+            continue
+        for m in view.members:
+            rows.append({
+                "group": name, "consumerId": m.member_id, "groupInstanceId": m.instance_id, "host": m.client_host,
+                "clientId": m.client_id, "partitions": len(m.assignment), "currentEpoch": m.member_epoch,
+                "currentAssignment": _assignment_text(m.assignment), "targetEpoch": view.group_epoch,
+                "targetAssignment": _assignment_text(m.target),
+            })
+    if rows or output is not RowFormat.text:
+        emit(rows, columns, output, text=_auto_text, missing="-")
+
+
+def _state_row(name: str, view: Any, coordinator: int) -> dict[str, Any]:
+    from txlog.internal_topics import CONSUMER_OFFSETS_TOPIC
+
+    return {
+        "group": name, "coordinator": f"{CONSUMER_OFFSETS_TOPIC}-{coordinator}",
+        "assignmentStrategy": view.assignor if view else None, "state": view.state if view else "Empty",
+        "members": len(view.members) if view else 0, "groupEpoch": view.group_epoch if view else None,
+        "targetEpoch": view.group_epoch if view else None,
+    }
+
+
+def _assignment_text(partitions: Any) -> str:
+    """Kafka's `topic(0,1);other(2)` form; `-` for none."""
+    by_topic: dict[str, list[int]] = {}
+    for tp in partitions:
+        by_topic.setdefault(tp.topic, []).append(tp.partition)
+    if not by_topic:
+        return "-"
+    return ";".join(f"{t}({','.join(map(str, sorted(ps)))})" for t, ps in sorted(by_topic.items()))
+
+
+def _auto_text(headers: list[str], rows: list[list[str]]) -> list[str]:
+    """Kafka's describe layouts: a blank line, then columns as wide as their widest cell (at least 15)."""
+    widths = [max([15, len(headers[i])] + [len(r[i]) for r in rows]) for i in range(len(headers))]
+    lines = [""]
+    for row in [headers, *rows]:
+        lines.append(" ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    return lines
 
 
 def _describe_row(r: Any) -> dict[str, Any]:
     return {
-        "group": r.group, "topic": r.topic, "partition": r.partition, "currentOffset": r.current_offset,
+        "group": r.group, "topic": r.topic, "partition": r.partition,
+        "currentOffset": r.current_offset if r.current_offset >= 0 else None,
         "logEndOffset": r.log_end_offset if r.log_end_offset >= 0 else None,
-        "lag": r.lag if r.lag >= 0 else None, "consumerId": None, "host": None, "clientId": None,
+        "lag": r.lag if r.lag >= 0 else None, "consumerId": r.consumer_id, "host": r.host, "clientId": r.client_id,
         "metadata": r.metadata, "commitTimestamp": r.commit_timestamp,
         "pendingProducerId": r.pending_producer_id if r.pending_producer_id >= 0 else None,
     }
@@ -184,6 +284,11 @@ def reset_offsets(
             raise CommandError(f"cannot reset offsets of internal topic {name}")
     with open_store(ctx, read_only=not execute) as store:
         admin = _admin(store)
+        view = admin.describe_consumer_group_members(group)
+        if view is not None and view.members:
+            raise CommandError(f"Assignments can only be reset if the group '{group}' is inactive, but the "
+                               f"current state is {view.state} ({len(view.members)} live member"
+                               f"{'s' * (len(view.members) != 1)}).")
         committed = admin.list_consumer_group_offsets(group)
         if all_topics:
             if not committed:
@@ -192,9 +297,9 @@ def reset_offsets(
         else:
             tps = []
             for name, parts in wanted:
-                count = store.partition_count(name)
-                for p in parts if parts is not None else range(count):
-                    if p >= count:
+                present = store.partitions(name)
+                for p in parts if parts is not None else present:
+                    if p not in present:
                         raise CommandError(f"topic '{name}' has no partition {p}")
                     tps.append(TopicPartition(name, p))
             tps = sorted(set(tps))

@@ -23,6 +23,13 @@ A CMD that exits non-zero (or cannot be started) aborts the transaction; the ver
 and the next run retries that input. SIGTERM or Ctrl-C aborts the open transaction (CMD is
 terminated if it is running) and exits 130. Without --follow the verb exits once the input
 is read up to its last stable offset; with --follow it keeps polling.
+
+Scaling out: every run is a member of the consumer group --group, so starting `txlog
+process` several times with the same --group (and each its own --transactional-id) splits
+the input partitions between the runs, and a run that dies or stalls loses its partitions
+to the others; `--workers N` starts N such runs as child processes (transactional ids
+ID-0 .. ID-N-1). Without --follow, a run exits once every input partition's committed
+offset has reached its last stable offset, whoever committed it.
 """
 
 from __future__ import annotations
@@ -31,8 +38,9 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
-from typing import Annotated, Any
+from typing import Annotated, Any, Callable
 
 import typer
 
@@ -171,15 +179,39 @@ def process(
         "--transaction-timeout-ms", min=1, metavar="MS",
         help="The transaction timeout; a CMD run must finish well within it.",
     )] = 60_000,
+    workers: Annotated[int, typer.Option(
+        "--workers", "-w", min=1, max=64, metavar="N",
+        help="Run N members of the group as child processes (transactional ids ID-0 .. ID-N-1).",
+    )] = 1,
+    session_timeout_ms: Annotated[int, typer.Option(
+        "--session-timeout-ms", min=2, metavar="MS",
+        help="A run that stops heartbeating (paused, hung) this long loses its partitions to the others. "
+        "A run whose process dies loses them at once.",
+    )] = 45_000,
+    heartbeat_interval_ms: Annotated[int, typer.Option(
+        "--heartbeat-interval-ms", min=1, metavar="MS",
+        help="How often a run checks the group for members that came, left or died.",
+    )] = 3_000,
+    group_instance_id: Annotated[str | None, typer.Option(
+        "--group-instance-id", metavar="ID", show_default=False,
+        help="Static membership: a restart within the session timeout gets its partitions back.",
+    )] = None,
 ) -> None:
-    """Exactly-once consume-transform-produce through a shell command.
+    """Exactly-once consume-transform-produce through a shell command, scaled out by a consumer group.
 
     Each transaction's input values go to CMD's stdin, one per line; CMD's stdout lines
     become the output records (keeping the input keys when CMD prints one line per input
     line, else with null keys). The outputs and the group's input offsets commit together,
-    so a run killed at any moment and restarted emits every output exactly once. A CMD that
-    exits non-zero aborts the transaction (exit 1); SIGTERM or Ctrl-C aborts it (exit 130).
-    Put `--` before CMD.
+    so a run killed at any moment and restarted emits every output exactly once. Runs with
+    the same --group split the input partitions; one that dies or stalls is replaced and its
+    late commits are refused. A CMD that exits non-zero aborts the transaction (exit 1);
+    SIGTERM or Ctrl-C aborts it (exit 130). Put `--` before CMD.
+
+    \b
+    Examples:
+      txlog process -i in -o out -g upper --transactional-id up-1 -- tr a-z A-Z
+      txlog process -i in -o out -g upper --transactional-id up --workers 4 -- ./enrich.sh
+      txlog process -i in -o out -g upper --transactional-id up-2 --follow -- tr a-z A-Z
     """
     if not cmd:
         raise CommandError("missing CMD: put the command after '--'", exit_code=USAGE)
@@ -187,7 +219,72 @@ def process(
         raise CommandError("--input and --output must be different topics", exit_code=USAGE)
     if os.sep not in cmd[0] and shutil.which(cmd[0]) is None:
         raise CommandError(f"CMD not found: {cmd[0]}")
+    if heartbeat_interval_ms >= session_timeout_ms:
+        raise CommandError("--heartbeat-interval-ms must be lower than --session-timeout-ms", exit_code=USAGE)
+    if workers > 1 and group_instance_id is not None:
+        raise CommandError("--group-instance-id names one member; it cannot be used with --workers",
+                           exit_code=USAGE)
+    member = dict(session_timeout_ms=session_timeout_ms, heartbeat_interval_ms=heartbeat_interval_ms,
+                  group_instance_id=group_instance_id)
 
+    def run(tid: str, label: str) -> None:
+        _run_worker(ctx, cmd, input_topic, output_topic, group, tid, transaction_size, follow,
+                    transaction_timeout_ms, member, label)
+
+    if workers == 1:
+        run(transactional_id, "")
+    else:
+        _supervise(workers, lambda i: run(f"{transactional_id}-{i}", f"[worker {i}] "))
+
+
+def _supervise(workers: int, run: Callable[[int], None]) -> None:
+    """Fork one child per worker, forward SIGTERM/SIGINT to them, and exit as the worst of them did.
+
+    Each child returns through the CLI as a single run would (its own `Error:` line and
+    exit code); the parent only waits. Forking happens before any store is opened.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    children: list[int] = []
+    for i in range(workers):
+        pid = os.fork()
+        if pid == 0:
+            run(i)
+            return
+        children.append(pid)
+
+    def forward(signum: int, frame: Any) -> None:
+        for child in children:
+            try:
+                os.kill(child, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+    codes = []
+    try:
+        for child in children:
+            while True:
+                try:
+                    _, status_ = os.waitpid(child, 0)
+                    break
+                except InterruptedError:
+                    continue
+            codes.append(os.waitstatus_to_exitcode(status_))
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    worst = 130 if 130 in codes else max((c if c >= 0 else 1 for c in codes), default=0)
+    if worst:
+        failed = sum(1 for c in codes if c)
+        raise CommandError(f"{failed} of {workers} workers failed (exit codes {', '.join(map(str, codes))})",
+                           exit_code=worst)
+
+
+def _run_worker(ctx: typer.Context, cmd: list[str], input_topic: str, output_topic: str, group: str,
+                transactional_id: str, transaction_size: int, follow: bool, transaction_timeout_ms: int,
+                member: dict[str, Any], label: str) -> None:
+    """One member of the group: the TransformLoop over CMD until caught up (or stopped)."""
     from storage.errors import UnknownTopicOrPartitionError
     from txlog.transform_loop import TransformLoop
 
@@ -201,14 +298,11 @@ def process(
                     raise UnknownTopicOrPartitionError(f"topic '{topic}' does not exist")
             with TransformLoop(store, input_topic=input_topic, output_topic=output_topic, group_id=group,
                                transactional_id=transactional_id, transform=ShellTransform(cmd, stop),
-                               transaction_size=transaction_size,
-                               transaction_timeout_ms=transaction_timeout_ms) as loop:
-                if not quiet:
-                    starts = ", ".join(f"{tp.topic}-{tp.partition}@{loop.consumer.position(tp)}"
-                                       for tp in loop.partitions)
-                    status(ctx, f"Processing {input_topic} -> {output_topic} (group {group}, "
-                                f"transactional id {transactional_id}); starting at {starts}")
-                progress = _Progress(ctx, loop.stats, quiet)
+                               transaction_size=transaction_size, transaction_timeout_ms=transaction_timeout_ms,
+                               consumer_config=member, listener=_AssignmentNotes(ctx, label)) as loop:
+                status(ctx, f"{label}Processing {input_topic} -> {output_topic} (group {group}, "
+                            f"transactional id {transactional_id}); the group assigns the partitions")
+                progress = _Progress(ctx, loop.stats, quiet, label)
                 try:
                     loop.run(until_caught_up=not follow, should_stop=lambda: progress.tick() or bool(stop))
                 except _Interrupted:
@@ -219,15 +313,36 @@ def process(
     finally:
         stop.restore()
     if stop:
-        raise CommandError(f"interrupted ({stop.name()}); any open transaction was aborted, "
+        raise CommandError(f"{label}interrupted ({stop.name()}); any open transaction was aborted, "
                            "committed transactions are kept", exit_code=130)
+
+
+class _AssignmentNotes:
+    """Rebalance listener: says on stderr which partitions this run reads, as they change."""
+
+    def __init__(self, ctx: typer.Context, label: str):
+        self.ctx, self.label = ctx, label
+
+    def _say(self, what: str, partitions: set) -> None:
+        if partitions:
+            names = ", ".join(f"{tp.topic}-{tp.partition}" for tp in sorted(partitions))
+            status(self.ctx, f"{self.label}{what} {names}")
+
+    def on_partitions_assigned(self, partitions: set) -> None:
+        self._say("Assigned", partitions)
+
+    def on_partitions_revoked(self, partitions: set) -> None:
+        self._say("Revoked", partitions)
+
+    def on_partitions_lost(self, partitions: set) -> None:
+        self._say("Lost (the group replaced this run)", partitions)
 
 
 class _Progress:
     """Counts on stderr: a line at most every PROGRESS_EVERY_SECONDS, and a summary at the end."""
 
-    def __init__(self, ctx: typer.Context, stats: Any, quiet: bool):
-        self.ctx, self.stats, self.quiet = ctx, stats, quiet
+    def __init__(self, ctx: typer.Context, stats: Any, quiet: bool, label: str = ""):
+        self.ctx, self.stats, self.quiet, self.label = ctx, stats, quiet, label
         self.started = self.last = time.monotonic()
         self.shown = 0
 
@@ -241,11 +356,12 @@ class _Progress:
         if not self.quiet and now - self.last >= PROGRESS_EVERY_SECONDS \
                 and self.stats.transactions_committed != self.shown:
             self.last, self.shown = now, self.stats.transactions_committed
-            status(self.ctx, f"... {self._counts()}")
+            status(self.ctx, f"{self.label}... {self._counts()}")
         return False
 
     def summary(self, *, interrupted: bool) -> None:
         if not interrupted:
-            status(self.ctx, f"Processed {self._counts()}; caught up after {time.monotonic() - self.started:.1f}s.")
+            status(self.ctx, f"{self.label}Processed {self._counts()}; caught up after "
+                             f"{time.monotonic() - self.started:.1f}s.")
         elif self.stats.transactions_committed:
-            status(self.ctx, f"Before the interruption: {self._counts()}.")
+            status(self.ctx, f"{self.label}Before the interruption: {self._counts()}.")

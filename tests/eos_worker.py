@@ -23,6 +23,16 @@ Modes (first argument):
                FENCED <message>                  ProducerFencedError; exit EXIT_FENCED
                UNKNOWN <message>                 TransactionOutcomeUnknownError; exit EXIT_UNKNOWN
 
+    member a copier that is a member of the consumer group `--group` instead of assigning
+           partitions: the group splits the input topic's partitions between the members
+           (`--session-timeout-ms`, `--heartbeat-interval-ms`, `--instance-id` for static
+           membership). Besides copy's lines it prints the rebalance listener's calls:
+
+               ASSIGNED <p,p,...> / REVOKED <p,...> / LOST <p,...>
+
+           With `--hold-file` the first round flushes its output, prints HOLD and waits until
+           that file exists before it commits (the test pauses it there).
+
     read   the concurrent read_committed reader: a Consumer without a group, assigned every
            partition of `--topic`, polling in a loop over a read-only view of the store (it
            takes no lock). Each poll that returns records appends to `--history` (flushed):
@@ -64,7 +74,6 @@ def _say(line: str) -> None:
 
 
 def run_copy(args: argparse.Namespace) -> int:
-    from txlog.errors import ProducerFencedError, TransactionOutcomeUnknownError
     from txlog.transform_loop import TransformLoop
 
     rng = random.Random(args.seed)
@@ -81,15 +90,21 @@ def run_copy(args: argparse.Namespace) -> int:
         _say(f"ROUND {records[0].offset} {records[-1].offset} {'abort' if abort else 'commit'}")
         return abort
 
+    return _drive(lambda: TransformLoop(
+        args.store, input_topic=args.input_topic, output_topic=args.output_topic, group_id=args.group,
+        transactional_id=args.transactional_id, transform=identity, transaction_size=args.txn_size,
+        partitions=args.partition, transaction_timeout_ms=args.txn_timeout_ms, abort_if=abort_if), holder, 100)
+
+
+def _drive(make_loop, holder: dict, poll_timeout_ms: int) -> int:
+    """Run a copier's loop until caught up, printing INIT / STATS / DONE, FENCED or UNKNOWN."""
+    from txlog.errors import ProducerFencedError, TransactionOutcomeUnknownError
+
     loop = None
     try:
-        loop = TransformLoop(args.store, input_topic=args.input_topic, output_topic=args.output_topic,
-                             group_id=args.group, transactional_id=args.transactional_id, transform=identity,
-                             transaction_size=args.txn_size, partitions=args.partition,
-                             transaction_timeout_ms=args.txn_timeout_ms, abort_if=abort_if)
-        holder["loop"] = loop
+        loop = holder["loop"] = make_loop()
         _say(f"INIT {loop.producer.producer_id} {loop.producer.producer_epoch}")
-        stats = loop.run(until_caught_up=True, poll_timeout_ms=100)
+        stats = loop.run(until_caught_up=True, poll_timeout_ms=poll_timeout_ms)
         _say(f"STATS {stats.transactions_committed} {stats.transactions_aborted} {stats.records_in} "
              f"{stats.records_out}")
         loop.close()
@@ -102,6 +117,59 @@ def run_copy(args: argparse.Namespace) -> int:
     except TransactionOutcomeUnknownError as exc:
         _say(f"UNKNOWN {type(exc).__name__}: {exc}")
         return EXIT_UNKNOWN
+
+
+class _SayListener:
+    """Prints every rebalance callback, so the test can follow the assignment."""
+
+    @staticmethod
+    def _names(partitions) -> str:
+        return ",".join(str(tp.partition) for tp in sorted(partitions)) or "-"
+
+    def on_partitions_assigned(self, partitions) -> None:
+        _say(f"ASSIGNED {self._names(partitions)}")
+
+    def on_partitions_revoked(self, partitions) -> None:
+        _say(f"REVOKED {self._names(partitions)}")
+
+    def on_partitions_lost(self, partitions) -> None:
+        _say(f"LOST {self._names(partitions)}")
+
+
+def run_member(args: argparse.Namespace) -> int:
+    """`copy`, as a member of the group: the group decides which input partitions this reads."""
+    from txlog.transform_loop import TransformLoop
+
+    rng = random.Random(args.seed)
+    holder: dict[str, TransformLoop] = {}
+    held = {"done": args.hold_file is None}
+
+    def identity(records):
+        return [(r.key, r.value) for r in records]
+
+    def abort_if(records) -> bool:
+        loop = holder["loop"]
+        if args.delay_ms > 0 or not held["done"]:
+            loop.producer.flush()  # the round's output reaches the log: the transaction is Ongoing
+        if not held["done"]:
+            held["done"] = True
+            _say(f"HOLD {records[0].partition} {records[0].offset} {records[-1].offset}")
+            while not os.path.exists(args.hold_file):
+                time.sleep(0.01)
+        if args.delay_ms > 0:
+            time.sleep(args.delay_ms / 1000)
+        abort = rng.random() < args.abort_p
+        _say(f"ROUND {records[0].partition} {records[0].offset} {records[-1].offset} "
+             f"{'abort' if abort else 'commit'}")
+        return abort
+
+    member = {"session_timeout_ms": args.session_timeout_ms, "heartbeat_interval_ms": args.heartbeat_interval_ms,
+              "group_instance_id": args.instance_id}
+    return _drive(lambda: TransformLoop(
+        args.store, input_topic=args.input_topic, output_topic=args.output_topic, group_id=args.group,
+        transactional_id=args.transactional_id, transform=identity, transaction_size=args.txn_size,
+        transaction_timeout_ms=args.txn_timeout_ms, abort_if=abort_if, consumer_config=member,
+        listener=_SayListener()), holder, 50)
 
 
 def _close_quietly(loop) -> None:
@@ -158,7 +226,7 @@ def run_read(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("mode", choices=["copy", "read"])
+    ap.add_argument("mode", choices=["copy", "member", "read"])
     ap.add_argument("--store", required=True)
     # copy
     ap.add_argument("--transactional-id")
@@ -171,6 +239,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--txn-timeout-ms", type=int, default=60_000)
     ap.add_argument("--delay-ms", type=float, default=0.0)
     ap.add_argument("--seed", type=int, default=0)
+    # member
+    ap.add_argument("--session-timeout-ms", type=int, default=45_000)
+    ap.add_argument("--heartbeat-interval-ms", type=int, default=3_000)
+    ap.add_argument("--instance-id")
+    ap.add_argument("--hold-file")
     # read
     ap.add_argument("--topic", default="out")
     ap.add_argument("--history")
@@ -178,7 +251,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--drain-timeout", type=float, default=30.0)
     args = ap.parse_args(argv)
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test asks for stacks before killing a hung worker
-    code = run_copy(args) if args.mode == "copy" else run_read(args)
+    code = {"copy": run_copy, "member": run_member, "read": run_read}[args.mode](args)
     sys.stdout.flush()
     sys.exit(code)
 

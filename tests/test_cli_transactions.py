@@ -283,7 +283,9 @@ def test_groups_list_and_describe(group_store):
     assert_ok(proc)
     assert proc.stdout == "g\n"
     proc = txlog("groups", "list", "-o", "json", data_dir=group_store)
-    assert json.loads(proc.stdout) == [{"group": "g"}]
+    assert json.loads(proc.stdout) == [{"group": "g", "state": "Empty"}]  # offsets but no members
+    proc = txlog("groups", "list", "--state", data_dir=group_store)
+    assert [line.split() for line in proc.stdout.splitlines()] == [["GROUP", "STATE"], ["g", "Empty"]]
 
     proc = txlog("groups", "describe", "--group", "g", data_dir=group_store)
     assert_ok(proc)

@@ -98,22 +98,29 @@ ANOMALIES = (
     ":G1a",                   # the reader got a record that is not in the final RC output (aborted read)
     ":precommitted-read",     # the reader got an offset ≥ the partition's LSO at that poll
     ":nonmonotonic-send",     # in an output partition, one input partition's records out of input order
+    ":offset-regression",     # the group's committed offset of an input partition moved backwards
 )
 
 Final = Mapping[int, Sequence[tuple[int, bytes]]]  # output partition -> [(offset, value)] in offset order
 Read = tuple[int, int, int, bytes]  # (poll number, partition, offset, value), in the order polls returned them
+Commits = Mapping[int, Sequence[int]]  # input partition -> the group's committed offsets, in the order they took effect
 
 
 def check_history(inputs: Mapping[bytes, tuple[int, int]], final: Final, reads: Sequence[Read],
-                  lsos: Mapping[tuple[int, int], int]) -> dict[str, list]:
+                  lsos: Mapping[tuple[int, int], int], commits: Commits | None = None) -> dict[str, list]:
     """Every anomaly found, by name (ANOMALIES); all lists empty means exactly-once held.
 
     `inputs` maps each input value to its (input partition, offset); `final` is the final
     read_committed view of the output; `reads` is the reader's history and `lsos[(poll,
     partition)]` the LSO it read right after that poll (the LSO never moves back, so an
-    offset at or past it was not stable when it was fetched).
+    offset at or past it was not stable when it was fetched). `commits`, when given, is
+    the group's committed-offset history per input partition (`committed_offset_history`).
     """
     found: dict[str, list] = {name: [] for name in ANOMALIES}
+    for p, offsets in (commits or {}).items():
+        for before, after in itertools.pairwise(offsets):
+            if after < before:
+                found[":offset-regression"].append((p, before, after))
     where: dict[bytes, list[tuple[int, int]]] = defaultdict(list)
     final_at: dict[tuple[int, int], bytes] = {}
     committed_offsets: dict[int, list[int]] = {}
@@ -201,6 +208,57 @@ def test_checker_finds_each_anomaly():
     backwards = {0: [(0, b"b"), (2, b"c"), (4, b"a")], 1: [(1, b"d")]}
     assert ":nonmonotonic-send" in names(check_history(inputs, backwards, [], {}))
     assert ":phantom-write" in names(check_history(inputs, {**final, 1: [(1, b"d"), (2, b"zz")]}, [], {}))
+    assert not names(check_history(inputs, final, reads, lsos, {0: [0, 2, 2, 5], 1: [1]}))
+    assert names(check_history(inputs, final, reads, lsos, {0: [0, 20, 10]})) == {":offset-regression"}
+
+
+def committed_offset_history(store_path: str, group: str, topic: str = IN) -> dict[int, list[int]]:
+    """The group's committed offset of each partition of `topic`, every time it changed, from the log.
+
+    Replays the group's `__consumer_offsets` partition as the group coordinator loads it:
+    plain commits take effect at once, transactional ones at their producer's COMMIT
+    marker (unless a later-written commit already replaced them), aborted ones never.
+    """
+    from txlog.offset_log import OffsetKey, decode_key, decode_offset_value
+
+    store = Store.open(store_path, read_only=True)
+    try:
+        log = store.partition(CONSUMER_OFFSETS_TOPIC, owner_partition(group, store.partition_count(CONSUMER_OFFSETS_TOPIC)))
+        history: dict[int, list[int]] = defaultdict(list)
+        current: dict[int, tuple[int, int]] = {}  # partition -> (offset, batch offset that wrote it)
+        pending: dict[int, dict[int, tuple[int, int]]] = defaultdict(dict)
+
+        def take(partition: int, offset: int, batch_offset: int) -> None:
+            if partition in current and current[partition][1] > batch_offset:
+                return
+            current[partition] = (offset, batch_offset)
+            history[partition].append(offset)
+
+        pos = log.log_start_offset
+        while pos < log.log_end_offset:
+            batches = log.read(pos, 1 << 20)
+            for batch in batches:
+                pos = batch.last_offset + 1
+                if batch.is_control:
+                    done = pending.pop(batch.producer_id, {})
+                    if batch.control_marker().is_commit:
+                        for partition, (offset, at) in sorted(done.items(), key=lambda kv: kv[1][1]):
+                            take(partition, offset, at)
+                    continue
+                for record in batch.records():
+                    key = decode_key(record.key)
+                    if not isinstance(key, OffsetKey) or key.group != group or key.topic != topic:
+                        continue
+                    value = decode_offset_value(record.value)
+                    if value is None:
+                        continue
+                    if batch.is_transactional:
+                        pending[batch.producer_id][key.partition] = (value.offset, batch.base_offset)
+                    else:
+                        take(key.partition, value.offset, batch.base_offset)
+        return dict(history)
+    finally:
+        store.close()
 
 
 # =====================================================================================================
@@ -908,7 +966,8 @@ def verify(sc: Scenario60) -> dict:
         assert [v for _, v in final[0]] == in_order, "1 -> 1 copy: output is not the input in order"
         assert seen == [v for _, v in final[0]], "1 -> 1 copy: the reader's sequence is not the output"
 
-    assert_no_anomalies(check_history(inputs, final, reads, lsos), f"[seed {sc.seed}] ")
+    assert_no_anomalies(check_history(inputs, final, reads, lsos, committed_offset_history(sc.store_path, GROUP)),
+                        f"[seed {sc.seed}] ")
     return {
         "records": len(inputs),
         "out_data_batches": counts[(OUT, "data-batches")],

@@ -21,8 +21,9 @@ from txlog.coordinator import (
     TransactionCoordinator,
     TransactionDescription,
 )
-from txlog.errors import InvalidTxnStateError, UnknownTopicOrPartitionError
+from txlog.errors import GroupNotEmptyError, InvalidTxnStateError, UnknownTopicOrPartitionError
 from txlog.fetch import IsolationLevel
+from txlog.group_coordinator import GroupCoordinator, GroupDescription
 from txlog.group_offsets import GroupOffsets
 from txlog.internal_topics import INTERNAL_TOPICS
 from txlog.topic_partition import OffsetAndMetadata, TopicPartition
@@ -67,6 +68,9 @@ class GroupOffsetRow:
     metadata: str
     commit_timestamp: int
     pending_producer_id: int
+    consumer_id: str | None = None  # the member that owns the partition now, if any
+    host: str | None = None
+    client_id: str | None = None
 
 
 def _now_ms() -> int:
@@ -83,6 +87,7 @@ class Admin:
         self._clock = clock or _now_ms
         self.coordinator = TransactionCoordinator(self.store, clock=clock)
         self.groups = GroupOffsets(self.store, clock=clock)
+        self.group_coordinator = GroupCoordinator(self.store, self.groups, clock=clock)
 
     # ---- topics -----------------------------------------------------------------------------------
 
@@ -161,7 +166,7 @@ class Admin:
         names = self.store.list_topics(include_internal=True) if topics is None else list(topics)
         found = []
         for topic in names:
-            for p in range(self.store.partition_count(topic)):
+            for p in self.store.partitions(topic):
                 found.extend(self._hanging_in(topic, p, live, now, max_transaction_timeout_ms))
         return found
 
@@ -207,32 +212,60 @@ class Admin:
     # ---- consumer groups -----------------------------------------------------------------------------
 
     def list_consumer_groups(self) -> list[str]:
+        """Groups with committed or pending offsets or a membership record."""
         return self.groups.list_groups()
+
+    def list_consumer_group_states(self) -> dict[str, str]:
+        """Each group with its state in Kafka's names (Empty, Reconciling, Stable)."""
+        return self.group_coordinator.list_groups()
+
+    def describe_consumer_group_members(self, group: str) -> GroupDescription | None:
+        """Members, their epochs and assignments (kafka-consumer-groups --describe --members/--state)."""
+        return self.group_coordinator.describe(group)
 
     def list_consumer_group_offsets(self, group: str) -> dict[TopicPartition, OffsetAndMetadata]:
         return self.groups.committed(group)
 
     def describe_consumer_group(self, group: str) -> list[GroupOffsetRow]:
-        """Committed offset, log end and lag per partition (lag against the LSO, as read_committed sees it)."""
+        """Per partition: committed offset, log end and lag (against the LSO, as read_committed sees it),
+        and the member that owns it. Partitions a member owns without a committed offset are listed too."""
         pending = self.groups.pending(group)
+        committed = self.groups.describe(group)
+        description = self.group_coordinator.describe(group)
+        owners = {tp: m for m in (description.members if description else ()) for tp in m.assignment}
         rows = []
-        for tp, value in sorted(self.groups.describe(group).items()):
+        for tp in sorted(set(committed) | set(owners)):
             try:
                 end = self.store.partition(tp.topic, tp.partition).last_stable_offset
             except UnknownTopicOrPartitionError:
                 end = -1
-            lag = max(end - value.offset, 0) if end >= 0 else -1
-            rows.append(GroupOffsetRow(group, tp.topic, tp.partition, value.offset, end, lag, value.metadata,
-                                       value.commit_timestamp, pending.get(tp, (-1, None))[0]))
+            value = committed.get(tp)
+            offset = value.offset if value is not None else -1
+            lag = max(end - offset, 0) if end >= 0 and offset >= 0 else -1
+            owner = owners.get(tp)
+            rows.append(GroupOffsetRow(
+                group, tp.topic, tp.partition, offset, end, lag, value.metadata if value else "",
+                value.commit_timestamp if value else -1, pending.get(tp, (-1, None))[0],
+                owner.member_id if owner else None, owner.client_host if owner else None,
+                owner.client_id if owner else None))
         return rows
 
     def alter_consumer_group_offsets(self, group: str, offsets: Mapping[TopicPartition, OffsetAndMetadata | int]) -> None:
-        """Reset a group's positions (kafka-consumer-groups --reset-offsets --execute)."""
+        """Reset a group's positions (kafka-consumer-groups --reset-offsets --execute).
+
+        Refused while the group has live members, as Kafka refuses it: they would
+        overwrite the new offsets with their own positions.
+        """
         for tp in offsets:
             if tp.topic in INTERNAL_TOPICS:
                 raise UnknownTopicOrPartitionError(f"cannot reset offsets of internal topic {tp.topic}")
             self.store.partition(tp.topic, tp.partition)  # validates the partition exists
-        self.groups.commit(group, offsets)
+        description = self.group_coordinator.describe(group)
+        if description is not None and description.members:
+            raise GroupNotEmptyError(
+                f"Assignments can only be reset if the group '{group}' is inactive, but the current state "
+                f"is {description.state}.")
+        self.group_coordinator.commit_offsets(group, offsets, None)
 
     def delete_consumer_group_offsets(self, group: str, partitions: Iterable[TopicPartition]) -> None:
         self.groups.delete_offsets(group, partitions)

@@ -1,9 +1,14 @@
 """The public Consumer, in Kafka's client vocabulary (kafka-python users should feel at home).
 
-There is no group coordinator and no rebalancing: a consumer is a single member that
-either `assign`s partitions or `subscribe`s to topics (then it reads every partition of
-them, picking up partitions and topics that appear later). The group id is only where
-positions are committed to and resumed from, in `__consumer_offsets` (DESIGN.md §7).
+A consumer either `assign`s partitions itself (no group membership: the group id is
+only where positions are committed to and resumed from) or `subscribe`s to topics as a
+member of its group (`txlog.group_coordinator`, KIP-848's model): the group splits the
+subscribed partitions between its members, moves them when members come and go, and
+fences commits from members it has expired. A subscribed consumer heartbeats from a
+background thread and reconciles its assignment inside `poll`, where the rebalance
+listener's callbacks run (revoked before assigned; lost when the member was fenced).
+Without a group id, or on a read-only store, `subscribe` reads every partition of the
+topics with no membership, as kafka-python does without a group.
 
 Where a partition starts, when nothing was `seek`ed: the group's committed offset,
 else `auto_offset_reset`. Under read_committed the committed offset is asked for with
@@ -19,21 +24,32 @@ import os
 import re
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from storage.errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from storage.store import Store
 from txlog.consumer_record import ConsumerRecord
 from txlog.coordinator import TransactionCoordinator
 from txlog.errors import (
+    FencedMemberEpochError,
     IllegalArgumentError,
     IllegalStateError,
     KafkaError,
     NoOffsetForPartitionError,
+    StaleMemberEpochError,
+    UnknownMemberIdError,
     UnstableOffsetCommitError,
 )
 from txlog.fetch import IsolationLevel, fetch
+from txlog.group_coordinator import (
+    DEFAULT_HEARTBEAT_INTERVAL_MS,
+    DEFAULT_MAX_POLL_INTERVAL_MS,
+    DEFAULT_SESSION_TIMEOUT_MS,
+    GroupCoordinator,
+    check_session_settings,
+)
 from txlog.group_offsets import GroupOffsets, InvalidGroupIdError
+from txlog.membership import ConsumerGroupMetadata, Membership
 from txlog.topic_partition import OffsetAndMetadata, TopicPartition
 
 OFFSET_RESET_POLICIES = ("earliest", "latest", "none")
@@ -62,10 +78,22 @@ class Consumer:
                  isolation_level: str | IsolationLevel = "read_committed", auto_offset_reset: str = "earliest",
                  enable_auto_commit: bool = True, auto_commit_interval_ms: int = 5000,
                  max_poll_records: int = 500, fetch_max_bytes: int = 52428800,
-                 max_partition_fetch_bytes: int = 1048576, clock: Callable[[], int] | None = None):
+                 max_partition_fetch_bytes: int = 1048576, group_instance_id: str | None = None,
+                 session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
+                 max_poll_interval_ms: int = DEFAULT_MAX_POLL_INTERVAL_MS,
+                 heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS,
+                 group_remote_assignor: str | None = None, client_id: str = "txlog",
+                 clock: Callable[[], int] | None = None):
         self._isolation = IsolationLevel.parse(isolation_level)
         _check_config(group_id, auto_offset_reset, auto_commit_interval_ms, max_poll_records,
                       fetch_max_bytes, max_partition_fetch_bytes)
+        check_session_settings(session_timeout_ms, max_poll_interval_ms, heartbeat_interval_ms)
+        if group_instance_id is not None and (not isinstance(group_instance_id, str) or not group_instance_id):
+            raise IllegalArgumentError(f"group_instance_id must be a non-empty string or None, not {group_instance_id!r}")
+        self._member_settings = dict(instance_id=group_instance_id, session_timeout_ms=session_timeout_ms,
+                                     max_poll_interval_ms=max_poll_interval_ms,
+                                     heartbeat_interval_ms=heartbeat_interval_ms,
+                                     assignor=group_remote_assignor, client_id=client_id)
         self._group_id = group_id
         self._reset_policy = auto_offset_reset
         self._auto_commit_interval_ms = auto_commit_interval_ms
@@ -78,6 +106,9 @@ class Consumer:
         else:
             self._store, self._owns_store = Store.open(path_or_store), True
         self._groups = GroupOffsets(self._store, clock=self._clock)
+        self._coordinator = GroupCoordinator(self._store, self._groups, clock=self._clock)
+        self._membership: Membership | None = None  # set while subscribed as a group member
+        self._listener: Any = None
         # Without a group (as in kafka-python) or on a read-only store (a Kafka data directory)
         # there is nowhere to commit to, so auto-commit is simply off; explicit commits still raise.
         self._auto_commit = bool(enable_auto_commit) and group_id is not None and not self._store.read_only
@@ -94,7 +125,11 @@ class Consumer:
     # ---- assignment ---------------------------------------------------------------------------
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
-        """Read exactly these partitions (replacing any earlier assignment); `[]` unassigns."""
+        """Read exactly these partitions (replacing any earlier assignment); `[]` unassigns.
+
+        No group membership: nothing else stops another consumer reading the same
+        partitions, and commits are only accepted while the group has no members.
+        """
         self._check_open()
         wanted = [_as_tp(tp) for tp in partitions]
         if wanted and self._subscribed():
@@ -102,8 +137,14 @@ class Consumer:
         self._subscription, self._pattern = None, None
         self._set_assignment(wanted)
 
-    def subscribe(self, topics: Iterable[str] = (), pattern: str | None = None) -> None:
-        """Read every partition of these topics (or of every topic matching `pattern`), now and later."""
+    def subscribe(self, topics: Iterable[str] = (), pattern: str | None = None, listener: Any = None) -> None:
+        """Join the group for these topics (or every topic matching `pattern`), now and later.
+
+        The group decides which of their partitions this member reads; `listener`
+        (an object with any of on_partitions_revoked / on_partitions_assigned /
+        on_partitions_lost, as Kafka's ConsumerRebalanceListener) is called from
+        `poll` when that changes. The member joins on the first `poll`.
+        """
         self._check_open()
         names = [topics] if isinstance(topics, str) else list(topics)
         if bool(names) == (pattern is not None):
@@ -114,11 +155,16 @@ class Consumer:
             raise IllegalArgumentError(f"topic names must be non-empty strings, not {names!r}")
         self._subscription = set(names) if pattern is None else None
         self._pattern = re.compile(pattern) if pattern is not None else None
+        self._listener = listener
+        if self._group_id is not None and not self._store.read_only and self._membership is None:
+            self._membership = Membership(self._store, self._coordinator, self._group_id, clock=self._clock,
+                                          **self._member_settings)
         self._refresh_subscription()
 
     def unsubscribe(self) -> None:
-        """Drop the subscription or assignment."""
+        """Drop the subscription or assignment; a group member revokes its partitions and leaves."""
         self._check_open()
+        self._leave_group()
         self._subscription, self._pattern = None, None
         self._set_assignment([])
 
@@ -130,10 +176,27 @@ class Consumer:
         return set(self._subscription or ())
 
     def assignment(self) -> set[TopicPartition]:
+        """The partitions this consumer reads now (for a group member: what the group gave it)."""
         self._check_open()
-        if self._subscribed():
+        if self._subscribed() and self._membership is None:
             self._refresh_subscription()
         return set(self._assigned)
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """Group id, member id, member epoch (as generation_id) and instance id, for
+        `Producer.send_offsets_to_transaction` (KIP-447); generation -1 outside group management."""
+        self._check_open()
+        if self._group_id is None:
+            raise InvalidGroupIdError("group_metadata() needs a consumer with a group_id")
+        if self._membership is None:
+            return ConsumerGroupMetadata(self._group_id, group_instance_id=self._member_settings["instance_id"])
+        return self._membership.metadata()
+
+    def enforce_rebalance(self) -> None:
+        """Heartbeat on the next poll instead of at the next interval (Kafka's enforceRebalance)."""
+        self._check_open()
+        if self._membership is not None:
+            self._membership.beat_soon()
 
     def _subscribed(self) -> bool:
         return self._subscription is not None or self._pattern is not None
@@ -148,13 +211,90 @@ class Consumer:
         return [t for t in sorted(self._subscription or ()) if self._store.has_topic(t)]
 
     def _refresh_subscription(self) -> None:
-        """Follow topics and partitions created (or deleted) since the last look: no rebalance needed."""
+        """Follow topics and partitions created (or deleted) since the last look.
+
+        A group member tells the group its topics (the group assigns); without a group
+        the consumer simply takes every partition of them.
+        """
         if not self._subscribed():
             return
+        if self._membership is not None:
+            wanted = sorted(self._subscription) if self._pattern is None else self._matching_topics()
+            self._membership.set_topics(tuple(wanted))
+            return
         partitions = [TopicPartition(t, p) for t in self._matching_topics()
-                      for p in range(self._store.partition_count(t))]
+                      for p in self._store.partitions(t)]
         if set(partitions) != set(self._assigned):
             self._set_assignment(partitions)
+
+    # ---- group membership ---------------------------------------------------------------------
+
+    def _maintain_membership(self) -> None:
+        """Heartbeat when due and apply what the group says, running the listener (Kafka's order).
+
+        Partitions taken away are revoked first (positions auto-committed, then
+        on_partitions_revoked), and the revocation is acknowledged at once so the
+        group can hand them on; then new partitions are added and
+        on_partitions_assigned runs. A member the group fenced or expired gets
+        on_partitions_lost instead and rejoins.
+        """
+        membership = self._membership
+        if membership is None:
+            return
+        membership.polled()
+        if not membership.due():
+            return
+        epoch_before = membership.epoch if membership.joined else None
+        try:
+            response = membership.heartbeat(frozenset(self._assigned))
+            while set(self._assigned) - response.assignment:
+                self._revoke(set(self._assigned) - response.assignment)
+                response = membership.heartbeat(frozenset(self._assigned))
+        except (UnknownMemberIdError, FencedMemberEpochError, StaleMemberEpochError):
+            self._lose_partitions()
+            membership.fenced()
+            return
+        added = response.assignment - set(self._assigned)
+        if added or response.member_epoch != epoch_before:
+            self._set_assignment(set(self._assigned) | added)
+            self._call_listener("on_partitions_assigned", added)
+
+    def _revoke(self, partitions: set[TopicPartition], *, commit: bool = True) -> None:
+        """Give partitions back: commit their positions (auto-commit), tell the listener, drop them."""
+        if self._auto_commit and commit:
+            positions = {tp: OffsetAndMetadata(self._assigned[tp].position) for tp in sorted(partitions)
+                         if self._assigned[tp].position is not None
+                         and self._auto_committed.get(tp) != self._assigned[tp].position}
+            if positions:
+                self._commit_to_group(positions)
+        self._call_listener("on_partitions_revoked", partitions)
+        self._set_assignment(set(self._assigned) - partitions)
+
+    def _lose_partitions(self) -> None:
+        """The group moved on without us: the partitions may already be someone else's, commit nothing."""
+        lost = set(self._assigned)
+        self._set_assignment([])
+        if lost:
+            self._call_listener("on_partitions_lost", lost)
+
+    def _call_listener(self, name: str, partitions: set[TopicPartition]) -> None:
+        callback = getattr(self._listener, name, None)
+        if callback is None and name == "on_partitions_lost":
+            callback = getattr(self._listener, "on_partitions_revoked", None)  # Kafka's default for lost
+        if callback is not None:
+            callback(set(partitions))
+
+    def _leave_group(self, *, commit: bool = True) -> None:
+        """Revoke everything and leave (a static member keeps its place until its session expires)."""
+        membership = self._membership
+        if membership is None:
+            return
+        try:
+            if membership.joined and self._assigned:
+                self._revoke(set(self._assigned), commit=commit)
+        finally:
+            self._membership = None
+            membership.leave()
 
     # ---- positions ----------------------------------------------------------------------------
 
@@ -263,6 +403,7 @@ class Consumer:
         deadline = time.monotonic() + max(timeout_ms, 0) / 1000
         while True:
             self._refresh_subscription()
+            self._maintain_membership()
             records, progressed = self._fetch_round(limit)
             if records:
                 return records
@@ -312,7 +453,12 @@ class Consumer:
         """
         try:
             return self._resolve(tp, self._assigned[tp])
-        except (UnstableOffsetCommitError, UnknownTopicOrPartitionError):
+        except UnstableOffsetCommitError:
+            # The pending commit's transaction may belong to a producer that died: only
+            # its timeout ends it, and with no daemon somebody must run that sweep.
+            self._maybe_sweep_expired()
+            return None
+        except UnknownTopicOrPartitionError:
             return None
 
     def _fetch_partition(self, tp: TopicPartition, room: int, budget: int) -> tuple[list[ConsumerRecord], bool, int]:
@@ -436,8 +582,13 @@ class Consumer:
         if offsets is None:
             offsets = self._consumed()
         if offsets:
-            self._groups.commit(group, offsets)
-            self._auto_committed.update({tp: _offset_of(om) for tp, om in offsets.items()})
+            self._commit_to_group(offsets)
+
+    def _commit_to_group(self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int]) -> None:
+        """A plain commit, as this consumer's member of the group when it is one (fenced if it is not)."""
+        member = self._membership.ref() if self._membership is not None else None
+        self._coordinator.commit_offsets(self._group_id, offsets, member)
+        self._auto_committed.update({tp: _offset_of(om) for tp, om in offsets.items()})
 
     def committed(self, partition: TopicPartition | Iterable[TopicPartition], *, timeout_ms: int = 0
                   ) -> OffsetAndMetadata | None | dict[TopicPartition, OffsetAndMetadata | None]:
@@ -482,9 +633,15 @@ class Consumer:
         self._last_auto_commit = now
         positions = {tp: om.offset for tp, om in self._consumed().items()}
         changed = {tp: OffsetAndMetadata(off) for tp, off in positions.items() if self._auto_committed.get(tp) != off}
-        if changed:
-            self._groups.commit(self._group_id, changed)
-            self._auto_committed.update({tp: om.offset for tp, om in changed.items()})
+        if not changed:
+            return
+        try:
+            self._commit_to_group(changed)
+        except (UnknownMemberIdError, StaleMemberEpochError):
+            # The group moved on while we were away: these positions may be someone else's to
+            # commit now. As Kafka's auto-commit, drop them; the next heartbeat says what we lost.
+            if self._membership is not None:
+                self._membership.beat_soon()
 
     # ---- life cycle ---------------------------------------------------------------------------
 
@@ -495,8 +652,11 @@ class Consumer:
         try:
             if autocommit:
                 self._maybe_auto_commit(force=True)
+            self._leave_group(commit=autocommit)
         finally:
             self._closed = True
+            if self._membership is not None:
+                self._membership.abandon()
             if self._owns_store:
                 self._store.close()
 

@@ -103,3 +103,61 @@ class NoOffsetForPartitionError(KafkaError):
     """No position, no committed offset, and auto_offset_reset='none' (Kafka's NoOffsetForPartitionException)."""
 
     code = -1
+
+
+# ---- consumer group membership (KIP-848's errors where the model is KIP-848's) ----------------------
+
+
+class UnknownMemberIdError(KafkaError):
+    """The group does not know this member: it never joined, left, or was expired (UNKNOWN_MEMBER_ID).
+
+    A consumer that gets it has lost its partitions and must rejoin with a new member id.
+    """
+
+    code = 25
+
+
+class IllegalGenerationError(KafkaError):
+    """A commit named a generation the group is not at (ILLEGAL_GENERATION, the classic protocol's name)."""
+
+    code = 22
+
+
+class FencedMemberEpochError(KafkaError):
+    """A heartbeat carried a member epoch the coordinator no longer accepts (FENCED_MEMBER_EPOCH).
+
+    The member was fenced: its partitions may already belong to others, so it must
+    treat them as lost and rejoin.
+    """
+
+    code = 110
+
+
+class StaleMemberEpochError(KafkaError):
+    """An offset commit carried an older member epoch than the member's current one (STALE_MEMBER_EPOCH)."""
+
+    code = 113
+
+
+class FencedInstanceIdError(KafkaError):
+    """Another member now holds this static group.instance.id (FENCED_INSTANCE_ID)."""
+
+    code = 82
+
+
+class UnreleasedInstanceIdError(KafkaError):
+    """A static member joined while the live holder of its group.instance.id still runs (UNRELEASED_INSTANCE_ID)."""
+
+    code = 111
+
+
+class GroupNotEmptyError(KafkaError):
+    """The operation needs a group without live members (NON_EMPTY_GROUP)."""
+
+    code = 68
+
+
+class UnsupportedAssignorError(KafkaError):
+    """The group's members asked for an assignor the coordinator does not have (UNSUPPORTED_ASSIGNOR)."""
+
+    code = 112

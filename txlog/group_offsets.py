@@ -9,7 +9,10 @@ that partition, with Kafka's loading rules (GroupMetadataManager):
   but it makes the partition "unstable" for readers that require stable offsets
   (KIP-447), because its fate is not decided yet;
 * P's COMMIT marker moves P's pending offsets into the committed ones, unless a
-  commit written later in the log already replaced them; P's ABORT drops them.
+  commit written later in the log already replaced them; P's ABORT drops them;
+* a group-metadata record (key type 2) replaces the group's membership record, a
+  tombstone deletes it. Its content is the group coordinator's business
+  (`txlog.group_coordinator`); here it is only kept, last value wins.
 
 No broker keeps this in memory between calls, so every process replays the partition
 itself, through a `ReplayedPartition` that starts from the last state snapshot and
@@ -20,8 +23,10 @@ transactional ones are written by the Producer inside its transaction with the
 
 from __future__ import annotations
 
+import base64
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
@@ -36,12 +41,14 @@ from txlog.errors import (
     OffsetMetadataTooLargeError,
     UnstableOffsetCommitError,
 )
+from txlog.group_metadata import encode_group_metadata_key
 from txlog.internal_topics import (
     CONSUMER_OFFSETS_TOPIC,
     ensure_internal_topic,
     owner_partition,
 )
 from txlog.offset_log import (
+    GroupMetadataKey,
     OffsetKey,
     OffsetValue,
     decode_key,
@@ -54,7 +61,7 @@ from txlog.topic_partition import OffsetAndMetadata, TopicPartition
 
 # The file name carries the dump format's version: a process that meets a snapshot of
 # another format then simply finds none and replays the log instead of misreading it.
-SNAPSHOT_NAME = "txlog-group-offsets-v1"
+SNAPSHOT_NAME = "txlog-group-offsets-v2"  # v2 added the groups' membership records
 KEY_VERSION = 1  # what current Kafka writes for offset commits
 VALUE_VERSION = 3
 MAX_METADATA_BYTES = 4096  # Kafka's offset.metadata.max.bytes default
@@ -79,6 +86,7 @@ class _PartitionState:
 
     committed: dict[OffsetKey, _Entry] = field(default_factory=dict)
     pending: dict[int, dict[OffsetKey, _Entry]] = field(default_factory=dict)  # producer id -> key -> entry
+    metadata: dict[str, bytes] = field(default_factory=dict)  # group -> its last GroupMetadataValue bytes
 
     # ---- replay ---------------------------------------------------------------------------
 
@@ -89,8 +97,11 @@ class _PartitionState:
             return
         for record in batch.records():
             key = decode_key(record.key)
+            if isinstance(key, GroupMetadataKey):
+                self._apply_group_metadata(key.group, record.value)
+                continue
             if not isinstance(key, OffsetKey):
-                continue  # group metadata and newer record types: not offsets
+                continue  # newer record types (KIP-848 and later): not ours
             value = decode_offset_value(record.value)
             if batch.is_transactional:
                 self._apply_pending(batch, key, value)
@@ -98,6 +109,12 @@ class _PartitionState:
                 self.committed.pop(key, None)
             else:
                 self.committed[key] = _Entry(value, batch.base_offset)
+
+    def _apply_group_metadata(self, group: str, value: bytes | None) -> None:
+        if value is None:
+            self.metadata.pop(group, None)
+        else:
+            self.metadata[group] = bytes(value)
 
     def _apply_pending(self, batch: RecordBatch, key: OffsetKey, value: OffsetValue | None) -> None:
         pending = self.pending.setdefault(batch.producer_id, {})
@@ -123,12 +140,14 @@ class _PartitionState:
         """JSON-able state: lists, so no dict key is anything but a string."""
         committed = [_entry_row(k, e) for k, e in self.committed.items()]
         pending = [[pid, *_entry_row(k, e)] for pid, entries in self.pending.items() for k, e in entries.items()]
-        return {"committed": committed, "pending": pending}
+        metadata = {g: base64.b64encode(v).decode("ascii") for g, v in self.metadata.items()}
+        return {"committed": committed, "pending": pending, "metadata": metadata}
 
     def load(self, data: dict[str, Any] | None) -> None:
-        self.committed, self.pending = {}, {}
+        self.committed, self.pending, self.metadata = {}, {}, {}
         if data is None:
             return
+        self.metadata = {g: base64.b64decode(v) for g, v in data.get("metadata", {}).items()}
         for row in data["committed"]:
             key, entry = _entry_from_row(row)
             self.committed[key] = entry
@@ -148,8 +167,10 @@ class _PartitionState:
         return found
 
     def groups(self) -> set[str]:
+        """Groups with committed or pending offsets, or a membership record."""
         names = {key.group for key in self.committed}
         names.update(key.group for entries in self.pending.values() for key in entries)
+        names.update(self.metadata)
         return names
 
 
@@ -219,11 +240,66 @@ class GroupOffsets:
             return state
 
     def _group_state(self, group: str) -> _PartitionState | None:
-        """The caught-up state of the group's partition; None if no offsets topic exists to read."""
+        """The caught-up state of the group's partition; None if no offsets topic exists to read.
+
+        A Kafka log directory does not record how many partitions `__consumer_offsets`
+        has (50 by default) and may hold only some of them, so the hash rule cannot be
+        trusted there: the group is looked for in every partition present.
+        """
         _check_group(group)
         if self._partition_count() == 0:
             return None
+        if self._store.kafka_layout:
+            for p in self._present():
+                state = self._state(p)
+                if group in state.groups():
+                    return state
+            return None
         return self._state(owner_partition(group, self._partitions))
+
+    def _present(self) -> list[int]:
+        """The partitions of __consumer_offsets this store holds (all of them, but in a partial Kafka dir)."""
+        if self._partition_count() == 0:
+            return []
+        return self._store.partitions(CONSUMER_OFFSETS_TOPIC)
+
+    def log_for(self, group: str) -> PartitionLog:
+        """The `__consumer_offsets` partition that holds the group (created on a writable store)."""
+        return self._store.partition(CONSUMER_OFFSETS_TOPIC, self.partition_for(group))
+
+    @contextmanager
+    def locked(self, group: str):
+        """Hold the group's partition lock, caught up: the group coordinator's critical section.
+
+        Everything written to the group (membership records, plain and transactional
+        offset commits) is checked and appended while this is held, so a check
+        cannot be overtaken by another process's write.
+        """
+        log = self.log_for(group)
+        with log.exclusive():
+            self._state(owner_partition(group, self._partitions))
+            yield log
+
+    def group_metadata(self, group: str) -> bytes | None:
+        """The group's last membership record (GroupMetadataValue bytes), caught up; None if it has none."""
+        state = self._group_state(group)
+        if state is None:
+            return None
+        with self._mutex:
+            return state.metadata.get(group)
+
+    def all_group_metadata(self) -> dict[str, bytes]:
+        """Every group's membership record, caught up."""
+        found: dict[str, bytes] = {}
+        for p in self._present():
+            state = self._state(p)
+            with self._mutex:
+                found.update(state.metadata)
+        return dict(sorted(found.items()))
+
+    def append_group_metadata(self, group: str, value: bytes | None) -> None:
+        """Write the group's membership record (a tombstone for None); call while `locked(group)`."""
+        self._append(group, [(encode_group_metadata_key(group), value, None, self._clock())])
 
     # ---- writing ----------------------------------------------------------------------------
 
@@ -319,9 +395,9 @@ class GroupOffsets:
                 for k, (pid, e) in sorted(found.items(), key=lambda item: _sort_key(item[0]))}
 
     def list_groups(self) -> list[str]:
-        """Groups with at least one committed or pending offset."""
+        """Groups with a committed or pending offset or a membership record."""
         names: set[str] = set()
-        for p in range(self._partition_count()):
+        for p in self._present():
             state = self._state(p)
             with self._mutex:
                 names |= state.groups()

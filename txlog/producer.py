@@ -50,6 +50,7 @@ from txlog.errors import (
     UnknownProducerIdError,
     UnknownTopicOrPartitionError,
 )
+from txlog.group_coordinator import GroupCoordinator, MemberRef
 from txlog.group_offsets import GroupOffsets
 from txlog.internal_topics import CONSUMER_OFFSETS_TOPIC
 from txlog.topic_partition import OffsetAndMetadata, TopicPartition
@@ -233,6 +234,8 @@ class Producer:
         self._transport = Transport(self.store, faults)
         self._coordinator = TransactionCoordinator(self.store, clock=clock) if transactional_id is not None else None
         self._groups = GroupOffsets(self.store, clock=clock) if transactional_id is not None else None
+        self._group_coordinator = GroupCoordinator(self.store, self._groups, clock=clock) \
+            if transactional_id is not None else None
         self._ids = ProducerIdAndEpoch(-1, -1)
         self._sequences: dict[TopicPartition, int] = {}
         self._batches: dict[TopicPartition, _OpenBatch] = {}
@@ -477,10 +480,17 @@ class Producer:
         self._txn_error = None
 
     def send_offsets_to_transaction(self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int],
-                                    group_id: Any) -> None:
-        """Commit a consumer group's offsets as part of this transaction (pending until it commits)."""
+                                    group_metadata: Any) -> None:
+        """Commit a consumer group's offsets as part of this transaction (pending until it commits).
+
+        `group_metadata` is the consumer's `group_metadata()` (KIP-447): the commit is
+        checked under the group's lock against the member's id and epoch, and one from a
+        member the group fenced or expired is refused (UnknownMemberIdError,
+        StaleMemberEpochError, FencedInstanceIdError) and makes the transaction abortable.
+        A group id alone is accepted while the group has no members (assign()-only use).
+        """
         self._require_transactional()
-        group = getattr(group_id, "group_id", group_id)
+        group, member = _group_and_member(group_metadata)
         self._check_can_send()
         groups = self._groups
         tp = TopicPartition(CONSUMER_OFFSETS_TOPIC, groups.partition_for(group))
@@ -496,11 +506,17 @@ class Producer:
         if not batch.futures:
             return
         self.flush()
-        self._batches[tp] = batch
-        self._drain(tp)
-        error = batch.futures[0].exception()
-        if error is not None:
-            raise error
+        try:
+            # Registration takes the transaction coordinator's lock, so it happens before the
+            # group's lock is taken: the lock order stays coordinator, then data partitions.
+            self._before_transactional_write([tp])
+            with self._group_coordinator.commit_fence(group, member):
+                base = self._append(tp, batch)
+        except KafkaError as exc:
+            self._batch_failed(exc)
+            batch.settle(None, exc)
+            raise
+        batch.settle(base, None)
 
     def commit_transaction(self) -> None:
         """Flush, then commit: every record and offset of the transaction becomes visible at once."""
@@ -577,3 +593,18 @@ class Producer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _group_and_member(group_metadata: Any) -> tuple[str, MemberRef | None]:
+    """The group id and the committing member of a ConsumerGroupMetadata, or of a bare group id."""
+    if isinstance(group_metadata, str):
+        return group_metadata, None
+    group = getattr(group_metadata, "group_id", None)
+    if not isinstance(group, str):
+        raise IllegalStateError(f"expected a consumer's group_metadata() or a group id, not {group_metadata!r}")
+    member_id = getattr(group_metadata, "member_id", "") or ""
+    if not member_id:
+        return group, None
+    return group, MemberRef(member_id, int(getattr(group_metadata, "generation_id", -1)),
+                            getattr(group_metadata, "group_instance_id", None))
+

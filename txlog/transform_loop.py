@@ -9,6 +9,14 @@ from the committed offsets and never emits an output twice:
 * the consumer starts from the group's committed offsets (stable ones: KIP-447);
 * after an abort the consumer is moved back to the committed offsets, because an abort
   does not rewind a consumer by itself (KAFKA-17582, reliability scenario 21).
+
+Without `partitions`, the loop is a member of its consumer group: start it N times
+(each with its own transactional id) and the group splits the input partitions between
+the instances, moving them when one joins, leaves, dies or stalls. The offsets each
+round commits carry the member's epoch (KIP-447), so a stalled instance that the group
+replaced cannot commit its round: its transaction is refused and aborted, and its
+outputs never become visible. A round never spans a rebalance: partitions are only
+revoked inside `poll`, between rounds.
 """
 
 from __future__ import annotations
@@ -20,7 +28,15 @@ from typing import Any, Callable, Iterable
 from storage.store import Store
 from txlog.consumer import Consumer
 from txlog.consumer_record import ConsumerRecord
-from txlog.errors import KafkaError, ProducerFencedError, TransactionOutcomeUnknownError
+from txlog.errors import (
+    KafkaError,
+    ProducerFencedError,
+    StaleMemberEpochError,
+    TransactionOutcomeUnknownError,
+    UnknownMemberIdError,
+    UnstableOffsetCommitError,
+)
+from txlog.fetch import IsolationLevel, fetch
 from txlog.producer import Producer
 from txlog.topic_partition import OffsetAndMetadata, TopicPartition
 
@@ -53,7 +69,8 @@ class TransformLoop:
     def __init__(self, store: str | os.PathLike | Store, *, input_topic: str, output_topic: str, group_id: str,
                  transactional_id: str, transform: Transform, transaction_size: int = 100,
                  partitions: Iterable[int] | None = None, transaction_timeout_ms: int = 60_000,
-                 abort_if: Callable[[list[ConsumerRecord]], bool] | None = None):
+                 abort_if: Callable[[list[ConsumerRecord]], bool] | None = None,
+                 consumer_config: dict[str, Any] | None = None, listener: Any = None):
         if transaction_size < 1:
             raise ValueError("transaction_size must be at least 1")
         self._own_store = not isinstance(store, Store)
@@ -61,14 +78,21 @@ class TransformLoop:
         self.input_topic, self.output_topic, self.group_id = input_topic, output_topic, group_id
         self.transform, self.transaction_size, self.abort_if = transform, transaction_size, abort_if
         self.stats = LoopStats()
-        count = self.store.partition_count(input_topic)
-        self.partitions = [TopicPartition(input_topic, p) for p in (range(count) if partitions is None else partitions)]
         self.producer = Producer(self.store, transactional_id=transactional_id,
                                  transaction_timeout_ms=transaction_timeout_ms)
         self.consumer = Consumer(self.store, group_id=group_id, isolation_level="read_committed",
-                                 enable_auto_commit=False, auto_offset_reset="earliest")
+                                 enable_auto_commit=False, auto_offset_reset="earliest", **(consumer_config or {}))
         self.producer.init_transactions()  # fences a previous instance and aborts what it left open
-        self.consumer.assign(self.partitions)
+        self.grouped = partitions is None
+        if self.grouped:
+            self.consumer.subscribe([input_topic], listener=listener)
+        else:
+            self.consumer.assign([TopicPartition(input_topic, p) for p in partitions])
+
+    @property
+    def partitions(self) -> list[TopicPartition]:
+        """The input partitions this instance reads now (for a group member: its current assignment)."""
+        return sorted(self.consumer.assignment())
 
     def run(self, *, until_caught_up: bool = True, poll_timeout_ms: int = 100,
             max_rounds: int | None = None, should_stop: Callable[[], bool] | None = None) -> LoopStats:
@@ -87,9 +111,47 @@ class TransformLoop:
         return self.stats
 
     def caught_up(self) -> bool:
-        """Every input partition has been read up to its last stable offset."""
-        ends = self.consumer.end_offsets(self.partitions)
-        return all(self.consumer.position(tp) >= ends[tp] for tp in self.partitions)
+        """This instance's input is read up to its last stable offset (for a group: the whole group's).
+
+        A group member is done only when every input partition's committed offset has
+        reached its LSO: until then a partition may still come its way (its owner may die).
+        """
+        mine = self.partitions
+        ends = self.consumer.end_offsets(mine)
+        try:
+            if not all(self.consumer.position(tp) >= ends[tp] for tp in mine):
+                return False
+        except UnstableOffsetCommitError:
+            return False  # a partition waits for a pending offset commit: not read yet
+        if not self.grouped:
+            return True
+        return self._group_caught_up()
+
+    def _group_caught_up(self) -> bool:
+        count = self.store.partition_count(self.input_topic)
+        every = [TopicPartition(self.input_topic, p) for p in range(count)]
+        ends = self.consumer.end_offsets(every)
+        starts = self.consumer.beginning_offsets(every)
+        try:
+            committed = self.consumer.committed(every)
+        except UnstableOffsetCommitError:
+            return False
+        return all(self._nothing_left(tp, committed[tp].offset if committed[tp] is not None else starts[tp], ends[tp])
+                   for tp in every)
+
+    def _nothing_left(self, tp: TopicPartition, committed: int, end: int) -> bool:
+        """No committed record lies between the group's committed offset and the LSO.
+
+        The committed offset may stop short of the LSO by control markers or aborted
+        data, which a round never commits past when no record follows them.
+        """
+        log = self.store.partition(*tp)
+        while committed < end:
+            result = fetch(log, committed, IsolationLevel.READ_COMMITTED, max_records=1, max_bytes=1 << 20)
+            if result.records or result.next_offset <= committed:
+                return False
+            committed = result.next_offset
+        return True
 
     def process(self, records: list[ConsumerRecord]) -> bool:
         """One transaction over `records`; True if it committed, False if it was aborted."""
@@ -101,7 +163,7 @@ class TransformLoop:
                 self.producer.send(self.output_topic, value=value, key=key, headers=headers)
             if self.abort_if is not None and self.abort_if(records):
                 raise AbortRequested("abort requested")
-            self.producer.send_offsets_to_transaction(self._positions(), self.group_id)
+            self.producer.send_offsets_to_transaction(self._positions(), self.consumer.group_metadata())
             self.producer.commit_transaction()
         except (AbortRequested, KafkaError) as exc:
             self._abort(exc)
@@ -115,17 +177,34 @@ class TransformLoop:
         return True
 
     def _positions(self) -> dict[TopicPartition, OffsetAndMetadata]:
-        """Where the consumer stands: past the round's records and any control or aborted batches."""
-        return {tp: OffsetAndMetadata(self.consumer.position(tp)) for tp in self.partitions}
+        """Where the consumer stands: past the round's records and any control or aborted batches.
+
+        Partitions whose position is not known yet (waiting for a pending commit) are left out.
+        """
+        out = {}
+        for tp in self.partitions:
+            try:
+                out[tp] = OffsetAndMetadata(self.consumer.position(tp))
+            except UnstableOffsetCommitError:
+                continue
+        return out
 
     def _abort(self, cause: BaseException | None) -> None:
         """Abort the round and move the consumer back to the committed offsets."""
-        if isinstance(cause, (ProducerFencedError, TransactionOutcomeUnknownError)):
-            raise cause  # fenced: another instance owns the id; unknown: never abort a possible commit
+        if isinstance(cause, ProducerFencedError):
+            # Another instance owns the transactional id now: this one can never commit again,
+            # so it leaves the group at once instead of holding partitions until it is expired.
+            self.consumer.unsubscribe()
+            raise cause
+        if isinstance(cause, TransactionOutcomeUnknownError):
+            raise cause  # never abort a possible commit: the caller retries commit_transaction
         self.producer.abort_transaction()
+        if isinstance(cause, (UnknownMemberIdError, StaleMemberEpochError)):
+            self.consumer.enforce_rebalance()  # the group moved on: learn the new assignment before the next round
         self.stats.transactions_aborted += 1
-        committed = self.consumer.committed(self.partitions, timeout_ms=5000)
-        for tp in self.partitions:
+        partitions = self.partitions
+        committed = self.consumer.committed(partitions, timeout_ms=5000)
+        for tp in partitions:
             om = committed.get(tp)
             if om is not None:
                 self.consumer.seek(tp, om.offset)
