@@ -56,6 +56,9 @@ OFFSET_RESET_POLICIES = ("earliest", "latest", "none")
 _EARLIEST, _LATEST = "earliest", "latest"
 POLL_BACKOFF_S = 0.01  # sleep between empty fetch rounds while poll waits for data
 EXPIRED_SWEEP_INTERVAL_MS = 10_000  # how often a blocked reader may run the coordinator's timeout sweep
+# A partition whose committed offset is pending is not read at all until its transaction ends (a
+# new owner after a rebalance waits there), so that wait sweeps more often than a pinned LSO does.
+UNSTABLE_SWEEP_INTERVAL_MS = 1_000
 
 
 @dataclass
@@ -456,7 +459,7 @@ class Consumer:
         except UnstableOffsetCommitError:
             # The pending commit's transaction may belong to a producer that died: only
             # its timeout ends it, and with no daemon somebody must run that sweep.
-            self._maybe_sweep_expired()
+            self._maybe_sweep_expired(UNSTABLE_SWEEP_INTERVAL_MS)
             return None
         except UnknownTopicOrPartitionError:
             return None
@@ -483,17 +486,18 @@ class Consumer:
         used = sum(_approx_size(r) for r in result.records)
         return result.records, moved, used
 
-    def _maybe_sweep_expired(self) -> None:
+    def _maybe_sweep_expired(self, interval_ms: int = EXPIRED_SWEEP_INTERVAL_MS) -> None:
         """Blocked at an open transaction's LSO: let the coordinator time out expired ones.
 
         There is no daemon to abort a transaction whose producer died (DESIGN.md §5); a
         reader with write access does the coordinator's sweep, at most every
-        EXPIRED_SWEEP_INTERVAL_MS (Kafka's abort.timed.out.transaction.cleanup.interval.ms).
+        EXPIRED_SWEEP_INTERVAL_MS (Kafka's abort.timed.out.transaction.cleanup.interval.ms), or
+        `interval_ms` where the wait blocks a whole partition (an unstable committed offset).
         A read-only reader only ever reports the LSO pinned. A coordinator that cannot run
         (e.g. a damaged `__transaction_state`) must not stop reads, so its errors are dropped.
         """
         now = self._clock()
-        if self._store.read_only or now - self._last_sweep_ms < EXPIRED_SWEEP_INTERVAL_MS:
+        if self._store.read_only or now - self._last_sweep_ms < interval_ms:
             return
         self._last_sweep_ms = now
         try:

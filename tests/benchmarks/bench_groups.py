@@ -5,14 +5,15 @@
 Three measurements, each repeated (the first, cold repetition dropped, the median of the
 rest printed with its spread):
 
-* failover after SIGKILL: two member processes share a 4-partition topic; the one owning
-  partitions 0-1 is killed with SIGKILL and the clock runs until the survivor returns a
-  record of one of those partitions from `poll`. Measured for plain consumers (nothing
-  pending: the dead member's lock tells the group at once, so the heartbeat interval
-  bounds it) and for TransformLoop members killed inside a transaction whose offsets are
-  pending (the survivor must wait for that transaction to time out: `transaction.timeout.ms`
-  bounds it, as in Kafka);
-* failover after close(): the same with a clean `close()` instead of the kill;
+* failover after SIGKILL: two member processes share a 4-partition topic; one is killed
+  with SIGKILL and the clock runs until the survivor returns a record of a partition the
+  dead one owned. Measured for plain consumers and for TransformLoop members killed inside
+  an open transaction (the dead member's lock tells the group at once, so the survivor's
+  heartbeat interval bounds it), and for TransformLoop members held between
+  send_offsets_to_transaction and the commit ("loop-pending"): there the survivor must wait
+  for the dead transaction to time out (KIP-447 require_stable), so `transaction.timeout.ms`
+  plus the coordinator's sweep bound it, as in Kafka;
+* failover after close(): the same with a clean `close()` (SIGUSR1 / SIGINT to the member) instead;
 * throughput: N TransformLoop members (processes) copying the same input against one
   member in the same run; ratio = N-member rate / 1-member rate (2 cores here).
 """
@@ -62,7 +63,7 @@ while True:
 
 LOOP_MEMBER = r"""
 import sys, time, txlog
-path, tid = sys.argv[1], sys.argv[2]
+path, tid, pending = sys.argv[1], sys.argv[2], sys.argv[3] == "pending"
 seen = set()
 def transform(records):
     for r in records:
@@ -74,8 +75,13 @@ def transform(records):
 loop = txlog.TransformLoop(path, input_topic="in", output_topic="out", group_id="g", transactional_id=tid,
                            transform=transform, transaction_size=20, transaction_timeout_ms=%(txn)d,
                            consumer_config=dict(heartbeat_interval_ms=%(hb)d, session_timeout_ms=%(session)d))
-print("OWN", ",".join(str(tp.partition) for tp in loop.partitions), flush=True)
-loop.run(until_caught_up=False)
+if pending:  # hold each round between send_offsets_to_transaction and the commit: a kill finds offsets pending
+    commit = loop.producer.commit_transaction
+    loop.producer.commit_transaction = lambda: (time.sleep(0.5), commit())
+try:
+    loop.run(until_caught_up=False)
+except KeyboardInterrupt:
+    loop.close()   # the open transaction was aborted on the way out; close() leaves the group
 """
 
 
@@ -118,9 +124,10 @@ def failover(workdir: str, records: int, *, kind: str, how: str) -> float:
         _read_until(a, a_lines, "OWN 0,1,2,3", 30)
         b, b_lines = _spawn(MEMBER % params, path, "v")
     else:
-        a, a_lines = _spawn(LOOP_MEMBER % params, path, "A")
+        mode = "pending" if kind == "loop-pending" else "plain"
+        a, a_lines = _spawn(LOOP_MEMBER % params, path, "A", mode)
         _read_until(a, a_lines, "FIRST", 30)
-        b, b_lines = _spawn(LOOP_MEMBER % params, path, "B")
+        b, b_lines = _spawn(LOOP_MEMBER % params, path, "B", "plain")
     try:
         b_first = set()
         # Wait until both hold two partitions: A's are then the ones B does not read yet.
@@ -173,18 +180,23 @@ def _median(values: list[float]) -> tuple[float, float, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--records", type=int, default=20_000)
+    ap.add_argument("--records", type=int, default=200_000, help="input of the throughput runs")
     ap.add_argument("--reps", type=int, default=4)
     ap.add_argument("--workers", default="2,4")
     ap.add_argument("--dir")
+    ap.add_argument("--pending-only", action="store_true", help="only the loop-pending failover, no throughput")
     args = ap.parse_args()
     with scratch_dir(args.dir, "bench-groups-") as workdir:
         print(f"heartbeat.interval.ms={HEARTBEAT_MS} session.timeout.ms={SESSION_MS} "
               f"transaction.timeout.ms={TXN_TIMEOUT_MS}; median of {args.reps - 1} after a cold run")
-        for kind, how in (("consumer", "kill"), ("consumer", "close"), ("loop", "kill"), ("loop", "close")):
+        kinds = [("loop-pending", "kill")] if args.pending_only else [
+            ("consumer", "kill"), ("consumer", "close"), ("loop", "kill"), ("loop", "close"), ("loop-pending", "kill")]
+        for kind, how in kinds:
             times = [failover(workdir, 2_000, kind=kind, how=how) for _ in range(args.reps)]
             med, lo, hi = _median(times)
-            print(f"failover {kind:8} after {how:5}: {med * 1000:7.0f} ms  (min {lo * 1000:.0f}, max {hi * 1000:.0f})")
+            print(f"failover {kind:12} after {how:5}: {med * 1000:7.0f} ms  (min {lo * 1000:.0f}, max {hi * 1000:.0f})")
+        if args.pending_only:
+            return
         counts = [1] + [int(n) for n in args.workers.split(",")]
         rates: dict[int, list[float]] = {n: [] for n in counts}
         for _ in range(args.reps):  # interleaved, so drift on a shared machine hits every variant alike
