@@ -109,3 +109,17 @@ def test_process_workers_split_the_input_and_emit_each_record_once(store):
 def test_process_rejects_a_static_id_for_several_workers(store):
     assert_one_error(txlog("process", "-i", "in", "-o", "out", "-g", "up", "--transactional-id", "up", "--workers",
                            "2", "--group-instance-id", "a", "--", "cat", data_dir=store), code=2)
+
+
+def test_a_damaged_group_record_lists_as_unknown_and_describes_as_one_error(store):
+    from txlog.group_offsets import GroupOffsets
+
+    with api.Admin(store) as admin:
+        offsets = GroupOffsets(admin.store)
+        with offsets.locked("bad"):
+            offsets.append_group_metadata("bad", b"\x00\x03\x00\x08consumer\x00")  # cut inside the generation
+    proc = txlog("groups", "list", "--state", data_dir=store)
+    assert_ok(proc)
+    assert ["bad", "Unknown"] in [line.split() for line in proc.stdout.splitlines()]
+    assert "truncated generation" in assert_one_error(
+        txlog("groups", "describe", "--group", "bad", "--members", data_dir=store))

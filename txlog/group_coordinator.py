@@ -35,6 +35,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Iterator
 
+from storage.errors import CorruptRecordError
 from storage.store import Store
 from txlog import member_session
 from txlog.assignors import ASSIGNORS, DEFAULT_ASSIGNOR, MemberSpec
@@ -74,7 +75,7 @@ DEFAULT_MAX_POLL_INTERVAL_MS = 300_000
 DEFAULT_HEARTBEAT_INTERVAL_MS = 3_000
 
 # Kafka's group states for consumer groups (ConsumerGroup.ConsumerGroupState), as its tools print them.
-EMPTY, ASSIGNING, RECONCILING, STABLE, DEAD = "Empty", "Assigning", "Reconciling", "Stable", "Dead"
+EMPTY, ASSIGNING, RECONCILING, STABLE, DEAD, UNKNOWN = "Empty", "Assigning", "Reconciling", "Stable", "Dead", "Unknown"
 
 Partitions = frozenset[TopicPartition]
 
@@ -419,7 +420,11 @@ class GroupCoordinator:
         records = self._offsets.all_group_metadata()
         out = {}
         for name in self._offsets.list_groups():
-            group = group_from_record(name, records.get(name))
+            try:
+                group = group_from_record(name, records.get(name))
+            except CorruptRecordError:
+                out[name] = UNKNOWN  # a damaged record (a foreign log dir): `describe` names the damage
+                continue
             self._expire(group, None, tidy=False)
             out[name] = group.state
         return out
