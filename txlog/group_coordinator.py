@@ -31,6 +31,7 @@ group from one consistent state to the next.
 from __future__ import annotations
 
 import socket
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Iterator
@@ -113,6 +114,7 @@ class Group:
     members: dict[str, Member] = field(default_factory=dict)
     state_timestamp: int = -1
     rebalance: bool = False  # set by a change that needs a new target assignment and group epoch
+    assigned: bool = False  # the assignor has run on this state (partition counts are read then)
 
     @property
     def state(self) -> str:
@@ -260,7 +262,8 @@ class GroupCoordinator:
             try:
                 yield group
             finally:
-                self._assign(group)
+                if group.rebalance or not group.assigned:
+                    self._assign(group)
                 if group.fingerprint() != before:
                     value = group_to_record(group, self._clock())
                     self._offsets.append_group_metadata(group_id, encode_group_metadata_value(value))
@@ -296,6 +299,7 @@ class GroupCoordinator:
             for mid, m in group.members.items():
                 m.target = frozenset(targets[mid])
             group.rebalance = False
+        group.assigned = True
 
     # ---- heartbeat: join, stay, leave --------------------------------------------------------------
 
@@ -404,10 +408,11 @@ class GroupCoordinator:
         the result written, as any process touching the group does); on a read-only one
         expired members are only left out of the answer.
         """
-        if self._offsets.group_metadata(group_id) is None:
+        record = self._offsets.group_metadata(group_id)
+        if record is None:
             return None
         if self._store.read_only:
-            group = group_from_record(group_id, self._offsets.group_metadata(group_id))
+            group = group_from_record(group_id, record)
             self._expire(group, None, tidy=False)
         else:
             with self._session(group_id, None) as group:
@@ -487,6 +492,4 @@ def check_session_settings(session_timeout_ms: int, max_poll_interval_ms: int, h
 
 
 def _wall_ms() -> int:
-    import time
-
     return time.time_ns() // 1_000_000

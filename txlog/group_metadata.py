@@ -182,10 +182,7 @@ def encode_subscription(sub: ConsumerSubscription, version: int = SUBSCRIPTION_V
 
 def decode_subscription(data: bytes) -> tuple[int, ConsumerSubscription]:
     """(version, subscription); a version newer than we know is read with the newest layout we know."""
-    r = SchemaReader(data, "consumer protocol subscription")
-    version = r.i16("version")
-    if version < 0:
-        raise r.corrupt(f"unknown version {version}", 0)
+    r, version = _protocol_reader(data, "consumer protocol subscription")
     count = r.array_count(2, "topics") or 0
     topics = tuple(_required(r, "topic", False) for _ in range(count))
     user_data = r.bytes_("user data")
@@ -197,8 +194,7 @@ def decode_subscription(data: bytes) -> tuple[int, ConsumerSubscription]:
         generation = r.i32("generation id")
     if version >= 3:
         rack = r.string("rack id")
-    if version <= SUBSCRIPTION_VERSION:
-        r.expect_end()
+    _protocol_end(r, version, SUBSCRIPTION_VERSION)
     return version, ConsumerSubscription(topics, user_data, owned, generation, rack)
 
 
@@ -213,15 +209,26 @@ def encode_assignment(assignment: ConsumerAssignment, version: int = ASSIGNMENT_
 
 
 def decode_assignment(data: bytes) -> tuple[int, ConsumerAssignment]:
-    r = SchemaReader(data, "consumer protocol assignment")
+    r, version = _protocol_reader(data, "consumer protocol assignment")
+    assigned = _get_topic_partitions(r)
+    user_data = r.bytes_("user data")
+    _protocol_end(r, version, ASSIGNMENT_VERSION)
+    return version, ConsumerAssignment(assigned, user_data)
+
+
+def _protocol_reader(data: bytes, what: str) -> tuple[SchemaReader, int]:
+    """A reader past the consumer protocol's i16 version prefix; any version >= 0 is read."""
+    r = SchemaReader(data, what)
     version = r.i16("version")
     if version < 0:
         raise r.corrupt(f"unknown version {version}", 0)
-    assigned = _get_topic_partitions(r)
-    user_data = r.bytes_("user data")
-    if version <= ASSIGNMENT_VERSION:
+    return r, version
+
+
+def _protocol_end(r: SchemaReader, version: int, newest: int) -> None:
+    """Trailing bytes are an error in a version we know; a newer one may carry fields we do not."""
+    if version <= newest:
         r.expect_end()
-    return version, ConsumerAssignment(assigned, user_data)
 
 
 def topic_partitions(pairs) -> TopicPartitions:

@@ -39,6 +39,7 @@ from txlog.coordinator import (
 )
 from txlog.errors import (
     ConcurrentTransactionsError,
+    IllegalArgumentError,
     IllegalStateError,
     InvalidConfigurationError,
     InvalidProducerEpochError,
@@ -53,6 +54,7 @@ from txlog.errors import (
 from txlog.group_coordinator import GroupCoordinator, MemberRef
 from txlog.group_offsets import GroupOffsets
 from txlog.internal_topics import CONSUMER_OFFSETS_TOPIC
+from txlog.membership import ConsumerGroupMetadata
 from txlog.topic_partition import OffsetAndMetadata, TopicPartition
 from txlog.transport import FaultPlan, Transport
 
@@ -596,15 +598,9 @@ class Producer:
 
 
 def _group_and_member(group_metadata: Any) -> tuple[str, MemberRef | None]:
-    """The group id and the committing member of a ConsumerGroupMetadata, or of a bare group id."""
+    """The group id and the committing member of a consumer's group_metadata(), or of a bare group id."""
     if isinstance(group_metadata, str):
         return group_metadata, None
-    group = getattr(group_metadata, "group_id", None)
-    if not isinstance(group, str):
-        raise IllegalStateError(f"expected a consumer's group_metadata() or a group id, not {group_metadata!r}")
-    member_id = getattr(group_metadata, "member_id", "") or ""
-    if not member_id:
-        return group, None
-    return group, MemberRef(member_id, int(getattr(group_metadata, "generation_id", -1)),
-                            getattr(group_metadata, "group_instance_id", None))
-
+    if isinstance(group_metadata, ConsumerGroupMetadata):
+        return group_metadata.group_id, group_metadata.member()
+    raise IllegalArgumentError(f"expected a consumer's group_metadata() or a group id, not {group_metadata!r}")
