@@ -10,6 +10,7 @@ committed to the group when the command ends (and after each batch under `--foll
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from enum import Enum
@@ -19,7 +20,7 @@ import typer
 
 from cli.context import USAGE, CommandError, complete_topic_names, open_store
 from cli.interrupts import Interrupts
-from cli.output import absent_note, status
+from cli.output import RECORDS, OutputFormat, RowWriter, absent_note, output_option, status
 from cli.record_format import (
     VALUE_FORMAT_HELP,
     ValueFormat,
@@ -49,14 +50,10 @@ FIELDS = ("topic", "partition", "offset", "timestamp", "key", "value", "headers"
 FOLLOW_POLL_MS = 100  # how long one poll waits under --follow; signals are looked at between polls
 
 
-class ConsumeOutput(str, Enum):
-    """`--output`: Kafka's formatter (text, the default) or structured records."""
-
-    text = "text"
-    jsonl = "jsonl"
-    json = "json"
-    csv = "csv"
-    table = "table"
+# `--output`: Kafka's formatter (text, the default) or structured records; no `-o` (kcat's -o is the offset).
+ConsumeOutputOption = output_option(OutputFormat.text, OutputFormat.jsonl, OutputFormat.json, OutputFormat.csv,
+                                    OutputFormat.table, help="text (Kafka's formatter), jsonl, json, csv or table.",
+                                    short=False)
 
 
 class IsolationChoice(str, Enum):
@@ -76,6 +73,14 @@ class _Writer:
 
     def write(self, records: list[Any]) -> None:
         raise NotImplementedError
+
+    @property
+    def streams(self) -> bool:
+        """Whether each `write` prints at once (so `--follow` flushes after every batch)."""
+        return True
+
+    def flush(self) -> None:
+        self.out.flush()
 
     def close(self) -> None:
         self.out.flush()
@@ -108,14 +113,16 @@ class _KafkaFormatter(_Writer):
         self.line_sep = unescape(props["line.separator"]).encode("utf-8")
         self.headers_sep = unescape(props["headers.separator"]).encode("utf-8")
         self.null = props["null.literal"].encode("utf-8")
+        from storage.records import TimestampType  # here: `txlog --help` must not load storage
+
+        self.timestamp_kinds = tuple(kind.kafka_name for kind in TimestampType)
 
     def write(self, records: list[Any]) -> None:
         show_ts, show_p, show_o, show_h, show_k, show_v = self.flags
         for r in records:
             fields: list[bytes] = []
             if show_ts:
-                kind = "LogAppendTime" if int(r.timestamp_type) == 1 else "CreateTime"
-                fields.append(f"{kind}:{r.timestamp}".encode())
+                fields.append(f"{self.timestamp_kinds[r.timestamp_type]}:{r.timestamp}".encode())
             if show_p:
                 fields.append(f"Partition:{r.partition}".encode())
             if show_o:
@@ -208,85 +215,46 @@ def _is_hex(text: str) -> bool:
     return len(text) == 2 and all(ch in "0123456789abcdefABCDEF" for ch in text)
 
 
-class _JsonLines(_Writer):
-    def write(self, records: list[Any]) -> None:
-        import json
+class _Rows(_Writer):
+    """`--output jsonl|json|csv|table`: records as rows of the one row writer (cli.output)."""
 
-        for r in records:
-            self.out.write(json.dumps(self.obj(r), ensure_ascii=False).encode("utf-8") + b"\n")
-
-
-class _JsonArray(_Writer):
-    def __init__(self, value_format: ValueFormat):
+    def __init__(self, value_format: ValueFormat, output: OutputFormat):
         super().__init__(value_format)
-        self.items: list[dict[str, Any]] = []
+        table = output is OutputFormat.table
+        # A table names its columns capitalized; json, jsonl and csv use the field names.
+        columns = [(f.capitalize() if table else f, f) for f in FIELDS]
+        self.writer = RowWriter(columns, output, missing="null" if table else "", rendering=RECORDS)
+        self.output = output
 
     def write(self, records: list[Any]) -> None:
-        self.items.extend(self.obj(r) for r in records)
+        self.writer.write(self._row(r) for r in records)
 
-    def close(self) -> None:
-        import json
-
-        self.out.write(json.dumps(self.items, indent=2, ensure_ascii=False).encode("utf-8") + b"\n")
-        super().close()
-
-
-class _Csv(_Writer):
-    """RFC 4180 rows under a header row; null is an empty field, headers a JSON array of [name, value]."""
-
-    def __init__(self, value_format: ValueFormat):
-        super().__init__(value_format)
-        self.started = False
-
-    def write(self, records: list[Any]) -> None:
-        import csv
-        import io
-        import json
-
-        buf = io.StringIO()
-        w = csv.writer(buf, lineterminator="\n")
-        if not self.started:
-            w.writerow(FIELDS)
-            self.started = True
-        for r in records:
-            o = self.obj(r)
+    def _row(self, r: Any) -> dict[str, Any]:
+        o = self.obj(r)
+        if self.output is OutputFormat.csv:  # one field: the headers as a JSON array, or empty
             o["headers"] = json.dumps(o["headers"], ensure_ascii=False) if o["headers"] else ""
-            w.writerow(["" if o[f] is None else o[f] for f in FIELDS])
-        self.out.write(buf.getvalue().encode("utf-8"))
-
-    def close(self) -> None:
-        if not self.started:
-            self.write([])
-        super().close()
-
-
-class _Table(_Writer):
-    def __init__(self, value_format: ValueFormat):
-        super().__init__(value_format)
-        self.rows: list[list[Any]] = []
-
-    def write(self, records: list[Any]) -> None:
-        for r in records:
-            o = self.obj(r)
+        elif self.output is OutputFormat.table:
             o["headers"] = ",".join(f"{n}={'NULL' if v is None else v}" for n, v in o["headers"])
-            self.rows.append(["null" if o[f] is None else o[f] for f in FIELDS])
+        return o
+
+    @property
+    def streams(self) -> bool:
+        return self.writer.streams
+
+    def flush(self) -> None:
+        self.writer.flush()
 
     def close(self) -> None:
-        from cli.output import render_table
-
-        self.out.write(render_table(self.rows, [f.capitalize() for f in FIELDS]).encode("utf-8") + b"\n")
+        self.writer.close()
         super().close()
 
 
-def _writer(output: ConsumeOutput, fmt: str | None, props: dict[str, str], value_format: ValueFormat) -> _Writer:
+def _writer(output: OutputFormat, fmt: str | None, props: dict[str, str], value_format: ValueFormat) -> _Writer:
     if fmt is not None:
         return _KcatFormatter(value_format, fmt)
-    return {
-        ConsumeOutput.jsonl: lambda: _JsonLines(value_format),
-        ConsumeOutput.json: lambda: _JsonArray(value_format),
-        ConsumeOutput.csv: lambda: _Csv(value_format),
-        ConsumeOutput.table: lambda: _Table(value_format),
-    }.get(output, lambda: _KafkaFormatter(value_format, props))()
+    if output is OutputFormat.text:
+        return _KafkaFormatter(value_format, props)
+    return _Rows(value_format, output)
 
 
 # ---- where to start -----------------------------------------------------------------------------------
@@ -306,7 +274,7 @@ def _parse_offset(value: str | None) -> str | int | None:
         raise CommandError(f"--offset must be earliest, latest, N or -N, not {value!r}", exit_code=USAGE) from None
 
 
-def _position(consumer: Any, store: Any, tps: list[Any], where: str | int | None) -> None:
+def _position(consumer: Any, tps: list[Any], where: str | int | None) -> None:
     if where is None:
         return  # the group's committed offset, else auto_offset_reset=earliest
     if where == "earliest":
@@ -315,12 +283,8 @@ def _position(consumer: Any, store: Any, tps: list[Any], where: str | int | None
     if where == "latest":
         consumer.seek_to_end(*tps)
         return
-    ends = consumer.end_offsets(tps)
     for tp in tps:
-        log = store.partition(tp.topic, tp.partition)
-        start, log_end = log.log_start_offset, log.log_end_offset
-        target = ends[tp] + where if where < 0 else where  # -N: N back from the end (kcat's OFFSET_TAIL)
-        consumer.seek(tp, min(max(target, start), log_end))
+        consumer.seek_clamped(tp, where)  # -N: N back from the end (kcat's OFFSET_TAIL)
 
 
 # ---- the command --------------------------------------------------------------------------------------
@@ -365,9 +329,7 @@ def consume(
     fmt: Annotated[str | None, typer.Option(
         "--format", "-f", metavar="FMT", help="kcat format, e.g. '%t %p %o %k %s %h %T\\n'.", show_default=False,
     )] = None,
-    output: Annotated[ConsumeOutput, typer.Option(
-        "--output", case_sensitive=False, help="text (Kafka's formatter), jsonl, json, csv or table.",
-    )] = ConsumeOutput.text,
+    output: ConsumeOutputOption = OutputFormat.text,
     value_format: Annotated[ValueFormat, typer.Option(
         "--value-format", case_sensitive=False, help=VALUE_FORMAT_HELP,
     )] = ValueFormat.utf8,
@@ -376,9 +338,9 @@ def consume(
     check_partition(partition)
     if from_beginning and offset is not None:
         raise CommandError("give --offset or --from-beginning, not both", exit_code=USAGE)
-    if fmt is not None and (output is not ConsumeOutput.text or prop):
+    if fmt is not None and (output is not OutputFormat.text or prop):
         raise CommandError("-f/--format cannot be combined with --output or --property", exit_code=USAGE)
-    if prop and output is not ConsumeOutput.text:
+    if prop and output is not OutputFormat.text:
         raise CommandError("--property sets Kafka's text formatter; it cannot be combined with --output",
                            exit_code=USAGE)
     if max_messages is not None and max_messages < 1:
@@ -406,7 +368,7 @@ def consume(
         if partition is None and len(tps) < count:
             status(ctx, absent_note(topic, store.absent_partitions(topic)))
         consumer.assign(tps)
-        _position(consumer, store, tps, where)
+        _position(consumer, tps, where)
         printed, interrupted = _loop(consumer, writer, group, follow=follow, max_messages=max_messages,
                                      timeout_ms=timeout_ms)
         writer.close()
@@ -425,7 +387,6 @@ def _loop(consumer: Any, writer: _Writer, group: str | None, *, follow: bool, ma
           timeout_ms: int | None) -> tuple[int, bool]:
     """Poll and print until the end (or forever with --follow); (records printed, interrupted)."""
     printed = 0
-    streaming = isinstance(writer, (_KafkaFormatter, _KcatFormatter, _JsonLines, _Csv))
     last_record = time.monotonic()
     with Interrupts() as stop:
         while not stop.received:
@@ -436,8 +397,8 @@ def _loop(consumer: Any, writer: _Writer, group: str | None, *, follow: bool, ma
                 writer.write(records)
                 printed += len(records)
                 last_record = time.monotonic()
-                if follow and streaming:
-                    writer.out.flush()
+                if follow and writer.streams:
+                    writer.flush()
                     if group is not None:
                         consumer.commit()
                 if max_messages is not None and printed >= max_messages:

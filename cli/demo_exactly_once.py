@@ -23,24 +23,22 @@ DELIVERY_RECORDS = 100
 FAULT_RATE = 0.2
 CRASH_TIMEOUT = 30.0
 
-# Runs in a child process: commit a transaction over two partitions, dying by SIGKILL right
-# after the first COMMIT marker is durable (the decision, PREPARE_COMMIT, is already on disk).
+# The fault the child meets: SIGKILL right after the first COMMIT marker is durable (the decision,
+# PREPARE_COMMIT, is already on disk). The coordinator's marker writes are WriteTxnMarkers calls
+# through the producer's transport, so the plan names that call; nothing is patched.
+CRASH_STEP, CRASH_ACTION, CRASH_OCCURRENCE = "WriteTxnMarkers", "kill-after", 1
+
+# Runs in a child process: commit a transaction over two partitions under that fault plan.
 _CRASHING_COMMIT = """
-import os, signal, sys
+import sys
 import txlog
-from storage.partition_log import PartitionLog
-p = txlog.Producer(sys.argv[1], transactional_id="demo-crash")
+from txlog.fault_injection import StepFault
+plan = txlog.FaultPlan(steps=[StepFault(sys.argv[3], sys.argv[4], int(sys.argv[5]))])
+p = txlog.Producer(sys.argv[1], transactional_id="demo-crash", faults=plan)
 p.init_transactions()
 p.begin_transaction()
 for part in (0, 1):
     p.send(sys.argv[2], value=b"committed before the crash %d" % part, partition=part)
-p.flush()
-marker = PartitionLog.append_marker
-def die_after_first(self, *args, **kwargs):
-    result = marker(self, *args, **kwargs)
-    os.kill(os.getpid(), signal.SIGKILL)
-    return result
-PartitionLog.append_marker = die_after_first
 p.commit_transaction()
 """
 
@@ -132,10 +130,10 @@ def show_crash_mid_commit(n: Any, store: Any, data_dir: str) -> None:
     n.heading("8. kill -9 in the middle of a commit: the decision stands")
     n.para("A child process commits a transaction over two partitions and is killed with SIGKILL as soon as "
            "the first partition has its marker: the decision (PREPARE_COMMIT) is on disk, one partition is "
-           "marked, the other is not.")
+           f"marked, the other is not. (Its fault plan: {CRASH_ACTION} {CRASH_STEP} #{CRASH_OCCURRENCE}.)")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [_repo_root(), os.environ.get("PYTHONPATH")])))
-    child = subprocess.run([sys.executable, "-c", _CRASHING_COMMIT, data_dir, TXN_TOPIC], env=env,
-                           capture_output=True, timeout=CRASH_TIMEOUT)
+    child = subprocess.run([sys.executable, "-c", _CRASHING_COMMIT, data_dir, TXN_TOPIC, CRASH_STEP, CRASH_ACTION,
+                            str(CRASH_OCCURRENCE)], env=env, capture_output=True, timeout=CRASH_TIMEOUT)
     killed = child.returncode == -signal.SIGKILL
     snapshot = txlog.Store.open(data_dir, read_only=True)  # what is on disk, touching nothing
     try:

@@ -1,8 +1,10 @@
-"""kafka-dump-log's file readers and its exact text lines (cli-conventions.md §2, Kafka ≥ 3.5).
+"""kafka-dump-log's file readers and its exact text lines (docs/cli-conventions.md §2, Kafka ≥ 3.5).
 
-Each `dump_*` function reads one file read-only (a plain `open(..., "rb")`, never the
-storage classes, which may take locks or repair files) and yields *items*: small dicts
-with a `type` key. `text_line` turns an item into the line kafka-dump-log.sh prints;
+Each `dump_*` function reads one file through the storage layer's read-only entry points
+(`FileRecords` for batches, the index classes opened `writable=False`, the snapshot
+decoder: none of them takes a lock, creates or repairs a file) and yields *items*: small
+dicts with a `type` key. What stays here is Kafka's: which checks DumpLogSegments runs
+and the words and lines it prints. `text_line` turns an item into the line kafka-dump-log.sh prints;
 `cli.inspect` prints those lines or collects the items as JSON. Problems found on the way
 (index entries that do not match the log, a corrupt snapshot, ...) are collected in a
 `Problems`, printed on stderr in Kafka's words, and make `txlog inspect` exit 3.
@@ -13,38 +15,47 @@ from __future__ import annotations
 import base64
 import json
 import os
-import re
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-LOG_SUFFIX = ".log"
-INDEX_SUFFIX = ".index"
-TIME_INDEX_SUFFIX = ".timeindex"
-TXN_INDEX_SUFFIX = ".txnindex"
-SNAPSHOT_SUFFIX = ".snapshot"
-KRAFT_SNAPSHOT_SUFFIX = ".checkpoint"  # a KRaft metadata snapshot: record batches, dumped like a .log
-BOOTSTRAP_SNAPSHOT = "bootstrap.checkpoint"
-KNOWN_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, SNAPSHOT_SUFFIX,
-                  KRAFT_SNAPSHOT_SUFFIX)
+from storage.errors import CorruptSnapshotError
+from storage.file_check import DEFAULT_MAX_MESSAGE_SIZE, offset_index_sanity, time_index_sanity
+from storage.file_records import FileRecords
+from storage.legacy_records import LegacyMessage, records_of
+from storage.log_files import (
+    BOOTSTRAP_CHECKPOINT,
+    INDEX_FILE_SUFFIX,
+    KRAFT_SNAPSHOT_FILE_SUFFIX,
+    LOG_FILE_SUFFIX,
+    PRODUCER_SNAPSHOT_FILE_SUFFIX,
+    TIME_INDEX_FILE_SUFFIX,
+    TXN_INDEX_FILE_SUFFIX,
+    kraft_snapshot_id,
+    offset_from_file_name,
+    sibling_file,
+)
+from storage.offset_index import OffsetIndex
+from storage.producer_snapshot import decode_snapshot, snapshot_crcs
+from storage.compression import Compression
+from storage.records import (
+    COMPRESSION_MASK,
+    TIMESTAMP_TYPE_MASK,
+    ControlType,
+    TimestampType,
+    peek_control_type,
+    peek_coordinator_epoch,
+)
+from storage.sequence import INT32_MAX, dec_seq
+from storage.time_index import TimeIndex
+from storage.transaction_index import TransactionIndex
 
-INT32_MAX = 2**31 - 1
-DEFAULT_MAX_MESSAGE_SIZE = 5 * 1024 * 1024
+#: The files kafka-dump-log reads (a KRaft `.checkpoint` is record batches, dumped like a `.log`).
+KNOWN_SUFFIXES = (LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, TXN_INDEX_FILE_SUFFIX,
+                  PRODUCER_SNAPSHOT_FILE_SUFFIX, KRAFT_SNAPSHOT_FILE_SUFFIX)
 
-_OFFSET_ENTRY = struct.Struct(">ii")  # relativeOffset, position
-_TIME_ENTRY = struct.Struct(">qi")  # timestamp, relativeOffset
-_TXN_ENTRY = struct.Struct(">bxqqqq")  # version (first byte only, as Java reads it), pid, first, last, lso
-_FRAME = struct.Struct(">qi")  # baseOffset, batchLength
-_CONTROL_KEY = struct.Struct(">hh")
-_CONTROL_VALUE = struct.Struct(">hi")
-_CRC_START = 21
-_LOG_OVERHEAD = 12
-_MIN_FRAME = 17  # baseOffset + batchLength + leaderEpoch + magic
 
-# Kafka's ControlRecordType names, for the control records that are not transaction markers.
-_CONTROL_TYPES = {0: "ABORT", 1: "COMMIT", 2: "LEADER_CHANGE", 3: "SNAPSHOT_HEADER", 4: "SNAPSHOT_FOOTER",
-                  5: "KRAFT_VERSION", 6: "KRAFT_VOTERS"}
 
 
 @dataclass
@@ -109,22 +120,11 @@ class DumpError(Exception):
 
 
 def base_offset_of(path: str) -> int:
-    """The segment's base offset: the file name before its first '.' (kafka-formats.md §3.1)."""
-    name = os.path.basename(path).split(".")[0]
+    """The segment's base offset: the file name before its first '.' (docs/kafka-formats.md §3.1)."""
     try:
-        return int(name)
+        return offset_from_file_name(path)
     except ValueError:
         raise DumpError(f"{path}: the file name does not start with an offset") from None
-
-
-def _read(path: str, limit: int | None = None) -> bytes:
-    with open(path, "rb") as f:  # read-only: inspect never writes
-        return f.read() if limit is None else f.read(limit)
-
-
-def _sibling(path: str, suffix: str) -> str:
-    directory = os.path.dirname(os.path.abspath(path))
-    return os.path.join(directory, os.path.basename(path).split(".")[0] + suffix)
 
 
 def optional_long(value: int | None) -> str:
@@ -143,70 +143,6 @@ def string_parser(record: Any) -> tuple[str | None, str | None]:
 # ---- .log ---------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class LegacyEntry:
-    """A shallow magic 0/1 log entry, with the few batch attributes the index checks use."""
-
-    message: Any  # storage.legacy_records.LegacyMessage
-    path: str
-
-    @property
-    def position(self) -> int:
-        return self.message.position
-
-    @property
-    def size(self) -> int:
-        return self.message.size
-
-    @property
-    def last_offset(self) -> int:
-        return self.message.offset  # a wrapper carries its last inner offset
-
-    def records(self) -> list[Any]:
-        from storage.legacy_records import records_of
-
-        return records_of(self.message, path=self.path)
-
-
-def iter_log_batches(data: bytes, path: str, *, legacy: bool = False) -> Iterator[Any]:
-    """Every complete batch, CRC unchecked (the batch line says `isvalid:`), like FileRecords.batches.
-
-    A pre-0.11 message (magic 0/1) is yielded as a `LegacyEntry` when `legacy` (the dump and
-    its index checks read them, as kafka-dump-log does); otherwise it is refused with
-    UnsupportedForMessageFormatError, never taken for bad bytes.
-    """
-    from storage.errors import CorruptRecordError
-    from storage.legacy_records import is_legacy_message, parse_legacy, refuse
-    from storage.records import MAGIC, RecordBatch
-
-    pos, end = 0, len(data)
-    while end - pos >= _MIN_FRAME:
-        if data[pos + 16] != MAGIC and is_legacy_message(data, pos):
-            if not legacy:
-                raise refuse(data[pos + 16], path, pos)
-            entry = LegacyEntry(parse_legacy(data, pos, path=path), path)
-            yield entry
-            pos += entry.size
-            continue
-        _, length = _FRAME.unpack_from(data, pos)
-        if length < 49:
-            raise DumpError(f"{path}: batch at position {pos} has length {length}, below the minimum 49")
-        if pos + _LOG_OVERHEAD + length > end:
-            return
-        try:
-            batch = RecordBatch.parse(data, pos, path=path, verify_crc=False)
-        except CorruptRecordError as exc:
-            raise DumpError(str(exc)) from None
-        yield batch
-        pos += batch.size
-
-
-def _batch_valid(data: bytes, batch: Any) -> bool:
-    from crc32c import crc32c
-
-    return crc32c(memoryview(data)[batch.position + _CRC_START:batch.position + batch.size]) == batch.crc
-
-
 def batch_item(batch: Any, valid: bool) -> dict[str, Any]:
     return {
         "type": "batch",
@@ -222,11 +158,11 @@ def batch_item(batch: Any, valid: bool) -> dict[str, Any]:
         "isControl": batch.is_control,
         "deleteHorizonMs": batch.base_timestamp if batch.has_delete_horizon else None,
         "position": batch.position,
-        "timestampType": "LogAppendTime" if batch.attributes & 0x08 else "CreateTime",
+        "timestampType": TimestampType(bool(batch.attributes & TIMESTAMP_TYPE_MASK)).kafka_name,
         "maxTimestamp": batch.max_timestamp,
         "size": batch.size,
         "magic": batch.magic,
-        "compresscodec": _codec_name(batch.attributes & 0x07),
+        "compresscodec": Compression.name_of(batch.attributes & COMPRESSION_MASK),
         "crc": batch.crc,
         "isvalid": valid,
     }
@@ -235,7 +171,7 @@ def batch_item(batch: Any, valid: bool) -> dict[str, Any]:
 def legacy_batch_item(m: Any) -> dict[str, Any]:
     """A shallow magic 0/1 entry: Kafka prints only its (last) offset and the common fields."""
     return {"type": "batch", "lastOffset": m.offset, "position": m.position, "timestampType": m.timestamp_type,
-            "maxTimestamp": m.timestamp, "size": m.size, "magic": m.magic, "compresscodec": _codec_name(m.codec),
+            "maxTimestamp": m.timestamp, "size": m.size, "magic": m.magic, "compresscodec": Compression.name_of(m.codec),
             "crc": m.crc, "isvalid": m.valid}
 
 
@@ -288,16 +224,11 @@ def _kraft_control_json(ctype: int, record: Any) -> dict[str, Any]:
     return fields
 
 
-def _codec_name(code: int) -> str:
-    names = ("none", "gzip", "snappy", "lz4", "zstd")
-    return names[code] if code < len(names) else f"unknown({code})"
-
-
 def record_item(batch: Any, record: Any, opts: Options) -> dict[str, Any]:
     item: dict[str, Any] = {
         "type": "record",
         "offset": record.offset,
-        "timestampType": "LogAppendTime" if batch.attributes & 0x08 else "CreateTime",
+        "timestampType": TimestampType(bool(batch.attributes & TIMESTAMP_TYPE_MASK)).kafka_name,
         "timestamp": record.timestamp,
         "keySize": -1 if record.key is None else len(record.key),
         "valueSize": -1 if record.value is None else len(record.value),
@@ -305,11 +236,12 @@ def record_item(batch: Any, record: Any, opts: Options) -> dict[str, Any]:
         "headerKeys": [k for k, _ in record.headers],
     }
     if batch.is_control:
-        ctype = _CONTROL_KEY.unpack_from(record.key)[1] if record.key is not None and len(record.key) >= 4 else -1
-        item["controlType"] = _CONTROL_TYPES.get(ctype, "UNKNOWN")
+        ctype = peek_control_type(record.key)
+        item["controlType"] = ControlType.kafka_name_of(ctype)
         item["controlTypeId"] = ctype
-        if ctype in (0, 1) and record.value is not None and len(record.value) >= 6:
-            item["coordinatorEpoch"] = _CONTROL_VALUE.unpack_from(record.value)[1]
+        coordinator_epoch = peek_coordinator_epoch(record.value) if ctype in (0, 1) else None
+        if coordinator_epoch is not None:
+            item["coordinatorEpoch"] = coordinator_epoch
         elif ctype in _KRAFT_CONTROL_RECORDS:
             item["controlRecord"] = _kraft_control_json(ctype, record)
     elif opts.print_data:
@@ -325,68 +257,56 @@ def dump_log(path: str, opts: Options, problems: Problems) -> Iterator[dict[str,
     yield from _dump_batches(path, opts, problems)
 
 
-_SNAPSHOT_NAME = re.compile(r"(\d{20})-(\d{10})\.checkpoint")
-
-
 def dump_kraft_snapshot(path: str, opts: Options, problems: Problems) -> Iterator[dict[str, Any]]:
     """A KRaft snapshot (`<endOffset>-<epoch>.checkpoint`, or the bootstrap one): its id line, then its batches."""
     name = os.path.basename(path)
-    if name == BOOTSTRAP_SNAPSHOT:
+    if name == BOOTSTRAP_CHECKPOINT:
         yield {"type": "message", "text": "KRaft bootstrap snapshot"}
     else:
-        match = _SNAPSHOT_NAME.fullmatch(name)
-        if match is None:
+        snapshot_id = kraft_snapshot_id(name)
+        if snapshot_id is None:
             raise DumpError(f"{path}: not a KRaft snapshot name (<20-digit end offset>-<10-digit epoch>.checkpoint)")
-        yield {"type": "snapshotId", "endOffset": int(match[1]), "epoch": int(match[2]),
-               "text": f"Snapshot end offset: {int(match[1])}, epoch: {int(match[2])}"}
+        end_offset, epoch = snapshot_id
+        yield {"type": "snapshotId", "endOffset": end_offset, "epoch": epoch,
+               "text": f"Snapshot end offset: {end_offset}, epoch: {epoch}"}
     yield from _dump_batches(path, opts, problems)
 
 
 def _dump_batches(path: str, opts: Options, problems: Problems) -> Iterator[dict[str, Any]]:
-    data = _read(path, opts.max_bytes if opts.max_bytes != INT32_MAX else None)
-    valid_bytes = 0
-    last_offset = -1
-    for batch in iter_log_batches(data, path, legacy=True):
-        if isinstance(batch, LegacyEntry):
-            yield legacy_batch_item(batch.message)
+    with FileRecords.open(path) as records:
+        end = records.size() if opts.max_bytes == INT32_MAX else min(records.size(), opts.max_bytes)
+        valid_bytes = 0
+        last_offset = -1
+        # CRCs unchecked, as FileRecords.batches() in DumpLogSegments: each batch line says `isvalid:`.
+        for batch in records.batches(0, end, verify_crc=False, legacy=True):
+            if isinstance(batch, LegacyMessage):
+                yield legacy_batch_item(batch)
+                if opts.deep:
+                    for record in records_of(batch, path=path):
+                        if last_offset != -1 and record.offset != last_offset + 1:
+                            problems._add(problems.non_consecutive, path, (last_offset, record.offset))
+                        last_offset = record.offset
+                        yield legacy_record_item(record, opts)
+                valid_bytes += batch.size
+                continue
+            valid = batch.is_valid()
+            if not valid:
+                problems.other.append(f"Batch at position {batch.position} of {path} has an invalid CRC")
+            yield batch_item(batch, valid)
             if opts.deep:
                 for record in batch.records():
                     if last_offset != -1 and record.offset != last_offset + 1:
                         problems._add(problems.non_consecutive, path, (last_offset, record.offset))
                     last_offset = record.offset
-                    yield legacy_record_item(record, opts)
+                    yield record_item(batch, record, opts)
             valid_bytes += batch.size
-            continue
-        valid = _batch_valid(data, batch)
-        if not valid:
-            problems.other.append(f"Batch at position {batch.position} of {path} has an invalid CRC")
-        yield batch_item(batch, valid)
-        if opts.deep:
-            for record in batch.records():
-                if last_offset != -1 and record.offset != last_offset + 1:
-                    problems._add(problems.non_consecutive, path, (last_offset, record.offset))
-                last_offset = record.offset
-                yield record_item(batch, record, opts)
-        valid_bytes += batch.size
-    trailing = len(data) - valid_bytes
+    trailing = end - valid_bytes
     if trailing > 0 and opts.max_bytes == INT32_MAX:
         problems.flagged += 1
         yield {"type": "message", "text": f"Found {trailing} invalid bytes at the end of {os.path.basename(path)}"}
 
 
 # ---- .index and .timeindex ----------------------------------------------------------------------
-
-
-def _offset_entries(data: bytes, base: int) -> list[tuple[int, int]]:
-    """(absolute offset, position) of every whole entry, as OffsetIndex reads them."""
-    usable = len(data) - len(data) % _OFFSET_ENTRY.size
-    return [(base + rel, pos) for rel, pos in _OFFSET_ENTRY.iter_unpack(data[:usable])]
-
-
-def time_index_entries(data: bytes, base: int) -> list[tuple[int, int]]:
-    """(timestamp, absolute offset) of every whole entry, as TimeIndex reads them."""
-    usable = len(data) - len(data) % _TIME_ENTRY.size
-    return [(ts, base + rel) for ts, rel in _TIME_ENTRY.iter_unpack(data[:usable])]
 
 
 def _sanity_item(path: str, reason: str | None, problems: Problems) -> dict[str, Any]:
@@ -397,75 +317,57 @@ def _sanity_item(path: str, reason: str | None, problems: Problems) -> dict[str,
     return {"type": "sanityCheck", "passed": False, "reason": reason}
 
 
-def offset_index_sanity(path: str, data: bytes, base: int) -> str | None:
-    """OffsetIndex.sanityCheck(): the reason it throws, or None."""
-    entries = _offset_entries(data, base)
-    if entries and entries[-1][0] < base:
-        return (f"Corrupt index found, index file ({os.path.abspath(path)}) has non-zero size but the last offset "
-                f"is {entries[-1][0]} which is less than the base offset {base}")
-    if len(data) % _OFFSET_ENTRY.size:
-        return (f"Index file {os.path.abspath(path)} is corrupt, found {len(data)} bytes which is neither positive "
-                f"nor a multiple of {_OFFSET_ENTRY.size}")
-    return None
+def _stored(index_class: type, path: str, base: int) -> tuple[list, int]:
+    """(every whole entry, file length) of an index file, opened read-only."""
+    with index_class(path, base, writable=False) as index:
+        return index.stored_entries(), index.file_length()
 
 
-def time_index_sanity(path: str, data: bytes, base: int) -> str | None:
-    """TimeIndex.sanityCheck(): the reason it throws, or None."""
-    entries = time_index_entries(data, base)
-    if entries and entries[-1][0] < entries[0][0]:
-        return (f"Corrupt time index found, time index file ({os.path.abspath(path)}) has non-zero size but the last "
-                f"timestamp is {entries[-1][0]} which is less than the first timestamp {entries[0][0]}")
-    if entries and entries[-1][1] < base:
-        return (f"Corrupt time index found, time index file ({os.path.abspath(path)}) has non-zero size but the last "
-                f"offset is {entries[-1][1]} which is less than the first offset {base}")
-    if len(data) % _TIME_ENTRY.size:
-        return (f"Time index file {os.path.abspath(path)} is corrupt, found {len(data)} bytes which is neither "
-                f"positive nor a multiple of {_TIME_ENTRY.size}")
-    return None
-
-
-def _log_data(path: str) -> bytes | None:
-    log_path = _sibling(path, LOG_SUFFIX)
+def _log_to_verify_against(path: str, problems: Problems) -> FileRecords | None:
+    """The `.log` beside an index; its absence is a problem, since nothing can be verified."""
+    log_path = sibling_file(path, LOG_FILE_SUFFIX)
     try:
-        return _read(log_path)
+        return FileRecords.open(log_path)
     except FileNotFoundError:
+        problems.other.append(f"cannot verify {path}: {log_path} does not exist")
         return None
 
 
-def _log_to_verify_against(path: str, problems: Problems) -> bytes | None:
-    """The `.log` beside an index; its absence is a problem, since nothing can be verified."""
-    log = _log_data(path)
-    if log is None:
-        problems.other.append(f"cannot verify {path}: {_sibling(path, LOG_SUFFIX)} does not exist")
-    return log
+def _first_batch(log: FileRecords, start: int, end: int | None = None) -> Any:
+    """The first whole batch (or legacy entry) from byte `start`, CRC unchecked; None if there is none."""
+    return next(log.batches(start, end, verify_crc=False, legacy=True), None)
 
 
 def dump_index(path: str, opts: Options, problems: Problems) -> Iterator[dict[str, Any]]:
     base = base_offset_of(path)
-    data = _read(path)
-    entries = _offset_entries(data, base)
+    entries, _ = _stored(OffsetIndex, path, base)
     if not entries:
         yield {"type": "message", "text": f"{path} is empty."}
         return
     if opts.sanity_only:
-        yield _sanity_item(path, offset_index_sanity(path, data, base), problems)
+        yield _sanity_item(path, offset_index_sanity(path, base), problems)
         return
     log = _log_to_verify_against(path, problems)
-    for i, (offset, position) in enumerate(entries):
-        if offset == base and i > 0:
-            return  # the zero-filled tail of a preallocated index
+    try:
+        for i, (offset, position) in enumerate(entries):
+            if offset == base and i > 0:
+                return  # the zero-filled tail of a preallocated index
+            if log is not None:
+                # DumpLogSegments reads at most max-message-size bytes at the indexed position.
+                first = (_first_batch(log, position, min(log.size(), position + opts.max_message_size))
+                         if position >= 0 else None)
+                log_offset = first.last_offset if first is not None else -1
+                if log_offset != offset:
+                    problems._add(problems.index_mismatches, path, (offset, log_offset))
+            if not opts.verify_only:
+                yield {"type": "indexEntry", "offset": offset, "position": position}
+    finally:
         if log is not None:
-            window = log[position:position + opts.max_message_size] if position >= 0 else b""
-            first = next(iter_log_batches(window, path, legacy=True), None)
-            log_offset = first.last_offset if first is not None else -1
-            if log_offset != offset:
-                problems._add(problems.index_mismatches, path, (offset, log_offset))
-        if not opts.verify_only:
-            yield {"type": "indexEntry", "offset": offset, "position": position}
+            log.close()
 
 
 def _lookup(entries: list[tuple[int, int]], base: int, target: int) -> int:
-    """OffsetIndex.lookup(target).position: the greatest entry ≤ target, else position 0."""
+    """OffsetIndex.lookup(target).position as DumpLogSegments sees the file: up to its zero-filled tail."""
     position = 0
     for i, (offset, pos) in enumerate(entries):
         if offset == base and i > 0:
@@ -478,69 +380,64 @@ def _lookup(entries: list[tuple[int, int]], base: int, target: int) -> int:
 
 def dump_time_index(path: str, opts: Options, problems: Problems) -> Iterator[dict[str, Any]]:
     base = base_offset_of(path)
-    data = _read(path)
     if opts.sanity_only:
-        yield _sanity_item(path, time_index_sanity(path, data, base), problems)
+        yield _sanity_item(path, time_index_sanity(path, base), problems)
         return
+    entries, _ = _stored(TimeIndex, path, base)
     log = _log_to_verify_against(path, problems)
-    try:
-        offset_entries = _offset_entries(_read(_sibling(path, INDEX_SUFFIX)), base)
-    except FileNotFoundError:
-        offset_entries = []
+    offset_entries, _ = _stored(OffsetIndex, sibling_file(path, INDEX_FILE_SUFFIX), base)
     prev = -1
-    for i, (timestamp, offset) in enumerate(time_index_entries(data, base)):
-        if offset == base and i > 0:
-            return
+    try:
+        for i, (timestamp, offset) in enumerate(entries):
+            if offset == base and i > 0:
+                return
+            if log is not None:
+                start = _lookup(offset_entries, base, offset)
+                found = next((b for b in log.batches(start, verify_crc=False, legacy=True) if b.last_offset >= offset),
+                             None)
+                if found is None:
+                    problems._add(problems.not_found, path, (offset, -1))
+                elif found.last_offset != offset:
+                    problems._add(problems.not_found, path, (offset, found.last_offset))
+                else:
+                    records = records_of(found, path=path) if isinstance(found, LegacyMessage) else found.records()
+                    max_ts = max((r.timestamp for r in records), default=-1)
+                    if max_ts != timestamp:
+                        problems._add(problems.time_mismatches, path, (timestamp, max_ts))
+                    if prev >= timestamp:
+                        problems._add(problems.out_of_order, path, (timestamp, prev))
+            if not opts.verify_only:
+                yield {"type": "timeIndexEntry", "timestamp": timestamp, "offset": offset}
+            prev = timestamp
+    finally:
         if log is not None:
-            start = _lookup(offset_entries, base, offset)
-            found = next((b for b in iter_log_batches(log[start:], path, legacy=True) if b.last_offset >= offset), None)
-            if found is None:
-                problems._add(problems.not_found, path, (offset, -1))
-            elif found.last_offset != offset:
-                problems._add(problems.not_found, path, (offset, found.last_offset))
-            else:
-                max_ts = max((r.timestamp for r in found.records()), default=-1)
-                if max_ts != timestamp:
-                    problems._add(problems.time_mismatches, path, (timestamp, max_ts))
-                if prev >= timestamp:
-                    problems._add(problems.out_of_order, path, (timestamp, prev))
-        if not opts.verify_only:
-            yield {"type": "timeIndexEntry", "timestamp": timestamp, "offset": offset}
-        prev = timestamp
+            log.close()
 
 
 # ---- .txnindex and .snapshot --------------------------------------------------------------------
 
 
 def dump_txn_index(path: str, opts: Options, problems: Problems) -> Iterator[dict[str, Any]]:
-    data = _read(path)
-    usable = len(data) - len(data) % _TXN_ENTRY.size  # a trailing partial entry is ignored
-    for version, pid, first, last, lso in _TXN_ENTRY.iter_unpack(data[:usable]):
-        if version > 0:
-            problems.other.append(f"Unexpected aborted transaction version {version} in {path}")
+    entries, _ = _stored(TransactionIndex, path, base_offset_of(path))  # a trailing partial entry is ignored
+    for e in entries:
+        if e.version > 0:
+            problems.other.append(f"Unexpected aborted transaction version {e.version} in {path}")
             return
-        yield {"type": "abortedTxn", "version": version, "producerId": pid, "firstOffset": first,
-               "lastOffset": last, "lastStableOffset": lso}
+        yield {"type": "abortedTxn", "version": e.version, "producerId": e.producer_id,
+               "firstOffset": e.first_offset, "lastOffset": e.last_offset, "lastStableOffset": e.last_stable_offset}
 
 
 def dump_snapshot(path: str, opts: Options, problems: Problems) -> Iterator[dict[str, Any]]:
-    from crc32c import crc32c
-
-    from storage.errors import CorruptSnapshotError
-    from storage.producer_snapshot import decode_snapshot
-    from storage.sequence import dec_seq
-
-    data = _read(path)
+    with open(path, "rb") as f:  # the bytes as they are: a damaged snapshot is reported, not skipped
+        data = f.read()
     try:
         entries = decode_snapshot(data)
     except CorruptSnapshotError as exc:
-        if len(data) >= 6:
-            stored = struct.unpack_from(">I", data, 2)[0]
-            computed = crc32c(data[6:])
-            if stored != computed:
-                problems.other.append(
-                    f"Snapshot is corrupt (CRC is no longer valid). Stored crc: {stored} Computed crc: {computed}")
-                return
+        crcs = snapshot_crcs(data)
+        if crcs is not None and crcs[0] != crcs[1]:
+            problems.other.append(
+                f"Snapshot is corrupt (CRC is no longer valid). Stored crc: {crcs[0]} Computed crc: {crcs[1]}")
+            return
         problems.other.append(f"{path}: {exc}")
         return
     for e in entries:
@@ -559,12 +456,12 @@ def dump_snapshot(path: str, opts: Options, problems: Problems) -> Iterator[dict
 
 
 DUMPERS: dict[str, Callable[[str, Options, Problems], Iterator[dict[str, Any]]]] = {
-    LOG_SUFFIX: dump_log,
-    INDEX_SUFFIX: dump_index,
-    TIME_INDEX_SUFFIX: dump_time_index,
-    SNAPSHOT_SUFFIX: dump_snapshot,
-    TXN_INDEX_SUFFIX: dump_txn_index,
-    KRAFT_SNAPSHOT_SUFFIX: dump_kraft_snapshot,
+    LOG_FILE_SUFFIX: dump_log,
+    INDEX_FILE_SUFFIX: dump_index,
+    TIME_INDEX_FILE_SUFFIX: dump_time_index,
+    PRODUCER_SNAPSHOT_FILE_SUFFIX: dump_snapshot,
+    TXN_INDEX_FILE_SUFFIX: dump_txn_index,
+    KRAFT_SNAPSHOT_FILE_SUFFIX: dump_kraft_snapshot,
 }
 
 
@@ -662,13 +559,6 @@ def text_line(item: dict[str, Any], opts: Options) -> str | None:
 
 # ---- decoders for internal topics ---------------------------------------------------------------
 
-_TXN_STATE_NAMES = {
-    "EMPTY": "Empty", "ONGOING": "Ongoing", "PREPARE_COMMIT": "PrepareCommit", "PREPARE_ABORT": "PrepareAbort",
-    "COMPLETE_COMMIT": "CompleteCommit", "COMPLETE_ABORT": "CompleteAbort", "DEAD": "Dead",
-    "PREPARE_EPOCH_FENCE": "PrepareEpochFence",
-}
-
-
 def transaction_log_parser(record: Any) -> tuple[str | None, str | None]:
     """`--transaction-log-decoder`: TransactionLogMessageParser's key and payload strings."""
     from txlog.transaction_log import decode_key, decode_value
@@ -688,7 +578,7 @@ def transaction_log_parser(record: Any) -> tuple[str | None, str | None]:
         return key, "<DELETE>"
     partitions = ",".join(f"{t}-{p}" for t, p in value.partitions)
     return key, (f"producerId:{value.producer_id},producerEpoch:{value.producer_epoch},"
-                 f"state={_TXN_STATE_NAMES.get(value.state.name, value.state.name)},partitions=[{partitions}],"
+                 f"state={value.state.kafka_name},partitions=[{partitions}],"
                  f"txnLastUpdateTimestamp={value.last_update_ms},txnTimeoutMs={value.timeout_ms}")
 
 

@@ -14,20 +14,20 @@ Kafka does; `delete-offsets` writes.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Annotated, Any
 
 import typer
 
 from cli.context import USAGE, CommandError, open_store, store_exists
-from cli.formats import OUTPUT_HELP, RowFormat, emit
-from cli.output import status
+from cli.output import ROW_FORMATS, ROW_FORMATS_HELP, OutputFormat, emit, output_option, status
 
 app = typer.Typer(
     help="List, describe, reset and delete consumer group offsets (kafka-consumer-groups.sh).",
     no_args_is_help=True,
 )
 
-OutputOption = Annotated[RowFormat, typer.Option("--output", "-o", case_sensitive=False, help=OUTPUT_HELP)]
+OutputOption = output_option(*ROW_FORMATS, help=ROW_FORMATS_HELP)
 GroupOption = Annotated[str, typer.Option("--group", metavar="GROUP", help="The consumer group.", show_default=False)]
 TopicsOption = Annotated[list[str] | None, typer.Option(
     "--topic", metavar="TOPIC[:P,P...]", help="A topic, optionally with partitions, e.g. orders:0,2 (repeatable).",
@@ -93,14 +93,14 @@ def _parse_topics(values: list[str]) -> list[tuple[str, list[int] | None]]:
 def list_(
     ctx: typer.Context,
     state: Annotated[bool, typer.Option("--state", help="Show each group's state (Kafka's --list --state).")] = False,
-    output: OutputOption = RowFormat.text,
+    output: OutputOption = OutputFormat.text,
 ) -> None:
     """Every group with committed offsets or members, one per line (with --state: GROUP STATE)."""
-    states: dict[str, str] = {}
+    states: dict[str, Any] = {}
     if store_exists(ctx):
         with open_store(ctx, read_only=True) as store:
             states = _admin(store).list_consumer_group_states()
-    rows = [{"group": n, "state": st} for n, st in states.items()]
+    rows = [{"group": n, "state": st.kafka_name} for n, st in states.items()]
     emit(rows, LIST_COLUMNS, output,
          text=(lambda h, r: _auto_text(h, r)[1:]) if state else (lambda _h, rows: [r[0] for r in rows]))
 
@@ -119,7 +119,7 @@ def describe(
     verbose: Annotated[bool, typer.Option(
         "--verbose", help="With --members: epochs and assignments; with --state: the group epochs.",
     )] = False,
-    output: OutputOption = RowFormat.text,
+    output: OutputOption = OutputFormat.text,
 ) -> None:
     """Per partition (default), per member (--members) or per group (--state), as kafka-consumer-groups.
 
@@ -154,9 +154,9 @@ def describe(
         _print_offsets(ctx, described, output)
 
 
-def _print_offsets(ctx: typer.Context, described: dict[str, list[Any]], output: RowFormat) -> None:
+def _print_offsets(ctx: typer.Context, described: dict[str, list[Any]], output: OutputFormat) -> None:
     by_group = {name: [_describe_row(r) for r in rows] for name, rows in described.items()}
-    if output is not RowFormat.text:
+    if output is not OutputFormat.text:
         emit([row for rows in by_group.values() for row in rows], DESCRIBE_COLUMNS, output, text=_offsets_text,
              missing="-")
         return
@@ -166,12 +166,12 @@ def _print_offsets(ctx: typer.Context, described: dict[str, list[Any]], output: 
         emit(rows, DESCRIBE_COLUMNS, output, text=_offsets_text, missing="-")
 
 
-def _print_members(ctx: typer.Context, views: dict[str, Any], verbose: bool, output: RowFormat) -> None:
+def _print_members(ctx: typer.Context, views: dict[str, Any], verbose: bool, output: OutputFormat) -> None:
     columns = MEMBERS_VERBOSE_COLUMNS if verbose else MEMBERS_COLUMNS
     rows = []
     for name, view in views.items():
         if view is None or not view.members:
-            if output is RowFormat.text:
+            if output is OutputFormat.text:
                 status(ctx, f"Consumer group '{name}' has no active members.")
             continue
         for m in view.members:
@@ -181,16 +181,18 @@ def _print_members(ctx: typer.Context, views: dict[str, Any], verbose: bool, out
                 "currentAssignment": _assignment_text(m.assignment), "targetEpoch": view.group_epoch,
                 "targetAssignment": _assignment_text(m.target),
             })
-    if rows or output is not RowFormat.text:
+    if rows or output is not OutputFormat.text:
         emit(rows, columns, output, text=_auto_text, missing="-")
 
 
 def _state_row(name: str, view: Any, coordinator: int) -> dict[str, Any]:
+    from txlog.group_coordinator import GroupState
     from txlog.internal_topics import CONSUMER_OFFSETS_TOPIC
 
     return {
         "group": name, "coordinator": f"{CONSUMER_OFFSETS_TOPIC}-{coordinator}",
-        "assignmentStrategy": view.assignor if view else None, "state": view.state if view else "Empty",
+        "assignmentStrategy": view.assignor if view else None,
+        "state": (view.state if view else GroupState.EMPTY).kafka_name,
         "members": len(view.members) if view else 0, "groupEpoch": view.group_epoch if view else None,
         "targetEpoch": view.group_epoch if view else None,
     }
@@ -264,7 +266,7 @@ def reset_offsets(
     )] = None,
     execute: Annotated[bool, typer.Option("--execute", help="Write the new offsets (default: dry run).")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only print the plan (the default).")] = False,
-    output: OutputOption = RowFormat.text,
+    output: OutputOption = OutputFormat.text,
 ) -> None:
     """Plan (and with --execute, write) new committed offsets: GROUP TOPIC PARTITION NEW-OFFSET."""
     specs = [to_earliest, to_latest, to_offset is not None, shift_by is not None]
@@ -276,50 +278,17 @@ def reset_offsets(
     if bool(topic) == all_topics:
         raise CommandError("give --topic (repeatable) or --all-topics", exit_code=USAGE)
     wanted = _parse_topics(topic or [])
+    from txlog.admin import OffsetReset
     from txlog.internal_topics import INTERNAL_TOPICS
-    from txlog.topic_partition import TopicPartition
 
     for name, _ in wanted:
         if name in INTERNAL_TOPICS:
             raise CommandError(f"cannot reset offsets of internal topic {name}")
+    reset = (OffsetReset.to_earliest() if to_earliest else OffsetReset.to_latest() if to_latest
+             else OffsetReset.to_offset(to_offset) if to_offset is not None else OffsetReset.shift_by(shift_by or 0))
     with open_store(ctx, read_only=not execute) as store:
         admin = _admin(store)
-        view = admin.describe_consumer_group_members(group)
-        if view is not None and view.members:
-            raise CommandError(f"Assignments can only be reset if the group '{group}' is inactive, but the "
-                               f"current state is {view.state} ({len(view.members)} live member"
-                               f"{'s' * (len(view.members) != 1)}).")
-        committed = admin.list_consumer_group_offsets(group)
-        if all_topics:
-            if not committed:
-                raise CommandError(f"consumer group '{group}' has no committed offsets (name the topics with --topic)")
-            tps = sorted(committed)
-        else:
-            tps = []
-            for name, parts in wanted:
-                present = store.partitions(name)
-                for p in parts if parts is not None else present:
-                    if p not in present:
-                        raise CommandError(f"topic '{name}' has no partition {p}")
-                    tps.append(TopicPartition(name, p))
-            tps = sorted(set(tps))
-        ends = admin.list_offsets(tps)
-        plan = {}
-        for tp in tps:
-            start, end = store.partition(tp.topic, tp.partition).log_start_offset, ends[tp]
-            if to_earliest:
-                target = start
-            elif to_latest:
-                target = end
-            elif to_offset is not None:
-                target = to_offset
-            else:
-                current = committed.get(tp)
-                if current is None:
-                    raise CommandError(f"group '{group}' has no committed offset for {tp.topic}-{tp.partition} "
-                                       "to shift from")
-                target = current.offset + shift_by
-            plan[tp] = min(max(target, start), end)
+        plan = admin.plan_offset_reset(group, _reset_partitions(store, admin, group, wanted, all_topics), reset)
         if execute:
             admin.alter_consumer_group_offsets(group, plan)
     rows = [{"group": group, "topic": tp.topic, "partition": tp.partition, "newOffset": off}
@@ -329,6 +298,31 @@ def reset_offsets(
         status(ctx, f"Reset the offsets of group '{group}' for {len(plan)} partition(s).")
     else:
         status(ctx, "Dry run: nothing was written; add --execute to apply these offsets.")
+
+
+def _reset_partitions(store: Any, admin: Any, group: str, wanted: list[tuple[str, list[int] | None]],
+                      all_topics: bool) -> Iterator[Any]:
+    """The partitions --topic/--all-topics name, each checked to exist, sorted.
+
+    A generator on purpose: Admin.plan_offset_reset refuses a live group before it asks for
+    the partitions, so that error comes first, as Kafka's tool reports it.
+    """
+    from txlog.topic_partition import TopicPartition
+
+    if all_topics:
+        committed = admin.list_consumer_group_offsets(group)
+        if not committed:
+            raise CommandError(f"consumer group '{group}' has no committed offsets (name the topics with --topic)")
+        yield from sorted(committed)
+        return
+    tps = []
+    for name, parts in wanted:
+        present = store.partitions(name)
+        for p in parts if parts is not None else present:
+            if p not in present:
+                raise CommandError(f"topic '{name}' has no partition {p}")
+            tps.append(TopicPartition(name, p))
+    yield from sorted(set(tps))
 
 
 # ---- delete-offsets ---------------------------------------------------------------------------------
@@ -341,7 +335,7 @@ def delete_offsets(
         "--topic", metavar="TOPIC[:P,P...]", help="A topic, optionally with partitions (repeatable).",
         show_default=False,
     )],
-    output: OutputOption = RowFormat.text,
+    output: OutputOption = OutputFormat.text,
 ) -> None:
     """Delete the group's committed offsets of some topics or partitions: TOPIC PARTITION STATUS."""
     wanted = _parse_topics(topic)

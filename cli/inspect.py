@@ -1,6 +1,6 @@
 """`txlog inspect FILE...|DIR`: kafka-dump-log.sh for txlog stores and Kafka log directories.
 
-The options and text lines are kafka-dump-log's (Kafka ≥ 3.5, cli-conventions.md §2); the
+The options and text lines are kafka-dump-log's (Kafka ≥ 3.5, docs/cli-conventions.md §2); the
 lines themselves are made in `cli.dump_log`. `--output json|jsonl` gives the same content
 as data. Files are only ever opened for reading, so a live store or a real Kafka data
 directory is safe to inspect. Where kafka-dump-log only complains on stderr and exits 0
@@ -12,28 +12,24 @@ from __future__ import annotations
 
 import json
 import os
-from enum import Enum
-from typing import Annotated, Any
+from typing import Annotated, Any, Optional
 
 import typer
 
-from cli import dump_log
 from cli.context import USAGE, CommandError, settings
-from cli.output import error_line, print_json
+from cli.output import OutputFormat, error_line, output_option, print_json
 
 VERIFICATION_FAILED = 3
 
 
-class InspectOutput(str, Enum):
-    """`--output`: kafka-dump-log's text lines (the default), one JSON document, or JSON lines."""
-
-    text = "text"
-    json = "json"
-    jsonl = "jsonl"
+# kafka-dump-log's text lines (the default), one JSON document per file, or JSON lines (one per item).
+InspectOutputOption = output_option(OutputFormat.text, OutputFormat.json, OutputFormat.jsonl,
+                                    help="text (kafka-dump-log lines), json, or jsonl.")
 
 
 def _expand(paths: list[str]) -> list[str]:
     """Files as given; a directory becomes its segment files (recursively: a log dir holds partitions)."""
+    from cli import dump_log  # not at import: `txlog --help` must not load storage
     out: list[str] = []
     for path in paths:
         if os.path.isdir(path):
@@ -97,11 +93,14 @@ def inspect(
     skip_record_metadata: Annotated[bool, typer.Option(
         "--skip-record-metadata", help="Leave offset, timestamp, sizes, sequence and header keys out of record lines.",
     )] = False,
-    max_bytes: Annotated[int, typer.Option(
-        "--max-bytes", min=0, help="Read only the first N bytes of each .log.")] = dump_log.INT32_MAX,
-    max_message_size: Annotated[int, typer.Option(
-        "--max-message-size", min=1, help="Bytes read at each .index position when checking it against the log.",
-    )] = dump_log.DEFAULT_MAX_MESSAGE_SIZE,
+    max_bytes: Annotated[Optional[int], typer.Option(
+        "--max-bytes", min=0, show_default=False,
+        help="Read only the first N bytes of each .log [default: the whole file].")] = None,
+    max_message_size: Annotated[Optional[int], typer.Option(
+        "--max-message-size", min=1, show_default=False,
+        help="Bytes read at each .index position when checking it against the log [default: 5242880, as "
+             "kafka-dump-log].",
+    )] = None,
     transaction_log_decoder: Annotated[bool, typer.Option(
         "--transaction-log-decoder", help="Decode __transaction_state records (implies --print-data-log).")] = False,
     offsets_decoder: Annotated[bool, typer.Option(
@@ -115,9 +114,7 @@ def inspect(
     verify_index_only: Annotated[bool, typer.Option(
         "--verify-index-only", help="Check .index/.timeindex entries against the log without printing them.",
     )] = False,
-    output: Annotated[InspectOutput, typer.Option(
-        "--output", "-o", case_sensitive=False, help="text (kafka-dump-log lines), json, or jsonl.",
-    )] = InspectOutput.text,
+    output: InspectOutputOption = OutputFormat.text,
 ) -> None:
     """Dump segment, index, snapshot and transaction-index files as kafka-dump-log.sh does.
 
@@ -134,6 +131,7 @@ def inspect(
             raise CommandError(f"no store at {os.path.abspath(root)} (give FILE...|DIR or --data-dir)")
         given = [root]
     targets = _expand(given)
+    from cli import dump_log  # here, not at import: `txlog --help` must not load storage
 
     parser = None
     if transaction_log_decoder:
@@ -145,9 +143,12 @@ def inspect(
     print_data = print_data_log or parser is not None
     opts = dump_log.Options(
         print_data=print_data, deep=deep_iteration or print_data, skip_metadata=skip_record_metadata,
-        max_bytes=max_bytes, max_message_size=max_message_size, sanity_only=index_sanity_check,
-        verify_only=verify_index_only, parser=parser,
+        sanity_only=index_sanity_check, verify_only=verify_index_only, parser=parser,
     )
+    if max_bytes is not None:
+        opts.max_bytes = max_bytes
+    if max_message_size is not None:
+        opts.max_message_size = max_message_size
     from storage.errors import KafkaError
 
     problems = dump_log.Problems()
@@ -155,19 +156,19 @@ def inspect(
 
     for path in targets:
         dumper = dump_log.dumper_for(path)
-        if output is InspectOutput.text:
+        if output is OutputFormat.text:
             typer.echo(f"Dumping {path}")
         if dumper is None:
             typer.echo(f"Ignoring unknown file {path}", err=True)
             continue
         try:
             items = dumper(path, opts, problems)
-            if output is InspectOutput.text:
+            if output is OutputFormat.text:
                 for item in items:
                     line = dump_log.text_line(item, opts)
                     if line is not None:
                         typer.echo(line)
-            elif output is InspectOutput.jsonl:
+            elif output is OutputFormat.jsonl:
                 for item in items:
                     typer.echo(json.dumps({"file": path, **item}))
             else:
@@ -177,7 +178,7 @@ def inspect(
         except KafkaError as exc:  # a batch whose records cannot be decoded: report it, go on
             problems.other.append(f"{path}: {exc}")
 
-    if output is InspectOutput.json:
+    if output is OutputFormat.json:
         print_json(documents)
     for line in problems.other + problems.summary_lines():
         typer.echo(line, err=True)

@@ -1,9 +1,9 @@
 """The `txlog` application: global options, the verbs, and how every run ends.
 
-Exit codes (cli-conventions.md): 0 ok, 1 error, 2 usage, 3 verification found problems,
-130 interrupted. Every expected failure -- any storage `KafkaError`, an `OSError` from
-the store, a `CommandError` of the CLI -- ends as one `Error: <message>` line on stderr;
-only a bug prints a traceback.
+Exit codes (docs/cli-conventions.md §6): 0 ok, 1 error, 2 usage, 3 a check found problems,
+4 the outcome of commit/abort is ambiguous, 130 interrupted. Every expected failure -- any
+storage `KafkaError`, an `OSError` from the store, a `CommandError` of the CLI -- ends as one
+`Error: <message>` line on stderr; only a bug prints a traceback.
 
 Each group of verbs is a module of its own, registered at the bottom of this file; a
 new verb (produce, consume, transactions, ...) is one more module and one more line.

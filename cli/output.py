@@ -1,16 +1,24 @@
-"""Shared output helpers: tables, JSON, status lines and the `--output` choice.
+"""Everything a verb prints: the `--output` option, the one row writer, status and error lines.
 
 Data goes to stdout; status and narration meant for a person go to stderr unless the
 command's whole purpose is that narration (`demo`). `-q` silences status lines.
+
+Every verb that prints rows offers a subset of one `OutputFormat` through `output_option`
+and prints through `RowWriter` (or `emit`, its one-shot form). A verb builds its rows as
+dicts whose keys are the JSON names, plus the list of (Kafka column name, key) pairs;
+`text` is the Kafka tool's own layout, given by the verb as a function of the cells, so
+each verb keeps its Kafka text layout while table, json, jsonl and csv are the same for all.
 tabulate is imported when a table is printed, not when the CLI starts.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import typer
 
@@ -18,13 +26,168 @@ from cli.context import settings
 
 TABLE_FORMAT = "simple"
 
+Columns = Sequence[tuple[str, str]]  # (header as Kafka prints it, JSON key)
+TextLayout = Callable[[list[str], list[list[str]]], list[str]]  # (headers, cells) -> lines
+
 
 class OutputFormat(str, Enum):
-    """`--output`: Kafka's text layout (the default), a table, or JSON."""
+    """`--output`: the Kafka tool's text layout, a table, or a machine format."""
 
     text = "text"
     table = "table"
     json = "json"
+    jsonl = "jsonl"
+    csv = "csv"
+
+
+ROW_FORMATS = (OutputFormat.text, OutputFormat.table, OutputFormat.json, OutputFormat.jsonl, OutputFormat.csv)
+ROW_FORMATS_HELP = "text (the Kafka tool's layout), table, json, jsonl or csv."
+
+
+def _as_format(value: str | OutputFormat | None) -> OutputFormat | None:
+    return None if value is None else OutputFormat(value)
+
+
+def output_option(*choices: OutputFormat, help: str, short: bool = True) -> Any:
+    """The `--output` option of a verb offering `choices`, listed in its help in the order given.
+
+    A verb offers only the formats it can print (a usage error names them); the value it
+    receives is always an `OutputFormat`. `short` adds `-o` (consume keeps `-o` free).
+    """
+    names = ("--output", "-o") if short else ("--output",)
+    allowed = Literal[tuple(c.value for c in choices)]  # type: ignore[valid-type]
+    return Annotated[allowed, typer.Option(*names, case_sensitive=False, help=help, callback=_as_format)]
+
+
+# ---- rows -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Rendering:
+    """What differs between a verb's report rows and a topic's records, kept as each printed before.
+
+    Records are data: JSON keeps their text as UTF-8 and they go to stdout as bytes, never
+    through click (which would strip escape sequences from a piped value). Report rows are
+    ASCII JSON, compact in jsonl.
+    """
+
+    ascii_json: bool = True
+    jsonl_separators: tuple[str, str] = (",", ":")
+    raw_stdout: bool = False
+
+
+REPORT = Rendering()
+RECORDS = Rendering(ascii_json=False, jsonl_separators=(", ", ": "), raw_stdout=True)
+
+
+def cells(rows: Sequence[dict[str, Any]], columns: Columns, missing: str) -> list[list[str]]:
+    """Every value as text; None prints as `missing` (Kafka: "None" or "-")."""
+    return [[_cell(row.get(key), missing) for _, key in columns] for row in rows]
+
+
+def _cell(value: Any, missing: str) -> str:
+    if value is None:
+        return missing
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)  # Kafka joins topic-partitions as t-0,t-1
+    return str(value)
+
+
+class RowWriter:
+    """Rows out in one format: `write` as rows arrive, `close` once at the end.
+
+    jsonl and csv stream (each `write` prints its rows, so `--follow` shows them at once);
+    json, table and text need every row first (an array, column widths) and print at close.
+    With `single`, json prints the one row as an object rather than an array. `text` lays out
+    OutputFormat.text; a verb without a text layout passes none and never offers text.
+    """
+
+    def __init__(self, columns: Columns, output: OutputFormat, *, text: TextLayout | None = None,
+                 missing: str = "None", single: bool = False, rendering: Rendering = REPORT):
+        if output is OutputFormat.text and text is None:
+            raise ValueError("this output has no text layout")
+        self.columns = columns
+        self.output = output
+        self.text = text
+        self.missing = missing
+        self.single = single
+        self.rendering = rendering
+        self.rows: list[dict[str, Any]] = []  # held for the formats printed at close
+        self.header_written = False
+
+    @property
+    def headers(self) -> list[str]:
+        return [h for h, _ in self.columns]
+
+    @property
+    def streams(self) -> bool:
+        """Whether `write` prints at once (a `--follow` reader sees rows as they come)."""
+        return self.output in (OutputFormat.jsonl, OutputFormat.csv)
+
+    def write(self, rows: Iterable[dict[str, Any]]) -> None:
+        if self.output is OutputFormat.jsonl:
+            self._print("".join(self._json(row, None, self.rendering.jsonl_separators) + "\n" for row in rows))
+        elif self.output is OutputFormat.csv:
+            self._print(self._csv(list(rows)))
+        else:
+            self.rows.extend(rows)
+
+    def close(self) -> None:
+        output = self.output
+        if output is OutputFormat.json:
+            value = self.rows[0] if self.single and self.rows else self.rows
+            self._print(self._json(value, 2, None) + "\n")
+        elif output is OutputFormat.csv and not self.header_written:
+            self._print(self._csv([]))
+        elif output is OutputFormat.table:
+            self._print(render_table(cells(self.rows, self.columns, self.missing), self.headers) + "\n")
+        elif output is OutputFormat.text:
+            assert self.text is not None
+            self._print("".join(line + "\n" for line in self.text(self.headers, cells(self.rows, self.columns,
+                                                                                      self.missing))))
+        self.flush()
+
+    def flush(self) -> None:
+        (sys.stdout.buffer if self.rendering.raw_stdout else sys.stdout).flush()
+
+    def _json(self, value: Any, indent: int | None, separators: tuple[str, str] | None) -> str:
+        return json.dumps(value, indent=indent, separators=separators, ensure_ascii=self.rendering.ascii_json)
+
+    def _csv(self, rows: list[dict[str, Any]]) -> str:
+        """RFC 4180 rows (the header row first, once); None is an empty field."""
+        import csv
+        import io
+
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\n")
+        if not self.header_written:
+            writer.writerow(self.headers)
+            self.header_written = True
+        writer.writerows(cells(rows, self.columns, ""))
+        return buf.getvalue()
+
+    def _print(self, text: str) -> None:
+        if not text:
+            return
+        if self.rendering.raw_stdout:
+            sys.stdout.buffer.write(text.encode("utf-8"))
+        else:
+            typer.echo(text, nl=False)
+
+
+def emit(rows: Sequence[dict[str, Any]], columns: Columns, output: OutputFormat, *,
+         text: TextLayout | None = None, missing: str = "None", single: bool = False) -> None:
+    """Print a verb's rows at once (RowWriter's one-shot form)."""
+    writer = RowWriter(columns, output, text=text, missing=missing, single=single)
+    writer.write(rows)
+    writer.close()
+
+
+def pretty_print_table(headers: list[str], rows: list[list[str]]) -> list[str]:
+    """Kafka's ToolsUtils.prettyPrintTable: left-aligned cells padded to the column width,
+    each followed by a TAB (the last one too); the header row first."""
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
+    return ["".join(cell.ljust(w) + "\t" for cell, w in zip(row, widths)) for row in [headers, *rows]]
 
 
 def render_table(rows: Iterable[Sequence[Any]], headers: Sequence[str], *, tablefmt: str = TABLE_FORMAT) -> str:
@@ -33,12 +196,11 @@ def render_table(rows: Iterable[Sequence[Any]], headers: Sequence[str], *, table
     return tabulate(list(rows), headers=list(headers), tablefmt=tablefmt, disable_numparse=True)
 
 
-def print_table(rows: Iterable[Sequence[Any]], headers: Sequence[str], *, tablefmt: str = TABLE_FORMAT) -> None:
-    typer.echo(render_table(rows, headers, tablefmt=tablefmt))
-
-
 def print_json(value: Any) -> None:
     typer.echo(json.dumps(value, indent=2))
+
+
+# ---- lines for the person at the terminal -----------------------------------------------------------
 
 
 def status(ctx: typer.Context, message: str) -> None:

@@ -43,8 +43,7 @@ import typer
 
 from cli.consume import IsolationChoice
 from cli.context import USAGE, CommandError, open_store, settings
-from cli.formats import RowFormat, emit
-from cli.output import status
+from cli.output import OutputFormat, emit, output_option, status
 
 BATCHES_VIEW = "txlog_batches"
 TRANSACTIONS_VIEW = "txlog_transactions"
@@ -52,11 +51,8 @@ _PLAIN_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _TRACEBACK = "Traceback (most recent call last):"
 
 
-class SqlOutput(str, Enum):
-    table = "table"
-    csv = "csv"
-    json = "json"
-    jsonl = "jsonl"
+OutputOption = output_option(OutputFormat.table, OutputFormat.csv, OutputFormat.json, OutputFormat.jsonl,
+                             help="table, csv, json or jsonl.")
 
 
 class BinaryFormat(str, Enum):
@@ -170,20 +166,20 @@ def _unique(names: list[str]) -> list[str]:
     return out
 
 
-def _print_result(table: Any, output: SqlOutput, binary: BinaryFormat) -> bool:
+def _print_result(table: Any, output: OutputFormat, binary: BinaryFormat) -> bool:
     """Print an Arrow table; True when auto mode had to print some binary cell as hex."""
     names = list(table.column_names)
     columns = [table.column(i).to_pylist() for i in range(table.num_columns)]
     rows_by_index = list(zip(*columns)) if columns else []
     cells = _Cells(binary)
-    if output in (SqlOutput.json, SqlOutput.jsonl):
+    if output in (OutputFormat.json, OutputFormat.jsonl):
         keys = _unique(names)
         rows = [{k: cells.json_value(v) for k, v in zip(keys, row)} for row in rows_by_index]
-        emit(rows, [(k, k) for k in keys], RowFormat(output.value))
+        emit(rows, [(k, k) for k in keys], output)
     elif names:
-        missing = "null" if output is SqlOutput.table else ""
+        missing = "null" if output is OutputFormat.table else ""
         rows = [{str(i): cells.text(v, missing) for i, v in enumerate(row)} for row in rows_by_index]
-        emit(rows, [(name, str(i)) for i, name in enumerate(names)], RowFormat(output.value), missing=missing)
+        emit(rows, [(name, str(i)) for i, name in enumerate(names)], output, missing=missing)
     return cells.hexed
 
 
@@ -360,9 +356,7 @@ def sql(
         metavar="QUERY", help="A Spark SQL statement, e.g. \"SELECT * FROM orders\"; '-' reads it from stdin.",
         show_default=False,
     )],
-    output: Annotated[SqlOutput, typer.Option(
-        "--output", "-o", case_sensitive=False, help="table, csv, json or jsonl.",
-    )] = SqlOutput.table,
+    output: OutputOption = OutputFormat.table,
     limit: Annotated[int | None, typer.Option(
         "--limit", min=0, metavar="N", help="Print at most N rows (default: all).", show_default=False,
     )] = None,
@@ -429,7 +423,7 @@ def sql(
             log.close()
 
 
-def _run(ctx: typer.Context, spark: Any, path: str, topics: list[str], query: str, *, output: SqlOutput,
+def _run(ctx: typer.Context, spark: Any, path: str, topics: list[str], query: str, *, output: OutputFormat,
          limit: int | None, isolation: str, include_headers: bool, include_transaction_columns: bool,
          binary: BinaryFormat) -> None:
     from py4j.protocol import Py4JError

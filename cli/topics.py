@@ -20,7 +20,7 @@ from cli.context import (
     open_store,
     store_exists,
 )
-from cli.output import OutputFormat, absent_note, print_json, print_table, status
+from cli.output import OutputFormat, absent_note, emit, output_option, status
 
 app = typer.Typer(
     help="Create, list, describe, alter and delete topics (kafka-topics.sh).",
@@ -38,7 +38,11 @@ TopicArgument = Annotated[
 ExcludeInternal = Annotated[
     bool, typer.Option("--exclude-internal", help="Leave out internal topics (__...).")
 ]
-TABLE_HEADERS = ("Topic", "Partition", "LogStartOffset", "LogEndOffset", "LastStableOffset", "Size", "Segments")
+DescribeOutputOption = output_option(OutputFormat.text, OutputFormat.table, OutputFormat.json,
+                                     help="text (kafka-topics layout), table, or json.")
+TABLE_COLUMNS = (("Topic", "topic"), ("Partition", "partition"), ("LogStartOffset", "logStartOffset"),
+                 ("LogEndOffset", "logEndOffset"), ("LastStableOffset", "lastStableOffset"), ("Size", "size"),
+                 ("Segments", "segments"))
 
 
 def _parse_configs(values: list[str] | None, option: str) -> dict[str, str]:
@@ -109,9 +113,7 @@ def describe(
         metavar="NAME", help="Topic to describe (default: all topics).", autocompletion=complete_topic_names,
         show_default=False,
     )] = None,
-    output: Annotated[OutputFormat, typer.Option(
-        "--output", "-o", case_sensitive=False, help="text (kafka-topics layout), table, or json.",
-    )] = OutputFormat.text,
+    output: DescribeOutputOption = OutputFormat.text,
     exclude_internal: ExcludeInternal = False,
 ) -> None:
     """Describe one topic or all of them: partitions, config overrides, offsets."""
@@ -122,21 +124,12 @@ def describe(
     for d in descriptions:
         if d.absent:
             status(ctx, absent_note(d.name, d.absent))
-    if output is OutputFormat.json:
-        if name is not None:
-            print_json(_topic_json(descriptions[0]))
-        else:
-            print_json([_topic_json(d) for d in descriptions])
-    elif output is OutputFormat.table:
-        print_table(
-            [(d.name, p.partition, p.log_start_offset, p.log_end_offset, p.last_stable_offset, p.size_bytes, p.segments)
-             for d in descriptions for p in d.partitions],
-            TABLE_HEADERS,
-        )
+    if output is OutputFormat.table:  # a row per partition; json and text have one document per topic
+        emit([{"topic": d.name, **row} for d in descriptions for row in _topic_json(d)["partitions"]], TABLE_COLUMNS,
+             output)
     else:
-        for d in descriptions:
-            for line in describe_lines(d):
-                typer.echo(line)
+        emit([_topic_json(d) for d in descriptions], (), output, single=name is not None,
+             text=lambda _headers, _cells: [line for d in descriptions for line in describe_lines(d)])
 
 
 def format_configs(overrides: dict[str, Any]) -> str:

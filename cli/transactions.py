@@ -29,13 +29,20 @@ from cli.context import (
     open_store,
     store_exists,
 )
-from cli.formats import OUTPUT_HELP, RowFormat, emit, pretty_print_table
-from cli.output import status
+from cli.output import (
+    ROW_FORMATS,
+    ROW_FORMATS_HELP,
+    OutputFormat,
+    emit,
+    output_option,
+    pretty_print_table,
+    status,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from txlog.admin import Admin
 
-AMBIGUOUS = 4  # exit code: the transaction's outcome is unknown (reliability scenario 26)
+AMBIGUOUS = 4  # exit code: the transaction's outcome is unknown (docs/reliability-scenarios.md scenario 26)
 BROKER_ID = 0  # the one "broker" of a store
 
 app = typer.Typer(
@@ -43,7 +50,7 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 
-OutputOption = Annotated[RowFormat, typer.Option("--output", "-o", case_sensitive=False, help=OUTPUT_HELP)]
+OutputOption = output_option(*ROW_FORMATS, help=ROW_FORMATS_HELP)
 NoSweepOption = Annotated[bool, typer.Option(
     "--no-sweep", help="Open the store read-only: do not time out expired transactions first.",
 )]
@@ -54,12 +61,6 @@ PartitionOption = Annotated[int, typer.Option("--partition", min=0, help="Partit
 BrokerIdOption = Annotated[int | None, typer.Option(
     "--broker-id", help="Accepted for kafka-transactions compatibility; txlog's only broker is 0.", show_default=False,
 )]
-
-# TransactionState as kafka-transactions prints it.
-_STATE_NAMES = {
-    "EMPTY": "Empty", "ONGOING": "Ongoing", "PREPARE_COMMIT": "PrepareCommit", "PREPARE_ABORT": "PrepareAbort",
-    "COMPLETE_COMMIT": "CompleteCommit", "COMPLETE_ABORT": "CompleteAbort", "PREPARE_EPOCH_FENCE": "PrepareEpochFence",
-}
 
 LIST_COLUMNS = (("TransactionalId", "transactionalId"), ("Coordinator", "coordinator"),
                 ("ProducerId", "producerId"), ("TransactionState", "transactionState"))
@@ -82,19 +83,16 @@ HANGING_COLUMNS = (
 )
 
 
-def state_name(state: Any) -> str:
-    return _STATE_NAMES.get(state.name, "Unknown")
-
-
 def _parse_state(text: str) -> Any:
+    """A state by Kafka's name or ours, case, `_` and `-` ignored (Ongoing, prepare-commit, COMPLETE_ABORT)."""
     from txlog.transaction_log import TxnState
 
     wanted = text.replace("_", "").replace("-", "").lower()
     for state in TxnState:
         if state.name.replace("_", "").lower() == wanted:
             return state
-    raise typer.BadParameter(f"'{text}' is not a transaction state (one of {', '.join(_STATE_NAMES.values())})",
-                             param_hint="'--state'")
+    known = ", ".join(s.admin_name for s in TxnState if s.admin_name == s.kafka_name)  # the client's states
+    raise typer.BadParameter(f"'{text}' is not a transaction state (one of {known})", param_hint="'--state'")
 
 
 def _check_broker(broker_id: int | None) -> None:
@@ -127,7 +125,7 @@ def list_(
         help="Only transactions open longer than MS milliseconds (< 0: all), as KIP-994.",
     )] = -1,
     no_sweep: NoSweepOption = False,
-    output: OutputOption = RowFormat.text,
+    output: OutputOption = OutputFormat.text,
 ) -> None:
     """List transactional ids: TransactionalId, Coordinator, ProducerId, TransactionState."""
     states = None if not state else [_parse_state(s) for s in state]
@@ -142,7 +140,7 @@ def list_(
         found = [d for d in found
                  if d.state.state == TxnState.ONGOING and now - d.state.start_ms >= duration_filter]
     rows = [{"transactionalId": d.transactional_id, "coordinator": BROKER_ID, "producerId": d.state.producer_id,
-             "transactionState": state_name(d.state.state), "coordinatorPartition": d.coordinator_partition}
+             "transactionState": d.state.state.admin_name, "coordinatorPartition": d.coordinator_partition}
             for d in found]
     emit(rows, LIST_COLUMNS, output, text=pretty_print_table)
 
@@ -156,7 +154,7 @@ def describe(
         "--transactional-id", metavar="ID", help="The transactional id to describe.", show_default=False,
     )],
     no_sweep: NoSweepOption = False,
-    output: OutputOption = RowFormat.text,
+    output: OutputOption = OutputFormat.text,
 ) -> None:
     """Describe one transactional id: producer, epoch, state, timeout, open partitions."""
     from txlog.transaction_log import TxnState
@@ -172,7 +170,7 @@ def describe(
         "transactionalId": d.transactional_id,
         "producerId": v.producer_id,
         "producerEpoch": v.producer_epoch,
-        "transactionState": state_name(v.state),
+        "transactionState": v.state.admin_name,
         "transactionTimeoutMs": v.timeout_ms,
         "currentTransactionStartTimeMs": v.start_ms if in_txn else None,
         "transactionDurationMs": _now_ms() - v.start_ms if in_txn else None,
@@ -190,7 +188,7 @@ def describe_producers(
     topic: TopicOption,
     partition: PartitionOption,
     broker_id: BrokerIdOption = None,
-    output: OutputOption = RowFormat.text,
+    output: OutputOption = OutputFormat.text,
 ) -> None:
     """The producers a partition remembers, with the start offset of each one's open transaction."""
     _check_broker(broker_id)
@@ -225,7 +223,7 @@ def find_hanging(
         help="A transaction open longer than this is hanging even if its coordinator knows it.",
     )] = 15,
     no_sweep: NoSweepOption = False,
-    output: OutputOption = RowFormat.text,
+    output: OutputOption = OutputFormat.text,
 ) -> None:
     """Open transactions no coordinator transaction will ever end (or open too long)."""
     _check_broker(broker_id)

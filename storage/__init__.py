@@ -1,7 +1,7 @@
 """txlog's segment store: Kafka-compatible log files, producer state, recovery, locking.
 
 Knows batches, segments, indexes, producer state and recovery; knows nothing of
-coordinators, consumer groups, the CLI or Spark (DESIGN.md §1).
+coordinators, consumer groups, the CLI or Spark (docs/DESIGN.md §1).
 """
 
 from storage.config import TopicConfig

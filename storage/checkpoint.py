@@ -1,4 +1,4 @@
-"""Kafka's text checkpoint files (§3.7): a version line, a count line, then one entry per line.
+"""Kafka's text checkpoint files (docs/kafka-formats.md §3.7): a version line, a count line, then one entry per line.
 
 These small files record progress that must survive restarts (recovery points, log
 start offsets, leader epochs). They are replaced atomically so a crash leaves either the

@@ -1,7 +1,7 @@
 """Batch compression codecs, in the exact stream formats Kafka's Java client uses.
 
 The records region of a compressed batch is ONE stream of the codec below
-(kafka-formats.md §1.4). What matters for byte compatibility is the framing,
+(docs/kafka-formats.md §1.4). What matters for byte compatibility is the framing,
 not the compressed bytes themselves (no two snappy/zstd implementations
 produce identical output), so each writer here emits the framing Java's
 reader expects and each reader accepts everything Java's reader accepts:
@@ -41,6 +41,21 @@ class Compression(IntEnum):
     SNAPPY = 2
     LZ4 = 3
     ZSTD = 4
+
+    @property
+    def kafka_name(self) -> str:
+        """Kafka's `compression.type` value and what kafka-dump-log prints: none, gzip, ..."""
+        return self.name.lower()
+
+    @classmethod
+    def name_of(cls, code: int) -> str:
+        """The name of attribute bits 0-2, or `unknown(N)` for a code Kafka does not define."""
+        return cls(code).kafka_name if code in cls._value2member_map_ else f"unknown({code})"
+
+    @classmethod
+    def kafka_names(cls) -> tuple[str, ...]:
+        """Every `compression.type` value, in code order."""
+        return tuple(codec.kafka_name for codec in cls)
 
 
 # --- gzip ---------------------------------------------------------------

@@ -4,7 +4,7 @@ Topic configs are stored as Kafka writes them on the command line (`segment.byte
 so `txlog topics create --config k=v` and Kafka users speak the same language. Two keys are
 txlog's own, taken from broker settings Kafka applies per partition anyway:
 `producer.id.expiration.ms` and `max.producer.ids` (a cap on producer states per partition,
-0 = unlimited; redpanda has the same knob, and reliability scenario 9 needs it).
+0 = unlimited; redpanda has the same knob, and docs/reliability-scenarios.md scenario 9 needs it).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Durable file operations: the write orderings that make a crash at any point recoverable.
 
-Rules (reliability-scenarios.md, rules 3, 4 and 9): a new file is written, fsynced,
+Rules (docs/reliability-scenarios.md, rules 3, 4 and 9): a new file is written, fsynced,
 and its directory fsynced before anything points at it; small state files go
 through `name.tmp` + fsync + rename + directory fsync; a failed fsync is never
 retried and reported as success. `FSYNC` and `FDATASYNC` are looked up at call

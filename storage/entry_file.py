@@ -167,7 +167,7 @@ class EntryFile:
 
         The file is not fsynced: indexes are derived data rebuilt after a crash. If the
         write fails part-way, the torn bytes are cut so the file stays a whole number of
-        entries (rule 10).
+        entries (docs/reliability-scenarios.md rule 10).
         """
         self._require_writable()
         data = self._layout.pack(*fields)
@@ -348,8 +348,24 @@ class EntryFileIndex:
         view = self._file.view()
         return [self._convert(raw) for raw in view.entries[: view.valid]]
 
+    def stored_entries(self) -> list:
+        """Every whole entry in the file, trusted or not (a trailing partial entry is not one).
+
+        The read-only parse for tools that report what is on disk (the dump tool, the
+        integrity check); lookups use only the trusted prefix, `entries()`.
+        """
+        view = self._file.view()
+        return [self._convert_stored(raw) for raw in view.entries]
+
+    def file_length(self) -> int:
+        """The file's length in bytes as last read (0 when it does not exist)."""
+        return self._file.view().length
+
     def _convert(self, raw: Raw):
         raise NotImplementedError
+
+    def _convert_stored(self, raw: Raw):
+        return self._convert(raw)
 
     def peek_last(self) -> tuple[int, object | None]:
         """(file length, last entry as the API shows it) without parsing the whole file."""

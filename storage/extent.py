@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator
 
+from storage.file_records import FileRecords
+from storage.log_files import log_file
 from storage.records import RecordBatch
-from storage.segment import LogSegment
 
 
 @dataclass(frozen=True)
@@ -32,11 +33,7 @@ def read_extent(extent: SegmentExtent) -> Iterator[RecordBatch]:
     Everything inside the extent was whole and valid when planned, so a partial batch
     there is corruption (CorruptRecordError) rather than a torn tail. A segment removed by
     retention since planning raises FileNotFoundError: whether that is data loss is the
-    caller's call.
+    caller's call. Only the `.log` is opened: the extent already says where to read.
     """
-    segment = LogSegment(extent.directory, extent.base_offset, writable=False)
-    try:
-        for _, batch in segment.iter_batches(extent.start_position, extent.end_position, strict=True):
-            yield batch
-    finally:
-        segment.close()
+    with FileRecords.open(log_file(extent.directory, extent.base_offset)) as records:
+        yield from records.batches(extent.start_position, extent.end_position, strict=True)

@@ -1,6 +1,6 @@
 """Pre-0.11 message sets (magic 0 and 1): recognised everywhere, read only by `txlog inspect`.
 
-Kafka before 0.11 wrote one message per log entry (kafka-formats.md has the v2 layout; the
+Kafka before 0.11 wrote one message per log entry (docs/kafka-formats.md has the v2 layout; the
 legacy one is Kafka's documented "Message sets" format):
 
     offset int64, message_size int32,
@@ -25,12 +25,12 @@ import zlib
 from dataclasses import dataclass
 
 from storage.errors import CorruptRecordError, UnsupportedForMessageFormatError
+from storage.records import LENGTH_OFFSET, LOG_OVERHEAD, MAGIC_OFFSET, TimestampType  # offset + message_size frame a legacy entry too
 
-LOG_OVERHEAD = 12  # offset + message_size
 _ENTRY = struct.Struct(">qiIbb")  # offset, size, crc, magic, attributes
 _TIMESTAMP = struct.Struct(">q")
 _LENGTH = struct.Struct(">i")
-_MAGIC_AT = 16  # same place as a v2 batch's magic byte
+_MAGIC_AT = MAGIC_OFFSET  # same place as a v2 batch's magic byte
 # crc + magic + attributes (+ timestamp) + two null lengths: the smallest message of each magic
 MIN_MESSAGE_SIZE = {0: 14, 1: 22}
 CODEC_MASK = 0x07
@@ -58,11 +58,16 @@ class LegacyMessage:
         return self.attributes & CODEC_MASK
 
     @property
+    def last_offset(self) -> int:
+        """The last offset the entry covers: a wrapper carries its last inner offset."""
+        return self.offset
+
+    @property
     def timestamp_type(self) -> str:
         """Kafka's TimestampType name: magic 0 has none."""
         if self.magic == 0:
             return "NoTimestampType"
-        return "LogAppendTime" if self.attributes & LOG_APPEND_TIME else "CreateTime"
+        return TimestampType(bool(self.attributes & LOG_APPEND_TIME)).kafka_name
 
 
 def is_legacy_message(buf, position: int) -> bool:
@@ -70,7 +75,7 @@ def is_legacy_message(buf, position: int) -> bool:
     if len(buf) - position < LOG_OVERHEAD + 5:
         return False
     magic = buf[position + _MAGIC_AT]
-    size = _LENGTH.unpack_from(buf, position + 8)[0]
+    size = _LENGTH.unpack_from(buf, position + LENGTH_OFFSET)[0]
     if magic not in MIN_MESSAGE_SIZE or size < MIN_MESSAGE_SIZE[magic]:
         return False
     end = position + LOG_OVERHEAD + size
@@ -88,10 +93,14 @@ def refuse(magic: int, path: str | None, position: int) -> UnsupportedForMessage
         "`txlog inspect` prints these messages")
 
 
-def parse_legacy(buf, position: int, *, path: str | None = None) -> LegacyMessage:
-    """The message at `position`, every length bounds-checked; CorruptRecordError names where it breaks."""
+def parse_legacy(buf, position: int, *, path: str | None = None, origin: int = 0) -> LegacyMessage:
+    """The message at `position`, every length bounds-checked; CorruptRecordError names where it breaks.
+
+    `origin` is the file position of `buf[0]`: the message's `position` and errors name
+    `origin + position`.
+    """
     def corrupt(what: str) -> CorruptRecordError:
-        return CorruptRecordError(f"legacy message: {what}", path=path, position=position)
+        return CorruptRecordError(f"legacy message: {what}", path=path, position=origin + position)
 
     if len(buf) - position < LOG_OVERHEAD + 6:
         raise corrupt("header runs past the end of the data")
@@ -113,7 +122,7 @@ def parse_legacy(buf, position: int, *, path: str | None = None) -> LegacyMessag
     if pos != end:
         raise corrupt(f"{end - pos} bytes after the value")
     valid = zlib.crc32(memoryview(buf)[position + _MAGIC_AT:end]) == crc
-    return LegacyMessage(offset, position, size + LOG_OVERHEAD, magic, attributes, crc, valid, timestamp, key, value)
+    return LegacyMessage(offset, origin + position, size + LOG_OVERHEAD, magic, attributes, crc, valid, timestamp, key, value)
 
 
 def _read_bytes(buf, pos: int, end: int, corrupt, what: str) -> tuple[bytes | None, int]:

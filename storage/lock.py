@@ -1,7 +1,7 @@
 """Cross-process exclusive locks on lock files (flock), plus in-process thread safety.
 
 The kernel releases an flock when its holder dies, so a process killed with SIGKILL
-never leaves a lock behind (reliability scenario 40): there are no PID files.
+never leaves a lock behind (docs/reliability-scenarios.md scenario 40): there are no PID files.
 flock belongs to an open file description, so one FileLock object per lock file per
 process; the threading.RLock makes it re-entrant inside the process.
 """

@@ -1,4 +1,4 @@
-"""The `.index` file: a sparse map from offsets to byte positions in a segment (§3.3).
+"""The `.index` file: a sparse map from offsets to byte positions in a segment (docs/kafka-formats.md §3.3).
 
 Kafka keeps the active segment's index as a preallocated, memory-mapped file owned by
 one broker. txlog has no broker: several processes open the same partition, appends
@@ -121,7 +121,7 @@ class OffsetIndex(EntryFileIndex):
                 )
 
     def is_full(self) -> bool:
-        """Kafka rolls the segment when its index is full (§3.2); the limit keeps files Kafka-sized."""
+        """Kafka rolls the segment when its index is full (docs/kafka-formats.md §3.2); the limit keeps files Kafka-sized."""
         return len(self) >= self.max_entries
 
 

@@ -1,4 +1,4 @@
-"""The log of one topic-partition: segments, producer state, recovery and the append path.
+"""The log of one topic-partition (Kafka's UnifiedLog): locks, catch-up, append, markers, reads, roll, close.
 
 There is no broker. Every process that opens a partition keeps its own view (segments,
 producer state) and brings it up to date from the files before acting:
@@ -10,9 +10,17 @@ producer state) and brings it up to date from the files before acting:
 * Readers take no lock; they read whole, CRC-valid batches only and stop quietly at a
   partial tail, which may be a write in flight.
 
-Recovery is the same catch-up started from the newest usable producer snapshot: a clean
-close leaves a snapshot at the log end (nothing to scan on reopen); after a crash only
-the tail since the last snapshot is scanned (kafka-formats.md §5.7, DESIGN.md §3).
+The rest sits beside the log, along Kafka's seams: recovery at open and the replay that
+catching up shares with it in `log_loader.py` (LogLoader), when producer-state snapshots
+are taken and removed in `producer_state_snapshots.py` (ProducerStateManager's file half),
+the `.txnindex` check against the log's markers in `txnindex_check.py`, and retention in
+`retention.py`.
+
+Reads can write, and say so: a lookup gives a sealed segment's indexes their full check on
+first use and, in a writable view, rebuilds the ones that fail it
+(`_indexes_checked_repairing`); read_committed's abort lookup rewrites a `.txnindex` that
+disagrees with the log (`_aborts_checked_repairing`). Both write only under the writer lock;
+a read-only view (or one whose fsync failed) keeps its repairs in memory instead.
 """
 
 from __future__ import annotations
@@ -24,13 +32,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable
 
-from storage.checkpoint import write_leader_epoch_checkpoint
 from storage.config import TopicConfig
-from storage.durable import unlink_durably
 from storage.errors import (
     CorruptIndexError,
     CorruptRecordError,
-    CorruptSnapshotError,
     InvalidRecordError,
     KafkaStorageError,
     OffsetOutOfRangeError,
@@ -38,31 +43,27 @@ from storage.errors import (
     RecordTooLargeError,
 )
 from storage.extent import SegmentExtent
+from storage.file_records import FileRecords
+from storage.legacy_records import LegacyMessage
 from storage.lock import FileLock
-from storage.producer_snapshot import (
-    delete_snapshot,
-    list_snapshots,
-    read_snapshot,
-    write_snapshot,
-)
+from storage.log_files import log_file
+from storage.log_loader import LEADER_EPOCH, LogLoader, readable_end, segment_index_for
 from storage.producer_state import (
     BatchMetadata,
-    CompletedTxn,
     ProducerAppend,
     ProducerStateManager,
     TxnVerifier,
 )
+from storage.producer_state_snapshots import clean_snapshots, take_snapshot
 from storage.records import ControlType, RecordBatch, build_control_batch
-from storage.segment import LogSegment, segment_filename
+from storage.retention import delete_segments, segments_past_retention
+from storage.segment import LogSegment
 from storage.transaction_index import AbortedTxn, collect_aborted
+from storage.txnindex_check import TxnIndexCheck
 
 LOCK_FILE = "txlog.lock"
-LEADER_EPOCH = 0  # a single "broker" that never changes leadership
 MAX_RELATIVE_OFFSET = 2**31 - 1
 EXPIRY_CHECK_INTERVAL_MS = 60_000
-RELOAD_ATTEMPTS = 20
-_TEMP_SUFFIXES = (".tmp", ".deleted", ".cleaned", ".swap")
-_INDEX_SUFFIXES = (".index", ".timeindex", ".txnindex")
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,28 +100,24 @@ class PartitionLog:
         self._clock = clock
         self._mutex = threading.RLock()
         self._lock = None if read_only else FileLock(os.path.join(directory, LOCK_FILE))
+        # The loader fills this list in place; the log never replaces it, only edits it.
         self._segments: list[LogSegment] = []
         self._state = ProducerStateManager(
             expiration_ms=config.producer_id_expiration_ms, max_producers=config.max_producer_ids
         )
+        self._txn_check = TxnIndexCheck()
+        self._loader = LogLoader(directory, config, self._segments, self._state, self._txn_check,
+                                 read_only=read_only, clock=clock)
         self._failed: str | None = None
-        self._corruption: CorruptRecordError | None = None
         self._last_expiry_check = 0
         self._closed = False
         if read_only:
             with self._mutex:
-                self._load(repair=False)
+                self._loader.load(repair=False)
         else:
             os.makedirs(directory, exist_ok=True)
             with self._mutex, self._lock:
-                self._load(repair=True)
-
-    @staticmethod
-    def create_empty(directory: str) -> None:
-        """Lay out a new partition: an empty first segment at offset 0 and its epoch checkpoint."""
-        LogSegment.create(directory, 0).close()
-        # Every batch carries leader epoch 0 from offset 0: what Kafka's epoch cache would hold.
-        write_leader_epoch_checkpoint(directory, [(LEADER_EPOCH, 0)])
+                self._loader.load(repair=True)
 
     # ---- public properties ---------------------------------------------------------------------
 
@@ -139,7 +136,7 @@ class PartitionLog:
 
     @property
     def last_stable_offset(self) -> int:
-        """First offset of the earliest open transaction, else the log end (DESIGN.md §6)."""
+        """First offset of the earliest open transaction, else the log end (docs/DESIGN.md §6)."""
         with self._mutex:
             self._catch_up(repair=False)
             return self._lso()
@@ -155,9 +152,7 @@ class PartitionLog:
             return self._segments[0].base_offset, self._lso(), self._segments[-1].next_offset
 
     def _lso(self) -> int:
-        first = self._state.first_unstable_offset()
-        end = self._segments[-1].next_offset
-        return end if first is None else max(min(first, end), self._segments[0].base_offset)
+        return self._state.last_stable_offset(self._segments[0].base_offset, self._segments[-1].next_offset)
 
     def open_transactions(self) -> dict[int, int]:
         """producer id -> first offset of its still-open transaction in this partition."""
@@ -199,371 +194,43 @@ class PartitionLog:
             self._refresh_segment_list()
             return list(self._segments)
 
-    # ---- loading and recovery --------------------------------------------------------------------
-
-    def _load(self, *, repair: bool) -> None:
-        """Build this process's view from the files, recovering them when allowed to write.
-
-        Another process's retention may delete a segment between the listing and its
-        opening; the load then starts over from a fresh listing.
-        """
-        vanished: FileNotFoundError | None = None
-        for _ in range(RELOAD_ATTEMPTS):
-            try:
-                return self._load_once(repair=repair)
-            except FileNotFoundError as exc:
-                vanished = exc
-        raise KafkaStorageError(f"segments of {self.directory} keep disappearing while loading: {vanished}")
-
-    def _load_once(self, *, repair: bool) -> None:
-        for seg in self._segments:
-            seg.close()
-        self._segments = []
-        self._corruption = None
-        if repair:
-            self._remove_temp_and_orphan_files()
-        bases = self._segment_bases()
-        if not bases:
-            if not repair:
-                raise KafkaStorageError(f"{self.directory} holds no log segments")
-            self.create_empty(self.directory)
-            self._segments = [self._open_segment(0, writable=True)]
-        else:
-            opened: list[LogSegment] = []
-            try:
-                for base in bases:
-                    opened.append(self._open_segment(base, writable=not self.read_only))
-            except BaseException:
-                for seg in opened:
-                    seg.close()
-                raise
-            self._segments = opened
-        for seg, following in zip(self._segments, self._segments[1:]):
-            seg.size, seg.next_offset = seg.file_size(), following.base_offset
-        seg_idx, position = self._restore_producer_state(repair)
-        scanned = self._replay(seg_idx, position, repair=repair)
-        self._check_indexes(repair)
-        if repair:
-            self._drop_stale_txn_entries(self._segments[-1])
-            if scanned:
-                self._take_snapshot()
-
-    def _open_segment(self, base: int, *, writable: bool) -> LogSegment:
-        seg = LogSegment(self.directory, base, writable=writable, index_interval_bytes=self.config.index_interval_bytes)
-        seg.load_time_stats()
-        return seg
-
-    def _segment_bases(self) -> list[int]:
-        bases = []
-        for name in os.listdir(self.directory):
-            if name.endswith(".log"):
-                stem = name[:-4]
-                if stem.isdigit():
-                    bases.append(int(stem))
-        return sorted(bases)
-
-    def _remove_temp_and_orphan_files(self) -> None:
-        names = os.listdir(self.directory)
-        logs = {n[:-4] for n in names if n.endswith(".log")}
-        doomed = []
-        for name in names:
-            if name.endswith(".snapshot.deleted"):
-                doomed.append(name)
-            elif name.endswith(_TEMP_SUFFIXES):
-                doomed.append(name)
-            elif name.endswith(_INDEX_SUFFIXES) and name.split(".", 1)[0] not in logs:
-                doomed.append(name)
-        if doomed:
-            unlink_durably([os.path.join(self.directory, n) for n in doomed], self.directory)
-
-    def _check_indexes(self, repair: bool) -> None:
-        """Rebuild any index that is missing or fails its checks (indexes are derived data).
-
-        The active segment gets the full check at open; sealed segments a constant-time one
-        (so opening does not grow with the log), and the full one before their first lookup.
-        A process that may not write (read-only) stops trusting a damaged index instead:
-        its lookups scan the segment, so the damage never changes what a reader sees.
-        """
-        last = len(self._segments) - 1
-        for i, seg in enumerate(self._segments):
-            try:
-                if i == last:
-                    seg.full_index_check()
-                    seg.indexes_verified = True
-                else:
-                    seg.quick_index_check()
-            except CorruptIndexError:
-                self._repair_indexes(i, repair)
-
-    def _repair_indexes(self, i: int, repair: bool) -> None:
-        seg = self._segments[i]
-        if repair:
-            self._rebuild_segment(i)
-        else:
-            seg.indexes_trusted = False
-            seg.indexes_verified = True
-
-    def _verified(self, seg: LogSegment) -> LogSegment:
-        """Give a sealed segment its full index check before a lookup trusts its indexes."""
-        if seg.indexes_verified:
-            return seg
-        try:
-            seg.full_index_check()
-            seg.indexes_verified = True
-        except CorruptIndexError:
-            if self.read_only:
-                self._repair_indexes(self._segments.index(seg), repair=False)
-            else:
-                with self._lock:
-                    self._repair_indexes(self._segments.index(seg), repair=True)
-        return seg
-
-    def _rebuild_segment(self, i: int) -> None:
-        """Rewrite a segment's three indexes from its batches (Kafka's segment recovery)."""
-        seg = self._segments[i]
-        state = self._state_at_segment_start(i)
-        seg.txn_index.reset()
-        seg.rebuild_indexes(abort_replayer(state, seg.txn_index.append))
-        seg.txn_checked, seg.abort_replay = seg.txn_index.stored_count(), None
-
-    def _state_at_segment_start(self, i: int) -> ProducerStateManager:
-        """Producer state as of segment i's base, which rebuilding its txn index starts from.
-
-        The snapshot taken when the segment was rolled in, else a replay of the earlier segments.
-        """
-        seg = self._segments[i]
-        state = ProducerStateManager()
-        start = self._segments[0].base_offset
-        for off, path in reversed(list_snapshots(self.directory)):
-            if off <= seg.base_offset and off >= start:
-                try:
-                    state.load(read_snapshot(path), off, now_ms=0)
-                except CorruptSnapshotError:
-                    continue
-                break
-        else:
-            state.reset(start)
-        for earlier in self._segments[:i]:
-            if earlier.next_offset <= state.end_offset:
-                continue
-            for _, batch in earlier.iter_batches(0):
-                if batch.base_offset >= state.end_offset:
-                    _replay_into(state, batch)
-        return state
-
-    def _restore_producer_state(self, repair: bool) -> tuple[int, int]:
-        """Load the newest usable snapshot; returns where the replay must start (segment, position).
-
-        A snapshot is usable only if its offset is a batch boundary inside the log: one
-        from beyond a cut tail (KAFKA-5747) or a corrupt one is skipped, and deleted when
-        this process may write.
-        """
-        start = self._segments[0].base_offset
-        now = self._clock()
-        for offset, path in reversed(list_snapshots(self.directory)):
-            if offset < start:
-                if repair:
-                    delete_snapshot(path)
-                continue
-            location = self._locate(offset)
-            try:
-                entries = read_snapshot(path) if location is not None else None
-            except (CorruptSnapshotError, FileNotFoundError):
-                entries = None
-            if entries is None:
-                if repair:
-                    delete_snapshot(path)
-                continue
-            self._state.load(entries, offset, now)
-            return location
-        self._state.reset(start)
-        return 0, 0
-
-    def _locate(self, offset: int) -> tuple[int, int] | None:
-        """(segment index, file position) of the batch starting at `offset`, or of the end if it is the end."""
-        idx = self._segment_index_for(offset)
-        seg = self._segments[idx]
-        if offset == seg.base_offset:
-            return idx, 0
-        position = seg.read_position(offset)
-        end = seg.file_size()
-        try:
-            # CRC-checked: a snapshot written after a batch that was later torn (power loss)
-            # must not be trusted, or the torn batch would survive recovery.
-            for pos, batch in seg.iter_batches(position, end):
-                if batch.base_offset == offset:
-                    return idx, pos
-                if batch.base_offset > offset or batch.last_offset >= offset:
-                    return None
-                if batch.last_offset + 1 == offset:
-                    return idx, pos + batch.size  # whatever follows is validated by the replay
-        except CorruptRecordError:
-            return None
-        return None
-
-    def _segment_index_for(self, offset: int) -> int:
-        lo, hi = 0, len(self._segments) - 1
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if self._segments[mid].base_offset <= offset:
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
-
     # ---- catching up with the files ----------------------------------------------------------------
 
-    def _replay(self, seg_idx: int, position: int, *, repair: bool) -> int:
-        """Apply every whole batch from (segment, position) to the end; returns bytes scanned.
-
-        With `repair` (caller holds the lock) a torn tail of the last segment is cut and
-        index gaps left by a crashed writer are filled; without it the scan just stops.
-        """
-        scanned = 0
-        for i in range(seg_idx, len(self._segments)):
-            seg = self._segments[i]
-            pos = position if i == seg_idx else 0
-            seg.size = pos
-            seg.next_offset = self._state.end_offset if i == seg_idx else seg.base_offset
-            last_segment = i == len(self._segments) - 1
-            try:
-                for bpos, batch in seg.iter_batches(pos):
-                    self._apply_replayed(seg, batch, bpos, repair)
-                    scanned += batch.size
-                if seg.size < seg.file_size():
-                    raise CorruptRecordError("incomplete batch", path=seg.log_path, position=seg.size)
-            except CorruptRecordError as exc:
-                if not repair and not last_segment:
-                    # A read-only view notes the damage (reading that range raises) and goes on,
-                    # so the segments after it stay readable.
-                    self._corruption = exc
-                    self._state.end_offset = self._segments[i + 1].base_offset
-                    continue
-                self._handle_bad_bytes(seg, exc, last_segment, repair)
-                return scanned
-            if not last_segment and seg.next_offset > self._segments[i + 1].base_offset:
-                raise CorruptRecordError(
-                    f"segment overlaps the next one (ends at offset {seg.next_offset})", path=seg.log_path
-                )
-        return scanned
-
-    def _apply_replayed(self, seg: LogSegment, batch: RecordBatch, position: int, repair: bool) -> None:
-        if batch.base_offset < self._state.end_offset:
-            raise CorruptRecordError(
-                f"batch offset {batch.base_offset} goes backwards (expected >= {self._state.end_offset})",
-                path=seg.log_path, position=position,
-            )
-        lso = _abort_lso(self._state, batch)
-        completed = _replay_into(self._state, batch)
-        seg.note_batch(batch, position)
-        if completed is not None and completed.is_aborted:
-            self._index_replayed_abort(seg, AbortedTxn(completed.producer_id, completed.first_offset,
-                                                       completed.last_offset, lso), repair)
-
-    def _index_replayed_abort(self, seg: LogSegment, txn: AbortedTxn, repair: bool) -> None:
-        """Recovery's side of the txn index: append an abort it lacks, rebuild it if it disagrees.
-
-        An abort below the last entry must already be indexed, for the same producer and
-        first offset; otherwise an entry was deleted or altered. This replay is the one
-        place a deleted entry is noticed. The LSO is not compared: a replay that lost older
-        producer state (no snapshot left after retention) may compute it differently.
-        A view that may not write (read-only, or no lock held) keeps a replayed list instead.
-        """
-        last = seg.txn_index.last_entry()
-        if repair and (last is None or last.last_offset < txn.last_offset):
-            seg.txn_index.append(txn)
-            return
-        indexed = seg.txn_index.entry_at(txn.last_offset)
-        if seg.abort_replay is None and (indexed is None or indexed[:2] != txn[:2]):
-            if repair:
-                self._rewrite_txn_index(seg)
-            else:
-                seg.abort_replay = AbortReplay(self._state_at_segment_start(self._segments.index(seg)))
-
-    def _handle_bad_bytes(self, seg: LogSegment, exc: CorruptRecordError, last_segment: bool, repair: bool) -> None:
-        """Cut a torn tail; refuse corruption of data that was followed by more data.
-
-        Without `repair` (no lock) bad bytes at the end may be a write in flight: stop there.
-        """
-        if not repair:
-            return
-        position = seg.size
-        if not last_segment:
-            raise exc
-        valid_after = seg.find_valid_batch_after(position)
-        if valid_after is not None:
-            raise CorruptRecordError(
-                f"invalid batch followed by a valid one at byte {valid_after}; refusing to cut acknowledged data",
-                path=seg.log_path, position=position,
-            )
-        seg.truncate(position, seg.next_offset)
-        for offset, path in list_snapshots(self.directory):
-            if offset > seg.next_offset:
-                delete_snapshot(path)
-
     def _catch_up(self, *, repair: bool) -> None:
-        """Bring the view up to what other processes appended or rolled since we last looked."""
+        """Bring the view up to what other processes appended or rolled since we last looked.
+
+        With `repair` (writer lock held) this is recovery's replay and may cut a torn tail
+        and drop a dead writer's `.txnindex` entry; without it nothing is written.
+        """
         if self._closed:
             raise KafkaStorageError(f"partition {self.topic}-{self.partition} is closed")
         while True:
             active = self._segments[-1]
             size = active.file_size()
             if size < active.size:
-                self._load(repair=repair)  # someone cut bytes we had seen: start over
+                self._loader.load(repair=repair)  # someone cut bytes we had seen: start over
                 return
             if size > active.size:
-                self._replay(len(self._segments) - 1, active.size, repair=repair)
-            following = os.path.join(self.directory, segment_filename(active.next_offset, ".log"))
+                self._loader.replay(len(self._segments) - 1, active.size, repair=repair)
+            following = log_file(self.directory, active.next_offset)
             if active.next_offset == active.base_offset or not os.path.exists(following):
                 if repair:
-                    self._drop_stale_txn_entries(active)
+                    self._loader.drop_stale_txn_entries()
                 return
             try:
-                self._segments.append(self._open_segment(active.next_offset, writable=not self.read_only))
+                self._segments.append(self._loader.open_segment(active.next_offset, writable=not self.read_only))
             except FileNotFoundError:
-                self._load(repair=repair)  # deleted by retention since we looked: this view is far behind
+                self._loader.load(repair=repair)  # deleted by retention since we looked: this view is far behind
                 return
-
-    def _drop_stale_txn_entries(self, active: LogSegment) -> None:
-        """Remove `.txnindex` entries for markers that never reached the log.
-
-        append_marker makes the entry durable before the marker; a writer that died in
-        between leaves an entry at an offset the next append would reuse.
-        """
-        try:
-            if os.stat(active.txn_index.path).st_size == 0:
-                return
-        except FileNotFoundError:
-            return  # the usual case: no abort has landed in this segment
-        last = active.txn_index.last_entry()
-        if last is None or last.last_offset < active.next_offset:
-            return
-        if self._dead_writers_entry(active, last):
-            active.txn_index.truncate_to(active.next_offset)
-        else:
-            # An entry past the log end that no dying writer leaves: damage, which truncating
-            # would turn into a lost abort. Rebuild from the log instead.
-            self._rewrite_txn_index(active)
-
-    def _dead_writers_entry(self, active: LogSegment, last: AbortedTxn) -> bool:
-        """Whether `last` is what append_marker leaves when it dies before the marker.
-
-        That entry is alone past the end, names the very offset the marker would have taken,
-        and its transaction is still open in the producer state replayed from the log.
-        """
-        entries = active.txn_index.entries()
-        alone = len(entries) < 2 or entries[-2].last_offset < active.next_offset
-        return (alone and last.last_offset == active.next_offset
-                and self._state.open_transactions().get(last.producer_id) == last.first_offset)
 
     def _refresh_segment_list(self) -> None:
         """Drop segments other processes deleted (retention) and pick up ones they rolled."""
         self._catch_up(repair=False)
-        bases = self._segment_bases()
+        bases = self._loader.segment_bases()
         if not bases:
             return
         if self._segments[-1].base_offset < bases[0]:
-            self._load(repair=False)  # retention removed every segment this view knew of
+            self._loader.load(repair=False)  # retention removed every segment this view knew of
             return
         while len(self._segments) > 1 and self._segments[0].base_offset < bases[0]:
             self._segments.pop(0).close()
@@ -575,25 +242,23 @@ class PartitionLog:
             raise ReadOnlyStoreError(f"{self.directory} is open read-only")
         if self._failed:
             raise KafkaStorageError(f"partition {self.topic}-{self.partition} refuses writes: {self._failed}")
-        if self._corruption is not None:
-            raise self._corruption
+        if self._loader.corruption is not None:
+            raise self._loader.corruption
 
     def _parse_client_batches(self, data: bytes | bytearray | memoryview) -> list[tuple[RecordBatch, int]]:
         """Validate a Produce request's bytes before taking any lock; nothing partial gets in.
 
-        Returns each batch with its true maxTimestamp (the leader corrects a header that
-        understates it, kafka-formats.md §1.2).
+        The request is walked by the one batch reader, strictly: a batch cut short here is a
+        malformed request, not a torn tail. Returns each batch with its true maxTimestamp
+        (the leader corrects a header that understates it, docs/kafka-formats.md §1.2).
         """
-        data = bytes(data)
         batches = []
-        pos = 0
-        while pos < len(data):
-            if len(data) - pos < 61:
-                raise CorruptRecordError("truncated record batch", position=pos)
-            length = int.from_bytes(data[pos + 8:pos + 12], "big", signed=True)
-            if length < 49 or pos + 12 + length > len(data):
-                raise CorruptRecordError(f"batch length {length} does not fit the request", position=pos)
-            batch = RecordBatch.parse(data, pos)
+        # A copy of a caller's mutable buffer: the batches must not change under the append.
+        for batch in FileRecords.in_memory(bytes(data)).batches(strict=True, legacy=True):
+            if isinstance(batch, LegacyMessage):
+                # In a request, magic 0/1 is corruption like any other bad magic (as it always
+                # was here); only on disk is it refused as an unsupported format.
+                raise CorruptRecordError(f"unsupported magic {batch.magic}", position=batch.position)
             if batch.size > self.config.max_message_bytes:
                 raise RecordTooLargeError(
                     f"batch of {batch.size} bytes exceeds max.message.bytes={self.config.max_message_bytes}"
@@ -601,7 +266,6 @@ class PartitionLog:
             if batch.is_control:
                 raise InvalidRecordError("control batches can only be written by the transaction coordinator")
             batches.append((batch, batch.validate_framing()))
-            pos += batch.size
         if not batches:
             raise InvalidRecordError("append of zero batches")
         return batches
@@ -685,7 +349,7 @@ class PartitionLog:
         """Hold this partition's writer lock across several steps, caught up on other writers.
 
         The transaction coordinator keeps its state in a partition of `__transaction_state`
-        and makes each state change under that partition's lock (DESIGN.md §3). Appends
+        and makes each state change under that partition's lock (docs/DESIGN.md §3). Appends
         made while holding it re-enter the lock.
         """
         self._check_writable()
@@ -694,7 +358,7 @@ class PartitionLog:
             yield self
 
     def _segment_for_write(self, incoming: int, max_timestamp: int, last_offset: int) -> LogSegment:
-        """The active segment, rolled first if the append would overflow it (§3.2)."""
+        """The active segment, rolled first if the append would overflow it (docs/kafka-formats.md §3.2)."""
         active = self._segments[-1]
         if active.size == 0:
             return active
@@ -740,9 +404,9 @@ class PartitionLog:
         active.seal()
         base = active.next_offset
         self._state.end_offset = base
-        self._take_snapshot()
+        take_snapshot(self.directory, self._state)  # the state at the new base: that segment's rebuild starts there
         self._segments.append(LogSegment.create(self.directory, base, index_interval_bytes=self.config.index_interval_bytes))
-        self._delete_old_snapshots(keep_latest=False)
+        self._clean_snapshots(keep_latest=False)
         self._enforce_retention_locked(self._clock())
 
     def roll(self) -> None:
@@ -759,25 +423,6 @@ class PartitionLog:
             self._state.expire(now)
             self._last_expiry_check = now
 
-    # ---- snapshots ---------------------------------------------------------------------------------------
-
-    def _take_snapshot(self) -> None:
-        offset = self._state.end_offset
-        snaps = list_snapshots(self.directory)
-        if snaps and snaps[-1][0] == offset:
-            return
-        write_snapshot(self.directory, offset, self._state.snapshot_entries())
-
-    def _delete_old_snapshots(self, *, keep_latest: bool) -> None:
-        """Keep one snapshot per segment base (recovery of that segment) plus the newest."""
-        bases = {s.base_offset for s in self._segments}
-        snaps = list_snapshots(self.directory)
-        for i, (offset, path) in enumerate(snaps):
-            newest = i == len(snaps) - 1
-            if offset in bases or (keep_latest and newest):
-                continue
-            delete_snapshot(path)
-
     # ---- reading --------------------------------------------------------------------------------------------
 
     def read(self, start_offset: int, max_bytes: int = 1 << 20, *, max_offset: int | None = None) -> list[RecordBatch]:
@@ -786,6 +431,7 @@ class PartitionLog:
         At least one batch is returned when one is available, however large (Kafka's
         rule, so a big batch cannot stall a reader). `max_offset` (exclusive) caps the
         read, e.g. at the last stable offset; batches starting at or past it are left out.
+        May rebuild a sealed segment's index files (see `_indexes_checked_repairing`).
         """
         with self._mutex:
             self._refresh_segment_list()
@@ -798,12 +444,13 @@ class PartitionLog:
             limit = end if max_offset is None else min(max_offset, end)
             out: list[RecordBatch] = []
             total = 0
-            idx = self._segment_index_for(start_offset)
+            idx = segment_index_for(self._segments, start_offset)
             for seg in self._segments[idx:]:
                 if seg.base_offset >= limit or (total >= max_bytes and out):
                     break
-                position = self._verified(seg).read_position(start_offset) if seg.base_offset <= start_offset else 0
-                for _, batch in seg.iter_batches(position, self._readable_end(seg), strict=True):
+                position = (self._indexes_checked_repairing(seg).read_position(start_offset)
+                            if seg.base_offset <= start_offset else 0)
+                for _, batch in seg.iter_batches(position, readable_end(self._segments, seg), strict=True):
                     if batch.base_offset >= limit:
                         return out
                     if batch.last_offset < start_offset:
@@ -817,10 +464,11 @@ class PartitionLog:
     def extents(self, start_offset: int, end_offset: int) -> list[SegmentExtent]:
         """Where the batches holding offsets [start_offset, end_offset) lie, one extent per segment.
 
-        For readers in other processes (DESIGN.md §8): each extent starts at the offset
+        For readers in other processes (docs/DESIGN.md §8): each extent starts at the offset
         index's position for `start_offset` (its indexes checked first, as any lookup
         here is) and ends where this view's whole batches end, so the reader needs no
         recovery or index of its own. Batches outside the offsets may lie at either end.
+        May rebuild a sealed segment's index files (see `_indexes_checked_repairing`).
         """
         with self._mutex:
             self._refresh_segment_list()
@@ -828,122 +476,83 @@ class PartitionLog:
                 return []
             out: list[SegmentExtent] = []
             segments = self._segments
-            for i in range(self._segment_index_for(start_offset), len(segments)):
+            for i in range(segment_index_for(segments, start_offset), len(segments)):
                 seg = segments[i]
                 if seg.base_offset >= end_offset:
                     break
-                position = self._verified(seg).read_position(start_offset) if seg.base_offset < start_offset else 0
-                out.append(SegmentExtent(seg.directory, seg.base_offset, position, self._readable_end(seg)))
+                position = (self._indexes_checked_repairing(seg).read_position(start_offset)
+                            if seg.base_offset < start_offset else 0)
+                out.append(SegmentExtent(seg.directory, seg.base_offset, position, readable_end(segments, seg)))
             return out
-
-    def _readable_end(self, seg: LogSegment) -> int:
-        """Bytes of a segment a reader may scan, all of which must be whole batches.
-
-        A sealed segment is read to its file end (damage anywhere in it raises); the active
-        one only up to what this view validated, since past that a write may be in flight.
-        """
-        return seg.size if seg is self._segments[-1] else seg.file_size()
 
     def aborted_transactions(self, start_offset: int, end_offset: int) -> list[AbortedTxn]:
         """Aborted transactions with data in [start_offset, end_offset): what a read_committed
-        reader must skip there (kafka-formats.md §5.6).
+        reader must skip there (docs/kafka-formats.md §5.6).
 
         Walks the `.txnindex` of the segment holding `start_offset` and the ones after it,
         stopping at the first entry whose recorded LSO is ≥ `end_offset`: no later abort can
         cover the range. Each entry's data runs from `first_offset` to its ABORT marker at
         `last_offset`, and only batches of its `producer_id` in that span are aborted.
+        Each `.txnindex` is checked against the log first and, in a writable view, rewritten
+        if it disagrees (see `_aborts_checked_repairing`).
         """
         with self._mutex:
             self._refresh_segment_list()
             found: list[AbortedTxn] = []
-            for seg in self._segments[self._segment_index_for(start_offset):]:
-                entries, complete = collect_aborted(self._aborts(seg), start_offset, end_offset)
+            for seg in self._segments[segment_index_for(self._segments, start_offset):]:
+                entries, complete = collect_aborted(self._aborts_checked_repairing(seg), start_offset, end_offset)
                 found.extend(entries)
                 if complete:
                     break
             return found
 
-    # ---- the aborted-transaction index, checked against the log's markers ------------------------
+    # ---- lookups that may repair derived files ---------------------------------------------------
 
-    def _aborts(self, seg: LogSegment) -> list[AbortedTxn]:
-        """The segment's aborted transactions, its `.txnindex` checked against the log first (rule 6).
+    def _indexes_checked_repairing(self, seg: LogSegment) -> LogSegment:
+        """`seg`, its indexes given their full check before a lookup trusts them: may rebuild index files.
 
-        The structural checks cannot see an entry whose offsets or producer id changed to
-        other plausible values, yet a read_committed reader would then skip the wrong data.
-        So each entry is checked once per view, lazily (opening stays O(1) in log size), at
-        a few single-batch reads per entry; a mismatch rebuilds the index from the log.
-        A *deleted* entry leaves nothing to check without scanning the segment: only
-        recovery's replay (an unclean open of that segment) or a rebuild restores it.
+        Opening checks sealed segments in constant time only; the first lookup in one runs the
+        full check. If that fails, a writable view rebuilds the segment's three indexes from its
+        batches under the writer lock; a read-only view stops trusting them instead (its lookups
+        then scan the segment), so the damage never changes what a reader sees.
         """
-        if seg.abort_replay is not None:
+        if seg.indexes_verified:
+            return seg
+        try:
+            seg.full_index_check()
+            seg.indexes_verified = True
+        except CorruptIndexError:
+            if self.read_only:
+                self._loader.repair_indexes(seg, repair=False)
+            else:
+                with self._lock:
+                    self._loader.repair_indexes(seg, repair=True)
+        return seg
+
+    def _batch_at_repairing(self, offset: int) -> RecordBatch | None:
+        """The batch holding `offset`, found through its segment's offset index (which may be rebuilt first)."""
+        seg = self._segments[segment_index_for(self._segments, offset)]
+        return self._indexes_checked_repairing(seg).batch_at(offset, readable_end(self._segments, seg))
+
+    def _aborts_checked_repairing(self, seg: LogSegment) -> list[AbortedTxn]:
+        """The segment's aborted transactions, its `.txnindex` checked against the log first: may rewrite it.
+
+        Entries not yet checked by this view are checked against the batches they name (see
+        txnindex_check.py). On a mismatch, or when recovery's replay without the lock found
+        one, a writable view rewrites the `.txnindex` from the log under the writer lock; a
+        view that may not write reads a replayed list kept up as the segment grows.
+        """
+        replay = self._txn_check.replayed(seg)
+        if replay is not None:
             if self.read_only or self._failed:
-                return seg.abort_replay.advance(seg, self._readable_end(seg))
+                return replay.advance(seg, readable_end(self._segments, seg))
             return self._rebuild_txn_index(seg)  # found by a replay without the lock: fix the file
-        self._verified(seg)
-        if seg.txn_checked < seg.txn_index.stored_count() and self._txn_index_mismatch(seg) is not None:
+        self._indexes_checked_repairing(seg)
+        if self._txn_check.has_unchecked(seg) and self._txn_check.first_mismatch(
+                seg, active=seg is self._segments[-1], log_start=self._segments[0].base_offset,
+                batch_at=self._batch_at_repairing) is not None:
             return self._rebuild_txn_index(seg)
         return seg.txn_index.entries()
-
-    def _txn_index_mismatch(self, seg: LogSegment) -> str | None:
-        """Why `seg`'s `.txnindex` disagrees with the log, or None; advances `seg.txn_checked`.
-
-        Entries past the end of this view's active segment are left unchecked: a writer makes
-        the entry durable before its marker, which may still be in flight.
-        """
-        try:
-            seg.txn_index.sanity_check()
-        except CorruptIndexError as exc:
-            return str(exc)
-        active = seg is self._segments[-1]
-        previous: dict[int, int] = {}  # producer id -> marker offset of its previous entry here
-        for i, txn in enumerate(seg.txn_index.entries()):
-            if i >= seg.txn_checked:
-                if active and txn.last_offset >= seg.next_offset:
-                    return None
-                problem = self._txn_entry_mismatch(seg, txn, previous.get(txn.producer_id))
-                if problem is not None:
-                    return f"{seg.txn_index.path}: {txn} {problem}"
-                seg.txn_checked = i + 1
-            previous[txn.producer_id] = txn.last_offset
-        return None
-
-    def _txn_entry_mismatch(self, seg: LogSegment, txn: AbortedTxn, previous: int | None) -> str | None:
-        """What an entry claims that the batches it names deny, or None.
-
-        The ABORT marker of its producer sits at last_offset, in this segment; a
-        transactional batch of that producer starts at first_offset, after the producer's
-        previous indexed abort; the LSO is marker + 1 or where another producer's
-        transaction starts (§5.5). A first_offset moved onto an earlier transaction of the
-        same producer that is not indexed here passes: telling that apart needs a scan.
-        """
-        if not seg.base_offset <= txn.last_offset < seg.next_offset:
-            return "lies outside the segment"
-        if not _is_abort_of(self._batch_at(txn.last_offset), txn.last_offset, txn.producer_id):
-            return "does not name an ABORT marker of its producer"
-        if previous is not None and txn.first_offset <= previous:
-            return "overlaps the producer's previous aborted transaction"
-        if not self._starts_txn(txn.first_offset, txn.producer_id, same_producer=True):
-            return "does not start at a transactional batch of its producer"
-        if (txn.last_stable_offset != txn.last_offset + 1
-                and not self._starts_txn(txn.last_stable_offset, txn.producer_id, same_producer=False)):
-            return "records an LSO that is not the start of another producer's transaction"
-        return None
-
-    def _starts_txn(self, offset: int, producer_id: int, *, same_producer: bool) -> bool:
-        """Whether a transactional data batch of (or, if not same_producer, not of) the producer starts at offset.
-
-        Below the log start the batch went with its segment and cannot be checked; a
-        reader never starts there, so such an offset reads the same as any other there.
-        """
-        if offset < self._segments[0].base_offset:
-            return True
-        batch = self._batch_at(offset)
-        return (batch is not None and batch.base_offset == offset and batch.is_transactional
-                and not batch.is_control and (batch.producer_id == producer_id) == same_producer)
-
-    def _batch_at(self, offset: int) -> RecordBatch | None:
-        seg = self._segments[self._segment_index_for(offset)]
-        return self._verified(seg).batch_at(offset, self._readable_end(seg))
 
     def _rebuild_txn_index(self, seg: LogSegment) -> list[AbortedTxn]:
         """Replace a `.txnindex` that disagrees with the log by recovery's replay of the segment.
@@ -953,24 +562,21 @@ class PartitionLog:
         not write, so it keeps the replayed list for its own reads.
         """
         if self.read_only or self._failed:
-            seg.abort_replay = AbortReplay(self._state_at_segment_start(self._segments.index(seg)))
-            return seg.abort_replay.advance(seg, self._readable_end(seg))
+            replay = self._txn_check.replace_with_replay(seg, self._loader.state_at_segment_start(seg))
+            return replay.advance(seg, readable_end(self._segments, seg))
         with self._lock:
             self._catch_up(repair=True)
             if seg not in self._segments:  # the view was reloaded meanwhile: check the fresh segment
                 fresh = [s for s in self._segments if s.base_offset == seg.base_offset]
-                return self._aborts(fresh[0]) if fresh else []
-            self._rewrite_txn_index(seg)
+                return self._aborts_checked_repairing(fresh[0]) if fresh else []
+            self._loader.rewrite_txn_index(seg)
         return seg.txn_index.entries()
 
-    def _rewrite_txn_index(self, seg: LogSegment) -> None:
-        """Rewrite a segment's `.txnindex` from its batches, durably (caller holds the lock)."""
-        replay = AbortReplay(self._state_at_segment_start(self._segments.index(seg)))
-        seg.txn_index.rewrite(replay.advance(seg, self._readable_end(seg)))
-        seg.txn_checked, seg.abort_replay = seg.txn_index.stored_count(), None
-
     def offset_for_timestamp(self, timestamp: int) -> int | None:
-        """First offset whose record timestamp is ≥ `timestamp` (Kafka's ListOffsets), or None."""
+        """First offset whose record timestamp is ≥ `timestamp` (Kafka's ListOffsets), or None.
+
+        May rebuild a sealed segment's index files (see `_indexes_checked_repairing`).
+        """
         with self._mutex:
             self._refresh_segment_list()
             for seg in self._segments:
@@ -978,10 +584,10 @@ class PartitionLog:
                     continue
                 # No segment is skipped on the time index's word alone: a time index cut short
                 # would then hide records. The index only picks where in a segment to start.
-                self._verified(seg)
+                self._indexes_checked_repairing(seg)
                 indexed_offset = seg.time_index.lookup(timestamp)[1] if seg.indexes_trusted else seg.base_offset
                 position = seg.read_position(indexed_offset)
-                for _, batch in seg.iter_batches(position, self._readable_end(seg), strict=True):
+                for _, batch in seg.iter_batches(position, readable_end(self._segments, seg), strict=True):
                     if batch.max_timestamp < timestamp or batch.is_control:
                         continue
                     for record in batch.records():
@@ -989,7 +595,7 @@ class PartitionLog:
                             return record.offset
             return None
 
-    # ---- retention -------------------------------------------------------------------------------------------
+    # ---- retention and snapshots -------------------------------------------------------------------------
 
     def enforce_retention(self) -> int:
         """Delete whole sealed segments past retention.ms / retention.bytes; returns how many."""
@@ -999,32 +605,15 @@ class PartitionLog:
             return self._enforce_retention_locked(self._clock())
 
     def _enforce_retention_locked(self, now: int) -> int:
-        cfg = self.config
-        total = sum(s.size for s in self._segments)
-        doomed: list[LogSegment] = []
-        for seg in self._segments[:-1]:
-            expired = (cfg.retention_ms >= 0 and now - seg.largest_timestamp() > cfg.retention_ms
-                       and now - seg.scan_max_timestamp() > cfg.retention_ms)
-            oversize = cfg.retention_bytes >= 0 and total - seg.size >= cfg.retention_bytes
-            if not (expired or oversize):
-                break
-            doomed.append(seg)
-            total -= seg.size
+        doomed = segments_past_retention(self._segments, self.config, now)
         if not doomed:
             return 0
-        new_start = self._segments[len(doomed)].base_offset
-        # A snapshot at the log end first, so producer state outlives the deleted data (KIP-360).
-        self._take_snapshot()
-        paths = []
-        for seg in doomed:
-            paths.extend(seg.delete_files())
-            seg.close()
-        for offset, path in list_snapshots(self.directory):
-            if offset < new_start:
-                paths.append(path)
-        unlink_durably(paths, self.directory)
-        self._segments = self._segments[len(doomed):]
+        delete_segments(self.directory, doomed, self._segments[len(doomed)].base_offset, self._state)
+        del self._segments[:len(doomed)]
         return len(doomed)
+
+    def _clean_snapshots(self, *, keep_latest: bool) -> None:
+        clean_snapshots(self.directory, (s.base_offset for s in self._segments), keep_latest=keep_latest)
 
     # ---- closing ---------------------------------------------------------------------------------------------
 
@@ -1041,12 +630,12 @@ class PartitionLog:
             if self._closed:
                 return
             try:
-                if not self.read_only and not self._failed and self._corruption is None:
+                if not self.read_only and not self._failed and self._loader.corruption is None:
                     with self._lock:
                         self._catch_up(repair=True)
                         self._segments[-1].seal()
-                        self._take_snapshot()
-                        self._delete_old_snapshots(keep_latest=True)
+                        take_snapshot(self.directory, self._state)
+                        self._clean_snapshots(keep_latest=True)
             finally:
                 for seg in self._segments:
                     seg.close()
@@ -1056,71 +645,3 @@ class PartitionLog:
 
     def __repr__(self) -> str:
         return f"PartitionLog({self.topic}-{self.partition})"
-
-
-def _replay_into(state: ProducerStateManager, batch: RecordBatch) -> CompletedTxn | None:
-    """Apply a batch read from the log to producer state without any checks (origin REPLICATION)."""
-    state.end_offset = batch.last_offset + 1
-    if not batch.has_producer_id:
-        return None
-    if batch.is_control:
-        if batch.records_count == 0:
-            return None
-        marker = batch.control_marker()
-        return state.replay_marker(batch.producer_id, batch.producer_epoch, int(marker.control_type),
-                                   marker.coordinator_epoch, batch.base_offset, batch.max_timestamp)
-    state.replay_data(batch.producer_id, batch.producer_epoch, batch.base_sequence, batch.last_sequence,
-                      batch.base_offset, batch.last_offset, batch.max_timestamp, batch.is_transactional)
-    return None
-
-
-def abort_replayer(state: ProducerStateManager,
-                    sink: Callable[[AbortedTxn], None]) -> Callable[[RecordBatch], None]:
-    """Recovery's replay of one segment's batches from `state`, handing each abort's entry to `sink`."""
-
-    def replay(batch: RecordBatch) -> None:
-        if batch.base_offset < state.end_offset:
-            return
-        lso = _abort_lso(state, batch)
-        completed = _replay_into(state, batch)
-        if completed is not None and completed.is_aborted:
-            sink(AbortedTxn(completed.producer_id, completed.first_offset, completed.last_offset, lso))
-
-    return replay
-
-
-class AbortReplay:
-    """A segment's aborted transactions replayed from its batches, resumable as the segment grows.
-
-    A read-only view keeps one in place of a `.txnindex` that failed its check against the
-    markers; a writable view uses one to rewrite that file.
-    """
-
-    def __init__(self, state: ProducerStateManager):
-        self.aborts: list[AbortedTxn] = []
-        self.position = 0
-        self._replay = abort_replayer(state, self.aborts.append)
-
-    def advance(self, seg: LogSegment, end: int) -> list[AbortedTxn]:
-        """Replay the batches between the last position and `end`; returns every abort so far."""
-        for position, batch in seg.iter_batches(self.position, end, strict=True):
-            self._replay(batch)
-            self.position = position + batch.size
-        return self.aborts
-
-
-def _is_abort_of(batch: RecordBatch | None, offset: int, producer_id: int) -> bool:
-    """Whether `batch` is the producer's ABORT marker at `offset`."""
-    if batch is None or batch.base_offset != offset or not batch.is_control or batch.producer_id != producer_id:
-        return False
-    try:
-        return batch.records_count > 0 and batch.control_marker().is_abort
-    except InvalidRecordError:
-        return False
-
-
-def _abort_lso(state: ProducerStateManager, batch: RecordBatch) -> int | None:
-    """The LSO an AbortedTxn entry records, computed before the marker closes its transaction."""
-    if batch.is_control and batch.has_producer_id:
-        return state.last_stable_offset_for_abort(batch.producer_id, batch.base_offset)
-    return None

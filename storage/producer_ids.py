@@ -2,7 +2,7 @@
 
 The high-water mark lives in `<root>/producer-ids.json` and is replaced atomically
 under an flock before an id is handed out, so the persisted value is always ≥ every id
-ever returned (reliability scenario 37), whatever moment a process dies at.
+ever returned (docs/reliability-scenarios.md scenario 37), whatever moment a process dies at.
 """
 
 from __future__ import annotations

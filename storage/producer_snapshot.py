@@ -1,4 +1,4 @@
-"""The `.snapshot` file: producer state as of a log offset, in Kafka's ProducerSnapshot format (§3.6).
+"""The `.snapshot` file: producer state as of a log offset, in Kafka's ProducerSnapshot format (docs/kafka-formats.md §3.6).
 
 Replaying a whole partition to rebuild per-producer state would make every open O(log);
 a snapshot lets recovery start from its offset instead. Layout: version:i16 = 1,
@@ -16,7 +16,6 @@ more colliding ids in a table of 64 or more becomes a red-black tree bin.
 from __future__ import annotations
 
 import os
-import re
 import struct
 from collections import Counter
 from collections.abc import Iterable
@@ -26,14 +25,14 @@ import crc32c
 
 from storage.durable import atomic_write, unlink_durably
 from storage.errors import CorruptSnapshotError, KafkaStorageError
+from storage.log_files import PRODUCER_SNAPSHOT_FILE_SUFFIX, offset_of, producer_snapshot_file
 
-SNAPSHOT_SUFFIX = ".snapshot"
 SNAPSHOT_VERSION = 1
 
 _HEADER = struct.Struct(">hIi")  # version, crc, entryCount
 _CRC_START = 6  # the CRC covers everything after itself
+_STORED_CRC = struct.Struct(">I")  # bytes 2..6
 _ENTRY = struct.Struct(">qhiqiqiq")
-_NAME = re.compile(r"([0-9]+)\.snapshot")
 
 
 class SnapshotEntry(NamedTuple):
@@ -111,6 +110,16 @@ def encode_snapshot(entries: Iterable[SnapshotEntry]) -> bytes:
     return header + body
 
 
+def snapshot_crcs(data: bytes) -> tuple[int, int] | None:
+    """(stored, computed) CRC of a snapshot's bytes, or None if too short to hold one.
+
+    For tools that report a damaged snapshot in Kafka's words, whatever else is wrong with it.
+    """
+    if len(data) < _CRC_START:
+        return None
+    return _STORED_CRC.unpack_from(data, _CRC_START - _STORED_CRC.size)[0], crc32c.crc32c(data[_CRC_START:])
+
+
 def decode_snapshot(data: bytes) -> list[SnapshotEntry]:
     """Parse a whole snapshot; any doubt is CorruptSnapshotError, so the loader falls back to an older one."""
     if len(data) < _HEADER.size:
@@ -133,15 +142,9 @@ def decode_snapshot(data: bytes) -> list[SnapshotEntry]:
 # ---- files ----------------------------------------------------------------------------
 
 
-def snapshot_filename(offset: int) -> str:
-    if offset < 0:
-        raise ValueError(f"snapshot offset {offset} is negative")
-    return f"{offset:020d}{SNAPSHOT_SUFFIX}"
-
-
 def write_snapshot(directory: str, offset: int, entries: Iterable[SnapshotEntry]) -> str:
     """Write the snapshot for `offset` so that a crash leaves the old file or the complete new one."""
-    path = os.path.join(directory, snapshot_filename(offset))
+    path = producer_snapshot_file(directory, offset)
     data = encode_snapshot(entries)
     try:
         atomic_write(path, data)
@@ -178,9 +181,9 @@ def list_snapshots(directory: str) -> list[tuple[int, str]]:
         return []
     found = []
     for name in names:
-        match = _NAME.fullmatch(name)
-        if match:
-            found.append((int(match.group(1)), os.path.join(directory, name)))
+        offset = offset_of(name, PRODUCER_SNAPSHOT_FILE_SUFFIX)
+        if offset is not None:
+            found.append((offset, os.path.join(directory, name)))
     found.sort()
     return found
 

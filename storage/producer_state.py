@@ -4,8 +4,8 @@ For every producer id the partition remembers its epoch, the coordinator epoch o
 last marker, the sequence ranges and offsets of its last 5 data batches (the
 duplicate-detection window, matching `max.in.flight.requests.per.connection` ≤ 5), and the
 first offset of its open transaction. Client batches are checked against this state
-(kafka-formats.md §5.1) before a byte is written; markers complete transactions and
-feed the transaction index and the last stable offset (§5.5).
+(docs/kafka-formats.md §5.1) before a byte is written; markers complete transactions and
+feed the transaction index and the last stable offset (docs/kafka-formats.md §5.5).
 
 Validation never mutates the manager: a `ProducerAppend` stages copies of the entries
 it touches, and the partition log commits them only after the bytes are durable, so a
@@ -27,7 +27,7 @@ from storage.errors import (
     UnknownProducerIdError,
 )
 from storage.producer_snapshot import SnapshotEntry
-from storage.records import ControlType
+from storage.records import ControlType, RecordBatch
 from storage.sequence import INT32_MAX, dec_seq
 
 BATCH_WINDOW = 5
@@ -131,11 +131,11 @@ class ProducerStateEntry:
 
 
 def check_sequence(entry: ProducerStateEntry | None, epoch: int, first_seq: int) -> None:
-    """Kafka's client-origin sequence rule (§5.1 step 3), with txlog's rule for unknown producers.
+    """Kafka's client-origin sequence rule (docs/kafka-formats.md §5.1 step 3), with txlog's rule for unknown producers.
 
     A producer the partition knows nothing of may only start at sequence 0: a
     higher sequence means its state was expired or evicted, and accepting it could
-    let a retry of an old batch through as new data (reliability scenarios 5 and 9).
+    let a retry of an old batch through as new data (docs/reliability-scenarios.md scenarios 5 and 9).
     """
     if entry is None:
         if first_seq != 0:
@@ -177,6 +177,14 @@ class ProducerStateManager:
         """First offset of the earliest open transaction; the LSO can never pass it."""
         firsts = [e.current_txn_first_offset for e in self.producers.values() if e.has_open_txn]
         return min(firsts) if firsts else None
+
+    def last_stable_offset(self, log_start: int, log_end: int) -> int:
+        """The LSO of a log spanning [log_start, log_end): the first unstable offset, else the log end.
+
+        Clamped into the log, since an open transaction may start before a moved log start.
+        """
+        first = self.first_unstable_offset()
+        return log_end if first is None else max(min(first, log_end), log_start)
 
     def open_transactions(self) -> dict[int, int]:
         """producer id -> first offset of its open transaction."""
@@ -243,6 +251,25 @@ class ProducerStateManager:
             epoch, BatchMetadata(base_seq, last_seq, first_offset, last_offset, max_timestamp), is_transactional
         )
         self._put(entry)
+
+    def replay_batch(self, batch: RecordBatch) -> CompletedTxn | None:
+        """Apply a batch read from the log (origin REPLICATION: no checks); returns the transaction a marker ends.
+
+        Recovery, catch-up on other processes' appends and every rebuild from the log feed
+        batches through here, so they all derive the same state from the same bytes.
+        """
+        self.end_offset = batch.last_offset + 1
+        if not batch.has_producer_id:
+            return None
+        if batch.is_control:
+            if batch.records_count == 0:
+                return None
+            marker = batch.control_marker()
+            return self.replay_marker(batch.producer_id, batch.producer_epoch, int(marker.control_type),
+                                      marker.coordinator_epoch, batch.base_offset, batch.max_timestamp)
+        self.replay_data(batch.producer_id, batch.producer_epoch, batch.base_sequence, batch.last_sequence,
+                         batch.base_offset, batch.last_offset, batch.max_timestamp, batch.is_transactional)
+        return None
 
     def replay_marker(self, producer_id: int, epoch: int, control_type: int, coordinator_epoch: int,
                       offset: int, timestamp: int) -> CompletedTxn | None:

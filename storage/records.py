@@ -1,4 +1,4 @@
-"""RecordBatch v2 (magic 2): the only batch format Kafka 4.x writes (kafka-formats.md §1, §2).
+"""RecordBatch v2 (magic 2): the only batch format Kafka 4.x writes (docs/kafka-formats.md §1, §2).
 
 Every byte that reaches a segment file passes through this module, so it has
 two jobs that pull in different directions:
@@ -53,6 +53,7 @@ from storage.varint import (
 
 __all__ = [
     "BatchBuilder",
+    "BatchHeader",
     "COMPRESSION_MASK",
     "CONTROL_BATCH_SIZE",
     "CONTROL_MASK",
@@ -77,21 +78,37 @@ __all__ = [
     "TimestampType",
     "build_batch",
     "build_control_batch",
-    "iter_batches",
-    "peek_batch_extent",
 ]
 
-# --- constants (§1.1, §1.2, §2) ---------------------------------------------------
+# --- constants (docs/kafka-formats.md §1.1, §1.2, §2) -----------------------------
+# The batch frame, defined here once: every reader of batch bytes (storage.file_records,
+# the segment, the dump tool, the integrity check) takes these names instead of numbers.
 
 MAGIC = 2
+#: Byte offsets of the header fields inside a batch (docs/kafka-formats.md §1.1).
+BASE_OFFSET_OFFSET = 0
+LENGTH_OFFSET = 8
+PARTITION_LEADER_EPOCH_OFFSET = 12
+MAGIC_OFFSET = 16
+CRC_OFFSET = 17
+ATTRIBUTES_OFFSET = 21  # the CRC covers [attributes, end of batch)
+LAST_OFFSET_DELTA_OFFSET = 23
+BASE_TIMESTAMP_OFFSET = 27
+MAX_TIMESTAMP_OFFSET = 35
+PRODUCER_ID_OFFSET = 43
+PRODUCER_EPOCH_OFFSET = 51
+BASE_SEQUENCE_OFFSET = 53
+RECORDS_COUNT_OFFSET = 57
+RECORDS_OFFSET = 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength, the part not counted by batchLength
-HEADER_SIZE = 61
+HEADER_SIZE = RECORDS_OFFSET
 RECORD_BATCH_OVERHEAD = HEADER_SIZE
 #: Fewer bytes than this cannot even say which format a batch is in; a log whose
 #: tail is shorter is a torn write, not corruption.
-HEADER_SIZE_UP_TO_MAGIC = 17
-_MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD  # 49
-_CRC_START = 21  # the CRC covers [attributes, end of batch)
+HEADER_SIZE_UP_TO_MAGIC = MAGIC_OFFSET + 1
+#: The smallest batchLength a writer produces (a header and no records); below it is damage.
+MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD  # 49
+CRC_COVERED_START = ATTRIBUTES_OFFSET
 CONTROL_BATCH_SIZE = 78
 
 NO_PRODUCER_ID = -1
@@ -114,19 +131,23 @@ _HEADER = struct.Struct(">qiibIhiqqqhii")  # all 61 header bytes
 _CRC_COVERED_HEADER = struct.Struct(">hiqqqhii")  # bytes 21..61
 _FRAME = struct.Struct(">qiib")  # bytes 0..17: baseOffset, batchLength, leaderEpoch, magic
 _OFFSET_LENGTH_EPOCH = struct.Struct(">qii")  # bytes 0..16, the part with_offset rewrites
-_OFFSET_LENGTH = struct.Struct(">qi")
 _U32 = struct.Struct(">I")
 _CONTROL_KEY = struct.Struct(">hh")
 _CONTROL_VALUE = struct.Struct(">hi")
 
-assert _HEADER.size == HEADER_SIZE and _CRC_COVERED_HEADER.size == HEADER_SIZE - _CRC_START
+assert _HEADER.size == HEADER_SIZE and _CRC_COVERED_HEADER.size == HEADER_SIZE - CRC_COVERED_START
 
 
 class TimestampType(IntEnum):
-    """Attribute bit 3: who set the timestamps (kafka-formats.md §1.2)."""
+    """Attribute bit 3: who set the timestamps (docs/kafka-formats.md §1.2)."""
 
     CREATE_TIME = 0
     LOG_APPEND_TIME = 1
+
+    @property
+    def kafka_name(self) -> str:
+        """The name Kafka prints (kafka-dump-log, the console consumer): CreateTime, LogAppendTime."""
+        return "LogAppendTime" if self is TimestampType.LOG_APPEND_TIME else "CreateTime"
 
 
 class ControlType(IntEnum):
@@ -134,6 +155,17 @@ class ControlType(IntEnum):
 
     ABORT = 0
     COMMIT = 1
+
+    @staticmethod
+    def kafka_name_of(type_id: int) -> str:
+        """Kafka's ControlRecordType name for any type id (2-6 appear only in KRaft metadata logs)."""
+        return _CONTROL_TYPE_NAMES.get(type_id, "UNKNOWN")
+
+
+# Kafka's ControlRecordType names, the only table of them: 0-1 end transactions; the rest are
+# KRaft's, which txlog reads in a real __cluster_metadata log but never writes.
+_CONTROL_TYPE_NAMES = {0: "ABORT", 1: "COMMIT", 2: "LEADER_CHANGE", 3: "SNAPSHOT_HEADER", 4: "SNAPSHOT_FOOTER",
+                       5: "KRAFT_VERSION", 6: "KRAFT_VOTERS"}
 
 
 Header = tuple[str, bytes | None]
@@ -151,7 +183,7 @@ class Record(NamedTuple):
 
 
 class EndTransactionMarker(NamedTuple):
-    """The content of a control record (§2).
+    """The content of a control record (docs/kafka-formats.md §2).
 
     `control_type` is a ControlType for ABORT/COMMIT and the raw int for the
     KRaft-only types 2-6, which are not transaction markers: for those
@@ -181,11 +213,14 @@ class RecordBatch:
 
     Header fields are plain attributes set once by `parse`; everything derived
     is a property, so parsing stays a single `struct` unpack plus a CRC.
-    The records are only decoded by `records()`.
+    The records are only decoded by `records()`. `position` is where the batch
+    starts in its file (`origin` + its place in the buffer), so a batch read from
+    a chunk of a segment, and every error it raises, names its real byte.
     """
 
     __slots__ = (
         "_buf",
+        "_at",
         "_bytes",
         "path",
         "position",
@@ -206,37 +241,43 @@ class RecordBatch:
     )
 
     @classmethod
-    def parse(cls, buf, position: int = 0, *, path: str | None = None, verify_crc: bool = True) -> RecordBatch:
-        """Check framing, magic and CRC of the batch at `position`; CorruptRecordError otherwise."""
+    def parse(cls, buf, position: int = 0, *, path: str | None = None, verify_crc: bool = True,
+              origin: int = 0) -> RecordBatch:
+        """Check framing, magic and CRC of the batch at `buf[position]`; CorruptRecordError otherwise.
+
+        `origin` is the file position of `buf[0]` (a reader's chunk of a segment): the
+        batch's `position` and every error name `origin + position`.
+        """
         available = len(buf) - position
         if position < 0 or available < HEADER_SIZE:
             raise CorruptRecordError(
                 f"need {HEADER_SIZE} bytes for a batch header, {max(available, 0)} available",
-                path=path, position=position,
+                path=path, position=origin + position,
             )
         (base_offset, batch_length, leader_epoch, magic, crc, attributes, last_offset_delta,
          base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence,
          records_count) = _HEADER.unpack_from(buf, position)
         if magic != MAGIC:
             raise CorruptRecordError(f"unsupported magic {magic} (only {MAGIC} is supported)",
-                                     path=path, position=position)
-        if batch_length < _MIN_BATCH_LENGTH:
-            raise CorruptRecordError(f"batch length {batch_length} is below the minimum {_MIN_BATCH_LENGTH}",
-                                     path=path, position=position)
+                                     path=path, position=origin + position)
+        if batch_length < MIN_BATCH_LENGTH:
+            raise CorruptRecordError(f"batch length {batch_length} is below the minimum {MIN_BATCH_LENGTH}",
+                                     path=path, position=origin + position)
         size = batch_length + LOG_OVERHEAD
         if size > available:
             raise CorruptRecordError(f"batch of {size} bytes but only {available} bytes available",
-                                     path=path, position=position)
+                                     path=path, position=origin + position)
         if verify_crc:
-            actual = crc32c(memoryview(buf)[position + _CRC_START:position + size])
+            actual = crc32c(memoryview(buf)[position + CRC_COVERED_START:position + size])
             if actual != crc:
                 raise CorruptRecordError(f"CRC mismatch: stored {crc:#010x}, computed {actual:#010x}",
-                                         path=path, position=position)
+                                         path=path, position=origin + position)
         batch = object.__new__(cls)
         batch._buf = buf
+        batch._at = position
         batch._bytes = None
         batch.path = path
-        batch.position = position
+        batch.position = origin + position
         batch.base_offset = base_offset
         batch.batch_length = batch_length
         batch.size = size
@@ -296,15 +337,20 @@ class RecordBatch:
             return NO_SEQUENCE
         return inc_seq(self.base_sequence, self.last_offset_delta)
 
+    def is_valid(self) -> bool:
+        """Whether the stored CRC matches the bytes: for batches parsed with `verify_crc=False`."""
+        at = self._at
+        return crc32c(memoryview(self._buf)[at + CRC_COVERED_START:at + self.size]) == self.crc
+
     @property
     def buffer(self) -> bytes:
         """Exactly this batch's bytes (copied once, so no view pins an mmap)."""
         if self._bytes is None:
             buf = self._buf
-            if type(buf) is bytes and self.position == 0 and self.size == len(buf):
+            if type(buf) is bytes and self._at == 0 and self.size == len(buf):
                 self._bytes = buf
             else:
-                self._bytes = bytes(memoryview(buf)[self.position:self.position + self.size])
+                self._bytes = bytes(memoryview(buf)[self._at:self._at + self.size])
         return self._bytes
 
     def __repr__(self) -> str:
@@ -316,8 +362,8 @@ class RecordBatch:
     # -- records
 
     def _records_region(self) -> bytes:
-        start = self.position + HEADER_SIZE
-        end = self.position + self.size
+        start = self._at + HEADER_SIZE
+        end = self._at + self.size
         buf = self._buf
         if type(buf) is bytes:
             return buf[start:end]
@@ -369,13 +415,28 @@ class RecordBatch:
         return iter(self.records())
 
     def control_marker(self) -> EndTransactionMarker:
-        """Decode the EndTransactionMarker of a control batch (§2)."""
+        """Decode the EndTransactionMarker of a control batch (docs/kafka-formats.md §2)."""
         if not self.attributes & CONTROL_MASK:
             raise InvalidRecordError(f"batch at byte {self.position} is not a control batch")
         records = self.records()
         if not records:
             raise InvalidRecordError(f"control batch at byte {self.position} has no record")
         return _parse_control_record(records[0], self)
+
+    def is_abort_marker(self) -> bool:
+        """Whether this is a control batch ending its producer's transaction with ABORT.
+
+        The one ABORT test of every reader (read_committed filtering, the `.txnindex`
+        check). A method, not a property: it decodes the control record. A control batch
+        emptied by compaction ends nothing, and one whose record is not a valid marker is
+        no ABORT: either way the reader drops it as any control batch.
+        """
+        if not self.attributes & CONTROL_MASK or self.records_count == 0:
+            return False
+        try:
+            return self.control_marker().is_abort
+        except InvalidRecordError:
+            return False
 
     def validate_framing(self) -> int:
         """Cheap structural check for the append path; returns the batch's true maxTimestamp.
@@ -385,7 +446,7 @@ class RecordBatch:
         compares every run's length prefixes at once), so a producer's batch of
         same-sized records costs a few slices instead of a Python step per record. The
         same slices yield each record's timestamp delta, which is how the leader learns
-        the real maximum timestamp (kafka-formats.md §1.2) without decoding records.
+        the real maximum timestamp (docs/kafka-formats.md §1.2) without decoding records.
         Compressed batches get the header rules only: inflating them here would cost
         more than the write it guards, so their header maxTimestamp is trusted.
         """
@@ -413,14 +474,61 @@ class RecordBatch:
         and the CRC, as Kafka's leader does for a batch that understates it.
         """
         epoch = self.partition_leader_epoch if partition_leader_epoch is None else partition_leader_epoch
-        body = memoryview(self.buffer)[16:]
+        body = memoryview(self.buffer)[MAGIC_OFFSET:]
         if max_timestamp is None or max_timestamp == self.max_timestamp:
             return b"".join((_OFFSET_LENGTH_EPOCH.pack(base_offset, self.batch_length, epoch), body))
         out = bytearray(_OFFSET_LENGTH_EPOCH.pack(base_offset, self.batch_length, epoch))
         out += body
-        struct.pack_into(">q", out, 35, max_timestamp)
-        struct.pack_into(">I", out, 17, crc32c(memoryview(out)[21:]))
+        struct.pack_into(">q", out, MAX_TIMESTAMP_OFFSET, max_timestamp)
+        struct.pack_into(">I", out, CRC_OFFSET, crc32c(memoryview(out)[CRC_COVERED_START:]))
         return bytes(out)
+
+
+class BatchHeader(NamedTuple):
+    """The 61 header bytes of a batch, decoded without reading its records or checking its CRC.
+
+    For walks that need only the frame: hopping from header to header to the batch of an
+    offset, or reading every batch's maxTimestamp for retention.
+    """
+
+    position: int  # in the file
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records_count: int
+
+    @property
+    def size(self) -> int:
+        return self.batch_length + LOG_OVERHEAD
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @classmethod
+    def parse(cls, buf, position: int = 0, *, path: str | None = None, origin: int = 0) -> BatchHeader:
+        """The header at `buf[position]` (CorruptRecordError if fewer than 61 bytes, a magic other
+        than 2 or a batchLength below 49); `origin` is the file position of `buf[0]`."""
+        if position < 0 or len(buf) - position < HEADER_SIZE:
+            raise CorruptRecordError(f"need {HEADER_SIZE} bytes for a batch header, "
+                                     f"{max(len(buf) - position, 0)} available", path=path, position=origin + position)
+        fields = _HEADER.unpack_from(buf, position)
+        if fields[3] != MAGIC:
+            raise CorruptRecordError(f"unsupported magic {fields[3]} (only {MAGIC} is supported)",
+                                     path=path, position=origin + position)
+        if fields[1] < MIN_BATCH_LENGTH:
+            raise CorruptRecordError(f"batch length {fields[1]} is below the minimum {MIN_BATCH_LENGTH}",
+                                     path=path, position=origin + position)
+        return _new_tuple(cls, (origin + position, *fields))
 
 
 def _walk_records(region: bytes, corrupt) -> tuple[int, int]:
@@ -477,8 +585,26 @@ def _timestamp_delta(region: bytes, pos: int, corrupt) -> int:
         raise corrupt(f"timestamp delta: {exc}") from None
 
 
+def peek_control_type(key: bytes | None) -> int:
+    """The type of a control record key, -1 when the key is too short to hold one.
+
+    Lenient, for tools that show damaged control records instead of failing on them;
+    `RecordBatch.control_marker` applies the reader's rules.
+    """
+    if key is None or len(key) < _CONTROL_KEY.size:
+        return -1
+    return _CONTROL_KEY.unpack_from(key)[1]
+
+
+def peek_coordinator_epoch(value: bytes | None) -> int | None:
+    """The coordinator epoch of an end-transaction marker's value, None when it is too short."""
+    if value is None or len(value) < _CONTROL_VALUE.size:
+        return None
+    return _CONTROL_VALUE.unpack_from(value)[1]
+
+
 def _parse_control_record(record: Record, batch: RecordBatch) -> EndTransactionMarker:
-    """Apply the key/value rules of §2 to the single record of a control batch."""
+    """Apply the key/value rules of docs/kafka-formats.md §2 to the single record of a control batch."""
     key = record.key
     if key is None or len(key) < _CONTROL_KEY.size:
         raise batch._corrupt(f"control record key of {0 if key is None else len(key)} bytes, need 4")
@@ -632,50 +758,6 @@ def _decode_headers(data: bytes, pos: int, record_end: int) -> tuple[list[tuple[
     return headers, pos
 
 
-# --- walking a log buffer ----------------------------------------------------------------
-
-
-def peek_batch_extent(buf, position: int) -> tuple[int, int] | None:
-    """(baseOffset, size) of the batch at `position`, or None for a partial tail; no CRC, no magic.
-
-    A batchLength below the 49-byte minimum is corruption, not a torn write:
-    no valid writer ever produced it.
-    """
-    if len(buf) - position < HEADER_SIZE_UP_TO_MAGIC:
-        return None
-    base_offset, batch_length = _OFFSET_LENGTH.unpack_from(buf, position)
-    if batch_length < _MIN_BATCH_LENGTH:
-        raise CorruptRecordError(f"batch length {batch_length} is below the minimum {_MIN_BATCH_LENGTH}",
-                                 position=position)
-    size = batch_length + LOG_OVERHEAD
-    if position + size > len(buf):
-        return None
-    return base_offset, size
-
-
-def iter_batches(buf, position: int = 0, *, path: str | None = None,
-                 verify_crc: bool = True) -> Iterator[RecordBatch]:
-    """Yield the complete batches from `position` on; stop quietly at a partial tail.
-
-    A torn write at the end of a log is normal after a crash and ends the
-    iteration; an invalid batch (bad magic, impossible length, CRC mismatch)
-    is not, and raises CorruptRecordError naming where it is.
-    """
-    end = len(buf)
-    unpack = _OFFSET_LENGTH.unpack_from
-    parse = RecordBatch.parse
-    while end - position >= HEADER_SIZE_UP_TO_MAGIC:
-        batch_length = unpack(buf, position)[1]
-        if batch_length < _MIN_BATCH_LENGTH:
-            raise CorruptRecordError(f"batch length {batch_length} is below the minimum {_MIN_BATCH_LENGTH}",
-                                     path=path, position=position)
-        if position + LOG_OVERHEAD + batch_length > end:
-            return
-        batch = parse(buf, position, path=path, verify_crc=verify_crc)
-        yield batch
-        position += batch.size
-
-
 # --- record encoding ------------------------------------------------------------------------
 
 _ZERO = b"\x00"
@@ -774,7 +856,7 @@ def _assemble(payload: bytes, count: int, *, base_offset: int, partition_leader_
     try:
         covered = _CRC_COVERED_HEADER.pack(attributes, count - 1, base_timestamp, max_timestamp,
                                            producer_id, producer_epoch, base_sequence, count)
-        frame = _FRAME.pack(base_offset, _MIN_BATCH_LENGTH + len(payload), partition_leader_epoch, MAGIC)
+        frame = _FRAME.pack(base_offset, MIN_BATCH_LENGTH + len(payload), partition_leader_epoch, MAGIC)
     except struct.error as exc:
         raise ValueError(f"batch header field out of range: {exc}") from None
     crc = crc32c(payload, crc32c(covered))
@@ -836,7 +918,7 @@ def _build_from_columns(keys: Sequence, values: Sequence, headers: Sequence, tim
 def build_control_batch(control_type: ControlType | int, *, producer_id: int, producer_epoch: int,
                         coordinator_epoch: int = 0, timestamp: int, base_offset: int = 0,
                         partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH) -> bytes:
-    """The 78-byte EndTransactionMarker batch a coordinator has the leader write (§2)."""
+    """The 78-byte EndTransactionMarker batch a coordinator has the leader write (docs/kafka-formats.md §2)."""
     try:
         key = _CONTROL_KEY.pack(0, int(control_type))
         value = _CONTROL_VALUE.pack(0, coordinator_epoch)

@@ -3,34 +3,28 @@
 The segment knows bytes and offsets, not producers: scanning hands back validated
 batches, and the partition log decides what they mean. Index files are derived data,
 written after the log bytes and never fsynced on the append path; the segment
-writes Kafka's sparse entries (kafka-formats.md §3.3-3.4) and can rebuild them.
+writes Kafka's sparse entries (docs/kafka-formats.md §3.3-3.4) and can rebuild them.
 """
 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import Callable, Iterator
 
 from storage.durable import create_durably, fsync_fd, write_all
-from storage.errors import CorruptIndexError, CorruptRecordError, KafkaStorageError
+from storage.errors import CorruptIndexError, CorruptRecordError, KafkaStorageError, UnsupportedForMessageFormatError
+from storage.file_records import FileRecords
+from storage.log_files import (
+    INDEX_FILE_SUFFIX,
+    TIME_INDEX_FILE_SUFFIX,
+    TXN_INDEX_FILE_SUFFIX,
+    log_file,
+    segment_file,
+)
 from storage.offset_index import OffsetIndex
-from storage.legacy_records import is_legacy_message
-from storage.legacy_records import refuse as legacy_refusal
-from storage.records import MAGIC, RecordBatch
+from storage.records import RecordBatch
 from storage.time_index import TimeIndex
 from storage.transaction_index import TransactionIndex
-
-if TYPE_CHECKING:
-    from storage.partition_log import AbortReplay
-
-SCAN_CHUNK = 1 << 20
-MIN_HEADER = 17  # baseOffset, batchLength, partitionLeaderEpoch, magic: enough to size a batch
-MIN_BATCH_LENGTH = 49
-HEADER_SIZE = 61  # the whole batch header, up to and including recordsCount
-
-
-def segment_filename(base_offset: int, suffix: str) -> str:
-    return f"{base_offset:020d}{suffix}"
 
 
 class LogSegment:
@@ -45,7 +39,7 @@ class LogSegment:
         self.base_offset = base_offset
         self.writable = writable
         self.index_interval_bytes = index_interval_bytes
-        self.log_path = os.path.join(directory, segment_filename(base_offset, ".log"))
+        self.log_path = log_file(directory, base_offset)
         flags = os.O_RDWR | os.O_APPEND if writable else os.O_RDONLY
         try:
             self.fd = os.open(self.log_path, flags)
@@ -53,25 +47,20 @@ class LogSegment:
             raise  # retention removed it after it was listed: the caller reloads its view
         except OSError as exc:
             raise KafkaStorageError(f"cannot open {self.log_path}: {exc.strerror}") from exc
+        # The one reader of this file's bytes; it borrows the descriptor, which the segment closes.
+        self.records = FileRecords(self.log_path, self.fd)
         # Checked before the index objects create empty files, so recovery can tell a deleted
         # index (to be rebuilt) from an empty one.
-        self.missing_indexes = not (os.path.exists(self._path(".index")) and os.path.exists(self._path(".timeindex")))
+        self.missing_indexes = not (os.path.exists(self._path(INDEX_FILE_SUFFIX)) and os.path.exists(self._path(TIME_INDEX_FILE_SUFFIX)))
         # False when an index failed its checks and this process may not rebuild it (read-only):
         # lookups then scan the log instead of trusting it.
         self.indexes_trusted = True
         # False until the indexes had their full check; sealed segments get only a
         # constant-time check at open and the full one before their first lookup.
         self.indexes_verified = False
-        self.offset_index = OffsetIndex(self._path(".index"), base_offset, writable=writable)
-        self.time_index = TimeIndex(self._path(".timeindex"), base_offset, writable=writable)
-        self.txn_index = TransactionIndex(self._path(".txnindex"), base_offset, writable=writable)
-        # How many leading `.txnindex` entries this process checked against the log's markers:
-        # the structural checks cannot see an entry moved to other plausible offsets, so the
-        # partition log checks each one once, lazily, before a read_committed fetch uses it.
-        self.txn_checked = 0
-        # A read-only view's replacement for a `.txnindex` that failed that check (it may not
-        # rewrite the file): the aborts replayed from the batches, kept up as the segment grows.
-        self.abort_replay: AbortReplay | None = None
+        self.offset_index = OffsetIndex(self._path(INDEX_FILE_SUFFIX), base_offset, writable=writable)
+        self.time_index = TimeIndex(self._path(TIME_INDEX_FILE_SUFFIX), base_offset, writable=writable)
+        self.txn_index = TransactionIndex(self._path(TXN_INDEX_FILE_SUFFIX), base_offset, writable=writable)
         self.size = 0
         self.next_offset = base_offset
         self.max_timestamp = -1
@@ -81,26 +70,20 @@ class LogSegment:
     @classmethod
     def create(cls, directory: str, base_offset: int, *, index_interval_bytes: int = 4096) -> "LogSegment":
         """Create an empty segment whose directory entry is durable before anyone appends to it."""
-        os.close(create_durably(os.path.join(directory, segment_filename(base_offset, ".log"))))
+        os.close(create_durably(log_file(directory, base_offset)))
         return cls(directory, base_offset, writable=True, index_interval_bytes=index_interval_bytes)
 
     def _path(self, suffix: str) -> str:
-        return os.path.join(self.directory, segment_filename(self.base_offset, suffix))
+        return segment_file(self.directory, self.base_offset, suffix)
 
     # ---- reading --------------------------------------------------------------------------
 
     def file_size(self) -> int:
-        return os.fstat(self.fd).st_size
-
-    def read_bytes(self, position: int, length: int) -> bytes:
-        try:
-            return os.pread(self.fd, length, position)
-        except OSError as exc:
-            raise KafkaStorageError(f"read of {self.log_path} failed: {exc.strerror}") from exc
+        return self.records.size()
 
     def iter_batches(self, position: int = 0, end: int | None = None, *,
                      strict: bool = False) -> Iterator[tuple[int, RecordBatch]]:
-        """Yield (file position, batch) for every complete, CRC-valid batch from `position`.
+        """(file position, batch) for every complete, CRC-valid batch from `position` (FileRecords.batches).
 
         Stops quietly at a partial tail (fewer than 17 bytes left, or a batch running past
         the end) unless `strict`: readers scanning a range already known to hold whole
@@ -108,84 +91,20 @@ class LogSegment:
         raises CorruptRecordError naming this file and the byte position; the caller
         decides whether that is a torn tail or corruption.
         """
-        end = self.file_size() if end is None else end
-        try:
-            yield from self._iter_batches(position, end)
-        except _PartialTail as tail:
-            if strict:
-                raise CorruptRecordError("batch runs past the end of the data", path=self.log_path,
-                                         position=tail.position) from None
-
-    def _iter_batches(self, position: int, end: int) -> Iterator[tuple[int, RecordBatch]]:
-        while end - position >= MIN_HEADER:
-            buf = self.read_bytes(position, min(SCAN_CHUNK, end - position))
-            off = 0
-            while len(buf) - off >= MIN_HEADER:
-                size = self._size_at(buf, off, position + off)
-                if off + size > len(buf):
-                    break
-                yield position + off, self._parse(buf, off, position + off)
-                off += size
-            if off == 0:
-                size = self._size_at(buf, 0, position)
-                if position + size > end:
-                    raise _PartialTail(position)
-                yield position, self._parse(self.read_bytes(position, size), 0, position)
-                off = size
-            position += off
-        if position < end:
-            raise _PartialTail(position)
-
-    def _size_at(self, buf: bytes, off: int, abs_position: int) -> int:
-        """Total size of the batch whose header starts at buf[off]; rejects impossible headers."""
-        if buf[off + 16] != MAGIC and is_legacy_message(buf, off):
-            raise legacy_refusal(buf[off + 16], self.log_path, abs_position)  # not a torn tail: refuse loudly
-        length = int.from_bytes(buf[off + 8:off + 12], "big", signed=True)
-        if length < MIN_BATCH_LENGTH:
-            raise CorruptRecordError(f"batch length {length} is below the minimum {MIN_BATCH_LENGTH}",
-                                     path=self.log_path, position=abs_position)
-        if buf[off + 16] != MAGIC:
-            raise CorruptRecordError(f"unsupported magic {buf[off + 16]}", path=self.log_path,
-                                     position=abs_position)
-        return 12 + length
-
-    def _parse(self, buf: bytes, off: int, abs_position: int) -> RecordBatch:
-        try:
-            return RecordBatch.parse(buf, off, path=self.log_path)
-        except CorruptRecordError as exc:
-            raise CorruptRecordError(_reason(exc), path=self.log_path, position=abs_position) from None
+        return ((batch.position, batch) for batch in self.records.batches(position, end, strict=strict))
 
     def find_valid_batch_after(self, position: int) -> int | None:
-        """Position of a CRC-valid batch starting after `position`, or None.
+        """Position of a CRC-valid batch starting after `position`, or None (FileRecords.next_valid_batch).
 
         Tells a torn tail (nothing valid follows) from corruption of acknowledged data
-        (valid batches follow the bad bytes): only the first may be cut. The rest of the
-        file is searched window by window, each candidate read whole only when its header
-        is plausible.
+        (valid batches follow the bad bytes): only the first may be cut.
         """
-        end = self.file_size()
-        start = position + 1
-        while end - start >= 61:
-            window = self.read_bytes(start, min(SCAN_CHUNK, end - start))
-            for off in range(0, len(window) - 60):
-                if window[off + 16] != MAGIC:
-                    continue
-                length = int.from_bytes(window[off + 8:off + 12], "big", signed=True)
-                candidate = start + off
-                if length < MIN_BATCH_LENGTH or candidate + 12 + length > end:
-                    continue
-                try:
-                    RecordBatch.parse(self.read_bytes(candidate, 12 + length))
-                except CorruptRecordError:
-                    continue
-                return candidate
-            start += len(window) - 60
-        return None
+        return self.records.next_valid_batch(position)
 
     def read_position(self, offset: int) -> int:
         """File position from which a forward scan finds `offset` (index lookup, no scan).
 
-        A damaged index must not change what a reader sees (reliability rule 6): if the
+        A damaged index must not change what a reader sees (docs/reliability-scenarios.md rule 6): if the
         batch at the indexed position does not start at or before the indexed offset,
         scan the segment from its start instead.
         """
@@ -194,8 +113,11 @@ class LogSegment:
         indexed_offset, position = self.offset_index.lookup(offset)
         if position == 0:
             return 0
-        head = self.read_bytes(position, 17)
-        if len(head) < 17 or head[16] != MAGIC or int.from_bytes(head[0:8], "big", signed=True) > indexed_offset:
+        try:
+            header = self.records.header_at(position)
+        except (CorruptRecordError, UnsupportedForMessageFormatError):
+            return 0  # not a batch boundary: the scan from the start meets (and reports) what is there
+        if header is None or header.base_offset > indexed_offset:
             return 0
         return position
 
@@ -208,18 +130,14 @@ class LogSegment:
         Damaged bytes on the way raise CorruptRecordError, as any read of them does.
         """
         position = self.read_position(offset)
-        while end - position >= HEADER_SIZE:
-            head = self.read_bytes(position, HEADER_SIZE)
-            if len(head) < HEADER_SIZE:
+        records = self.records
+        while True:
+            header = records.header_at(position, end)
+            if header is None or header.base_offset > offset or position + header.size > end:
                 return None
-            size = self._size_at(head, 0, position)
-            base = int.from_bytes(head[0:8], "big", signed=True)
-            if base > offset or position + size > end:
-                return None
-            if base + int.from_bytes(head[23:27], "big", signed=True) >= offset:
-                return self._parse(self.read_bytes(position, size), 0, position)
-            position += size
-        return None
+            if header.last_offset >= offset:
+                return records.batch_at(position, end)
+            position += header.size
 
     # ---- bookkeeping ------------------------------------------------------------------------
 
@@ -238,9 +156,12 @@ class LogSegment:
         _, last = self.time_index.peek_last()
         if last is not None:
             self.max_timestamp, self.offset_of_max_timestamp = last
-        head = self.read_bytes(0, 61)
-        if len(head) == 61 and head[16] == MAGIC:
-            self.first_batch_timestamp = int.from_bytes(head[35:43], "big", signed=True)
+        try:
+            head = self.records.header_at(0)
+        except (CorruptRecordError, UnsupportedForMessageFormatError):
+            head = None  # the scan that reads this segment reports it
+        if head is not None:
+            self.first_batch_timestamp = head.max_timestamp
 
     def scan_max_timestamp(self) -> int:
         """Largest batch maxTimestamp read from the batch headers themselves (no CRC, no records).
@@ -248,18 +169,19 @@ class LogSegment:
         Retention deletes data on this answer, so before deleting it does not trust the
         time index, which a crash or a bit flip could have cut short.
         """
+        try:
+            return self.records.largest_timestamp_after(0)
+        except (CorruptRecordError, UnsupportedForMessageFormatError):
+            # Bytes that are no batch: what was read before them stands, as it always did.
+            return self._largest_timestamp_before_damage()
+
+    def _largest_timestamp_before_damage(self) -> int:
         largest = -1
-        position, end = 0, self.file_size()
-        while end - position >= 61:
-            buf = self.read_bytes(position, min(SCAN_CHUNK, end - position))
-            off = 0
-            while len(buf) - off >= 61:
-                length = int.from_bytes(buf[off + 8:off + 12], "big", signed=True)
-                if length < MIN_BATCH_LENGTH:
-                    return largest
-                largest = max(largest, int.from_bytes(buf[off + 35:off + 43], "big", signed=True))
-                off += 12 + length
-            position += off
+        try:
+            for header in self.records.headers():
+                largest = max(largest, header.max_timestamp)
+        except (CorruptRecordError, UnsupportedForMessageFormatError):
+            pass
         return largest
 
     def quick_index_check(self) -> None:
@@ -386,20 +308,4 @@ class LogSegment:
 
     def delete_files(self) -> list[str]:
         """Paths of this segment's files, the `.log` first so a crash midway leaves only orphans."""
-        return [self.log_path, self._path(".index"), self._path(".timeindex"), self._path(".txnindex")]
-
-
-
-class _PartialTail(Exception):
-    """The scan reached a batch that does not end inside the scanned range."""
-
-    def __init__(self, position: int):
-        super().__init__(position)
-        self.position = position
-
-
-def _reason(exc: CorruptRecordError) -> str:
-    """The message of a codec error without its own location suffix."""
-    text = str(exc)
-    cut = text.find(" in ")
-    return text[:cut] if cut > 0 else text
+        return [self.log_path, self._path(INDEX_FILE_SUFFIX), self._path(TIME_INDEX_FILE_SUFFIX), self._path(TXN_INDEX_FILE_SUFFIX)]

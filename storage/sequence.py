@@ -1,4 +1,4 @@
-"""Producer sequence arithmetic (kafka-formats.md §1.1).
+"""Producer sequence arithmetic (docs/kafka-formats.md §1.1).
 
 Sequences are int32 that wrap from INT32_MAX straight to 0 (never to a
 negative number), so a producer may run forever on one id/epoch. Every place

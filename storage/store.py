@@ -34,6 +34,7 @@ from storage.errors import (
     UnknownTopicOrPartitionError,
 )
 from storage.lock import FileLock
+from storage.log_loader import create_empty_log
 from storage.partition_log import PartitionLog
 from storage.partition_metadata import read_topic_id
 from storage.producer_ids import ProducerIdAllocator
@@ -163,7 +164,7 @@ class Store:
         if os.path.isdir(path):
             shutil.rmtree(path)  # left by a create that crashed before its metadata was written
         os.makedirs(path)
-        PartitionLog.create_empty(path)
+        create_empty_log(path)
 
     def partition_dir(self, name: str, p: int) -> str:
         """Where the partition's files live (`<root>/<topic>-<partition>`, Kafka's layout)."""

@@ -1,4 +1,4 @@
-"""The `.timeindex` file: where in a segment the timestamps pass a given value (§3.4).
+"""The `.timeindex` file: where in a segment the timestamps pass a given value (docs/kafka-formats.md §3.4).
 
 Entries are (timestamp, relativeOffset): "by this offset the segment had seen a batch
 with this max timestamp". Timestamps strictly increase and offsets never go back, which

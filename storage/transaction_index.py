@@ -1,4 +1,4 @@
-"""The `.txnindex` file: the aborted transactions whose ABORT marker is in a segment (§3.5, §5.6).
+"""The `.txnindex` file: the aborted transactions whose ABORT marker is in a segment (docs/kafka-formats.md §3.5, §5.6).
 
 A read_committed reader needs to know which producers' data to drop without buffering
 whole transactions; this file answers that per segment. Each entry is 34 bytes
@@ -30,7 +30,21 @@ class AbortedTxn(NamedTuple):
     producer_id: int
     first_offset: int
     last_offset: int  # offset of the ABORT marker
-    last_stable_offset: int  # LSO right after the abort was applied (§5.5)
+    last_stable_offset: int  # LSO right after the abort was applied (docs/kafka-formats.md §5.5)
+
+
+class StoredAbortedTxn(NamedTuple):
+    """An entry as the file holds it, version included: what `stored_entries()` reports."""
+
+    version: int  # the first byte of the i16, as Kafka's reader takes it
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    last_stable_offset: int
+
+    @property
+    def txn(self) -> AbortedTxn:
+        return AbortedTxn(*self[1:])
 
 
 def _plausible(version: int, first: int, last: int, lso: int) -> bool:
@@ -56,7 +70,7 @@ def collect_aborted(entries: Iterable[AbortedTxn], fetch_offset: int,
 
     The flag says the search is complete: an entry whose LSO is already ≥ the upper
     bound proves no later segment can hold an abort of a txn that overlaps the range.
-    Otherwise the caller continues into the next segment's index (§5.6). A module
+    Otherwise the caller continues into the next segment's index (docs/kafka-formats.md §5.6). A module
     function so that a list rebuilt from the log answers exactly as the file would.
     """
     found: list[AbortedTxn] = []
@@ -92,6 +106,9 @@ class TransactionIndex(EntryFileIndex):
 
     def _convert(self, raw: Raw) -> AbortedTxn:
         return _txn(raw)
+
+    def _convert_stored(self, raw: Raw) -> StoredAbortedTxn:
+        return StoredAbortedTxn(*raw)
 
     def last_entry(self) -> AbortedTxn | None:
         view = self._file.view()

@@ -1,4 +1,4 @@
-"""Kafka's variable-length integers (kafka-formats.md conventions).
+"""Kafka's variable-length integers (docs/kafka-formats.md conventions).
 
 Records (magic 2) use ZigZag varints (int32, at most 5 bytes) and varlongs
 (int64, at most 10 bytes); flexible message schemas use the same base-128

@@ -17,12 +17,12 @@ Modes (first argument):
              that was in flight when the previous worker was killed (the idempotent retry).
              `--hang fsync|write` blocks forever inside the append after `--hang-after` acks,
              holding the partition flock (after the whole batch was written, or after half
-             of it), for reliability scenario 40.
+             of it), for docs/reliability-scenarios.md scenario 40.
     fill     an idempotent producer interleaved with a transactional one (aborts and
              commits, markers with the bumped epoch as in KIP-890), for the torn-tail and
              index-damage scenarios; `--exit crash` leaves without a clean close.
-    alloc    allocate producer ids in a loop (scenario 37).
-    read     a lock-free reader polling log_end_offset/read (scenarios 39-style and 42);
+    alloc    allocate producer ids in a loop (docs/reliability-scenarios.md scenario 37).
+    read     a lock-free reader polling log_end_offset/read (docs/reliability-scenarios.md scenarios 39-style and 42);
              checks every batch it gets and exits non-zero on the first violation.
 
 Every record value is `b"<pid>:<seq>:" + filler`, the filler derived from (pid, seq), so the

@@ -1,4 +1,4 @@
-"""Worker processes for the end-to-end exactly-once test (reliability scenario 60).
+"""Worker processes for the end-to-end exactly-once test (docs/reliability-scenarios.md scenario 60).
 
 Not a test module (no `test_` prefix). `tests/test_exactly_once_e2e.py` starts these with
 `sys.executable`, kills them with SIGKILL, stops them with SIGSTOP/SIGCONT and restarts them.

@@ -1,4 +1,4 @@
-"""Text checkpoint files (§3.7): exact text, strict parsing, atomic replacement."""
+"""Text checkpoint files (docs/kafka-formats.md §3.7): exact text, strict parsing, atomic replacement."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def test_exact_text_and_round_trip(path):
     assert os.listdir(os.path.dirname(path)) == ["recovery-point-offset-checkpoint"]
 
 
-def test_no_entries(path):
+def test_empty_list_writes_the_version_and_a_zero_count(path):
     write_checkpoint(path, [])
     assert read_text(path) == "0\n0\n"
     assert read_checkpoint(path) == []

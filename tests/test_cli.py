@@ -2,7 +2,7 @@
 
 Every command runs as `python -m cli.main --data-dir <tmp> ...` (the same app as the
 installed `txlog` script, without depending on PATH). Exit codes and streams follow
-cli-conventions.md: 0 ok, 1 error, 2 usage, 130 interrupted; data on stdout; every
+docs/cli-conventions.md: 0 ok, 1 error, 2 usage, 130 interrupted; data on stdout; every
 expected failure is one `Error: ...` line on stderr and never a traceback.
 """
 
@@ -95,7 +95,7 @@ def make_store(path: str | os.PathLike, **topics: int) -> None:
 
 # ---- global options -----------------------------------------------------------------------------------
 
-def test_version():
+def test_version_prints_the_package_version_and_nothing_else():
     from txlog import __version__
 
     proc = txlog("--version")
@@ -507,3 +507,12 @@ def test_demo_on_a_kafka_data_directory_is_refused(tmp_path):
     (kafka_dir / "orders-0").mkdir(parents=True)
     (kafka_dir / "orders-0" / "00000000000000000000.log").write_bytes(b"")
     assert "cannot be written" in assert_one_error(txlog("demo", data_dir=kafka_dir))
+
+
+def test_produce_codec_choices_are_kafkas_compression_types():
+    """`txlog produce -z` lists its codecs without importing storage (help stays fast); they must
+    stay the library's compression.type values."""
+    from cli.produce import CODECS
+    from storage.compression import Compression
+
+    assert CODECS == Compression.kafka_names()

@@ -1,6 +1,6 @@
 """`txlog inspect`: kafka-dump-log's exact lines (Kafka >= 3.5) for a store built with fixed timestamps.
 
-Every expected line below is written out literally, in Kafka's format (cli-conventions.md §2b):
+Every expected line below is written out literally, in Kafka's format (docs/cli-conventions.md §2b):
 the CRCs and sizes are those of the bytes Kafka itself would write for the same batches.
 """
 
@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 import pytest
+from storage.log_files import segment_filename, snapshot_filename
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 T0 = 1700000000000
@@ -79,7 +80,7 @@ def store_dir(tmp_path_factory) -> str:
 
 
 def seg(store_dir: str, topic: str, suffix: str, base: int = 0) -> str:
-    return os.path.join(store_dir, f"{topic}-0", f"{base:020d}{suffix}")
+    return os.path.join(store_dir, f"{topic}-0", segment_filename(base, suffix))
 
 
 B0 = ("baseOffset: 0 lastOffset: 1 count: 2 baseSequence: -1 lastSequence: -1 producerId: -1 producerEpoch: -1 "
@@ -156,7 +157,7 @@ def test_log_max_bytes_stops_at_last_whole_batch(store_dir):
 
 # ---- .index, .timeindex, .txnindex, .snapshot ----------------------------------------------------
 
-def test_index_files(store_dir):
+def test_index_timeindex_txnindex_and_snapshot_dump_lines(store_dir):
     index, timeindex = seg(store_dir, "orders", ".index"), seg(store_dir, "orders", ".timeindex")
     txnindex, snapshot = seg(store_dir, "orders", ".txnindex"), seg(store_dir, "orders", ".snapshot", 7)
     assert ok_lines(txlog("inspect", index, timeindex, txnindex, snapshot)) == [
@@ -228,7 +229,7 @@ def test_transaction_log_decoder(store_dir):
     ]
 
 
-def test_offsets_decoder(store_dir):
+def test_offsets_decoder_prints_commits_as_kafka_json(store_dir):
     path = seg(store_dir, "internal", ".log")
     lines = ok_lines(txlog("inspect", "--offsets-decoder", path))
     assert lines[:3] == [f"Dumping {path}", "Log starting offset: 0", I0]
@@ -268,7 +269,7 @@ def _copy_partition(store_dir: str, tmp_path) -> str:
 
 def test_corrupt_index_exits_3(store_dir, tmp_path):
     part = _copy_partition(store_dir, tmp_path)
-    index = os.path.join(part, f"{0:020d}.index")
+    index = os.path.join(part, segment_filename(0, ".index"))
     with open(index, "r+b") as f:  # entry 1 (offset 3) now points at batch 4-5
         f.seek(8 + 4)
         f.write((250).to_bytes(4, "big"))
@@ -288,7 +289,7 @@ def test_corrupt_index_exits_3(store_dir, tmp_path):
 
 def test_corrupt_time_index_and_failed_sanity_check_exit_3(store_dir, tmp_path):
     part = _copy_partition(store_dir, tmp_path)
-    timeindex = os.path.join(part, f"{0:020d}.timeindex")
+    timeindex = os.path.join(part, segment_filename(0, ".timeindex"))
     with open(timeindex, "r+b") as f:
         f.seek(12)
         f.write((T0 + 99).to_bytes(8, "big"))  # entry for offset 3 now claims 1700000000099
@@ -301,7 +302,7 @@ def test_corrupt_time_index_and_failed_sanity_check_exit_3(store_dir, tmp_path):
         "  Index timestamp: 1700000000031, Previously indexed timestamp: 1700000000099",
         "Error: inspect found problems (see above)",
     ]
-    index = os.path.join(part, f"{0:020d}.index")
+    index = os.path.join(part, segment_filename(0, ".index"))
     with open(index, "ab") as f:
         f.write(b"\x00\x00\x00")  # no longer a multiple of 8
     proc = txlog("inspect", "--index-sanity-check", index)
@@ -314,7 +315,7 @@ def test_corrupt_time_index_and_failed_sanity_check_exit_3(store_dir, tmp_path):
 
 def test_corrupt_snapshot_exits_3(store_dir, tmp_path):
     part = _copy_partition(store_dir, tmp_path)
-    snapshot = os.path.join(part, f"{7:020d}.snapshot")
+    snapshot = os.path.join(part, snapshot_filename(7))
     with open(snapshot, "r+b") as f:
         f.seek(-1, os.SEEK_END)
         last = f.read(1)[0]
@@ -326,14 +327,14 @@ def test_corrupt_snapshot_exits_3(store_dir, tmp_path):
     assert proc.stderr.splitlines()[0].startswith("Snapshot is corrupt (CRC is no longer valid). Stored crc: ")
 
 
-def test_trailing_garbage(store_dir, tmp_path):
+def test_trailing_garbage_is_reported_and_exits_3(store_dir, tmp_path):
     part = _copy_partition(store_dir, tmp_path)
-    log = os.path.join(part, f"{0:020d}.log")
+    log = os.path.join(part, segment_filename(0, ".log"))
     with open(log, "ab") as f:
         f.write(b"\x00" * 10)
     proc = txlog("inspect", log)
     assert proc.returncode == 3
-    assert proc.stdout.splitlines()[-2:] == [B6, f"Found 10 invalid bytes at the end of {0:020d}.log"]
+    assert proc.stdout.splitlines()[-2:] == [B6, f"Found 10 invalid bytes at the end of {segment_filename(0, '.log')}"]
 
 
 # ---- directories, real Kafka files, JSON ----------------------------------------------------------
@@ -359,7 +360,7 @@ def _digest(root: str) -> dict[str, str]:
 
 def test_real_kafka_dir_read_only(kafka_real_copy):
     before = _digest(kafka_real_copy)
-    path = os.path.join(kafka_real_copy, "__cluster_metadata-0", f"{0:020d}.log")
+    path = os.path.join(kafka_real_copy, "__cluster_metadata-0", segment_filename(0, ".log"))
     assert ok_lines(txlog("inspect", "--deep-iteration", kafka_real_copy)) == [
         f"Dumping {path}",
         "Log starting offset: 0",

@@ -134,7 +134,7 @@ def test_produce_from_file_and_partition(data_dir, tmp_path):
 
 # ---- output formats -------------------------------------------------------------------------------------
 
-def test_output_formats(data_dir):
+def test_consume_output_json_csv_table_kcat_format_and_properties(data_dir):
     make_store(data_dir, t=1)
     assert_ok(run("produce", "-t", "t", "-K", "=", "-H", "h=1", data_dir=data_dir, stdin="k=a,b\nk2=\"q\"\n"))
 

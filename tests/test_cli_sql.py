@@ -208,10 +208,8 @@ def test_analysis_views_batches_and_transactions(store):
     assert got == expected
     assert aborts[DASHED] == 1 and aborts["orders"] > 0
 
-    from cli.transactions import state_name
-
     with api.Admin(store, read_only=True) as admin:
-        states = {f"{d.transactional_id}={state_name(d.state.state)}" for d in admin.list_transactions()}
+        states = {f"{d.transactional_id}={d.state.state.kafka_name}" for d in admin.list_transactions()}
     assert {r["name"] for r in rows if r["what"] == "state"} == states
     assert "opener=Ongoing" in states and "eu-writer=CompleteAbort" in states
 

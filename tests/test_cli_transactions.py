@@ -177,7 +177,7 @@ def test_describe_unknown_id_and_missing_store(store_dir, tmp_path):
 
 
 def test_ambiguous_commit_exits_4(store_dir):
-    """Reliability scenario 26: an outcome that may or may not be durable is reported, distinctly."""
+    """docs/reliability-scenarios.md scenario 26: an outcome that may or may not be durable is reported, distinctly."""
     _open_transaction(store_dir)
     code = textwrap.dedent(f"""
         import sys

@@ -15,8 +15,9 @@ from test_cli import assert_ok, assert_one_error, tree, txlog
 import txlog as api
 from storage import Store
 from storage.records import build_batch
+from storage.log_files import filename_prefix
 
-SEG0 = f"{0:020d}"
+SEG0 = filename_prefix(0)
 
 
 @pytest.fixture
@@ -177,7 +178,7 @@ def test_real_kafka_dir_verifies_read_only(kafka_real_copy):
     assert tree(kafka_real_copy) == before
 
 
-def test_errors(tmp_path, clean):
+def test_missing_store_unknown_topic_and_text_output_are_refused(tmp_path, clean):
     assert "no store at" in assert_one_error(txlog("verify", data_dir=tmp_path / "none"))
     assert "unknown topic 'nope'" in assert_one_error(txlog("verify", "--topic", "nope", data_dir=clean))
     proc = txlog("verify", "--output", "text", data_dir=clean)

@@ -30,7 +30,7 @@ SAMPLES = {
 
 @pytest.mark.parametrize("codec", CODECS, ids=lambda c: c.name)
 @pytest.mark.parametrize("name", list(SAMPLES))
-def test_round_trip(codec: Compression, name: str) -> None:
+def test_each_codec_round_trips_every_sample(codec: Compression, name: str) -> None:
     data = SAMPLES[name]
     assert decompress(codec, compress(codec, data)) == data
 

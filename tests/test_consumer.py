@@ -1,4 +1,4 @@
-"""The public Consumer (DESIGN.md §6, §7; scenarios 18, 21, 39).
+"""The public Consumer (docs/DESIGN.md §6, §7; docs/reliability-scenarios.md scenarios 18, 21, 39).
 
 Data logs are written with `LogWriter` (tests/test_fetch.py) and transactional offset
 commits with `TxnOffsets` (tests/test_group_offsets.py): the storage-level writes a
@@ -137,14 +137,17 @@ def test_pause_and_resume(topic):
 
 
 def test_abort_elsewhere_never_rewinds_the_consumer(topic):
-    """Scenario 21: the consumer keeps its position; only a seek to the committed offset re-reads."""
+    """docs/reliability-scenarios.md scenario 21: the consumer keeps its position.
+
+    Only a seek to the committed offset re-reads.
+    """
     w = writer(topic)
     w.plain(100)
     with Consumer(topic, group_id="g", enable_auto_commit=False) as c:
         c.assign([T0])
         c.commit({T0: 0})
         assert len(drain(c)) == 100
-        txn = TxnOffsets(topic, c._groups, "g", pid=77)
+        txn = TxnOffsets(topic, c._transport.group_offsets, "g", pid=77)
         txn.send({T0: 100})  # the transform loop's offsets for its output txn ...
         txn.end(ControlType.ABORT)  # ... which is aborted
         assert c.position(T0) == 100 and c.poll() == []
@@ -307,7 +310,7 @@ def test_auto_commit_on_interval(topic):
 
 
 def test_unstable_committed_offset_blocks_only_that_partition(topic):
-    """Scenario 18 through the consumer: wait for the transaction holding the offset to end."""
+    """docs/reliability-scenarios.md scenario 18 through the consumer: wait for the transaction holding the offset to end."""
     writer(topic, T0).plain(5)
     writer(topic, T1).plain(2)
     groups = GroupOffsets(topic)
@@ -385,14 +388,14 @@ def test_a_path_opens_and_closes_its_own_store(store_path):
         store.partition("t", 0)
 
 
-def test_iteration(topic):
+def test_iterating_a_consumer_yields_its_records_in_offset_order(topic):
     writer(topic).plain(3)
     with Consumer(topic) as c:
         c.assign([T0])
         assert [r.offset for r in c] == [0, 1, 2]
 
 
-# ---- scenario 39: a reader polling while a writer appends, commits and aborts -----------------------------
+# ---- docs/reliability-scenarios.md scenario 39: a reader polling while a writer appends, commits and aborts ---
 
 WRITER = textwrap.dedent("""
     import random, sys
@@ -494,7 +497,7 @@ def test_errors_do_not_lose_records_already_fetched(topic):
 
 
 def test_blocked_reader_aborts_an_expired_transaction_of_a_dead_producer(store_path):
-    """Scenario 23: no daemon, so a writable read_committed reader stuck at the LSO runs the
+    """docs/reliability-scenarios.md scenario 23: no daemon, so a writable read_committed reader stuck at the LSO runs the
     coordinator's timeout sweep; a read-only reader only sees the LSO pinned."""
     import time
 

@@ -156,9 +156,8 @@ def test_plain_commits_are_fenced_by_member_and_epoch(path):
     c2 = member(path)
     settle(c1, c2)
     assert c1.group_metadata().generation_id > old.generation_id
-    coordinator = c1._coordinator
-    with pytest.raises(StaleMemberEpochError):
-        coordinator.commit_offsets("g", {TP("in", 0): 9}, old.member())
+    with pytest.raises(StaleMemberEpochError):  # an OffsetCommit carrying the old epoch
+        c1._transport.offset_commit("g", {TP("in", 0): 9}, old.member())
     with pytest.raises(UnknownMemberIdError):  # a consumer outside the group may not commit while it has members
         with txlog.Consumer(path, group_id="g") as outsider:
             outsider.assign([TP("in", 0)])
@@ -294,7 +293,7 @@ def test_static_member_restart_within_the_session_timeout_keeps_its_assignment(p
     b.poll(timeout_ms=0)
     assert b.group_metadata().generation_id == epoch  # no rebalance happened
     with pytest.raises(FencedInstanceIdError):  # the old instance's member id is fenced
-        back._coordinator.commit_offsets("g", {TP("in", 0): 1}, a_meta.member())
+        back._transport.offset_commit("g", {TP("in", 0): 1}, a_meta.member())
     back.close()
     b.close()
 

@@ -3,13 +3,14 @@
 * SIGKILL loop: a worker appending in a loop is killed at random moments, many times; after
   every kill the acknowledged batches are all there exactly once at their acknowledged
   offsets, offsets are dense, and the retry of the batch in flight at the kill is answered
-  as a duplicate if it landed and appended once if it did not (DESIGN.md §3-4, rules 1-2, 7).
-* Scenario 40: the partition-lock holder is killed mid-append; the next process gets the
+  as a duplicate if it landed and appended once if it did not (docs/DESIGN.md §3-4,
+  docs/reliability-scenarios.md rules 1-2, 7).
+* docs/reliability-scenarios.md scenario 40: the partition-lock holder is killed mid-append; the next process gets the
   lock, recovers the tail and proceeds.
-* Scenario 43: torn / zero-filled / garbage tails are cut together with indexes, txn index
+* docs/reliability-scenarios.md scenario 43: torn / zero-filled / garbage tails are cut together with indexes, txn index
   and producer state; an invalid batch followed by valid data, or inside a sealed segment,
   is reported as corruption and never cut.
-* Scenario 45: damaged `.index` / `.timeindex` files never change an offset or timestamp lookup.
+* docs/reliability-scenarios.md scenario 45: damaged `.index` / `.timeindex` files never change an offset or timestamp lookup.
 
 Sizes are small by default; `--big` runs the scenarios' full sizes.
 """
@@ -181,7 +182,7 @@ def test_sigkill_loop(store_path, big):
 
 
 # =====================================================================================================
-# (2) scenario 40: the lock holder dies mid-append
+# (2) docs/reliability-scenarios.md scenario 40: the lock holder dies mid-append
 # =====================================================================================================
 
 def _lock_is_free(lock_path: str) -> bool:
@@ -270,8 +271,9 @@ def test_lock_holder_killed_mid_append(store_path, hang):
 
 
 # =====================================================================================================
-# Templates for scenarios 43 and 45: an idempotent producer interleaved with aborted and committed
-# transactions over several segments, left by a clean close or by a process that just exits.
+# Templates for docs/reliability-scenarios.md scenarios 43 and 45: an idempotent producer interleaved
+# with aborted and committed transactions over several segments, left by a clean close or by a
+# process that just exits.
 # =====================================================================================================
 
 FILL_CONFIG = {"segment.bytes": 8192, "index.interval.bytes": 100}
@@ -312,7 +314,7 @@ def _file_view(store_path: str) -> list[tuple[str, list[tuple[int, object]]]]:
 
 
 # =====================================================================================================
-# (3) scenario 43: torn tail, zero-filled tail, garbage tail; corruption in the middle
+# (3) docs/reliability-scenarios.md scenario 43: torn tail, zero-filled tail, garbage tail; corruption in the middle
 # =====================================================================================================
 
 @pytest.mark.parametrize("damage", ["cut", "zeros", "random", "cut+zeros", "cut+random"])
@@ -501,7 +503,7 @@ def test_invalid_batch_before_valid_data_is_corruption(fill_template, tmp_path, 
 
 
 # =====================================================================================================
-# (4) scenario 45: damaged offset and time indexes
+# (4) docs/reliability-scenarios.md scenario 45: damaged offset and time indexes
 # =====================================================================================================
 
 def _lookups(log) -> tuple[dict, dict]:
@@ -653,7 +655,7 @@ def _run_damage_case(fill_template, index_answers, tmp_path, shutdown: str, plan
     if {os.path.basename(pth): _sha(pth) for pth in _log_files(path)} != logs_before:
         problems.append("index repair changed .log bytes")
 
-    # ... and a lock-free reader never lets a damaged index change what it sees (rule 6).
+    # ... and a lock-free reader never lets a damaged index change what it sees (docs/reliability-scenarios.md rule 6).
     path2 = _copy_template(template, str(tmp_path / "store-ro"))
     _apply_damage(path2, view, plan, seed)
     store = Store.open(path2, read_only=True)

@@ -6,7 +6,7 @@ import pytest
 
 import txlog
 from txlog.delivery import DeliveryMode, compare_delivery_semantics, run_mode
-from txlog.transport import Fault, FaultPlan
+from txlog.fault_injection import Fault, FaultPlan
 
 
 def _by_mode(reports):

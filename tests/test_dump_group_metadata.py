@@ -27,8 +27,9 @@ from txlog.group_metadata import (
     encode_group_metadata_value,
     encode_subscription,
 )
+from storage.log_files import filename_prefix
 
-SEG0 = f"{0:020d}"
+SEG0 = filename_prefix(0)
 
 
 def _string(s: str | None) -> bytes:

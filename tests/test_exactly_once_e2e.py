@@ -1,4 +1,4 @@
-"""Reliability scenario 60 end to end: consume-transform-produce under kill -9, SIGSTOP and power loss.
+"""docs/reliability-scenarios.md scenario 60 end to end: consume-transform-produce under kill -9, SIGSTOP and power loss.
 
 Real processes (tests/eos_worker.py) on one store directory:
 
@@ -21,7 +21,7 @@ Real processes (tests/eos_worker.py) on one store directory:
   the segment's batches, random bytes or zeros) is appended to the active segment of one
   of the partitions it writes, under that partition's lock, so recovery has to cut it.
 
-Then the invariants of scenario 60 are checked, including a Jepsen-style checker over the
+Then the invariants of docs/reliability-scenarios.md scenario 60 are checked, including a Jepsen-style checker over the
 reader's history (`check_history`), and every batch of every partition is parsed with
 kafka-python (the independent oracle).
 
@@ -71,6 +71,7 @@ from txlog.internal_topics import (
 from txlog.producer import Producer
 from txlog.topic_partition import TopicPartition
 from txlog.transaction_log import TxnState
+from storage.log_files import segment_filename
 
 WORKER = os.path.join(HERE, "eos_worker.py")
 GROUP = "g"
@@ -402,7 +403,7 @@ def tear_tail(store_path: str, topic: str, partition: int, rng: random.Random) -
                     return None
                 time.sleep(0.01)
         bases = sorted(int(n[:-4]) for n in os.listdir(directory) if n.endswith(".log") and n[:-4].isdigit())
-        path = os.path.join(directory, f"{bases[-1]:020d}.log")
+        path = os.path.join(directory, segment_filename(bases[-1], ".log"))
         with open(path, "rb") as f:
             data = f.read()
         batches = []
@@ -914,7 +915,7 @@ def kafka_python_scan(store_path: str) -> Counter:
 
 
 def verify(sc: Scenario60) -> dict:
-    """Every invariant of scenario 60 on the finished store; returns the run's numbers."""
+    """Every invariant of docs/reliability-scenarios.md scenario 60 on the finished store; returns the run's numbers."""
     inputs, ends = sc.inputs, sc.ends
     store = Store.open(sc.store_path)
     try:

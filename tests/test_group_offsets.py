@@ -1,4 +1,4 @@
-"""Groups' committed offsets over __consumer_offsets (DESIGN.md §7; scenarios 10, 11, 18).
+"""Groups' committed offsets over __consumer_offsets (docs/DESIGN.md §7; docs/reliability-scenarios.md scenarios 10, 11, 18).
 
 Transactional offset commits are written here as the Producer will write them: the
 (key, value) pairs of `encode_commit` in a transactional batch of the producer on the
@@ -138,7 +138,7 @@ def test_group_and_other_records_in_the_topic_are_ignored(store, groups):
     assert GroupOffsets(store).committed("g") == {IN0: OffsetAndMetadata(3)}
 
 
-# ---- transactional commits (scenarios 10, 11, 18) -------------------------------------------------------
+# ---- transactional commits (docs/reliability-scenarios.md scenarios 10, 11, 18) -------------------------
 
 
 def test_transactional_commit_is_pending_until_its_commit_marker(store, groups):

@@ -10,7 +10,7 @@ partitions on; after SIGCONT their stale round must be refused), and starts one 
 only once the others are under way. Then:
 
 * every input appears exactly once in the read_committed output, per-partition order
-  holds, and the reader's history has no anomaly (the checker of scenario 60, extended
+  holds, and the reader's history has no anomaly (the checker of docs/reliability-scenarios.md scenario 60, extended
   with `:offset-regression`: the group's committed offsets never move backwards);
 * the group's committed offsets equal the input end offsets, no transaction is left open;
 * every batch parses with kafka-python.

@@ -20,10 +20,11 @@ from test_cli import assert_ok, assert_one_error, tree, txlog
 import txlog as api
 from storage.records import build_batch
 from txlog.transaction_log import TxnLogValue, TxnState, decode_value
+from storage.log_files import filename_prefix
 
 KAFKA_DIRS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared", "fixtures",
                           "kafka-dirs")
-SEG0 = f"{0:020d}"
+SEG0 = filename_prefix(0)
 
 
 def kafka_dir(root, partitions: dict[str, bytes]) -> str:

@@ -16,8 +16,9 @@ from kafka.record.legacy_records import LegacyRecordBatchBuilder
 from test_cli import assert_ok, assert_one_error, txlog
 
 from storage.legacy_records import is_legacy_message, parse_legacy, records_of
+from storage.log_files import filename_prefix
 
-SEG0 = f"{0:020d}"
+SEG0 = filename_prefix(0)
 GZIP = 1
 
 

@@ -1,7 +1,7 @@
-"""Several real processes on one store directory (reliability scenarios 36, 37, 39-style, 42).
+"""Several real processes on one store directory (docs/reliability-scenarios.md scenarios 36, 37, 39-style, 42).
 
 No broker: every process opens the store and appends under the partition's flock
-(DESIGN.md §3). The workers are `tests/crash_worker.py` subprocesses; the checks run in
+(docs/DESIGN.md §3). The workers are `tests/crash_worker.py` subprocesses; the checks run in
 this process over the files they leave. Sizes are small by default; `--big` runs the
 scenarios' full sizes (4 x 10,000 batches, 100 kill rounds, ...).
 """
@@ -55,7 +55,7 @@ def _stats(lines: list[str]) -> dict[str, int]:
 
 
 # =====================================================================================================
-# Scenario 36: four processes appending to one partition, rolling segments concurrently
+# docs/reliability-scenarios.md scenario 36: four processes appending to one partition, rolling segments concurrently
 # =====================================================================================================
 
 def _kafka_python_parse(path: str) -> int:
@@ -149,7 +149,7 @@ def test_four_appenders_one_partition(store_path, big):
 
 
 # =====================================================================================================
-# Scenario 37: concurrent producer-id allocation, and kill -9 during allocation
+# docs/reliability-scenarios.md scenario 37: concurrent producer-id allocation, and kill -9 during allocation
 # =====================================================================================================
 
 def test_twenty_processes_allocate_distinct_ids(store_path):
@@ -193,7 +193,7 @@ def test_pid_allocation_survives_kill9(store_path, big):
 
 
 # =====================================================================================================
-# Scenario 42: retention deletes segments while another process reads them
+# docs/reliability-scenarios.md scenario 42: retention deletes segments while another process reads them
 # =====================================================================================================
 
 def _parse_at(line: str) -> tuple[int, int, int, int]:
@@ -283,7 +283,8 @@ def test_retention_while_reading_race(store_path, big):
 
 
 # =====================================================================================================
-# A lock-free reader while writers append (scenario 39's "never a partial batch, positions monotonic")
+# A lock-free reader while writers append (docs/reliability-scenarios.md scenario 39's "never a partial
+# batch, positions monotonic")
 # =====================================================================================================
 
 @pytest.mark.parametrize("reader_open", ["read-only", "writable"])

@@ -1,4 +1,4 @@
-"""`__consumer_offsets` offset-commit key/value schemas (kafka-formats.md §4.2).
+"""`__consumer_offsets` offset-commit key/value schemas (docs/kafka-formats.md §4.2).
 
 Checked three ways: hand-assembled golden bytes, kafka-python's schema types as an
 independent oracle in both directions, and property-based round trips.
@@ -98,7 +98,7 @@ def as_version(value: OffsetValue, version: int) -> OffsetValue:
     )
 
 
-# --- golden bytes, assembled by hand from §4.2 --------------------------------------
+# --- golden bytes, assembled by hand from docs/kafka-formats.md §4.2 ----------------
 
 GOLDEN_KEY = OffsetKey("g", "t", 7)
 GOLDEN_KEY_V1 = bytes.fromhex(
@@ -229,7 +229,7 @@ def test_truncated_other_key_header():
 
 # --- values ---------------------------------------------------------------------------
 
-def test_tombstone():
+def test_a_null_value_decodes_as_a_tombstone():
     assert decode_offset_value(None) is None
 
 
@@ -289,7 +289,7 @@ def test_truncated_values_at_every_byte(version):
 
 
 @pytest.mark.parametrize("version", range(5))
-def test_trailing_garbage(version):
+def test_bytes_after_a_value_are_corruption(version):
     with pytest.raises(CorruptRecordError):
         decode_offset_value(GOLDEN_VALUES[version] + b"\x00")
 

@@ -35,6 +35,7 @@ from storage.records import (
     RecordBatch,
     build_batch,
 )
+from storage.log_files import filename_prefix
 
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
@@ -210,7 +211,7 @@ def test_invalid_batch_shapes_are_rejected(store):
     store.create_topic("t", partitions=1)
     log = store.partition("t", 0)
     ts = now_ms()
-    # recordsCount must equal lastOffsetDelta + 1 (kafka-formats.md §1.3)
+    # recordsCount must equal lastOffsetDelta + 1 (docs/kafka-formats.md §1.3)
     b = bytearray(batch([b"a", b"b"], ts=ts))
     struct.pack_into(">i", b, 57, 3)
     struct.pack_into(">I", b, 17, crc32c(bytes(b[21:])))
@@ -238,7 +239,7 @@ def test_a_request_is_all_or_nothing(store):
 
 
 def test_leader_rewrites_an_understated_max_timestamp(store, store_path):
-    """kafka-formats.md §1.2: the leader always sets maxTimestamp to the true maximum (CREATE_TIME)."""
+    """docs/kafka-formats.md §1.2: the leader always sets maxTimestamp to the true maximum (CREATE_TIME)."""
     store.create_topic("t", partitions=1)
     log = store.partition("t", 0)
     ts = now_ms() - 60_000
@@ -338,7 +339,7 @@ def test_retention_bytes_deletes_oldest_sealed_segments(store, store_path):
     assert log.log_start_offset == after[0][0]
     names = os.listdir(partition_dir(store_path))
     for base, _ in segs_before[:deleted]:
-        assert not any(n.startswith(f"{base:020d}.") for n in names), names
+        assert not any(n.startswith(filename_prefix(base) + ".") for n in names), names
     with pytest.raises(OffsetOutOfRangeError):
         log.read(0)
     assert [o for o, _ in data_records(log)] == list(range(after[0][0], 10))
@@ -653,7 +654,7 @@ def test_read_only_open_of_a_txlog_store_refuses_writes(store_path):
 
 def test_segment_ms_rolls_on_the_incoming_batch_timestamp(store, store_path):
     """Kafka rolls when the incoming batch is more than segment.ms newer than the active
-    segment's first batch (kafka-formats.md §3.2); the clock of the appender does not matter."""
+    segment's first batch (docs/kafka-formats.md §3.2); the clock of the appender does not matter."""
     store.create_topic("t", partitions=1, config={"segment.ms": 1000, "retention.ms": -1})
     log = store.partition("t", 0)
     t0 = now_ms() - 10_000

@@ -114,7 +114,10 @@ def test_bad_arguments_are_rejected_before_anything_is_written(store):
 
 
 def test_oversized_record_fails_alone_and_does_not_consume_a_sequence(store):
-    """Scenario 58 through the producer: RECORD_TOO_LARGE, the next batch reuses the sequence."""
+    """docs/reliability-scenarios.md scenario 58 through the producer.
+
+    RECORD_TOO_LARGE, and the next batch reuses the sequence.
+    """
     store.create_topic("t", 1, {"max.message.bytes": 1000})
     p = txlog.Producer(store, linger_ms=10_000)
     big = p.send("t", value=b"x" * 2000)

@@ -21,9 +21,9 @@ from storage.producer_snapshot import (
     encode_snapshot,
     list_snapshots,
     read_snapshot,
-    snapshot_filename,
     write_snapshot,
 )
+from storage.log_files import snapshot_filename
 
 
 def entry(pid, **fields):
@@ -70,7 +70,7 @@ def test_one_entry_snapshot_byte_for_byte():
     assert data == expected
 
 
-def test_empty_snapshot():
+def test_empty_snapshot_is_a_header_with_a_valid_crc():
     data = encode_snapshot([])
     assert data == bytes.fromhex("0001") + crc32c.crc32c(bytes(4)).to_bytes(4, "big") + bytes(4)
     assert decode_snapshot(data) == []
@@ -256,7 +256,7 @@ def test_list_snapshots_sorted_and_ignoring_leftovers(tmp_path):
     assert list_snapshots(str(tmp_path / "missing")) == []
 
 
-def test_delete_snapshot(tmp_path):
+def test_deleting_a_snapshot_twice_is_fine(tmp_path):
     path = write_snapshot(str(tmp_path), 3, [ONE])
     delete_snapshot(path)
     assert not os.path.exists(path)

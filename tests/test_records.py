@@ -1,7 +1,7 @@
 """RecordBatch v2 codec: sequences, varints, round trips, framing, and malformed bytes.
 
 Kafka-python cross-checks live in test_records_interop.py; this module checks
-the codec against the spec (kafka-formats.md §1, §2) and against itself.
+the codec against the spec (docs/kafka-formats.md §1, §2) and against itself.
 """
 
 from __future__ import annotations
@@ -21,8 +21,10 @@ from storage.errors import (
     KafkaError,
     UnsupportedCompressionTypeError,
 )
+from storage.file_records import FileRecords
 from storage.records import (
     CONTROL_BATCH_SIZE,
+    CRC_COVERED_START,
     HEADER_SIZE,
     MAGIC,
     BatchBuilder,
@@ -34,8 +36,6 @@ from storage.records import (
     TimestampType,
     build_batch,
     build_control_batch,
-    iter_batches,
-    peek_batch_extent,
 )
 from storage.sequence import INT32_MAX, dec_seq, inc_seq
 from storage.varint import (
@@ -85,7 +85,7 @@ def decoded(buf: bytes) -> list[Record]:
 
 
 def expected_records(inputs, *, base_offset=0, base_sequence=-1, log_append_time=None):
-    """What a reader must see for `inputs` = [(key, value, headers, ts)] (spec §1.1, §1.3)."""
+    """What a reader must see for `inputs` = [(key, value, headers, ts)] (docs/kafka-formats.md §1.1, §1.3)."""
     out = []
     for i, (key, value, headers, ts) in enumerate(inputs):
         seq = -1 if base_sequence < 0 else inc_seq(base_sequence, i)
@@ -98,7 +98,7 @@ def simple_batch(count: int = 3, **kwargs) -> bytes:
     return build_batch([(b"k%d" % i, b"value-%d" % i, None, TS + i) for i in range(count)], **kwargs)
 
 
-# --- sequence arithmetic (§1.1, §6 items 2-4) ----------------------------------------------
+# --- sequence arithmetic (docs/kafka-formats.md §1.1, §6 items 2-4) ------------------------
 
 
 @pytest.mark.parametrize(("seq", "delta", "expected"), [
@@ -388,7 +388,7 @@ def test_batch_builder_accepts_an_oversized_first_record() -> None:
     assert abs(records[0].timestamp - time.time_ns() // 1_000_000) < 60_000
 
 
-# --- control batches (§2) -------------------------------------------------------------------------------
+# --- control batches (docs/kafka-formats.md §2) ---------------------------------------------------------
 
 SPEC_ABORT_MARKER = bytes.fromhex(
     "0000000000000003 00000042 00000000 02 84e4ec5d 0030 00000000 0000018bcfe5680a 0000018bcfe5680a"
@@ -480,35 +480,12 @@ def two_batches() -> tuple[bytes, bytes]:
     return first, second
 
 
-def test_iter_batches_and_peek() -> None:
-    first, second = two_batches()
-    log = b"junk" + first + second
-    batches = list(iter_batches(log, 4, path="x.log"))
-    assert [(b.position, b.base_offset, b.size) for b in batches] == [(4, 0, len(first)), (4 + len(first), 2, 78)]
-    assert [bytes(b.buffer) for b in batches] == [first, second]
-    assert peek_batch_extent(log, 4) == (0, len(first))
-    assert peek_batch_extent(log, 4 + len(first)) == (2, 78)
-    assert peek_batch_extent(log, len(log)) is None
-    assert list(iter_batches(memoryview(log), 4))[1].control_marker().is_commit
-    assert list(iter_batches(bytearray(log), 4))[0].records() == decoded(first)
-
-
-def test_every_truncation_is_a_silent_partial_tail() -> None:
-    first, second = two_batches()
-    log = first + second
-    for cut in range(len(log) + 1):
-        sizes = [b.size for b in iter_batches(log[:cut])]
-        assert sizes == [len(first), len(second)][:(cut >= len(first)) + (cut == len(log))]
-        extent = peek_batch_extent(log[:cut], 0)
-        assert extent == ((0, len(first)) if cut >= len(first) else None)
-
-
 @pytest.mark.parametrize("index", range(21, 78))
 def test_flipped_byte_under_the_crc_is_corrupt_at_the_batch_position(index: int) -> None:
     first, second = two_batches()
     damaged = bytearray(first + second)
     damaged[len(first) + index] ^= 0x41
-    walker = iter_batches(bytes(damaged), path="p.log")
+    walker = FileRecords.in_memory(bytes(damaged), "p.log").batches()
     assert next(walker).base_offset == 0
     with pytest.raises(CorruptRecordError) as info:
         next(walker)
@@ -527,7 +504,7 @@ def test_verify_crc_can_be_skipped() -> None:
     damaged = bytearray(simple_batch(2))
     damaged[-1] ^= 1
     assert RecordBatch.parse(bytes(damaged), verify_crc=False).records_count == 2
-    assert len(list(iter_batches(bytes(damaged), verify_crc=False))) == 1
+    assert len(list(FileRecords.in_memory(bytes(damaged)).batches(verify_crc=False))) == 1
 
 
 @pytest.mark.parametrize("magic", [0, 1, 3, -1])
@@ -535,7 +512,7 @@ def test_bad_magic_is_corrupt(magic: int) -> None:
     first, second = two_batches()
     log = first + craft(second, magic=magic)
     with pytest.raises(CorruptRecordError, match="magic") as info:
-        list(iter_batches(log, path="m.log"))
+        list(FileRecords.in_memory(log, "m.log").batches())
     assert (info.value.position, info.value.path) == (len(first), "m.log")
     with pytest.raises(CorruptRecordError, match="magic"):
         RecordBatch.parse(log, len(first))
@@ -546,9 +523,9 @@ def test_batch_length_below_minimum_is_corrupt(length: int) -> None:
     buf = bytearray(simple_batch(1))
     struct.pack_into(">i", buf, 8, length)
     with pytest.raises(CorruptRecordError, match="minimum"):
-        list(iter_batches(bytes(buf)))
+        list(FileRecords.in_memory(bytes(buf)).batches())
     with pytest.raises(CorruptRecordError):
-        peek_batch_extent(bytes(buf), 0)
+        FileRecords.in_memory(bytes(buf)).header_at(0)
     with pytest.raises(CorruptRecordError):
         RecordBatch.parse(bytes(buf))
 
@@ -565,10 +542,10 @@ def test_parse_needs_a_whole_batch() -> None:
 
 def test_real_kafka_segment() -> None:
     data = REAL_SEGMENT.read_bytes()
-    batches = list(iter_batches(data, path=str(REAL_SEGMENT)))
+    batches = list(FileRecords.in_memory(data, str(REAL_SEGMENT)).batches())
     assert len(batches) == 2 and sum(b.size for b in batches) == len(data)
     for batch in batches:
-        assert batch.crc == crc32c(data[batch.position + 21:batch.position + batch.size])
+        assert batch.crc == crc32c(data[batch.position + CRC_COVERED_START:batch.position + batch.size])
         batch.validate_framing()
     records = [r for b in batches for r in b.records()]
     assert [r.offset for r in records] == [1, 2, 3]

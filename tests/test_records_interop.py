@@ -2,7 +2,7 @@
 
 Batches go both ways: txlog writes, kafka-python reads (and validates the
 CRC); kafka-python writes, txlog reads. The spec's hand-checked 98-byte batch
-(kafka-formats.md §7) pins the exact bytes.
+(docs/kafka-formats.md §7) pins the exact bytes.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from storage.records import (
     TimestampType,
     build_batch,
     build_control_batch,
-    iter_batches,
 )
+from storage.file_records import FileRecords
 
 kafka_record = pytest.importorskip("kafka.record")
 default_records = pytest.importorskip("kafka.record.default_records")
@@ -146,7 +146,7 @@ def test_txlog_reads_kafka_python_batches(codec: Compression, producer) -> None:
     pid, epoch, base_sequence, transactional = producer
     buf = kafka_python_build(SAMPLE, codec=codec, transactional=transactional, producer_id=pid,
                              producer_epoch=epoch, base_sequence=base_sequence)
-    (batch,) = list(iter_batches(buf))
+    (batch,) = list(FileRecords.in_memory(buf).batches())
     oracle, oracle_records = kafka_python_read(buf)
     assert batch.crc == oracle.crc and batch.compression is codec
     assert (batch.producer_id, batch.producer_epoch, batch.base_sequence) == (pid, epoch, base_sequence)

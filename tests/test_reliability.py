@@ -1,7 +1,7 @@
-"""Reliability scenarios of reliability-scenarios.md for the segment store.
+"""Scenarios of docs/reliability-scenarios.md for the segment store.
 
 Covered here: 1, 2, 3, 4, 5, 6, 7, 9, 48, 50, 53, 54, 58, plus the producer-state and
-marker rules of kafka-formats.md §5.1/§5.5 (client control batches, non-transactional
+marker rules of docs/kafka-formats.md §5.1/§5.5 (client control batches, non-transactional
 writes inside a transaction, epoch restarts, sequence wrap-around, idempotent markers,
 coordinator fencing, and the LogSegmentTest transaction-index example).
 
@@ -37,6 +37,7 @@ from storage.errors import (
     UnknownProducerIdError,
 )
 from storage.records import Compression, ControlType, build_batch, build_control_batch
+from storage.log_files import segment_filename, snapshot_filename
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 INT32_MAX = 2**31 - 1
@@ -85,7 +86,7 @@ def snapshots(directory) -> list[tuple[int, str]]:
 
 
 def decode_snapshot(path) -> list[tuple]:
-    """kafka-formats.md §3.6, decoded independently of the store; raises AssertionError if invalid."""
+    """docs/kafka-formats.md §3.6, decoded independently of the store; raises AssertionError if invalid."""
     with open(path, "rb") as f:
         data = f.read()
     assert len(data) >= SNAP_HEADER.size, f"{path}: truncated"
@@ -534,7 +535,7 @@ def test_sequence_wraps_from_int32_max_to_zero(store_path):
     ts = now_ms()
     s.partition("t", 0).append(pbatch(5, 0, ts=ts))
     s.close()
-    # the snapshot written at close says exactly what kafka-formats.md §3.6 says it should
+    # the snapshot written at close says exactly what docs/kafka-formats.md §3.6 says it should
     (offset, path), = snapshots(pdir(store_path))
     assert offset == 1
     assert decode_snapshot(path) == [(5, 0, 0, 0, 0, ts, -1, -1)]
@@ -593,7 +594,7 @@ def test_abort_marker_writes_txn_index_entry_and_is_idempotent(store_path, store
     assert txn_entries(d) == []
     r = log.append_marker(ControlType.ABORT, 9, 1, coordinator_epoch=2)  # 3 (epoch bumped, TV2)
     assert (r.base_offset, r.duplicate) == (3, False)
-    assert os.path.getsize(os.path.join(d, f"{0:020d}.txnindex")) == 34
+    assert os.path.getsize(os.path.join(d, segment_filename(0, ".txnindex"))) == 34
     assert txn_entries(d) == [(0, 9, 1, 3, 4)]
     assert log.last_stable_offset == 4 == log.log_end_offset
     ru, rc = views(log)
@@ -631,7 +632,7 @@ def test_abort_marker_writes_txn_index_entry_and_is_idempotent(store_path, store
 
 
 def test_log_segment_test_worked_example(store_path, store):
-    """kafka-formats.md §5.5: pid1 txn 100-101, pid2 txn 102-103, plain 104-105,
+    """docs/kafka-formats.md §5.5: pid1 txn 100-101, pid2 txn 102-103, plain 104-105,
     ABORT(pid2) at 106, COMMIT(pid1) at 107 -> one entry (pid2, 102, 106, LSO 100)."""
     store.create_topic("t", partitions=1)
     log = store.partition("t", 0)
@@ -691,7 +692,7 @@ def test_scenario7_power_loss_in_the_active_segment_after_rolls(store_path, seed
 @pytest.mark.parametrize("cut", ["boundary", "inside-marker"])
 def test_scenario7_power_loss_of_an_abort_marker(store_path, shutdown, cut):
     """The ABORT marker was not fsynced: on restart the txn is open again and the txn index is
-    cut to the same point (rule 7) - no entry may point at a marker that is not in the log."""
+    cut to the same point (docs/reliability-scenarios.md rule 7) - no entry may point at a marker that is not in the log."""
     s = Store.open(store_path)
     s.create_topic("t", partitions=1)
     log = s.partition("t", 0)
@@ -779,7 +780,7 @@ def test_transaction_spanning_segments_and_retention(store_path, store):
     assert log.last_stable_offset == marker + 1 == log.log_end_offset
     marker_segment = max(sg.base_offset for sg in log.segments if sg.base_offset <= marker)
     names = [n for n in os.listdir(d) if n.endswith(".txnindex")]
-    assert names == [f"{marker_segment:020d}.txnindex"]
+    assert names == [segment_filename(marker_segment, ".txnindex")]
     assert txn_entries(d) == [(0, 4, 0, marker, marker + 1)]
 
 
@@ -831,10 +832,10 @@ def test_scenario48_damaged_producer_snapshots(store_path, damage):
         for _, path in snaps:
             os.unlink(path)
     elif damage == "copy-newest-higher":
-        bad_name = os.path.join(d, f"{leo + 5:020d}.snapshot")
+        bad_name = os.path.join(d, snapshot_filename(leo + 5))
         shutil.copyfile(newest, bad_name)
     elif damage == "copy-oldest-higher":  # stale state under a name beyond the log end
-        bad_name = os.path.join(d, f"{leo + 5:020d}.snapshot")
+        bad_name = os.path.join(d, snapshot_filename(leo + 5))
         shutil.copyfile(snaps[0][1], bad_name)
     elif damage == "newer-than-cut-log":  # the last batch never reached the disk, the snapshot did
         seg = log_paths(d)[-1]
@@ -1012,7 +1013,7 @@ def test_scenario53_snapshot_write_fails_at_close(store_path, monkeypatch, kind)
     monkeypatch.undo()
     assert calls
     assert _file_bytes(previous) == previous  # the previous snapshots are intact
-    assert not os.path.exists(os.path.join(d, f"{leo:020d}.snapshot"))  # no partial file renamed
+    assert not os.path.exists(os.path.join(d, snapshot_filename(leo)))  # no partial file renamed
     for _, path in snapshots(d):
         decode_snapshot(path)
 
@@ -1052,7 +1053,7 @@ def test_scenario53_snapshot_write_fails_at_roll(store_path, monkeypatch, kind):
     monkeypatch.undo()
     assert calls
     assert _file_bytes(previous) == previous
-    assert not os.path.exists(os.path.join(d, f"{leo:020d}.snapshot"))
+    assert not os.path.exists(os.path.join(d, snapshot_filename(leo)))
     assert log.log_end_offset == leo  # nothing appended
     for _, path in snapshots(d):
         decode_snapshot(path)
@@ -1182,7 +1183,7 @@ def test_newer_epoch_cannot_write_into_an_open_transaction(topic):
 
 
 def test_aborted_transactions_over_a_range_follow_kafka_fetch_rules(store):
-    """§5.6: entries with lastOffset ≥ fetch and firstOffset < upper, across segments,
+    """docs/kafka-formats.md §5.6: entries with lastOffset ≥ fetch and firstOffset < upper, across segments,
     stopping once an entry's LSO reaches the upper bound."""
     store.create_topic("r", partitions=1, config={"segment.bytes": 400, "retention.ms": -1})
     log = store.partition("r", 0)

@@ -1,5 +1,6 @@
 """Store: topics (create/list/describe/delete/alter/create_partitions), config validation,
-scenario 56 (unknown topic or partition), scenario 57 (hostile topic names), the producer
+docs/reliability-scenarios.md scenarios 56 (unknown topic or partition) and 57 (hostile topic
+names), the producer
 id allocator, and what Store.open refuses.
 """
 
@@ -212,7 +213,7 @@ def test_create_partitions(store, store_path):
     s.close()
 
 
-# ---- scenario 56: unknown topic or bad partition -------------------------------------------------------
+# ---- docs/reliability-scenarios.md scenario 56: unknown topic or bad partition -------------------------
 
 
 def test_scenario56_unknown_topic_or_partition_creates_nothing(store, store_path, tmp_path):
@@ -243,7 +244,7 @@ def test_scenario56_unknown_topic_or_partition_creates_nothing(store, store_path
                                                                               (1, b"existing2")]
 
 
-# ---- scenario 57: hostile topic names ------------------------------------------------------------------
+# ---- docs/reliability-scenarios.md scenario 57: hostile topic names ------------------------------------
 
 HOSTILE = [
     "a/b",

@@ -82,7 +82,7 @@ def test_offsets_that_do_not_fit_are_refused(path):
     assert idx.entries() == []
 
 
-def test_lookup(path):
+def test_lookup_finds_the_greatest_entry_at_or_below_the_timestamp(path):
     idx = filled(path)
     assert idx.lookup(999) == (-1, BASE)
     assert idx.lookup(1000) == (1000, 105)
@@ -181,7 +181,7 @@ def test_is_full_keeps_the_last_slot_for_the_roll_entry(path):
     assert len(idx) == 3
 
 
-def test_read_only(path):
+def test_read_only_index_creates_no_file_and_refuses_appends(path):
     reader = TimeIndex(path, BASE, writable=False)
     assert reader.entries() == []
     assert not os.path.exists(path)
@@ -189,7 +189,7 @@ def test_read_only(path):
         reader.maybe_append(1000, 105)
 
 
-def test_flush_close_delete(path):
+def test_delete_removes_the_file_and_closes_the_index(path):
     idx = filled(path)
     idx.flush()
     idx.delete()

@@ -1,6 +1,6 @@
 """Transaction crash tests with real processes, a real SIGKILL and a real SIGSTOP.
 
-* Scenarios 28-35 (and 26): `txn_crash_worker.py txn` kills itself with SIGKILL at each step of
+* docs/reliability-scenarios.md scenarios 28-35 (and 26): `txn_crash_worker.py txn` kills itself with SIGKILL at each step of
   a commit or abort (after registration, after data, in the middle of writing PREPARE_*,
   after PREPARE_*, after some markers, after all markers before COMPLETE_*, and with the
   group offsets partition still unmarked). A read-only view then checks what the crash left
@@ -10,11 +10,11 @@
   must hold: a decided end rolled forward, an undecided one aborted (or committed by the
   caller's own rerun), one marker per partition, offsets matching the decision.
   Each point runs twice with random partition sets by default and 100 times with `--big`.
-* Scenario 23: an expired transaction of a killed process pins the LSO for read-only
+* docs/reliability-scenarios.md scenario 23: an expired transaction of a killed process pins the LSO for read-only
   readers; the first writer / coordinator invocation aborts it before its own work.
-* Scenario 25: a commit SIGSTOPped on its way to the coordinator arrives after a re-init and
+* docs/reliability-scenarios.md scenario 25: a commit SIGSTOPped on its way to the coordinator arrives after a re-init and
   is refused by epoch; transaction N+1 is untouched.
-* Scenario 38: two processes init the same transactional id at once and both write.
+* docs/reliability-scenarios.md scenario 38: two processes init the same transactional id at once and both write.
 
 Set TXLOG_TXN_SEED to replay a run's random choices.
 """

@@ -1,4 +1,4 @@
-"""`__transaction_state` key/value schemas (kafka-formats.md §4.1).
+"""`__transaction_state` key/value schemas (docs/kafka-formats.md §4.1).
 
 Three independent checks pin the bytes: golden byte strings assembled by hand from
 the spec, kafka-python's schema types (the oracle) decoding what we write and
@@ -152,7 +152,7 @@ def oracle_encode_value(value: TxnLogValue, version: int, reverse: bool = False)
     return ORACLE_VALUE_V1.encode([*head, tags])
 
 
-# --- golden bytes, assembled by hand from §4.1 ---------------------------------------
+# --- golden bytes, assembled by hand from docs/kafka-formats.md §4.1 -----------------
 
 GOLDEN_KEY = bytes.fromhex(
     "0000"                  # key version 0
@@ -329,7 +329,7 @@ def test_null_array_with_a_non_empty_state_decodes_as_no_partitions():
     assert decode_value(bytes(data)).partitions == ()
 
 
-def test_tombstone():
+def test_a_null_value_decodes_as_a_tombstone():
     assert decode_value(None) is None
 
 
@@ -447,7 +447,7 @@ def test_truncated_at_every_byte(data):
 
 
 @pytest.mark.parametrize("data", ALL_ENCODINGS)
-def test_trailing_garbage(data):
+def test_bytes_after_a_value_are_corruption(data):
     for extra in (b"\x00", b"\xff" * 9):
         with pytest.raises(CorruptRecordError):
             decode_value(data + extra)

@@ -1,8 +1,8 @@
 """Acceptance tests of the transaction coordinator and the transactional producer, in one process.
 
-Scenarios of reliability-scenarios.md covered here: 8, 10, 11, 15, 16, 17, 18, 20, 21, 22,
+Scenarios of docs/reliability-scenarios.md covered here: 8, 10, 11, 15, 16, 17, 18, 20, 21, 22,
 24, 26 (ambiguous commit after a failed fsync), 27, 49, 51, 52, plus exactly-once delivery
-through `txlog.transport.FaultPlan` (lost acks, late duplicates) with the 5-batch dedup.
+through `txlog.fault_injection.FaultPlan` (lost acks, late duplicates) with the 5-batch dedup.
 The real-process ones (23, 25, 26, 28-35, 38) are in test_transaction_crash.py.
 
 Every test goes through the public interfaces (Producer, Consumer, fetch,
@@ -12,8 +12,9 @@ truth independently: kafka-python parses every batch of every partition (control
 `__transaction_state` record is decoded with `txlog.transaction_log` and its state machine
 checked, markers agree with the PREPARE_* decisions (one per partition per end).
 
-"Crashing" in-process means raising `Crash` (a BaseException nobody catches) from inside
-a write and abandoning the store objects without closing them.
+"Crashing" in-process means a fault plan's crash (`txlog.fault_injection.Crashed`, a
+BaseException nobody catches) at a named request of the producer's transport, and abandoning
+the store objects without closing them.
 """
 
 from __future__ import annotations
@@ -43,7 +44,6 @@ from txn_crash_worker import (  # noqa: E402
 )
 
 from storage import Store  # noqa: E402
-from storage.partition_log import PartitionLog  # noqa: E402
 from storage.records import RecordBatch, build_batch  # noqa: E402
 from txlog.consumer import Consumer  # noqa: E402
 from txlog.coordinator import TransactionCoordinator  # noqa: E402
@@ -66,15 +66,12 @@ from txlog.internal_topics import owner_partition  # noqa: E402
 from txlog.producer import Producer  # noqa: E402
 from txlog.topic_partition import TopicPartition  # noqa: E402
 from txlog.transaction_log import TxnLogValue, TxnState, encode_key, encode_value  # noqa: E402
-from txlog.transport import Fault, FaultPlan  # noqa: E402
+from txlog.transport import Transport  # noqa: E402
+from txlog.fault_injection import Action, Crashed, Fault, FaultPlan, Step, StepFault  # noqa: E402
 
 FENCED = (ProducerFencedError, InvalidProducerEpochError)
 IN0 = TopicPartition("in", 0)
 NEVER = 10**9  # linger: batches go out on flush/commit only
-
-
-class Crash(BaseException):
-    """The process 'dies' here: nothing catches it, nothing is closed."""
 
 
 def now_ms() -> int:
@@ -156,7 +153,8 @@ def fd_path(fd: int) -> str:
 def enospc_on(monkeypatch, match) -> dict:
     """os.write to a .log file whose path satisfies `match` writes half its bytes, then ENOSPC.
 
-    The same injection as test_reliability's scenario 50, restricted to chosen partitions.
+    The same injection as test_reliability.py's for docs/reliability-scenarios.md scenario 50,
+    restricted to chosen partitions.
     """
     real_write = os.write
     state = {"on": True, "hits": 0}
@@ -174,29 +172,28 @@ def enospc_on(monkeypatch, match) -> dict:
     return state
 
 
-def crash_on_marker(monkeypatch, after: int = 0) -> None:
-    """The process dies when the coordinator writes marker number `after` + 1 (after PREPARE_*)."""
-    real = PartitionLog.append_marker
-    calls = {"n": 0}
-
-    def append_marker(self, *args, **kwargs):
-        if calls["n"] == after:
-            raise Crash()
-        calls["n"] += 1
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(PartitionLog, "append_marker", append_marker)
+def crash_at_marker(n: int = 1) -> FaultPlan:
+    """The process dies just before the coordinator writes marker number `n` of the producer's
+    life (the first marker of a commit: right after its PREPARE_COMMIT is durable)."""
+    return FaultPlan(steps=[StepFault(Step.WRITE_TXN_MARKERS, Action.CRASH_BEFORE, n)])
 
 
 # =====================================================================================================
 # B. transactions, isolation, fencing
 # =====================================================================================================
 
-def test_scenario10_commit_across_partitions_with_offsets(store, store_path, monkeypatch):
+def test_scenario10_commit_across_partitions_with_offsets(store, store_path):
     """10: a,b -> P0, c -> P1 and offsets {in-0: 10} for g; visible in RC only after the markers."""
     groups = GroupOffsets(store)
     groups.commit("g", {IN0: 3})
-    p = producer(store)
+    seen = []  # what RC showed each time the coordinator was about to write a marker
+
+    class Watching(Transport):
+        def write_txn_markers(self, topic, partition, *args):
+            seen.append((topic, partition, rc(store, p=0), rc(store, p=1)))
+            return super().write_txn_markers(topic, partition, *args)
+
+    p = producer(store, transport=Watching(store))
     p.init_transactions()
     p.begin_transaction()
     futures = [p.send("t", b"a", partition=0), p.send("t", b"b", partition=0), p.send("t", b"c", partition=1)]
@@ -209,16 +206,7 @@ def test_scenario10_commit_across_partitions_with_offsets(store, store_path, mon
     with pytest.raises(UnstableOffsetCommitError):
         groups.committed("g", [IN0], require_stable=True)
 
-    seen = []  # what RC showed each time the coordinator was about to write a marker
-    real = PartitionLog.append_marker
-
-    def append_marker(self, *args, **kwargs):
-        seen.append((self.topic, self.partition, rc(store, p=0), rc(store, p=1)))
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(PartitionLog, "append_marker", append_marker)
     p.commit_transaction()
-    monkeypatch.undo()
     # markers go out in partition order: the offsets partition first, then P0, then P1;
     # each partition's data became RC-visible exactly when its own marker landed
     assert [s[:2] for s in seen] == [("__consumer_offsets", owner_partition("g", 8)), ("t", 0), ("t", 1)]
@@ -343,7 +331,7 @@ def test_scenario16_closing_a_fenced_instance_does_not_raise(store, store_path):
     check_store(store_path)
 
 
-def test_scenario38_append_racing_the_fence_is_told_it_is_fenced(store, store_path, monkeypatch):
+def test_scenario38_append_racing_the_fence_is_told_it_is_fenced(store, store_path):
     """38 (the race two processes hit): A's first write to a partition it registered lands while B's
     init is fencing A (PREPARE_ABORT written, that partition's marker not yet). The verification
     must answer "fenced", not "not registered": A is a zombie, not an abortable transaction."""
@@ -352,21 +340,20 @@ def test_scenario38_append_racing_the_fence_is_told_it_is_fenced(store, store_pa
     pid, epoch = ids.producer_id, ids.epoch
     coordinator.add_partitions("x", pid, epoch, [("t", 0), ("t", 1)])
     raced = []
-    real = PartitionLog.append_marker
 
-    def append_marker(self, *args, **kwargs):
-        if not raced:
-            data = build_batch([(None, b"zombie", None, now_ms())], producer_id=pid, producer_epoch=epoch,
-                               base_sequence=0, is_transactional=True)
-            with pytest.raises(ProducerFencedError):
-                store.partition("t", 1).append(data, verify_txn=lambda p_, e_: coordinator.verify("x", p_, e_, "t", 1))
-            raced.append(True)
-        return real(self, *args, **kwargs)
+    class Racing(Transport):  # A's append lands while B's init writes its first fencing marker
+        def write_txn_markers(self, *args):
+            if not raced:
+                data = build_batch([(None, b"zombie", None, now_ms())], producer_id=pid, producer_epoch=epoch,
+                                   base_sequence=0, is_transactional=True)
+                with pytest.raises(ProducerFencedError):
+                    store.partition("t", 1).append(
+                        data, verify_txn=lambda p_, e_: coordinator.verify("x", p_, e_, "t", 1))
+                raced.append(True)
+            return super().write_txn_markers(*args)
 
-    monkeypatch.setattr(PartitionLog, "append_marker", append_marker)
-    b = producer(store)
+    b = producer(store, transport=Racing(store))
     b.init_transactions()
-    monkeypatch.undo()
     assert raced and ru(store, p=1) == []
     b.close()
     check_store(store_path)
@@ -821,19 +808,17 @@ def test_scenario8_timeout_fence_at_the_exhausted_epoch_still_fences(store, stor
 # F. coordinator log damage and full disks
 # =====================================================================================================
 
-def test_scenario49a_torn_tail_of_the_coordinator_log(store, store_path, monkeypatch):
+def test_scenario49a_torn_tail_of_the_coordinator_log(store, store_path):
     """49a: PREPARE_COMMIT torn (cut inside the last batch): the tail is cut, the txn is Ongoing
     again, and the next init aborts it; RC never shows the data."""
-    p = producer(store)
+    p = producer(store, faults=crash_at_marker(1))
     p.init_transactions()
     p.begin_transaction()
     p.send("t", b"a", partition=0)
     p.send("t", b"b", partition=2)
     p.flush()
-    crash_on_marker(monkeypatch)
-    with pytest.raises(Crash):
+    with pytest.raises(Crashed):
         p.commit_transaction()
-    monkeypatch.undo()
     path = txn_segment(store_path, store, "x")
     pos, last = segment_batches(path)[-1]
     assert last.records()[0].value is not None
@@ -853,10 +838,10 @@ def test_scenario49a_torn_tail_of_the_coordinator_log(store, store_path, monkeyp
     check_store(store_path)
 
 
-def test_scenario49b_bit_flip_inside_the_coordinator_log(store, store_path, monkeypatch):
+def test_scenario49b_bit_flip_inside_the_coordinator_log(store, store_path):
     """49b: a flipped bit in a record before a PREPARE_COMMIT: the coordinator refuses to start
     (never forgets the decision), data partitions stay readable with the LSO pinned."""
-    p = producer(store)
+    p = producer(store, faults=crash_at_marker(3))  # the two commits before write one marker each
     p.init_transactions()
     for value in (b"one", b"two"):
         p.begin_transaction()
@@ -865,10 +850,8 @@ def test_scenario49b_bit_flip_inside_the_coordinator_log(store, store_path, monk
     p.begin_transaction()
     p.send("t", b"three", partition=0)
     p.flush()
-    crash_on_marker(monkeypatch)
-    with pytest.raises(Crash):
+    with pytest.raises(Crashed):
         p.commit_transaction()
-    monkeypatch.undo()
     path = txn_segment(store_path, store, "x")
     batches = segment_batches(path)
     assert batches[-1][1].records()[0].value[16] == TxnState.PREPARE_COMMIT  # version, pid, epoch, timeout, status

@@ -1,4 +1,7 @@
-"""The exactly-once consume-transform-produce loop, in one process (scenario 60 runs it under kill -9)."""
+"""The exactly-once consume-transform-produce loop, in one process.
+
+docs/reliability-scenarios.md scenario 60 runs it under kill -9 (tests/test_exactly_once_e2e.py).
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Scenario 47: a `.txnindex` entry changed to other plausible values is caught and rebuilt.
+"""docs/reliability-scenarios.md scenario 47: a `.txnindex` entry changed to other plausible values is caught and rebuilt.
 
 The structural checks (whole 34-byte entries, version 0, first ≤ last, LSO ≤ last + 1,
 last offsets increasing) pass for every damaged file used here: only checking each
@@ -23,6 +23,7 @@ from storage.partition_log import PartitionLog
 from storage.records import ControlType, build_batch
 from storage.transaction_index import TransactionIndex
 from txlog.fetch import IsolationLevel, fetch
+from storage.log_files import segment_filename
 
 TXN_ENTRY = struct.Struct(">hqqqq")  # version, producerId, firstOffset, lastOffset, lastStableOffset
 FIELDS = {"producer_id": 1, "first_offset": 2, "last_offset": 3, "lso": 4}
@@ -101,7 +102,7 @@ def segment_bases(directory: str) -> list[int]:
 
 
 def rc_by_fetch(log: PartitionLog) -> list[tuple[int, bytes]]:
-    """kafka-formats.md §5.6 through txlog.fetch, one batch per fetch so most start mid-transaction."""
+    """docs/kafka-formats.md §5.6 through txlog.fetch, one batch per fetch so most start mid-transaction."""
     out = []
     offset, lso = log.log_start_offset, log.last_stable_offset
     while offset < lso:
@@ -142,7 +143,7 @@ def segment_with_entries(directory: str, which: str) -> tuple[int, int, str]:
     bounds = list(zip(bases, bases[1:] + [end]))
     candidates = bounds[-1:] if which == "active" else bounds[:-1]
     for base, seg_end in reversed(candidates):
-        path = os.path.join(directory, f"{base:020d}.txnindex")
+        path = os.path.join(directory, segment_filename(base, ".txnindex"))
         if os.path.exists(path) and os.path.getsize(path) >= 2 * TXN_ENTRY.size:
             return base, seg_end, path
     raise AssertionError(f"no {which} segment with two aborts: rework the workload")
@@ -220,7 +221,7 @@ DAMAGES = [(which, field, "flip") for which in ("sealed", "active") for field in
 ]
 
 
-# ---- scenario 47 -------------------------------------------------------------------------------------
+# ---- docs/reliability-scenarios.md scenario 47 -------------------------------------------------------
 
 
 @pytest.mark.parametrize("which,field,how", DAMAGES)
@@ -263,7 +264,7 @@ def test_the_damage_would_change_what_read_committed_sees(store_path, built, whi
     """The test data is sharp: trusting the damaged entry as before shows aborted records."""
     rc, _, _ = built
     damage(pdir(store_path), which, "last_offset", "back")
-    monkeypatch.setattr(PartitionLog, "_aborts", lambda self, seg: seg.txn_index.entries())
+    monkeypatch.setattr(PartitionLog, "_aborts_checked_repairing", lambda self, seg: seg.txn_index.entries())
     s = Store.open(store_path, read_only=True)
     assert rc_by_fetch(s.partition("t", 0)) != rc
     s.close()
@@ -277,7 +278,7 @@ def test_a_live_read_only_view_keeps_its_replayed_list_up_to_date(store_path, bu
     reader = reader_store.partition("t", 0)
     assert rc_by_fetch(reader) == rc
     active = reader.segments[-1]
-    assert active.abort_replay is not None  # the damage was found and a replayed list is in use
+    assert reader._txn_check.replayed(active) is not None  # the damage was found and a replayed list is in use
     writer_store = Store.open(store_path)
     w = Workload(writer_store.partition("t", 0))
     w.seq = {pid: state["last_sequence"] + 1 for pid, state in w.log.producer_states().items()}
@@ -286,7 +287,7 @@ def test_a_live_read_only_view_keeps_its_replayed_list_up_to_date(store_path, bu
     w.end(PIDS[0], abort=True)
     assert reader.segments[-1] is active  # the new abort went into the same segment
     after = rc_by_fetch(reader)
-    assert active.abort_replay.aborts[-1].producer_id == PIDS[0]
+    assert reader._txn_check.replayed(active).aborts[-1].producer_id == PIDS[0]
     assert after == rc_by_markers(reader) and after[:len(rc)] == rc and len(after) == len(rc) + 2
     writer_store.close()
     reader_store.close()

@@ -15,7 +15,7 @@ so the parent knows exactly how far it got before it was killed:
 
 Modes (first argument):
 
-    txn      the crash matrix (scenarios 23, 26, 28-35): optional warm-up transactions,
+    txn      the crash matrix (docs/reliability-scenarios.md scenarios 23, 26, 28-35): optional warm-up transactions,
              then one transaction over `--parts` (and optionally group offsets) that is
              committed or aborted, with a real SIGKILL of the process itself at `--kill`:
                register      right after the coordinator registered the partitions, before data
@@ -24,9 +24,9 @@ Modes (first argument):
                prepare       right after PREPARE_* is durable, before any marker
                markers       after the `--kill-n`-th marker of the transaction end
                none          no kill: run to the end
-    late     scenario 25: a transaction whose commit request SIGSTOPs the process just
+    late     docs/reliability-scenarios.md scenario 25: a transaction whose commit request SIGSTOPs the process just
              before it reaches the coordinator; after SIGCONT it reports what EndTxn said.
-    race     scenario 38: init on GO, one transaction, then another on GO2, reporting each.
+    race     docs/reliability-scenarios.md scenario 38: init on GO, one transaction, then another on GO2, reporting each.
     recover  a fresh process running one coordinator operation (`--how`) after a crash.
 
 The helpers at the bottom decode a store independently of the code under test: kafka-python
@@ -82,24 +82,21 @@ def _fd_path(fd: int) -> str:
 
 
 def _arm(point: str, kill_n: int, torn_frac: float) -> dict:
-    """Patch the coordinator / partition log so the process kills itself at `point` once armed."""
-    from storage.partition_log import PartitionLog
+    """How the process kills itself at `point` once armed.
+
+    A request of the client-to-log seam (`register`: AddPartitionsToTxn; `markers`: the
+    coordinator's WriteTxnMarkers) is a step fault of the producer's fault plan, armed in
+    `run_txn` (`state["fault"]`); a write inside the coordinator (`prepare*`) is patched here.
+    """
     from txlog import coordinator as co
+    from txlog.fault_injection import Action, Step, StepFault
     from txlog.transaction_log import TxnState
 
-    state = {"armed": False, "markers": 0, "tear": False}
+    state = {"armed": False, "tear": False, "fault": None, "label": point}
     prepare = (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
 
     if point == "register":
-        real_add = co.TransactionCoordinator.add_partitions
-
-        def add_partitions(self, *args, **kwargs):
-            result = real_add(self, *args, **kwargs)
-            if state["armed"]:
-                _die(point)
-            return result
-
-        co.TransactionCoordinator.add_partitions = add_partitions
+        state["fault"] = StepFault(Step.ADD_PARTITIONS_TO_TXN, Action.KILL_AFTER, 1)
     elif point in ("prepare", "prepare-torn"):
         real_write = co.TransactionCoordinator._write
 
@@ -128,17 +125,8 @@ def _arm(point: str, kill_n: int, torn_frac: float) -> dict:
 
             os.write = write
     elif point == "markers":
-        real_marker = PartitionLog.append_marker
-
-        def append_marker(self, *args, **kwargs):
-            result = real_marker(self, *args, **kwargs)
-            if state["armed"]:
-                state["markers"] += 1
-                if state["markers"] == kill_n:
-                    _die(f"{point}-{kill_n}")
-            return result
-
-        PartitionLog.append_marker = append_marker
+        state["fault"] = StepFault(Step.WRITE_TXN_MARKERS, Action.KILL_AFTER, kill_n)
+        state["label"] = f"{point}-{kill_n}"
     return state
 
 
@@ -149,8 +137,10 @@ def txn_values(tag: str, parts: list) -> list[tuple[str, int, bytes]]:
 
 def run_txn(args) -> None:
     from storage import Store
+    from txlog.fault_injection import FaultInjectingTransport, FaultPlan
     from txlog.producer import Producer
     from txlog.topic_partition import TopicPartition
+    from txlog.transport import Transport
 
     parts = [tuple(x) for x in json.loads(args.parts)]
     offsets = json.loads(args.offsets) if args.offsets else None
@@ -158,8 +148,10 @@ def run_txn(args) -> None:
     rng = random.Random(args.seed)
     state = _arm(args.kill, args.kill_n, args.torn_frac)
     store = Store.open(args.store)
+    plan = FaultPlan()
+    transport = FaultInjectingTransport(Transport(store), plan, kill=lambda fault: _die(state["label"]))
     producer = Producer(store, transactional_id=args.tid, transaction_timeout_ms=args.timeout_ms,
-                        linger_ms=10**9)
+                        linger_ms=10**9, transport=transport)
     producer.init_transactions()
     _say(f"IDS {producer.producer_id} {producer.producer_epoch}")
     for i in range(args.warmup):
@@ -178,6 +170,8 @@ def run_txn(args) -> None:
     for t, p, v in txn_values(args.tag, parts):
         producer.send(t, v, partition=p)
     state["armed"] = True
+    if state["fault"] is not None:
+        plan.arm(state["fault"])  # counted from here: the target transaction's requests only
     producer.flush()
     _say("DATA")
     if offsets:
@@ -200,22 +194,22 @@ def run_txn(args) -> None:
 
 
 def run_late(args) -> None:
-    """Scenario 25: EndTxn is held back by a SIGSTOP just before it reaches the coordinator."""
+    """docs/reliability-scenarios.md scenario 25: EndTxn is held back by a SIGSTOP just before it reaches the coordinator."""
     from storage import Store
-    from txlog import coordinator as co
     from txlog.errors import KafkaError
     from txlog.producer import Producer
+    from txlog.transport import Transport
 
-    real_end = co.TransactionCoordinator.end_transaction
+    class LateEndTxn(Transport):
+        """The EndTxn request is held up in the network: the process stops just before sending it."""
 
-    def end_transaction(self, transactional_id, producer_id, epoch, commit):
-        _say(f"ENDING {producer_id} {epoch}")
-        os.kill(os.getpid(), signal.SIGSTOP)  # the parent re-inits the id, then sends SIGCONT
-        return real_end(self, transactional_id, producer_id, epoch, commit)
+        def end_txn(self, transactional_id, producer_id, epoch, commit):
+            _say(f"ENDING {producer_id} {epoch}")
+            os.kill(os.getpid(), signal.SIGSTOP)  # the parent re-inits the id, then sends SIGCONT
+            return super().end_txn(transactional_id, producer_id, epoch, commit)
 
-    co.TransactionCoordinator.end_transaction = end_transaction
     store = Store.open(args.store)
-    producer = Producer(store, transactional_id=args.tid, linger_ms=10**9)
+    producer = Producer(store, transactional_id=args.tid, linger_ms=10**9, transport=LateEndTxn(store))
     producer.init_transactions()
     _say(f"IDS {producer.producer_id} {producer.producer_epoch}")
     producer.begin_transaction()
@@ -246,7 +240,7 @@ def _word(exc: BaseException) -> str:
 
 
 def run_race(args) -> None:
-    """Scenario 38: two of these init the same transactional id at once and each writes."""
+    """docs/reliability-scenarios.md scenario 38: two of these init the same transactional id at once and each writes."""
     from storage import Store
     from txlog.errors import KafkaError
     from txlog.producer import Producer
@@ -546,7 +540,7 @@ _LEGAL_FROM = {
     "EMPTY": {None, "EMPTY", "COMPLETE_COMMIT", "COMPLETE_ABORT"},
     "ONGOING": {"ONGOING", "EMPTY", "COMPLETE_COMMIT", "COMPLETE_ABORT"},
     "PREPARE_COMMIT": {"ONGOING"},
-    # TV2 lets a client abort when unsure, from Empty or Complete* too (kafka-formats.md §5.3 [newer])
+    # TV2 lets a client abort when unsure, from Empty or Complete* too (docs/kafka-formats.md §5.3 [newer])
     "PREPARE_ABORT": {"ONGOING", "EMPTY", "COMPLETE_COMMIT", "COMPLETE_ABORT"},
     "COMPLETE_COMMIT": {"PREPARE_COMMIT"},
     "COMPLETE_ABORT": {"PREPARE_ABORT"},
@@ -607,7 +601,7 @@ def decisions(store) -> dict[tuple[int, int], str]:
 
 
 def check_store(root: str, *, settled: bool = True, allow_torn: bool = False) -> dict:
-    """Every invariant of a store at rest (scenario 60's checker, transaction part).
+    """Every invariant of a store at rest (docs/reliability-scenarios.md scenario 60's checker, transaction part).
 
     * kafka-python parses every batch of every partition (internal topics included), control
       batches are exactly 78 bytes;

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any, Callable, Iterable, Mapping
 
 from storage.records import ControlType
@@ -21,9 +22,14 @@ from txlog.coordinator import (
     TransactionCoordinator,
     TransactionDescription,
 )
-from txlog.errors import GroupNotEmptyError, InvalidTxnStateError, UnknownTopicOrPartitionError
-from txlog.fetch import IsolationLevel
-from txlog.group_coordinator import GroupCoordinator, GroupDescription
+from txlog.errors import (
+    GroupNotEmptyError,
+    InvalidTxnStateError,
+    NoOffsetForPartitionError,
+    UnknownTopicOrPartitionError,
+)
+from txlog.fetch import IsolationLevel, latest_offset
+from txlog.group_coordinator import GroupCoordinator, GroupDescription, GroupState
 from txlog.group_offsets import GroupOffsets
 from txlog.internal_topics import INTERNAL_TOPICS
 from txlog.topic_partition import OffsetAndMetadata, TopicPartition
@@ -73,6 +79,39 @@ class GroupOffsetRow:
     client_id: str | None = None
 
 
+class ResetScope(Enum):
+    """Where kafka-consumer-groups --reset-offsets moves a group (--to-earliest, --to-latest, ...)."""
+
+    TO_EARLIEST = "to-earliest"
+    TO_LATEST = "to-latest"
+    TO_OFFSET = "to-offset"
+    SHIFT_BY = "shift-by"
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetReset:
+    """One reset scenario; `value` is the offset of TO_OFFSET or the (signed) distance of SHIFT_BY."""
+
+    scope: ResetScope
+    value: int = 0
+
+    @classmethod
+    def to_earliest(cls) -> OffsetReset:
+        return cls(ResetScope.TO_EARLIEST)
+
+    @classmethod
+    def to_latest(cls) -> OffsetReset:
+        return cls(ResetScope.TO_LATEST)
+
+    @classmethod
+    def to_offset(cls, offset: int) -> OffsetReset:
+        return cls(ResetScope.TO_OFFSET, offset)
+
+    @classmethod
+    def shift_by(cls, delta: int) -> OffsetReset:
+        return cls(ResetScope.SHIFT_BY, delta)
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -113,12 +152,8 @@ class Admin:
     def list_offsets(self, partitions: Iterable[TopicPartition],
                      isolation_level: str | IsolationLevel = IsolationLevel.READ_COMMITTED) -> dict[TopicPartition, int]:
         """Latest offsets as ListOffsets answers them: the LSO under read_committed, else the log end."""
-        committed = IsolationLevel.parse(isolation_level) is IsolationLevel.READ_COMMITTED
-        out = {}
-        for tp in partitions:
-            log = self.store.partition(tp.topic, tp.partition)
-            out[tp] = log.last_stable_offset if committed else log.log_end_offset
-        return out
+        isolation = IsolationLevel.parse(isolation_level)
+        return {tp: latest_offset(self.store.partition(tp.topic, tp.partition), isolation) for tp in partitions}
 
     # ---- transactions ------------------------------------------------------------------------------
 
@@ -201,8 +236,7 @@ class Admin:
                                        f"{tp.topic}-{tp.partition}")
         pid = owners[0]
         for d in self.coordinator.list_transactions():
-            if d.state.producer_id == pid and d.state.state == TxnState.ONGOING and \
-                    (tp.topic, tp.partition) in d.state.partitions:
+            if d.state.producer_id == pid and d.state.is_ongoing_in(tp.topic, tp.partition):
                 raise InvalidTxnStateError(
                     f"the transaction at offset {start_offset} belongs to live transactional id "
                     f"'{d.transactional_id}'; end it with its producer or `abort --transactional-id`")
@@ -215,7 +249,7 @@ class Admin:
         """Groups with committed or pending offsets or a membership record."""
         return self.groups.list_groups()
 
-    def list_consumer_group_states(self) -> dict[str, str]:
+    def list_consumer_group_states(self) -> dict[str, GroupState]:
         """Each group with its state in Kafka's names (Empty, Reconciling, Stable)."""
         return self.group_coordinator.list_groups()
 
@@ -236,7 +270,7 @@ class Admin:
         rows = []
         for tp in sorted(set(committed) | set(owners)):
             try:
-                end = self.store.partition(tp.topic, tp.partition).last_stable_offset
+                end = latest_offset(self.store.partition(tp.topic, tp.partition), IsolationLevel.READ_COMMITTED)
             except UnknownTopicOrPartitionError:
                 end = -1
             value = committed.get(tp)
@@ -264,8 +298,49 @@ class Admin:
         if description is not None and description.members:
             raise GroupNotEmptyError(
                 f"Assignments can only be reset if the group '{group}' is inactive, but the current state "
-                f"is {description.state}.")
+                f"is {description.state.kafka_name}.")
         self.group_coordinator.commit_offsets(group, offsets, None)
+
+    def plan_offset_reset(self, group: str, partitions: Iterable[TopicPartition],
+                          reset: OffsetReset) -> dict[TopicPartition, int]:
+        """The new committed offsets of kafka-consumer-groups --reset-offsets (its dry run), written by nothing.
+
+        Every target is clamped into [log start, latest offset under read_committed], as
+        Kafka's tool clamps. Refused while the group has live members (GroupNotEmptyError):
+        they would overwrite the new offsets with their positions. SHIFT_BY moves the
+        committed offset and needs one (NoOffsetForPartitionError). Write the plan with
+        `alter_consumer_group_offsets`.
+        """
+        description = self.group_coordinator.describe(group)
+        if description is not None and description.members:
+            n = len(description.members)
+            raise GroupNotEmptyError(f"Assignments can only be reset if the group '{group}' is inactive, but the "
+                                     f"current state is {description.state.kafka_name} ({n} live member"
+                                     f"{'s' * (n != 1)}).")
+        tps = list(partitions)
+        committed = self.list_consumer_group_offsets(group)
+        ends = self.list_offsets(tps, IsolationLevel.READ_COMMITTED)
+        plan = {}
+        for tp in tps:
+            start, end = self.store.partition(tp.topic, tp.partition).log_start_offset, ends[tp]
+            plan[tp] = min(max(self._reset_target(group, tp, reset, start, end, committed), start), end)
+        return plan
+
+    @staticmethod
+    def _reset_target(group: str, tp: TopicPartition, reset: OffsetReset, start: int, end: int,
+                      committed: Mapping[TopicPartition, OffsetAndMetadata]) -> int:
+        """Where one partition would go before clamping."""
+        if reset.scope is ResetScope.TO_EARLIEST:
+            return start
+        if reset.scope is ResetScope.TO_LATEST:
+            return end
+        if reset.scope is ResetScope.TO_OFFSET:
+            return reset.value
+        current = committed.get(tp)
+        if current is None:
+            raise NoOffsetForPartitionError(f"group '{group}' has no committed offset for {tp.topic}-{tp.partition} "
+                                            "to shift from")
+        return current.offset + reset.value
 
     def delete_consumer_group_offsets(self, group: str, partitions: Iterable[TopicPartition]) -> None:
         self.groups.delete_offsets(group, partitions)

@@ -16,6 +16,18 @@ require-stable, so a transaction still holding a pending offset commit for the
 partition makes the consumer wait instead of resuming from an offset that is about
 to change (KIP-447). Positions only move forward on their own; only `seek*` and an
 out-of-range position (retention, a log cut back) move them elsewhere.
+
+Every request goes through a `txlog.transport.Transport` (Fetch, ListOffsets, OffsetFetch,
+OffsetCommit, ConsumerGroupHeartbeat), one made on the consumer's store unless `transport=`
+is given (e.g. a `txlog.fault_injection.FaultInjectingTransport`).
+
+When `poll` writes: there is no broker daemon to abort a transaction whose producer died, so
+on a writable store a poll that is blocked by an open transaction (its partition is at the
+LSO with data beyond it, or its committed offset is pending) runs the transaction
+coordinator's sweep, `Transport.abort_expired_transactions`: it writes ABORT markers for
+transactions past their timeout and completes decided ones. It runs at most every
+EXPIRED_SWEEP_INTERVAL_MS (UNSTABLE_SWEEP_INTERVAL_MS while a committed offset is pending).
+A consumer on a read-only store never writes.
 """
 
 from __future__ import annotations
@@ -29,7 +41,6 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 from storage.errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from storage.store import Store
 from txlog.consumer_record import ConsumerRecord
-from txlog.coordinator import TransactionCoordinator
 from txlog.errors import (
     FencedMemberEpochError,
     IllegalArgumentError,
@@ -40,22 +51,22 @@ from txlog.errors import (
     UnknownMemberIdError,
     UnstableOffsetCommitError,
 )
-from txlog.fetch import IsolationLevel, fetch
+from txlog.fetch import IsolationLevel
 from txlog.group_coordinator import (
     DEFAULT_HEARTBEAT_INTERVAL_MS,
     DEFAULT_MAX_POLL_INTERVAL_MS,
     DEFAULT_SESSION_TIMEOUT_MS,
-    GroupCoordinator,
     check_session_settings,
 )
-from txlog.group_offsets import GroupOffsets, InvalidGroupIdError
+from txlog.group_offsets import InvalidGroupIdError
 from txlog.membership import ConsumerGroupMetadata, Membership
 from txlog.topic_partition import OffsetAndMetadata, TopicPartition
+from txlog.transport import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Transport
 
 OFFSET_RESET_POLICIES = ("earliest", "latest", "none")
 _EARLIEST, _LATEST = "earliest", "latest"
 POLL_BACKOFF_S = 0.01  # sleep between empty fetch rounds while poll waits for data
-EXPIRED_SWEEP_INTERVAL_MS = 10_000  # how often a blocked reader may run the coordinator's timeout sweep
+EXPIRED_SWEEP_INTERVAL_MS = 10_000  # how often a blocked poll may run the coordinator's sweep (a write)
 # A partition whose committed offset is pending is not read at all until its transaction ends (a
 # new owner after a rebalance waits there), so that wait sweeps more often than a pinned LSO does.
 UNSTABLE_SWEEP_INTERVAL_MS = 1_000
@@ -86,7 +97,7 @@ class Consumer:
                  max_poll_interval_ms: int = DEFAULT_MAX_POLL_INTERVAL_MS,
                  heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS,
                  group_remote_assignor: str | None = None, client_id: str = "txlog",
-                 clock: Callable[[], int] | None = None):
+                 clock: Callable[[], int] | None = None, transport: Transport | None = None):
         self._isolation = IsolationLevel.parse(isolation_level)
         _check_config(group_id, auto_offset_reset, auto_commit_interval_ms, max_poll_records,
                       fetch_max_bytes, max_partition_fetch_bytes)
@@ -108,8 +119,7 @@ class Consumer:
             self._store, self._owns_store = path_or_store, False
         else:
             self._store, self._owns_store = Store.open(path_or_store), True
-        self._groups = GroupOffsets(self._store, clock=self._clock)
-        self._coordinator = GroupCoordinator(self._store, self._groups, clock=self._clock)
+        self._transport = transport if transport is not None else Transport(self._store, clock=self._clock)
         self._membership: Membership | None = None  # set while subscribed as a group member
         self._listener: Any = None
         # Without a group (as in kafka-python) or on a read-only store (a Kafka data directory)
@@ -160,7 +170,7 @@ class Consumer:
         self._pattern = re.compile(pattern) if pattern is not None else None
         self._listener = listener
         if self._group_id is not None and not self._store.read_only and self._membership is None:
-            self._membership = Membership(self._store, self._coordinator, self._group_id, clock=self._clock,
+            self._membership = Membership(self._store, self._transport, self._group_id, clock=self._clock,
                                           **self._member_settings)
         self._refresh_subscription()
 
@@ -316,6 +326,17 @@ class Consumer:
         """Start from the end offset under this isolation (LSO for read_committed) when next used."""
         self._seek_lazily(partitions, _LATEST)
 
+    def seek_clamped(self, partition: TopicPartition, offset: int) -> int:
+        """Seek to `offset`, or for a negative one that many offsets before the end offset under this
+        isolation (kcat's `-o -N`), clamped into [log start, log end] instead of being left to
+        auto_offset_reset; returns the offset chosen."""
+        tp = _as_tp(partition)
+        start = self._transport.list_offsets(tp, EARLIEST_TIMESTAMP, self._isolation)[0]
+        log_end = self._transport.list_offsets(tp, LATEST_TIMESTAMP, IsolationLevel.READ_UNCOMMITTED)[0]
+        target = min(max(self._end_offset(tp) + offset if offset < 0 else offset, start), log_end)
+        self.seek(tp, target)
+        return target
+
     def _seek_lazily(self, partitions: tuple[TopicPartition, ...], where: str) -> None:
         """Like Kafka, resolve the offset when it is next needed, so 'end' means the end then."""
         self._check_open()
@@ -365,12 +386,12 @@ class Consumer:
         if self._group_id is None:
             return None
         stable = self._isolation is IsolationLevel.READ_COMMITTED
-        found = self._groups.committed(self._group_id, [tp], require_stable=stable).get(tp)
+        found = self._transport.offset_fetch(self._group_id, [tp], require_stable=stable).get(tp)
         return None if found is None else found.offset
 
     def _reset_offset(self, tp: TopicPartition, policy: str) -> int:
         if policy == _EARLIEST:
-            return self._store.partition(*tp).log_start_offset
+            return self._transport.list_offsets(tp, EARLIEST_TIMESTAMP, self._isolation)[0]
         if policy == _LATEST:
             return self._end_offset(tp)
         raise NoOffsetForPartitionError(
@@ -379,10 +400,7 @@ class Consumer:
 
     def _end_offset(self, tp: TopicPartition) -> int:
         """Kafka's ListOffsets(LATEST) with isolation: the LSO for read_committed, else the log end."""
-        log = self._store.partition(*tp)
-        if self._isolation is IsolationLevel.READ_COMMITTED:
-            return log.last_stable_offset
-        return log.log_end_offset
+        return self._transport.list_offsets(tp, LATEST_TIMESTAMP, self._isolation)[0]
 
     # ---- polling ------------------------------------------------------------------------------
 
@@ -391,7 +409,9 @@ class Consumer:
 
         Waits up to `timeout_ms` for data (short sleeps), and returns [] when there is
         none: every partition is at the end of what the isolation level lets it see,
-        paused, or waiting for a pending offset commit to be decided.
+        paused, or waiting for a pending offset commit to be decided. Blocked by an open
+        transaction on a writable store, it may run the coordinator's sweep, which writes
+        (see the module docstring: `_maybe_abort_expired_transactions`).
         """
         self._check_open()
         limit = self._max_poll_records if max_records is None else max_records
@@ -459,7 +479,7 @@ class Consumer:
         except UnstableOffsetCommitError:
             # The pending commit's transaction may belong to a producer that died: only
             # its timeout ends it, and with no daemon somebody must run that sweep.
-            self._maybe_sweep_expired(UNSTABLE_SWEEP_INTERVAL_MS)
+            self._maybe_abort_expired_transactions(UNSTABLE_SWEEP_INTERVAL_MS)
             return None
         except UnknownTopicOrPartitionError:
             return None
@@ -470,26 +490,24 @@ class Consumer:
         start = self._try_resolve(tp)
         if start is None:
             return [], False, 0
-        try:
-            log = self._store.partition(*tp)
-        except UnknownTopicOrPartitionError:
-            return [], False, 0  # the topic was deleted under us
         max_bytes = max(1, min(self._partition_fetch_bytes, budget))
         try:
-            result = fetch(log, start, self._isolation, max_records=room, max_bytes=max_bytes)
+            result = self._transport.fetch(tp, start, self._isolation, max_records=room, max_bytes=max_bytes)
+        except UnknownTopicOrPartitionError:
+            return [], False, 0  # the topic was deleted under us
         except OffsetOutOfRangeError:
             return [], self._reset_out_of_range(tp, state, start), 0
         moved = result.next_offset > start
         if not result.records and result.next_offset >= result.last_stable_offset < result.high_watermark:
-            self._maybe_sweep_expired()
+            self._maybe_abort_expired_transactions()
         state.position = max(start, result.next_offset)
         used = sum(_approx_size(r) for r in result.records)
         return result.records, moved, used
 
-    def _maybe_sweep_expired(self, interval_ms: int = EXPIRED_SWEEP_INTERVAL_MS) -> None:
-        """Blocked at an open transaction's LSO: let the coordinator time out expired ones.
+    def _maybe_abort_expired_transactions(self, interval_ms: int = EXPIRED_SWEEP_INTERVAL_MS) -> None:
+        """Blocked at an open transaction's LSO: run the coordinator's sweep, a write.
 
-        There is no daemon to abort a transaction whose producer died (DESIGN.md §5); a
+        There is no daemon to abort a transaction whose producer died (docs/DESIGN.md §5); a
         reader with write access does the coordinator's sweep, at most every
         EXPIRED_SWEEP_INTERVAL_MS (Kafka's abort.timed.out.transaction.cleanup.interval.ms), or
         `interval_ms` where the wait blocks a whole partition (an unstable committed offset).
@@ -501,7 +519,7 @@ class Consumer:
             return
         self._last_sweep_ms = now
         try:
-            TransactionCoordinator(self._store, clock=self._clock).sweep_all()
+            self._transport.abort_expired_transactions()
         except KafkaError:
             pass
 
@@ -533,7 +551,8 @@ class Consumer:
 
     def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         self._check_open()
-        return {tp: self._store.partition(*tp).log_start_offset for tp in map(_as_tp, partitions)}
+        return {tp: self._transport.list_offsets(tp, EARLIEST_TIMESTAMP, self._isolation)[0]
+                for tp in map(_as_tp, partitions)}
 
     def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """The LSO under read_committed, the log end under read_uncommitted."""
@@ -551,19 +570,8 @@ class Consumer:
             tp = _as_tp(tp)
             if isinstance(ts, bool) or not isinstance(ts, int) or ts < 0:
                 raise IllegalArgumentError(f"target timestamp for {tp.topic}-{tp.partition} must be ≥ 0, not {ts!r}")
-            out[tp] = self._offset_for_time(tp, ts)
+            out[tp] = self._transport.list_offsets(tp, ts, self._isolation)
         return out
-
-    def _offset_for_time(self, tp: TopicPartition, ts: int) -> tuple[int, int] | None:
-        log = self._store.partition(*tp)
-        offset = log.offset_for_timestamp(ts)
-        if offset is None or offset >= self._end_offset(tp):
-            return None
-        for batch in log.read(offset, 1):
-            for record in batch.records():
-                if record.offset == offset:
-                    return offset, record.timestamp
-        return None
 
     def topics(self) -> set[str]:
         """Names of the store's non-internal topics."""
@@ -591,7 +599,7 @@ class Consumer:
     def _commit_to_group(self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int]) -> None:
         """A plain commit, as this consumer's member of the group when it is one (fenced if it is not)."""
         member = self._membership.ref() if self._membership is not None else None
-        self._coordinator.commit_offsets(self._group_id, offsets, member)
+        self._transport.offset_commit(self._group_id, offsets, member)
         self._auto_committed.update({tp: _offset_of(om) for tp, om in offsets.items()})
 
     def committed(self, partition: TopicPartition | Iterable[TopicPartition], *, timeout_ms: int = 0
@@ -610,7 +618,7 @@ class Consumer:
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
             try:
-                found = self._groups.committed(group, wanted, require_stable=stable)
+                found = self._transport.offset_fetch(group, wanted, require_stable=stable)
                 break
             except UnstableOffsetCommitError:
                 if time.monotonic() >= deadline:

@@ -1,13 +1,14 @@
 """The transaction coordinator: Kafka's state machine over `__transaction_state`, without a daemon.
 
-The coordinator is a module, not a process (DESIGN.md §5). A transactional id's state is
-the last record for its key in the coordinator partition that owns it (kafka-formats.md
-§4.3). Every state change happens under that partition's lock, after catching up on what
-other processes wrote, and starts with housekeeping nobody else would do for us:
+The coordinator is a module, not a process (docs/DESIGN.md §5). A transactional id's state is
+the last record for its key in the coordinator partition that owns it
+(docs/kafka-formats.md §4.3). Every state change happens under that partition's lock, after
+catching up on what other processes wrote, and starts with housekeeping nobody else would do
+for us:
 
 * a PREPARE_COMMIT / PREPARE_ABORT found in the log is rolled forward (markers to every
   partition, then COMPLETE_*): the PREPARE record is the single commit point
-  (reliability rule 11), so completing it is always safe and never guessed;
+  (docs/reliability-scenarios.md rule 11), so completing it is always safe and never guessed;
 * an Ongoing transaction older than its timeout is fenced and aborted;
 * an idle transactional id older than `transactional.id.expiration.ms` is tombstoned.
 
@@ -27,7 +28,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Iterator
 
 from storage.errors import KafkaStorageError, UnknownTopicOrPartitionError
-from storage.partition_log import PartitionLog
+from storage.partition_log import AppendResult, PartitionLog
 from storage.records import ControlType, RecordBatch, build_batch
 from storage.store import Store
 from txlog.errors import (
@@ -57,13 +58,16 @@ from txlog.transaction_log import (
 )
 
 MAX_EPOCH = 32767  # Short.MAX_VALUE: reserved so a fence is always possible
-EXHAUSTED_EPOCH = 32766  # at or above this, the next bump rotates to a new producer id (§5.9)
+EXHAUSTED_EPOCH = 32766  # at or above this, the next bump rotates to a new producer id (docs/kafka-formats.md §5.9)
 FENCED_ROTATION_EPOCH = 1  # first epoch of a producer id rotated in by a fence, see _prepare
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
 MAX_TRANSACTION_TIMEOUT_MS = 900_000
 DEFAULT_ID_EXPIRATION_MS = 7 * 24 * 3600 * 1000
 SNAPSHOT_NAME = "txlog-coordinator"
 SWEEP_INTERVAL_MS = 10_000  # Kafka's transaction.abort.timed.out.transaction.cleanup.interval.ms
+
+# (topic, partition, control, producer id, producer epoch, coordinator epoch, timestamp) -> the append
+MarkerWriter = Callable[[str, int, ControlType, int, int, int, int], AppendResult]
 
 _PREPARE = (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
 _IDLE = (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
@@ -122,9 +126,13 @@ class TransactionCoordinator:
 
     def __init__(self, store: Store, *, clock: Callable[[], int] | None = None,
                  transactional_id_expiration_ms: int = DEFAULT_ID_EXPIRATION_MS,
-                 max_transaction_timeout_ms: int = MAX_TRANSACTION_TIMEOUT_MS):
+                 max_transaction_timeout_ms: int = MAX_TRANSACTION_TIMEOUT_MS,
+                 write_marker: MarkerWriter | None = None):
         self.store = store
         self._clock = clock or _now_ms
+        # WriteTxnMarkers: a transport routes it through itself (so faults can hit it); alone,
+        # the coordinator appends to the partition directly.
+        self._write_marker = write_marker or self._append_marker
         self.id_expiration_ms = transactional_id_expiration_ms
         self.max_timeout_ms = max_transaction_timeout_ms
         self._parts: dict[int, _CoordinatorPartition] = {}
@@ -212,7 +220,7 @@ class TransactionCoordinator:
                 return self._complete(part, txn_id, value)
             except KafkaStorageError:
                 return value  # still decided; the next operation retries the markers
-        if value.state == TxnState.ONGOING and value.start_ms + value.timeout_ms < now:
+        if value.is_expired(now):
             return self._fence_and_abort(part, txn_id, value)
         if value.state in _IDLE and value.last_update_ms <= now - self.id_expiration_ms:
             self._write(part, txn_id, None)
@@ -238,7 +246,7 @@ class TransactionCoordinator:
         """Time out other ids' expired transactions now and then, so none pins an LSO for long.
 
         A transaction of another id may be open in the same data partitions as ours; with
-        no daemon, somebody's work has to abort it once it expires (reliability rule 15).
+        no daemon, somebody's work has to abort it once it expires (docs/reliability-scenarios.md rule 15).
         """
         now = self._clock()
         if now - self._last_full_sweep_ms < SWEEP_INTERVAL_MS:
@@ -254,7 +262,7 @@ class TransactionCoordinator:
     # ---- the transaction end: prepare, markers, complete ----------------------------------------------
 
     def _bumped(self, value: TxnLogValue, bump: int) -> tuple[int, int]:
-        """(marker epoch, next producer id): past the exhausted epoch the id rotates (§5.9)."""
+        """(marker epoch, next producer id): past the exhausted epoch the id rotates (docs/kafka-formats.md §5.9)."""
         epoch = value.producer_epoch + bump
         if epoch >= MAX_EPOCH or value.producer_epoch >= EXHAUSTED_EPOCH:
             return MAX_EPOCH, self.store.allocate_producer_id()
@@ -281,10 +289,10 @@ class TransactionCoordinator:
         control = ControlType.COMMIT if prepared.state == TxnState.PREPARE_COMMIT else ControlType.ABORT
         for topic, partition in prepared.partitions:
             try:
-                log = self.store.partition(topic, partition)
+                self._write_marker(topic, partition, control, prepared.producer_id, prepared.producer_epoch, 0,
+                                   self._clock())
             except UnknownTopicOrPartitionError:
                 continue  # the topic was deleted: nothing left to mark
-            log.append_marker(control, prepared.producer_id, prepared.producer_epoch, 0, self._clock())
         pid, epoch, previous = prepared.producer_id, prepared.producer_epoch, prepared.previous_producer_id
         if prepared.next_producer_id >= 0:
             pid, epoch, previous = prepared.next_producer_id, _rotated_epoch(prepared), prepared.producer_id
@@ -293,6 +301,11 @@ class TransactionCoordinator:
                        last_update_ms=self._clock())
         self._write(part, txn_id, done)
         return done
+
+    def _append_marker(self, topic: str, partition: int, control: ControlType, producer_id: int,
+                       producer_epoch: int, coordinator_epoch: int, timestamp: int) -> AppendResult:
+        return self.store.partition(topic, partition).append_marker(control, producer_id, producer_epoch,
+                                                                    coordinator_epoch, timestamp)
 
     def _fence_and_abort(self, part: _CoordinatorPartition, txn_id: str, value: TxnLogValue) -> TxnLogValue:
         return self._complete(part, txn_id, self._prepare(part, txn_id, value, commit=False, bump=2))

@@ -24,7 +24,7 @@ from storage.store import Store
 from txlog.errors import KafkaError
 from txlog.fetch import IsolationLevel, fetch
 from txlog.producer import Producer
-from txlog.transport import Fault, FaultPlan
+from txlog.fault_injection import Fault, FaultPlan
 
 DEFAULT_RECORDS = 200
 DEFAULT_FAULT_RATE = 0.2

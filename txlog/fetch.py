@@ -1,11 +1,11 @@
-"""The read path: one fetch of one partition under an isolation level (DESIGN.md §6).
+"""The read path: one fetch of one partition under an isolation level (docs/DESIGN.md §6).
 
 This is Kafka's fetch split the way the broker and the consumer split it, with both
 halves run in the caller's process:
 
 * the "broker" half caps the read at the log end (read_uncommitted) or the last stable
   offset (read_committed) and, for read_committed, collects from the `.txnindex` files
-  the aborted transactions overlapping the bytes read (kafka-formats.md §5.6);
+  the aborted transactions overlapping the bytes read (docs/kafka-formats.md §5.6);
 * the "consumer" half walks the batches in order and drops, per producer, the data of
   those aborted transactions up to their ABORT marker, plus every control batch.
 
@@ -13,25 +13,30 @@ Aborted batches are recognised from their header alone, so a skipped transaction
 never decompressed or decoded, and nothing is buffered beyond the batches one read
 returns: a transaction of any size costs the same memory as plain data.
 
-It is a pure function over a `PartitionLog` so that the Consumer and the Spark source
-share one definition of what each isolation level sees.
+This module is the one definition of what each isolation level sees, shared by the
+Consumer (its fetches and ListOffsets, through the transport), the Admin and the Spark
+source (whose planner takes one look at each log, and whose executors read the segment
+files without a `PartitionLog`):
+
+* `latest_offset`: where an isolation level's view of a partition ends (Kafka's
+  ListOffsets(LATEST): the LSO under read_committed, the log end under read_uncommitted);
+* `visible_batches` with `AbortedFilter`: which batches it shows, judged from headers;
+* `visible_records`: which records of a shown batch fall inside the offsets asked for.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from operator import attrgetter
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, NamedTuple, Protocol
 
-from storage.errors import InvalidRecordError, OffsetOutOfRangeError
+from storage.errors import OffsetOutOfRangeError
 from storage.partition_log import PartitionLog
-from storage.records import Record, RecordBatch
+from storage.records import RecordBatch
 from storage.transaction_index import AbortedTxn
 from txlog.consumer_record import ConsumerRecord
 from txlog.errors import IllegalArgumentError
 
-_OFFSET = attrgetter("offset")
 _new_tuple = tuple.__new__
 
 
@@ -49,6 +54,45 @@ class IsolationLevel(str, Enum):
         except ValueError:
             choices = ", ".join(level.value for level in cls)
             raise IllegalArgumentError(f"isolation level must be one of {choices}, not {value!r}") from None
+
+
+class LogOffsets(Protocol):
+    """The two offsets an isolation level's view ends at: a live `PartitionLog`, or one look at it."""
+
+    @property
+    def last_stable_offset(self) -> int: ...
+
+    @property
+    def log_end_offset(self) -> int: ...
+
+
+class LogBounds(NamedTuple):
+    """What one `PartitionLog.bounds()` look says: where the log starts, is stable to, and ends.
+
+    A reader that needs several of them (a fetch, a query plan) takes them from one look
+    so they agree with each other; a NamedTuple, so it unpacks as `bounds()` does.
+    """
+
+    log_start_offset: int
+    last_stable_offset: int
+    log_end_offset: int
+
+    @classmethod
+    def of(cls, log: PartitionLog) -> "LogBounds":
+        return cls._make(log.bounds())
+
+
+def latest_offset(offsets: LogOffsets, isolation: IsolationLevel) -> int:
+    """Kafka's "latest" offset under `isolation`: the end of what that isolation level can see.
+
+    read_committed may not pass the last stable offset (the first offset of the earliest
+    open transaction, else the log end); read_uncommitted reads up to the log end (the
+    high watermark: here every appended batch is replicated). Only the offset needed is
+    read, so a live `PartitionLog` catches up once.
+    """
+    if isolation is IsolationLevel.READ_COMMITTED:
+        return offsets.last_stable_offset
+    return offsets.log_end_offset
 
 
 @dataclass(frozen=True)
@@ -72,15 +116,16 @@ def fetch(log: PartitionLog, start_offset: int, isolation: IsolationLevel | str,
     """
     isolation = IsolationLevel.parse(isolation)
     _check_limits(max_records, max_bytes)
-    log_start, lso, hw = log.bounds()
+    bounds = LogBounds.of(log)
+    log_start, lso, hw = bounds
     if start_offset < log_start or start_offset > hw:
         raise OffsetOutOfRangeError(
             f"offset {start_offset} is outside [{log_start}, {hw}] of {log.topic}-{log.partition}"
         )
-    upper = lso if isolation is IsolationLevel.READ_COMMITTED else hw
+    upper = latest_offset(bounds, isolation)
     if start_offset >= upper:
         return FetchResult([], start_offset, hw, lso)
-    walk = _Walk(log, start_offset, max_records, isolation is IsolationLevel.READ_COMMITTED)
+    walk = _Walk(log, start_offset, upper, max_records, isolation is IsolationLevel.READ_COMMITTED)
     for read_from, batches in _reads(log, start_offset, upper, max_bytes, walk):
         walk.take(read_from, batches)
     return FetchResult(walk.records, walk.next_offset, hw, lso)
@@ -119,24 +164,47 @@ class AbortedFilter:
             while self._pending and self._pending[-1].first_offset <= batch.last_offset:
                 self._producers.add(self._pending.pop().producer_id)
             if batch.is_control:
-                if is_abort_marker(batch):
+                if batch.is_abort_marker():
                     self._producers.discard(batch.producer_id)
                 return True
             return batch.is_transactional and batch.producer_id in self._producers
         return batch.is_control
 
 
-def is_abort_marker(batch: RecordBatch) -> bool:
-    """Whether a control batch ends its producer's transaction with ABORT.
+def visible_batches(batches: Iterable[RecordBatch], start: int, end: int,
+                    aborted: AbortedFilter | None) -> Iterator[RecordBatch]:
+    """The data batches holding offsets in [start, end) that an isolation level shows, in log order.
 
-    A control batch emptied by compaction has no record left; it ends nothing.
+    `batches` run in log order and may begin before `start` (a read starts at the batch
+    holding it, an index lookup a little earlier); `end` is the isolation level's cap
+    (`latest_offset`, or a planned range's end). `aborted` is the read_committed state:
+    batches of aborted transactions are skipped up to their ABORT marker; None is
+    read_uncommitted. Control batches are never shown. Batches are judged by their
+    headers alone, so a hidden batch is never decompressed or decoded, and a caller
+    that stops early leaves the rest unread. The records to take from a yielded batch
+    are `visible_records(batch, start, end)`.
     """
-    if batch.records_count == 0:
-        return False
-    try:
-        return batch.control_marker().is_abort
-    except InvalidRecordError:
-        return False
+    for batch in batches:
+        if batch.base_offset + batch.last_offset_delta < start:
+            continue  # wholly before the start: its aborts were closed before the range began
+        if batch.base_offset >= end:
+            return
+        if aborted.skip(batch) if aborted is not None else batch.is_control:
+            continue
+        yield batch
+
+
+def visible_records(batch: RecordBatch, start: int, end: int) -> list[tuple]:
+    """The records of a visible batch at offsets in [start, end), as tuples in `Record`'s field order.
+
+    Only a batch straddling an edge is filtered record by record: a read may start inside
+    a batch (the previous fetch stopped at its record limit there), and a planned range
+    may end inside one. A batch whose header lies inside the range is taken whole.
+    """
+    records = batch.record_tuples()
+    if batch.base_offset < start or batch.base_offset + batch.last_offset_delta >= end:
+        return [record for record in records if start <= record[0] < end]
+    return records
 
 
 #: The first read of a fetch asks for max_records x this many bytes (at least _MIN_READ_BYTES,
@@ -184,12 +252,13 @@ class _Walk:
     Fed the batches of one fetch in log order, possibly over several reads.
     """
 
-    def __init__(self, log: PartitionLog, start_offset: int, max_records: int, committed_only: bool):
+    def __init__(self, log: PartitionLog, start_offset: int, end_offset: int, max_records: int,
+                 committed_only: bool):
         self.log = log
         self.start_offset = start_offset
+        self.end_offset = end_offset
         self.max_records = max_records
-        self.committed_only = committed_only
-        self.filter = AbortedFilter(())
+        self.aborted = AbortedFilter(()) if committed_only else None
         self.records: list[ConsumerRecord] = []
         self.next_offset = start_offset
 
@@ -198,44 +267,38 @@ class _Walk:
         return self.max_records - len(self.records)
 
     def take(self, read_from: int, batches: list[RecordBatch]) -> None:
-        """Walk batches read from offset `read_from` on (they continue the ones taken before)."""
-        if self.committed_only:
-            self.filter.add(self.log.aborted_transactions(read_from, batches[-1].next_offset))
-        out = self.records
-        for batch in batches:
-            if len(out) >= self.max_records:
-                break
-            skip = self.filter.skip(batch) if self.committed_only else batch.is_control
-            if skip:
-                self.next_offset = max(self.next_offset, batch.next_offset)
-                continue
-            self.next_offset = _take_records(self.log, batch, self.start_offset, self.max_records - len(out), out,
-                                             self.next_offset)
+        """Walk batches read from offset `read_from` on (they continue the ones taken before).
+
+        The next offset passes every batch walked, shown or hidden, except when the
+        record limit cuts a batch: then it is the offset after the last record taken.
+        Once full, hidden batches after the last one taken are not passed: the next
+        fetch walks them.
+        """
+        aborted = self.aborted
+        if aborted is not None:
+            aborted.add(self.log.aborted_transactions(read_from, batches[-1].next_offset))
+        start, end, out = self.start_offset, self.end_offset, self.records
+        for batch in visible_batches(batches, start, end, aborted):
+            room = self.max_records - len(out)
+            if room <= 0:
+                return
+            records = visible_records(batch, start, end)
+            if len(records) > room:  # the batch is cut after the last record taken
+                records = records[:room]
+                out.extend(_consumer_records(self.log, batch, records))
+                self.next_offset = records[-1][0] + 1
+                return
+            if records:
+                out.extend(_consumer_records(self.log, batch, records))
+                self.next_offset = records[-1][0] + 1
+            # Every record of the batch is taken: compaction may have removed the last
+            # offsets of a batch, so the batch's own end is where the next read starts.
+            self.next_offset = max(self.next_offset, batch.next_offset)
+        if len(out) < self.max_records:  # every batch was walked: hidden ones at the end are passed too
+            self.next_offset = max(self.next_offset, batches[-1].next_offset)
 
 
-def _take_records(log: PartitionLog, batch: RecordBatch, start_offset: int, room: int,
-                  out: list[ConsumerRecord], next_offset: int) -> int:
-    """Append up to `room` records of a data batch at offsets ≥ start_offset; returns the new next offset.
-
-    A fetch may start inside a batch (the previous one stopped at max_records there):
-    records below `start_offset` were already returned and are dropped here.
-    """
-    records = batch.records()
-    if records and min(map(_OFFSET, records)) < start_offset:
-        records = [record for record in records if record.offset >= start_offset]
-    if len(records) > room:  # room ≥ 1: the batch is cut after the last record taken
-        records = records[:room]
-        out.extend(_consumer_records(log, batch, records))
-        return records[-1].offset + 1
-    if records:
-        out.extend(_consumer_records(log, batch, records))
-        next_offset = records[-1].offset + 1
-    # Every record of the batch is consumed: compaction may have removed the last
-    # offsets of a batch, so the batch's own end is where the next read starts.
-    return max(next_offset, batch.next_offset)
-
-
-def _consumer_records(log: PartitionLog, batch: RecordBatch, records: list[Record]) -> list[ConsumerRecord]:
+def _consumer_records(log: PartitionLog, batch: RecordBatch, records: list[tuple]) -> list[ConsumerRecord]:
     """ConsumerRecords of one batch's records, its shared fields looked up once.
 
     This is the per-record cost of every read: calling ConsumerRecord(...) per record

@@ -34,6 +34,7 @@ import socket
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from typing import Callable, Iterable, Iterator
 
 from storage.errors import CorruptRecordError
@@ -75,8 +76,26 @@ DEFAULT_SESSION_TIMEOUT_MS = 45_000
 DEFAULT_MAX_POLL_INTERVAL_MS = 300_000
 DEFAULT_HEARTBEAT_INTERVAL_MS = 3_000
 
-# Kafka's group states for consumer groups (ConsumerGroup.ConsumerGroupState), as its tools print them.
-EMPTY, ASSIGNING, RECONCILING, STABLE, DEAD, UNKNOWN = "Empty", "Assigning", "Reconciling", "Stable", "Dead", "Unknown"
+
+class GroupState(StrEnum):
+    """Kafka's states of a consumer group (ConsumerGroup.ConsumerGroupState).
+
+    Each value is Kafka's own name, so the enum is the one table of them; a state
+    compares equal to its name.
+    """
+
+    EMPTY = "Empty"
+    ASSIGNING = "Assigning"
+    RECONCILING = "Reconciling"
+    STABLE = "Stable"
+    DEAD = "Dead"
+    UNKNOWN = "Unknown"  # what the tools print for a group whose record cannot be read
+
+    @property
+    def kafka_name(self) -> str:
+        """The name kafka-consumer-groups.sh prints (Empty, Stable, ...)."""
+        return self.value
+
 
 Partitions = frozenset[TopicPartition]
 
@@ -117,12 +136,12 @@ class Group:
     assigned: bool = False  # the assignor has run on this state (partition counts are read then)
 
     @property
-    def state(self) -> str:
+    def state(self) -> GroupState:
         if not self.members:
-            return EMPTY
+            return GroupState.EMPTY
         if all(m.stable(self.generation) for m in self.members.values()):
-            return STABLE
-        return RECONCILING
+            return GroupState.STABLE
+        return GroupState.RECONCILING
 
     def owner_of(self, tp: TopicPartition, *, other_than: str) -> str | None:
         for m in self.members.values():
@@ -227,7 +246,7 @@ class MemberDescription:
 @dataclass(frozen=True, slots=True)
 class GroupDescription:
     group_id: str
-    state: str
+    state: GroupState
     group_epoch: int
     assignor: str
     members: tuple[MemberDescription, ...]
@@ -419,7 +438,7 @@ class GroupCoordinator:
                 pass
         return _description(group)
 
-    def list_groups(self) -> dict[str, str]:
+    def list_groups(self) -> dict[str, GroupState]:
         """Every group known to `__consumer_offsets` with its state; listing writes nothing, so
         expired members are only left out of the state, not removed."""
         records = self._offsets.all_group_metadata()
@@ -428,7 +447,7 @@ class GroupCoordinator:
             try:
                 group = group_from_record(name, records.get(name))
             except CorruptRecordError:
-                out[name] = UNKNOWN  # a damaged record (a foreign log dir): `describe` names the damage
+                out[name] = GroupState.UNKNOWN  # a damaged record (a foreign log dir): `describe` names the damage
                 continue
             self._expire(group, None, tidy=False)
             out[name] = group.state

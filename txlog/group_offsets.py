@@ -1,7 +1,7 @@
-"""Consumer groups' committed offsets, replayed from `__consumer_offsets` (DESIGN.md §7).
+"""Consumer groups' committed offsets, replayed from `__consumer_offsets` (docs/DESIGN.md §7).
 
 A group's offsets live in the one partition of `__consumer_offsets` its id hashes to
-(kafka-formats.md §4.3), as offset-commit records (§4.2). The state is the replay of
+(docs/kafka-formats.md §4.3), as offset-commit records (docs/kafka-formats.md §4.2). The state is the replay of
 that partition, with Kafka's loading rules (GroupMetadataManager):
 
 * a non-transactional record takes effect at once; a tombstone deletes the offset;
@@ -192,7 +192,7 @@ def _now_ms() -> int:
 
 
 class GroupOffsets:
-    """Every group's committed offsets, replayed from __consumer_offsets (DESIGN.md §7).
+    """Every group's committed offsets, replayed from __consumer_offsets (docs/DESIGN.md §7).
 
     One object per store is enough for a process; every query first catches up on what
     any process appended, so two objects on one directory see each other's commits.

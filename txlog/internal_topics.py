@@ -1,10 +1,10 @@
 """The two internal topics the exactly-once layer keeps its state in, and who owns which id.
 
 `__transaction_state` holds the transaction coordinator's log and `__consumer_offsets`
-the groups' committed offsets (kafka-formats.md §4). Both are created on first use with
+the groups' committed offsets (docs/kafka-formats.md §4). Both are created on first use with
 a small fixed partition count: there is one machine, and each partition is one lock,
 so a handful is enough to keep unrelated transactional ids and groups from queueing
-behind each other. Ids map to partitions with Kafka's own rule (§4.3), so a given
+behind each other. Ids map to partitions with Kafka's own rule (docs/kafka-formats.md §4.3), so a given
 transactional id lands on the partition Kafka would pick for the same count.
 """
 

@@ -5,6 +5,8 @@ member's identity (member id, epoch, static instance id), its session (the lock 
 heartbeat file of `txlog.member_session`, kept fresh by a background thread, as Kafka's
 heartbeat thread keeps a slow poll loop alive) and the pacing of heartbeats to the
 coordinator: every `heartbeat_interval_ms`, and quickly while a reconciliation is under way.
+Heartbeats (join and leave included) are ConsumerGroupHeartbeat requests through the
+consumer's `txlog.transport.Transport`; the session files are local, not requests.
 """
 
 from __future__ import annotations
@@ -20,13 +22,13 @@ from txlog.group_coordinator import (
     JOIN_EPOCH,
     LEAVE_EPOCH,
     STATIC_LEAVE_EPOCH,
-    GroupCoordinator,
     HeartbeatRequest,
     HeartbeatResponse,
     MemberRef,
     Partitions,
 )
 from txlog.member_session import MemberSession
+from txlog.transport import Transport
 
 RECONCILE_BEAT_MS = 50  # heartbeat pace while partitions wait to be revoked or released
 
@@ -58,10 +60,10 @@ def new_member_id() -> str:
 class Membership:
     """One member of one group, for one consumer."""
 
-    def __init__(self, store: Store, coordinator: GroupCoordinator, group_id: str, *, instance_id: str | None,
+    def __init__(self, store: Store, transport: Transport, group_id: str, *, instance_id: str | None,
                  session_timeout_ms: int, max_poll_interval_ms: int, heartbeat_interval_ms: int,
                  assignor: str | None, client_id: str, clock: Callable[[], int]):
-        self._store, self._coordinator, self.group_id = store, coordinator, group_id
+        self._store, self._transport, self.group_id = store, transport, group_id
         self.instance_id = instance_id
         self.member_id = new_member_id()
         self.epoch = JOIN_EPOCH
@@ -122,7 +124,7 @@ class Membership:
             None if self._topics_sent and self.joined else self._topics,
             owned if self.joined else None, self._assignor, self._session_timeout_ms, self._max_poll_interval_ms,
             self._client_id)
-        response = self._coordinator.heartbeat(request)
+        response = self._transport.consumer_group_heartbeat(request)
         self.joined, self._topics_sent = True, True
         self.epoch = response.member_epoch
         pace = RECONCILE_BEAT_MS if response.pending else self._heartbeat_interval_ms
@@ -139,7 +141,8 @@ class Membership:
         try:
             if self.joined:
                 epoch = STATIC_LEAVE_EPOCH if self.instance_id is not None else LEAVE_EPOCH
-                self._coordinator.heartbeat(HeartbeatRequest(self.group_id, self.member_id, epoch, self.instance_id))
+                self._transport.consumer_group_heartbeat(
+                    HeartbeatRequest(self.group_id, self.member_id, epoch, self.instance_id))
         finally:
             self.joined = False
             self._stop_session(remove=self.instance_id is None)

@@ -1,4 +1,4 @@
-"""Offset-commit key and value schemas of `__consumer_offsets` (kafka-formats.md §4.2).
+"""Offset-commit key and value schemas of `__consumer_offsets` (docs/kafka-formats.md §4.2).
 
 A group's committed offsets are the last value per (group, topic, partition) key in
 this compacted log, so the codec decides what a restarted consumer resumes from.

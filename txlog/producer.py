@@ -15,6 +15,11 @@ mistaken for it.
 Transactions follow Kafka's client state machine; each partition is registered with the
 coordinator before the first transactional write to it, and the log checks that
 registration (KIP-890 part 1).
+
+Every request (InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, Produce, TxnOffsetCommit,
+EndTxn) goes through a `txlog.transport.Transport`: one made on the producer's store, or the
+`transport=` given; `faults=` (a `txlog.fault_injection.FaultPlan`) wraps it in a
+`FaultInjectingTransport`.
 """
 
 from __future__ import annotations
@@ -32,11 +37,7 @@ from storage.errors import KafkaError
 from storage.records import BatchBuilder, Compression, TimestampType
 from storage.store import Store
 from txlog.consumer_record import RecordMetadata
-from txlog.coordinator import (
-    DEFAULT_TRANSACTION_TIMEOUT_MS,
-    ProducerIdAndEpoch,
-    TransactionCoordinator,
-)
+from txlog.coordinator import DEFAULT_TRANSACTION_TIMEOUT_MS, ProducerIdAndEpoch
 from txlog.errors import (
     ConcurrentTransactionsError,
     IllegalArgumentError,
@@ -51,15 +52,13 @@ from txlog.errors import (
     UnknownProducerIdError,
     UnknownTopicOrPartitionError,
 )
-from txlog.group_coordinator import GroupCoordinator, MemberRef
-from txlog.group_offsets import GroupOffsets
+from txlog.fault_injection import FaultInjectingTransport, FaultPlan
+from txlog.group_coordinator import MemberRef
 from txlog.internal_topics import CONSUMER_OFFSETS_TOPIC
 from txlog.membership import ConsumerGroupMetadata
 from txlog.topic_partition import OffsetAndMetadata, TopicPartition
-from txlog.transport import FaultPlan, Transport
+from txlog.transport import Transport
 
-_COMPRESSION = {"none": Compression.NONE, "gzip": Compression.GZIP, "snappy": Compression.SNAPPY,
-                "lz4": Compression.LZ4, "zstd": Compression.ZSTD}
 _FENCING = (ProducerFencedError, InvalidProducerEpochError)
 _CONCURRENT_RETRIES = 50
 _FAR_FUTURE = 1 << 62
@@ -212,13 +211,14 @@ class Producer:
                  batch_size: int = 16384, linger_ms: int = 5, compression_type: str | None = None,
                  transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS,
                  partitioner: Callable[[bytes | None, int], int] | None = None,
-                 faults: FaultPlan | None = None, clock: Callable[[], int] | None = None):
+                 faults: FaultPlan | None = None, clock: Callable[[], int] | None = None,
+                 transport: Transport | None = None):
         if transactional_id is not None and enable_idempotence is False:
             raise InvalidConfigurationError("a transactional producer must be idempotent")
         if acks not in ("all", -1, 0, 1, "0", "1", "-1"):
             raise InvalidConfigurationError(f"acks must be all, -1, 0 or 1, not {acks!r}")
-        if compression_type not in (None, *_COMPRESSION):
-            raise InvalidConfigurationError(f"compression_type must be one of {', '.join(_COMPRESSION)}")
+        if compression_type not in (None, *Compression.kafka_names()):
+            raise InvalidConfigurationError(f"compression_type must be one of {', '.join(Compression.kafka_names())}")
         if not isinstance(retries, int) or retries < 0 or not isinstance(batch_size, int) or batch_size <= 0:
             raise InvalidConfigurationError("retries must be ≥ 0 and batch_size > 0")
         self._own_store = not isinstance(store, Store)
@@ -229,15 +229,13 @@ class Producer:
         self.retries = retries
         self.batch_size = batch_size
         self.linger_ms = linger_ms
-        self.compression = _COMPRESSION[compression_type or "none"]
+        self.compression = Compression[(compression_type or "none").upper()]
         self.transaction_timeout_ms = transaction_timeout_ms
         self._partitioner = partitioner
         self._clock = clock or _now_ms
-        self._transport = Transport(self.store, faults)
-        self._coordinator = TransactionCoordinator(self.store, clock=clock) if transactional_id is not None else None
-        self._groups = GroupOffsets(self.store, clock=clock) if transactional_id is not None else None
-        self._group_coordinator = GroupCoordinator(self.store, self._groups, clock=clock) \
-            if transactional_id is not None else None
+        # Every request to the log goes through the transport; `faults` wraps it in a fault plan.
+        transport = transport if transport is not None else Transport(self.store, clock=clock)
+        self._transport = FaultInjectingTransport(transport, faults) if faults is not None else transport
         self._ids = ProducerIdAndEpoch(-1, -1)
         self._sequences: dict[TopicPartition, int] = {}
         self._batches: dict[TopicPartition, _OpenBatch] = {}
@@ -251,7 +249,7 @@ class Producer:
         self._fatal: BaseException | None = None
         self._state = _State.UNINITIALIZED if transactional_id is not None else _State.READY
         if self.idempotent and transactional_id is None:
-            self._ids = ProducerIdAndEpoch(self.store.allocate_producer_id(), 0)
+            self._ids = self._transport.init_producer_id(None)
 
     # ---- properties ---------------------------------------------------------------------------------
 
@@ -385,16 +383,23 @@ class Producer:
             return
         batch.settle(base, None)
 
-    def _append(self, tp: TopicPartition, batch: _OpenBatch) -> int | None:
-        """Send the batch, retrying timeouts with the same bytes (the log deduplicates them)."""
+    def _append(self, tp: TopicPartition, batch: _OpenBatch,
+                offsets_of: tuple[str, MemberRef | None] | None = None) -> int | None:
+        """Send the batch, retrying timeouts with the same bytes (the log deduplicates them).
+
+        `offsets_of` (group, member) sends it as a TxnOffsetCommit, checked against the group.
+        """
         seq = self._sequences.get(tp, 0) if self.idempotent else -1
         data = batch.builder.build(producer_id=self._ids.producer_id, producer_epoch=self._ids.epoch,
                                    base_sequence=seq)
-        verify = self._verifier(tp) if self.transactional_id is not None else None
+        tid, transport = self.transactional_id, self._transport
         attempts = 0
         while True:
             try:
-                result = self._transport.produce(tp.topic, tp.partition, data, verify)
+                if offsets_of is None:
+                    result = transport.produce(tp.topic, tp.partition, data, tid)
+                else:
+                    result = transport.txn_offset_commit(*offsets_of, tp.topic, tp.partition, data, tid)
                 break
             except RequestTimedOutError:
                 attempts += 1
@@ -430,20 +435,20 @@ class Producer:
 
     # ---- transactions ---------------------------------------------------------------------------------------
 
-    def _verifier(self, tp: TopicPartition):
-        tid, coordinator = self.transactional_id, self._coordinator
-        return lambda pid, epoch: coordinator.verify(tid, pid, epoch, tp.topic, tp.partition)
-
-    def _before_transactional_write(self, tps: list[TopicPartition]) -> None:
-        """Register new partitions, and let the coordinator fence us if our transaction timed out."""
+    def _before_transactional_write(self, tps: list[TopicPartition], group: str | None = None) -> None:
+        """Register new partitions (AddPartitionsToTxn, or AddOffsetsToTxn for `group`'s offsets
+        partition), and let the coordinator fence us if our transaction timed out."""
         new = [tp for tp in tps if tp not in self._registered]
+        tid, pid, epoch = self.transactional_id, self._ids.producer_id, self._ids.epoch
         if new:
-            value = self._retry_concurrent(lambda: self._coordinator.add_partitions(
-                self.transactional_id, self._ids.producer_id, self._ids.epoch, new))
+            if group is None:
+                value = self._retry_concurrent(lambda: self._transport.add_partitions_to_txn(tid, pid, epoch, new))
+            else:
+                value = self._retry_concurrent(lambda: self._transport.add_offsets_to_txn(tid, pid, epoch, group))
             self._registered.update(new)
             self._txn_deadline_ms = value.start_ms + value.timeout_ms
         elif self._clock() > self._txn_deadline_ms:
-            self._coordinator.check_alive(self.transactional_id, self._ids.producer_id, self._ids.epoch)
+            self._transport.check_transaction_alive(tid, pid, epoch)
 
     def _retry_concurrent(self, call: Callable[[], Any]) -> Any:
         for attempt in range(_CONCURRENT_RETRIES):
@@ -467,7 +472,7 @@ class Producer:
         self._require_transactional()
         if self._state is not _State.UNINITIALIZED:
             raise IllegalStateError(f"init_transactions() called twice (state {self._state.value})")
-        self._set_ids(self._retry_concurrent(lambda: self._coordinator.init_producer_id(
+        self._set_ids(self._retry_concurrent(lambda: self._transport.init_producer_id(
             self.transactional_id, self.transaction_timeout_ms)))
         self._state = _State.READY
 
@@ -494,13 +499,13 @@ class Producer:
         self._require_transactional()
         group, member = _group_and_member(group_metadata)
         self._check_can_send()
-        groups = self._groups
-        tp = TopicPartition(CONSUMER_OFFSETS_TOPIC, groups.partition_for(group))
+        transport = self._transport
+        tp = transport.offsets_partition(group)
         now = self._clock()
         builder = BatchBuilder(max_bytes=1 << 30, is_transactional=True)
         for part, offset in offsets.items():
             om = offset if isinstance(offset, OffsetAndMetadata) else OffsetAndMetadata(int(offset))
-            k, v = groups.encode_commit(group, TopicPartition(*part), om, now)
+            k, v = transport.encode_offset_commit(group, TopicPartition(*part), om, now)
             builder.append(k, v, None, now)
         batch = _OpenBatch(builder, now)
         batch.futures = [FutureRecordMetadata(self, tp, i, now, -1, -1, batch.outcome)
@@ -510,10 +515,10 @@ class Producer:
         self.flush()
         try:
             # Registration takes the transaction coordinator's lock, so it happens before the
-            # group's lock is taken: the lock order stays coordinator, then data partitions.
-            self._before_transactional_write([tp])
-            with self._group_coordinator.commit_fence(group, member):
-                base = self._append(tp, batch)
+            # group's lock is taken (inside TxnOffsetCommit): the lock order stays coordinator,
+            # then data partitions.
+            self._before_transactional_write([tp], group)
+            base = self._append(tp, batch, (group, member))
         except KafkaError as exc:
             self._batch_failed(exc)
             batch.settle(None, exc)
@@ -551,7 +556,7 @@ class Producer:
             self._state = _State.READY
             return
         try:
-            ids = self._retry_concurrent(lambda: self._coordinator.end_transaction(
+            ids = self._retry_concurrent(lambda: self._transport.end_txn(
                 self.transactional_id, self._ids.producer_id, self._ids.epoch, commit))
         except _FENCING as exc:
             self._fatal = exc if isinstance(exc, ProducerFencedError) else ProducerFencedError(str(exc))

@@ -6,7 +6,7 @@ every open would cost O(history); instead each process that catches up far enoug
 writes a snapshot of the replayed state with the offset it covers, and the next open
 loads it and replays only what came after, so opening costs O(live keys).
 
-A snapshot is only used if the offset it covers is inside the log (reliability rule 5):
+A snapshot is only used if the offset it covers is inside the log (docs/reliability-scenarios.md rule 5):
 a log cut back below it (power loss) makes it stale, and the state is rebuilt from the
 log start instead.
 """

@@ -1,7 +1,7 @@
 """Primitive types of Kafka's message schemas, as both internal topics' records use them.
 
 Keys and values of `__transaction_state` and `__consumer_offsets` are Kafka
-"version-prefixed" schema structs (kafka-formats.md §4): big-endian integers,
+"version-prefixed" schema structs (docs/kafka-formats.md §4): big-endian integers,
 non-flexible strings and arrays with fixed-width lengths, and in flexible versions
 compact (uvarint) lengths plus a tagged-field section after every struct. Malformed
 bytes raise CorruptRecordError naming what was being read and where.
@@ -136,7 +136,7 @@ class SchemaReader:
         return self._pos
 
     def value_version(self, known: tuple[int, ...]) -> int:
-        """The i16 version prefix of a value, which must be one this reader knows (§4)."""
+        """The i16 version prefix of a value, which must be one this reader knows (docs/kafka-formats.md §4)."""
         version = self.i16("value version")
         if version not in known:
             raise self.corrupt(f"unknown value version {version}", 0)

@@ -1,4 +1,4 @@
-"""Key and value schemas of `__transaction_state` records (kafka-formats.md §4.1).
+"""Key and value schemas of `__transaction_state` records (docs/kafka-formats.md §4.1).
 
 The transaction coordinator's whole memory is this compacted log: on load it keeps
 the last value per transactional id, so these bytes must be exactly what Kafka
@@ -44,6 +44,29 @@ class TxnState(IntEnum):
     DEAD = 6
     PREPARE_EPOCH_FENCE = 7
 
+    @property
+    def kafka_name(self) -> str:
+        """Kafka's name of the state (TransactionState.name), as its logs, kafka-dump-log and Spark print it.
+
+        Derived from the member name (PREPARE_EPOCH_FENCE -> PrepareEpochFence) so that no
+        second table of names can drift from this enum.
+        """
+        return "".join(word.capitalize() for word in self.name.split("_"))
+
+    @property
+    def admin_name(self) -> str:
+        """The name Kafka's Admin client (kafka-transactions.sh) reports.
+
+        The client's TransactionState has no Dead -- a coordinator-only, in-memory state --
+        so a Dead transaction reads there as Unknown.
+        """
+        return "Unknown" if self is TxnState.DEAD else self.kafka_name
+
+    @property
+    def is_prepared(self) -> bool:
+        """PrepareCommit/PrepareAbort: the outcome is decided and durable, its markers not all written."""
+        return self in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
+
 
 @dataclass(frozen=True, slots=True, eq=False)
 class TxnLogValue:
@@ -66,6 +89,18 @@ class TxnLogValue:
     next_producer_id: int = -1
     client_transaction_version: int = 2
     next_producer_epoch: int = -1
+
+    def is_ongoing_in(self, topic: str, partition: int) -> bool:
+        """Ongoing with this partition added: the only state in which the partition's open data has an owner.
+
+        A partition's open transaction without such a coordinator state is "hanging": no
+        coordinator will ever write its marker.
+        """
+        return self.state == TxnState.ONGOING and (topic, partition) in self.partitions
+
+    def is_expired(self, now_ms: int) -> bool:
+        """Ongoing past its timeout: the coordinator fences the producer and aborts the transaction."""
+        return self.state == TxnState.ONGOING and self.start_ms + self.timeout_ms < now_ms
 
     def _comparable(self) -> tuple:
         """Every field (so a new one cannot be forgotten), the partitions sorted."""

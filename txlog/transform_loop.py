@@ -8,7 +8,7 @@ from the committed offsets and never emits an output twice:
 * `init_transactions` on restart fences the dead instance and aborts what it left open;
 * the consumer starts from the group's committed offsets (stable ones: KIP-447);
 * after an abort the consumer is moved back to the committed offsets, because an abort
-  does not rewind a consumer by itself (KAFKA-17582, reliability scenario 21).
+  does not rewind a consumer by itself (KAFKA-17582, docs/reliability-scenarios.md scenario 21).
 
 Without `partitions`, the loop is a member of its consumer group: start it N times
 (each with its own transactional id) and the group splits the input partitions between
@@ -17,6 +17,9 @@ round commits carry the member's epoch (KIP-447), so a stalled instance that the
 replaced cannot commit its round: its transaction is refused and aborted, and its
 outputs never become visible. A round never spans a rebalance: partitions are only
 revoked inside `poll`, between rounds.
+
+The producer and the consumer share one `txlog.transport.Transport` (or the `transport=`
+given, e.g. a fault-injecting one), so every request of the loop crosses one seam.
 """
 
 from __future__ import annotations
@@ -36,9 +39,10 @@ from txlog.errors import (
     UnknownMemberIdError,
     UnstableOffsetCommitError,
 )
-from txlog.fetch import IsolationLevel, fetch
+from txlog.fetch import IsolationLevel
 from txlog.producer import Producer
 from txlog.topic_partition import OffsetAndMetadata, TopicPartition
+from txlog.transport import Transport
 
 Output = Any  # a value, or a (key, value) pair, or a (key, value, headers) triple
 Transform = Callable[[list[ConsumerRecord]], Iterable[Output]]
@@ -70,7 +74,8 @@ class TransformLoop:
                  transactional_id: str, transform: Transform, transaction_size: int = 100,
                  partitions: Iterable[int] | None = None, transaction_timeout_ms: int = 60_000,
                  abort_if: Callable[[list[ConsumerRecord]], bool] | None = None,
-                 consumer_config: dict[str, Any] | None = None, listener: Any = None):
+                 consumer_config: dict[str, Any] | None = None, listener: Any = None,
+                 transport: Transport | None = None):
         if transaction_size < 1:
             raise ValueError("transaction_size must be at least 1")
         self._own_store = not isinstance(store, Store)
@@ -78,10 +83,15 @@ class TransformLoop:
         self.input_topic, self.output_topic, self.group_id = input_topic, output_topic, group_id
         self.transform, self.transaction_size, self.abort_if = transform, transaction_size, abort_if
         self.stats = LoopStats()
+        consumer_config = dict(consumer_config or {})
+        if transport is None:
+            transport = Transport(self.store, clock=consumer_config.get("clock"))
+        self._transport = transport
         self.producer = Producer(self.store, transactional_id=transactional_id,
-                                 transaction_timeout_ms=transaction_timeout_ms)
+                                 transaction_timeout_ms=transaction_timeout_ms, transport=transport)
         self.consumer = Consumer(self.store, group_id=group_id, isolation_level="read_committed",
-                                 enable_auto_commit=False, auto_offset_reset="earliest", **(consumer_config or {}))
+                                 enable_auto_commit=False, auto_offset_reset="earliest", transport=transport,
+                                 **consumer_config)
         self.producer.init_transactions()  # fences a previous instance and aborts what it left open
         self.grouped = partitions is None
         if self.grouped:
@@ -145,9 +155,9 @@ class TransformLoop:
         The committed offset may stop short of the LSO by control markers or aborted
         data, which a round never commits past when no record follows them.
         """
-        log = self.store.partition(*tp)
         while committed < end:
-            result = fetch(log, committed, IsolationLevel.READ_COMMITTED, max_records=1, max_bytes=1 << 20)
+            result = self._transport.fetch(tp, committed, IsolationLevel.READ_COMMITTED, max_records=1,
+                                           max_bytes=1 << 20)
             if result.records or result.next_offset <= committed:
                 return False
             committed = result.next_offset

@@ -1,93 +1,217 @@
-"""The boundary between a producer and the log: where "the network" can fail (DESIGN.md §4).
+"""The one seam between clients and the log: every request a client makes, by Kafka's request name.
 
-With no broker, a produce request is a function call. Delivery semantics are about what
-happens when that call's request or answer goes missing, so the call goes through this
-boundary, where a fault plan can inject Kafka's three classic failures:
+With no broker, a request is a function call. Kafka's clients reach a broker only through
+requests (Produce, Fetch, ListOffsets, InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn,
+TxnOffsetCommit, EndTxn, OffsetCommit, OffsetFetch, ConsumerGroupHeartbeat); here the
+Producer, the Consumer, the TransformLoop and group membership reach the store only through
+a `Transport`, which serves each request in the caller's process. That makes this class the
+place where "the network" and "the process" can fail: `txlog.fault_injection` wraps a
+transport and loses, delays or crashes a named request, with no patching of the log.
 
-* LOSE_REQUEST — the request never reaches the log; the client times out.
-* LOSE_ACK — the log appends, the acknowledgement is lost; the client times out.
-* DUPLICATE — the request is delayed past the client's timeout and still arrives later,
-  after the client's retry (if it retries) — the shape that makes retries duplicate.
+The coordinator's own writes to data partitions (WriteTxnMarkers, one call per partition
+marked) also go through the transport that served the EndTxn (or the sweep), so a fault plan
+can stop a commit between its decision (PREPARE_COMMIT) and its markers.
 
-Either way the client only sees RequestTimedOutError and cannot tell which it was.
+Which requests write although a client may think of them as reads is in their names and
+docstrings: `abort_expired_transactions` is the coordinator's sweep (markers and
+`__transaction_state` records), and every transaction-coordinator request (`init_producer_id`,
+`add_partitions_to_txn`, `end_txn`, `check_transaction_alive`) first rolls decided transactions
+forward and aborts expired ones, as a broker's background threads would have done. The
+group requests (`offset_fetch` included) create `__consumer_offsets` on a writable store the
+first time any process needs it, and may save a replay snapshot of it (a cache file, never
+log data).
 """
 
 from __future__ import annotations
 
-import random
-from collections import deque
-from enum import Enum
-from typing import Iterable
+from typing import Callable, Iterable, Mapping
 
-from storage.errors import KafkaError
 from storage.partition_log import AppendResult
 from storage.producer_state import TxnVerifier
+from storage.records import ControlType
 from storage.store import Store
-from txlog.errors import RequestTimedOutError
+from txlog.coordinator import DEFAULT_TRANSACTION_TIMEOUT_MS, ProducerIdAndEpoch, TransactionCoordinator
+from txlog.fetch import FetchResult, IsolationLevel, fetch, latest_offset
+from txlog.group_coordinator import GroupCoordinator, HeartbeatRequest, HeartbeatResponse, MemberRef
+from txlog.group_offsets import GroupOffsets
+from txlog.internal_topics import CONSUMER_OFFSETS_TOPIC
+from txlog.topic_partition import OffsetAndMetadata, TopicPartition
+from txlog.transaction_log import TxnLogValue
 
-
-class Fault(str, Enum):
-    NONE = "none"
-    LOSE_REQUEST = "lose-request"
-    LOSE_ACK = "lose-ack"
-    DUPLICATE = "duplicate"
-
-
-class FaultPlan:
-    """Which fault meets each request, reproducible so that several runs face the same faults.
-
-    Either an explicit script (one Fault per request, then NONE) or a seeded random draw
-    at `rate` among `kinds`.
-    """
-
-    def __init__(self, script: Iterable[Fault] | None = None, *, rate: float = 0.0,
-                 kinds: Iterable[Fault] = (Fault.LOSE_REQUEST, Fault.LOSE_ACK, Fault.DUPLICATE),
-                 seed: int | None = None):
-        self._script = deque(script or ())
-        self._rate = rate
-        self._kinds = tuple(kinds)
-        self._random = random.Random(seed)
-        self.injected: dict[Fault, int] = {f: 0 for f in Fault}
-
-    def next(self) -> Fault:
-        if self._script:
-            fault = self._script.popleft()
-        elif self._rate and self._random.random() < self._rate:
-            fault = self._random.choice(self._kinds)
-        else:
-            fault = Fault.NONE
-        self.injected[fault] += 1
-        return fault
+# Kafka's ListOffsets special timestamps (ListOffsetsRequest.EARLIEST_TIMESTAMP / LATEST_TIMESTAMP).
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
 
 
 class Transport:
-    """Delivers produce requests to partition logs, applying a fault plan if one is given."""
+    """Serves clients' requests against one store, in this process.
 
-    def __init__(self, store: Store, faults: FaultPlan | None = None):
+    The transaction and group coordinators are made on first use, so a plain producer
+    never touches the internal topics. `clock` (ms) is handed to both coordinators; None
+    means the wall clock.
+    """
+
+    def __init__(self, store: Store, *, clock: Callable[[], int] | None = None):
         self.store = store
-        self.faults = faults
-        self._delayed: list[tuple[str, int, bytes, TxnVerifier | None]] = []
+        self._clock = clock
+        self._txn_coordinator: TransactionCoordinator | None = None
+        self._group_coordinator: GroupCoordinator | None = None
+        self._markers_via: Transport = self  # who carries the coordinator's WriteTxnMarkers (see send_markers_through)
 
-    def produce(self, topic: str, partition: int, data: bytes, verify_txn: TxnVerifier | None = None) -> AppendResult:
-        fault = self.faults.next() if self.faults is not None else Fault.NONE
-        if fault is Fault.LOSE_REQUEST:
-            raise RequestTimedOutError(f"request to {topic}-{partition} timed out")
-        if fault is Fault.DUPLICATE:
-            self._delayed.append((topic, partition, data, verify_txn))
-            raise RequestTimedOutError(f"request to {topic}-{partition} timed out")
-        try:
-            result = self.store.partition(topic, partition).append(data, verify_txn=verify_txn)
-        finally:
-            self.deliver_delayed()
-        if fault is Fault.LOSE_ACK:
-            raise RequestTimedOutError(f"request to {topic}-{partition} timed out")
-        return result
+    # ---- the coordinators behind the requests ---------------------------------------------------------
+
+    @property
+    def transaction_coordinator(self) -> TransactionCoordinator:
+        if self._txn_coordinator is None:
+            self._txn_coordinator = TransactionCoordinator(self.store, clock=self._clock,
+                                                           write_marker=self._route_marker)
+        return self._txn_coordinator
+
+    @property
+    def group_coordinator(self) -> GroupCoordinator:
+        if self._group_coordinator is None:
+            self._group_coordinator = GroupCoordinator(self.store, GroupOffsets(self.store, clock=self._clock),
+                                                       clock=self._clock)
+        return self._group_coordinator
+
+    @property
+    def group_offsets(self) -> GroupOffsets:
+        """The replayed `__consumer_offsets` state the group coordinator serves from."""
+        return self.group_coordinator.offsets
+
+    def send_markers_through(self, outer: "Transport") -> None:
+        """Route the coordinator's marker writes through `outer` (a wrapper of this transport).
+
+        A wrapper delegates EndTxn to the transport it wraps, whose coordinator writes the
+        markers; without this the wrapper would never see them. One route per transport: the
+        last wrapper made around it carries the markers of every request it serves.
+        """
+        self._markers_via = outer
+
+    def _route_marker(self, topic: str, partition: int, control: ControlType, producer_id: int,
+                      producer_epoch: int, coordinator_epoch: int, timestamp: int) -> AppendResult:
+        return self._markers_via.write_txn_markers(topic, partition, control, producer_id, producer_epoch,
+                                                   coordinator_epoch, timestamp)
+
+    # ---- Produce ----------------------------------------------------------------------------------------
+
+    def produce(self, topic: str, partition: int, data: bytes, transactional_id: str | None = None) -> AppendResult:
+        """Produce one batch. A transactional batch is verified against its transaction (KIP-890 part 1)."""
+        return self.store.partition(topic, partition).append(data, verify_txn=self._verifier(transactional_id,
+                                                                                               topic, partition))
+
+    def _verifier(self, transactional_id: str | None, topic: str, partition: int) -> TxnVerifier | None:
+        """What the partition asks the coordinator, under its own lock, before a transactional append."""
+        if transactional_id is None:
+            return None
+        coordinator = self.transaction_coordinator
+        return lambda pid, epoch: coordinator.verify(transactional_id, pid, epoch, topic, partition)
 
     def deliver_delayed(self) -> None:
-        """Late requests finally arrive; whatever the log answers is lost with the connection."""
-        delayed, self._delayed = self._delayed, []
-        for topic, partition, data, verify in delayed:
-            try:
-                self.store.partition(topic, partition).append(data, verify_txn=verify)
-            except KafkaError:
-                pass  # e.g. refused by epoch after the transaction ended: nobody is listening
+        """Let requests still in flight arrive; a direct call has none (a fault wrapper may)."""
+
+    # ---- Fetch and ListOffsets --------------------------------------------------------------------------
+
+    def fetch(self, tp: TopicPartition, offset: int, isolation: IsolationLevel, *, max_records: int,
+              max_bytes: int) -> FetchResult:
+        """Fetch one partition from `offset` under `isolation` (raises OffsetOutOfRangeError,
+        UnknownTopicOrPartitionError)."""
+        return fetch(self.store.partition(tp.topic, tp.partition), offset, isolation,
+                     max_records=max_records, max_bytes=max_bytes)
+
+    def list_offsets(self, tp: TopicPartition, timestamp: int, isolation: IsolationLevel) -> tuple[int, int] | None:
+        """ListOffsets: (offset, timestamp) for EARLIEST_TIMESTAMP, LATEST_TIMESTAMP or a time in ms.
+
+        LATEST is the last stable offset under read_committed, the log end otherwise; a time
+        answers the first record at or after it below that end (None if there is none).
+        The special timestamps answer with timestamp -1, as Kafka does.
+        """
+        log = self.store.partition(tp.topic, tp.partition)
+        if timestamp == EARLIEST_TIMESTAMP:
+            return log.log_start_offset, -1
+        end = latest_offset(log, isolation)
+        if timestamp == LATEST_TIMESTAMP:
+            return end, -1
+        offset = log.offset_for_timestamp(timestamp)
+        if offset is None or offset >= end:
+            return None
+        for batch in log.read(offset, 1):
+            for record in batch.records():
+                if record.offset == offset:
+                    return offset, record.timestamp
+        return None
+
+    # ---- transactions: the transaction coordinator ----------------------------------------------------------
+
+    def init_producer_id(self, transactional_id: str | None,
+                         timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS) -> ProducerIdAndEpoch:
+        """InitProducerId. Without a transactional id (an idempotent producer): a fresh producer id
+        at epoch 0. With one: a new epoch fencing older instances; it first rolls a decided
+        transaction of the id forward and aborts an open one (writes)."""
+        if transactional_id is None:
+            return ProducerIdAndEpoch(self.store.allocate_producer_id(), 0)
+        return self.transaction_coordinator.init_producer_id(transactional_id, timeout_ms)
+
+    def add_partitions_to_txn(self, transactional_id: str, producer_id: int, epoch: int,
+                              partitions: Iterable[tuple[str, int]]) -> TxnLogValue:
+        """AddPartitionsToTxn: register partitions before the first transactional write to them."""
+        return self.transaction_coordinator.add_partitions(transactional_id, producer_id, epoch, partitions)
+
+    def add_offsets_to_txn(self, transactional_id: str, producer_id: int, epoch: int, group: str) -> TxnLogValue:
+        """AddOffsetsToTxn: register the group's `__consumer_offsets` partition in the transaction."""
+        tp = self.offsets_partition(group)
+        return self.transaction_coordinator.add_partitions(transactional_id, producer_id, epoch, [tp])
+
+    def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> ProducerIdAndEpoch:
+        """EndTxn: decide (PREPARE_*), write the markers (WriteTxnMarkers), complete; the next ids."""
+        return self.transaction_coordinator.end_transaction(transactional_id, producer_id, epoch, commit)
+
+    def check_transaction_alive(self, transactional_id: str, producer_id: int, epoch: int) -> TxnLogValue:
+        """Is (pid, epoch) still current? Writes when the transaction has timed out: it is aborted
+        first, and the caller then learns it is fenced."""
+        return self.transaction_coordinator.check_alive(transactional_id, producer_id, epoch)
+
+    def abort_expired_transactions(self) -> None:
+        """The coordinator's sweep, a write: on every `__transaction_state` partition, roll decided
+        transactions forward, abort timed-out ones (markers), tombstone expired ids."""
+        self.transaction_coordinator.sweep_all()
+
+    def write_txn_markers(self, topic: str, partition: int, control: ControlType, producer_id: int,
+                          producer_epoch: int, coordinator_epoch: int, timestamp: int) -> AppendResult:
+        """WriteTxnMarkers for one partition: the coordinator's COMMIT/ABORT marker (idempotent)."""
+        return self.store.partition(topic, partition).append_marker(control, producer_id, producer_epoch,
+                                                                    coordinator_epoch, timestamp)
+
+    # ---- offsets: the group coordinator -------------------------------------------------------------------
+
+    def offsets_partition(self, group: str) -> TopicPartition:
+        """The `__consumer_offsets` partition that holds the group (created on a writable store)."""
+        return TopicPartition(CONSUMER_OFFSETS_TOPIC, self.group_offsets.partition_for(group))
+
+    def encode_offset_commit(self, group: str, tp: TopicPartition, offset: OffsetAndMetadata,
+                             timestamp: int) -> tuple[bytes, bytes]:
+        """(key, value) of one offset-commit record, for a transactional producer's TxnOffsetCommit batch."""
+        return self.group_offsets.encode_commit(group, tp, offset, timestamp)
+
+    def txn_offset_commit(self, group: str, member: MemberRef | None, topic: str, partition: int, data: bytes,
+                          transactional_id: str) -> AppendResult:
+        """TxnOffsetCommit: the producer's batch of offset records, checked against the group's
+        membership (KIP-447) and appended while the group is held."""
+        with self.group_coordinator.commit_fence(group, member):
+            return self.produce(topic, partition, data, transactional_id)
+
+    def offset_commit(self, group: str, offsets: Mapping[TopicPartition, OffsetAndMetadata | int],
+                      member: MemberRef | None) -> None:
+        """OffsetCommit outside a transaction, fenced by membership (member id and epoch)."""
+        self.group_coordinator.commit_offsets(group, offsets, member)
+
+    def offset_fetch(self, group: str, partitions: Iterable[TopicPartition] | None, *,
+                     require_stable: bool) -> dict[TopicPartition, OffsetAndMetadata]:
+        """OffsetFetch: the group's committed offsets; with `require_stable` a pending transactional
+        commit raises UnstableOffsetCommitError (KIP-447). Writes no log data (see the module
+        docstring for the topic it may create and the snapshot it may save)."""
+        return self.group_offsets.committed(group, partitions, require_stable=require_stable)
+
+    def consumer_group_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:
+        """ConsumerGroupHeartbeat (KIP-848): join, heartbeat or leave."""
+        return self.group_coordinator.heartbeat(request)

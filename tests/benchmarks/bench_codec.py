@@ -24,7 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from kafka.record import MemoryRecords  # noqa: E402  (test oracle only)
 from kafka.record.default_records import DefaultRecordBatchBuilder  # noqa: E402
 
-from storage.records import RecordBatch, build_batch, iter_batches  # noqa: E402
+from storage.file_records import FileRecords  # noqa: E402
+from storage.records import RecordBatch, build_batch  # noqa: E402
 
 BASE_TS = 1_700_000_000_000
 
@@ -72,7 +73,7 @@ def kafka_python_decode(buf: bytes) -> int:
 
 def txlog_decode(buf: bytes) -> int:
     seen = 0
-    for batch in iter_batches(buf):
+    for batch in FileRecords.in_memory(buf).batches():
         for record in batch.records():
             record.key
             record.value

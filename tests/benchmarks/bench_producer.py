@@ -56,7 +56,7 @@ from benchutil import (  # noqa: E402
 from kafka.record.default_records import DefaultRecordBatchBuilder  # noqa: E402  (baseline only)
 
 from storage import Store  # noqa: E402
-from storage.records import iter_batches  # noqa: E402
+from storage.file_records import FileRecords  # noqa: E402
 from txlog.producer import Producer  # noqa: E402
 
 TOPIC = "t"
@@ -110,8 +110,8 @@ def count_batches(store: Store, topic: str) -> int:
     log = store.partition(topic, 0)
     total = 0
     for seg in log.segments:
-        with open(seg.log_path, "rb") as f:
-            total += sum(1 for _ in iter_batches(f.read()))
+        with FileRecords.open(seg.log_path) as records:
+            total += sum(1 for _ in records.batches())
     return total
 
 

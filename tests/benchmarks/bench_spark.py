@@ -457,7 +457,7 @@ def profile_read(spark, root: str, expected: dict, spark_rate: dict[str, float],
 
     from txlog.spark.options import parse_options
     from txlog.spark.planning import plan_batch
-    from txlog.spark.range_reader import read_range, visible_batches
+    from txlog.spark.range_reader import range_batches, read_range
 
     schema = to_arrow_schema(txlog_df(spark, root, "read_committed").schema, timezone="UTC")
 
@@ -465,10 +465,10 @@ def profile_read(spark, root: str, expected: dict, spark_rate: dict[str, float],
         return plan_batch(parse_options({"path": root, "subscribe": TOPIC, "isolation.level": isolation}))
 
     def frames(ranges) -> int:
-        return sum(b.records_count for r in ranges for b in visible_batches(r))
+        return sum(b.records_count for r in ranges for b in range_batches(r))
 
     def decoded(ranges) -> int:
-        return sum(len(b.record_tuples()) for r in ranges for b in visible_batches(r))
+        return sum(len(b.record_tuples()) for r in ranges for b in range_batches(r))
 
     def full(ranges) -> int:
         return sum(batch.num_rows for r in ranges for batch in read_range(r, schema))
@@ -541,10 +541,10 @@ def arrow_pieces(r0) -> None:
     import pyarrow as pa
 
     from txlog.spark.arrow_columns import timestamp_array
-    from txlog.spark.range_reader import ROWS_PER_ARROW_BATCH, visible_batches
+    from txlog.spark.range_reader import ROWS_PER_ARROW_BATCH, range_batches
 
     batches, n = [], 0
-    for batch in visible_batches(r0):
+    for batch in range_batches(r0):
         batches.append(batch)
         n += batch.records_count
         if n >= ROWS_PER_ARROW_BATCH:

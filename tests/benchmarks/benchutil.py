@@ -1,4 +1,4 @@
-"""Helpers shared by bench_producer.py, bench_read_committed.py and bench_coordinator.py.
+"""Helpers shared by the bench_*.py scripts (producer, read_committed, coordinator, groups, spark).
 
 Not a benchmark itself (conftest.py only keeps `bench_*.py` from pytest, and this module
 has no tests to collect). It holds what every script needs in the same form, so that

@@ -8,25 +8,17 @@ Registering is all a session needs: the source's classes are pickled by referenc
 found by module name on the executors, so the txlog package installed there is the
 whole deployment (no files shipped with addPyFile, no JVM jar).
 
-Needs the `spark` extra (pyspark ≥ 4.2, pyarrow); nothing else in txlog imports Spark.
+Needs the `spark` extra (pyspark ≥ 4.2, pyarrow); nothing else in txlog imports Spark,
+and importing this package does not import it either (it is imported when a session is
+built or the source registered).
+
+This package only names its public entry points; no module of it imports the package
+back (the source takes FORMAT from `options`), so there is no import cycle through it.
 """
 
 from __future__ import annotations
 
-FORMAT = "txlog"
+from txlog.spark.options import FORMAT
+from txlog.spark.session import local_session, register
 
 __all__ = ["FORMAT", "register", "local_session"]
-
-
-def register(spark) -> None:
-    """Make `format("txlog")` available in `spark` (a SparkSession); safe to call twice."""
-    from txlog.spark.source import TxlogDataSource
-
-    spark.dataSource.register(TxlogDataSource)
-
-
-def local_session(*args, **kwargs):
-    """A local SparkSession with the source registered; see `txlog.spark.session.local_session`."""
-    from txlog.spark.session import local_session as build
-
-    return build(*args, **kwargs)

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from storage.compression import Compression
 from storage.errors import KafkaError
 from storage.extent import SegmentExtent
 from storage.records import COMPRESSION_MASK, NO_TIMESTAMP, ControlType, RecordBatch
@@ -50,12 +51,6 @@ SCHEMA = (
     "baseSequence int, lastSequence int, isTransactional boolean, isControl boolean, controlType string, "
     "coordinatorEpoch int"
 )
-
-#: Attribute bits 0-2 by code, in the names kafka-dump-log prints.
-COMPRESSION_NAMES = ("none", "gzip", "snappy", "lz4", "zstd")
-#: Kafka's ControlRecordType names: 0-1 end transactions, 2-6 appear only in KRaft metadata logs.
-CONTROL_TYPE_NAMES = {ControlType.ABORT: "ABORT", ControlType.COMMIT: "COMMIT", 2: "LEADER_CHANGE",
-                      3: "SNAPSHOT_HEADER", 4: "SNAPSHOT_FOOTER", 5: "KRAFT_VERSION", 6: "KRAFT_VOTERS"}
 
 
 @dataclass(frozen=True)
@@ -108,7 +103,7 @@ def read(part: LogPart | None, arrow_schema: pa.Schema) -> Iterator[pa.RecordBat
 def compression_name(attributes: int) -> str:
     """kafka-dump-log's codec name; an unknown code is shown, not an error, in a view meant for inspection."""
     code = attributes & COMPRESSION_MASK
-    return COMPRESSION_NAMES[code] if code < len(COMPRESSION_NAMES) else f"unknown({code})"
+    return Compression.name_of(code)
 
 
 def control_fields(batch: RecordBatch) -> tuple[str | None, int | None]:
@@ -119,7 +114,7 @@ def control_fields(batch: RecordBatch) -> tuple[str | None, int | None]:
         marker = batch.control_marker()
     except KafkaError:  # emptied by compaction or undecodable: nothing to report, not a failed query
         return None, None
-    name = CONTROL_TYPE_NAMES.get(marker.control_type, "UNKNOWN")
+    name = ControlType.kafka_name_of(marker.control_type)
     epoch = marker.coordinator_epoch if marker.control_type in (ControlType.ABORT, ControlType.COMMIT) else None
     return name, epoch
 

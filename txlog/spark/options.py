@@ -19,6 +19,9 @@ from typing import Mapping, Union
 from txlog.errors import IllegalArgumentError
 from txlog.fetch import IsolationLevel
 
+#: The name the source is registered under: `spark.read.format(FORMAT)`.
+FORMAT = "txlog"
+
 #: Offsets a JSON spec may use for "the earliest offset" and "the latest offset" (as Kafka).
 EARLIEST = -2
 LATEST = -1

@@ -22,6 +22,7 @@ from storage.partition_log import PartitionLog
 from storage.store import Store
 from storage.transaction_index import AbortedTxn
 from txlog.errors import IllegalArgumentError
+from txlog.fetch import IsolationLevel, LogBounds, latest_offset
 from txlog.spark.options import EARLIEST, LATEST, OffsetSpec, SourceOptions
 
 TopicPartitionKey = tuple[str, int]
@@ -42,19 +43,6 @@ class OffsetRange:
     @property
     def size(self) -> int:
         return self.end - self.start
-
-
-@dataclass(frozen=True)
-class PartitionBounds:
-    """What one look at a partition says: where it starts, is stable to, and ends."""
-
-    log_start: int
-    last_stable: int
-    log_end: int
-
-    def latest(self, committed_only: bool) -> int:
-        """Kafka's "latest" for the isolation level: read_committed may not pass the LSO."""
-        return self.last_stable if committed_only else self.log_end
 
 
 def open_store(path: str) -> Store:
@@ -100,23 +88,20 @@ def _partition_count(store: Store, topic: str) -> int:
     return store.partition_count(topic)
 
 
-def partition_bounds(store: Store, partitions: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, PartitionBounds]:
+def partition_bounds(store: Store, partitions: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, LogBounds]:
     """One `bounds()` look per partition: every range end of a plan comes from the same look."""
-    out = {}
-    for topic, p in partitions:
-        out[(topic, p)] = PartitionBounds(*store.partition(topic, p).bounds())
-    return out
+    return {(topic, p): LogBounds.of(store.partition(topic, p)) for topic, p in partitions}
 
 
-def resolve_offsets(spec: OffsetSpec, bounds: dict[TopicPartitionKey, PartitionBounds], *,
-                    committed_only: bool, option: str) -> dict[TopicPartitionKey, int]:
+def resolve_offsets(spec: OffsetSpec, bounds: dict[TopicPartitionKey, LogBounds], *,
+                    isolation: IsolationLevel, option: str) -> dict[TopicPartitionKey, int]:
     """Turn 'earliest' / 'latest' / per-partition JSON into one offset per partition.
 
     JSON must name every selected partition and nothing else (Spark's Kafka rule: a
     forgotten partition would otherwise be read from a silently chosen offset).
     """
     if isinstance(spec, str):
-        return {tp: _sentinel(EARLIEST if spec == "earliest" else LATEST, b, committed_only)
+        return {tp: _sentinel(EARLIEST if spec == "earliest" else LATEST, b, isolation)
                 for tp, b in bounds.items()}
     given = {(topic, p): offset for topic, parts in spec.items() for p, offset in parts.items()}
     if set(given) != set(bounds):
@@ -124,14 +109,14 @@ def resolve_offsets(spec: OffsetSpec, bounds: dict[TopicPartitionKey, PartitionB
         missing = sorted(set(bounds) - set(given))
         what = f"names {_tp(extra[0])}, which is not subscribed" if extra else f"lacks {_tp(missing[0])}"
         raise IllegalArgumentError(f"option '{option}' must give an offset for every subscribed partition; it {what}")
-    return {tp: _sentinel(offset, bounds[tp], committed_only) for tp, offset in given.items()}
+    return {tp: _sentinel(offset, bounds[tp], isolation) for tp, offset in given.items()}
 
 
-def _sentinel(offset: int, bounds: PartitionBounds, committed_only: bool) -> int:
+def _sentinel(offset: int, bounds: LogBounds, isolation: IsolationLevel) -> int:
     if offset == EARLIEST:
-        return bounds.log_start
+        return bounds.log_start_offset
     if offset == LATEST:
-        return bounds.latest(committed_only)
+        return latest_offset(bounds, isolation)
     return offset
 
 
@@ -144,9 +129,9 @@ def plan_batch(options: SourceOptions) -> list[OffsetRange]:
     store = open_store(options.path)
     try:
         bounds = partition_bounds(store, select_partitions(store, options))
-        starts = resolve_offsets(options.starting_offsets, bounds, committed_only=options.committed_only,
+        starts = resolve_offsets(options.starting_offsets, bounds, isolation=options.isolation,
                                  option="startingOffsets")
-        ends = resolve_offsets(options.ending_offsets, bounds, committed_only=options.committed_only,
+        ends = resolve_offsets(options.ending_offsets, bounds, isolation=options.isolation,
                                option="endingOffsets")
         return plan_ranges(store, options, bounds, starts, ends)
     finally:
@@ -157,7 +142,7 @@ def plan_batch(options: SourceOptions) -> list[OffsetRange]:
 _Span = tuple[TopicPartitionKey, int, int, "tuple[SegmentExtent, ...] | None"]
 
 
-def plan_ranges(store: Store, options: SourceOptions, bounds: dict[TopicPartitionKey, PartitionBounds],
+def plan_ranges(store: Store, options: SourceOptions, bounds: dict[TopicPartitionKey, LogBounds],
                 starts: dict[TopicPartitionKey, int], ends: dict[TopicPartitionKey, int]) -> list[OffsetRange]:
     """Cut [starts, ends) of each partition into input partitions and fix what each needs."""
     spans: list[_Span] = []
@@ -175,27 +160,26 @@ def plan_ranges(store: Store, options: SourceOptions, bounds: dict[TopicPartitio
 
 
 
-def _checked_span(tp: TopicPartitionKey, b: PartitionBounds, start: int, end: int,
+def _checked_span(tp: TopicPartitionKey, b: LogBounds, start: int, end: int,
                   options: SourceOptions) -> tuple[int, int]:
     """Clamp a requested span to what exists and is visible; deleted data is an error if asked.
 
     An end past what the isolation level may see is fixed at that limit now (the LSO
     under read_committed): the plan must not depend on transactions still open.
     """
-    limit = b.latest(options.committed_only)
-    end = min(end, limit)
-    if start < b.log_start:
+    end = min(end, latest_offset(b, options.isolation))
+    if start < b.log_start_offset:
         if options.fail_on_data_loss:
             raise OffsetOutOfRangeError(
-                f"offsets {start}..{b.log_start - 1} of {_tp(tp)} were deleted (the log now starts at "
-                f"{b.log_start}); set failOnDataLoss=false to read from there instead"
+                f"offsets {start}..{b.log_start_offset - 1} of {_tp(tp)} were deleted (the log now starts at "
+                f"{b.log_start_offset}); set failOnDataLoss=false to read from there instead"
             )
-        start = b.log_start
+        start = b.log_start_offset
         end = max(end, start)
     if start > end:
         raise IllegalArgumentError(
             f"the starting offset {start} of {_tp(tp)} is after its ending offset {end} "
-            f"(log {b.log_start}..{b.log_end}, last stable offset {b.last_stable})"
+            f"(log {b.log_start_offset}..{b.log_end_offset}, last stable offset {b.last_stable_offset})"
         )
     return start, end
 

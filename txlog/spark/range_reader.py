@@ -1,10 +1,10 @@
 """The executor's half of a read: one planned offset range, straight from the segment files, as Arrow.
 
-Visibility is decided exactly as `txlog.fetch` decides it for the Consumer (the same
-`AbortedFilter` over the same `.txnindex` entries, which the plan carries), so a
-DataFrame and a Consumer given the same store, isolation level and offsets see the same
-records. Batches are judged by their headers: an aborted or control batch is never
-decompressed or decoded.
+Visibility is decided by the Consumer's own code: `txlog.fetch.visible_batches` and
+`visible_records`, with the same `AbortedFilter` over the same `.txnindex` entries (which
+the plan carries), so a DataFrame and a Consumer given the same store, isolation level
+and offsets see the same records. Batches are judged by their headers: an aborted or
+control batch is never decompressed or decoded.
 
 Records are gathered column by column and handed to Arrow a few thousand at a time;
 building Python rows for Spark to convert would cost more than decoding them.
@@ -22,7 +22,7 @@ import pyarrow as pa
 from storage.errors import OffsetOutOfRangeError
 from storage.extent import SegmentExtent, read_extent
 from storage.records import RecordBatch
-from txlog.fetch import AbortedFilter
+from txlog.fetch import AbortedFilter, visible_batches, visible_records
 from txlog.spark.arrow_columns import timestamp_array
 from txlog.spark.planning import OffsetRange
 
@@ -33,7 +33,7 @@ ROWS_PER_ARROW_BATCH = 32_768
 def read_range(r: OffsetRange, arrow_schema: pa.Schema, *, fail_on_data_loss: bool = True) -> Iterator[pa.RecordBatch]:
     """Arrow batches (in `arrow_schema`'s columns) of the records of `r` its isolation level may see."""
     columns = _Columns(r.topic, r.partition, arrow_schema)
-    batches = visible_batches(r, fail_on_data_loss=fail_on_data_loss)
+    batches = range_batches(r, fail_on_data_loss=fail_on_data_loss)
     while True:
         with _collector_paused():
             chunk = columns.fill(batches, r.start, r.end)
@@ -61,17 +61,12 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def visible_batches(r: OffsetRange, *, fail_on_data_loss: bool = True) -> Iterator[RecordBatch]:
-    """The data batches of the range that its isolation level shows (control batches never are)."""
-    committed_filter = AbortedFilter(r.aborted) if r.committed_only else None
-    for _, batch in extent_batches(r.topic, r.partition, r.extents, fail_on_data_loss=fail_on_data_loss):
-        if batch.last_offset < r.start:
-            continue
-        if batch.base_offset >= r.end:
-            return
-        hidden = committed_filter.skip(batch) if committed_filter else batch.is_control
-        if not hidden:
-            yield batch
+def range_batches(r: OffsetRange, *, fail_on_data_loss: bool = True) -> Iterator[RecordBatch]:
+    """The data batches of a planned range that its isolation level shows (control batches never are)."""
+    aborted = AbortedFilter(r.aborted) if r.committed_only else None
+    batches = (batch for _, batch in extent_batches(r.topic, r.partition, r.extents,
+                                                      fail_on_data_loss=fail_on_data_loss))
+    return visible_batches(batches, r.start, r.end, aborted)
 
 
 def extent_batches(topic: str, partition: int, extents: Iterable[SegmentExtent], *,
@@ -104,9 +99,7 @@ class _Columns:
     def fill(self, batches: Iterator[RecordBatch], start: int, end: int) -> pa.RecordBatch | None:
         """Decode batches until an Arrow batch is full; None once `batches` is exhausted and nothing is left."""
         for batch in batches:
-            records = batch.record_tuples()  # (offset, timestamp, key, value, headers, sequence)
-            if records and (records[0][0] < start or records[-1][0] >= end):
-                records = [rec for rec in records if start <= rec[0] < end]
+            records = visible_records(batch, start, end)  # (offset, timestamp, key, value, headers, sequence)
             if records:
                 self.add(batch, records)
             if self.rows >= ROWS_PER_ARROW_BATCH:

@@ -1,4 +1,5 @@
-"""A local SparkSession set up for txlog: what `txlog sql`, the samples and the tests start.
+"""Sessions set up for txlog: registering the source in one, and the local session that
+`txlog sql`, the samples and the tests start.
 
 Spark's Python workers are started with `PYSPARK_PYTHON` (default: whatever `python3`
 is on PATH), which may lack txlog; pointing it at this interpreter makes the workers
@@ -12,6 +13,13 @@ import sys
 
 #: Errors only, on stderr: without it the JVM prints a screenful of start-up warnings.
 LOG4J2_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
+
+
+def register(spark) -> None:
+    """Make `format("txlog")` available in `spark` (a SparkSession); safe to call twice."""
+    from txlog.spark.source import TxlogDataSource  # imports pyspark: only when a session exists
+
+    spark.dataSource.register(TxlogDataSource)
 
 
 def local_session(master: str = "local[2]", *, app_name: str = "txlog", log_level: str = "ERROR",
@@ -34,7 +42,5 @@ def local_session(master: str = "local[2]", *, app_name: str = "txlog", log_leve
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(log_level)
-    from txlog.spark import register
-
     register(spark)
     return spark

@@ -20,8 +20,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
-from txlog.spark import FORMAT
-from txlog.spark.options import SourceOptions, parse_options
+from txlog.spark.options import FORMAT, SourceOptions, parse_options
 from txlog.spark.planning import plan_batch
 from txlog.spark.range_reader import read_range
 from txlog.spark.schemas import record_schema
@@ -67,10 +66,10 @@ class TxlogReader(DataSourceReader):
 def _view_module(view: str):
     """The module of an analysis view: its SCHEMA, plan(options) and read(part, arrow_schema)."""
     if view == "batches":
-        from txlog.spark import batches_view
+        import txlog.spark.batches_view as batches_view
 
         return batches_view
-    from txlog.spark import transactions_view
+    import txlog.spark.transactions_view as transactions_view
 
     return transactions_view
 

@@ -29,9 +29,9 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from txlog.fetch import LogBounds, latest_offset
 from txlog.spark.options import SourceOptions
 from txlog.spark.planning import (
-    PartitionBounds,
     TopicPartitionKey,
     open_store,
     partition_bounds,
@@ -69,7 +69,7 @@ class TxlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Where a new query starts (startingOffsets, 'latest' by default); a restart uses its checkpoint."""
         bounds = self._bounds()
         return to_json_offsets(resolve_offsets(self.options.starting_offsets, bounds,
-                                               committed_only=self.options.committed_only,
+                                               isolation=self.options.isolation,
                                                option="startingOffsets"))
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -85,10 +85,10 @@ class TxlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The end of the next micro-batch: the visible end of every partition, within `limit`."""
         begin = from_json_offsets(start)
         bounds = self._bounds()
-        self._seen_latest = {tp: b.latest(self.options.committed_only) for tp, b in bounds.items()}
+        self._seen_latest = {tp: latest_offset(b, self.options.isolation) for tp, b in bounds.items()}
         latest = self._seen_latest if self._available_now is None else self._available_now
         for tp, offset in latest.items():
-            begin.setdefault(tp, bounds[tp].log_start if tp in bounds else offset)
+            begin.setdefault(tp, bounds[tp].log_start_offset if tp in bounds else offset)
         end = {tp: max(begin[tp], offset) for tp, offset in latest.items()}
         return to_json_offsets(_limited(begin, end, limit))
 
@@ -101,7 +101,7 @@ class TxlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         store = open_store(self.options.path)
         try:
             bounds = partition_bounds(store, list(finish))
-            begin = {tp: begin.get(tp, b.log_start) for tp, b in bounds.items()}
+            begin = {tp: begin.get(tp, b.log_start_offset) for tp, b in bounds.items()}
             ranges = plan_ranges(store, self.options, bounds, begin, finish)
         finally:
             store.close()
@@ -115,7 +115,7 @@ class TxlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # ---- helpers ------------------------------------------------------------------------------
 
-    def _bounds(self) -> dict[TopicPartitionKey, PartitionBounds]:
+    def _bounds(self) -> dict[TopicPartitionKey, LogBounds]:
         store = open_store(self.options.path)
         try:
             return partition_bounds(store, select_partitions(store, self.options))
@@ -123,7 +123,7 @@ class TxlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             store.close()
 
     def _latest(self) -> Offsets:
-        return {tp: b.latest(self.options.committed_only) for tp, b in self._bounds().items()}
+        return {tp: latest_offset(b, self.options.isolation) for tp, b in self._bounds().items()}
 
 
 def _limited(begin: Offsets, end: Offsets, limit: ReadLimit) -> Offsets:

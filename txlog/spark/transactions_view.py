@@ -46,7 +46,7 @@ from txlog.spark.batches_view import LogPart, log_batches, plan_whole_logs
 from txlog.spark.options import SourceOptions
 from txlog.spark.planning import open_store, select_partitions
 from txlog.spark.range_reader import ROWS_PER_ARROW_BATCH
-from txlog.transaction_log import KEY_VERSION, TxnLogValue, TxnState, decode_key, decode_value
+from txlog.transaction_log import KEY_VERSION, TxnLogValue, decode_key, decode_value
 
 SCHEMA = (
     "transactionalId string, producerId long, producerEpoch int, state string, transactionTimeoutMs int, "
@@ -56,11 +56,6 @@ SCHEMA = (
 )
 
 _VERSION = struct.Struct(">h")
-
-
-def state_name(state: TxnState) -> str:
-    """Kafka's TransactionState name (PREPARE_EPOCH_FENCE -> PrepareEpochFence), as kafka-dump-log prints it."""
-    return "".join(word.capitalize() for word in state.name.split("_"))
 
 
 def plan(options: SourceOptions) -> list[LogPart]:
@@ -135,7 +130,7 @@ def _arrow(rows: list[tuple], log_partition: int, schema: pa.Schema) -> pa.Recor
         "transactionalId": pa.array(ids, pa.string()),
         "producerId": pa.array(column(lambda v: v.producer_id), pa.int64()),
         "producerEpoch": pa.array(column(lambda v: v.producer_epoch), pa.int32()),
-        "state": pa.array(column(lambda v: state_name(v.state)), pa.string()),
+        "state": pa.array(column(lambda v: v.state.kafka_name), pa.string()),
         "transactionTimeoutMs": pa.array(column(lambda v: v.timeout_ms), pa.int32()),
         "partitions": pa.array(column(_partition_structs), schema.field("partitions").type),
         "transactionStartTimestamp": timestamp_array(column(lambda v: _ms_or_none(v.start_ms))),

@@ -1,0 +1,382 @@
+"""Building a process's view of a partition from its files, recovering them when allowed to (Kafka's LogLoader).
+
+Opening a partition: remove leftovers of interrupted operations (temp files, orphan indexes),
+open the segments, restore producer state from the newest usable snapshot, replay the batches
+after it (cutting a torn tail, filling index gaps a crashed writer left), then check the
+indexes, rebuilding any that fail. A clean close leaves a snapshot at the log end, so the
+replay is empty; after a crash only the tail since the last snapshot is scanned
+(docs/kafka-formats.md §5.7, docs/DESIGN.md §3).
+
+Catching up on what other processes appended is the same replay, started where this view
+stopped, so the partition log calls `replay` for that too.
+
+`repair` means the caller holds the partition's writer lock: every byte past the last whole
+batch then belongs to a dead writer and may be cut, and derived files may be rewritten.
+Without it (a reader, or a read-only store) nothing is written: damage is noted instead.
+
+The loader fills the partition log's segment list in place (the list is shared, as Kafka's
+LogLoader fills the log's `LogSegments`) and restores the producer state it is given.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from storage.checkpoint import write_leader_epoch_checkpoint
+from storage.config import TopicConfig
+from storage.durable import unlink_durably
+from storage.errors import CorruptIndexError, CorruptRecordError, CorruptSnapshotError, KafkaStorageError
+from storage.log_files import INDEX_FILE_SUFFIXES, LOG_FILE_SUFFIX, TEMP_FILE_SUFFIXES, offset_of
+from storage.producer_snapshot import delete_snapshot, list_snapshots, read_snapshot
+from storage.producer_state import ProducerStateManager
+from storage.producer_state_snapshots import delete_snapshots_after, state_at_segment_start, take_snapshot
+from storage.records import RecordBatch
+from storage.segment import LogSegment
+from storage.transaction_index import AbortedTxn
+from storage.txnindex_check import TxnIndexCheck, abort_replayer, replay_abort
+
+LEADER_EPOCH = 0  # a single "broker" that never changes leadership
+RELOAD_ATTEMPTS = 20
+
+
+def create_empty_log(directory: str) -> None:
+    """Lay out a new partition: an empty first segment at offset 0 and its epoch checkpoint."""
+    LogSegment.create(directory, 0).close()
+    # Every batch carries leader epoch 0 from offset 0: what Kafka's epoch cache would hold.
+    write_leader_epoch_checkpoint(directory, [(LEADER_EPOCH, 0)])
+
+
+def segment_index_for(segments: list[LogSegment], offset: int) -> int:
+    """Index of the segment holding `offset`: the last whose base is at or below it (else the first)."""
+    lo, hi = 0, len(segments) - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if segments[mid].base_offset <= offset:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def readable_end(segments: list[LogSegment], seg: LogSegment) -> int:
+    """Bytes of a segment a reader may scan, all of which must be whole batches.
+
+    A sealed segment is read to its file end (damage anywhere in it raises); the active
+    one only up to what this view validated, since past that a write may be in flight.
+    """
+    return seg.size if seg is segments[-1] else seg.file_size()
+
+
+class LogLoader:
+    """Loads and recovers one partition directory into a shared segment list and producer state."""
+
+    def __init__(self, directory: str, config: TopicConfig, segments: list[LogSegment],
+                 state: ProducerStateManager, txn_check: TxnIndexCheck, *, read_only: bool,
+                 clock: Callable[[], int]):
+        self.directory = directory
+        self.config = config
+        self.segments = segments  # the partition log's list, filled here in place
+        self.state = state
+        self.txn_check = txn_check
+        self.read_only = read_only
+        self._clock = clock
+        # Damage a view that may not repair found below its last segment: writes are refused
+        # with it, reads of that range raise, the segments after it stay readable.
+        self.corruption: CorruptRecordError | None = None
+
+    # ---- the whole load -----------------------------------------------------------------------
+
+    def load(self, *, repair: bool) -> None:
+        """Build the view from the files, recovering them when `repair` (caller holds the lock).
+
+        Another process's retention may delete a segment between the listing and its
+        opening; the load then starts over from a fresh listing.
+        """
+        vanished: FileNotFoundError | None = None
+        for _ in range(RELOAD_ATTEMPTS):
+            try:
+                return self._load_once(repair=repair)
+            except FileNotFoundError as exc:
+                vanished = exc
+        raise KafkaStorageError(f"segments of {self.directory} keep disappearing while loading: {vanished}")
+
+    def _load_once(self, *, repair: bool) -> None:
+        for seg in self.segments:
+            seg.close()
+        self.segments.clear()
+        self.corruption = None
+        if repair:
+            self._remove_temp_and_orphan_files()
+        self.segments.extend(self._open_segments(repair))
+        for seg, following in zip(self.segments, self.segments[1:]):
+            seg.size, seg.next_offset = seg.file_size(), following.base_offset
+        seg_idx, position = self.restore_producer_state(repair)
+        scanned = self.replay(seg_idx, position, repair=repair)
+        self.check_indexes(repair)
+        if repair:
+            self.drop_stale_txn_entries()
+            if scanned:
+                take_snapshot(self.directory, self.state)
+
+    def _open_segments(self, repair: bool) -> list[LogSegment]:
+        bases = self.segment_bases()
+        if not bases:
+            if not repair:
+                raise KafkaStorageError(f"{self.directory} holds no log segments")
+            create_empty_log(self.directory)
+            return [self.open_segment(0, writable=True)]
+        opened: list[LogSegment] = []
+        try:
+            for base in bases:
+                opened.append(self.open_segment(base, writable=not self.read_only))
+        except BaseException:
+            for seg in opened:
+                seg.close()
+            raise
+        return opened
+
+    def open_segment(self, base: int, *, writable: bool) -> LogSegment:
+        seg = LogSegment(self.directory, base, writable=writable, index_interval_bytes=self.config.index_interval_bytes)
+        seg.load_time_stats()
+        return seg
+
+    def segment_bases(self) -> list[int]:
+        """Base offsets of the `.log` files in the directory, ascending."""
+        bases = (offset_of(name, LOG_FILE_SUFFIX) for name in os.listdir(self.directory))
+        return sorted(base for base in bases if base is not None)
+
+    def _remove_temp_and_orphan_files(self) -> None:
+        """Remove leftovers of interrupted writes, deletes and swaps, and indexes whose `.log` is gone.
+
+        Retention deletes a segment's `.log` first, so a crash midway leaves such orphans.
+        """
+        names = os.listdir(self.directory)
+        logs = {n[:-len(LOG_FILE_SUFFIX)] for n in names if n.endswith(LOG_FILE_SUFFIX)}
+        doomed = []
+        for name in names:
+            if name.endswith(TEMP_FILE_SUFFIXES):  # `.snapshot.deleted` among them
+                doomed.append(name)
+            elif name.endswith(INDEX_FILE_SUFFIXES) and name.split(".", 1)[0] not in logs:
+                doomed.append(name)
+        if doomed:
+            unlink_durably([os.path.join(self.directory, n) for n in doomed], self.directory)
+
+    # ---- producer state -------------------------------------------------------------------------
+
+    def restore_producer_state(self, repair: bool) -> tuple[int, int]:
+        """Load the newest usable snapshot; returns where the replay must start (segment, position).
+
+        A snapshot is usable only if its offset is a batch boundary inside the log: one
+        from beyond a cut tail (KAFKA-5747) or a corrupt one is skipped, and deleted when
+        this process may write.
+        """
+        start = self.segments[0].base_offset
+        now = self._clock()
+        for offset, path in reversed(list_snapshots(self.directory)):
+            if offset < start:
+                if repair:
+                    delete_snapshot(path)
+                continue
+            location = self.locate(offset)
+            try:
+                entries = read_snapshot(path) if location is not None else None
+            except (CorruptSnapshotError, FileNotFoundError):
+                entries = None
+            if entries is None:
+                if repair:
+                    delete_snapshot(path)
+                continue
+            self.state.load(entries, offset, now)
+            return location
+        self.state.reset(start)
+        return 0, 0
+
+    def locate(self, offset: int) -> tuple[int, int] | None:
+        """(segment index, file position) of the batch starting at `offset`, or of the end if it is the end.
+
+        None when `offset` is not a batch boundary of whole, CRC-valid batches.
+        """
+        idx = segment_index_for(self.segments, offset)
+        seg = self.segments[idx]
+        if offset == seg.base_offset:
+            return idx, 0
+        position = seg.read_position(offset)
+        end = seg.file_size()
+        try:
+            # CRC-checked: a snapshot written after a batch that was later torn (power loss)
+            # must not be trusted, or the torn batch would survive recovery.
+            for pos, batch in seg.iter_batches(position, end):
+                if batch.base_offset == offset:
+                    return idx, pos
+                if batch.base_offset > offset or batch.last_offset >= offset:
+                    return None
+                if batch.last_offset + 1 == offset:
+                    return idx, pos + batch.size  # whatever follows is validated by the replay
+        except CorruptRecordError:
+            return None
+        return None
+
+    def state_at_segment_start(self, seg: LogSegment) -> ProducerStateManager:
+        return state_at_segment_start(self.directory, self.segments, self.segments.index(seg))
+
+    # ---- the replay (recovery, and catching up on other writers) -----------------------------------
+
+    def replay(self, seg_idx: int, position: int, *, repair: bool) -> int:
+        """Apply every whole batch from (segment, position) to the end; returns bytes scanned.
+
+        With `repair` (caller holds the lock) a torn tail of the last segment is cut and
+        index gaps left by a crashed writer are filled; without it the scan just stops.
+        """
+        scanned = 0
+        segments = self.segments
+        for i in range(seg_idx, len(segments)):
+            seg = segments[i]
+            pos = position if i == seg_idx else 0
+            seg.size = pos
+            seg.next_offset = self.state.end_offset if i == seg_idx else seg.base_offset
+            last_segment = i == len(segments) - 1
+            try:
+                for bpos, batch in seg.iter_batches(pos):
+                    self._apply_replayed(seg, batch, bpos, repair)
+                    scanned += batch.size
+                if seg.size < seg.file_size():
+                    raise CorruptRecordError("incomplete batch", path=seg.log_path, position=seg.size)
+            except CorruptRecordError as exc:
+                if not repair and not last_segment:
+                    # A read-only view notes the damage (reading that range raises) and goes on,
+                    # so the segments after it stay readable.
+                    self.corruption = exc
+                    self.state.end_offset = segments[i + 1].base_offset
+                    continue
+                self._handle_bad_bytes(seg, exc, last_segment, repair)
+                return scanned
+            if not last_segment and seg.next_offset > segments[i + 1].base_offset:
+                raise CorruptRecordError(
+                    f"segment overlaps the next one (ends at offset {seg.next_offset})", path=seg.log_path
+                )
+        return scanned
+
+    def _apply_replayed(self, seg: LogSegment, batch: RecordBatch, position: int, repair: bool) -> None:
+        if batch.base_offset < self.state.end_offset:
+            raise CorruptRecordError(
+                f"batch offset {batch.base_offset} goes backwards (expected >= {self.state.end_offset})",
+                path=seg.log_path, position=position,
+            )
+        txn = replay_abort(self.state, batch)
+        seg.note_batch(batch, position)
+        if txn is not None:
+            self._index_replayed_abort(seg, txn, repair)
+
+    def _index_replayed_abort(self, seg: LogSegment, txn: AbortedTxn, repair: bool) -> None:
+        """Recovery's side of the txn index: append an abort it lacks, rebuild it if it disagrees.
+
+        An abort below the last entry must already be indexed, for the same producer and
+        first offset; otherwise an entry was deleted or altered. This replay is the one
+        place a deleted entry is noticed. The LSO is not compared: a replay that lost older
+        producer state (no snapshot left after retention) may compute it differently.
+        A view that may not write (read-only, or no lock held) keeps a replayed list instead.
+        """
+        last = seg.txn_index.last_entry()
+        if repair and (last is None or last.last_offset < txn.last_offset):
+            seg.txn_index.append(txn)
+            return
+        indexed = seg.txn_index.entry_at(txn.last_offset)
+        if self.txn_check.replayed(seg) is None and (indexed is None or indexed[:2] != txn[:2]):
+            if repair:
+                self.rewrite_txn_index(seg)
+            else:
+                self.txn_check.replace_with_replay(seg, self.state_at_segment_start(seg))
+
+    def _handle_bad_bytes(self, seg: LogSegment, exc: CorruptRecordError, last_segment: bool, repair: bool) -> None:
+        """Cut a torn tail; refuse corruption of data that was followed by more data.
+
+        Without `repair` (no lock) bad bytes at the end may be a write in flight: stop there.
+        """
+        if not repair:
+            return
+        position = seg.size
+        if not last_segment:
+            raise exc
+        valid_after = seg.find_valid_batch_after(position)
+        if valid_after is not None:
+            raise CorruptRecordError(
+                f"invalid batch followed by a valid one at byte {valid_after}; refusing to cut acknowledged data",
+                path=seg.log_path, position=position,
+            )
+        seg.truncate(position, seg.next_offset)
+        delete_snapshots_after(self.directory, seg.next_offset)
+
+    # ---- derived files: the indexes ---------------------------------------------------------------
+
+    def check_indexes(self, repair: bool) -> None:
+        """Rebuild any index that is missing or fails its checks (indexes are derived data).
+
+        The active segment gets the full check at open; sealed segments a constant-time one
+        (so opening does not grow with the log), and the full one before their first lookup.
+        A process that may not write (read-only) stops trusting a damaged index instead:
+        its lookups scan the segment, so the damage never changes what a reader sees.
+        """
+        last = len(self.segments) - 1
+        for i, seg in enumerate(self.segments):
+            try:
+                if i == last:
+                    seg.full_index_check()
+                    seg.indexes_verified = True
+                else:
+                    seg.quick_index_check()
+            except CorruptIndexError:
+                self.repair_indexes(seg, repair)
+
+    def repair_indexes(self, seg: LogSegment, repair: bool) -> None:
+        """Rebuild `seg`'s indexes from its batches when `repair` (lock held), else stop trusting them."""
+        if repair:
+            self.rebuild_indexes(seg)
+        else:
+            seg.indexes_trusted = False
+            seg.indexes_verified = True
+
+    def rebuild_indexes(self, seg: LogSegment) -> None:
+        """Rewrite a segment's three indexes from its batches (Kafka's segment recovery); lock held."""
+        state = self.state_at_segment_start(seg)
+        seg.txn_index.reset()
+        seg.rebuild_indexes(abort_replayer(state, seg.txn_index.append))
+        self.txn_check.mark_rebuilt(seg)
+
+    def rewrite_txn_index(self, seg: LogSegment) -> None:
+        """Rewrite a segment's `.txnindex` from its batches, durably (caller holds the lock)."""
+        self.txn_check.rewrite(seg, self.state_at_segment_start(seg), readable_end(self.segments, seg))
+
+    def drop_stale_txn_entries(self) -> None:
+        """Remove `.txnindex` entries of the active segment for markers that never reached the log.
+
+        append_marker makes the entry durable before the marker; a writer that died in
+        between leaves an entry at an offset the next append would reuse. Lock held.
+        """
+        active = self.segments[-1]
+        try:
+            if os.stat(active.txn_index.path).st_size == 0:
+                return
+        except FileNotFoundError:
+            return  # the usual case: no abort has landed in this segment
+        last = active.txn_index.last_entry()
+        if last is None or last.last_offset < active.next_offset:
+            return
+        if self._dead_writers_entry(active, last):
+            active.txn_index.truncate_to(active.next_offset)
+        else:
+            # An entry past the log end that no dying writer leaves: damage, which truncating
+            # would turn into a lost abort. Rebuild from the log instead.
+            self.rewrite_txn_index(active)
+
+    def _dead_writers_entry(self, active: LogSegment, last: AbortedTxn) -> bool:
+        """Whether `last` is what append_marker leaves when it dies before the marker.
+
+        That entry is alone past the end, names the very offset the marker would have taken,
+        and its transaction is still open in the producer state replayed from the log.
+        """
+        entries = active.txn_index.entries()
+        alone = len(entries) < 2 or entries[-2].last_offset < active.next_offset
+        return (alone and last.last_offset == active.next_offset
+                and self.state.open_transactions().get(last.producer_id) == last.first_offset)
+

@@ -1,0 +1,86 @@
+"""When producer-state snapshots are taken, kept and removed: the file half of Kafka's ProducerStateManager.
+
+`producer_state.py` is the idempotence state machine and touches no file; `producer_snapshot.py`
+is the `.snapshot` format. The policy between them and the log's segments lives here:
+
+* a snapshot is taken at the log end when a segment rolls (at the new base), before retention
+  deletes data (KIP-360: producer state outlives the deleted batches), at a clean close (the
+  next open scans nothing) and after recovery scanned a tail;
+* one snapshot per segment base is kept, so a segment's `.txnindex` can be rebuilt from the
+  state at its start without replaying the whole log, plus the newest at a clean close;
+* snapshots below the log start go with retention; ones past a cut torn tail are removed
+  (KAFKA-5747: they would restore state for batches that are gone).
+
+Kept apart from the state machine so that the machine stays a pure, file-free object that
+throwaway replays (a `.txnindex` rebuild, the integrity check) can use on their own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from storage.errors import CorruptSnapshotError
+from storage.producer_snapshot import delete_snapshot, list_snapshots, read_snapshot, write_snapshot
+from storage.producer_state import ProducerStateManager
+from storage.segment import LogSegment
+
+
+def take_snapshot(directory: str, state: ProducerStateManager) -> None:
+    """Write the state at its end offset, unless the newest snapshot already holds that offset."""
+    offset = state.end_offset
+    snaps = list_snapshots(directory)
+    if snaps and snaps[-1][0] == offset:
+        return
+    write_snapshot(directory, offset, state.snapshot_entries())
+
+
+def clean_snapshots(directory: str, segment_bases: Iterable[int], *, keep_latest: bool) -> None:
+    """Keep one snapshot per segment base (the start of that segment's rebuild) and, if asked, the newest."""
+    bases = set(segment_bases)
+    snaps = list_snapshots(directory)
+    for i, (offset, path) in enumerate(snaps):
+        newest = i == len(snaps) - 1
+        if offset in bases or (keep_latest and newest):
+            continue
+        delete_snapshot(path)
+
+
+def snapshots_before(directory: str, offset: int) -> list[str]:
+    """Paths of the snapshots below `offset`: what retention deletes with the segments below a new log start."""
+    return [path for snap_offset, path in list_snapshots(directory) if snap_offset < offset]
+
+
+def delete_snapshots_after(directory: str, offset: int) -> None:
+    """Remove snapshots past `offset`, where a torn tail was cut: their state covers batches that are gone."""
+    for snap_offset, path in list_snapshots(directory):
+        if snap_offset > offset:
+            delete_snapshot(path)
+
+
+def state_at_segment_start(directory: str, segments: Sequence[LogSegment], i: int) -> ProducerStateManager:
+    """Producer state as of `segments[i]`'s base, which rebuilding that segment's `.txnindex` starts from.
+
+    The newest readable snapshot between the log start and that base (normally the one taken
+    when the segment was rolled in), then a replay of the earlier segments' batches past it;
+    without one, a replay from the log start. The snapshot is loaded at `now_ms=0`, so no
+    producer expires: the rebuild derives the entries from the log, whatever the clock says.
+    """
+    seg = segments[i]
+    state = ProducerStateManager()
+    start = segments[0].base_offset
+    for offset, path in reversed(list_snapshots(directory)):
+        if start <= offset <= seg.base_offset:
+            try:
+                state.load(read_snapshot(path), offset, now_ms=0)
+            except CorruptSnapshotError:
+                continue
+            break
+    else:
+        state.reset(start)
+    for earlier in segments[:i]:
+        if earlier.next_offset <= state.end_offset:
+            continue
+        for _, batch in earlier.iter_batches(0):
+            if batch.base_offset >= state.end_offset:
+                state.replay_batch(batch)
+    return state
