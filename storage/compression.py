@@ -18,19 +18,26 @@ reader expects and each reader accepts everything Java's reader accepts:
            so the frame is assembled here from raw blocks.
 * zstd   - a standard zstd frame.
 
-Failures of the underlying libraries become CorruptRecordError so callers
-only ever see the typed errors of storage.errors.
+The codecs run in the Rust extension (storage/native/src/compression.rs, on the flate2,
+snap, lz4_flex and zstd crates); storage/compression_reference.py is the same rules in
+Python, kept as the readable reference and the test oracle. Anything that cannot be
+inflated becomes CorruptRecordError, so callers only ever see the typed errors of
+storage.errors.
 """
 
 from __future__ import annotations
 
-import struct
-import zlib
 from enum import IntEnum
 
-import cramjam
-
+import storage._native as _native
 from storage.errors import CorruptRecordError, UnsupportedCompressionTypeError
+
+__all__ = ["Compression", "XERIAL_HEADER", "XERIAL_MAGIC", "compress", "decompress"]
+
+#: The xerial stream header (magic, version 1, minimum compatible version 1) that
+#: SnappyOutputStream writes before its blocks.
+XERIAL_MAGIC = b"\x82SNAPPY\x00"
+XERIAL_HEADER = XERIAL_MAGIC + b"\x00\x00\x00\x01\x00\x00\x00\x01"
 
 
 class Compression(IntEnum):
@@ -58,180 +65,6 @@ class Compression(IntEnum):
         return tuple(codec.kafka_name for codec in cls)
 
 
-# --- gzip ---------------------------------------------------------------
-
-_GZIP_LEVEL = 6  # java.util.zip.Deflater.DEFAULT_COMPRESSION, Kafka's default
-_GZIP_WBITS = 31  # 16 + 15: gzip header and trailer instead of zlib's
-
-
-def _gzip_compress(data) -> bytes:
-    packer = zlib.compressobj(_GZIP_LEVEL, zlib.DEFLATED, _GZIP_WBITS)
-    return packer.compress(data) + packer.flush()
-
-
-def _gzip_decompress(data) -> bytes:
-    """Inflate every gzip member; a member cut short is corruption, not an empty result."""
-    out = []
-    rest = data
-    while True:
-        inflater = zlib.decompressobj(_GZIP_WBITS)
-        out.append(inflater.decompress(rest))
-        if not inflater.eof:
-            raise CorruptRecordError("truncated gzip stream")
-        rest = inflater.unused_data
-        if not rest:
-            return b"".join(out)
-
-
-# --- snappy (xerial framing) -----------------------------------------------
-
-XERIAL_MAGIC = b"\x82SNAPPY\x00"
-#: magic + version 1 + minimum compatible version 1, as SnappyOutputStream writes it.
-XERIAL_HEADER = XERIAL_MAGIC + struct.pack(">ii", 1, 1)
-_XERIAL_BLOCK = 32 * 1024  # SnappyOutputStream's default block size
-_I32 = struct.Struct(">i")
-
-
-def _snappy_compress(data) -> bytes:
-    parts = [XERIAL_HEADER]
-    view = memoryview(data)
-    compress_raw = cramjam.snappy.compress_raw
-    pack = _I32.pack
-    for start in range(0, len(view), _XERIAL_BLOCK):
-        block = bytes(compress_raw(view[start:start + _XERIAL_BLOCK]))
-        parts.append(pack(len(block)))
-        parts.append(block)
-    return b"".join(parts)
-
-
-# No snappy element expands more than ~21x (a 3-byte copy of 64 bytes), so a block
-# claiming more is corrupt - and must be rejected before its claim is allocated.
-_SNAPPY_MAX_EXPANSION = 32
-
-
-def _snappy_block(block: bytes) -> bytes:
-    claimed = cramjam.snappy.decompress_raw_len(block)
-    if claimed > _SNAPPY_MAX_EXPANSION * len(block) + 64:
-        raise CorruptRecordError(f"snappy block of {len(block)} bytes claims {claimed} uncompressed bytes")
-    return bytes(cramjam.snappy.decompress_raw(block))
-
-
-def _snappy_decompress(data) -> bytes:
-    """Read xerial framing, or a bare raw block when the magic header is absent."""
-    data = bytes(data)
-    if not data.startswith(XERIAL_MAGIC):
-        return _snappy_block(data)
-    end = len(data)
-    pos = 0
-    out = []
-    while pos < end:
-        # xerial streams may be concatenated; a repeated header is skipped
-        # (an i32 block length can never start with 0x82: it would be negative)
-        if data.startswith(XERIAL_MAGIC, pos):
-            if pos + len(XERIAL_HEADER) > end:
-                raise CorruptRecordError("truncated xerial snappy header")
-            pos += len(XERIAL_HEADER)
-            continue
-        if pos + 4 > end:
-            raise CorruptRecordError("truncated xerial snappy block length")
-        (length,) = _I32.unpack_from(data, pos)
-        pos += 4
-        if length < 0 or pos + length > end:
-            raise CorruptRecordError(f"xerial snappy block of {length} bytes overruns the stream")
-        out.append(_snappy_block(data[pos:pos + length]))
-        pos += length
-    return b"".join(out)
-
-
-# --- lz4 (frame format, independent blocks) --------------------------------
-
-_LZ4_MAGIC = b"\x04\x22\x4d\x18"
-_LZ4_FLG = 0x60  # version 01, block independence, no checksums, no content size
-_LZ4_BD = 0x40  # 64 KiB maximum block size, what Kafka's writer uses
-_LZ4_BLOCK = 64 * 1024
-_LZ4_UNCOMPRESSED = 0x80000000  # high bit of a block size: stored as-is
-_LZ4_END_MARK = b"\x00\x00\x00\x00"
-_U32LE = struct.Struct("<I")
-
-
-def _xxh32_short(data: bytes, seed: int = 0) -> int:
-    """XXH32 of an input shorter than 16 bytes: all an lz4 descriptor checksum needs."""
-    p1, p2, p3, p4, p5 = 2654435761, 2246822519, 3266489917, 668265263, 374761393
-    mask = 0xFFFFFFFF
-
-    def rotl(x: int, r: int) -> int:
-        return ((x << r) | (x >> (32 - r))) & mask
-
-    assert len(data) < 16
-    h = (seed + p5 + len(data)) & mask
-    pos = 0
-    while pos + 4 <= len(data):
-        h = (rotl((h + _U32LE.unpack_from(data, pos)[0] * p3) & mask, 17) * p4) & mask
-        pos += 4
-    for byte in data[pos:]:
-        h = (rotl((h + byte * p5) & mask, 11) * p1) & mask
-    h = ((h ^ (h >> 15)) * p2) & mask
-    h = ((h ^ (h >> 13)) * p3) & mask
-    return h ^ (h >> 16)
-
-
-_LZ4_DESCRIPTOR = bytes((_LZ4_FLG, _LZ4_BD))
-_LZ4_FRAME_HEADER = (
-    _LZ4_MAGIC + _LZ4_DESCRIPTOR + bytes(((_xxh32_short(_LZ4_DESCRIPTOR) >> 8) & 0xFF,))
-)
-
-
-def _lz4_compress(data) -> bytes:
-    parts = [_LZ4_FRAME_HEADER]
-    view = memoryview(data)
-    compress_block = cramjam.lz4.compress_block
-    pack = _U32LE.pack
-    for start in range(0, len(view), _LZ4_BLOCK):
-        chunk = view[start:start + _LZ4_BLOCK]
-        block = bytes(compress_block(chunk, store_size=False))
-        if len(block) >= len(chunk):  # incompressible: store the chunk itself
-            parts.append(pack(len(chunk) | _LZ4_UNCOMPRESSED))
-            parts.append(bytes(chunk))
-        else:
-            parts.append(pack(len(block)))
-            parts.append(block)
-    parts.append(_LZ4_END_MARK)
-    return b"".join(parts)
-
-
-def _lz4_decompress(data) -> bytes:
-    return bytes(cramjam.lz4.decompress(data))
-
-
-# --- zstd --------------------------------------------------------------------
-
-_ZSTD_LEVEL = 3  # zstd's own default and Kafka's compression.zstd.level default
-
-
-def _zstd_compress(data) -> bytes:
-    return bytes(cramjam.zstd.compress(data, level=_ZSTD_LEVEL))
-
-
-def _zstd_decompress(data) -> bytes:
-    return bytes(cramjam.zstd.decompress(data))
-
-
-# --- dispatch ------------------------------------------------------------------
-
-_COMPRESSORS = {
-    Compression.GZIP: _gzip_compress,
-    Compression.SNAPPY: _snappy_compress,
-    Compression.LZ4: _lz4_compress,
-    Compression.ZSTD: _zstd_compress,
-}
-_DECOMPRESSORS = {
-    Compression.GZIP: _gzip_decompress,
-    Compression.SNAPPY: _snappy_decompress,
-    Compression.LZ4: _lz4_decompress,
-    Compression.ZSTD: _zstd_decompress,
-}
-
-
 def _codec(codec: int) -> Compression:
     """Map an attribute code to the enum; codes 5-7 exist on the wire but name no codec."""
     try:
@@ -245,7 +78,7 @@ def compress(codec: int, data) -> bytes:
     kind = _codec(codec)
     if kind is Compression.NONE:
         return bytes(data)
-    return _COMPRESSORS[kind](data)
+    return _native.compress(kind, data)
 
 
 def decompress(codec: int, data) -> bytes:
@@ -254,8 +87,6 @@ def decompress(codec: int, data) -> bytes:
     if kind is Compression.NONE:
         return bytes(data)
     try:
-        return _DECOMPRESSORS[kind](data)
-    except CorruptRecordError:
-        raise
-    except (cramjam.DecompressionError, zlib.error, ValueError, MemoryError) as exc:
-        raise CorruptRecordError(f"cannot decompress {kind.name.lower()} data: {exc}") from None
+        return _native.decompress(kind, data)
+    except _native.CodecError as exc:
+        raise CorruptRecordError(exc.args[1]) from None

@@ -8,11 +8,14 @@ two jobs that pull in different directions:
   same meaning (CRC-32C scope, ZigZag varints, LOG_APPEND_TIME semantics,
   sequence wrap-around, the strict record-size checks of the Java reader);
 * be fast - it is the hot path of producing and consuming, and per-record
-  Python work is the bottleneck. The encoder therefore works column-wise with
-  C-level `map`/`zip`/`join` over precomputed varint tables, and the decoder
-  is one flat loop with table lookups for 1- and 2-byte varints and no
-  per-field function calls. Both fall back to the general varint functions
-  only for values the tables do not cover.
+  Python work was the bottleneck. So every per-record loop (header parse and
+  CRC, decompression, record decoding into tuples or Arrow columns, the framing
+  walk of the append path, batch encoding) runs in the Rust extension
+  `storage._native` (storage/native/src/, safe Rust); this module keeps the
+  orchestration and turns the extension's errors into the typed errors of
+  storage.errors naming the file and the byte. storage/records_reference.py is
+  the same codec in Python: the readable reference and the test oracle, never a
+  runtime fallback.
 
 `RecordBatch.parse` checks the header and CRC only; records are decoded on
 demand by `records()`, because most readers of the log (recovery, index
@@ -24,32 +27,19 @@ from __future__ import annotations
 import struct
 import time
 from enum import IntEnum
-from itertools import chain, repeat
-from operator import itemgetter, sub
 from typing import Iterator, NamedTuple, Sequence
 
-from crc32c import crc32c
-
-from storage.compression import Compression, compress, decompress
+import storage._native as _native
+from storage.compression import Compression
 from storage.errors import (
     CorruptRecordError,
     InvalidRecordError,
     UnsupportedCompressionTypeError,
 )
-from storage.sequence import INT32_MAX, inc_seq
-from storage.varint import (
-    NULL_LENGTH,
-    ONE_BYTE_ZIGZAG,
-    SMALL_LIMIT,
-    TWO_BYTE_ZIGZAG,
-    VARINT_TABLE,
-    decode_varint,
-    decode_varlong,
-    encode_varint,
-    encode_varlong,
-    size_of_varint,
-    size_of_varlong,
-)
+from storage.sequence import inc_seq
+from storage.varint import size_of_varint, size_of_varlong
+
+crc32c = _native.crc32c  # CRC-32C (Castagnoli), `crc32c(data, crc=0)`, as the crc32c package spells it
 
 __all__ = [
     "BatchBuilder",
@@ -123,15 +113,9 @@ TRANSACTIONAL_MASK = 0x10
 CONTROL_MASK = 0x20
 DELETE_HORIZON_MASK = 0x40
 
-# Smallest record body: attributes, timestampDelta, offsetDelta, keyLength,
-# valueLength, headerCount - one byte each.
-_MIN_RECORD_BODY = 6
-
 _HEADER = struct.Struct(">qiibIhiqqqhii")  # all 61 header bytes
 _CRC_COVERED_HEADER = struct.Struct(">hiqqqhii")  # bytes 21..61
-_FRAME = struct.Struct(">qiib")  # bytes 0..17: baseOffset, batchLength, leaderEpoch, magic
 _OFFSET_LENGTH_EPOCH = struct.Struct(">qii")  # bytes 0..16, the part with_offset rewrites
-_U32 = struct.Struct(">I")
 _CONTROL_KEY = struct.Struct(">hh")
 _CONTROL_VALUE = struct.Struct(">hi")
 
@@ -248,30 +232,16 @@ class RecordBatch:
         `origin` is the file position of `buf[0]` (a reader's chunk of a segment): the
         batch's `position` and every error name `origin + position`.
         """
-        available = len(buf) - position
-        if position < 0 or available < HEADER_SIZE:
-            raise CorruptRecordError(
-                f"need {HEADER_SIZE} bytes for a batch header, {max(available, 0)} available",
-                path=path, position=origin + position,
-            )
-        (base_offset, batch_length, leader_epoch, magic, crc, attributes, last_offset_delta,
-         base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence,
-         records_count) = _HEADER.unpack_from(buf, position)
-        if magic != MAGIC:
-            raise CorruptRecordError(f"unsupported magic {magic} (only {MAGIC} is supported)",
+        if position < 0:
+            raise CorruptRecordError(f"need {HEADER_SIZE} bytes for a batch header, 0 available",
                                      path=path, position=origin + position)
-        if batch_length < MIN_BATCH_LENGTH:
-            raise CorruptRecordError(f"batch length {batch_length} is below the minimum {MIN_BATCH_LENGTH}",
-                                     path=path, position=origin + position)
+        try:
+            (base_offset, batch_length, leader_epoch, magic, crc, attributes, last_offset_delta,
+             base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence,
+             records_count) = _native.parse_header(buf, position, verify_crc)
+        except _native.CodecError as exc:
+            raise CorruptRecordError(exc.args[1], path=path, position=origin + position) from None
         size = batch_length + LOG_OVERHEAD
-        if size > available:
-            raise CorruptRecordError(f"batch of {size} bytes but only {available} bytes available",
-                                     path=path, position=origin + position)
-        if verify_crc:
-            actual = crc32c(memoryview(buf)[position + CRC_COVERED_START:position + size])
-            if actual != crc:
-                raise CorruptRecordError(f"CRC mismatch: stored {crc:#010x}, computed {actual:#010x}",
-                                         path=path, position=origin + position)
         batch = object.__new__(cls)
         batch._buf = buf
         batch._at = position
@@ -361,21 +331,22 @@ class RecordBatch:
 
     # -- records
 
-    def _records_region(self) -> bytes:
-        start = self._at + HEADER_SIZE
-        end = self._at + self.size
-        buf = self._buf
-        if type(buf) is bytes:
-            return buf[start:end]
-        return bytes(memoryview(buf)[start:end])
-
     def _corrupt(self, detail: str) -> CorruptRecordError:
         return CorruptRecordError(f"batch with base offset {self.base_offset}: {detail}",
                                   path=self.path, position=self.position)
 
+    def _codec_error(self, exc: _native.CodecError) -> CorruptRecordError:
+        """The native decoder's error as the CorruptRecordError of this batch (file, batch position)."""
+        kind, message, position = exc.args
+        if kind == "truncated":
+            return self._corrupt(f"records region ends inside a record (expected {self.records_count} records)")
+        if position is not None:
+            return self._corrupt(f"{message} at byte {position} of the records region")
+        return self._corrupt(message)
+
     def records(self) -> list[Record]:
         """Decompress and decode every record, with the Java reader's strictness."""
-        return self._decoded(named=True)
+        return self._decoded(Record)
 
     def record_tuples(self) -> list[tuple]:
         """`records()` as plain tuples in Record's field order, for readers that regroup them by column.
@@ -383,33 +354,58 @@ class RecordBatch:
         Skipping the Record wrapper saves a copy of every tuple, a sizeable share of
         decoding when the rows are only transposed into columns afterwards.
         """
-        return self._decoded(named=False)
+        return self._decoded(None)
 
-    def _decoded(self, *, named: bool) -> list:
+    def _decode_args(self) -> tuple | None:
+        """The native decoder's arguments for this batch, or None when it holds no record bytes."""
         count = self.records_count
         if count < 0:
             raise InvalidRecordError(f"negative record count {count} in batch with base offset "
                                      f"{self.base_offset} at byte {self.position}")
-        data = self._records_region()
-        if count == 0 and not data:
-            return []  # emptied by compaction: only the header survives
-        codec = self.attributes & COMPRESSION_MASK
-        if codec:
-            try:
-                data = decompress(codec, data)
-            except CorruptRecordError as exc:
-                raise self._corrupt(str(exc)) from None
+        if count == 0 and self.size == HEADER_SIZE:
+            return None  # emptied by compaction: only the header survives
+        codec = self.compression  # UnsupportedCompressionTypeError for codes 5-7
         log_append = self.attributes & TIMESTAMP_TYPE_MASK
+        return (self._buf, self._at + HEADER_SIZE, self._at + self.size, codec, count, self.base_offset,
+                self.max_timestamp if log_append else self.base_timestamp, not log_append, self.base_sequence)
+
+    def _decoded(self, cls: type | None) -> list:
+        args = self._decode_args()
+        if args is None:
+            return []
         try:
-            rows = _decode_records(data, count, self.base_offset,
-                                   self.max_timestamp if log_append else self.base_timestamp,
-                                   not log_append, self.base_sequence)
-            return list(map(_new_tuple, repeat(Record, len(rows)), rows)) if named else rows
-        except IndexError:
-            raise self._corrupt(f"records region of {len(data)} bytes ends inside a record "
-                                f"(expected {count} records)") from None
-        except CorruptRecordError as exc:
-            raise self._corrupt(f"{exc} of the records region") from None
+            return _native.decode_records(*args, cls)
+        except _native.CodecError as exc:
+            raise self._codec_error(exc) from None
+
+    def consumer_records(self, cls: type, topic: str, partition: int, start: int, end: int) -> list:
+        """The records at offsets in [start, end) as `cls` tuples of a Consumer's twelve fields.
+
+        cls is txlog.consumer_record.ConsumerRecord (passed in: storage cannot import txlog):
+        (topic, partition, offset, timestamp, timestamp_type, key, value, headers,
+        producer_id, producer_epoch, sequence, is_transactional), built in one native pass
+        with no intermediate tuple per record.
+        """
+        args = self._decode_args()
+        if args is None:
+            return []
+        try:
+            return _native.decode_consumer_records(
+                *args, start, end, cls, topic, partition, self.timestamp_type, self.producer_id,
+                self.producer_epoch, self.is_transactional)
+        except _native.CodecError as exc:
+            raise self._codec_error(exc) from None
+
+    def add_columns(self, builder: _native.ColumnBuilder, start: int = -(1 << 63), end: int = (1 << 63) - 1) -> int:
+        """Decode the records at offsets in [start, end) into an Arrow column builder (see
+        storage.arrow_records); returns the rows added. A corrupt batch adds none."""
+        args = self._decode_args()
+        if args is None:
+            return 0
+        try:
+            return builder.add(*args, start, end)
+        except _native.CodecError as exc:
+            raise self._codec_error(exc) from None
 
     def __iter__(self) -> Iterator[Record]:
         return iter(self.records())
@@ -458,8 +454,10 @@ class RecordBatch:
         if self.attributes & COMPRESSION_MASK:
             self.compression  # noqa: B018 - raises for codes 5-7
             return self.max_timestamp
-        region = self._records_region()
-        seen, max_delta = _walk_records(region, self._corrupt)
+        try:
+            seen, max_delta = _native.walk_records(self._buf, self._at + HEADER_SIZE, self._at + self.size)
+        except _native.CodecError as exc:
+            raise self._codec_error(exc) from None
         if seen != count:
             raise self._corrupt(f"batch holds {seen} records but its header says {count}")
         if self.attributes & TIMESTAMP_TYPE_MASK:
@@ -531,60 +529,6 @@ class BatchHeader(NamedTuple):
         return _new_tuple(cls, (origin + position, *fields))
 
 
-def _walk_records(region: bytes, corrupt) -> tuple[int, int]:
-    """Count the records tiling `region` exactly and find the largest timestamp delta.
-
-    Raises `corrupt(detail)` when the lengths do not tile the region. A record is
-    `length varint | attributes | timestampDelta varlong | ...`; within a run of
-    records whose length prefix bytes are identical, record i starts at pos + i*stride.
-    """
-    end = len(region)
-    pos = seen = 0
-    max_delta = None
-    one = ONE_BYTE_ZIGZAG
-    while pos < end:
-        b = region[pos]
-        if b < 0x80:
-            length, h = one[b], 1
-        else:
-            try:
-                length, after = decode_varint(region, pos)
-            except CorruptRecordError as exc:
-                raise corrupt(f"length of record {seen}: {exc}") from None
-            h = after - pos
-        if length < _MIN_RECORD_BODY:
-            raise corrupt(f"record {seen} has length {length}, below the minimum {_MIN_RECORD_BODY}")
-        stride = h + length
-        fit = (end - pos) // stride
-        if fit == 0:
-            raise corrupt(f"record lengths overrun the batch by {pos + stride - end} bytes")
-        run = 1
-        if fit > 1 and h <= 2:
-            stop = pos + fit * stride
-            firsts = region[pos:stop:stride]
-            run = fit - len(firsts.lstrip(firsts[:1]))
-            if h == 2:
-                seconds = region[pos + 1:stop:stride]
-                run = min(run, fit - len(seconds.lstrip(seconds[:1])))
-        deltas = region[pos + h + 1:pos + run * stride:stride]
-        if deltas.isascii():
-            top = max(one[x] for x in set(deltas))
-        else:
-            top = max(_timestamp_delta(region, pos + i * stride + h + 1, corrupt) for i in range(run))
-        if max_delta is None or top > max_delta:
-            max_delta = top
-        pos += run * stride
-        seen += run
-    return seen, (0 if max_delta is None else max_delta)
-
-
-def _timestamp_delta(region: bytes, pos: int, corrupt) -> int:
-    try:
-        return decode_varlong(region, pos)[0]
-    except CorruptRecordError as exc:
-        raise corrupt(f"timestamp delta: {exc}") from None
-
-
 def peek_control_type(key: bytes | None) -> int:
     """The type of a control record key, -1 when the key is too short to hold one.
 
@@ -622,245 +566,12 @@ def _parse_control_record(record: Record, batch: RecordBatch) -> EndTransactionM
     return EndTransactionMarker(ControlType(type_id), coordinator_epoch)
 
 
-# --- record decoding (the hot loop) ---------------------------------------------------
-
-
-def _decode_records(data: bytes, count: int, base_offset: int, base_timestamp: int,
-                    use_deltas: bool, base_sequence: int) -> list[tuple]:
-    """Decode `count` records that must fill `data` exactly, as tuples in Record's field order.
-
-    Structural errors raise CorruptRecordError (position relative to `data`);
-    reading past the end raises IndexError, which the caller reports as
-    truncation - a zero-cost `try` beats a bounds check per field.
-    The fields are decoded inline (table lookups for 1- and 2-byte varints)
-    because a function call per field would double the cost of this loop.
-    """
-    rows = []
-    append = rows.append
-    one = ONE_BYTE_ZIGZAG
-    two = TWO_BYTE_ZIGZAG
-    varint = decode_varint
-    varlong = decode_varlong
-    no_sequence = base_sequence < 0
-    wrap_at = INT32_MAX - base_sequence  # offset delta at which the sequence wraps to 0
-    pos = 0
-    for _ in range(count):
-        # length (usually 2 bytes: records of 64..8191 bytes)
-        b = data[pos]
-        if b < 0x80:
-            pos += 1
-            record_end = pos + one[b]
-        else:
-            length = two[b][data[pos + 1]]
-            if length is None:
-                length, pos = varint(data, pos)
-            else:
-                pos += 2
-            record_end = pos + length
-        # attributes (unused, skipped), then timestampDelta (usually 1 byte)
-        ts_delta = one[data[pos + 1]]
-        if ts_delta is None:
-            ts_delta, pos = varlong(data, pos + 1)
-        else:
-            pos += 2
-        # offsetDelta
-        b = data[pos]
-        if b < 0x80:
-            offset_delta = one[b]
-            pos += 1
-        else:
-            offset_delta = two[b][data[pos + 1]]
-            if offset_delta is None:
-                offset_delta, pos = varint(data, pos)
-            else:
-                pos += 2
-        # key
-        b = data[pos]
-        if b < 0x80:
-            size = one[b]
-            pos += 1
-        else:
-            size = two[b][data[pos + 1]]
-            if size is None:
-                size, pos = varint(data, pos)
-            else:
-                pos += 2
-        if size >= 0:
-            key = data[pos:(pos := pos + size)]
-        elif size == -1:
-            key = None
-        else:
-            raise CorruptRecordError(f"negative key length {size}", position=pos)
-        # value
-        b = data[pos]
-        if b < 0x80:
-            size = one[b]
-            pos += 1
-        else:
-            size = two[b][data[pos + 1]]
-            if size is None:
-                size, pos = varint(data, pos)
-            else:
-                pos += 2
-        if size >= 0:
-            value = data[pos:(pos := pos + size)]
-        elif size == -1:
-            value = None
-        else:
-            raise CorruptRecordError(f"negative value length {size}", position=pos)
-        # headers: the common "none, and the record ends here" case costs one byte read
-        if pos + 1 == record_end and not data[pos]:
-            headers = []
-            pos = record_end
-        else:
-            headers, pos = _decode_headers(data, pos, record_end)
-            if pos != record_end:
-                raise CorruptRecordError(
-                    f"record size mismatch: length says it ends at byte {record_end}, fields end at {pos}",
-                    position=pos)
-        append((base_offset + offset_delta,
-                base_timestamp + ts_delta if use_deltas else base_timestamp,
-                key, value, headers,
-                -1 if no_sequence else (
-                    base_sequence + offset_delta if offset_delta <= wrap_at else offset_delta - wrap_at - 1)))
-    if pos != len(data):
-        raise CorruptRecordError(f"{len(data) - pos} bytes remain after the last of {count} records",
-                                 position=pos)
-    return rows
-
-
-def _decode_headers(data: bytes, pos: int, record_end: int) -> tuple[list[tuple[str, bytes | None]], int]:
-    """Headers of one record; rare enough that plain varint calls are fine.
-
-    Header keys are decoded like Java's `new String(bytes, UTF_8)`: invalid
-    UTF-8 becomes U+FFFD instead of failing, because Kafka accepts such keys.
-    """
-    count, pos = decode_varint(data, pos)
-    if count < 0:
-        raise CorruptRecordError(f"negative header count {count}", position=pos)
-    if count and count > record_end - pos:
-        raise CorruptRecordError(f"header count {count} exceeds the {max(record_end - pos, 0)} bytes left",
-                                 position=pos)
-    headers = []
-    for _ in range(count):
-        size, pos = decode_varint(data, pos)
-        if size < 0:
-            raise CorruptRecordError(f"negative header key length {size}", position=pos)
-        name = data[pos:(pos := pos + size)].decode("utf-8", "replace")
-        size, pos = decode_varint(data, pos)
-        if size >= 0:
-            value = data[pos:(pos := pos + size)]
-        elif size == -1:
-            value = None
-        else:
-            raise CorruptRecordError(f"negative header value length {size}", position=pos)
-        headers.append((name, value))
-    return headers, pos
-
-
 # --- record encoding ------------------------------------------------------------------------
-
-_ZERO = b"\x00"
-#: attributes byte (always 0) + timestampDelta, for deltas 0 <= d < SMALL_LIMIT
-_ATTRIBUTES_AND_DELTA = tuple(_ZERO + encoded for encoded in VARINT_TABLE)
-
-
-def _encode_headers(headers) -> bytes:
-    """Header block of one record: count, then (key, value) pairs; rare enough for plain calls."""
-    parts = [encode_varint(len(headers))]
-    for name, value in headers:
-        raw = name.encode("utf-8") if isinstance(name, str) else bytes(name)
-        parts.append(encode_varint(len(raw)))
-        parts.append(raw)
-        if value is None:
-            parts.append(NULL_LENGTH)
-        else:
-            parts.append(encode_varint(len(value)))
-            parts.append(value)
-    return b"".join(parts)
-
-
-def _lookup(table, indexes: Sequence) -> Sequence:
-    """[table[i] for i in indexes] in one C call: itemgetter with many indexes beats map or a loop."""
-    if len(indexes) == 1:
-        return (table[indexes[0]],)  # itemgetter of one index returns a bare item
-    return itemgetter(*indexes)(table)
-
-
-def _length_prefixed(items: Sequence) -> tuple[Sequence, Sequence]:
-    """(length varints, payloads) for a column of keys or values; None gets length -1.
-
-    The fast path is C-level; a None (TypeError from len) or a length beyond
-    the table (IndexError) sends the column to the general path.
-    """
-    try:
-        return _lookup(VARINT_TABLE, list(map(len, items))), items
-    except (TypeError, IndexError):
-        prefixes = [NULL_LENGTH if item is None else encode_varint(len(item)) for item in items]
-        return prefixes, [b"" if item is None else item for item in items]
-
-
-def _timestamp_prefixes(timestamps: Sequence[int], base_timestamp: int) -> Sequence[bytes]:
-    """attributes byte (always 0) + timestampDelta per record.
-
-    Producers stamp a batch within a few milliseconds, so there are few
-    distinct timestamps: encoding each once and looking them up beats
-    subtracting and range-checking per record.
-    """
-    distinct = set(timestamps)
-    if len(distinct) <= 64 or len(distinct) * 4 <= len(timestamps):
-        table = {ts: _ZERO + encode_varlong(ts - base_timestamp) for ts in distinct}
-        return _lookup(table, timestamps)
-    deltas = list(map(sub, timestamps, repeat(base_timestamp)))
-    if min(deltas) >= 0 and max(deltas) < SMALL_LIMIT:
-        return _lookup(_ATTRIBUTES_AND_DELTA, deltas)
-    return [_ZERO + encode_varlong(delta) for delta in deltas]
-
-
-def _encode_records(keys: Sequence, values: Sequence, headers: Sequence, timestamps: Sequence[int],
-                    base_timestamp: int) -> bytes:
-    """The uncompressed records region, built column by column with C-level calls.
-
-    offsetDelta is the record's index, timestampDelta is against `base_timestamp`.
-    """
-    n = len(keys)
-    prefixes = _timestamp_prefixes(timestamps, base_timestamp)
-    if n <= SMALL_LIMIT:
-        offset_deltas = VARINT_TABLE[:n]
-    else:
-        offset_deltas = chain(VARINT_TABLE, map(encode_varint, range(SMALL_LIMIT, n)))
-    key_lengths, keys = _length_prefixed(keys)
-    value_lengths, values = _length_prefixed(values)
-    if any(headers):
-        header_blocks = [_encode_headers(h) if h else _ZERO for h in headers]
-    else:
-        header_blocks = repeat(_ZERO)
-    bodies = list(map(b"".join, zip(prefixes, offset_deltas, key_lengths, keys,
-                                    value_lengths, values, header_blocks)))
-    sizes, _ = _length_prefixed(bodies)
-    parts = bodies * 2  # then interleave [size, body, size, body, ...] by slice assignment
-    parts[::2] = sizes
-    parts[1::2] = bodies
-    return b"".join(parts)
 
 
 def _attributes(compression: int, timestamp_type: int, is_transactional: bool, is_control: bool) -> int:
     return (int(compression) | (TIMESTAMP_TYPE_MASK if timestamp_type else 0)
             | (TRANSACTIONAL_MASK if is_transactional else 0) | (CONTROL_MASK if is_control else 0))
-
-
-def _assemble(payload: bytes, count: int, *, base_offset: int, partition_leader_epoch: int, attributes: int,
-              base_timestamp: int, max_timestamp: int, producer_id: int, producer_epoch: int,
-              base_sequence: int) -> bytes:
-    """Header + records; the CRC covers attributes through the last record byte."""
-    try:
-        covered = _CRC_COVERED_HEADER.pack(attributes, count - 1, base_timestamp, max_timestamp,
-                                           producer_id, producer_epoch, base_sequence, count)
-        frame = _FRAME.pack(base_offset, MIN_BATCH_LENGTH + len(payload), partition_leader_epoch, MAGIC)
-    except struct.error as exc:
-        raise ValueError(f"batch header field out of range: {exc}") from None
-    crc = crc32c(payload, crc32c(covered))
-    return b"".join((frame, _U32.pack(crc), covered, payload))
 
 
 def _now_ms() -> int:
@@ -906,13 +617,21 @@ def _build_from_columns(keys: Sequence, values: Sequence, headers: Sequence, tim
     base_timestamp = timestamps[0]
     if timestamp_type and log_append_time is not None:
         max_timestamp = log_append_time
-    payload = _encode_records(keys, values, headers, timestamps, base_timestamp)
-    if compression:
-        payload = compress(compression, payload)
-    return _assemble(payload, len(keys), base_offset=base_offset, partition_leader_epoch=partition_leader_epoch,
-                     attributes=_attributes(compression, timestamp_type, is_transactional, False),
-                     base_timestamp=base_timestamp, max_timestamp=max_timestamp, producer_id=producer_id,
-                     producer_epoch=producer_epoch, base_sequence=base_sequence)
+    if compression not in Compression._value2member_map_:
+        raise UnsupportedCompressionTypeError(f"unknown compression type {compression}")
+    return _encode(keys, values, headers, timestamps, base_offset=base_offset,
+                   partition_leader_epoch=partition_leader_epoch,
+                   attributes=_attributes(compression, timestamp_type, is_transactional, False),
+                   base_timestamp=base_timestamp, max_timestamp=max_timestamp, producer_id=producer_id,
+                   producer_epoch=producer_epoch, base_sequence=base_sequence)
+
+
+def _encode(keys: Sequence, values: Sequence, headers: Sequence, timestamps: Sequence[int], **fields: int) -> bytes:
+    """One batch by the native encoder (records region, compression, header, CRC in one pass)."""
+    try:
+        return _native.encode_batch(keys, values, headers, timestamps, **fields)
+    except OverflowError as exc:
+        raise ValueError(f"batch header field out of range: {exc}") from None
 
 
 def build_control_batch(control_type: ControlType | int, *, producer_id: int, producer_epoch: int,
@@ -924,11 +643,10 @@ def build_control_batch(control_type: ControlType | int, *, producer_id: int, pr
         value = _CONTROL_VALUE.pack(0, coordinator_epoch)
     except struct.error as exc:
         raise ValueError(f"control record field out of range: {exc}") from None
-    payload = _encode_records((key,), (value,), (None,), (timestamp,), timestamp)
-    return _assemble(payload, 1, base_offset=base_offset, partition_leader_epoch=partition_leader_epoch,
-                     attributes=TRANSACTIONAL_MASK | CONTROL_MASK, base_timestamp=timestamp,
-                     max_timestamp=timestamp, producer_id=producer_id, producer_epoch=producer_epoch,
-                     base_sequence=NO_SEQUENCE)
+    return _encode((key,), (value,), (None,), (timestamp,), base_offset=base_offset,
+                   partition_leader_epoch=partition_leader_epoch, attributes=TRANSACTIONAL_MASK | CONTROL_MASK,
+                   base_timestamp=timestamp, max_timestamp=timestamp, producer_id=producer_id,
+                   producer_epoch=producer_epoch, base_sequence=NO_SEQUENCE)
 
 
 #: _VARINT_SIZE[n] == len(encode_varint(n)) == len(encode_varlong(n)) for 0 <= n < 2**16: a

@@ -319,12 +319,12 @@ def test_aborted_batches_are_skipped_without_decoding(log, w, monkeypatch):
     decoded = []
 
     def spying(real):
-        def spy(batch):
+        def spy(batch, *args):
             decoded.append(batch.base_offset)
-            return real(batch)
+            return real(batch, *args)
         return spy
 
-    for decoder in ("records", "record_tuples"):  # the two ways to decode a batch's records
+    for decoder in ("records", "record_tuples", "consumer_records"):  # the ways to decode a batch's records
         monkeypatch.setattr(RecordBatch, decoder, spying(getattr(RecordBatch, decoder)))
     assert [r.offset for r in fetch(log, 0, RC).records] == [3]
     assert 0 not in decoded and 3 in decoded
@@ -416,3 +416,18 @@ def test_property_rc_is_ru_minus_aborted_minus_undecided(ops, segment_bytes, max
             one = fetch(log, 0, iso, max_records=10_000)
             assert seen(one) == w.expected(iso)
             assert all(r.offset < w.lso for r in one.records) or iso is RU
+
+
+def test_fetched_bytes_are_the_sizes_of_the_batches_records_came_from(log, w):
+    """What counts against the consumer's fetch_max_bytes: whole batches, as in Kafka, counted once
+    per batch (not per record); hidden batches (aborted data, markers) count nothing."""
+    w.plain(3)
+    w.txn(1, 2)
+    w.abort(1)
+    w.plain(4, Compression.GZIP)
+    sizes = [b.size for b in log.read(0, 1 << 20)]  # plain, txn, ABORT marker, gzip plain
+    assert fetch(log, 0, RC).fetched_bytes == sizes[0] + sizes[3]
+    assert fetch(log, 0, RU).fetched_bytes == sizes[0] + sizes[1] + sizes[3]
+    cut = fetch(log, 1, RC, max_records=1)  # one record of a batch still counts the whole batch
+    assert [r.offset for r in cut.records] == [1] and cut.fetched_bytes == sizes[0]
+    assert fetch(log, log.log_end_offset, RC).fetched_bytes == 0

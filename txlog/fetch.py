@@ -30,14 +30,12 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Iterable, Iterator, NamedTuple, Protocol
 
-from storage.errors import OffsetOutOfRangeError
+from storage.errors import CorruptRecordError, OffsetOutOfRangeError
 from storage.partition_log import PartitionLog
 from storage.records import RecordBatch
 from storage.transaction_index import AbortedTxn
 from txlog.consumer_record import ConsumerRecord
 from txlog.errors import IllegalArgumentError
-
-_new_tuple = tuple.__new__
 
 
 class IsolationLevel(str, Enum):
@@ -103,6 +101,9 @@ class FetchResult:
     next_offset: int  # past every returned record and every skipped aborted/control batch
     high_watermark: int  # the log end offset
     last_stable_offset: int
+    #: Bytes of the batches the records came from (what counts against the consumer's
+    #: fetch_max_bytes, as in Kafka: whole batches, not the records' keys and values).
+    fetched_bytes: int = 0
 
 
 def fetch(log: PartitionLog, start_offset: int, isolation: IsolationLevel | str, *,
@@ -128,7 +129,7 @@ def fetch(log: PartitionLog, start_offset: int, isolation: IsolationLevel | str,
     walk = _Walk(log, start_offset, upper, max_records, isolation is IsolationLevel.READ_COMMITTED)
     for read_from, batches in _reads(log, start_offset, upper, max_bytes, walk):
         walk.take(read_from, batches)
-    return FetchResult(walk.records, walk.next_offset, hw, lso)
+    return FetchResult(walk.records, walk.next_offset, hw, lso, walk.fetched_bytes)
 
 
 def _check_limits(max_records: int, max_bytes: int) -> None:
@@ -233,6 +234,10 @@ def _reads(log: PartitionLog, start_offset: int, upper: int, max_bytes: int,
             if first:
                 raise
             return  # retention removed the rest between two reads: this fetch ends here
+        except CorruptRecordError:
+            if first:
+                raise
+            return  # the records already read are returned; the next fetch starts at the damage and raises
         if not batches or (not first and batches[0].size > budget):
             return
         yield position, batches
@@ -261,6 +266,7 @@ class _Walk:
         self.aborted = AbortedFilter(()) if committed_only else None
         self.records: list[ConsumerRecord] = []
         self.next_offset = start_offset
+        self.fetched_bytes = 0  # sizes of the batches records were taken from
 
     @property
     def room(self) -> int:
@@ -282,15 +288,17 @@ class _Walk:
             room = self.max_records - len(out)
             if room <= 0:
                 return
-            records = visible_records(batch, start, end)
+            records = _consumer_records(self.log, batch, start, end)
             if len(records) > room:  # the batch is cut after the last record taken
-                records = records[:room]
-                out.extend(_consumer_records(self.log, batch, records))
-                self.next_offset = records[-1][0] + 1
+                del records[room:]
+                out.extend(records)
+                self.fetched_bytes += batch.size
+                self.next_offset = records[-1].offset + 1
                 return
             if records:
-                out.extend(_consumer_records(self.log, batch, records))
-                self.next_offset = records[-1][0] + 1
+                out.extend(records)
+                self.fetched_bytes += batch.size
+                self.next_offset = records[-1].offset + 1
             # Every record of the batch is taken: compaction may have removed the last
             # offsets of a batch, so the batch's own end is where the next read starts.
             self.next_offset = max(self.next_offset, batch.next_offset)
@@ -298,16 +306,8 @@ class _Walk:
             self.next_offset = max(self.next_offset, batches[-1].next_offset)
 
 
-def _consumer_records(log: PartitionLog, batch: RecordBatch, records: list[tuple]) -> list[ConsumerRecord]:
-    """ConsumerRecords of one batch's records, its shared fields looked up once.
-
-    This is the per-record cost of every read: calling ConsumerRecord(...) per record
-    (a Python-level __new__ of twelve arguments) and reading the batch's properties per
-    record cost more than decoding the record. tuple.__new__ builds the same tuple.
-    """
-    topic, partition = log.topic, log.partition
-    timestamp_type, is_transactional = batch.timestamp_type, batch.is_transactional
-    producer_id, producer_epoch = batch.producer_id, batch.producer_epoch
-    return [_new_tuple(ConsumerRecord, (topic, partition, offset, timestamp, timestamp_type, key, value, headers,
-                                        producer_id, producer_epoch, sequence, is_transactional))
-            for offset, timestamp, key, value, headers, sequence in records]
+def _consumer_records(log: PartitionLog, batch: RecordBatch, start: int, end: int) -> list[ConsumerRecord]:
+    """The ConsumerRecords of a visible batch at offsets in [start, end): `visible_records`' rule,
+    decoded natively straight into ConsumerRecord tuples (no intermediate tuple per record, and
+    the batch's shared fields looked up once: these are the per-record cost of every read)."""
+    return batch.consumer_records(ConsumerRecord, log.topic, log.partition, start, end)
