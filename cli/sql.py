@@ -1,7 +1,10 @@
 """`txlog sql "SELECT ..."`: Spark SQL over the store, one temporary view per topic.
 
 A local Spark session (`--master`, default local[2]) reads the store through the `txlog`
-data source (`txlog.spark`). Every topic of the store, internal ones included, is a view
+data source (`txlog.spark`). It takes 20-40 s to start, so a run starts it once: the
+`;`-separated statements of QUERY, of `-f FILE` or of piped stdin run in turn in that one
+session, and with none of those on a terminal the run is an interactive shell
+(cli/sql_shell.py splits statements and reads the shell's lines; this module runs them). Every topic of the store, internal ones included, is a view
 named exactly as the topic, with Spark's Kafka-source columns (key, value, topic, partition,
 offset, timestamp, timestampType; `--include-headers` and `--include-transaction-columns` add
 theirs), read read_committed unless `--isolation-level read_uncommitted`. A name that is not
@@ -12,7 +15,7 @@ case-insensitive, so of two topics differing only in case the first in sorted or
 before `orders`) keeps the name, an analysis view keeps its name over a topic, and a topic left
 without a view is named in a note on stderr.
 
-The whole result is printed (`--limit N` caps it) as a table, csv, json or jsonl. Binary
+Each whole result is printed (`--limit N` caps it) as a table, csv, json or jsonl. Binary
 cells (keys, values, header values) print as their UTF-8 text when they are valid UTF-8 and
 as 0x-prefixed hex otherwise (`--binary-format auto`, with a note on stderr when that
 happened); `--binary-format base64|hex` writes every binary cell that way (SQL's `hex()`,
@@ -23,32 +26,37 @@ gets a suffix there (`key`, `key_2`).
 
 Spark's own output (the JVM's start-up banner and log, Python worker errors) would bury the
 result, so the JVM's stdout and stderr go to a temporary file, or to `--spark-log FILE`. A
-failing query is one `Error: ...` line: the first line of Spark's message (exit 1); Ctrl-C
-cancels the running Spark jobs and exits 130.
+failing statement is one `Error: ...` line: the first line of Spark's message (exit 1, or the
+shell goes on); Ctrl-C cancels the running Spark jobs and exits 130 (the shell goes on).
 pyspark is imported only when the verb runs: `txlog --help` does not load it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from enum import Enum
 from typing import IO, Annotated, Any
 
 import typer
 
 from cli.consume import IsolationChoice
-from cli.context import USAGE, CommandError, open_store, settings
-from cli.output import OutputFormat, emit, output_option, status
+from cli.context import USAGE, CommandError, open_store, require_java, settings
+from cli.output import OutputFormat, emit, error_line, output_option, status
+from cli.sql_shell import ShellActions, Statement, run_shell, script_statements
 
 BATCHES_VIEW = "txlog_batches"
 TRANSACTIONS_VIEW = "txlog_transactions"
 _PLAIN_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _TRACEBACK = "Traceback (most recent call last):"
+INTERRUPTED = "interrupted (SIGINT)"  # as `process` says it: Ctrl-C is the one signal handled here
 
 
 OutputOption = output_option(OutputFormat.table, OutputFormat.csv, OutputFormat.json, OutputFormat.jsonl,
@@ -186,16 +194,17 @@ def _print_result(table: Any, output: OutputFormat, binary: BinaryFormat) -> boo
 # ---- Spark --------------------------------------------------------------------------------------
 
 @contextmanager
-def _jvm_output(log: IO[bytes]) -> Iterator[None]:
+def _jvm_output(log: IO[bytes]) -> Iterator[int]:
     """While Spark starts, fds 1 and 2 point at `log`: the JVM (and every process it starts)
-    inherits them for good, so its banner and log never reach the terminal. Ours are restored."""
+    inherits them for good, so its banner and log never reach the terminal. Ours are restored.
+    Yields a descriptor of the real stderr, for the start-up ticker."""
     sys.stdout.flush()
     sys.stderr.flush()
     saved = [os.dup(1), os.dup(2)]
     try:
         os.dup2(log.fileno(), 1)
         os.dup2(log.fileno(), 2)
-        yield
+        yield saved[1]
     finally:
         os.dup2(saved[0], 1)
         os.dup2(saved[1], 2)
@@ -246,18 +255,26 @@ def _quiet_pyspark_loggers() -> None:
         logging.getLogger(name).disabled = True
 
 
-def _session(master: str, log: IO[bytes], warehouse: str) -> tuple[Any, bool]:
-    """The SparkSession (created here, with the JVM's output sent to `log`) and whether we created it."""
+def _session(ctx: typer.Context, master: str, log: IO[bytes], warehouse: str) -> tuple[Any, bool]:
+    """The SparkSession (created here, with the JVM's output sent to `log`) and whether we created it.
+
+    'Starting Spark (...)...' goes to stderr first; on a terminal the seconds are counted below it."""
     from pyspark import SparkContext
 
     from txlog.spark import local_session
 
     created = SparkContext._active_spark_context is None
+    if created:
+        require_java()  # "install Java 17 or 21", not pyspark's "gateway exited"
+    status(ctx, f"Starting Spark ({master})...")
+    started = time.monotonic()
     conf = {"spark.sql.warehouse.dir": warehouse}  # CREATE TABLE must not leave ./spark-warehouse behind
     try:
         if created:
-            with _jvm_output(log):
+            with _jvm_output(log) as stderr_fd, _StartupProgress(ctx, "Starting Spark", stderr_fd) as progress:
                 spark = local_session(master, app_name="txlog sql", extra_conf=conf)
+            if progress.progress.terminal:
+                status(ctx, f"Spark started in {time.monotonic() - started:.1f} s")
         else:
             spark = local_session(master, app_name="txlog sql")
     except Exception as exc:  # noqa: BLE001  any failure to start is one Error line
@@ -267,48 +284,90 @@ def _session(master: str, log: IO[bytes], warehouse: str) -> tuple[Any, bool]:
     return spark, created
 
 
-@contextmanager
-def _noting_sigint() -> Iterator[list[int]]:
-    """Ctrl-C goes on to pyspark's handler (which cancels the running jobs and raises
-    KeyboardInterrupt), but is noted first: a job that then fails was interrupted, not wrong."""
+def _python_sigint() -> None:
+    """Python's own Ctrl-C (KeyboardInterrupt) between Spark calls, e.g. at the shell's prompt."""
     import signal
     import threading
 
-    noted: list[int] = []
-    if threading.current_thread() is not threading.main_thread():
-        yield noted
-        return
-    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
-    def handle(signum: int, frame: Any) -> None:
-        noted.append(signum)
-        if callable(previous):
-            previous(signum, frame)
-        raise KeyboardInterrupt
 
-    signal.signal(signal.SIGINT, handle)
-    try:
-        yield noted
-    finally:
-        signal.signal(signal.SIGINT, previous)
+class _CancelOnSigint:
+    """Ctrl-C while a Spark call runs cancels Spark's jobs and lets the call come back.
+
+    pyspark's own handler calls the JVM from inside the signal handler, on the connection the
+    interrupted call is still reading (py4j: "reentrant call"), then raises out of that read,
+    leaving the connection with an answer nobody read -- a shell that went on using it could
+    read one statement's answer for the next. Here the handler only notes the signal and
+    cancels from a thread of its own (py4j gives each thread its own connection), again every
+    half second until the call comes back: a Ctrl-C while Spark is still planning comes before
+    the job it must cancel. The call ends with a "cancelled" failure and `interrupted` turns
+    that into KeyboardInterrupt. When `impatient`, a second Ctrl-C raises at once (the run is
+    ending anyway).
+    """
+
+    CANCEL_EVERY_S = 0.5
+
+    def __init__(self, spark: Any, *, impatient: bool):
+        import threading
+
+        self.spark, self.impatient = spark, impatient
+        self.count = 0
+        self._previous: Any = None
+        self._returned = threading.Event()
+        self._canceller: threading.Thread | None = None
+
+    @property
+    def interrupted(self) -> bool:
+        return self.count > 0
+
+    def __enter__(self) -> _CancelOnSigint:
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import signal
+
+        self._returned.set()
+        if self._canceller is not None:  # a cancel still in flight must not meet the next statement's job
+            self._canceller.join(timeout=10)
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        import threading
+
+        self.count += 1
+        if self.count == 1:
+            self._canceller = threading.Thread(target=self._cancel, name="txlog-sql-cancel", daemon=True)
+            self._canceller.start()
+        elif self.impatient:
+            raise KeyboardInterrupt
+
+    def _cancel(self) -> None:
+        while not self._returned.is_set():
+            with contextlib.suppress(Exception):  # a JVM on its way down: nothing left to cancel
+                self.spark.sparkContext.cancelAllJobs()
+            self._returned.wait(self.CANCEL_EVERY_S)
 
 
 def _stop(spark: Any) -> None:
-    import contextlib
-
     with contextlib.suppress(Exception):  # a JVM that already died must not hide the error that killed it
         spark.stop()
 
 
 def _drop_views(spark: Any, names: list[str]) -> None:
-    import contextlib
-
     for name in names:
         with contextlib.suppress(Exception):
             spark.catalog.dropTempView(name)
 
 
-def _register(ctx: typer.Context, spark: Any, path: str, topics: list[str], *, isolation: str,
+def _register(note: Callable[[str], None], spark: Any, path: str, topics: list[str], *, isolation: str,
               include_headers: bool, include_transaction_columns: bool) -> list[str]:
     """Register the topic views and the analysis views; the names registered, as written in a query."""
     from txlog.spark import FORMAT, batches_view, transactions_view
@@ -320,8 +379,8 @@ def _register(ctx: typer.Context, spark: Any, path: str, topics: list[str], *, i
     for topic in topics:
         holder = taken.get(topic.lower())
         if holder is not None:
-            status(ctx, f"Note: topic '{topic}' has no view: {holder} has that name "
-                        "(Spark's view names are case-insensitive).")
+            note(f"Note: topic '{topic}' has no view: {holder} has that name "
+                 "(Spark's view names are case-insensitive).")
             continue
         taken[topic.lower()] = f"topic '{topic}'"
         df = (spark.read.format(FORMAT).schema(schema)  # the record schema is known: no round trip to Python
@@ -340,25 +399,238 @@ def _register(ctx: typer.Context, spark: Any, path: str, topics: list[str], *, i
     return registered
 
 
-def _query_text(query: str) -> str:
-    if query == "-":
-        query = sys.stdin.read()
-    if not query.strip():
+# ---- what to run: decided before Spark starts -------------------------------------------------------
+
+def _script(query: str | None, file: Path | None) -> list[Statement] | None:
+    """The statements to run, or None for the interactive shell; usage mistakes fail here, cheaply."""
+    if query is not None and file is not None:
+        raise CommandError("give a QUERY or --file, not both", exit_code=USAGE)
+    if file is not None:
+        text = _read_text(file)
+    elif query == "-" or (query is None and not sys.stdin.isatty()):
+        text = sys.stdin.read()
+    elif query is None:
+        return None  # a terminal and nothing to run: the shell
+    else:
+        text = query
+    statements = script_statements(text)
+    if not statements:
         raise CommandError("the query is empty", exit_code=USAGE)
-    return query
+    return statements
+
+
+def _read_text(file: Path) -> str:
+    if str(file) == "-":
+        return sys.stdin.read()
+    try:
+        return file.read_text(encoding="utf-8")
+    except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
+        raise CommandError(f"cannot read --file {file}: {exc.strerror}", exit_code=USAGE) from None
+    except UnicodeDecodeError as exc:
+        raise CommandError(f"{file} is not UTF-8 text (byte {exc.start})", exit_code=USAGE) from None
+
+
+# ---- the session: started once, every statement runs in it -----------------------------------------
+
+class _StartupProgress:
+    """The elapsed time on a terminal's stderr while Spark starts (cli/progress.py draws the line).
+
+    It needs a thread (the main thread is inside pyspark until the JVM is up) and a descriptor
+    of its own for the terminal, because fds 1 and 2 point at the Spark log for as long as the
+    JVM starts (`_jvm_output`).
+    """
+
+    def __init__(self, ctx: typer.Context, label: str, fd: int):
+        import threading
+
+        from cli.progress import Progress
+
+        self._stream = os.fdopen(os.dup(fd), "w", encoding="utf-8", errors="replace")
+        self.progress = Progress(ctx, label, lambda _: "the JVM is starting", stream=self._stream)
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._tick, name="txlog-sql-progress", daemon=True)
+
+    def __enter__(self) -> _StartupProgress:
+        if self.progress.terminal:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._thread.is_alive():
+            self._done.set()
+            self._thread.join()
+        self.progress.close()  # erases the line
+        self._stream.close()
+
+    def _tick(self) -> None:
+        while not self._done.wait(0.25):
+            self.progress.update(0)
+
+
+def _spark_call(spark: Any, action: Callable[[], Any], *, impatient: bool) -> Any:
+    """Run `action` against Spark: its errors become one line (CommandError), and Ctrl-C a
+    KeyboardInterrupt once the running jobs are cancelled and the call has come back."""
+    from py4j.protocol import Py4JError
+    from pyspark.errors import PySparkException
+
+    with _CancelOnSigint(spark, impatient=impatient) as sigint:
+        try:
+            result = action()
+        except Exception as exc:
+            if sigint.interrupted:
+                raise KeyboardInterrupt from None  # it failed because Ctrl-C cancelled it
+            if isinstance(exc, (PySparkException, Py4JError)):
+                raise CommandError(spark_message(exc)) from None
+            raise
+    if sigint.interrupted:
+        raise KeyboardInterrupt  # Ctrl-C came too late to cancel anything: the statement is still interrupted
+    return result
+
+
+class _Views:
+    """The views of the store's topics and the analysis views, as registered in the session.
+
+    A view is planned when it is made (the JVM reader fixes its offsets and LSO at load()), so
+    it is a snapshot: a script's statements all see the store as it was when the run began, and
+    the shell makes the views again before each statement, so that each sees the store as it is
+    then, new topics included.
+    """
+
+    def __init__(self, ctx: typer.Context, spark: Any, path: str, *, isolation: str, include_headers: bool,
+                 include_transaction_columns: bool):
+        self.ctx, self.spark, self.path = ctx, spark, path
+        self.options = {"isolation": isolation, "include_headers": include_headers,
+                        "include_transaction_columns": include_transaction_columns}
+        self.topics: list[str] = []
+        self.names: list[str] = []  # as written in a query
+
+    def register(self, topics: list[str], *, notes: bool = True, impatient: bool = True) -> None:
+        def note(message: str) -> None:
+            if notes:
+                status(self.ctx, message)
+
+        names = _spark_call(self.spark, impatient=impatient, action=lambda: _register(
+            note, self.spark, self.path, topics, **self.options))  # type: ignore[arg-type]
+        _drop_views(self.spark, [t for t in self.topics if t not in topics])  # deleted since
+        self.topics, self.names = topics, names
+
+    def refresh(self) -> None:
+        """Make the views again from the store as it is now."""
+        from storage.errors import KafkaError
+
+        try:
+            with open_store(self.ctx, read_only=True) as store:
+                topics = store.list_topics()
+        except (KafkaError, OSError) as exc:
+            raise CommandError(f"cannot read the store again: {exc}") from None
+        self.register(topics, notes=False, impatient=False)  # the shell's session must survive Ctrl-C
+
+
+class _Session:
+    """One Spark session for the whole run: its views, and how a statement's result is printed."""
+
+    def __init__(self, ctx: typer.Context, spark: Any, views: _Views, *, output: OutputFormat,
+                 limit: int | None, binary: BinaryFormat, interactive: bool):
+        self.ctx, self.spark, self.views = ctx, spark, views
+        self.interactive = interactive  # the shell: Ctrl-C cancels the statement, never the session
+        self.output, self.limit, self.binary = output, limit, binary
+        self._printed = False  # a result is on stdout: the next one is set apart
+
+    def run(self, statement: Statement) -> None:
+        """Run one statement and print its result; CommandError (one line) if Spark refuses it."""
+        started = time.monotonic()
+        if self.interactive:
+            self.views.refresh()
+        table = self._collect(lambda: self.spark.sql(statement.text))
+        if table.num_columns == 0:  # a command (CREATE VIEW, SET x=y, CACHE TABLE ...): no result set
+            status(self.ctx, f"OK ({time.monotonic() - started:.2f} s)")
+            return
+        self._separate()
+        if _print_result(table, self.output, self.binary):
+            status(self.ctx, "Note: some binary values are not UTF-8 and were shown as 0x-prefixed hex; "
+                             "use --binary-format base64 or hex (or SQL's hex(), base64()) for the exact bytes.")
+        rows = table.num_rows
+        status(self.ctx, f"{rows} row{'s' * (rows != 1)} ({time.monotonic() - started:.2f} s)")
+
+    def tables(self) -> None:
+        """The registered views, then the temporary views the user created, one per line."""
+        if self.interactive:
+            self.views.refresh()
+        ours = {name.lower() for name in [*self.views.topics, BATCHES_VIEW, TRANSACTIONS_VIEW]}
+        created = [quoted(t.name) for t in self._collect(self.spark.catalog.listTables)
+                   if t.isTemporary and t.name.lower() not in ours]
+        for name in [*self.views.names, *sorted(created)]:
+            typer.echo(name)
+
+    def schema(self, view: str) -> None:
+        name = view if view.startswith("`") else quoted(view)
+        self.run(Statement(f"DESCRIBE {name}", 1))
+
+    def _collect(self, action: Callable[[], Any]) -> Any:
+        """`action`'s result; a DataFrame is run (up to --limit rows) and becomes an Arrow table."""
+        def collected() -> Any:
+            result = action()
+            if hasattr(result, "toArrow"):
+                result = (result if self.limit is None else result.limit(self.limit)).toArrow()
+            return result
+
+        return _spark_call(self.spark, collected, impatient=not self.interactive)
+
+    def _separate(self) -> None:
+        """A blank line between two results of a script in table and csv (json and jsonl need none;
+        in the shell the prompt sets them apart)."""
+        if self._printed and not self.interactive and self.output in (OutputFormat.table, OutputFormat.csv):
+            typer.echo("")
+        self._printed = True
+
+
+def _run_script(ctx: typer.Context, session: _Session, statements: list[Statement]) -> None:
+    """Each statement in turn; the first failure ends the run, naming the statement when there are several."""
+    for number, statement in enumerate(statements, 1):
+        several = len(statements) > 1
+        status(ctx, f"Running statement {number} of {len(statements)} (line {statement.line})..."
+               if several else "Running query...")
+        try:
+            session.run(statement)
+        except CommandError as exc:
+            if several:
+                raise CommandError(f"statement {number} (line {statement.line}): {exc}") from None
+            raise
+
+
+def _run_shell(ctx: typer.Context, session: _Session) -> None:
+    def reported(action: Callable[..., None]) -> Callable[..., None]:
+        def run(*args: Any) -> None:
+            try:
+                action(*args)
+            except CommandError as exc:
+                error_line(str(exc))
+        return run
+
+    status(ctx, "Statements end with ';'; .tables lists the views, .help the commands, Ctrl-D leaves.")
+    run_shell(ShellActions(
+        run=reported(session.run), tables=reported(session.tables), schema=reported(session.schema),
+        error=error_line, interrupted=lambda: error_line(f"{INTERRUPTED}; the statement was cancelled"),
+    ))
 
 
 # ---- the command --------------------------------------------------------------------------------
 
 def sql(
     ctx: typer.Context,
-    query: Annotated[str, typer.Argument(
-        metavar="QUERY", help="A Spark SQL statement, e.g. \"SELECT * FROM orders\"; '-' reads it from stdin.",
+    query: Annotated[str | None, typer.Argument(
+        metavar="QUERY", help="Spark SQL statements separated by ';', e.g. \"SELECT * FROM orders\"; '-' reads "
+        "them from stdin. Without QUERY or --file: an interactive shell on a terminal, else stdin.",
         show_default=False,
-    )],
+    )] = None,
+    file: Annotated[Path | None, typer.Option(
+        "--file", metavar="FILE",  # -f too (spark-sql's), hidden: -f is kcat's format elsewhere (cli/flags.py)
+        help="Run the ';'-separated statements of FILE ('-' for stdin).", show_default=False,
+    )] = None,
     output: OutputOption = OutputFormat.table,
     limit: Annotated[int | None, typer.Option(
-        "--limit", min=0, metavar="N", help="Print at most N rows (default: all).", show_default=False,
+        "--limit", min=0, metavar="N", help="Print at most N rows of each result (default: all).",
+        show_default=False,
     )] = None,
     isolation_level: Annotated[IsolationChoice, typer.Option(
         "--isolation-level", case_sensitive=False,
@@ -383,12 +655,16 @@ def sql(
         "(default: discarded).", show_default=False,
     )] = None,
 ) -> None:
-    """Run a Spark SQL query over the store: one view per topic, plus txlog_batches and txlog_transactions.
+    """Spark SQL over the store (one Spark start-up per run): statements, a file, or an interactive shell.
 
-    Topic views read read_committed by default; a topic whose name is not a plain identifier
-    is written with backticks (SELECT * FROM `orders-eu`). The views in use are listed on stderr.
+    One view per topic, plus txlog_batches and txlog_transactions. Topic views read
+    read_committed by default; a topic whose name is not a plain identifier is written with
+    backticks (SELECT * FROM `orders-eu`). The views in use are listed on stderr.
+    Several statements run in one session, each result printed in turn, all seeing the store as
+    it was when the run began; the first failing one ends the run (exit 1). The shell reads the
+    store again before each statement.
     """
-    query = _query_text(query)
+    statements = _script(query, file)
     with open_store(ctx, read_only=True) as store:
         topics = store.list_topics()
     path = os.path.abspath(settings(ctx).data_dir)
@@ -405,47 +681,26 @@ def sql(
         else:
             log = tempfile.TemporaryFile(prefix="txlog-spark-", suffix=".log")  # noqa: SIM115
         try:
-            status(ctx, f"Starting Spark ({master})...")
             _quiet_pyspark_loggers()
-            spark, created = _session(master, log, os.path.join(scratch, "warehouse"))
+            spark, created = _session(ctx, master, log, os.path.join(scratch, "warehouse"))
+            _python_sigint()  # pyspark's handler calls the JVM from inside the handler; see _CancelOnSigint
             try:
-                _run(ctx, spark, path, topics, query, output=output, limit=limit, isolation=isolation_level.value,
-                     include_headers=include_headers, include_transaction_columns=include_transaction_columns,
-                     binary=binary_format)
+                views = _Views(ctx, spark, path, isolation=isolation_level.value, include_headers=include_headers,
+                               include_transaction_columns=include_transaction_columns)
+                views.register(topics)
+                status(ctx, f"Registered views: {', '.join(views.names)}")
+                session = _Session(ctx, spark, views, output=output, limit=limit, binary=binary_format,
+                                   interactive=statements is None)
+                if statements is None:
+                    _run_shell(ctx, session)
+                else:
+                    _run_script(ctx, session, statements)
             finally:
                 if created:
                     _stop(spark)
                 else:  # someone else's session (txlog sql run in process): leave it as it was
-                    _drop_views(spark, [*topics, BATCHES_VIEW, TRANSACTIONS_VIEW])
-        except KeyboardInterrupt:
-            raise typer.Exit(130) from None  # pyspark's SIGINT handler has cancelled the running jobs
+                    _drop_views(spark, [*topics, BATCHES_VIEW, TRANSACTIONS_VIEW, *views.topics])
+        except KeyboardInterrupt:  # pyspark's SIGINT handler has cancelled the running jobs
+            raise CommandError(f"{INTERRUPTED}; Spark's running jobs were cancelled", exit_code=130) from None
         finally:
             log.close()
-
-
-def _run(ctx: typer.Context, spark: Any, path: str, topics: list[str], query: str, *, output: OutputFormat,
-         limit: int | None, isolation: str, include_headers: bool, include_transaction_columns: bool,
-         binary: BinaryFormat) -> None:
-    from py4j.protocol import Py4JError
-    from pyspark.errors import PySparkException
-
-    with _noting_sigint() as interrupted:
-        try:
-            views = _register(ctx, spark, path, topics, isolation=isolation, include_headers=include_headers,
-                              include_transaction_columns=include_transaction_columns)
-            status(ctx, f"Registered views: {', '.join(views)}")
-            status(ctx, "Running query...")
-            df = spark.sql(query)
-            if limit is not None:
-                df = df.limit(limit)
-            table = df.toArrow()
-        except (PySparkException, Py4JError) as exc:
-            if interrupted:
-                raise typer.Exit(130) from None  # the job failed because Ctrl-C cancelled it
-            raise CommandError(spark_message(exc)) from None
-    hexed = _print_result(table, output, binary)
-    if hexed:
-        status(ctx, "Note: some binary values are not UTF-8 and were shown as 0x-prefixed hex; "
-                    "use --binary-format base64 or hex (or SQL's hex(), base64()) for the exact bytes.")
-    rows = table.num_rows
-    status(ctx, f"{rows} row{'s' * (rows != 1)}")

@@ -1,29 +1,41 @@
 """`txlog sql`: Spark SQL over a store, end to end through real subprocesses.
 
-Each run starts its own JVM (several seconds), so the Spark runs are few and each checks
-several things: the per-partition counts in table, csv and json against what
-txlog.Consumer reads, a topic with '-' in its name, binary, header and timestamp
-rendering, the isolation option, the analysis views, progress on stderr, and a syntax
-error as one `Error:` line. The rendering and error-message helpers are also tested in
-process, without Spark.
+Each run starts its own JVM (tens of seconds on a loaded two-core machine), so the Spark runs
+are few (five) and each checks several things: a `--file` script of several statements run
+with one start-up (per-partition counts against what txlog.Consumer reads, `;` inside literals
+and comments, a misspelled table ending the run with the statement named), statements on piped
+stdin in csv with read_uncommitted and the analysis views, json of a topic with '-' in its name
+(binary, header and timestamp rendering), the interactive shell on a pseudo-terminal (start-up
+progress, multi-line statements, dot commands, errors and Ctrl-C that keep the shell, a topic
+created after start, history), and Ctrl-C ending a running statement with exit 130. Argument
+mistakes are checked to fail before Spark starts; the statement splitter, the shell's loop, and
+the rendering and error-message helpers are also tested in process, without Spark.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import csv
 import datetime
 import io
 import json
 import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
 from collections import Counter
 
 import pytest
 from spark_stores import mixed_store
-from test_cli import assert_ok, assert_one_error, txlog
+from test_cli import ROOT, _env, assert_ok, assert_one_error, txlog
 
 import txlog as api
 from cli.sql import BinaryFormat, _Cells, _iso_timestamp, _unique, quoted, spark_message
+from cli.sql_shell import Statement, script_statements, split_statements
 from txlog.topic_partition import TopicPartition
 
 SPARK_TIMEOUT = 600  # a JVM per run; slow on a loaded two-core machine
@@ -96,8 +108,11 @@ def _partition_counts(path: str, isolation: str) -> dict[int, int]:
     return dict(sorted(Counter(r.partition for r in rows).items()))
 
 
-def _sql(store: str, *args: str, quiet: bool = False):
-    return txlog(*(["-q"] if quiet else []), "sql", *args, data_dir=store, timeout=SPARK_TIMEOUT)
+def _sql(store: str, *args: str, quiet: bool = False, stdin: str = ""):
+    """`txlog sql ARGS` with `stdin` piped in (not a terminal: a script, never the shell)."""
+    cmd = [sys.executable, "-m", "cli.main", "--data-dir", store, *(["-q"] if quiet else []), "sql", *args]
+    return subprocess.run(cmd, check=False, cwd=ROOT, env=_env(), capture_output=True, text=True, input=stdin,
+                          timeout=SPARK_TIMEOUT)
 
 
 def _no_jvm_noise(stderr: str) -> None:
@@ -107,36 +122,103 @@ def _no_jvm_noise(stderr: str) -> None:
 
 # ---- end to end, one JVM per test ----------------------------------------------------------------
 
-def test_table_counts_match_the_consumer_and_progress_goes_to_stderr(store):
-    proc = _sql(store, COUNT_QUERY)
-    assert_ok(proc)
-    lines = proc.stdout.splitlines()
-    assert lines[0].split() == ["partition", "n"]
-    assert set(lines[1]) <= {"-", " "}
-    got = {int(p): int(n) for p, n in (line.split() for line in lines[2:])}
+SCRIPT = f"""-- a comment; with a semicolon
+SELECT 1 AS one;
+{COUNT_QUERY};
+CREATE TEMPORARY VIEW semi AS SELECT 'a;b' AS s, "c;d" AS t /* ; */ ;
+SELECT * FROM semi;;
+SELECT * FROM odrers
+"""
+
+
+def _counts(lines: list[str]) -> dict[int, int]:
+    return {int(p): int(n) for p, n in (line.split() for line in lines)}
+
+
+def test_a_script_runs_every_statement_in_one_spark_session_and_stops_at_the_first_failure(store, tmp_path):
+    script = tmp_path / "report.sql"
+    script.write_text(SCRIPT)
+    proc = _sql(store, "-f", str(script))
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr
+
+    one, counts, semi = proc.stdout.split("\n\n")  # table results, a blank line apart; the view's OK prints nothing
+    assert one.split() == ["one", "-----", "1"]
+    lines = counts.splitlines()
+    assert lines[0].split() == ["partition", "n"] and set(lines[1]) <= {"-", " "}
     expected = _partition_counts(store, "read_committed")
-    assert got == expected
+    assert _counts(lines[2:]) == expected
     assert expected != _partition_counts(store, "read_uncommitted")  # the store has open and aborted data
+    assert semi.split() == ["s", "t", "---", "---", "a;b", "c;d"]  # ';' inside literals and comments kept
 
     err = proc.stderr.splitlines()
-    assert err[0] == "Starting Spark (local[2])..."
+    assert err.count("Starting Spark (local[2])...") == 1 and err[0] == "Starting Spark (local[2])..."
     views = next(line for line in err if line.startswith("Registered views: "))
     assert views.removeprefix("Registered views: ").split(", ") == [
         "__consumer_offsets", "__transaction_state", "audit", "orders", f"`{DASHED}`",
         "txlog_batches", "txlog_transactions",
     ]
-    assert "Running query..." in err and err[-1] == "3 rows"
+    running = [line for line in err if line.startswith("Running statement ")]
+    assert running == ["Running statement 1 of 5 (line 2)...", "Running statement 2 of 5 (line 3)...",
+                       "Running statement 3 of 5 (line 4)...", "Running statement 4 of 5 (line 5)...",
+                       "Running statement 5 of 5 (line 6)..."]
+    assert [line.split(" (")[0] for line in err if line.endswith(" s)")] == ["1 row", "3 rows", "OK", "1 row"]
+    assert err[-1].startswith("Error: statement 5 (line 6): [TABLE_OR_VIEW_NOT_FOUND]") and "odrers" in err[-1]
     assert "Starting Spark" not in proc.stdout and "Registered views" not in proc.stdout
     _no_jvm_noise(proc.stderr)
 
 
-def test_csv_read_uncommitted_matches_the_consumer_and_quiet_silences_stderr(store):
-    proc = _sql(store, COUNT_QUERY, "--output", "csv", "--isolation-level", "read_uncommitted", quiet=True)
+ANALYSIS_QUERY = """
+    SELECT 'batches' AS what, topic AS name, count(*) AS n FROM txlog_batches GROUP BY topic
+    UNION ALL
+    SELECT 'aborts', topic, count_if(isControl AND controlType = 'ABORT') FROM txlog_batches GROUP BY topic
+    UNION ALL
+    SELECT 'state', transactionalId || '=' || max_by(state, logOffset), count(*) FROM txlog_transactions
+    GROUP BY transactionalId
+"""
+
+
+def _batches(path: str):
+    from storage import Store
+
+    with Store.open(path, read_only=True) as s:
+        for topic in s.list_topics():
+            for p in range(s.partition_count(topic)):
+                log = s.partition(topic, p)
+                offset = log.log_start_offset
+                while offset < log.log_end_offset:
+                    batches = log.read(offset, 1 << 24)
+                    if not batches:
+                        break
+                    for batch in batches:
+                        yield topic, batch
+                    offset = batches[-1].next_offset
+
+
+def test_statements_on_stdin_csv_read_uncommitted_and_the_analysis_views(store):
+    """Piped stdin is a script; -q leaves stderr empty; two csv results, a blank line apart."""
+    proc = _sql(store, "--output", "csv", "--isolation-level", "read_uncommitted", quiet=True,
+                stdin=f"{COUNT_QUERY};\n{ANALYSIS_QUERY};\n")
     assert_ok(proc)
     assert proc.stderr == ""
-    rows = list(csv.reader(io.StringIO(proc.stdout)))
-    assert rows[0] == ["partition", "n"]
-    assert {int(p): int(n) for p, n in rows[1:]} == _partition_counts(store, "read_uncommitted")
+    counts, analysis = (list(csv.reader(io.StringIO(block))) for block in proc.stdout.split("\n\n"))
+    assert counts[0] == ["partition", "n"]
+    assert {int(p): int(n) for p, n in counts[1:]} == _partition_counts(store, "read_uncommitted")
+
+    assert analysis[0] == ["what", "name", "n"]
+    got = {(what, name): int(n) for what, name, n in analysis[1:] if what != "state"}
+    batches, aborts = Counter(), Counter()
+    for topic, batch in _batches(store):
+        batches[topic] += 1
+        aborts[topic] += batch.is_control and batch.control_marker().is_abort
+    expected = {("batches", t): n for t, n in batches.items()} | {("aborts", t): n for t, n in aborts.items()}
+    assert got == expected
+    assert aborts[DASHED] == 1 and aborts["orders"] > 0
+
+    with api.Admin(store, read_only=True) as admin:
+        states = {f"{d.transactional_id}={d.state.state.kafka_name}" for d in admin.list_transactions()}
+    assert {name for what, name, _ in analysis[1:] if what == "state"} == states
+    assert "opener=Ongoing" in states and "eu-writer=CompleteAbort" in states
 
 
 def test_json_of_a_dashed_topic_matches_the_consumer(store):
@@ -167,57 +249,169 @@ def test_json_of_a_dashed_topic_matches_the_consumer(store):
     assert b"aborted" not in [r.value for r in records] and len(got) == 5  # read_committed by default
     assert {"value": "0x" + NOT_UTF8.hex(), "timestamp": "2023-11-14T22:13:20.123Z"}.items() <= got[1].items()
     assert "some binary values are not UTF-8" in proc.stderr  # the note about the 0x cells
+    assert "Running query..." in proc.stderr.splitlines()  # one statement: no "1 of 1"
 
 
-def _batches(path: str):
-    from storage import Store
-
-    with Store.open(path, read_only=True) as s:
-        for topic in s.list_topics():
-            for p in range(s.partition_count(topic)):
-                log = s.partition(topic, p)
-                offset = log.log_start_offset
-                while offset < log.log_end_offset:
-                    batches = log.read(offset, 1 << 24)
-                    if not batches:
-                        break
-                    for batch in batches:
-                        yield topic, batch
-                    offset = batches[-1].next_offset
+LONG_QUERY = "SELECT count(*) FROM range(0, 1000000000000, 1, 2)"  # minutes of work: only Ctrl-C ends it
 
 
-def test_analysis_views_batches_and_transactions(store):
-    query = """
-        SELECT 'batches' AS what, topic AS name, count(*) AS n FROM txlog_batches GROUP BY topic
-        UNION ALL
-        SELECT 'aborts', topic, count_if(isControl AND controlType = 'ABORT') FROM txlog_batches GROUP BY topic
-        UNION ALL
-        SELECT 'state', transactionalId || '=' || max_by(state, logOffset), count(*) FROM txlog_transactions
-        GROUP BY transactionalId
-    """
-    proc = _sql(store, query, "--output", "jsonl", quiet=True)
-    assert_ok(proc)
-    rows = [json.loads(line) for line in proc.stdout.splitlines()]
-    got = {(r["what"], r["name"]): r["n"] for r in rows if r["what"] != "state"}
+class _Terminal:
+    """`txlog sql` on a pseudo-terminal (its controlling terminal: ^C is SIGINT, ^D is end of input)."""
 
-    batches, aborts = Counter(), Counter()
-    for topic, batch in _batches(store):
-        batches[topic] += 1
-        aborts[topic] += batch.is_control and batch.control_marker().is_abort
-    expected = {("batches", t): n for t, n in batches.items()} | {("aborts", t): n for t, n in aborts.items()}
-    assert got == expected
-    assert aborts[DASHED] == 1 and aborts["orders"] > 0
+    def __init__(self, store: str, home: str):
+        import pty
 
-    with api.Admin(store, read_only=True) as admin:
-        states = {f"{d.transactional_id}={d.state.state.kafka_name}" for d in admin.list_transactions()}
-    assert {r["name"] for r in rows if r["what"] == "state"} == states
-    assert "opener=Ongoing" in states and "eu-writer=CompleteAbort" in states
+        env = _env({"HOME": home, "TERM": "dumb"})
+        argv = [sys.executable, "-m", "cli.main", "--data-dir", store, "sql"]
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:  # the child: become txlog at once
+            try:
+                os.chdir(ROOT)
+                os.execve(sys.executable, argv, env)
+            finally:
+                os._exit(127)
+        self.output = b""
+        self._seen = 0
+
+    def expect(self, text: str, timeout: float = SPARK_TIMEOUT) -> str:
+        """Read until `text` appears after what was expected before; the output in between."""
+        import select
+
+        deadline = time.monotonic() + timeout
+        while (found := self.output.find(text.encode(), self._seen)) < 0:
+            assert time.monotonic() < deadline, f"no {text!r} in {self.output[self._seen:]!r}"
+            ready, _, _ = select.select([self.fd], [], [], 1.0)
+            if ready:
+                try:
+                    data = os.read(self.fd, 65536)
+                except OSError:  # EIO: the child closed the terminal
+                    data = b""
+                assert data, f"txlog ended before {text!r}: {self.output[self._seen:]!r}"
+                self.output += data
+        between = self.output[self._seen:found].decode(errors="replace")
+        self._seen = found + len(text)
+        return between.replace("\r\n", "\n")
+
+    def send(self, text: str) -> None:
+        os.write(self.fd, text.encode())
+
+    def exit_code(self, timeout: float = 120) -> int:
+        deadline = time.monotonic() + timeout
+        while True:
+            with contextlib.suppress(OSError):
+                os.read(self.fd, 65536)  # keep the terminal drained while Spark stops
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                os.close(self.fd)
+                return os.waitstatus_to_exitcode(status)
+            assert time.monotonic() < deadline, "txlog sql did not exit"
+            time.sleep(0.2)
 
 
-def test_a_syntax_error_is_one_error_line(store):
-    proc = _sql(store, "SELEC partition FROM orders", quiet=True)
-    message = assert_one_error(proc, 1)
-    assert "PARSE_SYNTAX_ERROR" in message and "SELEC" in message
+PROMPT = "txlog> "
+
+
+def test_the_interactive_shell(store, tmp_path):
+    """One Spark start-up serves every statement; errors and Ctrl-C keep the shell; Ctrl-D leaves;
+    each statement sees the store as it is when it runs."""
+    import shutil
+
+    store = str(shutil.copytree(store, tmp_path / "store"))  # this test writes to it
+    term = _Terminal(store, str(tmp_path))
+    startup = term.expect(PROMPT)
+    assert startup.startswith("Starting Spark (local[2])...\n"), startup
+    assert re.search(r"\r\x1b\[KStarting Spark: the JVM is starting, \d+\.\d s", startup), startup  # redrawn in place
+    assert re.search(r"\r\x1b\[KSpark started in \d+\.\d s\n", startup), startup  # the line erased, the total
+    assert "Registered views: " in startup and ".tables" in startup
+
+    term.send("SELECT partition, count(*) AS n\n")
+    term.expect("...> ")  # the statement goes on until its ';'
+    term.send("FROM orders GROUP BY partition ORDER BY partition;\n")
+    lines = term.expect(PROMPT).splitlines()
+    header = lines.index("partition    n")
+    assert _counts(lines[header + 2:header + 2 + 3]) == _partition_counts(store, "read_committed")
+    assert re.fullmatch(r"3 rows \(\d+\.\d\d s\)", lines[-1]), lines
+
+    term.send("SELEC 1;\n")  # a syntax error: one line, and the shell goes on
+    errors = [line for line in term.expect(PROMPT).splitlines() if "Error" in line or "Traceback" in line]
+    assert len(errors) == 1 and errors[0].startswith("Error: [PARSE_SYNTAX_ERROR]"), errors
+
+    term.send("CREATE TEMPORARY VIEW mine AS SELECT 2 AS two;\n")
+    assert re.search(r"^OK \(\d+\.\d\d s\)$", term.expect(PROMPT), re.MULTILINE)
+    term.send(".tables\n")
+    assert term.expect(PROMPT).split()[1:] == [
+        "__consumer_offsets", "__transaction_state", "audit", "orders", f"`{DASHED}`",
+        "txlog_batches", "txlog_transactions", "mine"]
+    with api.Admin(store) as admin:  # a topic and records that came after the shell started
+        admin.create_topic("late", 1)
+    with api.Producer(store) as producer:
+        producer.send("late", b"one")
+        producer.send("late", b"two")
+    term.send("SELECT count(*) AS n FROM late;\n")
+    assert re.search(r"^n\n-+\n2\n1 row ", term.expect(PROMPT), re.MULTILINE)
+    term.send(f".schema {DASHED}\n")
+    schema = term.expect(PROMPT)
+    assert re.search(r"^timestampType\s+int\b", schema, re.MULTILINE), schema
+    term.send(".nope\n")
+    assert "Error: unknown command '.nope'; .help lists the commands" in term.expect(PROMPT)
+
+    term.send("SELECT 'never run'\x03")  # Ctrl-C while typing drops the line
+    assert "never run" not in term.expect(PROMPT).replace("SELECT 'never run'", "")
+    term.send(LONG_QUERY + ";\n")
+    term.expect(LONG_QUERY)
+    time.sleep(5)  # the job is running
+    term.send("\x03")
+    cancelled = term.expect(PROMPT)
+    assert "Error: interrupted (SIGINT); the statement was cancelled" in cancelled and "Traceback" not in cancelled
+
+    term.send("SELECT two * 21 AS answer FROM mine;\n")  # the session is intact after the cancel
+    assert re.search(r"^answer\n-+\n42\n1 row ", term.expect(PROMPT), re.MULTILINE)
+    term.send("\x04")
+    rest = term.expect("\n", timeout=60)
+    assert term.exit_code() == 0, rest
+
+    history = (tmp_path / ".txlog_sql_history").read_text().splitlines()
+    assert history[0] == "SELECT partition, count(*) AS n" and ".tables" in history
+    assert history[-1] == "SELECT two * 21 AS answer FROM mine;"
+    assert term.output.count(b"Registered views: ") == 1
+    assert b"Traceback" not in term.output and b"WARN" not in term.output
+
+
+def test_ctrl_c_cancels_the_running_statement_and_exits_130(store):
+    proc = subprocess.Popen([sys.executable, "-m", "cli.main", "--data-dir", store, "sql", LONG_QUERY],
+                            cwd=ROOT, env=_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        lines = []
+        while (line := proc.stderr.readline()) and line.strip() != "Running query...":
+            lines.append(line)
+        assert line, lines
+        time.sleep(5)  # the job is running
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=SPARK_TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, (out, err)
+    assert out == "" and err.splitlines() == ["Error: interrupted (SIGINT); Spark's running jobs were cancelled"]
+
+
+# ---- before Spark: argument mistakes cost nothing ----------------------------------------------------
+
+def test_argument_mistakes_are_reported_before_spark_starts(store, tmp_path):
+    for args, message in (
+        (["-f", str(tmp_path / "missing.sql")], "cannot read --file"),
+        (["-f", str(tmp_path)], "cannot read --file"),
+        (["SELECT 1", "-f", "-"], "give a QUERY or --file, not both"),
+        ([" ; -- nothing but a comment\n"], "the query is empty"),
+    ):
+        proc = _sql(store, *args)
+        assert proc.returncode == 2 and message in proc.stderr, (args, proc.stderr)
+        assert "Starting Spark" not in proc.stderr and "Traceback" not in proc.stderr
+    proc = _sql(store, "-f", "-", stdin="")
+    assert proc.returncode == 2 and "Error: the query is empty" in proc.stderr
+    proc = _sql(store, "SELECT 1", "--output", "yaml")
+    assert proc.returncode == 2 and "Starting Spark" not in proc.stderr
 
 
 def test_a_missing_store_is_one_error_line(tmp_path):
@@ -271,3 +465,51 @@ def test_spark_messages_are_one_line():
               " SQLSTATE: 38000")
     assert spark_message(Fake(worker)) == "CorruptRecordError: CRC mismatch at byte 172"
     assert spark_message(Fake("")) == "Fake"
+
+
+def test_statements_split_at_semicolons_outside_literals_and_comments():
+    text = "SELECT 'a;b', \"c;d\", `e;f` -- g;h\nFROM t /* i; /* nested; */ j; */ ;\n\n  SELECT 'it\\'s;' ;; SELECT 3"
+    statements, rest = split_statements(text)
+    assert statements == [
+        Statement("SELECT 'a;b', \"c;d\", `e;f` -- g;h\nFROM t /* i; /* nested; */ j; */", 1),
+        Statement("SELECT 'it\\'s;'", 4),
+    ]
+    assert rest.strip() == "SELECT 3"  # the shell waits for its ';'
+    assert script_statements(text)[-1] == Statement("SELECT 3", 4)  # a script's last one needs none
+    assert script_statements("SELECT 1 -- no newline, no ';'") == [Statement("SELECT 1 -- no newline, no ';'", 1)]
+    assert split_statements("SELECT '1;\n") == ([], "SELECT '1;\n")  # an open literal: more lines to come
+    assert split_statements("/* open ; comment\n") == ([], "/* open ; comment\n")
+    assert split_statements("-- only a comment;\n  ;\n") == ([], "")
+    assert script_statements("  ; /* */ -- \n") == []
+
+
+def test_the_shell_loop_without_spark(tmp_path, capsys):
+    """run_shell's reading: continuation lines, dot commands, Ctrl-C at the prompt and during a statement."""
+    from cli.sql_shell import CONTINUATION, PROMPT as SHELL_PROMPT
+    from cli.sql_shell import ShellActions, run_shell
+
+    typed = iter(["SELECT 1,", "2; SELECT 'x;", "y'; SELECT 3", KeyboardInterrupt, ".tables", ".schema orders",
+                  ".schema", ".bogus", "SELECT slow;", "SELECT 4; -- done", ".quit", "never read"])
+    prompts, done = [], []
+
+    def read_line(prompt: str) -> str:
+        prompts.append(prompt)
+        line = next(typed)
+        if line is KeyboardInterrupt:
+            raise KeyboardInterrupt
+        return line
+
+    def run(statement: Statement) -> None:
+        if statement.text == "SELECT slow":
+            raise KeyboardInterrupt
+        done.append(statement.text)
+
+    run_shell(ShellActions(run=run, tables=lambda: done.append(".tables"), schema=lambda v: done.append(f"schema {v}"),
+                           error=lambda m: done.append(f"error {m}"), interrupted=lambda: done.append("interrupted")),
+              read_line=read_line, history_file=str(tmp_path / "history"))
+    assert done == ["SELECT 1,\n2", "SELECT 'x;\ny'", ".tables", "schema orders",
+                    "error .schema needs a view name, e.g. .schema orders",
+                    "error unknown command '.bogus'; .help lists the commands", "interrupted", "SELECT 4"]
+    assert prompts[:4] == [SHELL_PROMPT, CONTINUATION, CONTINUATION, CONTINUATION]  # "SELECT 3" waits for its ';'
+    assert prompts[4] == SHELL_PROMPT  # Ctrl-C dropped it
+    assert next(typed) == "never read"  # .quit left

@@ -3,7 +3,10 @@
 Every test compares the rows of one `collect()` with what txlog.Consumer returns for the
 same store, partitions, offsets and isolation level, record for record and field for
 field. Stores are built once per module and kept small; the session is conftest's.
-tests/test_spark_planning.py covers the options and the planner without Spark.
+Each test runs twice: against the JVM reader (batch reads of a session with its jar) and
+against the Python source (what a session without a JDK reads with).
+tests/test_spark_planning.py covers the options and the planner without Spark;
+tests/test_spark_jvm.py the JVM reader's own parts (the jar, pruning, pushed filters).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from spark_stores import (
 
 from pyspark.sql import functions as F  # pyspark is a test dependency: a missing one must fail
 
+from txlog.spark import jvm_reader
 from txlog.spark.options import parse_options
 from txlog.spark.planning import plan_batch
 
@@ -44,6 +48,21 @@ FULL = {"includeHeaders": "true", "includeTransactionColumns": "true"}
 
 
 # ---- fixtures and helpers ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module", params=["jvm", "python"])
+def spark(spark, request):
+    """conftest's session, reading batches with the JVM reader or with the Python source."""
+    saved = spark.conf.get(jvm_reader.READER_CONF, None)
+    spark.conf.unset(jvm_reader.READER_CONF)
+    if request.param == "jvm":
+        assert jvm_reader.enable(spark), "the JVM reader's jar must be on the test session (a JDK is needed)"
+    else:
+        spark.conf.set(jvm_reader.READER_CONF, "python")
+    yield spark
+    spark.conf.unset(jvm_reader.READER_CONF)
+    if saved is not None:
+        spark.conf.set(jvm_reader.READER_CONF, saved)
 
 
 @pytest.fixture(scope="module")

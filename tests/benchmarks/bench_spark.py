@@ -31,8 +31,12 @@ what a user's query pays: schema, planning, the scan, the aggregate), variants i
 inside a repetition, the first (cold) repetition dropped and the median of the rest shown:
   count           df.count()
   groupBy         df.groupBy("partition").agg(count("*"), sum(length("value")), max("offset")).collect()
+  select3         df.select("key", "offset", "timestamp") written to Spark's no-op sink (every row
+                  materialised, nothing collected: the scan with column pruning)
 for txlog read_committed (RC), txlog read_uncommitted (RU, groupBy only; it returns the
-aborted records too, so its rate counts more rows) and Parquet. Records/s = rows the query
+aborted records too, so its rate counts more rows) and Parquet. "txlog" is the JVM reader
+(txlog/spark/jvm/, what a session with its jar reads batches with), "txlog ... py" the Python
+source (what a session without a JDK reads with); a line gives JVM/Python ratios. Records/s = rows the query
 covers / wall second. "CPU s" is the CPU of the whole process tree during the query
 (this driver, the JVM, Spark's Python workers), split into JVM and Python-worker parts,
 and "others" the CPU other processes took meanwhile (from /proc/stat): on a shared machine
@@ -257,11 +261,23 @@ def prepare(workdir: str, args: argparse.Namespace, spark) -> tuple[dict, str]:
 # ---- Spark queries ----------------------------------------------------------------------------------
 
 
-def txlog_df(spark, root: str, isolation: str, ending: str | None = None):
+def txlog_df(spark, root: str, isolation: str, ending: str | None = None, reader_kind: str = "jvm"):
+    """The txlog source's DataFrame, read by the JVM reader ("jvm") or the Python source ("python").
+
+    The reader is chosen when `load()` runs (txlog/spark/jvm_reader.py), by the session conf.
+    """
+    from txlog.spark.jvm_reader import READER_CONF
+
+    spark.conf.set(READER_CONF, reader_kind)
     reader = spark.read.format("txlog").option("subscribe", TOPIC).option("isolation.level", isolation)
     if ending is not None:
         reader = reader.option("endingOffsets", ending)
     return reader.load(root)
+
+
+def select3(df) -> None:
+    """Three columns of every row, materialised by Spark's no-op sink (nothing comes back to check)."""
+    df.select("key", "offset", "timestamp").write.format("noop").mode("overwrite").save()
 
 
 def group_by(df) -> list[tuple]:
@@ -343,14 +359,23 @@ def run_spark(spark, root: str, parquet: str, expected: dict, reps: int) -> tupl
     # partition as the full queries do (an empty plan would run a single empty task).
     partitions = len(expected["partitions"])
     tiny = json.dumps({TOPIC: {str(p): 1 for p in range(partitions)}})
+    rc, ru = "read_committed", "read_uncommitted"
+    # "txlog" is the JVM reader (what a session with its jar reads with), "txlog ... py" the Python source
     variants: dict[str, tuple[int, Callable[[], object]]] = {
-        "count txlog RC": (total["visible"], lambda: txlog_df(spark, root, "read_committed").count()),
+        "count txlog RC": (total["visible"], lambda: txlog_df(spark, root, rc).count()),
+        "count txlog RC py": (total["visible"], lambda: txlog_df(spark, root, rc, reader_kind="python").count()),
         "count Parquet": (total["visible"], lambda: spark.read.parquet(parquet).count()),
-        "groupBy txlog RC": (total["visible"], lambda: group_by(txlog_df(spark, root, "read_committed"))),
-        "groupBy txlog RU": (total["data"], lambda: group_by(txlog_df(spark, root, "read_uncommitted"))),
+        "groupBy txlog RC": (total["visible"], lambda: group_by(txlog_df(spark, root, rc))),
+        "groupBy txlog RC py": (total["visible"], lambda: group_by(txlog_df(spark, root, rc, reader_kind="python"))),
+        "groupBy txlog RU": (total["data"], lambda: group_by(txlog_df(spark, root, ru))),
+        "groupBy txlog RU py": (total["data"], lambda: group_by(txlog_df(spark, root, ru, reader_kind="python"))),
         "groupBy Parquet": (total["visible"], lambda: group_by(spark.read.parquet(parquet))),
-        "groupBy txlog RU, 1 offset": (partitions,
-                                       lambda: group_by(txlog_df(spark, root, "read_uncommitted", tiny))),
+        "select3 txlog RC": (total["visible"], lambda: select3(txlog_df(spark, root, rc))),
+        "select3 txlog RC py": (total["visible"], lambda: select3(txlog_df(spark, root, rc, reader_kind="python"))),
+        "select3 Parquet": (total["visible"], lambda: select3(spark.read.parquet(parquet))),
+        "groupBy txlog RU, 1 offset": (partitions, lambda: group_by(txlog_df(spark, root, ru, tiny))),
+        "groupBy txlog RU py, 1 offset": (partitions,
+                                          lambda: group_by(txlog_df(spark, root, ru, tiny, reader_kind="python"))),
     }
     runs: dict[str, list[Run]] = {name: [] for name in variants}
     results: dict[str, object] = {}
@@ -360,11 +385,14 @@ def run_spark(spark, root: str, parquet: str, expected: dict, reps: int) -> tupl
             runs[name].append(run)
             if name.startswith("count"):
                 assert result == rows, (name, result, rows)
+            elif name.startswith("select3"):
+                pass  # the no-op sink returns nothing; count and groupBy check the same rows
             else:
                 assert sum(r[1] for r in result) == rows, (name, result, rows)
             results[name] = result
     # the same rows: the txlog RC aggregate and the Parquet aggregate must agree exactly
-    assert results["groupBy txlog RC"] == results["groupBy Parquet"], results
+    assert results["groupBy txlog RC"] == results["groupBy txlog RC py"] == results["groupBy Parquet"], results
+    assert results["groupBy txlog RU"] == results["groupBy txlog RU py"], results
     return runs, {name: rows for name, (rows, _) in variants.items()}
 
 
@@ -386,7 +414,7 @@ def report_spark(runs: dict[str, list[Run]], rows: dict[str, int], reps: int,
           f"{'CPU s':>7}{'JVM':>6}{'py':>6}{'others':>7}{'per CPU s':>11}{'vs Parquet':>11}")
     for name in runs:
         wall, cpu, jvm, py, others = med[name]
-        base = "count Parquet" if name.startswith("count") else "groupBy Parquet"
+        base = name.split()[0] + " Parquet"
         fixed_cost = "1 offset" in name  # its seconds are the point, not a rate
         compared = "txlog" in name and not fixed_cost
         line = f"{name:<28}{rows[name]:>11,}{wall:>9.3f}" + (f"{'-':>12}" if fixed_cost else f"{rate[name]:>12,.0f}")
@@ -406,6 +434,9 @@ def report_spark(runs: dict[str, list[Run]], rows: dict[str, int], reps: int,
           f"{rate['groupBy txlog RC'] / rate['groupBy txlog RU']:.2f} ({rc_rows:,} vs {ru_rows:,} rows); "
           f"wall RC {rc_wall:.3f} s vs RU {ru_wall:.3f} s (RC/RU {rc_wall / ru_wall:.2f}); CPU s RC/RU "
           f"{rc_cpu / ru_cpu:.2f}, per row {rc_cpu / rc_rows / (ru_cpu / ru_rows):.2f}")
+    print("JVM reader vs Python source, records/s: " + "; ".join(
+        f"{name} {rate[name] / rate[name.replace(' txlog RC', ' txlog RC py').replace(' txlog RU', ' txlog RU py')]:.2f}x"
+        for name in runs if "txlog" in name and " py" not in name and "1 offset" not in name))
     print("run-to-run spread (min..max s): " +
           "; ".join(f"{name} {lo:.3f}..{hi:.3f}" for name, (lo, hi) in
                     ((n, spread([r.sample for r in rs])) for n, rs in runs.items())))
@@ -459,7 +490,7 @@ def profile_read(spark, root: str, expected: dict, spark_rate: dict[str, float],
     from txlog.spark.planning import plan_batch
     from txlog.spark.range_reader import range_batches, read_range
 
-    schema = to_arrow_schema(txlog_df(spark, root, "read_committed").schema, timezone="UTC")
+    schema = to_arrow_schema(txlog_df(spark, root, "read_committed", reader_kind="python").schema, timezone="UTC")
 
     def plan(isolation: str):
         return plan_batch(parse_options({"path": root, "subscribe": TOPIC, "isolation.level": isolation}))
@@ -508,8 +539,8 @@ def profile_read(spark, root: str, expected: dict, spark_rate: dict[str, float],
         print(f"{'':<4}=> the cyclic GC costs {whole - nogc:.3f} s = {(whole - nogc) / whole:.0%} of read_range "
               f"({times['  + gather columns + Arrow (read_range)'][1]:.3f} s measured inside collections)")
         in_process[label] = (rows, whole, nogc)
-    print("Against Spark's groupBy of the same rows (Spark CPU from the table above):")
-    for label, query in (("RC", "groupBy txlog RC"), ("RU", "groupBy txlog RU")):
+    print("Against Spark's groupBy of the same rows through the Python source (Spark CPU from the table above):")
+    for label, query in (("RC", "groupBy txlog RC py"), ("RU", "groupBy txlog RU py")):
         rows, whole, nogc = in_process[label]
         wall, cpu, jvm, py, others = spark_cpu[query]
         ceiling = rows / whole * min(cores, len(expected["partitions"]))
@@ -608,7 +639,12 @@ def main() -> None:
 
     import txlog.spark
 
+    from txlog.spark.jvm_reader import READER_CONF
+
     spark = txlog.spark.local_session(f"local[{args.cores}]", app_name="bench_spark")
+    if spark.conf.get(READER_CONF, None) != "jvm":
+        spark.stop()
+        raise SystemExit("bench_spark: the JVM reader is not on the session (is a JDK with javac installed?)")
     try:
         if args.work_dir:
             os.makedirs(args.work_dir, exist_ok=True)

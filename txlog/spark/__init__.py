@@ -4,9 +4,11 @@
     txlog.spark.register(spark)
     df = spark.read.format("txlog").option("subscribe", "orders").load("/path/to/store")
 
-Registering is all a session needs: the source's classes are pickled by reference and
-found by module name on the executors, so the txlog package installed there is the
-whole deployment (no files shipped with addPyFile, no JVM jar).
+Registering is all a session needs for the Python source: its classes are pickled by
+reference and found by module name on the executors, so the txlog package installed there
+is the whole deployment (no files shipped with addPyFile). Batch reads of the records go to
+the JVM reader instead when the session has its jar on spark.jars (local_session() builds
+and adds it; txlog/spark/jvm_reader.py routes, txlog/spark/jvm_build.py builds).
 
 Needs the `spark` extra (pyspark ≥ 4.2, pyarrow); nothing else in txlog imports Spark,
 and importing this package does not import it either (it is imported when a session is

@@ -8,7 +8,9 @@ come out is chosen by the `view` option: the records themselves (Spark's Kafka s
 schema), one row per batch, or the decoded `__transaction_state` history.
 
 The classes live in an importable module and are pickled by reference, so executors
-need nothing but the txlog package installed.
+need nothing but the txlog package installed. On a session with the JVM reader's jar, batch
+reads of the record view never reach this class: txlog/spark/jvm_reader.py sends them to the
+JVM provider with the same planner's plan; streaming and the views always come here.
 """
 
 from __future__ import annotations

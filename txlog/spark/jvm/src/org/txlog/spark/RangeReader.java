@@ -1,0 +1,412 @@
+package org.txlog.spark;
+
+import org.apache.spark.sql.connector.read.PartitionReader;
+import org.apache.spark.sql.execution.vectorized.ConstantColumnVector;
+import org.apache.spark.sql.execution.vectorized.OnHeapColumnVector;
+import org.apache.spark.sql.execution.vectorized.WritableColumnVector;
+import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.vectorized.ColumnVector;
+import org.apache.spark.sql.vectorized.ColumnarBatch;
+import org.apache.spark.unsafe.types.UTF8String;
+
+import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.MappedByteBuffer;
+import java.nio.channels.FileChannel;
+import java.nio.file.NoSuchFileException;
+import java.nio.file.Paths;
+import java.nio.file.StandardOpenOption;
+
+/**
+ * One planned range, straight from its segment files, as Spark columnar batches.
+ *
+ * <p>The walk is txlog.fetch.visible_batches and visible_records: batches wholly before the
+ * range's start are passed over, the first batch at or past its end stops the read, control
+ * batches are dropped, and under read_committed a transactional batch is dropped when an
+ * aborted transaction of the plan (same producer, first offset to ABORT marker) spans it. That
+ * is all the JVM knows of visibility; which ranges, where they end (the LSO) and which
+ * transactions aborted were fixed by the Python planner (txlog/spark/planning.py).
+ * tests/test_spark_jvm.py holds the result to txlog.Consumer's.
+ */
+final class RangeReader implements PartitionReader<ColumnarBatch> {
+    /** Rows per ColumnarBatch (Spark's own columnar readers use 4096). */
+    static final int ROWS_PER_BATCH = 4096;
+
+    private final Plan.Range range;
+    private final boolean failOnDataLoss;
+    private final Columns columns;
+    private final long minTimestampMillis;
+    private int extentIndex = -1;
+    private ByteBuffer segment;
+    private int at;
+    private String file;
+    private long fileStart;
+    private boolean done;
+    private ColumnarBatch current;
+
+    RangeReader(Plan.Range range, StructType schema, boolean failOnDataLoss, long minTimestampMillis) {
+        this.range = range;
+        this.failOnDataLoss = failOnDataLoss;
+        this.columns = new Columns(schema, range.topic, range.partition);
+        this.minTimestampMillis = minTimestampMillis;
+    }
+
+    @Override
+    public boolean next() throws IOException {
+        columns.reset();
+        while (!done && columns.rows < ROWS_PER_BATCH) {
+            LogBatch batch = nextBatch();
+            if (batch == null) {
+                done = true;
+            } else if (batch.lastOffset() < range.start) {
+                continue;  // wholly before the range: its aborts closed before the range began
+            } else if (batch.baseOffset >= range.end) {
+                done = true;
+            } else if (visible(batch) && batch.maxTimestamp >= minTimestampMillis) {
+                columns.add(batch, range.start, range.end);
+            }
+        }
+        current = columns.batch();
+        return columns.rows > 0;  // the loop above ends with rows or at the range's end
+    }
+
+    /** Whether a read of this range's isolation level shows the batch (txlog.fetch.AbortedFilter's outcome). */
+    private boolean visible(LogBatch batch) {
+        if (batch.isControl()) {
+            return false;
+        }
+        return !(range.committedOnly && batch.isTransactional() && batch.producerId >= 0 && aborted(batch));
+    }
+
+    /** Whether an aborted transaction of the batch's producer spans it: first offset ≤ its last, marker ≥ its base. */
+    private boolean aborted(LogBatch batch) {
+        long[][] txns = range.aborted;
+        int lo = 0;
+        int hi = txns.length - 1;
+        int found = -1;  // the last entry ≤ (producer id, batch's last offset)
+        while (lo <= hi) {
+            int mid = (lo + hi) >>> 1;
+            long[] t = txns[mid];
+            int cmp = t[0] != batch.producerId ? Long.compare(t[0], batch.producerId)
+                                               : Long.compare(t[1], batch.lastOffset());
+            if (cmp <= 0) {
+                found = mid;
+                lo = mid + 1;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        return found >= 0 && txns[found][0] == batch.producerId && txns[found][2] >= batch.baseOffset;
+    }
+
+    /** The next batch of the planned extents, in file order; null after the last. */
+    private LogBatch nextBatch() throws IOException {
+        while (segment == null || at >= segment.limit()) {
+            if (++extentIndex >= range.extents.length) {
+                return null;
+            }
+            open(range.extents[extentIndex]);
+        }
+        LogBatch batch = new LogBatch(segment, at, segment.limit(), file, fileStart + at);
+        at += batch.size;
+        return batch;
+    }
+
+    private void open(Plan.Extent extent) throws IOException {
+        segment = null;
+        file = extent.logFile;
+        fileStart = extent.startPosition;
+        at = 0;
+        long length = extent.endPosition - extent.startPosition;
+        if (length > Integer.MAX_VALUE) {
+            throw new CorruptRecordException(file, extent.startPosition, "an extent of " + length
+                + " bytes is larger than one mapping can hold (2 GiB)");
+        }
+        try (FileChannel channel = FileChannel.open(Paths.get(file), StandardOpenOption.READ)) {
+            MappedByteBuffer mapped = channel.map(FileChannel.MapMode.READ_ONLY, extent.startPosition, length);
+            segment = mapped;
+        } catch (NoSuchFileException e) {
+            if (failOnDataLoss) {
+                throw new OffsetOutOfRangeException("segment " + extent.baseOffset + " of " + range.topic + "-"
+                    + range.partition + " was deleted after the query was planned (retention); "
+                    + "set failOnDataLoss=false to skip what was lost");
+            }
+            segment = ByteBuffer.allocate(0);
+        }
+    }
+
+    @Override
+    public ColumnarBatch get() {
+        return current;
+    }
+
+    @Override
+    public void close() {
+        columns.close();
+    }
+
+    /** The requested columns of the rows gathered so far. */
+    static final class Columns {
+        private final StructType schema;
+        private final String topic;
+        private final int partition;
+        private final WritableColumnVector[] vectors;
+        private final WritableColumnVector key;
+        private final WritableColumnVector value;
+        private final WritableColumnVector offset;
+        private final WritableColumnVector timestamp;
+        private final WritableColumnVector timestampType;
+        private final WritableColumnVector headers;
+        private final WritableColumnVector producerId;
+        private final WritableColumnVector producerEpoch;
+        private final WritableColumnVector sequence;
+        private final WritableColumnVector isTransactional;
+        int rows;
+
+        Columns(StructType schema, String topic, int partition) {
+            this.schema = schema;
+            this.topic = topic;
+            this.partition = partition;
+            vectors = new WritableColumnVector[schema.fields().length];
+            for (int i = 0; i < vectors.length; i++) {
+                String name = schema.fields()[i].name();
+                if (!name.equals("topic") && !name.equals("partition")) {
+                    vectors[i] = new OnHeapColumnVector(ROWS_PER_BATCH, schema.fields()[i].dataType());
+                }
+            }
+            key = vector("key");
+            value = vector("value");
+            offset = vector("offset");
+            timestamp = vector("timestamp");
+            timestampType = vector("timestampType");
+            headers = vector("headers");
+            producerId = vector("producerId");
+            producerEpoch = vector("producerEpoch");
+            sequence = vector("sequence");
+            isTransactional = vector("isTransactional");
+        }
+
+        private WritableColumnVector vector(String name) {
+            for (int i = 0; i < vectors.length; i++) {
+                if (schema.fields()[i].name().equals(name)) {
+                    return vectors[i];
+                }
+            }
+            return null;
+        }
+
+        void reset() {
+            for (WritableColumnVector v : vectors) {
+                if (v != null) {
+                    v.reset();
+                }
+            }
+            rows = 0;
+        }
+
+        ColumnarBatch batch() {
+            ColumnVector[] out = new ColumnVector[vectors.length];
+            for (int i = 0; i < out.length; i++) {
+                String name = schema.fields()[i].name();
+                if (name.equals("topic")) {
+                    ConstantColumnVector c = new ConstantColumnVector(rows, DataTypes.StringType);
+                    c.setUtf8String(UTF8String.fromString(topic));
+                    out[i] = c;
+                } else if (name.equals("partition")) {
+                    ConstantColumnVector c = new ConstantColumnVector(rows, DataTypes.IntegerType);
+                    c.setInt(partition);
+                    out[i] = c;
+                } else {
+                    out[i] = vectors[i];
+                }
+            }
+            return new ColumnarBatch(out, rows);
+        }
+
+        /** The batch's records at offsets in [start, end): a batch is decompressed and decoded only when shown. */
+        void add(LogBatch batch, long start, long end) {
+            if (batch.recordsCount < 0) {
+                throw batch.corrupt("negative record count " + batch.recordsCount);
+            }
+            if (batch.recordsCount == 0) {
+                return;  // emptied by compaction: only the header survives
+            }
+            if (vectors.length == 0 && batch.baseOffset >= start && batch.lastOffset() < end) {
+                // count(): no column is read, and a batch inside the range is taken whole (visible_records),
+                // so its CRC-checked header's count is the row count without decompressing a byte
+                rows += batch.recordsCount;
+                return;
+            }
+            byte[] data = batch.records();
+            Cursor c = new Cursor(data, batch);
+            boolean logAppend = batch.isLogAppendTime();
+            for (int i = 0; i < batch.recordsCount; i++) {
+                int length = c.varint();
+                int recordEnd = c.pos + length;
+                if (length < 0 || recordEnd > data.length) {
+                    throw batch.corrupt("record " + i + " of " + length + " bytes overruns the records region of "
+                                        + data.length + " bytes");
+                }
+                c.pos++;  // attributes: unused
+                long timestampDelta = c.varlong();
+                long recordOffset = batch.baseOffset + c.varint();
+                if (recordOffset < start || recordOffset >= end) {
+                    c.pos = recordEnd;
+                    continue;
+                }
+                int keyLength = c.varint();
+                int keyAt = c.skip(keyLength);
+                int valueLength = c.varint();
+                int valueAt = c.skip(valueLength);
+                if (key != null) {
+                    appendBytes(key, data, keyAt, keyLength);
+                }
+                if (value != null) {
+                    appendBytes(value, data, valueAt, valueLength);
+                }
+                int headerCount = c.varint();
+                if (headers != null) {
+                    appendHeaders(c, headerCount);
+                } else {
+                    skipHeaders(c, headerCount);
+                }
+                if (c.pos != recordEnd) {
+                    throw batch.corrupt("record " + i + " says " + length + " bytes but holds "
+                                        + (c.pos - recordEnd + length));
+                }
+                appendRecord(batch, recordOffset, logAppend ? batch.maxTimestamp
+                                                            : batch.baseTimestamp + timestampDelta);
+            }
+            if (c.pos != data.length) {
+                throw batch.corrupt((data.length - c.pos) + " bytes follow the batch's " + batch.recordsCount
+                                    + " records");
+            }
+        }
+
+        private void appendRecord(LogBatch batch, long recordOffset, long timestampMillis) {
+            if (offset != null) {
+                offset.appendLong(recordOffset);
+            }
+            if (timestamp != null) {
+                timestamp.appendLong(timestampMillis * 1000L);  // Kafka: epoch ms; Spark: epoch µs
+            }
+            if (timestampType != null) {
+                timestampType.appendInt(batch.isLogAppendTime() ? 1 : 0);
+            }
+            if (producerId != null) {
+                producerId.appendLong(batch.producerId);
+                producerEpoch.appendInt(batch.producerEpoch);
+                sequence.appendInt(sequenceOf(batch.baseSequence, (int) (recordOffset - batch.baseOffset)));
+                isTransactional.appendBoolean(batch.isTransactional());
+            }
+            rows++;
+        }
+
+        /** storage/sequence.py inc_seq: past Integer.MAX_VALUE the sequence wraps to 0, as Kafka's. */
+        private static int sequenceOf(int base, int delta) {
+            if (base < 0) {
+                return -1;
+            }
+            return base > Integer.MAX_VALUE - delta ? delta - (Integer.MAX_VALUE - base) - 1 : base + delta;
+        }
+
+        private static void appendBytes(WritableColumnVector v, byte[] data, int at, int length) {
+            if (length < 0) {
+                v.appendNull();
+            } else {
+                v.appendByteArray(data, at, length);
+            }
+        }
+
+        /** Spark's Kafka source gives null, not an empty array, for a record without headers. */
+        private void appendHeaders(Cursor c, int count) {
+            if (count < 0) {
+                throw c.batch.corrupt("negative header count " + count);
+            }
+            if (count == 0) {
+                headers.appendNull();
+                return;
+            }
+            headers.appendArray(count);
+            WritableColumnVector elements = headers.arrayData();
+            for (int h = 0; h < count; h++) {
+                int keyLength = c.varint();
+                if (keyLength < 0) {
+                    throw c.batch.corrupt("a header key of length " + keyLength);
+                }
+                int keyAt = c.skip(keyLength);
+                int valueLength = c.varint();
+                int valueAt = c.skip(valueLength);
+                elements.appendStruct(false);
+                elements.getChild(0).appendByteArray(c.data, keyAt, keyLength);
+                appendBytes(elements.getChild(1), c.data, valueAt, valueLength);
+            }
+        }
+
+        private static void skipHeaders(Cursor c, int count) {
+            if (count < 0) {
+                throw c.batch.corrupt("negative header count " + count);
+            }
+            for (int h = 0; h < count; h++) {
+                c.skip(c.varint());
+                c.skip(c.varint());
+            }
+        }
+
+        void close() {
+            for (WritableColumnVector v : vectors) {
+                if (v != null) {
+                    v.close();
+                }
+            }
+        }
+    }
+
+    /** A bounds-checked position in a records region: ZigZag varints (docs/kafka-formats.md §2). */
+    static final class Cursor {
+        final byte[] data;
+        final LogBatch batch;
+        int pos;
+
+        Cursor(byte[] data, LogBatch batch) {
+            this.data = data;
+            this.batch = batch;
+        }
+
+        int varint() {
+            long v = varlong();
+            if (v < Integer.MIN_VALUE || v > Integer.MAX_VALUE) {
+                throw batch.corrupt("varint " + v + " out of int range at byte " + pos + " of the records region");
+            }
+            return (int) v;
+        }
+
+        long varlong() {
+            long raw = 0;
+            for (int shift = 0; shift < 64; shift += 7) {
+                if (pos >= data.length) {
+                    throw batch.corrupt("records region of " + data.length + " bytes ends inside a record");
+                }
+                byte b = data[pos++];
+                raw |= (long) (b & 0x7f) << shift;
+                if (b >= 0) {
+                    return (raw >>> 1) ^ -(raw & 1);
+                }
+            }
+            throw batch.corrupt("varint longer than 10 bytes at byte " + pos + " of the records region");
+        }
+
+        /** Step over a length-prefixed field; returns where it starts (a negative length is null: nothing). */
+        int skip(int length) {
+            int start = pos;
+            if (length > 0) {
+                if (length > data.length - pos) {
+                    throw batch.corrupt("a field of " + length + " bytes overruns the records region at byte " + pos);
+                }
+                pos += length;
+            }
+            return start;
+        }
+    }
+}
