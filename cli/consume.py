@@ -3,8 +3,10 @@
 read_committed by default (txlog's default, as librdkafka's); starts at the group's
 committed offset, else at the earliest (`--offset` / `--from-beginning` override both);
 exits at the end -- the last stable offset under read_committed -- unless `--follow`.
-Output is Kafka's formatter (`--property print.key=true`, ...), kcat's `-f` format, or
-`--output jsonl|json|csv|table`. With `--group`, the offsets of what was printed are
+Output is Kafka's formatter (`--property print.key=true`, ...), kcat's `-f` format, kcat's
+`-J` JSON envelope, or `--output jsonl|json|csv|table`. kcat's flags mean what they mean in
+kcat (`-o beginning|end|stored|N|-N|s@ts|e@ts`, `-e`, `-u`, `-c`; docs/cli-conventions.md §5).
+With `--group`, the offsets of what was printed are
 committed to the group when the command ends (and after each batch under `--follow`).
 """
 
@@ -14,13 +16,15 @@ import json
 import sys
 import time
 from enum import Enum
+from operator import itemgetter
 from typing import Annotated, Any
 
 import typer
 
-from cli.context import USAGE, CommandError, complete_topic_names, open_store
+from cli.context import USAGE, CommandError, complete_group_ids, complete_topic_names, open_store
 from cli.interrupts import Interrupts
 from cli.output import RECORDS, OutputFormat, RowWriter, absent_note, output_option, status
+from cli.quiet_gc import quiet_gc
 from cli.record_format import (
     VALUE_FORMAT_HELP,
     ValueFormat,
@@ -48,12 +52,21 @@ FORMATTER_PROPERTIES = {
 }
 FIELDS = ("topic", "partition", "offset", "timestamp", "key", "value", "headers")
 FOLLOW_POLL_MS = 100  # how long one poll waits under --follow; signals are looked at between polls
+# Records per poll (and per write): each poll costs a look at the log's bounds and files, which
+# at Kafka's 500 was half of consume's CPU once decoding went native (bench_consume_inspect.py).
+POLL_RECORDS = 5000
 
 
 # `--output`: Kafka's formatter (text, the default) or structured records; no `-o` (kcat's -o is the offset).
 ConsumeOutputOption = output_option(OutputFormat.text, OutputFormat.jsonl, OutputFormat.json, OutputFormat.csv,
-                                    OutputFormat.table, help="text (Kafka's formatter), jsonl, json, csv or table.",
-                                    short=False)
+                                    OutputFormat.table, help="text (Kafka's formatter), jsonl, json, csv or table.")
+
+
+class TimestampFormat(str, Enum):
+    """--timestamp-format: epoch milliseconds (Kafka's) or ISO 8601 UTC text."""
+
+    ms = "ms"
+    iso = "iso"
 
 
 class IsolationChoice(str, Enum):
@@ -65,6 +78,8 @@ class IsolationChoice(str, Enum):
 
 class _Writer:
     """Turns records into output; `write` per polled batch, `close` once at the end."""
+
+    iso_timestamps = False  # --timestamp-format iso: timestamps as ISO 8601 UTC text, not epoch ms
 
     def __init__(self, value_format: ValueFormat):
         self.value_format = value_format
@@ -90,12 +105,15 @@ class _Writer:
         self.replaced = self.replaced or replaced
         return shown
 
+    def ts(self, ms: int) -> int | str:
+        return iso_timestamp(ms) if self.iso_timestamps else ms
+
     def obj(self, r: Any) -> dict[str, Any]:
         return {
             "topic": r.topic,
             "partition": r.partition,
             "offset": r.offset,
-            "timestamp": r.timestamp,
+            "timestamp": self.ts(r.timestamp),
             "key": self.text(r.key),
             "value": self.text(r.value),
             "headers": [[name, header_text(value)] for name, value in r.headers],
@@ -114,15 +132,21 @@ class _KafkaFormatter(_Writer):
         self.headers_sep = unescape(props["headers.separator"]).encode("utf-8")
         self.null = props["null.literal"].encode("utf-8")
         from storage.records import TimestampType  # here: `txlog --help` must not load storage
+        from txlog.consumer_record import ConsumerRecord
 
         self.timestamp_kinds = tuple(kind.kafka_name for kind in TimestampType)
+        self.value_of = itemgetter(ConsumerRecord._fields.index("value"))
 
     def write(self, records: list[Any]) -> None:
         show_ts, show_p, show_o, show_h, show_k, show_v = self.flags
+        if not (show_ts or show_p or show_o or show_h or show_k) and show_v:
+            self._write_values(records)
+            return
+        lines: list[bytes] = []
         for r in records:
             fields: list[bytes] = []
             if show_ts:
-                fields.append(f"{self.timestamp_kinds[r.timestamp_type]}:{r.timestamp}".encode())
+                fields.append(f"{self.timestamp_kinds[r.timestamp_type]}:{self.ts(r.timestamp)}".encode())
             if show_p:
                 fields.append(f"Partition:{r.partition}".encode())
             if show_o:
@@ -135,7 +159,20 @@ class _KafkaFormatter(_Writer):
                 fields.append(self.null if r.key is None else encode_value(r.key, self.value_format))
             if show_v:
                 fields.append(self.null if r.value is None else encode_value(r.value, self.value_format))
-            self.out.write(self.sep.join(fields) + self.line_sep)
+            lines.append(self.sep.join(fields))
+        lines.append(b"")  # the line separator after the last record too
+        self.out.write(self.line_sep.join(lines))
+
+    def _write_values(self, records: list[Any]) -> None:
+        """The default (print.value only): the batch's values joined in one write, no per-record list."""
+        null, fmt = self.null, self.value_format
+        values = list(map(self.value_of, records))  # by index: a NamedTuple attribute costs 5x more
+        if fmt is not ValueFormat.utf8:
+            values = [None if v is None else encode_value(v, fmt) for v in values]
+        if None in values:
+            values = [null if v is None else v for v in values]
+        values.append(b"")
+        self.out.write(self.line_sep.join(values))
 
 
 class _KcatFormatter(_Writer):
@@ -182,8 +219,8 @@ class _KcatFormatter(_Writer):
 
     def write(self, records: list[Any]) -> None:
         fmt = self.value_format
+        buf = bytearray()  # the whole batch: one write
         for r in records:
-            buf = bytearray()
             for part in self.parts:
                 if isinstance(part, bytes):
                     buf += part
@@ -208,7 +245,37 @@ class _KcatFormatter(_Writer):
                 elif part == "h":
                     buf += b",".join(name.encode("utf-8") + b"=" + (b"NULL" if value is None else value)
                                      for name, value in r.headers)
-            self.out.write(bytes(buf))
+        self.out.write(buf)
+
+
+class _KcatJson(_Writer):
+    """kcat's -J envelope, one object per line, keys in kcat's order (docs/cli-conventions.md §5):
+    headers a flat array of alternating names and values; `tstype`/`ts` left out without a timestamp."""
+
+    TSTYPES = ("create", "logappend")
+
+    def write(self, records: list[Any]) -> None:
+        lines = []
+        for r in records:
+            doc: dict[str, Any] = {"topic": r.topic, "partition": r.partition, "offset": r.offset}
+            if r.timestamp >= 0:
+                doc["tstype"] = self.TSTYPES[r.timestamp_type] if 0 <= r.timestamp_type < 2 else "unknown"
+                doc["ts"] = self.ts(r.timestamp)
+            doc["broker"] = 0  # a store's one broker
+            doc["headers"] = [item for name, value in r.headers for item in (name, header_text(value))]
+            doc["key"] = self.text(r.key)
+            doc["payload"] = self.text(r.value)
+            lines.append(json.dumps(doc, ensure_ascii=False, separators=(",", ":")) + "\n")
+        self.out.write("".join(lines).encode("utf-8"))
+
+
+def iso_timestamp(ms: int) -> int | str:
+    """Epoch milliseconds as ISO 8601 UTC (`2026-01-02T03:04:05.678Z`); a missing timestamp (-1) stays -1."""
+    if ms < 0:
+        return ms
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 def _is_hex(text: str) -> bool:
@@ -249,39 +316,88 @@ class _Rows(_Writer):
         super().close()
 
 
-def _writer(output: OutputFormat, fmt: str | None, props: dict[str, str], value_format: ValueFormat) -> _Writer:
-    if fmt is not None:
-        return _KcatFormatter(value_format, fmt)
-    if output is OutputFormat.text:
-        return _KafkaFormatter(value_format, props)
-    return _Rows(value_format, output)
+def _writer(output: OutputFormat, fmt: str | None, props: dict[str, str], value_format: ValueFormat, *,
+            kcat_json: bool = False, iso_timestamps: bool = False) -> _Writer:
+    writer: _Writer
+    if kcat_json:
+        writer = _KcatJson(value_format)
+    elif fmt is not None:
+        writer = _KcatFormatter(value_format, fmt)
+    elif output is OutputFormat.text:
+        writer = _KafkaFormatter(value_format, props)
+    else:
+        writer = _Rows(value_format, output)
+    writer.iso_timestamps = iso_timestamps
+    return writer
 
 
 # ---- where to start -----------------------------------------------------------------------------------
 
-def _parse_offset(value: str | None) -> str | int | None:
-    """earliest|beginning, latest|end, N (absolute) or -N (N back from the end); None: group/earliest."""
-    if value is None:
-        return None
-    lowered = value.strip().lower()
+OFFSET_SPEC = "beginning|end|stored|N|-N|s@MS|e@MS"
+Start = str | int | tuple[str, int] | None  # "earliest", "latest", "stored", N, ("time", ms); None: group/earliest
+
+
+def _parse_offsets(values: list[str] | None) -> tuple[Start, int | None]:
+    """kcat's -o values (a start, and/or e@MS to stop at): (where to start, the stop timestamp or None).
+
+    earliest|beginning|smallest, latest|end|largest, stored (the group's offset), N (absolute),
+    -N (N back from the end), s@MS (the first record at or after MS), e@MS (stop before MS).
+    """
+    start: Start = None
+    stop: int | None = None
+    for value in values or []:
+        lowered = value.strip().lower()
+        if lowered.startswith("e@"):
+            if stop is not None:
+                raise CommandError("-o/--offset e@MS is given twice", exit_code=USAGE)
+            stop = _timestamp_arg(value, lowered[2:])
+            continue
+        if start is not None:
+            raise CommandError(f"-o/--offset gives two start positions ({values[0]!r} and {value!r}); "
+                               "give one, plus e@MS to stop", exit_code=USAGE)
+        start = _start(value, lowered)
+    return start, stop
+
+
+def _start(value: str, lowered: str) -> Start:
     if lowered in ("earliest", "beginning", "smallest"):
         return "earliest"
     if lowered in ("latest", "end", "largest"):
         return "latest"
+    if lowered == "stored":
+        return "stored"
+    if lowered.startswith("s@"):
+        return ("time", _timestamp_arg(value, lowered[2:]))
     try:
         return int(lowered)
     except ValueError:
-        raise CommandError(f"--offset must be earliest, latest, N or -N, not {value!r}", exit_code=USAGE) from None
+        raise CommandError(f"-o/--offset must be {OFFSET_SPEC}, not {value!r}", exit_code=USAGE) from None
 
 
-def _position(consumer: Any, tps: list[Any], where: str | int | None) -> None:
-    if where is None:
+def _timestamp_arg(value: str, digits: str) -> int:
+    if not digits.isdigit():
+        raise CommandError(f"-o/--offset {value!r}: s@ and e@ take a timestamp in ms since the epoch",
+                           exit_code=USAGE)
+    return int(digits)
+
+
+def _position(consumer: Any, tps: list[Any], where: Start) -> None:
+    if where is None or where == "stored":
         return  # the group's committed offset, else auto_offset_reset=earliest
     if where == "earliest":
         consumer.seek_to_beginning(*tps)
         return
     if where == "latest":
         consumer.seek_to_end(*tps)
+        return
+    if isinstance(where, tuple):  # s@MS: Kafka's ListOffsets; no record that late starts at the end
+        found = consumer.offsets_for_times({tp: where[1] for tp in tps})
+        for tp in tps:
+            hit = found.get(tp)
+            if hit is None:
+                consumer.seek_to_end(tp)
+            else:
+                consumer.seek(tp, hit[0])
         return
     for tp in tps:
         consumer.seek_clamped(tp, where)  # -N: N back from the end (kcat's OFFSET_TAIL)
@@ -300,19 +416,26 @@ def consume(
     )] = None,
     group: Annotated[str | None, typer.Option(
         "--group", "-g", metavar="GROUP", help="Start at this group's committed offsets and commit what was printed.",
+        autocompletion=complete_group_ids,
         show_default=False,
     )] = None,
     isolation_level: Annotated[IsolationChoice, typer.Option(
         "--isolation-level", case_sensitive=False, help="read_committed hides open and aborted transactions.",
     )] = IsolationChoice.read_committed,
-    offset: Annotated[str | None, typer.Option(
-        "--offset", metavar="earliest|latest|N|-N",
-        help="Where to start (over the group's offset): earliest, latest, offset N, or N back from the end.",
+    offset: Annotated[list[str] | None, typer.Option(
+        "--offset", "-o", metavar=OFFSET_SPEC,
+        help="Where to start, as kcat's -o (over the group's offset): beginning (earliest), end (latest), "
+        "stored (the group's offset), offset N, N back from the end (-N), the first record at or after a "
+        "timestamp in ms (s@MS); e@MS (may be given as well) stops before the first record at or after MS.",
         show_default=False,
     )] = None,
-    from_beginning: Annotated[bool, typer.Option("--from-beginning", help="Same as --offset earliest.")] = False,
+    from_beginning: Annotated[bool, typer.Option("--from-beginning", help="Same as -o beginning.")] = False,
     follow: Annotated[bool, typer.Option(
-        "--follow", help="Keep waiting for new records instead of exiting at the end.",
+        "--follow", help="Keep waiting for new records instead of exiting at the end (kcat without -e).",
+    )] = False,
+    exit_at_end: Annotated[bool, typer.Option(
+        "--exit-at-end", "-e", help="Exit at the end of every partition (the default; kcat's -e), saying so on "
+        "stderr as kcat does.",
     )] = False,
     max_messages: Annotated[int | None, typer.Option(
         "--max-messages", "-c", metavar="N", help="Exit after printing N records.", show_default=False,
@@ -329,15 +452,35 @@ def consume(
     fmt: Annotated[str | None, typer.Option(
         "--format", "-f", metavar="FMT", help="kcat format, e.g. '%t %p %o %k %s %h %T\\n'.", show_default=False,
     )] = None,
+    kcat_json: Annotated[bool, typer.Option(
+        "--json-envelope", "-J", help="kcat's -J: one JSON object per record (topic, partition, offset, tstype, "
+        "ts, broker, headers, key, payload).",
+    )] = False,
     output: ConsumeOutputOption = OutputFormat.text,
     value_format: Annotated[ValueFormat, typer.Option(
         "--value-format", case_sensitive=False, help=VALUE_FORMAT_HELP,
     )] = ValueFormat.utf8,
+    timestamp_format: Annotated[TimestampFormat, typer.Option(
+        "--timestamp-format", case_sensitive=False,
+        help="How timestamps print: ms (since the epoch, as Kafka) or iso (ISO 8601, UTC). kcat's -f %T stays ms.",
+    )] = TimestampFormat.ms,
+    unbuffered: Annotated[bool, typer.Option(
+        "--unbuffered", "-u", help="Write each polled batch to stdout at once (kcat's -u), even when piped.",
+    )] = False,
 ) -> None:
-    """Print records of a topic (kafka-console-consumer, kcat -C)."""
+    """Print records of a topic (kafka-console-consumer, kcat -C).
+
+    Starts at the group's committed offset, else at the earliest; exits at the end (the last
+    stable offset under read_committed) unless --follow.
+    """
     check_partition(partition)
-    if from_beginning and offset is not None:
-        raise CommandError("give --offset or --from-beginning, not both", exit_code=USAGE)
+    if from_beginning and offset:
+        raise CommandError("give -o/--offset or --from-beginning, not both", exit_code=USAGE)
+    if exit_at_end and follow:
+        raise CommandError("give -e/--exit-at-end or --follow, not both", exit_code=USAGE)
+    if kcat_json and (fmt is not None or output is not OutputFormat.text or prop):
+        raise CommandError("-J/--json-envelope cannot be combined with -f/--format, --output or --property",
+                           exit_code=USAGE)
     if fmt is not None and (output is not OutputFormat.text or prop):
         raise CommandError("-f/--format cannot be combined with --output or --property", exit_code=USAGE)
     if prop and output is not OutputFormat.text:
@@ -349,9 +492,12 @@ def consume(
         raise CommandError(f"--timeout-ms must be 0 or more, not {timeout_ms}", exit_code=USAGE)
     if group == "":
         raise CommandError("--group must not be empty", exit_code=USAGE)
-    where = "earliest" if from_beginning else _parse_offset(offset)
+    where, stop_at = ("earliest", None) if from_beginning else _parse_offsets(offset)
+    if where == "stored" and group is None:
+        raise CommandError("-o stored starts at the group's committed offset: give -g/--group", exit_code=USAGE)
     props = parse_properties(prop, FORMATTER_PROPERTIES)
-    writer = _writer(output, fmt, props, value_format)
+    writer = _writer(output, fmt, props, value_format, kcat_json=kcat_json,
+                     iso_timestamps=timestamp_format is TimestampFormat.iso)
 
     from txlog.consumer import Consumer
     from txlog.topic_partition import TopicPartition
@@ -370,8 +516,12 @@ def consume(
         consumer.assign(tps)
         _position(consumer, tps, where)
         printed, interrupted = _loop(consumer, writer, group, follow=follow, max_messages=max_messages,
-                                     timeout_ms=timeout_ms)
+                                     timeout_ms=timeout_ms, stop_at=stop_at, unbuffered=unbuffered)
         writer.close()
+        if exit_at_end and not interrupted and (max_messages is None or printed < max_messages):
+            for tp in tps:  # kcat -e's own stderr line
+                status(ctx, f"% Reached end of topic {tp.topic} [{tp.partition}] at offset "
+                            f"{consumer.position(tp)}: exiting")
         if group is not None:
             consumer.commit()  # positions: just past what was printed (and any markers skipped after it)
         consumer.close(autocommit=False)
@@ -384,19 +534,25 @@ def consume(
 
 
 def _loop(consumer: Any, writer: _Writer, group: str | None, *, follow: bool, max_messages: int | None,
-          timeout_ms: int | None) -> tuple[int, bool]:
+          timeout_ms: int | None, stop_at: int | None = None, unbuffered: bool = False) -> tuple[int, bool]:
     """Poll and print until the end (or forever with --follow); (records printed, interrupted)."""
     printed = 0
     last_record = time.monotonic()
-    with Interrupts() as stop:
+    with Interrupts() as stop, quiet_gc():
         while not stop.received:
-            room = 500 if max_messages is None else min(500, max_messages - printed)
+            room = POLL_RECORDS if max_messages is None else min(POLL_RECORDS, max_messages - printed)
             waiting = follow or timeout_ms is not None
             records = consumer.poll(timeout_ms=FOLLOW_POLL_MS if waiting else 0, max_records=room)
+            if stop_at is not None:
+                records = _before(consumer, records, stop_at)
+                if not consumer.assignment() - consumer.paused() and not records:
+                    break  # every partition reached e@MS
             if records:
                 writer.write(records)
                 printed += len(records)
                 last_record = time.monotonic()
+                if unbuffered:
+                    writer.flush()
                 if follow and writer.streams:
                     writer.flush()
                     if group is not None:
@@ -409,3 +565,22 @@ def _loop(consumer: Any, writer: _Writer, group: str | None, *, follow: bool, ma
             if not waiting:
                 break
         return printed, stop.received
+
+
+def _before(consumer: Any, records: list[Any], stop_at: int) -> list[Any]:
+    """kcat's e@MS: keep records older than MS; a partition that reached MS is rewound to that record
+    (a --group commits up to it, not past it) and paused."""
+    kept = []
+    reached: set[Any] = set()
+    for r in records:
+        key = (r.topic, r.partition)
+        if key in reached:
+            continue
+        if r.timestamp >= stop_at:
+            reached.add(key)
+            tp = next(tp for tp in consumer.assignment() if (tp.topic, tp.partition) == key)
+            consumer.seek(tp, r.offset)
+            consumer.pause(tp)
+            continue
+        kept.append(r)
+    return kept

@@ -147,9 +147,9 @@ def show_crash_mid_commit(n: Any, store: Any, data_dir: str) -> None:
         after = live.coordinator.describe("demo-crash")
     visible = sum(v.startswith(b"committed before the crash") for v in _values(store, TXN_TOPIC, "read_committed"))
     n.table([("child exit", "SIGKILL" if killed else child.returncode),
-             ("state left in __transaction_state", before.state.state.name if before else "?"),
+             ("state left in __transaction_state", before.state.state.kafka_name if before else "?"),
              ("last stable offset / log end, partitions 0 and 1", f"{lso} / {ends}"),
-             ("state after the next coordinator call", after.state.state.name if after else "?"),
+             ("state after the next coordinator call", after.state.state.kafka_name if after else "?"),
              ("records of that transaction read_committed sees", visible)], ("step", "observed"))
     n.expect(killed and before is not None and before.state.state.name == "PREPARE_COMMIT",
              "the child died after the decision, before completing the commit")

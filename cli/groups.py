@@ -14,21 +14,24 @@ Kafka does; `delete-offsets` writes.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Annotated, Any
 
 import typer
 
-from cli.context import USAGE, CommandError, open_store, store_exists
+from cli.context import USAGE, CommandError, complete_group_ids, open_store
 from cli.output import ROW_FORMATS, ROW_FORMATS_HELP, OutputFormat, emit, output_option, status
 
 app = typer.Typer(
     help="List, describe, reset and delete consumer group offsets (kafka-consumer-groups.sh).",
+    short_help="List, describe, reset and delete consumer group offsets.",
     no_args_is_help=True,
 )
 
 OutputOption = output_option(*ROW_FORMATS, help=ROW_FORMATS_HELP)
-GroupOption = Annotated[str, typer.Option("--group", metavar="GROUP", help="The consumer group.", show_default=False)]
+GroupOption = Annotated[str, typer.Option("--group", "-g", metavar="GROUP", help="The consumer group.", show_default=False,
+                                          autocompletion=complete_group_ids)]
 TopicsOption = Annotated[list[str] | None, typer.Option(
     "--topic", metavar="TOPIC[:P,P...]", help="A topic, optionally with partitions, e.g. orders:0,2 (repeatable).",
     show_default=False,
@@ -96,10 +99,8 @@ def list_(
     output: OutputOption = OutputFormat.text,
 ) -> None:
     """Every group with committed offsets or members, one per line (with --state: GROUP STATE)."""
-    states: dict[str, Any] = {}
-    if store_exists(ctx):
-        with open_store(ctx, read_only=True) as store:
-            states = _admin(store).list_consumer_group_states()
+    with open_store(ctx, read_only=True) as store:  # no store: 'no store at ...', not an empty list
+        states = _admin(store).list_consumer_group_states()
     rows = [{"group": n, "state": st.kafka_name} for n, st in states.items()]
     emit(rows, LIST_COLUMNS, output,
          text=(lambda h, r: _auto_text(h, r)[1:]) if state else (lambda _h, rows: [r[0] for r in rows]))
@@ -111,7 +112,8 @@ def list_(
 def describe(
     ctx: typer.Context,
     group: Annotated[list[str] | None, typer.Option(
-        "--group", metavar="GROUP", help="A group to describe (repeatable).", show_default=False,
+        "--group", "-g", metavar="GROUP", help="A group to describe (repeatable).", show_default=False,
+        autocompletion=complete_group_ids,
     )] = None,
     all_groups: Annotated[bool, typer.Option("--all-groups", help="Describe every group.")] = False,
     members: Annotated[bool, typer.Option("--members", help="One row per member: id, host, client, partitions.")] = False,
@@ -127,7 +129,7 @@ def describe(
     Examples:
       txlog groups describe --group upper
       txlog groups describe --group upper --members --verbose
-      txlog groups describe --all-groups --state -o json
+      txlog groups describe --all-groups --state --output json
     """
     if bool(group) == all_groups:
         raise CommandError("give --group GROUP (repeatable) or --all-groups", exit_code=USAGE)
@@ -264,40 +266,162 @@ def reset_offsets(
         "--shift-by", metavar="N", help="Move the committed offset by N (may be negative; clamped).",
         show_default=False,
     )] = None,
+    to_datetime: Annotated[str | None, typer.Option(
+        "--to-datetime", metavar="YYYY-MM-DDTHH:mm:SS.sss",
+        help="Reset to the first record at or after this time (local time unless it ends in Z or +hh:mm; "
+        "the end if no record is that recent).", show_default=False,
+    )] = None,
+    by_duration: Annotated[str | None, typer.Option(
+        "--by-duration", metavar="PnDTnHnMnS",
+        help="Reset to the first record at or after now minus this ISO-8601 duration, e.g. PT30M, P1DT12H.",
+        show_default=False,
+    )] = None,
+    to_current: Annotated[bool, typer.Option(
+        "--to-current", help="Reset to the committed offset as it is (the end where there is none).",
+    )] = False,
+    from_file: Annotated[str | None, typer.Option(
+        "--from-file", metavar="CSV",
+        help="Reset each partition to the offset a CSV file gives: lines 'topic,partition,offset' "
+        "(what --export prints); the file names the partitions.", show_default=False,
+    )] = None,
+    export: Annotated[bool, typer.Option(
+        "--export", help="Print the plan as CSV 'topic,partition,offset' lines, for --from-file.",
+    )] = False,
     execute: Annotated[bool, typer.Option("--execute", help="Write the new offsets (default: dry run).")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only print the plan (the default).")] = False,
     output: OutputOption = OutputFormat.text,
 ) -> None:
     """Plan (and with --execute, write) new committed offsets: GROUP TOPIC PARTITION NEW-OFFSET."""
-    specs = [to_earliest, to_latest, to_offset is not None, shift_by is not None]
-    if sum(specs) != 1:
-        raise CommandError("give exactly one of --to-earliest, --to-latest, --to-offset, --shift-by",
-                           exit_code=USAGE)
+    specs = {"--to-earliest": to_earliest, "--to-latest": to_latest, "--to-offset": to_offset is not None,
+             "--shift-by": shift_by is not None, "--to-datetime": to_datetime is not None,
+             "--by-duration": by_duration is not None, "--to-current": to_current,
+             "--from-file": from_file is not None}
+    if sum(specs.values()) != 1:
+        raise CommandError(f"give exactly one of {', '.join(specs)}", exit_code=USAGE)
     if execute and dry_run:
         raise CommandError("--execute and --dry-run exclude each other", exit_code=USAGE)
-    if bool(topic) == all_topics:
+    if from_file is not None:
+        if topic or all_topics:
+            raise CommandError("--from-file names its partitions: drop --topic/--all-topics", exit_code=USAGE)
+    elif bool(topic) == all_topics:
         raise CommandError("give --topic (repeatable) or --all-topics", exit_code=USAGE)
-    wanted = _parse_topics(topic or [])
     from txlog.admin import OffsetReset
     from txlog.internal_topics import INTERNAL_TOPICS
 
+    if from_file is not None:
+        file_offsets = _read_reset_plan(from_file, group)
+        reset = OffsetReset.from_offsets(file_offsets)
+        wanted: list[tuple[str, list[int] | None]] = _by_topic(file_offsets)
+    else:
+        wanted = _parse_topics(topic or [])
+        reset = (OffsetReset.to_earliest() if to_earliest else OffsetReset.to_latest() if to_latest
+                 else OffsetReset.to_offset(to_offset) if to_offset is not None
+                 else OffsetReset.shift_by(shift_by) if shift_by is not None
+                 else OffsetReset.to_datetime(parse_datetime(to_datetime)) if to_datetime is not None
+                 else OffsetReset.by_duration(parse_duration(by_duration)) if by_duration is not None
+                 else OffsetReset.to_current())
     for name, _ in wanted:
         if name in INTERNAL_TOPICS:
             raise CommandError(f"cannot reset offsets of internal topic {name}")
-    reset = (OffsetReset.to_earliest() if to_earliest else OffsetReset.to_latest() if to_latest
-             else OffsetReset.to_offset(to_offset) if to_offset is not None else OffsetReset.shift_by(shift_by or 0))
     with open_store(ctx, read_only=not execute) as store:
         admin = _admin(store)
         plan = admin.plan_offset_reset(group, _reset_partitions(store, admin, group, wanted, all_topics), reset)
         if execute:
             admin.alter_consumer_group_offsets(group, plan)
-    rows = [{"group": group, "topic": tp.topic, "partition": tp.partition, "newOffset": off}
-            for tp, off in plan.items()]
-    emit(rows, RESET_COLUMNS, output, text=_fixed_text([30, 30, 10, 15]))
+    if export:  # kafka-consumer-groups --export: the CSV --from-file reads, no header
+        typer.echo("".join(f"{tp.topic},{tp.partition},{off}\n" for tp, off in plan.items()), nl=False)
+    else:
+        rows = [{"group": group, "topic": tp.topic, "partition": tp.partition, "newOffset": off}
+                for tp, off in plan.items()]
+        emit(rows, RESET_COLUMNS, output, text=_fixed_text([30, 30, 10, 15]))
     if execute:
-        status(ctx, f"Reset the offsets of group '{group}' for {len(plan)} partition(s).")
+        status(ctx, f"Reset the offsets of group '{group}' for {len(plan)} partition{'s' * (len(plan) != 1)}.")
     else:
         status(ctx, "Dry run: nothing was written; add --execute to apply these offsets.")
+
+
+def parse_datetime(text: str) -> int:
+    """kafka-consumer-groups' --to-datetime ('YYYY-MM-DDTHH:mm:SS.sss', fraction optional) in epoch ms.
+
+    As Kafka's Utils.getDateTime: a time without a zone (Z, +hh:mm, -hh:mm) is local time.
+    """
+    from datetime import datetime
+
+    if "T" not in text:
+        raise typer.BadParameter(f"'{text}' is not YYYY-MM-DDTHH:mm:SS.sss (no 'T')", param_hint="'--to-datetime'")
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise typer.BadParameter(f"'{text}' is not YYYY-MM-DDTHH:mm:SS.sss[Z|+hh:mm]",
+                                 param_hint="'--to-datetime'") from None
+    if value.tzinfo is None:
+        value = value.astimezone()  # local time, as Kafka reads a time without a zone
+    return int(value.timestamp() * 1000)
+
+
+_DURATION = re.compile(r"([-+]?)P(?:([-+]?\d+)D)?(?:T(?:([-+]?\d+)H)?(?:([-+]?\d+)M)?"
+                       r"(?:([-+]?\d+)(?:[.,](\d{0,9}))?S)?)?", re.IGNORECASE)
+
+
+def parse_duration(text: str) -> int:
+    """An ISO-8601 duration as Java's Duration.parse reads it (PnDTnHnMn.nS, each part optional,
+    signs allowed), in milliseconds."""
+    match = _DURATION.fullmatch(text)
+    if match is None or text.upper().endswith("T") or not any(match.group(i) for i in (2, 3, 4, 5)):
+        raise typer.BadParameter(f"'{text}' is not an ISO-8601 duration PnDTnHnMnS (e.g. PT30M, P1DT12H)",
+                                 param_hint="'--by-duration'")
+    sign, days, hours, minutes, seconds, fraction = match.groups()
+    seconds_ms = int(seconds or 0) * 1000
+    if fraction:
+        millis = int((fraction + "000")[:3])
+        seconds_ms += -millis if (seconds or "").startswith("-") else millis
+    total = ((int(days or 0) * 24 + int(hours or 0)) * 60 + int(minutes or 0)) * 60_000 + seconds_ms
+    return -total if sign == "-" else total
+
+
+def _read_reset_plan(path: str, group: str) -> dict[Any, int]:
+    """kafka-consumer-groups --from-file: 'topic,partition,offset' lines (or 'group,topic,partition,offset'
+    with this group); blank lines skipped. Any other line is one usage error naming file and line."""
+    from storage.errors import InvalidTopicError
+    from storage.topic_name import validate_topic_name
+    from txlog.topic_partition import TopicPartition
+
+    with open(path, "rb") as f:
+        data = f.read()
+    offsets: dict[Any, int] = {}
+    for number, raw in enumerate(data.splitlines(), 1):
+        line = raw.decode("utf-8", "replace").strip()
+        if not line:
+            continue
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) == 4:
+            if fields[0] != group:
+                raise CommandError(f"{path}, line {number}: the plan is for group '{fields[0]}', not '{group}'",
+                                   exit_code=USAGE)
+            fields = fields[1:]
+        try:
+            name, partition, offset = fields[0], int(fields[1]), int(fields[2])
+            if len(fields) != 3 or partition < 0 or offset < 0:
+                raise ValueError
+            validate_topic_name(name, allow_internal=True)  # internal topics are refused below, by name
+        except (ValueError, IndexError, InvalidTopicError):
+            raise CommandError(f"{path}, line {number}: expected 'topic,partition,offset', got {line[:80]!r}",
+                               exit_code=USAGE) from None
+        tp = TopicPartition(name, partition)
+        if tp in offsets and offsets[tp] != offset:
+            raise CommandError(f"{path}, line {number}: {name}-{partition} is given twice", exit_code=USAGE)
+        offsets[tp] = offset
+    if not offsets:
+        raise CommandError(f"{path} holds no 'topic,partition,offset' line", exit_code=USAGE)
+    return offsets
+
+
+def _by_topic(offsets: dict[Any, int]) -> list[tuple[str, list[int] | None]]:
+    """The plan's partitions as _parse_topics gives them: (topic, [partitions])."""
+    topics: dict[str, list[int]] = {}
+    for tp in offsets:
+        topics.setdefault(tp.topic, []).append(tp.partition)
+    return [(name, sorted(parts)) for name, parts in sorted(topics.items())]
 
 
 def _reset_partitions(store: Any, admin: Any, group: str, wanted: list[tuple[str, list[int] | None]],

@@ -13,6 +13,9 @@ Nothing heavy is imported here: `storage` and `txlog` are imported inside comman
 from __future__ import annotations
 
 import errno
+import os
+import re
+import sys
 from typing import Annotated, Any
 
 import typer
@@ -20,11 +23,18 @@ from typer.core import TyperGroup
 
 from cli import consume, demo, groups, process, produce, sql, topics, transactions, verify
 from cli import inspect as inspect_cmd
-from cli.context import DATA_DIR_ENV, DEFAULT_DATA_DIR, CommandError, Settings
+from cli.flags import OneLineUsageErrors
+from cli.context import DATA_DIR_ENV, DEFAULT_DATA_DIR, READ_ONLY_HINT, USAGE, CommandError, Settings
 
 
-class TxlogGroup(TyperGroup):
+class TxlogGroup(OneLineUsageErrors, TyperGroup):
     """The root command group; turns expected failures into `Error: ...` and an exit code."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        from cli.flags import add_to_every_verb
+
+        add_to_every_verb(self)  # --data-dir and -q after the verb too (docs/cli-conventions.md §1)
 
     def invoke(self, ctx: typer.Context) -> Any:
         try:
@@ -39,22 +49,66 @@ class TxlogGroup(TyperGroup):
             from storage.errors import KafkaError
 
             if isinstance(exc, KafkaError):
-                _fail(str(exc) or type(exc).__name__, 1)
+                _fail(_with_hint(exc), 1)
+            if _is_undecodable_argument(exc):
+                _fail(_non_utf8_argument_message(), USAGE)
             raise
 
 
 def _fail(message: str, code: int) -> None:
     from cli.output import error_line
 
-    error_line(message)
+    error_line(_printable(message))
     raise typer.Exit(code)
+
+
+def _with_hint(exc: Exception) -> str:
+    """The error's message, plus what to do where one wording fits every verb: an unknown topic, whichever
+    layer found it (store, producer, consumer, process), reads the same and says how to create it."""
+    from storage.errors import UnknownTopicOrPartitionError
+
+    message = str(exc) or type(exc).__name__
+    cause = exc.__cause__
+    if isinstance(cause, OSError) and cause.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        message += f" (the store is not writable here; {READ_ONLY_HINT})"
+    if isinstance(exc, UnknownTopicOrPartitionError) and message.startswith("topic '") and \
+            message.endswith("' does not exist"):
+        name = message[len("topic '"):-len("' does not exist")]
+        if re.fullmatch(r"[A-Za-z0-9._-]+", name):  # a name `topics create` takes (no quoting needed)
+            message += f" (create it with 'txlog topics create {name}'; 'txlog topics list' shows the topics)"
+    return message
 
 
 def _describe_os_error(exc: OSError) -> str:
     reason = exc.strerror or str(exc)
-    if exc.filename is not None:
-        return f"{reason}: {exc.filename}"
-    return reason
+    where = f"{reason}: {_printable(exc.filename)}" if exc.filename is not None else reason
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        where += f" (not writable here; {READ_ONLY_HINT})"
+    return where
+
+
+def _printable(name: object) -> str:
+    """A path as the user typed it: undecodable bytes (surrogate escapes) shown as \\xNN."""
+    text = os.fsdecode(name) if isinstance(name, (str, bytes)) else str(name)
+    text = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return re.sub(r"\\udc([89a-f][0-9a-f])", r"\\x\1", text)  # the same byte inside a repr() of the name
+
+
+def _is_undecodable_argument(exc: Exception) -> bool:
+    """A command-line argument with bytes that are not UTF-8 reached code that needs text.
+
+    Python hands such bytes over as lone surrogates (PEP 383); encoding them as UTF-8
+    fails with "surrogates not allowed". Byte-valued options (`produce -k/-H/-K`) take them
+    as raw bytes instead (cli/produce.py); names (topics, groups, ids) must be text.
+    """
+    return isinstance(exc, UnicodeEncodeError) and "surrogates not allowed" in str(exc.reason)
+
+
+def _non_utf8_argument_message() -> str:
+    bad = [_printable(arg) for arg in sys.argv[1:] if any("\udc80" <= c <= "\udcff" for c in arg)]
+    which = f"argument '{bad[0]}'" if bad else "an argument"
+    return (f"{which} is not valid UTF-8, and it is used as text here (topic names, group and transactional ids, "
+            "formats); only produce's -k, -H values and -K take raw bytes")
 
 
 app = typer.Typer(

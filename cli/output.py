@@ -48,15 +48,28 @@ def _as_format(value: str | OutputFormat | None) -> OutputFormat | None:
     return None if value is None else OutputFormat(value)
 
 
-def output_option(*choices: OutputFormat, help: str, short: bool = True) -> Any:
+def output_option(*choices: OutputFormat, help: str) -> Any:
     """The `--output` option of a verb offering `choices`, listed in its help in the order given.
 
     A verb offers only the formats it can print (a usage error names them); the value it
-    receives is always an `OutputFormat`. `short` adds `-o` (consume keeps `-o` free).
+    receives is always an `OutputFormat`. No short flag: `-o` is kcat's offset (consume);
+    the verbs that used to take `-o FORMAT` still do, as a hidden old spelling (cli.flags).
     """
-    names = ("--output", "-o") if short else ("--output",)
+    names = ("--output",)
     allowed = Literal[tuple(c.value for c in choices)]  # type: ignore[valid-type]
     return Annotated[allowed, typer.Option(*names, case_sensitive=False, help=help, callback=_as_format)]
+
+
+# The write verbs (produce, commit, abort, topics create): a status line for people, or the result for scripts.
+ResultOutputOption = output_option(OutputFormat.text, OutputFormat.json,
+                                   help="text (a status line on stderr) or json (the result as one JSON object on "
+                                   "stdout, for scripts).")
+
+
+def print_result(output: OutputFormat, result: dict[str, Any]) -> None:
+    """A write verb's result on stdout when `--output json` asked for it (the status line goes to stderr anyway)."""
+    if output is OutputFormat.json:
+        print_json(result)
 
 
 # ---- rows -------------------------------------------------------------------------------------------

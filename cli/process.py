@@ -44,11 +44,12 @@ from typing import Annotated, Any, Callable
 
 import typer
 
-from cli.context import USAGE, CommandError, complete_topic_names, open_store, settings
+from cli.context import (USAGE, CommandError, complete_group_ids, complete_topic_names, complete_transactional_ids,
+                         open_store, settings)
 from cli.interrupts import Interrupts
 from cli.output import status
+from cli.progress import Progress, ProgressOption, count
 
-PROGRESS_EVERY_SECONDS = 1.0
 _COMMUNICATE_SLICE = 0.1  # how often a running CMD checks for SIGTERM / Ctrl-C
 
 
@@ -154,26 +155,27 @@ def process(
         "its stdout lines are the output values.",
     )],
     input_topic: Annotated[str, typer.Option(
-        "--input", "-i", metavar="TOPIC", help="Topic to read (all partitions, read_committed).",
+        "--input-topic", "-i", metavar="TOPIC", help="Topic to read (all partitions, read_committed).",
         autocompletion=complete_topic_names, show_default=False,
     )],
     output_topic: Annotated[str, typer.Option(
-        "--output", "-o", metavar="TOPIC", help="Topic to write (must exist).",
+        "--output-topic", metavar="TOPIC", help="Topic to write (must exist).",
         autocompletion=complete_topic_names, show_default=False,
     )],
     group: Annotated[str, typer.Option(
         "--group", "-g", metavar="GROUP", help="Consumer group whose offsets are committed with the outputs.",
+        autocompletion=complete_group_ids,
         show_default=False,
     )],
     transactional_id: Annotated[str, typer.Option(
-        "--transactional-id", metavar="ID", show_default=False,
+        "--transactional-id", metavar="ID", show_default=False, autocompletion=complete_transactional_ids,
         help="Transactional id; a restart with the same id fences the old run and aborts what it left open.",
     )],
     transaction_size: Annotated[int, typer.Option(
         "--transaction-size", "-n", min=1, metavar="N", help="Input records per transaction (at most).",
     )] = 100,
     follow: Annotated[bool, typer.Option(
-        "--follow", "-f", help="Keep polling for new input instead of exiting when caught up.",
+        "--follow", help="Keep polling for new input instead of exiting when caught up.",
     )] = False,
     transaction_timeout_ms: Annotated[int, typer.Option(
         "--transaction-timeout-ms", min=1, metavar="MS",
@@ -196,9 +198,11 @@ def process(
         "--group-instance-id", metavar="ID", show_default=False,
         help="Static membership: a restart within the session timeout gets its partitions back.",
     )] = None,
+    progress: ProgressOption = False,
 ) -> None:
-    """Exactly-once consume-transform-produce through a shell command, scaled out by a consumer group.
+    """Exactly-once consume-transform-produce through a command.
 
+    Scaled out by a consumer group.
     Each transaction's input values go to CMD's stdin, one per line; CMD's stdout lines
     become the output records (keeping the input keys when CMD prints one line per input
     line, else with null keys). The outputs and the group's input offsets commit together,
@@ -209,14 +213,14 @@ def process(
 
     \b
     Examples:
-      txlog process -i in -o out -g upper --transactional-id up-1 -- tr a-z A-Z
-      txlog process -i in -o out -g upper --transactional-id up --workers 4 -- ./enrich.sh
-      txlog process -i in -o out -g upper --transactional-id up-2 --follow -- tr a-z A-Z
+      txlog process -i in --output-topic out -g upper --transactional-id up-1 -- tr a-z A-Z
+      txlog process -i in --output-topic out -g upper --transactional-id up --workers 4 -- ./enrich.sh
+      txlog process -i in --output-topic out -g upper --transactional-id up-2 --follow -- tr a-z A-Z
     """
     if not cmd:
         raise CommandError("missing CMD: put the command after '--'", exit_code=USAGE)
     if input_topic == output_topic:
-        raise CommandError("--input and --output must be different topics", exit_code=USAGE)
+        raise CommandError("--input-topic and --output-topic must be different topics", exit_code=USAGE)
     if os.sep not in cmd[0] and shutil.which(cmd[0]) is None:
         raise CommandError(f"CMD not found: {cmd[0]}")
     if heartbeat_interval_ms >= session_timeout_ms:
@@ -229,7 +233,7 @@ def process(
 
     def run(tid: str, label: str) -> None:
         _run_worker(ctx, cmd, input_topic, output_topic, group, tid, transaction_size, follow,
-                    transaction_timeout_ms, member, label)
+                    transaction_timeout_ms, member, label, progress)
 
     if workers == 1:
         run(transactional_id, "")
@@ -283,7 +287,7 @@ def _supervise(workers: int, run: Callable[[int], None]) -> None:
 
 def _run_worker(ctx: typer.Context, cmd: list[str], input_topic: str, output_topic: str, group: str,
                 transactional_id: str, transaction_size: int, follow: bool, transaction_timeout_ms: int,
-                member: dict[str, Any], label: str) -> None:
+                member: dict[str, Any], label: str, show_progress: bool = False) -> None:
     """One member of the group: the TransformLoop over CMD until caught up (or stopped)."""
     from storage.errors import UnknownTopicOrPartitionError
     from txlog.transform_loop import TransformLoop
@@ -302,7 +306,7 @@ def _run_worker(ctx: typer.Context, cmd: list[str], input_topic: str, output_top
                                consumer_config=member, listener=_AssignmentNotes(ctx, label)) as loop:
                 status(ctx, f"{label}Processing {input_topic} -> {output_topic} (group {group}, "
                             f"transactional id {transactional_id}); the group assigns the partitions")
-                progress = _Progress(ctx, loop.stats, quiet, label)
+                progress = _Progress(ctx, loop.stats, quiet, label, asked=show_progress)
                 try:
                     loop.run(until_caught_up=not follow, should_stop=lambda: progress.tick() or bool(stop))
                 except _Interrupted:
@@ -339,27 +343,26 @@ class _AssignmentNotes:
 
 
 class _Progress:
-    """Counts on stderr: a line at most every PROGRESS_EVERY_SECONDS, and a summary at the end."""
+    """Counts on stderr as cli.progress shows them (a line redrawn on a terminal, plain lines with
+    --progress), and a summary at the end."""
 
-    def __init__(self, ctx: typer.Context, stats: Any, quiet: bool, label: str = ""):
+    def __init__(self, ctx: typer.Context, stats: Any, quiet: bool, label: str = "", asked: bool = False):
         self.ctx, self.stats, self.quiet, self.label = ctx, stats, quiet, label
-        self.started = self.last = time.monotonic()
-        self.shown = 0
+        self.started = time.monotonic()
+        # workers share the terminal: each prints plain lines rather than redrawing one line
+        self.line = Progress(ctx, f"{label}process", lambda _: self._counts(), asked=asked, redraw=not label)
 
     def _counts(self) -> str:
         s = self.stats
-        return (f"{s.records_in} records in, {s.records_out} out, in {s.transactions_committed} "
-                f"committed transactions ({s.transactions_aborted} aborted)")
+        return (f"{count(s.records_in, 'record')} in, {s.records_out:,} out, in "
+                f"{count(s.transactions_committed, 'committed transaction')} ({s.transactions_aborted:,} aborted)")
 
     def tick(self) -> bool:
-        now = time.monotonic()
-        if not self.quiet and now - self.last >= PROGRESS_EVERY_SECONDS \
-                and self.stats.transactions_committed != self.shown:
-            self.last, self.shown = now, self.stats.transactions_committed
-            status(self.ctx, f"{self.label}... {self._counts()}")
+        self.line.update(self.stats.transactions_committed)
         return False
 
     def summary(self, *, interrupted: bool) -> None:
+        self.line.close()
         if not interrupted:
             status(self.ctx, f"{self.label}Processed {self._counts()}; caught up after "
                              f"{time.monotonic() - self.started:.1f}s.")

@@ -7,6 +7,12 @@ kcat's `-K delim`, `-k key`, `-H name=value` and `-Z`. Records are sent in batch
 the input goes quiet (a pipe or a terminal with nothing more to read yet) what is
 buffered is sent at once, so `tail -f log | txlog produce` is live.
 
+A line that cannot be written -- it does not parse, or its record is larger than the topic's
+`max.message.bytes` (found before it is sent: `_SizeGuard`) -- stops the run there: the lines
+before it are written, nothing after it, and the error names the line (in a transaction, the
+transaction is aborted). With `ignore.error=true` each such line is skipped with one stderr line
+instead, and counted in the summary (docs/cli-conventions.md §6).
+
 With `--transactional-id`, all input is one transaction, as kcat's: the end of input
 commits it, Ctrl-C or SIGTERM aborts it (exit 130). `--no-commit` leaves it open for a
 later `txlog commit`/`txlog abort`: the producer is flushed but never closed (closing a
@@ -24,9 +30,10 @@ from typing import Annotated, Any
 
 import typer
 
-from cli.context import USAGE, CommandError, complete_topic_names, open_store
+from cli.context import USAGE, CommandError, complete_topic_names, complete_transactional_ids, open_store
 from cli.interrupts import Interrupts
-from cli.output import status
+from cli.output import OutputFormat, ResultOutputOption, print_result, status
+from cli.progress import Progress, ProgressOption, count
 from cli.record_format import (
     VALUE_FORMAT_HELP,
     ValueFormat,
@@ -55,7 +62,29 @@ PENDING_FUTURES = 10_000  # flush (and tally offsets) at least this often
 
 
 class _LineError(Exception):
-    """A line the parser cannot take; becomes `Error: line N: ...`."""
+    """A line that cannot be written; becomes `Error: line N: ...`, or a skipped line with ignore.error=true."""
+
+    def __init__(self, message: str, needed: int = 0):
+        super().__init__(message)
+        self.needed = needed  # the max.message.bytes that would take the line's record; 0: size is not the problem
+
+    def hint(self, topic: str) -> str:
+        return f"raise the limit with 'txlog topics alter {topic} --config max.message.bytes={self.needed}'"
+
+
+def _arg_bytes(text: str) -> bytes:
+    """A byte-valued option (-k, -H values, -K, separators) as the bytes typed: an argument that is not
+    UTF-8 reaches Python as surrogate escapes (PEP 383), which give back the original bytes, as kcat takes them."""
+    return text.encode("utf-8", "surrogateescape")
+
+
+def _header_name(name: str, item: str) -> str:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = _arg_bytes(item).decode("utf-8", "backslashreplace")
+        raise CommandError(f"-H '{shown}': a header name must be UTF-8 text", exit_code=USAGE) from None
+    return name
 
 
 class _LineParser:
@@ -80,23 +109,26 @@ class _LineParser:
         for name, sep in separators.items():
             if not sep:
                 raise CommandError(f"{name} must not be empty", exit_code=USAGE)
-        enc = {name: sep.encode("utf-8") for name, sep in separators.items()}
+        enc = {name: _arg_bytes(sep) for name, sep in separators.items()}
         self.key_sep = enc["key.separator"]
         self.headers_delim = enc["headers.delimiter"]
         self.headers_sep = enc["headers.separator"]
         self.header_key_sep = enc["headers.key.separator"]
         marker = unescape(props["null.marker"])
-        self.null_marker = marker.encode("utf-8") if marker else None
+        self.null_marker = _arg_bytes(marker) if marker else None
         self.value_format = value_format
         self.empty_is_null = empty_is_null
-        self.fixed_key = None if fixed_key is None else decode_value(fixed_key.encode("utf-8"), value_format,
+        self.fixed_key = None if fixed_key is None else decode_value(_arg_bytes(fixed_key), value_format,
                                                                      "the -k key")
         self.fixed_headers: list[tuple[str, bytes | None]] = []
         for item in fixed_headers or []:
             name, sep, value = item.partition("=")
             if not name:
                 raise CommandError(f"-H '{item}' is not NAME=VALUE (or NAME for a null header)", exit_code=USAGE)
-            self.fixed_headers.append((name, value.encode("utf-8") if sep else None))
+            self.fixed_headers.append((_header_name(name, item), _arg_bytes(value) if sep else None))
+        # What -k and -H add to every record beyond the line's own bytes (for _SizeGuard).
+        self.fixed_size = len(self.fixed_key or b"") + sum(
+            len(n.encode("utf-8")) + len(v or b"") + 10 for n, v in self.fixed_headers)
 
     def parse(self, line: bytes) -> tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]:
         rest = line
@@ -144,7 +176,7 @@ class _LineParser:
 
 def _read_lines(fd: int, on_idle: Callable[[], None]) -> Iterator[tuple[int, bytes]]:
     """(line number, line) from a file descriptor; calls `on_idle` before a read that would block."""
-    pending = b""
+    pending = bytearray()  # grows in place: `bytes +=` copied a long line once per 64 KiB read (quadratic)
     number = 0
     while True:
         try:
@@ -159,12 +191,14 @@ def _read_lines(fd: int, on_idle: Callable[[], None]) -> Iterator[tuple[int, byt
         pending += chunk
         if b"\n" not in chunk:
             continue
-        *complete, pending = pending.split(b"\n")
+        *complete, rest = bytes(pending).split(b"\n")
+        pending = bytearray(rest)
         for line in complete:
             number += 1
             yield number, line[:-1] if line.endswith(b"\r") else line
     if pending:
-        yield number + 1, pending[:-1] if pending.endswith(b"\r") else pending
+        last = bytes(pending)
+        yield number + 1, last[:-1] if last.endswith(b"\r") else last
 
 
 class _Tally:
@@ -193,6 +227,75 @@ class _Tally:
         noun = "record" if self.count == 1 else "records"
         where = f": {', '.join(parts)}" if parts else ""
         return f"Produced {self.count} {noun} to {topic}{where}."
+
+
+    def settle_written(self) -> None:
+        """Count what reached the log and drop the rest, never raising: after an interruption or a failure,
+        a batch that was not appended is not counted (its future holds the error, or never resolved)."""
+        still = [f for f in self.pending if f.done() and f.exception() is None]
+        self.pending = still
+        try:
+            self.settle()
+        except Exception:  # noqa: BLE001  checked above: every remaining future succeeded
+            self.pending.clear()
+
+
+class _SizeGuard:
+    """Finds the line whose record no batch can hold (larger than the topic's max.message.bytes) before it
+    is sent, so that produce stops at it, or skips it, instead of failing a batch later -- which, in a
+    transaction, would doom every record. The cheap test (line length) only lets lines near the limit
+    through to the exact one: the record alone in a batch, built as the producer builds it."""
+
+    SLACK = 1024  # more than a batch header (61 bytes) and a record's varints can add to its bytes
+
+    def __init__(self, store: Any, topic: str, compression: str, transactional: bool, fixed_size: int):
+        from storage.config import TopicConfig
+
+        self.topic = topic
+        self.limit = TopicConfig.from_overrides(store.topic_overrides(topic)).max_message_bytes
+        self.compression = compression
+        self.transactional = transactional
+        self.threshold = self.limit - self.SLACK - fixed_size
+
+    def check(self, line_size: int, key: bytes | None, value: bytes | None,
+              headers: list[tuple[str, bytes | None]]) -> None:
+        if line_size < self.threshold:
+            return
+        size = self.batch_size(key, value, headers)
+        if size > self.limit:
+            raise _LineError(f"its record needs a batch of {size} bytes, more than max.message.bytes={self.limit} "
+                             f"of topic '{self.topic}'", needed=size)
+
+    def batch_size(self, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes | None]]) -> int:
+        from storage.compression import Compression
+        from storage.records import BatchBuilder
+
+        codec = Compression[self.compression.upper()]
+        builder = BatchBuilder(max_bytes=self.limit, compression=codec, is_transactional=self.transactional)
+        builder.append(key, value, headers or None, 0)
+        if codec is Compression.NONE:
+            return builder.estimated_size
+        return len(builder.build(producer_id=0, producer_epoch=0, base_sequence=0))
+
+
+class _Skipped:
+    """Lines skipped under ignore.error=true: one stderr line each, and a count in the summary."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.largest: _LineError | None = None  # the oversized line needing the highest limit
+
+    def skip(self, number: int, exc: _LineError) -> None:
+        self.count += 1
+        if exc.needed and (self.largest is None or exc.needed > self.largest.needed):
+            self.largest = exc
+        typer.echo(f"Skipped line {number}: {exc} (ignore.error=true)", err=True)
+
+    def summary(self, topic: str) -> str:
+        if not self.count:
+            return ""
+        hint = f"; {self.largest.hint(topic)}" if self.largest else ""
+        return f" Skipped {self.count} line{'' if self.count == 1 else 's'} (ignore.error=true){hint}."
 
 
 class _Interrupted(BaseException):
@@ -230,6 +333,12 @@ def produce(
         "--partition", "-p", help="Write every record to this partition (default: by key, else sticky).",
         show_default=False,
     )] = None,
+    partitioner: Annotated[str | None, typer.Option(
+        "--partitioner", metavar="murmur2|murmur3", show_default=False,
+        help="How a key picks its partition: murmur2 (the default) is Kafka's, where the Java producer and "
+        "kcat's murmur2_random put it; murmur3 is txlog's earlier rule. Keyless records stick to a partition "
+        "per batch.",
+    )] = None,
     prop: Annotated[list[str] | None, typer.Option(
         "--property", metavar="NAME=VALUE",
         help="Kafka console-producer line parsing (repeatable): parse.key, key.separator, parse.headers, "
@@ -258,7 +367,7 @@ def produce(
         "--no-idempotence", help="Send without producer id and sequence numbers.",
     )] = False,
     transactional_id: Annotated[str | None, typer.Option(
-        "--transactional-id", metavar="ID",
+        "--transactional-id", metavar="ID", autocompletion=complete_transactional_ids,
         help="All input is one transaction: committed at end of input, aborted on Ctrl-C or SIGTERM.",
         show_default=False,
     )] = None,
@@ -269,8 +378,13 @@ def produce(
         "--transaction-timeout-ms", metavar="MS",
         help="transaction.timeout.ms: an open transaction older than this is aborted by the next sweep.",
     )] = 60_000,
+    output: ResultOutputOption = OutputFormat.text,
+    progress: ProgressOption = False,
 ) -> None:
-    """Write records from a file or stdin, one per line (kafka-console-producer, kcat -P)."""
+    """Write records, one per line (kafka-console-producer, kcat -P).
+
+    Reads FILE, or stdin when FILE is '-' or left out; a terminal ends the input with Ctrl-D.
+    """
     check_partition(partition)
     if compression not in CODECS:
         raise CommandError(f"--compression-codec must be one of {', '.join(CODECS)}, not {compression!r}",
@@ -283,11 +397,14 @@ def produce(
         raise CommandError("--no-commit needs --transactional-id", exit_code=USAGE)
     if transactional_id == "":
         raise CommandError("--transactional-id must not be empty", exit_code=USAGE)
+    _check_partitioner(partitioner)
     props = parse_properties(prop, PRODUCER_PROPERTIES)
     parser = _LineParser(props, value_format, key, key_delimiter, header, empty_is_null)
 
     # The input and the topic are checked before anything is written (no producer id, no transaction state).
     infile = None
+    if source == "-" and sys.stdin.isatty():
+        status(ctx, "Reading records from the terminal, one per line; Ctrl-D to finish (Ctrl-C aborts).")
     if source != "-":
         infile = open(source, "rb")  # noqa: SIM115  closed below; an OSError is one Error: line
     try:
@@ -296,23 +413,37 @@ def produce(
             _run(ctx, store, parser, infile.fileno() if infile else sys.stdin.buffer.fileno(), topic, partition,
                  compression=compression, acks=acks, idempotent=not no_idempotence,
                  transactional_id=transactional_id, no_commit=no_commit,
-                 transaction_timeout_ms=transaction_timeout_ms)
+                 transaction_timeout_ms=transaction_timeout_ms, partitioner=partitioner, output=output,
+                 progress=progress)
     finally:
         if infile is not None:
             infile.close()
 
 
+def _check_partitioner(name: str | None) -> None:
+    """A usage error for a name txlog.partitioner does not know (imported here: `--help` stays light)."""
+    from txlog.partitioner import PARTITIONER_NAMES
+
+    if name is not None and name not in PARTITIONER_NAMES:
+        raise CommandError(f"--partitioner must be one of {', '.join(PARTITIONER_NAMES)}, not {name!r}",
+                           exit_code=USAGE)
+
+
 def _run(ctx: typer.Context, store: Any, parser: _LineParser, fd: int, topic: str, partition: int | None, *,
          compression: str, acks: str, idempotent: bool, transactional_id: str | None, no_commit: bool,
-         transaction_timeout_ms: int) -> None:
+         transaction_timeout_ms: int, partitioner: str | None, output: OutputFormat = OutputFormat.text,
+         progress: bool = False) -> None:
     from txlog.producer import Producer
 
     producer = Producer(store, transactional_id=transactional_id, enable_idempotence=idempotent,
                         acks=acks, compression_type=None if compression == "none" else compression,
-                        transaction_timeout_ms=transaction_timeout_ms)
+                        transaction_timeout_ms=transaction_timeout_ms, partitioner=partitioner)
     tally = _Tally()
+    guard = _SizeGuard(store, topic, compression, transactional_id is not None, parser.fixed_size)
+    skipped = _Skipped()
     leave_open = False
-    with _Signals() as signals:
+    shown = Progress(ctx, "produce", lambda n: count(n, "line"), asked=progress)
+    with _Signals() as signals, shown:
         try:
             if transactional_id is not None:
                 producer.init_transactions()
@@ -332,12 +463,17 @@ def _run(ctx: typer.Context, store: Any, parser: _LineParser, fd: int, topic: st
                 signals.reading = False
                 try:
                     k, v, headers = parser.parse(line)
+                    guard.check(len(line), k, v, headers)
                 except _LineError as exc:
-                    raise CommandError(_line_error(number, exc, tally, transactional_id)) from None
-                tally.pending.append(producer.send(topic, value=v, key=k, partition=partition, headers=headers))
+                    if not parser.ignore_error:
+                        _stop_at(number, exc, producer, tally, topic, transactional_id)
+                    skipped.skip(number, exc)
+                else:
+                    tally.pending.append(producer.send(topic, value=v, key=k, partition=partition, headers=headers))
                 if len(tally.pending) >= PENDING_FUTURES:
                     producer.flush()
                     tally.settle()
+                shown.update(number)
                 signals.check()
                 signals.reading = True
             signals.reading = False
@@ -351,24 +487,20 @@ def _run(ctx: typer.Context, store: Any, parser: _LineParser, fd: int, topic: st
         except (KeyboardInterrupt, _Interrupted):
             signals.reading = False
             _finish_quietly(producer)
-            if transactional_id is None:  # close() sent what was buffered
-                try:
-                    tally.settle()
-                except Exception:  # noqa: BLE001
-                    pass
-            message = tally.summary(topic).replace("Produced", "Interrupted after producing", 1)
-            if transactional_id is not None:
-                message += f" Transaction '{transactional_id}' aborted."
-            status(ctx, message)
+            tally.settle_written()  # close() sent what was buffered (and aborted it, in a transaction)
+            status(ctx, _interrupted_message(tally, topic, transactional_id))
             raise typer.Exit(130) from None
-        except BaseException:
+        except BaseException as exc:
             signals.reading = False
             _finish_quietly(producer)
+            if transactional_id is not None and _is_fenced(exc):
+                raise CommandError(_fenced_message(transactional_id)) from None
             raise
         if not leave_open:
             producer.close()
 
-    status(ctx, tally.summary(topic))
+    status(ctx, tally.summary(topic) + skipped.summary(topic))
+    print_result(output, _result(tally, topic, transactional_id, "open" if leave_open else "committed"))
     if transactional_id is not None and not leave_open:
         status(ctx, f"Transaction '{transactional_id}' committed.")
     elif leave_open:
@@ -376,6 +508,15 @@ def _run(ctx: typer.Context, store: Any, parser: _LineParser, fd: int, topic: st
                     f"{producer.producer_epoch}); end it with 'txlog commit --transactional-id {transactional_id}' or "
                     f"'txlog abort --transactional-id {transactional_id}' within "
                     f"{transaction_timeout_ms} ms, or it is aborted as timed out.")
+
+
+def _result(tally: _Tally, topic: str, transactional_id: str | None, transaction: str) -> dict[str, Any]:
+    """`--output json`: what was written, for scripts (offset ranges per partition; null with acks=0)."""
+    partitions = [{"partition": p, "firstOffset": lo, "lastOffset": hi} for p, (lo, hi) in sorted(tally.ranges.items())]
+    partitions += [{"partition": p, "firstOffset": None, "lastOffset": None}
+                   for p in sorted(tally.unknown - set(tally.ranges))]
+    return {"topic": topic, "records": tally.count, "partitions": partitions, "transactionalId": transactional_id,
+            "transaction": transaction if transactional_id is not None else None}
 
 
 def _finish_quietly(producer: Any) -> None:
@@ -392,12 +533,49 @@ def _finish_quietly(producer: Any) -> None:
         signal.signal(signal.SIGTERM, old_term)
 
 
-def _line_error(number: int, exc: _LineError, tally: _Tally, transactional_id: str | None) -> str:
+def _stop_at(number: int, exc: _LineError, producer: Any, tally: _Tally, topic: str,
+             transactional_id: str | None) -> None:
+    """Stop at a line that cannot be written: the lines before it are sent first (so the count in the
+    message is what is in the log), nothing after it; in a transaction the caller's abort follows."""
+    if transactional_id is None:
+        producer.flush()
+        tally.settle()
+    raise CommandError(_line_error(number, exc, tally, topic, transactional_id))
+
+
+def _line_error(number: int, exc: _LineError, tally: _Tally, topic: str, transactional_id: str | None) -> str:
     sent = tally.count + len(tally.pending)
     if transactional_id is not None:
-        after = f"the transaction '{transactional_id}' is aborted"
+        after = f"transaction '{transactional_id}' aborted: nothing from this input is visible"
     elif sent:
-        after = f"the {sent} record{'s' if sent != 1 else ''} before it {'were' if sent != 1 else 'was'} written"
+        after = f"the {_records(sent)} before it {'were' if sent != 1 else 'was'} written, nothing after it"
     else:
         after = "nothing was written"
-    return f"line {number}: {exc}; {after}"
+    hint = f"; {exc.hint(topic)}" if exc.needed else ""
+    return f"line {number}: {exc}; {after}{hint}"
+
+
+def _records(n: int) -> str:
+    return f"{n} record{'' if n == 1 else 's'}"
+
+
+def _interrupted_message(tally: _Tally, topic: str, transactional_id: str | None) -> str:
+    """What an interrupted run left in the log, counted from the acknowledged sends (never estimated)."""
+    if transactional_id is None:
+        return tally.summary(topic).replace("Produced", "Interrupted after producing", 1)
+    if not tally.count:
+        return f"Interrupted: transaction '{transactional_id}' aborted; nothing from this input is visible."
+    return (f"Interrupted: transaction '{transactional_id}' aborted; the {_records(tally.count)} it wrote to "
+            f"{topic} stay in the log as aborted records, invisible to read_committed readers.")
+
+
+def _is_fenced(exc: BaseException) -> bool:
+    from storage.errors import InvalidProducerEpochError, ProducerFencedError
+
+    return isinstance(exc, (ProducerFencedError, InvalidProducerEpochError))
+
+
+def _fenced_message(transactional_id: str) -> str:
+    return (f"transactional id '{transactional_id}' was fenced by a newer instance of it (another producer "
+            f"initialized the same transactional id); this producer's transaction was aborted and nothing "
+            f"from this input is visible")

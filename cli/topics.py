@@ -1,5 +1,7 @@
 """`txlog topics ...`: create, list, describe, alter and delete topics, as kafka-topics.sh does.
 
+`list` keeps kafka-topics --list's first column (the name) and adds, in --describe's
+vocabulary, PartitionCount, the Size on disk and each partition's LogEndOffset.
 `describe` prints kafka-topics' text layout by default (overrides only in `Configs:`;
 one "broker", 0, leads every partition; the TopicId is the one a Kafka log dir's
 `partition.metadata` records, `<none>` for txlog's own topics); `--output table|json`
@@ -18,19 +20,29 @@ from cli.context import (
     CommandError,
     complete_topic_names,
     open_store,
-    store_exists,
 )
-from cli.output import OutputFormat, absent_note, emit, output_option, status
+from cli.output import (
+    ROW_FORMATS,
+    ROW_FORMATS_HELP,
+    OutputFormat,
+    ResultOutputOption,
+    absent_note,
+    emit,
+    output_option,
+    print_result,
+    status,
+)
 
 app = typer.Typer(
     help="Create, list, describe, alter and delete topics (kafka-topics.sh).",
+    short_help="Create, list, describe, alter, delete topics (kafka-topics).",
     no_args_is_help=True,
 )
 
 _CONFIG_HELP = "A topic config override KEY=VALUE (repeatable), e.g. segment.bytes=1048576."
 
 ConfigOption = Annotated[
-    list[str] | None, typer.Option("--config", "-c", metavar="KEY=VALUE", help=_CONFIG_HELP)
+    list[str] | None, typer.Option("--config", metavar="KEY=VALUE", help=_CONFIG_HELP)
 ]
 TopicArgument = Annotated[
     str, typer.Argument(metavar="NAME", help="Topic name.", autocompletion=complete_topic_names, show_default=False)
@@ -38,8 +50,8 @@ TopicArgument = Annotated[
 ExcludeInternal = Annotated[
     bool, typer.Option("--exclude-internal", help="Leave out internal topics (__...).")
 ]
-DescribeOutputOption = output_option(OutputFormat.text, OutputFormat.table, OutputFormat.json,
-                                     help="text (kafka-topics layout), table, or json.")
+DescribeOutputOption = output_option(*ROW_FORMATS, help="text (kafka-topics layout), table or csv (a row per "
+                                     "partition), json or jsonl (a document per topic).")
 TABLE_COLUMNS = (("Topic", "topic"), ("Partition", "partition"), ("LogStartOffset", "logStartOffset"),
                  ("LogEndOffset", "logEndOffset"), ("LastStableOffset", "lastStableOffset"), ("Size", "size"),
                  ("Segments", "segments"))
@@ -63,11 +75,13 @@ def _parse_configs(values: list[str] | None, option: str) -> dict[str, str]:
 def create(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(
-        metavar="NAME", help="Topic name (put '--' before a name that starts with '-').", show_default=False,
+        metavar="NAME", help="Topic name: ASCII letters, digits, '.', '_' and '-' (not first), at most 249 characters; "
+        "'__' starts internal names only.", show_default=False,
     )],
-    partitions: Annotated[int, typer.Option("--partitions", "-p", help="Number of partitions.")] = 1,
+    partitions: Annotated[int, typer.Option("--partitions", help="Number of partitions.")] = 1,
     config: ConfigOption = None,
     if_not_exists: Annotated[bool, typer.Option("--if-not-exists", help="Succeed quietly if the topic exists.")] = False,
+    output: ResultOutputOption = OutputFormat.text,
 ) -> None:
     """Create a topic (its partition directories exist before it is listed)."""
     overrides = _parse_configs(config, "--config")
@@ -84,24 +98,70 @@ def create(
         except TopicAlreadyExistsError:
             if not if_not_exists:
                 raise
+            print_result(output, {"topic": name, "created": False})
             return
     status(ctx, f"Created topic {name}.")
+    print_result(output, {"topic": name, "created": True, "partitions": partitions,
+                          "configs": dict(sorted(overrides.items()))})
 
 
 # ---- list -------------------------------------------------------------------------------------------
+
+LIST_COLUMNS = (("Topic", "topic"), ("PartitionCount", "partitionCount"), ("Size", "size"),
+                ("LogEndOffsets", "logEndOffsets"))
+ListOutputOption = output_option(*ROW_FORMATS, help=ROW_FORMATS_HELP)
+
 
 @app.command("list")
 def list_(
     ctx: typer.Context,
     exclude_internal: ExcludeInternal = False,
+    output: ListOutputOption = OutputFormat.text,
 ) -> None:
-    """Print every topic name, one per line."""
-    if not store_exists(ctx):
-        return  # no store yet: no topics
-    with open_store(ctx, read_only=True) as store:
-        names = store.list_topics(include_internal=not exclude_internal)
-    for name in names:
-        typer.echo(name)
+    """Every topic with its partition count, size on disk and each partition's log end offset.
+
+    Size is in human units (KiB, MiB: powers of 1024) in text and table, in bytes in json,
+    jsonl and csv. LogEndOffsets lists the partitions' end offsets in partition order ('-' for
+    a partition a Kafka log dir lacks). The topic name is always the first column.
+    """
+    with open_store(ctx, read_only=True) as store:  # no store: 'no store at ...', not an empty list
+        descriptions = [store.describe_topic(n) for n in store.list_topics(include_internal=not exclude_internal)]
+    for d in descriptions:
+        if d.absent:
+            status(ctx, absent_note(d.name, d.absent))
+    human = output in (OutputFormat.text, OutputFormat.table)
+    emit([_list_row(d, human) for d in descriptions], LIST_COLUMNS, output, missing="-", text=_list_text)
+
+
+def _list_row(d: Any, human: bool) -> dict[str, Any]:
+    """One topic: its size summed over the readable partitions, end offsets by partition number."""
+    size = sum(p.size_bytes for p in d.partitions)
+    ends: list[int | None] = [None] * (len(d.partitions) + len(d.absent))
+    for p in d.partitions:
+        ends[p.partition] = p.log_end_offset
+    return {"topic": d.name, "partitionCount": len(ends), "size": human_size(size) if human else size,
+            "logEndOffsets": ["-" if e is None else e for e in ends] if human else ends}
+
+
+def _list_text(headers: list[str], rows: list[list[str]]) -> list[str]:
+    """Columns as wide as their widest cell, two spaces apart; nothing at all when there are no topics
+    (as kafka-topics --list prints nothing)."""
+    if not rows:
+        return []
+    widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
+    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in [headers, *rows]]
+
+
+def human_size(size: int) -> str:
+    """Bytes in powers of 1024, one decimal: 0 B, 512 B, 1.5 KiB, 20.0 MiB."""
+    if size < 1024:
+        return f"{size} B"
+    value = float(size)
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        value /= 1024
+        if value < 1024 or unit == "TiB":
+            break
+    return f"{value:.1f} {unit}"
 
 
 # ---- describe ---------------------------------------------------------------------------------------
@@ -124,7 +184,7 @@ def describe(
     for d in descriptions:
         if d.absent:
             status(ctx, absent_note(d.name, d.absent))
-    if output is OutputFormat.table:  # a row per partition; json and text have one document per topic
+    if output in (OutputFormat.table, OutputFormat.csv):  # a row per partition; the others: a document per topic
         emit([{"topic": d.name, **row} for d in descriptions for row in _topic_json(d)["partitions"]], TABLE_COLUMNS,
              output)
     else:
@@ -184,9 +244,7 @@ def delete(
     """Delete a topic and its files."""
     from storage.errors import UnknownTopicOrPartitionError
 
-    if if_exists and not store_exists(ctx):
-        return
-    with open_store(ctx) as store:
+    with open_store(ctx) as store:  # --if-exists is about the topic: a missing store is still 'no store at'
         try:
             store.delete_topic(name)
         except UnknownTopicOrPartitionError:
@@ -203,7 +261,7 @@ def alter(
     ctx: typer.Context,
     name: TopicArgument,
     partitions: Annotated[int | None, typer.Option(
-        "--partitions", "-p", help="New (larger) partition count.", show_default=False,
+        "--partitions", help="New (larger) partition count.", show_default=False,
     )] = None,
     config: ConfigOption = None,
     delete_config: Annotated[list[str] | None, typer.Option(

@@ -26,16 +26,18 @@ from cli.context import (
     USAGE,
     CommandError,
     complete_topic_names,
+    complete_transactional_ids,
     open_store,
-    store_exists,
 )
 from cli.output import (
     ROW_FORMATS,
     ROW_FORMATS_HELP,
     OutputFormat,
     emit,
+    ResultOutputOption,
     output_option,
     pretty_print_table,
+    print_result,
     status,
 )
 
@@ -47,6 +49,7 @@ BROKER_ID = 0  # the one "broker" of a store
 
 app = typer.Typer(
     help="List, describe and repair transactions (kafka-transactions.sh).",
+    short_help="List, describe and repair transactions (kafka-transactions).",
     no_args_is_help=True,
 )
 
@@ -55,9 +58,9 @@ NoSweepOption = Annotated[bool, typer.Option(
     "--no-sweep", help="Open the store read-only: do not time out expired transactions first.",
 )]
 TopicOption = Annotated[str, typer.Option(
-    "--topic", metavar="TOPIC", help="Topic name.", autocompletion=complete_topic_names, show_default=False,
+    "--topic", "-t", metavar="TOPIC", help="Topic name.", autocompletion=complete_topic_names, show_default=False,
 )]
-PartitionOption = Annotated[int, typer.Option("--partition", min=0, help="Partition number.", show_default=False)]
+PartitionOption = Annotated[int, typer.Option("--partition", "-p", min=0, help="Partition number.", show_default=False)]
 BrokerIdOption = Annotated[int | None, typer.Option(
     "--broker-id", help="Accepted for kafka-transactions compatibility; txlog's only broker is 0.", show_default=False,
 )]
@@ -129,10 +132,8 @@ def list_(
 ) -> None:
     """List transactional ids: TransactionalId, Coordinator, ProducerId, TransactionState."""
     states = None if not state else [_parse_state(s) for s in state]
-    found = []
-    if store_exists(ctx):
-        with _admin(ctx, read_only=no_sweep) as admin:
-            found = admin.list_transactions(states)
+    with _admin(ctx, read_only=no_sweep) as admin:  # no store: 'no store at ...', not an empty list
+        found = admin.list_transactions(states)
     if duration_filter >= 0:
         from txlog.transaction_log import TxnState
 
@@ -152,6 +153,7 @@ def describe(
     ctx: typer.Context,
     transactional_id: Annotated[str, typer.Option(
         "--transactional-id", metavar="ID", help="The transactional id to describe.", show_default=False,
+        autocompletion=complete_transactional_ids,
     )],
     no_sweep: NoSweepOption = False,
     output: OutputOption = OutputFormat.text,
@@ -257,12 +259,14 @@ def abort_hanging(
         "--start-offset", min=0, help="First offset of the hanging transaction (see find-hanging).",
         show_default=False,
     )],
+    output: ResultOutputOption = OutputFormat.text,
 ) -> None:
     """Abort a hanging transaction in one partition by writing an ABORT marker for it."""
-    _abort_hanging(ctx, topic, partition, start_offset)
+    _abort_hanging(ctx, topic, partition, start_offset, output)
 
 
-def _abort_hanging(ctx: typer.Context, topic: str, partition: int, start_offset: int) -> None:
+def _abort_hanging(ctx: typer.Context, topic: str, partition: int, start_offset: int,
+                   output: OutputFormat = OutputFormat.text) -> None:
     from txlog.errors import InvalidTxnStateError
     from txlog.topic_partition import TopicPartition
 
@@ -273,11 +277,13 @@ def _abort_hanging(ctx: typer.Context, topic: str, partition: int, start_offset:
             raise CommandError(str(exc)) from None
     status(ctx, f"Aborted the transaction starting at offset {start_offset} of {topic}-{partition} "
                 f"(abort marker at offset {marker}).")
+    print_result(output, {"topic": topic, "partition": partition, "startOffset": start_offset, "result": "aborted",
+                          "abortMarkerOffset": marker})
 
 
 # ---- commit / abort --transactional-id (top-level verbs) --------------------------------------------
 
-def _end(ctx: typer.Context, transactional_id: str, commit: bool) -> None:
+def _end(ctx: typer.Context, transactional_id: str, commit: bool, output: OutputFormat = OutputFormat.text) -> None:
     from txlog.errors import (
         InvalidProducerEpochError,
         InvalidProducerIdMappingError,
@@ -307,46 +313,58 @@ def _end(ctx: typer.Context, transactional_id: str, commit: bool) -> None:
     done = "Committed" if commit else "Aborted"
     status(ctx, f"{done} the transaction of '{transactional_id}' (producer id {ids.producer_id}, "
                 f"epoch now {ids.epoch}).")
+    print_result(output, {"transactionalId": transactional_id, "result": done.lower(), "producerId": ids.producer_id,
+                          "producerEpoch": ids.epoch})
 
 
 def commit(
     ctx: typer.Context,
     transactional_id: Annotated[str, typer.Option(
         "--transactional-id", metavar="ID", help="Commit the open transaction of this id.", show_default=False,
+        autocompletion=complete_transactional_ids,
     )],
+    output: ResultOutputOption = OutputFormat.text,
 ) -> None:
-    """Commit the open transaction of a transactional id (e.g. one whose producer died).
+    """Commit the open transaction of a transactional id.
 
+    For a transaction left open by `produce --no-commit` or by a producer that died.
     Exit 1 if the id is unknown, has no open transaction, or was already decided the other
     way; exit 4 if the outcome is ambiguous (run the same command again).
     """
-    _end(ctx, transactional_id, commit=True)
+    _end(ctx, transactional_id, commit=True, output=output)
 
 
 def abort(
     ctx: typer.Context,
     transactional_id: Annotated[str | None, typer.Option(
         "--transactional-id", metavar="ID", help="Abort the open transaction of this id.", show_default=False,
+        autocompletion=complete_transactional_ids,
     )] = None,
     topic: Annotated[str | None, typer.Option(
-        "--topic", metavar="TOPIC", help="With --partition and --start-offset: abort a hanging transaction.",
+        "--topic", "-t", metavar="TOPIC", help="With --partition and --start-offset: abort a hanging transaction.",
         autocompletion=complete_topic_names, show_default=False,
     )] = None,
-    partition: Annotated[int | None, typer.Option("--partition", min=0, show_default=False)] = None,
-    start_offset: Annotated[int | None, typer.Option("--start-offset", min=0, show_default=False)] = None,
+    partition: Annotated[int | None, typer.Option(
+        "--partition", "-p", min=0, show_default=False, help="The partition of the hanging transaction.")] = None,
+    start_offset: Annotated[int | None, typer.Option(
+        "--start-offset", min=0, show_default=False,
+        help="The first offset of the hanging transaction (see transactions find-hanging).")] = None,
+    output: ResultOutputOption = OutputFormat.text,
 ) -> None:
-    """Abort the open transaction of a transactional id, or a hanging one by --topic/--partition/--start-offset.
+    """Abort an open transaction, by id or where it hangs.
 
-    Exit 1 if there is nothing to abort; exit 4 if the outcome is ambiguous (run it again).
+    By --transactional-id, or a hanging one (see `transactions find-hanging`) by
+    --topic/--partition/--start-offset. Exit 1 if there is nothing to abort; exit 4 if the
+    outcome is ambiguous (run it again).
     """
     hanging = (topic, partition, start_offset)
     if transactional_id is not None:
         if any(v is not None for v in hanging):
             raise CommandError("give either --transactional-id or --topic/--partition/--start-offset, not both",
                                exit_code=USAGE)
-        _end(ctx, transactional_id, commit=False)
+        _end(ctx, transactional_id, commit=False, output=output)
     elif all(v is not None for v in hanging):
-        _abort_hanging(ctx, topic, partition, start_offset)
+        _abort_hanging(ctx, topic, partition, start_offset, output)
     else:
         raise CommandError("give --transactional-id ID, or --topic T --partition P --start-offset O",
                            exit_code=USAGE)

@@ -20,6 +20,8 @@ LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
+#: txlog's own: per segment, how many `.txnindex` entries its ABORT markers call for (storage/txnindex_check.py).
+TXN_INDEX_COUNT_CHECKPOINT = "txnindex-count-checkpoint"
 
 _INT = re.compile(r"[+-]?[0-9]+")  # what Java's Integer.parseInt accepts, and nothing more
 

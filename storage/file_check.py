@@ -439,8 +439,8 @@ class PartitionFileCheck:
                          f"shutdown, segment past the recovery point {rebuilt_from}): a repair, not exposed data")
             else:
                 self.add(Severity.ERROR, path, a.last_offset,
-                         f"{what}, and nothing rebuilds the index before a read: read_committed readers "
-                         "would see the aborted data")
+                         f"{what}, and Kafka rebuilds nothing before a read: its read_committed readers would "
+                         "see the aborted data (txlog rebuilds the index from the markers first)")
 
     # ---- what the partition reports, against the scan --------------------------------------------
 

@@ -49,6 +49,7 @@ __all__ = ["SCAN_CHUNK", "FileRecords"]
 SCAN_CHUNK = 1 << 20
 
 _LENGTH = struct.Struct(">i")
+_BASE_OFFSET = struct.Struct(">q")
 _TIMESTAMP = struct.Struct(">q")
 _MAGIC_BYTE = bytes((MAGIC,))
 
@@ -182,6 +183,17 @@ class FileRecords:
             return None
         return RecordBatch.parse(buf, 0, path=self.path, verify_crc=verify_crc, origin=position)
 
+    def base_offset_at(self, position: int) -> int | None:
+        """The base offset of a magic-2 batch starting at `position`, or None if none does.
+
+        Reads only the 17 bytes that frame a batch: an index lookup checks its position
+        with this on every open, so it must not cost a whole header.
+        """
+        head = self.read(position, HEADER_SIZE_UP_TO_MAGIC)
+        if len(head) < HEADER_SIZE_UP_TO_MAGIC or head[MAGIC_OFFSET] != MAGIC:
+            return None
+        return _BASE_OFFSET.unpack_from(head, 0)[0]
+
     def header_at(self, position: int, end: int | None = None) -> BatchHeader | None:
         """The 61-byte header at `position` (no CRC, records unread), or None if fewer bytes remain before `end`.
 
@@ -198,16 +210,20 @@ class FileRecords:
             _check_frame(head, 0, len(head), position, self.path, legacy=False)
         return BatchHeader.parse(head, 0, path=self.path, origin=position)
 
-    def headers(self, start: int = 0, end: int | None = None) -> Iterator[BatchHeader]:
+    def headers(self, start: int = 0, end: int | None = None, *, chunk_size: int = SCAN_CHUNK) -> Iterator[BatchHeader]:
         """The header of every whole batch in [start, end), read in chunks: no CRC, no records.
 
-        For walks that need only the frame (retention's maxTimestamp scan); stops quietly
-        at a partial tail, raises at bytes that cannot be a batch.
+        For walks that need only the frame (retention's maxTimestamp scan, a read's hop to
+        the batch holding an offset); stops quietly at a partial tail, raises at bytes that
+        cannot be a batch. `chunk_size` is the first read's size, doubling per read up to
+        SCAN_CHUNK: a walk that expects to stop soon reads little.
         """
         end = self._end(start, end)
         position = start
+        size = max(chunk_size, HEADER_SIZE)
         while end - position >= HEADER_SIZE:
-            chunk = self.read(position, min(SCAN_CHUNK, end - position))
+            chunk = self.read(position, min(size, end - position))
+            size = min(size * 2, SCAN_CHUNK)
             off = 0
             while len(chunk) - off >= HEADER_SIZE:
                 if chunk[off + MAGIC_OFFSET] != MAGIC:

@@ -34,7 +34,7 @@ from storage.producer_state_snapshots import delete_snapshots_after, state_at_se
 from storage.records import RecordBatch
 from storage.segment import LogSegment
 from storage.transaction_index import AbortedTxn
-from storage.txnindex_check import TxnIndexCheck, abort_replayer, replay_abort
+from storage.txnindex_check import TxnIndexCheck, abort_replayer, read_txn_counts, replay_abort, write_txn_counts
 
 LEADER_EPOCH = 0  # a single "broker" that never changes leadership
 RELOAD_ATTEMPTS = 20
@@ -112,12 +112,39 @@ class LogLoader:
         for seg, following in zip(self.segments, self.segments[1:]):
             seg.size, seg.next_offset = seg.file_size(), following.base_offset
         seg_idx, position = self.restore_producer_state(repair)
+        self._expect_counted_aborts(seg_idx, position)
         scanned = self.replay(seg_idx, position, repair=repair)
         self.check_indexes(repair)
         if repair:
             self.drop_stale_txn_entries()
             if scanned:
-                take_snapshot(self.directory, self.state)
+                self.snapshot()
+
+    def snapshot(self) -> None:
+        """A producer-state snapshot at the state's end, the `.txnindex` counts first (caller holds the lock).
+
+        The counts go first: a later open replays from its newest snapshot, and everything
+        below it must be covered by counts at least as recent (docs/reliability-scenarios.md rule 16).
+        """
+        write_txn_counts(self.directory, self.segments, self.txn_check)
+        take_snapshot(self.directory, self.state)
+
+    def _expect_counted_aborts(self, seg_idx: int, position: int) -> None:
+        """Seed what each `.txnindex` must hold, for the bytes this load does not replay.
+
+        Segments before the replay's start take the count checkpoint's word, when it covers
+        them whole; the segment the replay starts in takes it when it covers the bytes below
+        the start; the replay counts the rest itself. Anything else stays unknown and is
+        checked by a scan before its index is first trusted.
+        """
+        counts = read_txn_counts(self.directory)
+        start_offset = self.state.end_offset
+        for i, seg in enumerate(self.segments[:seg_idx + 1]):
+            through, count = counts.get(seg.base_offset, (-1, None))
+            needed = start_offset if i == seg_idx else seg.next_offset
+            if i == seg_idx and position == 0:
+                continue  # replayed whole: the replay counts every abort
+            self.txn_check.expect(seg, count if through >= needed else None, max(through, 0))
 
     def _open_segments(self, repair: bool) -> list[LogSegment]:
         bases = self.segment_bases()
@@ -235,6 +262,8 @@ class LogLoader:
             pos = position if i == seg_idx else 0
             seg.size = pos
             seg.next_offset = self.state.end_offset if i == seg_idx else seg.base_offset
+            if pos == 0:
+                self.txn_check.expect(seg, 0, seg.base_offset)  # replayed whole: every abort is counted
             last_segment = i == len(segments) - 1
             try:
                 for bpos, batch in seg.iter_batches(pos):
@@ -248,6 +277,7 @@ class LogLoader:
                     # so the segments after it stay readable.
                     self.corruption = exc
                     self.state.end_offset = segments[i + 1].base_offset
+                    self.txn_check.expect(seg, None, seg.base_offset)  # markers past the damage went uncounted
                     continue
                 self._handle_bad_bytes(seg, exc, last_segment, repair)
                 return scanned
@@ -266,6 +296,7 @@ class LogLoader:
         txn = replay_abort(self.state, batch)
         seg.note_batch(batch, position)
         if txn is not None:
+            self.txn_check.note_abort(seg, txn.last_offset)
             self._index_replayed_abort(seg, txn, repair)
 
     def _index_replayed_abort(self, seg: LogSegment, txn: AbortedTxn, repair: bool) -> None:

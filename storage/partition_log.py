@@ -54,12 +54,12 @@ from storage.producer_state import (
     ProducerStateManager,
     TxnVerifier,
 )
-from storage.producer_state_snapshots import clean_snapshots, take_snapshot
+from storage.producer_state_snapshots import clean_snapshots
 from storage.records import ControlType, RecordBatch, build_control_batch
 from storage.retention import delete_segments, segments_past_retention
 from storage.segment import LogSegment
 from storage.transaction_index import AbortedTxn, collect_aborted
-from storage.txnindex_check import TxnIndexCheck
+from storage.txnindex_check import AbortReplay, TxnIndexCheck, write_txn_counts
 
 LOCK_FILE = "txlog.lock"
 MAX_RELATIVE_OFFSET = 2**31 - 1
@@ -85,6 +85,21 @@ class AppendResult:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _scan_end(seg: LogSegment, position: int, end: int, budget: int) -> int:
+    """Where a read from `position` wanting about `budget` bytes may stop reading the segment.
+
+    The batch at `position` is read whole however large (Kafka's rule); past it, only the
+    budget. A batch cut by this bound is left for the next read, as one over budget is.
+    """
+    want = position + max(budget, 0)
+    if want >= end:
+        return end
+    header = seg.records.header_at(position, end)
+    if header is None:
+        return end
+    return min(end, max(want, position + header.size))
 
 
 class PartitionLog:
@@ -218,10 +233,12 @@ class PartitionLog:
                     self._loader.drop_stale_txn_entries()
                 return
             try:
-                self._segments.append(self._loader.open_segment(active.next_offset, writable=not self.read_only))
+                rolled = self._loader.open_segment(active.next_offset, writable=not self.read_only)
             except FileNotFoundError:
                 self._loader.load(repair=repair)  # deleted by retention since we looked: this view is far behind
                 return
+            self._segments.append(rolled)
+            self._txn_check.expect(rolled, 0, rolled.base_offset)  # this view replays all of it
 
     def _refresh_segment_list(self) -> None:
         """Drop segments other processes deleted (retention) and pick up ones they rolled."""
@@ -340,6 +357,8 @@ class PartitionLog:
                 segment.txn_index.append(AbortedTxn(producer_id, completed.first_offset, offset, lso))
                 segment.txn_index.flush()
             self._write(marker, [(0, offset, ts)], segment=segment)
+            if completed is not None and completed.is_aborted:
+                self._txn_check.note_abort(segment, offset)
             plan.commit()
             self._state.end_offset = offset + 1
         return AppendResult(offset, offset, False, (BatchAppendResult(offset, offset, False),))
@@ -404,8 +423,9 @@ class PartitionLog:
         active.seal()
         base = active.next_offset
         self._state.end_offset = base
-        take_snapshot(self.directory, self._state)  # the state at the new base: that segment's rebuild starts there
+        self._loader.snapshot()  # the state at the new base: that segment's rebuild starts there
         self._segments.append(LogSegment.create(self.directory, base, index_interval_bytes=self.config.index_interval_bytes))
+        self._txn_check.expect(self._segments[-1], 0, base)
         self._clean_snapshots(keep_latest=False)
         self._enforce_retention_locked(self._clock())
 
@@ -443,23 +463,47 @@ class PartitionLog:
                 )
             limit = end if max_offset is None else min(max_offset, end)
             out: list[RecordBatch] = []
-            total = 0
-            idx = segment_index_for(self._segments, start_offset)
-            for seg in self._segments[idx:]:
-                if seg.base_offset >= limit or (total >= max_bytes and out):
-                    break
-                position = (self._indexes_checked_repairing(seg).read_position(start_offset)
-                            if seg.base_offset <= start_offset else 0)
-                for _, batch in seg.iter_batches(position, readable_end(self._segments, seg), strict=True):
-                    if batch.base_offset >= limit:
-                        return out
-                    if batch.last_offset < start_offset:
-                        continue
-                    if out and total + batch.size > max_bytes:
-                        return out
-                    out.append(batch)
-                    total += batch.size
+            try:
+                self._read_into(out, start_offset, max_bytes, limit)
+            except CorruptRecordError:
+                # Damage met after some batches were read: they are returned, and the next
+                # read, which starts at the damaged batch, raises (docs/reliability-scenarios.md rule 17).
+                if not out:
+                    raise
             return out
+
+    def _read_into(self, out: list[RecordBatch], start_offset: int, max_bytes: int, limit: int) -> None:
+        """Append to `out` the whole, CRC-checked batches from the one holding `start_offset`, about max_bytes of them.
+
+        The batch holding `start_offset` is found by hopping over batch headers (no CRC: a
+        damaged batch passed over does not make later offsets unreadable); from there only
+        about the bytes wanted are read, not a whole scan chunk.
+        """
+        total = 0
+        idx = segment_index_for(self._segments, start_offset)
+        for seg in self._segments[idx:]:
+            if seg.base_offset >= limit or (total >= max_bytes and out):
+                return
+            seg_end = readable_end(self._segments, seg)
+            if seg.base_offset <= start_offset:
+                first = self._indexes_checked_repairing(seg).locate_batch(start_offset, seg_end)
+                if first is None:
+                    continue
+                position = first.position
+            else:
+                position = 0
+            scan_end = _scan_end(seg, position, seg_end, max_bytes - total)
+            for _, batch in seg.iter_batches(position, scan_end, strict=scan_end == seg_end):
+                if batch.base_offset >= limit:
+                    return
+                if batch.last_offset < start_offset:
+                    continue
+                if out and total + batch.size > max_bytes:
+                    return
+                out.append(batch)
+                total += batch.size
+            if scan_end < seg_end:
+                return  # the byte budget ended inside this segment
 
     def extents(self, start_offset: int, end_offset: int) -> list[SegmentExtent]:
         """Where the batches holding offsets [start_offset, end_offset) lie, one extent per segment.
@@ -516,18 +560,42 @@ class PartitionLog:
         batches under the writer lock; a read-only view stops trusting them instead (its lookups
         then scan the segment), so the damage never changes what a reader sees.
         """
-        if seg.indexes_verified:
+        if seg.indexes_verified or self._full_index_check_passes(seg):
             return seg
-        try:
-            seg.full_index_check()
-            seg.indexes_verified = True
-        except CorruptIndexError:
-            if self.read_only:
+        if self.read_only:
+            if not self._passes_once_caught_up(seg):
                 self._loader.repair_indexes(seg, repair=False)
-            else:
-                with self._lock:
+        else:
+            with self._lock:
+                if not self._passes_once_caught_up(seg):
                     self._loader.repair_indexes(seg, repair=True)
         return seg
+
+    @staticmethod
+    def _full_index_check_passes(seg: LogSegment) -> bool:
+        try:
+            seg.full_index_check()
+        except CorruptIndexError:
+            return False
+        seg.indexes_verified = True
+        return True
+
+    def _passes_once_caught_up(self, seg: LogSegment) -> bool:
+        """Whether a failed index check of this view's last segment was only this view being behind.
+
+        A writer may append (and index) between this view's catch-up and its check: the index
+        then points past what the view has seen, which is no damage. Rebuilding from the file
+        would also move the segment's end past the view's producer state, and the next
+        catch-up would put the end back (a log end going backwards, then read(end) out of
+        range). So catch up first (holding the lock in a writable view, so the view then is
+        the file) and check again; only a second failure is damage.
+        """
+        if seg is not self._segments[-1]:
+            return False  # a sealed segment in this view is whole: nothing was behind
+        self._catch_up(repair=not self.read_only)
+        if seg not in self._segments:
+            return True  # the view was reloaded: its fresh segments had their checks at load
+        return self._full_index_check_passes(seg)
 
     def _batch_at_repairing(self, offset: int) -> RecordBatch | None:
         """The batch holding `offset`, found through its segment's offset index (which may be rebuilt first)."""
@@ -548,11 +616,23 @@ class PartitionLog:
                 return replay.advance(seg, readable_end(self._segments, seg))
             return self._rebuild_txn_index(seg)  # found by a replay without the lock: fix the file
         self._indexes_checked_repairing(seg)
+        lost = self._txn_check.entries_lost(seg)
+        if lost is None:  # what the index must hold is unknown here: the markers tell
+            try:
+                lost = not self._txn_check.matches_replay(seg, self._replay_aborts(seg))
+            except CorruptRecordError:
+                lost = False  # markers past damaged bytes cannot be read: the index is the best word left
+        if lost:
+            return self._rebuild_txn_index(seg)
         if self._txn_check.has_unchecked(seg) and self._txn_check.first_mismatch(
                 seg, active=seg is self._segments[-1], log_start=self._segments[0].base_offset,
                 batch_at=self._batch_at_repairing) is not None:
             return self._rebuild_txn_index(seg)
         return seg.txn_index.entries()
+
+    def _replay_aborts(self, seg: LogSegment) -> list[AbortedTxn]:
+        """The aborts `seg`'s ABORT markers call for, from a scan of its batches (the truth the index caches)."""
+        return AbortReplay(self._loader.state_at_segment_start(seg)).advance(seg, readable_end(self._segments, seg))
 
     def _rebuild_txn_index(self, seg: LogSegment) -> list[AbortedTxn]:
         """Replace a `.txnindex` that disagrees with the log by recovery's replay of the segment.
@@ -586,9 +666,12 @@ class PartitionLog:
                 # would then hide records. The index only picks where in a segment to start.
                 self._indexes_checked_repairing(seg)
                 indexed_offset = seg.time_index.lookup(timestamp)[1] if seg.indexes_trusted else seg.base_offset
-                position = seg.read_position(indexed_offset)
-                for _, batch in seg.iter_batches(position, readable_end(self._segments, seg), strict=True):
-                    if batch.max_timestamp < timestamp or batch.is_control:
+                end = readable_end(self._segments, seg)
+                for header in seg.headers(seg.read_position(indexed_offset), end):
+                    if header.max_timestamp < timestamp:
+                        continue  # passed over on its header: not CRC-checked (docs/reliability-scenarios.md rule 17)
+                    batch = seg.records.batch_at(header.position, end)
+                    if batch is None or batch.is_control:
                         continue
                     for record in batch.records():
                         if record.timestamp >= timestamp:
@@ -608,6 +691,8 @@ class PartitionLog:
         doomed = segments_past_retention(self._segments, self.config, now)
         if not doomed:
             return 0
+        # The counts go before the snapshot retention takes (see LogLoader.snapshot).
+        write_txn_counts(self.directory, self._segments[len(doomed):], self._txn_check)
         delete_segments(self.directory, doomed, self._segments[len(doomed)].base_offset, self._state)
         del self._segments[:len(doomed)]
         return len(doomed)
@@ -634,7 +719,7 @@ class PartitionLog:
                     with self._lock:
                         self._catch_up(repair=True)
                         self._segments[-1].seal()
-                        take_snapshot(self.directory, self._state)
+                        self._loader.snapshot()
                         self._clean_snapshots(keep_latest=True)
             finally:
                 for seg in self._segments:

@@ -22,7 +22,7 @@ from storage.log_files import (
     segment_file,
 )
 from storage.offset_index import OffsetIndex
-from storage.records import RecordBatch
+from storage.records import HEADER_SIZE, BatchHeader, RecordBatch
 from storage.time_index import TimeIndex
 from storage.transaction_index import TransactionIndex
 
@@ -113,13 +113,56 @@ class LogSegment:
         indexed_offset, position = self.offset_index.lookup(offset)
         if position == 0:
             return 0
-        try:
-            header = self.records.header_at(position)
-        except (CorruptRecordError, UnsupportedForMessageFormatError):
+        base = self.records.base_offset_at(position)
+        if base is None or base > indexed_offset:
             return 0  # not a batch boundary: the scan from the start meets (and reports) what is there
-        if header is None or header.base_offset > indexed_offset:
-            return 0
         return position
+
+    def locate_batch(self, offset: int, end: int) -> BatchHeader | None:
+        """Header of the first batch before byte `end` holding `offset` or a later one; None if none.
+
+        Found from the offset index's position by hopping from header to header, without
+        CRC checks: a read checks the batches it returns, not the ones it passes over, so a
+        damaged batch before `offset` does not make it unreadable (docs/reliability-scenarios.md
+        rule 17). Bytes on the way that cannot be a batch are passed by resyncing at the next
+        CRC-valid batch, unless `offset` lies in the damaged range: then the CorruptRecordError
+        naming the damage is raised, as for any read of it.
+        """
+        position = self.read_position(offset)
+        while True:
+            try:
+                return self._hop(position, offset, end)
+            except CorruptRecordError as exc:
+                position = self._resync_after(exc, offset, end)
+
+    def _hop(self, position: int, offset: int, end: int) -> BatchHeader | None:
+        """The hop of `locate_batch` from `position`."""
+        for header in self.headers(position, end):
+            if header.last_offset >= offset:
+                return header
+        return None
+
+    def headers(self, position: int, end: int) -> Iterator[BatchHeader]:
+        """Headers of the batches in [position, end), a range known to hold whole batches: no CRC checks.
+
+        Read a little at a time (a hop usually ends soon). Bytes that cannot be a batch, or a
+        batch running past `end`, raise CorruptRecordError: here that is no partial write.
+        """
+        for header in self.records.headers(position, end, chunk_size=self.index_interval_bytes + HEADER_SIZE):
+            yield header
+            position = header.position + header.size
+        if position < end:
+            raise CorruptRecordError("batch runs past the end of the data", path=self.log_path, position=position)
+
+    def _resync_after(self, exc: CorruptRecordError, offset: int, end: int) -> int:
+        """Position of the first valid batch after the damage `exc` names, if `offset` lies past the damage; else raise it."""
+        if exc.position is None:
+            raise exc
+        resync = self.records.next_valid_batch(exc.position, end)
+        base = None if resync is None else self.records.base_offset_at(resync)
+        if base is None or base > offset:
+            raise exc
+        return resync
 
     def batch_at(self, offset: int, end: int) -> RecordBatch | None:
         """The CRC-checked batch holding `offset`, or None if no whole batch before byte `end` does.

@@ -79,6 +79,14 @@ class Store:
         self._pids = None if read_only else ProducerIdAllocator(root)
         self._closed = False
 
+    @staticmethod
+    def exists(path: str | os.PathLike) -> bool:
+        """Whether `path` holds a store `open` would open without creating one (txlog's or Kafka's)."""
+        root = os.path.abspath(os.fspath(path))
+        if not os.path.isdir(root):
+            return False
+        return os.path.isfile(os.path.join(root, META_FILE)) or _looks_like_kafka_dir(root)
+
     @classmethod
     def open(cls, path: str | os.PathLike, *, read_only: bool = False,
              clock: Callable[[], int] | None = None) -> "Store":

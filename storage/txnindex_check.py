@@ -11,17 +11,27 @@ The check keeps its own per-segment state (how many leading entries were checked
 read-only view's replayed list): it lives exactly as long as this process's view of the
 segment, so a reload (new segment objects) or retention (segment dropped) starts it over.
 
+Checking the entries an index holds cannot see entries it lost (a deleted, emptied or cut
+file, one entry dropped). So each segment also has a count of the entries its ABORT markers
+call for, known without trusting the index: the count checkpoint (`read_txn_counts`,
+`write_txn_counts`) covers what a later open does not replay, the replay and this view's own
+appends count the rest, and a segment whose count is unknown is scanned once before its
+index is first trusted (docs/reliability-scenarios.md rule 16).
+
 The replay half (`replay_abort`, `AbortReplay`) derives entries from batches as recovery
 does; the log loader's replay and the store's integrity check use it too.
 """
 
 from __future__ import annotations
 
+import os
+from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass
 from weakref import WeakKeyDictionary
 
-from storage.errors import CorruptIndexError
+from storage.checkpoint import TXN_INDEX_COUNT_CHECKPOINT, read_checkpoint, write_checkpoint
+from storage.errors import CorruptIndexError, KafkaStorageError
 from storage.producer_state import ProducerStateManager
 from storage.records import RecordBatch
 from storage.segment import LogSegment
@@ -87,6 +97,36 @@ class AbortReplay:
         return self.aborts
 
 
+# ---- the count checkpoint: what each `.txnindex` must hold ----------------------------------------
+
+
+def read_txn_counts(directory: str) -> dict[int, tuple[int, int]]:
+    """segment base -> (through, count): `count` entries are due for ABORT markers below offset `through`.
+
+    A missing or damaged checkpoint reads as empty: every segment's count is then unknown and
+    its index is checked by a scan before first use, so losing this file costs time, not data.
+    """
+    try:
+        rows = read_checkpoint(os.path.join(directory, TXN_INDEX_COUNT_CHECKPOINT), fields=3)
+        return {int(base): (int(through), int(count)) for base, through, count in rows}
+    except (CorruptIndexError, KafkaStorageError, ValueError):
+        return {}
+
+
+def write_txn_counts(directory: str, segments: list[LogSegment], check: "TxnIndexCheck") -> None:
+    """Record the counts this view knows (caller holds the lock and is caught up to every segment's end).
+
+    Written before each producer-state snapshot, so the bytes a later open does not replay
+    (those below its snapshot) are covered by counts at least that recent.
+    """
+    rows = []
+    for seg in segments:
+        count = check.known_count(seg)
+        if count is not None:
+            rows.append((seg.base_offset, seg.next_offset, count))
+    write_checkpoint(os.path.join(directory, TXN_INDEX_COUNT_CHECKPOINT), rows)
+
+
 # ---- the check and its per-segment state -------------------------------------------------------
 
 
@@ -94,6 +134,12 @@ class AbortReplay:
 class _SegmentCheck:
     checked: int = 0  # leading `.txnindex` entries found to agree with the log
     replay: AbortReplay | None = None  # a read-only view's replacement for an index that failed
+    # How many entries the log calls for with an ABORT marker below `through`, as far as this
+    # view knows without trusting the `.txnindex` (the count checkpoint, its own replays and
+    # appends), or None when it does not know: the segment is then scanned before its index is
+    # trusted. Markers from `through` on were replayed or appended by this view and counted.
+    expected: int | None = None
+    through: int = 0
 
 
 class TxnIndexCheck:
@@ -128,6 +174,50 @@ class TxnIndexCheck:
         """`seg`'s `.txnindex` was just written from the log: every entry agrees with it."""
         check = self._of(seg)
         check.checked, check.replay = seg.txn_index.stored_count(), None
+        check.expected, check.through = _entries_below(seg, seg.next_offset), seg.next_offset
+
+    # ---- what the index must hold (docs/reliability-scenarios.md rule 16) ----------------------------
+
+    def expect(self, seg: LogSegment, count: int | None, through: int) -> None:
+        """This view knows `count` entries are due for ABORT markers below `through` (None: unknown)."""
+        check = self._of(seg)
+        check.expected, check.through = count, through
+
+    def note_abort(self, seg: LogSegment, marker_offset: int) -> None:
+        """An abort this view replayed or appended at `marker_offset`: one more entry is due."""
+        check = self._of(seg)
+        if check.expected is not None and marker_offset >= check.through:
+            check.expected += 1
+            check.through = marker_offset + 1
+
+    def known_count(self, seg: LogSegment) -> int | None:
+        """How many entries `seg`'s `.txnindex` must hold for markers this view has seen, or None."""
+        found = self._segments.get(seg)
+        return None if found is None else found.expected
+
+    def entries_lost(self, seg: LogSegment) -> bool | None:
+        """Whether `seg`'s `.txnindex` holds fewer (or more) entries than the log calls for; None: unknown.
+
+        A deleted, emptied, cut or thinned index passes every check of the entries it still
+        holds; only the count of what it must hold tells. Entries past this view's end of the
+        segment are left out: a writer makes an entry durable before its marker.
+        """
+        expected = self.known_count(seg)
+        if expected is None:
+            return None
+        return _entries_below(seg, seg.next_offset) != expected
+
+    def matches_replay(self, seg: LogSegment, replayed: list[AbortedTxn]) -> bool:
+        """Whether the index holds exactly the aborts a scan of the segment replayed (LSO aside).
+
+        The LSO is not compared: a replay that lost older producer state (no snapshot left
+        after retention) may compute it differently. On a match the count becomes known.
+        """
+        stored = [txn[:3] for txn in seg.txn_index.entries() if txn.last_offset < seg.next_offset]
+        if stored != [txn[:3] for txn in replayed]:
+            return False
+        self.expect(seg, len(replayed), seg.next_offset)
+        return True
 
     def has_unchecked(self, seg: LogSegment) -> bool:
         """Whether `seg`'s `.txnindex` holds entries this view has not checked yet."""
@@ -195,6 +285,15 @@ def _starts_txn(offset: int, producer_id: int, log_start: int, batch_at: BatchLo
     batch = batch_at(offset)
     return (batch is not None and batch.base_offset == offset and batch.is_transactional
             and not batch.is_control and (batch.producer_id == producer_id) == same_producer)
+
+
+def _entries_below(seg: LogSegment, offset: int) -> int:
+    """Entries of `seg`'s `.txnindex` whose ABORT marker lies below `offset`."""
+    return bisect_left(seg.txn_index.entries(), offset, key=_marker_offset)
+
+
+def _marker_offset(txn: AbortedTxn) -> int:
+    return txn.last_offset
 
 
 def is_abort_of(batch: RecordBatch | None, offset: int, producer_id: int) -> bool:

@@ -228,7 +228,8 @@ def test_scenario58_oversized_record_through_the_cli(data_dir):
     too_big = run("produce", "-t", "big", data_dir=data_dir, stdin="x" * 300 + "\n")
     assert too_big.returncode == 1
     assert [ln for ln in too_big.stderr.splitlines() if ln.startswith("Error:")] == [
-        "Error: batch of 370 bytes exceeds max.message.bytes=200"]
+        "Error: line 1: its record needs a batch of 370 bytes, more than max.message.bytes=200 of topic 'big'; "
+        "nothing was written; raise the limit with 'txlog topics alter big --config max.message.bytes=370'"]
     assert offsets(data_dir, "big") == (0, 0)
     # 61-byte header + a 139-byte record (1-byte length, 136 bytes of body) = exactly 200 bytes
     at_limit = "y" * 130
@@ -259,7 +260,7 @@ def test_bad_line_aborts_the_transaction(data_dir):
     make_store(data_dir, t=1)
     message = assert_one_error(run("produce", "-t", "t", "--transactional-id", "Z", "-K", ":", data_dir=data_dir,
                                    stdin="k:a\n" * 20000 + "no-separator\n"))
-    assert message == "line 20001: no key separator found; the transaction 'Z' is aborted"
+    assert message == "line 20001: no key separator found; transaction 'Z' aborted: nothing from this input is visible"
     lso, leo = offsets(data_dir, "t")
     assert lso == leo > 0
     assert run("consume", "-t", "t", data_dir=data_dir).stdout == ""
@@ -286,7 +287,7 @@ def test_sigterm_during_transactional_produce_aborts(data_dir):
             proc.kill()
     assert proc.returncode == 130, err
     assert b"Traceback" not in err
-    assert b"Transaction 'S' aborted." in err
+    assert b"transaction 'S' aborted; the 3 records it wrote to t stay in the log as aborted records" in err
     lso, leo = offsets(data_dir, "t")
     assert lso == leo == 4  # three records and the abort marker
     assert run("consume", "-t", "t", data_dir=data_dir).stdout == ""

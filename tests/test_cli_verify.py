@@ -180,6 +180,6 @@ def test_real_kafka_dir_verifies_read_only(kafka_real_copy):
 
 def test_missing_store_unknown_topic_and_text_output_are_refused(tmp_path, clean):
     assert "no store at" in assert_one_error(txlog("verify", data_dir=tmp_path / "none"))
-    assert "unknown topic 'nope'" in assert_one_error(txlog("verify", "--topic", "nope", data_dir=clean))
+    assert "topic 'nope' does not exist" in assert_one_error(txlog("verify", "--topic", "nope", data_dir=clean))
     proc = txlog("verify", "--output", "text", data_dir=clean)
     assert proc.returncode == 2

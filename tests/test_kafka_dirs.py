@@ -274,7 +274,7 @@ def test_missing_txnindex_entry_after_a_clean_shutdown_exposes_aborted_data(abor
     open(os.path.join(aborted, ".kafka_cleanshutdown"), "w").close()
     code, rows, _ = verify_rows(aborted)
     assert code == 3 and [r["severity"] for r in rows] == ["error"]
-    assert "nothing rebuilds the index before a read: read_committed readers would see the aborted data" in \
+    assert "Kafka rebuilds nothing before a read: its read_committed readers would see the aborted data" in \
         rows[0]["finding"]
 
 

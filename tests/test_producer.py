@@ -61,9 +61,9 @@ def test_full_batch_is_sent_without_flush(store):
     assert all(b.size <= 1024 + 100 for b in store.partition("t", 0).read(0, 1 << 30))
 
 
-def test_keys_pick_partitions_with_mmh3(store):
+def test_keys_pick_partitions_with_mmh3_when_named(store):
     store.create_topic("t", 5)
-    p = txlog.Producer(store)
+    p = txlog.Producer(store, partitioner="murmur3")  # the default is Kafka's murmur2: test_partitioner.py
     for i in range(20):
         key = b"key-%d" % i
         assert p.send("t", key=key, value=b"v").get().partition == mmh3.hash(key, signed=False) % 5

@@ -7,6 +7,7 @@ Names follow Kafka's Admin client (`list_transactions`, `describe_producers`,
 
 from __future__ import annotations
 
+import bisect
 import os
 import time
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from txlog.coordinator import (
 )
 from txlog.errors import (
     GroupNotEmptyError,
+    IllegalArgumentError,
     InvalidTxnStateError,
     NoOffsetForPartitionError,
     UnknownTopicOrPartitionError,
@@ -86,14 +88,21 @@ class ResetScope(Enum):
     TO_LATEST = "to-latest"
     TO_OFFSET = "to-offset"
     SHIFT_BY = "shift-by"
+    TO_DATETIME = "to-datetime"
+    BY_DURATION = "by-duration"
+    TO_CURRENT = "to-current"
+    FROM_FILE = "from-file"
 
 
 @dataclass(frozen=True, slots=True)
 class OffsetReset:
-    """One reset scenario; `value` is the offset of TO_OFFSET or the (signed) distance of SHIFT_BY."""
+    """One reset scenario. `value` is the offset of TO_OFFSET, the (signed) distance of SHIFT_BY,
+    the timestamp (ms) of TO_DATETIME or the look-back (ms) of BY_DURATION; `offsets` holds
+    FROM_FILE's (partition, offset) pairs."""
 
     scope: ResetScope
     value: int = 0
+    offsets: tuple[tuple[TopicPartition, int], ...] = ()
 
     @classmethod
     def to_earliest(cls) -> OffsetReset:
@@ -110,6 +119,38 @@ class OffsetReset:
     @classmethod
     def shift_by(cls, delta: int) -> OffsetReset:
         return cls(ResetScope.SHIFT_BY, delta)
+
+    @classmethod
+    def to_datetime(cls, timestamp_ms: int) -> OffsetReset:
+        """The first offset whose record timestamp is at or after `timestamp_ms` (the end if none is)."""
+        return cls(ResetScope.TO_DATETIME, timestamp_ms)
+
+    @classmethod
+    def by_duration(cls, duration_ms: int) -> OffsetReset:
+        """TO_DATETIME at `duration_ms` before now (the Admin's clock, read when the plan is made)."""
+        return cls(ResetScope.BY_DURATION, duration_ms)
+
+    @classmethod
+    def to_current(cls) -> OffsetReset:
+        """The committed offset as it is (the end for a partition without one), as Kafka's tool."""
+        return cls(ResetScope.TO_CURRENT)
+
+    @classmethod
+    def from_offsets(cls, offsets: Mapping[TopicPartition, int]) -> OffsetReset:
+        """Each partition to its own offset (kafka-consumer-groups --from-file); plan these partitions."""
+        return cls(ResetScope.FROM_FILE, offsets=tuple(sorted(offsets.items())))
+
+    @property
+    def partitions(self) -> list[TopicPartition]:
+        """FROM_FILE's partitions, in order."""
+        return [tp for tp, _ in self.offsets]
+
+    def offset_of(self, tp: TopicPartition) -> int:
+        """FROM_FILE's offset for `tp` (a binary search: the pairs are sorted)."""
+        i = bisect.bisect_left(self.offsets, tp, key=lambda pair: pair[0])
+        if i == len(self.offsets) or self.offsets[i][0] != tp:
+            raise IllegalArgumentError(f"the reset plan has no offset for {tp.topic}-{tp.partition}")
+        return self.offsets[i][1]
 
 
 def _now_ms() -> int:
@@ -306,10 +347,13 @@ class Admin:
         """The new committed offsets of kafka-consumer-groups --reset-offsets (its dry run), written by nothing.
 
         Every target is clamped into [log start, latest offset under read_committed], as
-        Kafka's tool clamps. Refused while the group has live members (GroupNotEmptyError):
-        they would overwrite the new offsets with their positions. SHIFT_BY moves the
-        committed offset and needs one (NoOffsetForPartitionError). Write the plan with
-        `alter_consumer_group_offsets`.
+        Kafka's tool clamps, except TO_CURRENT, which keeps the committed offset as it is.
+        Refused while the group has live members (GroupNotEmptyError): they would overwrite
+        the new offsets with their positions. SHIFT_BY moves the committed offset and needs
+        one (NoOffsetForPartitionError). TO_DATETIME / BY_DURATION take the first record at or
+        after the time (Kafka's ListOffsets by timestamp) and fall back to the end when no
+        record is that recent, as Kafka's tool does. FROM_FILE plans the partitions it names
+        (pass `reset.partitions`). Write the plan with `alter_consumer_group_offsets`.
         """
         description = self.group_coordinator.describe(group)
         if description is not None and description.members:
@@ -320,22 +364,31 @@ class Admin:
         tps = list(partitions)
         committed = self.list_consumer_group_offsets(group)
         ends = self.list_offsets(tps, IsolationLevel.READ_COMMITTED)
+        if reset.scope is ResetScope.BY_DURATION:  # now - duration, read once for every partition
+            reset = OffsetReset.to_datetime(self._clock() - reset.value)
         plan = {}
         for tp in tps:
+            if reset.scope is ResetScope.TO_CURRENT and tp in committed:
+                plan[tp] = committed[tp].offset
+                continue
             start, end = self.store.partition(tp.topic, tp.partition).log_start_offset, ends[tp]
             plan[tp] = min(max(self._reset_target(group, tp, reset, start, end, committed), start), end)
         return plan
 
-    @staticmethod
-    def _reset_target(group: str, tp: TopicPartition, reset: OffsetReset, start: int, end: int,
+    def _reset_target(self, group: str, tp: TopicPartition, reset: OffsetReset, start: int, end: int,
                       committed: Mapping[TopicPartition, OffsetAndMetadata]) -> int:
         """Where one partition would go before clamping."""
         if reset.scope is ResetScope.TO_EARLIEST:
             return start
-        if reset.scope is ResetScope.TO_LATEST:
+        if reset.scope in (ResetScope.TO_LATEST, ResetScope.TO_CURRENT):  # TO_CURRENT: no committed offset
             return end
         if reset.scope is ResetScope.TO_OFFSET:
             return reset.value
+        if reset.scope is ResetScope.FROM_FILE:
+            return reset.offset_of(tp)
+        if reset.scope is ResetScope.TO_DATETIME:
+            found = self.store.partition(tp.topic, tp.partition).offset_for_timestamp(reset.value)
+            return end if found is None else found
         current = committed.get(tp)
         if current is None:
             raise NoOffsetForPartitionError(f"group '{group}' has no committed offset for {tp.topic}-{tp.partition} "

@@ -501,8 +501,7 @@ class Consumer:
         if not result.records and result.next_offset >= result.last_stable_offset < result.high_watermark:
             self._maybe_abort_expired_transactions()
         state.position = max(start, result.next_offset)
-        used = sum(_approx_size(r) for r in result.records)
-        return result.records, moved, used
+        return result.records, moved, result.fetched_bytes
 
     def _maybe_abort_expired_transactions(self, interval_ms: int = EXPIRED_SWEEP_INTERVAL_MS) -> None:
         """Blocked at an open transaction's LSO: run the coordinator's sweep, a write.
@@ -693,11 +692,6 @@ class Consumer:
 
 def _offset_of(om: OffsetAndMetadata | int) -> int:
     return om if isinstance(om, int) else om[0]
-
-
-def _approx_size(record: ConsumerRecord) -> int:
-    """Bytes a record counts against fetch_max_bytes (key + value; headers are small)."""
-    return len(record.key or b"") + len(record.value or b"")
 
 
 def _is_single_partition(value: object) -> bool:

@@ -401,7 +401,7 @@ class TransactionCoordinator:
     def _end_prepared(self, part, txn_id, value, producer_id, epoch, commit) -> ProducerIdAndEpoch:
         decided_commit = value.state == TxnState.PREPARE_COMMIT
         if decided_commit != commit:
-            raise InvalidTxnStateError(f"transaction '{txn_id}' is already decided: {value.state.name}")
+            raise InvalidTxnStateError(f"transaction '{txn_id}' is already decided: {value.state.kafka_name}")
         if producer_id is not None and not _may_complete(value, producer_id, epoch):
             raise ProducerFencedError(f"producer {producer_id} epoch {epoch} is not the current instance of '{txn_id}'")
         done = self._complete(part, txn_id, value)
@@ -409,7 +409,7 @@ class TransactionCoordinator:
 
     def _forced_end(self, part, txn_id, value, commit) -> ProducerIdAndEpoch:
         if value is None or value.state != TxnState.ONGOING:
-            last = "expired" if value is None else value.state.name
+            last = "expired" if value is None else value.state.kafka_name
             raise InvalidTxnStateError(f"transactional id '{txn_id}' has no open transaction (last state: {last})")
         done = self._finish(part, txn_id, self._prepare(part, txn_id, value, commit, bump=1))
         return _next_ids(done)
@@ -425,7 +425,7 @@ class TransactionCoordinator:
         if not same_instance:
             return None
         if (value.state == TxnState.COMPLETE_COMMIT) != commit:
-            raise InvalidTxnStateError(f"the transaction already ended with {value.state.name}")
+            raise InvalidTxnStateError(f"the transaction already ended with {value.state.kafka_name}")
         return ProducerIdAndEpoch(value.producer_id, value.producer_epoch)
 
     def verify(self, transactional_id: str, producer_id: int, epoch: int, topic: str, partition: int) -> bool:

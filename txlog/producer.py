@@ -30,8 +30,6 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Callable, Iterable, Mapping
 
-import mmh3
-
 from storage.config import TopicConfig
 from storage.errors import KafkaError
 from storage.records import BatchBuilder, Compression, TimestampType
@@ -56,6 +54,7 @@ from txlog.fault_injection import FaultInjectingTransport, FaultPlan
 from txlog.group_coordinator import MemberRef
 from txlog.internal_topics import CONSUMER_OFFSETS_TOPIC
 from txlog.membership import ConsumerGroupMetadata
+from txlog.partitioner import DEFAULT_PARTITIONER, PARTITIONER_NAMES, named_partitioner
 from txlog.topic_partition import OffsetAndMetadata, TopicPartition
 from txlog.transport import Transport
 
@@ -198,6 +197,11 @@ def _headers(headers: Iterable | Mapping | None) -> list[tuple[str, bytes | None
 class Producer:
     """Sends records to a store's topics; idempotent by default, transactional with a transactional_id.
 
+    A keyed record goes where Kafka's Java producer puts it (`partitioner="murmur2"`, the
+    default); `partitioner="murmur3"` keeps txlog's earlier placement, a callable
+    `(key, partition_count) -> partition` decides every record. Keyless records stick to one
+    partition per batch.
+
     ::
 
         p = Producer("./data", transactional_id="app-1")
@@ -210,7 +214,7 @@ class Producer:
                  enable_idempotence: bool | None = None, acks: int | str = "all", retries: int = 10,
                  batch_size: int = 16384, linger_ms: int = 5, compression_type: str | None = None,
                  transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS,
-                 partitioner: Callable[[bytes | None, int], int] | None = None,
+                 partitioner: str | Callable[[bytes | None, int], int] | None = None,
                  faults: FaultPlan | None = None, clock: Callable[[], int] | None = None,
                  transport: Transport | None = None):
         if transactional_id is not None and enable_idempotence is False:
@@ -221,6 +225,9 @@ class Producer:
             raise InvalidConfigurationError(f"compression_type must be one of {', '.join(Compression.kafka_names())}")
         if not isinstance(retries, int) or retries < 0 or not isinstance(batch_size, int) or batch_size <= 0:
             raise InvalidConfigurationError("retries must be ≥ 0 and batch_size > 0")
+        if not callable(partitioner) and partitioner not in (None, *PARTITIONER_NAMES):
+            raise InvalidConfigurationError(
+                f"partitioner must be one of {', '.join(PARTITIONER_NAMES)} or a callable, not {partitioner!r}")
         self._own_store = not isinstance(store, Store)
         self.store = Store.open(store) if self._own_store else store
         self.transactional_id = transactional_id
@@ -231,7 +238,10 @@ class Producer:
         self.linger_ms = linger_ms
         self.compression = Compression[(compression_type or "none").upper()]
         self.transaction_timeout_ms = transaction_timeout_ms
-        self._partitioner = partitioner
+        # partitioner: a name (Kafka's murmur2 by default, or murmur3; txlog/partitioner.py) hashes
+        # keyed records only; a callable is kafka-python's hook and sees every record, keyless too.
+        self._partitioner = partitioner if callable(partitioner) else None
+        self._key_partition = named_partitioner(partitioner if isinstance(partitioner, str) else DEFAULT_PARTITIONER)
         self._clock = clock or _now_ms
         # Every request to the log goes through the transport; `faults` wraps it in a fault plan.
         transport = transport if transport is not None else Transport(self.store, clock=clock)
@@ -326,7 +336,7 @@ class Producer:
         if count == 1:  # nothing to hash or to stick to; a hash per send was 6 % of its cost
             return 0
         if key is not None:
-            return mmh3.hash(key, signed=False) % count
+            return self._key_partition(key, count)
         sticky = self._sticky.get(topic)
         if sticky is None:  # sticky partitioner: fill one batch, then move on
             sticky = (self._sticky.get(f"\0{topic}", -1) + 1) % count
@@ -419,7 +429,7 @@ class Producer:
 
     def _batch_failed(self, exc: KafkaError) -> None:
         if isinstance(exc, _FENCING):
-            self._fatal = ProducerFencedError(str(exc)) if isinstance(exc, InvalidProducerEpochError) and \
+            self._fatal = self._fenced(exc) if isinstance(exc, InvalidProducerEpochError) and \
                 self.transactional_id is not None else exc
             self._state = _State.FENCED if self.transactional_id is not None else self._state
         elif isinstance(exc, (OutOfOrderSequenceError, UnknownProducerIdError)) and self.transactional_id is None:
@@ -427,6 +437,13 @@ class Producer:
         if self.transactional_id is not None and self._state is _State.IN_TRANSACTION:
             self._txn_error = exc
             self._state = _State.ABORTABLE
+
+    def _fenced(self, exc: KafkaError) -> ProducerFencedError:
+        """The log's epoch check in user terms: a newer instance of the transactional id took over
+        (its init_transactions bumped the epoch and aborted our open transaction)."""
+        return ProducerFencedError(
+            f"transactional id '{self.transactional_id}' was fenced by a newer instance of it; this producer's "
+            f"transaction was aborted (producer id {self._ids.producer_id} epoch {self._ids.epoch}: {exc})")
 
     def _outcome_unknown_all(self) -> None:
         if self.idempotent:
@@ -559,7 +576,7 @@ class Producer:
             ids = self._retry_concurrent(lambda: self._transport.end_txn(
                 self.transactional_id, self._ids.producer_id, self._ids.epoch, commit))
         except _FENCING as exc:
-            self._fatal = exc if isinstance(exc, ProducerFencedError) else ProducerFencedError(str(exc))
+            self._fatal = exc if isinstance(exc, ProducerFencedError) else self._fenced(exc)
             self._state = _State.FENCED
             raise self._fatal from exc
         self._set_ids(ids)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from storage.config import TopicConfig
@@ -52,8 +53,10 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def check_store(store: Store, topic: str | None = None, *, now: int | None = None) -> StoreCheckReport:
-    """Every check over the store (or one topic's partitions); never writes."""
+def check_store(store: Store, topic: str | None = None, *, now: int | None = None,
+                progress: Callable[[StoreCheckReport], None] | None = None) -> StoreCheckReport:
+    """Every check over the store (or one topic's partitions); never writes. `progress` is called
+    with the report so far after each partition (the CLI's progress line)."""
     now = _now_ms() if now is None else now
     findings = Findings()
     report = StoreCheckReport(findings)
@@ -68,6 +71,8 @@ def check_store(store: Store, topic: str | None = None, *, now: int | None = Non
     for name in ([topic] if topic is not None else store.list_topics(include_internal=True)):
         for p in store.partitions(name):  # a Kafka log dir may hold only some: those are what there is to check
             _check_partition(report, store, name, p, by_producer, expired, now, checkpoints)
+            if progress is not None:
+                progress(report)
         if store.absent_partitions(name):
             report.absent[name] = store.absent_partitions(name)
     _check_coordinator(findings, descriptions, topic, expired, now)

@@ -2,6 +2,7 @@
 
 Run: python tests/benchmarks/bench_producer.py [--records N] [--sizes 16384:5,1048576:100]
          [--txn-sizes 1,10,100,1000] [--txn-records N] [--max-txns N] [--reps R] [--profile]
+         [--partitions P] [--partitioner murmur2|murmur3] [--distinct-keys K]
 
 Part 1 - durable send throughput. `Producer.send` of N records (10-byte key, 100-byte
 value, one partition) followed by one `flush`, timed from the first send until flush
@@ -13,6 +14,13 @@ partitioner, no futures, no I/O, and timestamps computed before the timer starts
 `--sizes` entry is `batch_size:linger_ms`; 16384:5 is the producer's default, 1048576:100
 is a throughput setting (a 1 MiB batch needs a linger long enough to fill it, as in
 Kafka). Target: txlog >= 2x kafka-python's encode-only rate.
+
+With `--partitions P` (P > 1) part 1 writes to a P-partition topic, so every keyed send is
+hashed (a one-partition topic skips the partitioner): this is the cost of the key hash
+(`--partitioner`, default Kafka's murmur2 in pure Python, cached per key; murmur3 is mmh3 in
+C). Keys are all distinct by default (the cache never hits: the worst case);
+`--distinct-keys K` reuses K keys (the cache's usual case). The baseline still encodes one
+stream of batches, so compare the txlog columns of runs with different flags, not the ratio.
 
 Part 2 - transactions. A transactional producer runs begin / K sends / commit for K in
 `--txn-sizes` (default batch_size), against an idempotent non-transactional producer
@@ -70,13 +78,16 @@ NO_HEADERS = ()
 Records = list[tuple[bytes, bytes, int]]
 
 
-def make_records(count: int) -> Records:
+def make_records(count: int, distinct_keys: int = 0) -> Records:
     """(key, value, timestamp): random bytes (sizes matter, content does not), one timestamp.
 
     kafka-python gets the timestamps; txlog stamps records itself, as a producer does.
+    `distinct_keys` > 0 draws the keys from that many (a partitioner cache then hits).
     """
     ts = int(time.time() * 1000)
-    return [(os.urandom(KEY_BYTES), os.urandom(VALUE_BYTES), ts) for _ in range(count)]
+    pool = [os.urandom(KEY_BYTES) for _ in range(distinct_keys)]
+    return [(pool[i % distinct_keys] if pool else os.urandom(KEY_BYTES), os.urandom(VALUE_BYTES), ts)
+            for i in range(count)]
 
 
 # ---- part 1: send + flush ---------------------------------------------------------------------------
@@ -106,23 +117,24 @@ def kafka_python_encode(records: Records, batch_size: int) -> tuple[Sample, int]
 
 
 def count_batches(store: Store, topic: str) -> int:
-    """Data batches in partition 0 (control batches included), by walking its .log files."""
-    log = store.partition(topic, 0)
+    """Data batches in every partition (control batches included), by walking the .log files."""
     total = 0
-    for seg in log.segments:
-        with FileRecords.open(seg.log_path) as records:
-            total += sum(1 for _ in records.batches())
+    for partition in range(store.partition_count(topic)):
+        for seg in store.partition(topic, partition).segments:
+            with FileRecords.open(seg.log_path) as records:
+                total += sum(1 for _ in records.batches())
     return total
 
 
 def txlog_send(workdir: str, records: Records, batch_size: int, linger_ms: int,
-               profiler: cProfile.Profile | None = None) -> tuple[Sample, int]:
+               profiler: cProfile.Profile | None = None, partitions: int = 1,
+               partitioner: str = "murmur2") -> tuple[Sample, int]:
     """send() every record then flush(), on a fresh store; (sample, batches written)."""
     root = tempfile.mkdtemp(prefix="send-", dir=workdir)
     store = Store.open(root)
     try:
-        store.create_topic(TOPIC, 1)
-        producer = Producer(store, batch_size=batch_size, linger_ms=linger_ms)
+        store.create_topic(TOPIC, partitions)
+        producer = Producer(store, batch_size=batch_size, linger_ms=linger_ms, partitioner=partitioner)
         send = producer.send
         if profiler is not None:
             profiler.enable()
@@ -133,8 +145,8 @@ def txlog_send(workdir: str, records: Records, batch_size: int, linger_ms: int,
         if profiler is not None:
             profiler.disable()
         producer.close()
-        log = store.partition(TOPIC, 0)
-        assert log.log_end_offset == len(records), (log.log_end_offset, len(records))
+        written = sum(store.partition(TOPIC, p).log_end_offset for p in range(partitions))
+        assert written == len(records), (written, len(records))
         return sample[0], count_batches(store, TOPIC)
     finally:
         store.close()
@@ -279,6 +291,12 @@ def main() -> None:
     parser.add_argument("--dir", help="parent of the scratch directory (default <repo>/.bench-tmp)")
     parser.add_argument("--skip-send", action="store_true", help="skip part 1")
     parser.add_argument("--skip-txn", action="store_true", help="skip part 2")
+    parser.add_argument("--partitions", type=int, default=1,
+                        help="partitions of part 1's topic (default 1: no key is hashed)")
+    parser.add_argument("--partitioner", default="murmur2", choices=["murmur2", "murmur3"],
+                        help="the producer's key partitioner in part 1 (default murmur2)")
+    parser.add_argument("--distinct-keys", type=int, default=0,
+                        help="draw keys from this many (default 0: every key distinct)")
     parser.add_argument("--profile", action="store_true",
                         help="also cProfile one send+flush run (first --sizes entry) and one run at 1000 records/txn")
     args = parser.parse_args()
@@ -286,7 +304,7 @@ def main() -> None:
     FsyncMeter.install()
     sizes = parse_sizes(args.sizes)
     txn_sizes = [int(s) for s in args.txn_sizes.split(",")]
-    records = make_records(max(args.records, args.txn_records))
+    records = make_records(max(args.records, args.txn_records), args.distinct_keys)
     send_records = records[:args.records]
     counts = {0: args.txn_records, **{k: min(args.txn_records, k * args.max_txns) for k in txn_sizes}}
 
@@ -297,9 +315,12 @@ def main() -> None:
                 for row in rows:
                     sample, row.kp_batches = kafka_python_encode(send_records, row.batch_size)
                     row.kp.append(sample)
-                    sample, row.tx_batches = txlog_send(workdir, send_records, row.batch_size, row.linger_ms)
+                    sample, row.tx_batches = txlog_send(workdir, send_records, row.batch_size, row.linger_ms,
+                                                        partitions=args.partitions, partitioner=args.partitioner)
                     row.tx.append(sample)
             print_send(rows, len(send_records), args.reps)
+            print(f"txlog wrote to {args.partitions} partition(s) with partitioner {args.partitioner}, keys "
+                  f"{'from ' + format(args.distinct_keys, ',') if args.distinct_keys else 'all distinct'}")
 
         if not args.skip_txn:
             samples: dict[int, list[Sample]] = {size: [] for size in counts}
@@ -311,7 +332,7 @@ def main() -> None:
         if args.profile:
             size, linger = sizes[0]
             profiler = cProfile.Profile()
-            txlog_send(workdir, send_records, size, linger, profiler)
+            txlog_send(workdir, send_records, size, linger, profiler, args.partitions, args.partitioner)
             print(f"\ncProfile of one send+flush run (batch_size {size}, linger_ms {linger}), top 25 by own time:")
             pstats.Stats(profiler, stream=sys.stdout).strip_dirs().sort_stats("tottime").print_stats(25)
             profiler = cProfile.Profile()

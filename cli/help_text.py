@@ -1,0 +1,138 @@
+"""Examples at the end of every verb's `--help` (click's epilog), in one table.
+
+Two or three command lines per verb, each one a user can paste. The verbs whose docstring
+already ends with examples (`process`, `groups describe`) are not repeated here. Every verb's
+help also says that the global options may follow the verb (cli.flags).
+"""
+
+from __future__ import annotations
+
+# The one-line summaries of `txlog --help` and `txlog GROUP --help` (click cuts a docstring's first
+# sentence at the width of the list, mid-word); each fits an 80-column terminal whole.
+SUMMARIES: dict[str, str] = {
+    "produce": "Write records, one per line (kafka-console-producer, kcat -P).",
+    "sql": "Run a Spark SQL query over the store (one view per topic).",
+    "topics create": "Create a topic.",
+    "topics list": "Every topic: partitions, size, end offsets.",
+    "topics describe": "Describe topics: partitions, configs, offsets.",
+    "transactions list": "List transactional ids and their states.",
+    "transactions describe": "Describe one transactional id.",
+    "transactions describe-producers": "The producers a partition remembers.",
+    "transactions find-hanging": "Find open transactions no coordinator will end.",
+    "transactions abort": "Abort a hanging transaction in one partition.",
+    "groups list": "List consumer groups.",
+    "groups describe": "Describe groups: offsets and lag, members or state.",
+    "groups reset-offsets": "Plan or write new committed offsets of a group.",
+    "groups delete-offsets": "Delete a group's committed offsets.",
+}
+
+GLOBALS_NOTE = "Global options (--data-dir DIR, -q) may also be given after the verb."
+
+EXAMPLES: dict[str, tuple[str, ...]] = {
+    "produce": (
+        "seq 1000 | txlog produce -t orders",
+        "txlog produce -t orders -K : keyed.txt              # each line is KEY:VALUE",
+        "txlog produce -t orders --transactional-id load-1 batch.txt   # all or nothing",
+    ),
+    "consume": (
+        "txlog consume -t orders -o beginning -e",
+        "txlog consume -t orders -g billing --follow -J      # kcat's JSON envelope",
+        "txlog consume -t orders -o -10 --property print.key=true --timestamp-format iso",
+    ),
+    "commit": (
+        "txlog produce -t orders --transactional-id load-1 --no-commit batch.txt",
+        "txlog commit --transactional-id load-1",
+        "txlog commit --transactional-id load-1 --output json",
+    ),
+    "abort": (
+        "txlog abort --transactional-id load-1",
+        "txlog transactions find-hanging",
+        "txlog abort -t orders -p 0 --start-offset 1200",
+    ),
+    "demo": (
+        "txlog demo",
+        "txlog --data-dir /tmp/demo demo",
+    ),
+    "inspect": (
+        "txlog inspect txlog-data/orders-0/00000000000000000000.log --deep-iteration",
+        "txlog inspect --files a.log,a.index --verify-index-only",
+        "txlog inspect /var/lib/kafka/data/orders-0 --print-data-log --output jsonl",
+    ),
+    "verify": (
+        "txlog verify",
+        "txlog verify -t orders --output json",
+        "txlog verify --progress 2> verify.log     # periodic lines when stderr is not a terminal",
+    ),
+    "sql": (
+        "txlog sql \"SELECT key, count(*) FROM orders GROUP BY key\"",
+        "txlog sql --file report.sql --output csv",
+        "txlog sql          # an interactive shell on a terminal",
+    ),
+    "topics create": (
+        "txlog topics create orders --partitions 3",
+        "txlog topics create orders --config retention.ms=86400000 --if-not-exists",
+        "txlog topics create orders.eu_v2     # letters, digits, '.', '_', '-' (not first)",
+    ),
+    "topics list": (
+        "txlog topics list",
+        "txlog topics list --exclude-internal --output json",
+        "txlog topics list --output csv | tail -n +2 | cut -d, -f1    # names only",
+    ),
+    "topics describe": (
+        "txlog topics describe orders",
+        "txlog topics describe --output table",
+        "txlog topics describe orders --output json",
+    ),
+    "topics alter": (
+        "txlog topics alter orders --partitions 6",
+        "txlog topics alter orders --config retention.ms=3600000 --delete-config segment.bytes",
+    ),
+    "topics delete": (
+        "txlog topics delete orders",
+        "txlog topics delete orders --if-exists",
+    ),
+    "transactions list": (
+        "txlog transactions list",
+        "txlog transactions list --state Ongoing --duration-filter 60000",
+        "txlog transactions list --no-sweep --output json",
+    ),
+    "transactions describe": (
+        "txlog transactions describe --transactional-id load-1",
+        "txlog transactions describe --transactional-id load-1 --output json",
+    ),
+    "transactions describe-producers": (
+        "txlog transactions describe-producers -t orders -p 0",
+        "txlog transactions describe-producers -t orders -p 0 --output table",
+    ),
+    "transactions find-hanging": (
+        "txlog transactions find-hanging",
+        "txlog transactions find-hanging -t orders --max-transaction-timeout 5",
+    ),
+    "transactions abort": (
+        "txlog transactions find-hanging -t orders",
+        "txlog transactions abort -t orders -p 0 --start-offset 1200",
+    ),
+    "groups list": (
+        "txlog groups list",
+        "txlog groups list --state --output json",
+    ),
+    "groups reset-offsets": (
+        "txlog groups reset-offsets -g billing --topic orders --to-earliest",
+        "txlog groups reset-offsets -g billing --topic orders:0,1 --shift-by -100 --execute",
+        "txlog groups reset-offsets -g billing --all-topics --to-datetime 2026-01-31T09:00:00.000",
+        "txlog groups reset-offsets -g billing --topic orders --by-duration PT1H --export > plan.csv",
+        "txlog groups reset-offsets -g billing --from-file plan.csv --execute",
+    ),
+    "groups delete-offsets": (
+        "txlog groups delete-offsets -g billing --topic orders",
+        "txlog groups delete-offsets -g billing --topic orders:0 --output json",
+    ),
+}
+
+
+def epilog(path: str) -> str | None:
+    """The epilog for the verb at `path` ("consume", "topics create"); click keeps `\\b` blocks as written."""
+    lines = EXAMPLES.get(path)
+    if lines is None:
+        return "\b\n" + GLOBALS_NOTE
+    return "\b\nExamples:\n" + "\n".join(f"  {line}" for line in lines) + "\n\n\b\n" + GLOBALS_NOTE
