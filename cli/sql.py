@@ -598,6 +598,16 @@ def _run_script(ctx: typer.Context, session: _Session, statements: list[Statemen
             raise
 
 
+def _read_line(prompt: str) -> str:
+    """One line at the prompt, where Ctrl-C must raise KeyboardInterrupt (it drops the line).
+
+    Python's own handler is put back before every read: a Spark call's handler (or pyspark's)
+    left installed would only note the signal, and the shell would sit at its prompt.
+    """
+    _python_sigint()
+    return input(prompt)
+
+
 def _run_shell(ctx: typer.Context, session: _Session) -> None:
     def reported(action: Callable[..., None]) -> Callable[..., None]:
         def run(*args: Any) -> None:
@@ -611,7 +621,7 @@ def _run_shell(ctx: typer.Context, session: _Session) -> None:
     run_shell(ShellActions(
         run=reported(session.run), tables=reported(session.tables), schema=reported(session.schema),
         error=error_line, interrupted=lambda: error_line(f"{INTERRUPTED}; the statement was cancelled"),
-    ))
+    ), read_line=_read_line)
 
 
 # ---- the command --------------------------------------------------------------------------------
