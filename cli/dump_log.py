@@ -26,6 +26,7 @@ from storage.file_records import FileRecords
 from storage.legacy_records import LegacyMessage, records_of
 from storage.log_files import (
     BOOTSTRAP_CHECKPOINT,
+    HIGH_WATERMARK_FILE,
     INDEX_FILE_SUFFIX,
     KRAFT_SNAPSHOT_FILE_SUFFIX,
     LOG_FILE_SUFFIX,
@@ -432,6 +433,18 @@ def dump_txn_index(path: str, opts: Options, problems: Problems) -> Iterator[dic
                "firstOffset": e.first_offset, "lastOffset": e.last_offset, "lastStableOffset": e.last_stable_offset}
 
 
+def dump_high_watermark(path: str, opts: Options, problems: Problems) -> Iterator[dict[str, Any]]:
+    """txlog's own `txlog.high-watermark` (no Kafka counterpart): the offset its log is known durable to."""
+    from storage.high_watermark import UNREADABLE, decode
+
+    with open(path, "rb") as f:
+        value = decode(f.read())
+    if value == UNREADABLE:
+        problems.other.append(f"{path} holds no valid high watermark (the partition's next writer rewrites it)")
+        return
+    yield {"type": "message", "text": f"highWatermark: {value}"}
+
+
 def dump_snapshot(path: str, opts: Options, problems: Problems) -> Iterator[dict[str, Any]]:
     with open(path, "rb") as f:  # the bytes as they are: a damaged snapshot is reported, not skipped
         data = f.read()
@@ -467,6 +480,7 @@ DUMPERS: dict[str, Callable[[str, Options, Problems], Iterator[dict[str, Any]]]]
     PRODUCER_SNAPSHOT_FILE_SUFFIX: dump_snapshot,
     TXN_INDEX_FILE_SUFFIX: dump_txn_index,
     KRAFT_SNAPSHOT_FILE_SUFFIX: dump_kraft_snapshot,
+    HIGH_WATERMARK_FILE: dump_high_watermark,  # a whole name: dumped when named, not picked from a directory
 }
 
 

@@ -58,7 +58,9 @@ PRODUCER_PROPERTIES = {
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 ACKS = ("all", "-1", "0", "1")
 READ_SIZE = 1 << 16
-PENDING_FUTURES = 10_000  # flush (and tally offsets) at least this often
+PENDING_FUTURES = 10  # chunks in flight: flush (and tally offsets) at least this often
+CHUNK_RECORDS = 10_000  # lines per produce_many call
+CHUNK_BYTES = 4 << 20  # ... or fewer, once their keys and values reach this size
 
 
 class _LineError(Exception):
@@ -201,8 +203,41 @@ def _read_lines(fd: int, on_idle: Callable[[], None]) -> Iterator[tuple[int, byt
         yield number + 1, last[:-1] if last.endswith(b"\r") else last
 
 
+class _Chunk:
+    """Parsed lines collected column by column, for one `Producer.produce_many` call.
+
+    The producer encodes a chunk's batches natively; a record per `send` cost more than
+    reading and parsing its line.
+    """
+
+    def __init__(self) -> None:
+        self.keys: list[bytes | None] = []
+        self.values: list[bytes | None] = []
+        self.headers: list[list[tuple[str, bytes | None]]] = []
+        self.any_headers = False
+        self.size = 0
+
+    def add(self, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes | None]]) -> None:
+        self.keys.append(key)
+        self.values.append(value)
+        self.headers.append(headers)
+        self.any_headers = self.any_headers or bool(headers)
+        self.size += (len(value) if value else 0) + (len(key) if key else 0)
+
+    def full(self) -> bool:
+        return len(self.values) >= CHUNK_RECORDS or self.size >= CHUNK_BYTES
+
+    def send(self, producer: Any, topic: str, partition: int | None, tally: "_Tally") -> None:
+        """Hand the chunk to the producer (its future goes to the tally) and start a new one."""
+        if self.values:
+            keys = self.keys if any(k is not None for k in self.keys) else None
+            tally.pending.append(producer.produce_many(topic, self.values, keys, partition=partition,
+                                                       headers=self.headers if self.any_headers else None))
+        self.__init__()
+
+
 class _Tally:
-    """Records sent per partition and their offset ranges, from the send futures."""
+    """Records sent per partition and their offset ranges, from the produce_many futures."""
 
     def __init__(self) -> None:
         self.pending: list[Any] = []
@@ -212,14 +247,18 @@ class _Tally:
 
     def settle(self) -> None:
         for future in self.pending:
-            meta = future.get()  # the batch was sent by the flush before: raises its error, if any
-            self.count += 1
-            if meta.offset < 0:
-                self.unknown.add(meta.partition)
-                continue
-            r = self.ranges.setdefault(meta.partition, [meta.offset, meta.offset])
-            r[0], r[1] = min(r[0], meta.offset), max(r[1], meta.offset)
+            future.get()  # the batches were sent by the flush before: raises the first error, if any
+            self._count(future.batches())
         self.pending.clear()
+
+    def _count(self, batches: list[tuple[int, int, int, BaseException | None]]) -> None:
+        for partition, base, records, _ in batches:
+            self.count += records
+            if base < 0:
+                self.unknown.add(partition)
+                continue
+            r = self.ranges.setdefault(partition, [base, base + records - 1])
+            r[0], r[1] = min(r[0], base), max(r[1], base + records - 1)
 
     def summary(self, topic: str) -> str:
         parts = [f"partition {p} offsets {lo}-{hi}" for p, (lo, hi) in sorted(self.ranges.items())]
@@ -228,16 +267,12 @@ class _Tally:
         where = f": {', '.join(parts)}" if parts else ""
         return f"Produced {self.count} {noun} to {topic}{where}."
 
-
     def settle_written(self) -> None:
-        """Count what reached the log and drop the rest, never raising: after an interruption or a failure,
-        a batch that was not appended is not counted (its future holds the error, or never resolved)."""
-        still = [f for f in self.pending if f.done() and f.exception() is None]
-        self.pending = still
-        try:
-            self.settle()
-        except Exception:  # noqa: BLE001  checked above: every remaining future succeeded
-            self.pending.clear()
+        """Count what reached the log, never raising: after an interruption or a failure, a batch that
+        was not appended is not counted (its future holds the error, or never resolved)."""
+        for future in self.pending:
+            self._count([b for b in future.batches_done() if b[3] is None])
+        self.pending.clear()
 
 
 class _SizeGuard:
@@ -362,7 +397,10 @@ def produce(
     compression: Annotated[str, typer.Option(
         "--compression-codec", "-z", metavar="|".join(CODECS), help="Compression of the written batches.",
     )] = "none",
-    acks: Annotated[str, typer.Option("--acks", metavar="|".join(ACKS), help="Acknowledgements to wait for.")] = "all",
+    acks: Annotated[str, typer.Option(
+        "--acks", metavar="|".join(ACKS), help="What a record's acknowledgement waits for: all = written "
+        "and fdatasynced (survives power loss), 1 = written, 0 = nothing (offsets unknown); 0 and 1 turn "
+        "idempotence off.")] = "all",
     no_idempotence: Annotated[bool, typer.Option(
         "--no-idempotence", help="Send without producer id and sequence numbers.",
     )] = False,
@@ -435,7 +473,7 @@ def _run(ctx: typer.Context, store: Any, parser: _LineParser, fd: int, topic: st
          progress: bool = False) -> None:
     from txlog.producer import Producer
 
-    producer = Producer(store, transactional_id=transactional_id, enable_idempotence=idempotent,
+    producer = Producer(store, transactional_id=transactional_id, enable_idempotence=None if idempotent else False,
                         acks=acks, compression_type=None if compression == "none" else compression,
                         transaction_timeout_ms=transaction_timeout_ms, partitioner=partitioner)
     tally = _Tally()
@@ -443,15 +481,17 @@ def _run(ctx: typer.Context, store: Any, parser: _LineParser, fd: int, topic: st
     skipped = _Skipped()
     leave_open = False
     shown = Progress(ctx, "produce", lambda n: count(n, "line"), asked=progress)
+    chunk = _Chunk()
     with _Signals() as signals, shown:
         try:
             if transactional_id is not None:
                 producer.init_transactions()
                 producer.begin_transaction()
 
-            def on_idle() -> None:
-                if tally.pending:
+            def on_idle() -> None:  # the input would block: what was read so far goes out now
+                if chunk.values or tally.pending:
                     signals.reading = False
+                    chunk.send(producer, topic, partition, tally)
                     producer.flush()
                     tally.settle()
                     signals.check()
@@ -466,10 +506,13 @@ def _run(ctx: typer.Context, store: Any, parser: _LineParser, fd: int, topic: st
                     guard.check(len(line), k, v, headers)
                 except _LineError as exc:
                     if not parser.ignore_error:
+                        chunk.send(producer, topic, partition, tally)
                         _stop_at(number, exc, producer, tally, topic, transactional_id)
                     skipped.skip(number, exc)
                 else:
-                    tally.pending.append(producer.send(topic, value=v, key=k, partition=partition, headers=headers))
+                    chunk.add(k, v, headers)
+                    if chunk.full():
+                        chunk.send(producer, topic, partition, tally)
                 if len(tally.pending) >= PENDING_FUTURES:
                     producer.flush()
                     tally.settle()
@@ -477,6 +520,7 @@ def _run(ctx: typer.Context, store: Any, parser: _LineParser, fd: int, topic: st
                 signals.check()
                 signals.reading = True
             signals.reading = False
+            chunk.send(producer, topic, partition, tally)
             producer.flush()
             tally.settle()
             signals.check()
@@ -486,6 +530,8 @@ def _run(ctx: typer.Context, store: Any, parser: _LineParser, fd: int, topic: st
                 producer.commit_transaction()
         except (KeyboardInterrupt, _Interrupted):
             signals.reading = False
+            if transactional_id is None:  # lines read before the signal are written, as they always were
+                _send_quietly(chunk, producer, topic, partition, tally)
             _finish_quietly(producer)
             tally.settle_written()  # close() sent what was buffered (and aborted it, in a transaction)
             status(ctx, _interrupted_message(tally, topic, transactional_id))
@@ -519,6 +565,14 @@ def _result(tally: _Tally, topic: str, transactional_id: str | None, transaction
             "transaction": transaction if transactional_id is not None else None}
 
 
+def _send_quietly(chunk: _Chunk, producer: Any, topic: str, partition: int | None, tally: _Tally) -> None:
+    """Hand the lines already read to the producer on the way out; a failure is reported by the close."""
+    try:
+        chunk.send(producer, topic, partition, tally)
+    except Exception:  # noqa: BLE001  the interruption is what gets reported
+        pass
+
+
 def _finish_quietly(producer: Any) -> None:
     """Close the producer (aborting an open transaction) with SIGINT/SIGTERM held off; never raise over
     the error that brought us here."""
@@ -544,7 +598,7 @@ def _stop_at(number: int, exc: _LineError, producer: Any, tally: _Tally, topic: 
 
 
 def _line_error(number: int, exc: _LineError, tally: _Tally, topic: str, transactional_id: str | None) -> str:
-    sent = tally.count + len(tally.pending)
+    sent = tally.count + sum(future.records for future in tally.pending)
     if transactional_id is not None:
         after = f"transaction '{transactional_id}' aborted: nothing from this input is visible"
     elif sent:

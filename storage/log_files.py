@@ -29,6 +29,7 @@ __all__ = [
     "TIME_INDEX_FILE_SUFFIX",
     "TMP_SUFFIX",
     "TXN_INDEX_FILE_SUFFIX",
+    "HIGH_WATERMARK_FILE",
     "filename_prefix",
     "is_log_file",
     "log_file",
@@ -51,6 +52,9 @@ KRAFT_SNAPSHOT_FILE_SUFFIX = ".checkpoint"
 DELETED_FILE_SUFFIX = ".deleted"
 CLEANED_FILE_SUFFIX = ".cleaned"
 SWAP_FILE_SUFFIX = ".swap"
+
+#: The partition's high watermark (storage/high_watermark.py): not a segment file, never a leftover or an orphan.
+HIGH_WATERMARK_FILE = "txlog.high-watermark"
 
 #: The derived files of a segment, rebuilt from its `.log`.
 INDEX_FILE_SUFFIXES = (INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, TXN_INDEX_FILE_SUFFIX)

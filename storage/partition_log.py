@@ -4,11 +4,15 @@ There is no broker. Every process that opens a partition keeps its own view (seg
 producer state) and brings it up to date from the files before acting:
 
 * Writers take the partition's flock and, holding it, *catch up* on the tail other
-  processes wrote, validate, append, fsync (one per call), then update their view.
+  processes wrote, validate, append, fdatasync (one per call, unless the caller asks for
+  none: a transaction's data is synced once at its commit), then update their view.
   Under the lock every byte past the last whole batch belongs to a dead writer, so a
   torn tail may be cut there.
 * Readers take no lock; they read whole, CRC-valid batches only and stop quietly at a
   partial tail, which may be a write in flight.
+* The high watermark (`storage/high_watermark.py`) is the offset below which the log is
+  known to be fdatasync'ed; every fdatasync publishes it, and readers of records
+  (`txlog/fetch.py`) stop there, so none sees a record a power loss could take away.
 
 The rest sits beside the log, along Kafka's seams: recovery at open and the replay that
 catching up shares with it in `log_loader.py` (LogLoader), when producer-state snapshots
@@ -35,6 +39,7 @@ from typing import Callable
 from storage.config import TopicConfig
 from storage.errors import (
     CorruptIndexError,
+    KafkaError,
     CorruptRecordError,
     InvalidRecordError,
     KafkaStorageError,
@@ -44,6 +49,7 @@ from storage.errors import (
 )
 from storage.extent import SegmentExtent
 from storage.file_records import FileRecords
+from storage.high_watermark import HighWatermarkFile, writer_lock_if_free
 from storage.legacy_records import LegacyMessage
 from storage.lock import FileLock
 from storage.log_files import log_file
@@ -102,6 +108,20 @@ def _scan_end(seg: LogSegment, position: int, end: int, budget: int) -> int:
     return min(end, max(want, position + header.size))
 
 
+def _consecutive(batches: list[tuple[RecordBatch, int]]) -> bool:
+    """One idempotent producer's batches with consecutive sequences: the shape of a group commit."""
+    first = batches[0][0]
+    return first.producer_id >= 0 and all(
+        b.producer_id == first.producer_id and b.producer_epoch == first.producer_epoch
+        and b.base_sequence == ((a.last_sequence + 1) & 0x7FFFFFFF)
+        for (a, _), (b, _) in zip(batches, batches[1:]))
+
+
+def _duplicate_of(plan: ProducerAppend, batch: RecordBatch) -> BatchMetadata | None:
+    return plan.check_data(batch.producer_id, batch.producer_epoch, batch.base_sequence, batch.last_sequence,
+                           batch.is_transactional)
+
+
 class PartitionLog:
     """Append, read, recover and retain one partition directory."""
 
@@ -121,6 +141,10 @@ class PartitionLog:
             expiration_ms=config.producer_id_expiration_ms, max_producers=config.max_producer_ids
         )
         self._txn_check = TxnIndexCheck()
+        self._hw_file = HighWatermarkFile(directory, writable=not read_only)
+        # The offset through which this view knows the log is fdatasync'ed (its own syncs, or
+        # the HW file's word); the HW readers get is this, capped at the log end.
+        self._durable = 0
         self._loader = LogLoader(directory, config, self._segments, self._state, self._txn_check,
                                  read_only=read_only, clock=clock)
         self._failed: str | None = None
@@ -133,6 +157,7 @@ class PartitionLog:
             os.makedirs(directory, exist_ok=True)
             with self._mutex, self._lock:
                 self._loader.load(repair=True)
+                self._recover_high_watermark()
 
     # ---- public properties ---------------------------------------------------------------------
 
@@ -168,6 +193,69 @@ class PartitionLog:
 
     def _lso(self) -> int:
         return self._state.last_stable_offset(self._segments[0].base_offset, self._segments[-1].next_offset)
+
+    @property
+    def high_watermark(self) -> int:
+        """The offset below which the log is known to be fdatasync'ed: where readers of records stop.
+
+        A read that may write: when the HW file says less than the log end and no writer
+        holds the partition's lock (the writer died, or is between calls, before syncing),
+        this view fdatasyncs the tail itself and publishes the HW (a read-only view keeps
+        it in memory). See `_high_watermark`.
+        """
+        with self._mutex:
+            self._catch_up(repair=False)
+            return self._high_watermark()
+
+    def visible_bounds(self, *, committed_only: bool = False) -> tuple[int, int, int, int]:
+        """(log start, last stable offset, log end, high watermark) from one look at the files.
+
+        `bounds()` plus the HW: what a fetch needs before it reads (`txlog.fetch.LogBounds`).
+        May sync and publish the HW, as `high_watermark` says; a `committed_only` caller
+        (read_committed) reads no further than the LSO, so only a lag below the LSO makes it
+        sync: a read_committed consumer polling beside an open transaction never fsyncs.
+        """
+        with self._mutex:
+            self._refresh_segment_list()
+            lso = self._lso()
+            hw = self._high_watermark(lso if committed_only else None)
+            return self._segments[0].base_offset, lso, self._segments[-1].next_offset, hw
+
+    def _high_watermark(self, needed: int | None = None) -> int:
+        """The HW of this view (caught up), from the HW file; with no file (older stores, Kafka dirs) the log end.
+
+        A damaged file's word is not taken: the view keeps what it knew, and the sync below
+        (or the writer's next one) rewrites the file. The sync happens only when the durable
+        end is below `needed` (default: the log end), what the caller is about to read.
+        """
+        stored = self._hw_file.read()
+        if stored is None:
+            return self._segments[-1].next_offset
+        self._durable = max(self._durable, stored)
+        if self._durable < (self._segments[-1].next_offset if needed is None else needed):
+            self._sync_for_reader()
+        return max(self._segments[0].base_offset, min(self._durable, self._segments[-1].next_offset))
+
+    def _sync_for_reader(self) -> None:
+        """Make the unsynced tail durable if no writer is at work, as recovery would (see `high_watermark`).
+
+        A writer holding the lock will sync (or die, and the next look does this): a reader
+        never waits for it. This thread holding the lock is itself that writer, mid-operation.
+        """
+        if (self._lock is not None and self._lock.held) or self._failed:
+            return  # a view whose fsync failed may not trust a later one (fsyncgate)
+        with writer_lock_if_free(os.path.join(self.directory, LOCK_FILE)) as free:
+            if not free:
+                return
+            self._catch_up(repair=False)  # the lock is held through our own descriptor: never self._lock here
+            active = self._segments[-1]
+            try:
+                active.sync()
+            except KafkaStorageError:
+                return  # not known durable: the HW stays where it was
+            self._durable = active.next_offset
+            if not self.read_only:
+                self._hw_file.publish(self._durable)
 
     def open_transactions(self) -> dict[int, int]:
         """producer id -> first offset of its still-open transaction in this partition."""
@@ -224,6 +312,7 @@ class PartitionLog:
             size = active.file_size()
             if size < active.size:
                 self._loader.load(repair=repair)  # someone cut bytes we had seen: start over
+                self._durable = min(self._durable, self._segments[-1].next_offset)
                 return
             if size > active.size:
                 self._loader.replay(len(self._segments) - 1, active.size, repair=repair)
@@ -262,16 +351,19 @@ class PartitionLog:
         if self._loader.corruption is not None:
             raise self._loader.corruption
 
-    def _parse_client_batches(self, data: bytes | bytearray | memoryview) -> list[tuple[RecordBatch, int]]:
+    def _parse_client_batches(self, data: bytes | bytearray | memoryview,
+                              trusted: bool = False) -> list[tuple[RecordBatch, int]]:
         """Validate a Produce request's bytes before taking any lock; nothing partial gets in.
 
         The request is walked by the one batch reader, strictly: a batch cut short here is a
         malformed request, not a torn tail. Returns each batch with its true maxTimestamp
         (the leader corrects a header that understates it, docs/kafka-formats.md §1.2).
+        `trusted` skips only the CRC: bytes this process's encoder just built cannot have
+        been damaged on a wire, and the CRC is most of the check's cost.
         """
         batches = []
         # A copy of a caller's mutable buffer: the batches must not change under the append.
-        for batch in FileRecords.in_memory(bytes(data)).batches(strict=True, legacy=True):
+        for batch in FileRecords.in_memory(bytes(data)).batches(strict=True, legacy=True, verify_crc=not trusted):
             if isinstance(batch, LegacyMessage):
                 # In a request, magic 0/1 is corruption like any other bad magic (as it always
                 # was here); only on disk is it refused as an unsupported format.
@@ -287,19 +379,28 @@ class PartitionLog:
             raise InvalidRecordError("append of zero batches")
         return batches
 
-    def append(self, data: bytes | bytearray | memoryview, *, verify_txn: TxnVerifier | None = None) -> AppendResult:
-        """Append a client's RecordBatch v2 bytes (one or more batches) durably; one fsync per call.
+    def append(self, data: bytes | bytearray | memoryview, *, verify_txn: TxnVerifier | None = None,
+               sync: bool = True, trusted: bool = False) -> AppendResult:
+        """Append a client's RecordBatch v2 bytes (one or more batches); one fdatasync per call when `sync`.
 
         Offsets are assigned here. A retry of one of a producer's last 5 batches is
-        answered with the original offsets and writes nothing.
+        answered with the original offsets and writes nothing. With `sync` the batches are
+        durable on return and the high watermark covers them; without it they are in the
+        file (they survive a kill -9, not a power loss) and readers do not see them until a
+        later sync (`sync()`, a synced append or marker, a roll, close). `trusted`: the bytes
+        were built by this process's own encoder, so their CRC is not recomputed; framing and
+        the checks against producer state run as for any request.
         """
         self._check_writable()
-        batches = self._parse_client_batches(data)
+        batches = self._parse_client_batches(data, trusted)
         with self._mutex, self._lock:
             self._catch_up(repair=True)
             self._check_writable()
             self._maybe_expire_producers()
             plan = ProducerAppend(self._state, verify_txn)
+            retry = self._retried_group(plan, batches)
+            if retry is not None:
+                return retry
             parts: list[bytes] = []
             size = 0
             written: list[tuple[int, int, int]] = []
@@ -322,11 +423,59 @@ class PartitionLog:
                 results.append(BatchAppendResult(base, last, False))
                 next_offset = last + 1
             if written:
-                self._write(parts[0] if len(parts) == 1 else b"".join(parts), written)
+                self._write(parts[0] if len(parts) == 1 else b"".join(parts), written, sync=sync)
             plan.commit()
             self._state.end_offset = self._segments[-1].next_offset
         return AppendResult(results[0].base_offset, results[-1].last_offset,
                             all(r.duplicate for r in results), tuple(results))
+
+    def _retried_group(self, plan: ProducerAppend, batches: list[tuple[RecordBatch, int]]) -> AppendResult | None:
+        """The answer to a retried group commit, or None if the request is not one (lock held).
+
+        A producer's sender appends several batches of a partition in one request, with
+        consecutive sequences, and an append is all or nothing: when the request's last
+        batch is a duplicate, the whole request was appended before, contiguously, and
+        nothing may be written. The partition remembers only a producer's last 5 batches
+        (Kafka's window); an older batch of the group gets the offsets just before the next
+        one's, once the log confirms that batch is there (same producer, epoch and sequence),
+        else -1 (appended, offset unknown: Kafka's DUPLICATE_SEQUENCE_NUMBER). Any other
+        shape of request is checked batch by batch.
+        """
+        if len(batches) < 2 or not _consecutive(batches):
+            return None
+        last = batches[-1][0]
+        try:
+            if _duplicate_of(plan, last) is None:
+                return None
+        except KafkaError:
+            return None  # not a retry: the batch-by-batch checks say what is wrong with it
+        results: list[BatchAppendResult] = []
+        next_base = None
+        for batch, _ in reversed(batches):
+            try:
+                dup = _duplicate_of(plan, batch)
+            except KafkaError:
+                dup = None
+            if dup is not None:
+                found = (dup.first_offset, dup.last_offset)
+            elif next_base is not None and next_base > 0:
+                found = self._confirmed_at(batch, next_base - 1 - batch.last_offset_delta)
+            else:
+                found = None
+            results.append(BatchAppendResult(*found, True) if found else BatchAppendResult(-1, -1, True))
+            next_base = found[0] if found else None
+        results.reverse()
+        return AppendResult(results[0].base_offset, results[-1].last_offset, True, tuple(results))
+
+    def _confirmed_at(self, batch: RecordBatch, base: int) -> tuple[int, int] | None:
+        """(base, last) if the log holds `batch` (same producer, epoch, sequence) at `base`."""
+        if base < self._segments[0].base_offset:
+            return None
+        for found in self.read(base, 1, max_offset=base + 1):
+            if (found.base_offset, found.producer_id, found.producer_epoch, found.base_sequence) == \
+                    (base, batch.producer_id, batch.producer_epoch, batch.base_sequence):
+                return base, found.last_offset
+        return None
 
     def append_marker(self, control_type: ControlType, producer_id: int, producer_epoch: int,
                       coordinator_epoch: int = 0, timestamp: int | None = None) -> AppendResult:
@@ -389,8 +538,9 @@ class PartitionLog:
             self._roll()
         return self._segments[-1]
 
-    def _write(self, chunk: bytes, written: list[tuple[int, int, int]], segment: LogSegment | None = None) -> None:
-        """Write one chunk and fdatasync it. A failed write is cut back; a failed fsync is fatal."""
+    def _write(self, chunk: bytes, written: list[tuple[int, int, int]], segment: LogSegment | None = None, *,
+               sync: bool = True) -> None:
+        """Write one chunk and (if `sync`) fdatasync it. A failed write is cut back; a failed fsync is fatal."""
         if segment is None:
             segment = self._segment_for_write(len(chunk), max(w[2] for w in written), written[-1][1])
         before_size, before_next = segment.size, segment.next_offset
@@ -400,11 +550,55 @@ class PartitionLog:
         except KafkaStorageError:
             self._undo_partial_write(segment, before_size, before_next, saved)
             raise
+        if sync:
+            self._make_durable(segment)
+
+    def _make_durable(self, segment: LogSegment) -> None:
+        """fdatasync `segment` (the active one, or the one a roll seals) and publish HW = its end; lock held.
+
+        Every segment before it was synced when it was sealed, so its end is the durable end.
+        A failed fsync is fatal: what reached the disk is unknown, and it is never retried.
+        """
         try:
             segment.sync()
         except KafkaStorageError as exc:
             self._failed = f"fsync failed ({exc}); reopen the store to recover"
             raise
+        self._durable = segment.next_offset
+        self._hw_file.publish(self._durable)
+
+    def sync(self) -> int:
+        """Make everything appended so far durable (other processes' appends included) and return the new HW.
+
+        Under the writer lock, caught up: one fdatasync of the active segment (a roll already
+        synced the sealed ones), skipped when the HW already covers the log end, then the HW
+        file says the log end. The transaction coordinator calls this for every data
+        partition of a transaction before writing PREPARE_COMMIT.
+        """
+        self._check_writable()
+        with self._mutex, self._lock:
+            self._catch_up(repair=True)
+            self._check_writable()
+            return self._sync_locked()
+
+    def _sync_locked(self) -> int:
+        active = self._segments[-1]
+        end = active.next_offset
+        stored = self._hw_file.read()
+        if max(self._durable, -1 if stored is None else stored) < end:
+            self._make_durable(active)
+        self._durable = max(self._durable, end)
+        return end
+
+    def _recover_high_watermark(self) -> None:
+        """At open, lock held: sync what a dead writer left unsynced and publish HW = log end.
+
+        Skipped when the HW file already says the log end (a clean close, or nothing since).
+        """
+        active = self._segments[-1]
+        if self._hw_file.read() != active.next_offset:
+            self._make_durable(active)
+        self._durable = active.next_offset
 
     def _undo_partial_write(self, segment: LogSegment, size: int, next_offset: int, saved: tuple) -> None:
         try:
@@ -420,6 +614,7 @@ class PartitionLog:
     def _roll(self) -> None:
         """Seal the active segment, snapshot producer state at the new base, start a new segment."""
         active = self._segments[-1]
+        self._make_durable(active)  # a sealed segment is durable: only the active one may hold unsynced bytes
         active.seal()
         base = active.next_offset
         self._state.end_offset = base
@@ -703,14 +898,14 @@ class PartitionLog:
     # ---- closing ---------------------------------------------------------------------------------------------
 
     def flush(self) -> None:
-        """Appends are already durable; this makes the derived index files durable too."""
+        """Make the derived index files durable (the data's durability is `sync()`'s and the appends')."""
         with self._mutex:
             for seg in self._segments:
                 seg.offset_index.flush()
                 seg.time_index.flush()
 
     def close(self) -> None:
-        """Clean close: a snapshot at the log end so the next open scans nothing."""
+        """Clean close: the log synced (HW = log end), then a snapshot at the log end so the next open scans nothing."""
         with self._mutex:
             if self._closed:
                 return
@@ -718,12 +913,14 @@ class PartitionLog:
                 if not self.read_only and not self._failed and self._loader.corruption is None:
                     with self._lock:
                         self._catch_up(repair=True)
+                        self._sync_locked()
                         self._segments[-1].seal()
                         self._loader.snapshot()
                         self._clean_snapshots(keep_latest=True)
             finally:
                 for seg in self._segments:
                     seg.close()
+                self._hw_file.close()
                 if self._lock is not None:
                     self._lock.close()
                 self._closed = True

@@ -37,7 +37,6 @@ from storage.errors import (
     UnsupportedCompressionTypeError,
 )
 from storage.sequence import inc_seq
-from storage.varint import size_of_varint, size_of_varlong
 
 crc32c = _native.crc32c  # CRC-32C (Castagnoli), `crc32c(data, crc=0)`, as the crc32c package spells it
 
@@ -50,6 +49,7 @@ __all__ = [
     "Compression",
     "ControlType",
     "DELETE_HORIZON_MASK",
+    "EncodedBatch",
     "EndTransactionMarker",
     "HEADER_SIZE",
     "Header",
@@ -68,6 +68,8 @@ __all__ = [
     "TimestampType",
     "build_batch",
     "build_control_batch",
+    "encode_batches",
+    "stamp_batch",
 ]
 
 # --- constants (docs/kafka-formats.md §1.1, §1.2, §2) -----------------------------
@@ -649,100 +651,89 @@ def build_control_batch(control_type: ControlType | int, *, producer_id: int, pr
                    producer_epoch=producer_epoch, base_sequence=NO_SEQUENCE)
 
 
-#: _VARINT_SIZE[n] == len(encode_varint(n)) == len(encode_varlong(n)) for 0 <= n < 2**16: a
-#: 64 KB bytes object, so a 1 MiB producer batch (~9,000 records) never leaves the table.
-_VARINT_SIZE = bytes((n.bit_length() + 7) // 7 for n in range(1 << 16))
+#: Accumulates records for one batch up to `max_bytes`, like a producer's `batch.size`.
+#:
+#: Native (storage/native/src/batch_builder.rs): each `append` / `try_append` is one C call
+#: that sizes the record and encodes it into the batch's records region at once, so a send
+#: does no Python work per record and `build(**overrides)` is a header, a CRC and (for a
+#: compressed batch) one compression. `estimated_size` is the exact uncompressed size so far,
+#: header included (an upper bound for a compressed batch); as in the Java producer a batch's
+#: first record is always accepted, so an oversized record still makes a batch of its own -
+#: the split rule `encode_batches` shares.
+#:
+#: API: keyword options max_bytes=16384, base_offset, producer_id, producer_epoch,
+#: base_sequence, is_transactional, compression, timestamp_type, partition_leader_epoch,
+#: log_append_time (build's overrides take the same names except max_bytes);
+#: `try_append(key, value, headers=None, timestamp=None) -> int` (the record's index, -1 when
+#: closed or full; atomic under the GIL), `append(...) -> bool`, `close()` / `closed`,
+#: `record_count`, `estimated_size`, `max_bytes`, `max_timestamp`, `timestamp_at(i)`,
+#: `key_size_at(i)`, `value_size_at(i)` (-1 for null). Keys and values are bytes, bytearray,
+#: memoryview, str (UTF-8) or None; headers None or (str | bytes name, value) pairs; a None
+#: timestamp means now (ms). A wrong type is a TypeError, an unknown compression an
+#: UnsupportedCompressionTypeError, a header field out of range a ValueError; an append that
+#: raises changes nothing. One class, not a Python subclass: a Python `__new__` would cost
+#: more than the native constructor itself, once per batch.
+BatchBuilder = _native.RecordBatchBuilder
 
 
-def _record_size(offset_delta: int, timestamp_delta: int, key, value, headers) -> int:
-    """Encoded size of one record including its length varint, without encoding it."""
-    body = 1 + size_of_varlong(timestamp_delta) + size_of_varint(offset_delta)
-    body += 1 if key is None else size_of_varint(len(key)) + len(key)
-    body += 1 if value is None else size_of_varint(len(value)) + len(value)
-    if headers:
-        body += size_of_varint(len(headers))
-        for name, header_value in headers:
-            raw = len(name.encode("utf-8")) if isinstance(name, str) else len(name)
-            body += size_of_varint(raw) + raw
-            body += 1 if header_value is None else size_of_varint(len(header_value)) + len(header_value)
-    else:
-        body += 1
-    return size_of_varint(body) + body
+# --- the producer's bulk path: whole batches from columns, stamped at send time ----------------
 
 
-class BatchBuilder:
-    """Accumulates records for one batch up to `max_bytes`, like a producer's `batch.size`.
+class EncodedBatch(NamedTuple):
+    """One batch built by `encode_batches`, producer fields still -1 until `stamp_batch`.
 
-    The estimate is the exact uncompressed size, so for a compressed batch it
-    is an upper bound; as in the Java producer the first record is always
-    accepted, so an oversized record still makes a batch of its own.
+    `data` is a bytearray so the sender can stamp it in place without a copy.
     """
 
-    def __init__(self, *, max_bytes: int = 16384, base_offset: int = 0, producer_id: int = NO_PRODUCER_ID,
-                 producer_epoch: int = NO_PRODUCER_EPOCH, base_sequence: int = NO_SEQUENCE,
-                 is_transactional: bool = False, compression: Compression | int = Compression.NONE,
-                 timestamp_type: TimestampType | int = TimestampType.CREATE_TIME,
-                 partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
-                 log_append_time: int | None = None):
-        self.max_bytes = max_bytes
-        self._options = dict(base_offset=base_offset, producer_id=producer_id, producer_epoch=producer_epoch,
-                             base_sequence=base_sequence, is_transactional=is_transactional,
-                             compression=compression, timestamp_type=timestamp_type,
-                             partition_leader_epoch=partition_leader_epoch, log_append_time=log_append_time)
-        # The records column by column: build_batch wants columns anyway, and a tuple per
-        # record was a garbage-collected object per send, which made the cyclic GC a
-        # quarter of the producer's CPU time.
-        self._keys: list[bytes | None] = []
-        self._values: list[bytes | None] = []
-        self._headers: list[list | None] = []
-        self._timestamps: list[int] = []
-        #: The batch's exact uncompressed size so far. A plain attribute, not a property:
-        #: the producer reads it after every send.
-        self.estimated_size = HEADER_SIZE
-        self._base_timestamp = 0
+    data: bytearray
+    record_count: int
+    max_timestamp: int
 
-    @property
-    def record_count(self) -> int:
-        return len(self._keys)
 
-    def append(self, key: bytes | None, value: bytes | None, headers: list | None = None,
-               timestamp: int | None = None) -> bool:
-        """Add a record if it fits; False (and nothing changed) when it would exceed max_bytes.
+_INT64_MAX = (1 << 63) - 1
+_ONE_ITEM = (str, bytes, bytearray, memoryview)
 
-        This runs once per `Producer.send`, so the common record (no headers, non-null key
-        and value, small deltas) is sized in line from a table of varint sizes; the five
-        varint-size calls of `_record_size` used to cost more than the rest of a send.
-        """
-        if timestamp is None:
-            timestamp = _now_ms()
-        count = len(self._keys)
-        if not count:
-            self._base_timestamp = timestamp
-        delta = timestamp - self._base_timestamp
-        size = 0
-        if not headers and delta >= 0:
-            sizes = _VARINT_SIZE
-            try:  # attributes + timestampDelta + offsetDelta + key + value + headerCount(0)
-                k, v = len(key), len(value)
-                body = 2 + sizes[delta] + sizes[count] + sizes[k] + k + sizes[v] + v
-                size = sizes[body] + body
-            except (TypeError, IndexError):  # a null key or value, or a number past the table
-                size = 0
-        if not size:
-            size = _record_size(count, delta, key, value, headers)
-        if count and self.estimated_size + size > self.max_bytes:
-            return False
-        self._keys.append(key)
-        self._values.append(value)
-        self._headers.append(headers)
-        self._timestamps.append(timestamp)
-        self.estimated_size += size
-        return True
 
-    def build(self, **overrides) -> bytes:
-        """The batch; `overrides` replace constructor options decided only at send time (e.g. the
-        producer's base sequence, which a failed earlier batch must not consume)."""
-        if not self._keys:
-            raise ValueError("a batch needs at least one record")
-        return _build_from_columns(self._keys, self._values, self._headers, self._timestamps,
-                                   **{**self._options, **overrides})
+def encode_batches(values: Sequence, keys: Sequence | None = None, headers: Sequence | None = None,
+                   timestamps: Sequence | None = None, *, max_bytes: int,
+                   compression: Compression | int = Compression.NONE, is_transactional: bool = False,
+                   now_ms: int | None = None) -> list[EncodedBatch]:
+    """Whole batches from record columns, in one native pass (no Python work per record).
+
+    values/keys items are bytes, bytearray, memoryview, str (UTF-8) or None; headers items
+    are None or (name, value) pairs; timestamps are ints, None items (or no column) meaning
+    `now_ms` (default: now). Records are split into batches exactly where BatchBuilder
+    (max_bytes=max_bytes) would split them: the exact uncompressed size may not pass
+    max_bytes, but a batch's first record is always accepted. Base offset 0, leader epoch,
+    producer id, epoch and base sequence -1 (see stamp_batch), CREATE_TIME timestamps.
+    TypeError names the index of an item of the wrong type; no values, no batches.
+    """
+    if compression not in Compression._value2member_map_:
+        raise UnsupportedCompressionTypeError(f"unknown compression type {compression}")
+    for name, column in (("values", values), ("keys", keys), ("headers", headers), ("timestamps", timestamps)):
+        if isinstance(column, _ONE_ITEM):  # iterable, but as characters or ints: surely one record meant as many
+            raise TypeError(f"{name} must be a sequence with an item per record, not a single {type(column).__name__}")
+    try:
+        return _native.encode_batches(
+            values, keys, headers, timestamps, max_bytes=max(-_INT64_MAX, min(max_bytes, _INT64_MAX)),
+            codec=int(compression), is_transactional=bool(is_transactional),
+            now_ms=_now_ms() if now_ms is None else now_ms, cls=EncodedBatch)
+    except OverflowError as exc:
+        raise ValueError(f"batch field out of range: {exc}") from None
+
+
+def stamp_batch(data: bytearray, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
+    """Set the producer id, epoch and base sequence of the one batch in `data` in place (a
+    bytearray, or a writable memoryview of one), natively. The sender stamps at drain time,
+    so a batch built before a KIP-360 epoch bump is sent with the new epoch.
+
+    The CRC is updated for the change, not recomputed: constant time whatever the batch size,
+    and a batch damaged since it was built keeps a CRC that does not match (a stamp never
+    makes damaged bytes look good). CorruptRecordError if the header is not a magic-2 batch
+    header; ValueError if `data` holds more or less than that one batch."""
+    try:
+        _native.stamp_batch(data, producer_id, producer_epoch, base_sequence)
+    except OverflowError as exc:
+        raise ValueError(f"producer field out of range: {exc}") from None
+    except _native.CodecError as exc:
+        raise CorruptRecordError(f"cannot stamp the batch: {exc.args[1]}", position=0) from None

@@ -22,7 +22,8 @@ def mixed_store(path: str, *, records: int = 60, segment_bytes: int | None = Non
         config = {"segment.bytes": segment_bytes} if segment_bytes else None
         for topic, partitions in TOPICS.items():
             admin.create_topic(topic, partitions, config)
-    plain = txlog.Producer(path, enable_idempotence=False, linger_ms=0)
+    # batch_size=1: a batch per record (the next send seals the last), the layout these tests assume
+    plain = txlog.Producer(path, enable_idempotence=False, batch_size=1)
     idem = txlog.Producer(path, compression_type="gzip")
     committer = txlog.Producer(path, transactional_id="committer", compression_type="lz4")
     aborter = txlog.Producer(path, transactional_id="aborter")
@@ -153,7 +154,8 @@ def retention_store(path: str, *, records: int = 40) -> str:
     its log start offset is above 0. Returns the path."""
     with txlog.Admin(path) as admin:
         admin.create_topic("ret", 1, {"segment.bytes": 300, "retention.bytes": 600})
-    producer = txlog.Producer(path, enable_idempotence=False, linger_ms=0)
+    # batch_size=1: a batch per record (the next send seals the last), the layout these tests assume
+    producer = txlog.Producer(path, enable_idempotence=False, batch_size=1)
     for i in range(records):
         producer.send("ret", f"ret-{i}".encode() * 3, key=f"k{i}".encode(), partition=0)
         producer.flush()
@@ -198,9 +200,10 @@ def spanning_store(path: str, *, rounds: int = 3) -> str:
     interleaved with plain records, so data, markers and `.txnindex` entries fall in different segments."""
     with txlog.Admin(path) as admin:
         admin.create_topic("span", 1, {"segment.bytes": 400})
-    plain = txlog.Producer(path, enable_idempotence=False, linger_ms=0)
-    aborter = txlog.Producer(path, transactional_id="span-aborter", linger_ms=0)
-    committer = txlog.Producer(path, transactional_id="span-committer", linger_ms=0, compression_type="gzip")
+    # batch_size=1: a batch per record (the next send seals the last), the layout these tests assume
+    plain = txlog.Producer(path, enable_idempotence=False, batch_size=1)
+    aborter = txlog.Producer(path, transactional_id="span-aborter", batch_size=1)
+    committer = txlog.Producer(path, transactional_id="span-committer", batch_size=1, compression_type="gzip")
     aborter.init_transactions()
     committer.init_transactions()
     for r in range(rounds):

@@ -31,17 +31,13 @@ RECORDS = 240
 
 
 def build_store(path: str) -> str:
-    """Batches of 1-4 records over several 4 KiB segments with a dense offset index."""
+    """One-record batches over several 4 KiB segments with a dense offset index."""
     with txlog.Admin(path) as admin:
         admin.create_topic("t", 1, {"segment.bytes": 4096, "index.interval.bytes": 512, "retention.ms": -1})
-    producer = txlog.Producer(path, linger_ms=0)
-    sent = 0
-    while sent < RECORDS:
-        n = min(1 + sent % 4, RECORDS - sent)
-        for i in range(n):
-            producer.send("t", f"v{sent + i:05d}".encode() + b"-" * 40, partition=0)
+    producer = txlog.Producer(path, linger_ms=60_000)  # each flush() sends exactly the one record sent
+    for sent in range(RECORDS):
+        producer.send("t", f"v{sent:05d}".encode() + b"-" * 40, partition=0)
         producer.flush()
-        sent += n
     producer.close()
     return path
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import mmh3
 import pytest
 from kafka.record.default_records import DefaultRecordBatch
@@ -53,9 +55,12 @@ def test_future_get_sends_its_batch(store):
 def test_full_batch_is_sent_without_flush(store):
     store.create_topic("t", 1)
     p = txlog.Producer(store, batch_size=1024, linger_ms=10_000)
-    for i in range(100):
-        p.send("t", value=b"x" * 50)
-    assert store.partition("t", 0).log_end_offset > 0  # full batches already went out
+    futures = [p.send("t", value=b"x" * 50) for _ in range(100)]
+    sent = threading.Event()
+    futures[0].add_callback(lambda m, e: sent.set())
+    assert sent.wait(30)  # the sender took the full batch without a flush (linger is 10 s)
+    assert store.partition("t", 0).log_end_offset > 0
+    assert not futures[-1].done()  # the last, open batch lingers
     p.flush()
     assert len(_values(store, "t")) == 100
     assert all(b.size <= 1024 + 100 for b in store.partition("t", 0).read(0, 1 << 30))

@@ -462,7 +462,8 @@ def test_plan_fixes_the_end_against_later_writes(tmp_path):
     path = str(tmp_path / "grow")
     with txlog.Admin(path) as admin:
         admin.create_topic("t", 1)
-    producer = txlog.Producer(path, linger_ms=0)
+    # batch_size=1: a batch per record (the next send seals the last), the layout these tests assume
+    producer = txlog.Producer(path, batch_size=1)
     for i in range(5):
         producer.send("t", f"v{i}".encode(), partition=0)
     producer.flush()
@@ -501,7 +502,8 @@ def test_segments_deleted_after_planning(tmp_path):
     with no_fsync():
         with txlog.Admin(path) as admin:
             admin.create_topic("s", 1, {"segment.bytes": 300})
-        producer = txlog.Producer(path, enable_idempotence=False, linger_ms=0)
+        # batch_size=1: a batch per record (the next send seals the last), the layout these tests assume
+        producer = txlog.Producer(path, enable_idempotence=False, batch_size=1)
         for i in range(30):
             producer.send("s", f"s-{i}".encode() * 3, partition=0)
             producer.flush()

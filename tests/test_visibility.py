@@ -174,21 +174,10 @@ def test_is_abort_marker_is_true_only_for_an_abort_control_batch():
     assert not marker(0, 1, 2).is_abort_marker()  # a KRaft control type is no transaction marker
 
 
-@pytest.mark.parametrize("isolation, expected", [(RC, 7), (RU, 12)])
-def test_latest_offset_is_the_lso_under_read_committed_and_the_log_end_otherwise(isolation, expected):
-    assert latest_offset(LogBounds(log_start_offset=3, last_stable_offset=7, log_end_offset=12), isolation) == expected
-
-
-def test_latest_offset_reads_only_the_offset_its_isolation_level_needs():
-    class Live:
-        """A PartitionLog's two properties each catch up on the files: only one may be read."""
-
-        @property
-        def last_stable_offset(self):
-            return 4
-
-        @property
-        def log_end_offset(self):
-            raise AssertionError("read_committed read the log end")
-
-    assert latest_offset(Live(), RC) == 4
+@pytest.mark.parametrize("lso, hw, isolation, expected", [(7, 12, RC, 7), (7, 12, RU, 12), (7, 5, RC, 5),
+                                                          (7, 5, RU, 5), (12, 12, RC, 12)])
+def test_latest_offset_stops_at_the_lso_and_never_passes_the_high_watermark(lso, hw, isolation, expected):
+    """read_committed ends at the LSO, read_uncommitted at the high watermark (the durable end),
+    and neither passes the high watermark (tests/test_high_watermark.py covers how it moves)."""
+    bounds = LogBounds(log_start_offset=3, last_stable_offset=lso, log_end_offset=12, high_watermark=hw)
+    assert latest_offset(bounds, isolation) == expected

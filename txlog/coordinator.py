@@ -18,6 +18,15 @@ alone. A fence (timeout, or a new instance's init) bumps twice — once for the 
 once for the end — so the fenced producer's epoch is never mistaken for a retry of a
 completed end. Markers and COMPLETE records are written while the coordinator lock is
 held, so no marker can land after the next transaction of the same id has started.
+
+Fsyncs, only where order needs them (docs/reliability-scenarios.md rule 19): the ONGOING
+registration is durable before any data of the transaction is written (un-synced data may
+reach the disk by writeback at any time, and data without a durable registration would pin
+the LSO for ever); the data itself is written without fdatasync and synced, every partition
+of the transaction, before PREPARE_COMMIT is written; PREPARE and each marker are fsynced
+(a COMPLETE may not become durable before its marker); COMPLETE_* is not (lost, it is
+re-derived from the durable PREPARE by roll-forward, and markers are idempotent). An abort
+syncs no data: its markers' fdatasync covers each partition's file anyway.
 """
 
 from __future__ import annotations
@@ -181,10 +190,18 @@ class TransactionCoordinator:
 
     def _write(self, part: _CoordinatorPartition, transactional_id: str, value: TxnLogValue | None) -> None:
         """Append one record (a tombstone for None) durably, then apply it to the replayed state."""
+        self._append(part, transactional_id, value, sync=True)
+
+    def _write_unsynced(self, part: _CoordinatorPartition, transactional_id: str, value: TxnLogValue) -> None:
+        """Append one record without fdatasync (COMPLETE_*: see the module docstring), then apply it."""
+        self._append(part, transactional_id, value, sync=False)
+
+    def _append(self, part: _CoordinatorPartition, transactional_id: str, value: TxnLogValue | None, *,
+                sync: bool) -> None:
         now = self._clock()
         data = build_batch([(encode_key(transactional_id), None if value is None else encode_value(value), None, now)])
         try:
-            result = part.log.append(data)
+            result = part.log.append(data, sync=sync)
         except KafkaStorageError as exc:
             if part.log.failed:  # the fsync failed: the record may or may not be on disk
                 raise TransactionOutcomeUnknownError(
@@ -299,8 +316,27 @@ class TransactionCoordinator:
         done = replace(prepared, producer_id=pid, producer_epoch=epoch, previous_producer_id=previous,
                        next_producer_id=-1, next_producer_epoch=-1, state=_COMPLETE_OF[prepared.state], partitions=(),
                        last_update_ms=self._clock())
-        self._write(part, txn_id, done)
+        self._write_unsynced(part, txn_id, done)  # re-derived from the durable PREPARE if lost
         return done
+
+    def _decide(self, part: _CoordinatorPartition, txn_id: str, value: TxnLogValue, commit: bool) -> TxnLogValue:
+        """The decision of an EndTxn (or a forced end): a commit first makes the transaction's data durable.
+
+        PREPARE_COMMIT is the commit point, so everything it commits must be on disk before
+        it is: one fdatasync per data partition (the producer wrote the data without one).
+        A failed sync fails the end before any decision; the transaction stays open.
+        """
+        if commit:
+            self._sync_data(value.partitions)
+        return self._prepare(part, txn_id, value, commit, bump=1)
+
+    def _sync_data(self, partitions: Iterable[tuple[str, int]]) -> None:
+        for topic, partition in partitions:
+            try:
+                log = self.store.partition(topic, partition)
+            except UnknownTopicOrPartitionError:
+                continue  # the topic was deleted: nothing left to commit there
+            log.sync()
 
     def _append_marker(self, topic: str, partition: int, control: ControlType, producer_id: int,
                        producer_epoch: int, coordinator_epoch: int, timestamp: int) -> AppendResult:
@@ -395,7 +431,7 @@ class TransactionCoordinator:
                 if commit:
                     raise InvalidTxnStateError(f"transactional id '{transactional_id}' has no transaction to commit")
                 value = replace(value, partitions=())  # TV2: abort when unsure is allowed and bumps the epoch
-            done = self._finish(part, transactional_id, self._prepare(part, transactional_id, value, commit, bump=1))
+            done = self._finish(part, transactional_id, self._decide(part, transactional_id, value, commit))
             return _next_ids(done)
 
     def _end_prepared(self, part, txn_id, value, producer_id, epoch, commit) -> ProducerIdAndEpoch:
@@ -411,7 +447,7 @@ class TransactionCoordinator:
         if value is None or value.state != TxnState.ONGOING:
             last = "expired" if value is None else value.state.kafka_name
             raise InvalidTxnStateError(f"transactional id '{txn_id}' has no open transaction (last state: {last})")
-        done = self._finish(part, txn_id, self._prepare(part, txn_id, value, commit, bump=1))
+        done = self._finish(part, txn_id, self._decide(part, txn_id, value, commit))
         return _next_ids(done)
 
     @staticmethod

@@ -81,6 +81,17 @@ class TransactionOutcomeUnknownError(KafkaError):
     retriable = True
 
 
+class KafkaTimeoutError(KafkaError):
+    """A client-side wait ran out (Kafka's TimeoutException; kafka-python's KafkaTimeoutError).
+
+    The producer raises it when `send` blocked past max_block_ms on a full buffer, when a
+    batch stayed unsent past delivery_timeout_ms, and when flush() or a future's get()
+    was given a timeout that passed. The records concerned may still be sent later.
+    """
+    code = -1
+    retriable = True
+
+
 class IllegalArgumentError(KafkaError, ValueError):
     """A caller passed a value the API cannot accept (Kafka's client-side IllegalArgumentException)."""
 

@@ -186,7 +186,7 @@ class FaultInjectingTransport(Transport):
         self.plan = plan
         self._kill = kill or _sigkill  # how KILL_* ends the process (a worker may announce it first)
         self.crashed = False
-        self._delayed: list[tuple[str, int, bytes, str | None]] = []
+        self._delayed: list[tuple[str, int, bytes, str | None, bool, bool]] = []
         inner.send_markers_through(self)
 
     # the coordinators are the inner transport's: there is one broker side, however many wrappers
@@ -228,26 +228,36 @@ class FaultInjectingTransport(Transport):
 
     # ---- Produce: network faults, then step faults ------------------------------------------------------
 
-    def produce(self, topic: str, partition: int, data: bytes, transactional_id: str | None = None) -> AppendResult:
+    def produce(self, topic: str, partition: int, data: bytes, transactional_id: str | None = None, *,
+                sync: bool = True, trusted: bool = False) -> AppendResult:
         return self._through_network(topic, partition, data, transactional_id,
                                      lambda: self._call(Step.PRODUCE, lambda: self.inner.produce(
-                                         topic, partition, data, transactional_id)))
+                                         topic, partition, data, transactional_id, sync=sync, trusted=trusted)),
+                                     sync=sync, trusted=trusted)
+
+    def sync_partitions(self, partitions: Iterable[tuple[str, int]]) -> None:
+        """Passed through: a sync is no request of its own (it is the durability of produces already made)."""
+        if self.crashed:
+            raise Crashed("sync after the process crashed")
+        self.inner.sync_partitions(partitions)
 
     def txn_offset_commit(self, group: str, member: MemberRef | None, topic: str, partition: int, data: bytes,
                           transactional_id: str) -> AppendResult:
         return self._through_network(topic, partition, data, transactional_id,
                                      lambda: self._call(Step.TXN_OFFSET_COMMIT, lambda: self.inner.txn_offset_commit(
-                                         group, member, topic, partition, data, transactional_id)))
+                                         group, member, topic, partition, data, transactional_id)),
+                                     sync=False)  # a late duplicate is written as the original was
 
     def _through_network(self, topic: str, partition: int, data: bytes, transactional_id: str | None,
-                         send: Callable[[], AppendResult]) -> AppendResult:
+                         send: Callable[[], AppendResult], *, sync: bool = True,
+                         trusted: bool = False) -> AppendResult:
         if self.crashed:
             raise Crashed("produce after the process crashed")
         fault = self.plan.next()
         if fault is Fault.LOSE_REQUEST:
             raise RequestTimedOutError(f"request to {topic}-{partition} timed out")
         if fault is Fault.DUPLICATE:
-            self._delayed.append((topic, partition, data, transactional_id))
+            self._delayed.append((topic, partition, data, transactional_id, sync, trusted))
             raise RequestTimedOutError(f"request to {topic}-{partition} timed out")
         try:
             result = send()
@@ -261,9 +271,9 @@ class FaultInjectingTransport(Transport):
     def deliver_delayed(self) -> None:
         """Late requests finally arrive; whatever the log answers is lost with the connection."""
         delayed, self._delayed = self._delayed, []
-        for topic, partition, data, transactional_id in delayed:
+        for topic, partition, data, transactional_id, sync, trusted in delayed:
             try:
-                self.inner.produce(topic, partition, data, transactional_id)
+                self.inner.produce(topic, partition, data, transactional_id, sync=sync, trusted=trusted)
             except KafkaError:
                 pass  # e.g. refused by epoch after the transaction ended: nobody is listening
 

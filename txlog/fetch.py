@@ -3,8 +3,8 @@
 This is Kafka's fetch split the way the broker and the consumer split it, with both
 halves run in the caller's process:
 
-* the "broker" half caps the read at the log end (read_uncommitted) or the last stable
-  offset (read_committed) and, for read_committed, collects from the `.txnindex` files
+* the "broker" half caps the read at the high watermark (read_uncommitted) or below it at
+  the last stable offset (read_committed) and, for read_committed, collects from the `.txnindex` files
   the aborted transactions overlapping the bytes read (docs/kafka-formats.md §5.6);
 * the "consumer" half walks the batches in order and drops, per producer, the data of
   those aborted transactions up to their ABORT marker, plus every control batch.
@@ -19,7 +19,8 @@ source (whose planner takes one look at each log, and whose executors read the s
 files without a `PartitionLog`):
 
 * `latest_offset`: where an isolation level's view of a partition ends (Kafka's
-  ListOffsets(LATEST): the LSO under read_committed, the log end under read_uncommitted);
+  ListOffsets(LATEST): min(LSO, HW) under read_committed, the HW under read_uncommitted),
+  the one place the high watermark caps a reader;
 * `visible_batches` with `AbortedFilter`: which batches it shows, judged from headers;
 * `visible_records`: which records of a shown batch fall inside the offsets asked for.
 """
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Iterable, Iterator, NamedTuple, Protocol
+from typing import Iterable, Iterator, NamedTuple
 
 from storage.errors import CorruptRecordError, OffsetOutOfRangeError
 from storage.partition_log import PartitionLog
@@ -54,43 +55,37 @@ class IsolationLevel(str, Enum):
             raise IllegalArgumentError(f"isolation level must be one of {choices}, not {value!r}") from None
 
 
-class LogOffsets(Protocol):
-    """The two offsets an isolation level's view ends at: a live `PartitionLog`, or one look at it."""
-
-    @property
-    def last_stable_offset(self) -> int: ...
-
-    @property
-    def log_end_offset(self) -> int: ...
-
-
 class LogBounds(NamedTuple):
-    """What one `PartitionLog.bounds()` look says: where the log starts, is stable to, and ends.
+    """What one `PartitionLog.visible_bounds()` look says: where the log starts, is stable to, ends, is durable to.
 
     A reader that needs several of them (a fetch, a query plan) takes them from one look
-    so they agree with each other; a NamedTuple, so it unpacks as `bounds()` does.
+    so they agree with each other; a NamedTuple, so it unpacks as `visible_bounds()` does.
     """
 
     log_start_offset: int
     last_stable_offset: int
     log_end_offset: int
+    #: Where the log is known to be fdatasync'ed (storage/high_watermark.py); ≤ log_end_offset.
+    high_watermark: int
 
     @classmethod
-    def of(cls, log: PartitionLog) -> "LogBounds":
-        return cls._make(log.bounds())
+    def of(cls, log: PartitionLog, isolation: "IsolationLevel | None" = None) -> "LogBounds":
+        """One look at `log`; under read_committed the look syncs nothing past the LSO for the reader."""
+        return cls._make(log.visible_bounds(committed_only=isolation is IsolationLevel.READ_COMMITTED))
 
 
-def latest_offset(offsets: LogOffsets, isolation: IsolationLevel) -> int:
+def latest_offset(offsets: LogBounds | PartitionLog, isolation: IsolationLevel) -> int:
     """Kafka's "latest" offset under `isolation`: the end of what that isolation level can see.
 
-    read_committed may not pass the last stable offset (the first offset of the earliest
-    open transaction, else the log end); read_uncommitted reads up to the log end (the
-    high watermark: here every appended batch is replicated). Only the offset needed is
-    read, so a live `PartitionLog` catches up once.
+    Nobody reads past the high watermark, the offset below which the log is durable (with
+    no replicas, durability is what "committed to the log" means): read_uncommitted ends
+    there, read_committed at min(LSO, HW), the LSO being the first offset of the earliest
+    open transaction, else the log end. A live `PartitionLog` is looked at once.
     """
+    bounds = LogBounds.of(offsets, isolation) if isinstance(offsets, PartitionLog) else offsets
     if isolation is IsolationLevel.READ_COMMITTED:
-        return offsets.last_stable_offset
-    return offsets.log_end_offset
+        return min(bounds.last_stable_offset, bounds.high_watermark)
+    return bounds.high_watermark
 
 
 @dataclass(frozen=True)
@@ -99,7 +94,7 @@ class FetchResult:
 
     records: list[ConsumerRecord]
     next_offset: int  # past every returned record and every skipped aborted/control batch
-    high_watermark: int  # the log end offset
+    high_watermark: int  # where the log is known durable: no fetch returns records at or past it
     last_stable_offset: int
     #: Bytes of the batches the records came from (what counts against the consumer's
     #: fetch_max_bytes, as in Kafka: whole batches, not the records' keys and values).
@@ -111,25 +106,27 @@ def fetch(log: PartitionLog, start_offset: int, isolation: IsolationLevel | str,
     """Records at offsets ≥ `start_offset` visible under `isolation`, at most `max_records`.
 
     read_committed stops at the LSO, so nothing of an undecided transaction (nor the
-    data after it) is returned; read_uncommitted stops at the log end. At least one
-    batch is read however large (`max_bytes` is a soft cap, as in Kafka). Raises
-    OffsetOutOfRangeError when `start_offset` is outside [log start, log end].
+    data after it) is returned; neither passes the high watermark (`latest_offset`). At
+    least one batch is read however large (`max_bytes` is a soft cap, as in Kafka). Raises
+    OffsetOutOfRangeError when `start_offset` is outside [log start, log end] (between the
+    HW and the log end a fetch returns nothing, as Kafka's does).
     """
     isolation = IsolationLevel.parse(isolation)
     _check_limits(max_records, max_bytes)
-    bounds = LogBounds.of(log)
-    log_start, lso, hw = bounds
-    if start_offset < log_start or start_offset > hw:
+    bounds = LogBounds.of(log, isolation)
+    log_start, _, log_end, hw = bounds
+    if start_offset < log_start or start_offset > log_end:
         raise OffsetOutOfRangeError(
-            f"offset {start_offset} is outside [{log_start}, {hw}] of {log.topic}-{log.partition}"
+            f"offset {start_offset} is outside [{log_start}, {log_end}] of {log.topic}-{log.partition}"
         )
     upper = latest_offset(bounds, isolation)
+    stable = latest_offset(bounds, IsolationLevel.READ_COMMITTED)  # Kafka's LSO is never past the HW either
     if start_offset >= upper:
-        return FetchResult([], start_offset, hw, lso)
+        return FetchResult([], start_offset, hw, stable)
     walk = _Walk(log, start_offset, upper, max_records, isolation is IsolationLevel.READ_COMMITTED)
     for read_from, batches in _reads(log, start_offset, upper, max_bytes, walk):
         walk.take(read_from, batches)
-    return FetchResult(walk.records, walk.next_offset, hw, lso, walk.fetched_bytes)
+    return FetchResult(walk.records, walk.next_offset, hw, stable, walk.fetched_bytes)
 
 
 def _check_limits(max_records: int, max_bytes: int) -> None:

@@ -14,9 +14,10 @@ named choice so that a store written with it keeps its key placement.
 Keyless records are not hashed: the producer keeps a sticky partition per batch
 (txlog/producer.py `_choose_partition`).
 
-The hash is pure Python (no maintained C build of Kafka's murmur2 is on PyPI), so it is
-cached per key: a producer sends the same keys over and over (user ids, order ids), and a
-cache hit costs one dict lookup. The cache is bounded (16384 keys of at most 256 bytes, a
+`partition_many` places a whole column of keys in one native call (storage._native, the
+same murmur2 in Rust) for the producer's bulk path. The per-key hash below stays pure Python
+(no maintained C build of Kafka's murmur2 is on PyPI), so it is cached per key: a producer
+sends the same keys over and over (user ids, order ids), and a cache hit costs one dict lookup. The cache is bounded (16384 keys of at most 256 bytes, a
 few MiB at worst); when full it is cleared, which costs nothing per hit and keeps memory flat
 for streams of unique keys.
 """
@@ -24,9 +25,11 @@ for streams of unique keys.
 from __future__ import annotations
 
 import struct
-from typing import Callable
+from typing import Callable, Iterable
 
 import mmh3
+
+import storage._native as _native
 
 PartitionerFn = Callable[[bytes, int], int]
 """(key bytes, partition count) -> partition; keyless records never reach it."""
@@ -112,3 +115,37 @@ def named_partitioner(name: str) -> PartitionerFn:
     if name == MURMUR3:
         return _cached(_murmur3_unsigned)
     raise ValueError(f"partitioner must be one of {', '.join(PARTITIONER_NAMES)} (or a callable), not {name!r}")
+
+
+NO_PARTITION = -1
+"""What partition_many returns for a None key: not hashed, the caller applies the sticky rule."""
+
+
+def partition_many(keys: Iterable, count: int, name: str = DEFAULT_PARTITIONER) -> list[int]:
+    """The partition of every key, as the per-key partitioner `name` places it.
+
+    Keys are bytes, bytearray, memoryview, str (hashed as UTF-8) or None (NO_PARTITION);
+    anything else is a TypeError naming its index. murmur2 runs natively, all keys in one
+    call; murmur3 (kept only for stores written with it) loops the per-key function.
+    """
+    if count < 1:
+        raise ValueError(f"the partition count must be at least 1, not {count}")
+    if isinstance(keys, (str, bytes, bytearray, memoryview)):  # iterable, but as characters or ints
+        raise TypeError(f"keys must be a sequence with a key per record, not a single {type(keys).__name__}")
+    if name == MURMUR2:
+        return _native.murmur2_partitions(keys, count)
+    one = named_partitioner(name)  # murmur3, or the ValueError for an unknown name
+    return [NO_PARTITION if key is None else one(_key_bytes(key, index), count) for index, key in enumerate(keys)]
+
+
+def _key_bytes(key, index: int) -> bytes:
+    """A murmur3 key as the bytes hashed: str as UTF-8, any other buffer as its bytes."""
+    if isinstance(key, bytes):
+        return key
+    if isinstance(key, str):
+        return key.encode("utf-8")
+    try:
+        return bytes(memoryview(key))
+    except TypeError:
+        raise TypeError(f"key at index {index} must be bytes, bytearray, memoryview, str or None, "
+                        f"not {type(key).__name__}") from None

@@ -1,10 +1,24 @@
 """The public Producer: batching, idempotence and transactions in Kafka's client vocabulary.
 
-There is no background sender thread. `send` adds the record to its partition's open
-batch; a batch goes to the log when it is full (`batch_size`), when a later `send` finds
-it older than `linger_ms`, or on `flush`, `commit_transaction`, `close` or a future's
-`get()`. Each batch is one durable append (one fsync), so an acknowledged record is on
-disk.
+As in Kafka's client, `send` only adds the record to its partition's open batch in the
+accumulator (txlog/record_accumulator.py) and returns a future; a sender thread
+(txlog/sender.py) takes batches to the log: a batch goes when it is full (`batch_size`),
+when it has waited `linger_ms` (without waiting for another `send`), or at once for
+`flush`, a future's `get()`, `commit_transaction` and `close`. All the batches of a
+partition that are due go in one append (one write, one fdatasync: group commit).
+
+What an acknowledgement promises (`acks`):
+
+* `all` (-1, the default and what idempotence and transactions need): the batch is in the
+  log and fdatasync'ed; it survives a power loss. In a transaction the data is written at
+  once but made durable by the commit (one fdatasync per partition before PREPARE_COMMIT),
+  so an aborted transaction costs no data fsync; `flush()` makes it durable early.
+* `1`: the batch is in the log file (it survives a crash of any process, not a power loss
+  until the fdatasync the sender does right after).
+* `0`: the batch was handed to the sender; the offset is -1 and write errors reach nobody.
+
+Readers never see more than the durable watermark (the partition's high watermark), so a
+record a consumer saw cannot vanish in a power loss.
 
 Idempotence (the default) stamps every batch with the producer id, epoch and per-partition
 sequence, so a retried batch whose acknowledgement was lost is recognised by the log and
@@ -19,22 +33,22 @@ registration (KIP-890 part 1).
 Every request (InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, Produce, TxnOffsetCommit,
 EndTxn) goes through a `txlog.transport.Transport`: one made on the producer's store, or the
 `transport=` given; `faults=` (a `txlog.fault_injection.FaultPlan`) wraps it in a
-`FaultInjectingTransport`.
+`FaultInjectingTransport`. Only one thread talks to the transport at a time (`_io`).
 """
 
 from __future__ import annotations
 
+import itertools
 import os
+import threading
 import time
-from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from storage.config import TopicConfig
 from storage.errors import KafkaError
-from storage.records import BatchBuilder, Compression, TimestampType
+from storage.records import BatchBuilder, Compression, TimestampType, encode_batches
 from storage.store import Store
-from txlog.consumer_record import RecordMetadata
 from txlog.coordinator import DEFAULT_TRANSACTION_TIMEOUT_MS, ProducerIdAndEpoch
 from txlog.errors import (
     ConcurrentTransactionsError,
@@ -51,16 +65,21 @@ from txlog.errors import (
     UnknownTopicOrPartitionError,
 )
 from txlog.fault_injection import FaultInjectingTransport, FaultPlan
+from txlog.future_record_metadata import FutureProduceMany, FutureRecordMetadata, ProduceRequestResult
 from txlog.group_coordinator import MemberRef
 from txlog.internal_topics import CONSUMER_OFFSETS_TOPIC
 from txlog.membership import ConsumerGroupMetadata
-from txlog.partitioner import DEFAULT_PARTITIONER, PARTITIONER_NAMES, named_partitioner
+from txlog.partitioner import DEFAULT_PARTITIONER, PARTITIONER_NAMES, named_partitioner, partition_many
+from txlog.record_accumulator import ProducerBatch, RecordAccumulator
+from txlog.sender import Sender
 from txlog.topic_partition import OffsetAndMetadata, TopicPartition
 from txlog.transport import Transport
 
 _FENCING = (ProducerFencedError, InvalidProducerEpochError)
 _CONCURRENT_RETRIES = 50
-_FAR_FUTURE = 1 << 62
+DEFAULT_DELIVERY_TIMEOUT_MS = 120_000
+BULK_CHUNK_RECORDS = 8192  # produce_many encodes this many rows per native call (~1 MiB of small records)
+_CLIENT_NUMBERS = itertools.count(1)
 
 
 class _State(Enum):
@@ -70,107 +89,6 @@ class _State(Enum):
     ABORTABLE = "abortable"
     FENCED = "fenced"
     CLOSED = "closed"
-
-
-class _Outcome:
-    """How one batch ended, shared by the futures of its records.
-
-    Acknowledging a batch sets this once instead of visiting each of its futures (which
-    was a fifth of the producer's per-record cost); a future builds its RecordMetadata
-    only when asked, and only futures holding callbacks are visited (`watched`).
-    """
-
-    __slots__ = ("base_offset", "error", "done", "watched")
-
-    def __init__(self) -> None:
-        self.base_offset: int | None = None
-        self.error: BaseException | None = None
-        self.done = False
-        self.watched = False
-
-    def settle(self, base_offset: int | None, error: BaseException | None) -> None:
-        self.base_offset, self.error, self.done = base_offset, error, True
-
-
-class FutureRecordMetadata:
-    """What `send` returns: resolves to RecordMetadata once the record's batch was acknowledged."""
-
-    __slots__ = ("_producer", "_tp", "_metadata", "_outcome", "_callbacks", "_index", "_timestamp", "_key_size",
-                 "_value_size")
-
-    def __init__(self, producer: "Producer", tp: TopicPartition, index: int, timestamp: int, key_size: int,
-                 value_size: int, outcome: _Outcome | None = None):
-        self._producer = producer
-        self._tp = tp
-        self._index = index
-        self._timestamp = timestamp
-        # Two ints, not a (key, value) size tuple: a future lives until its batch is sent,
-        # and every container object alive that long is work for the cyclic GC.
-        self._key_size = key_size
-        self._value_size = value_size
-        self._outcome = _Outcome() if outcome is None else outcome
-        self._metadata: RecordMetadata | None = None  # built on first use
-        self._callbacks: list[Callable[[RecordMetadata | None, BaseException | None], Any]] | None = None
-
-    def done(self) -> bool:
-        return self._outcome.done
-
-    def get(self, timeout: float | None = None) -> RecordMetadata:
-        """The record's metadata, sending its batch first if it is still open; raises the send's error."""
-        if not self._outcome.done:
-            self._producer._drain(self._tp)
-        if self._outcome.error is not None:
-            raise self._outcome.error
-        return self._record_metadata()
-
-    def exception(self) -> BaseException | None:
-        return self._outcome.error
-
-    def add_callback(self, fn: Callable[[RecordMetadata | None, BaseException | None], Any]) -> "FutureRecordMetadata":
-        """`fn(metadata, error)` once the batch is acknowledged or has failed."""
-        if self._outcome.done:
-            fn(self._record_metadata(), self._outcome.error)
-        else:
-            if self._callbacks is None:
-                self._callbacks = []
-            self._callbacks.append(fn)
-            self._outcome.watched = True
-        return self
-
-    def _record_metadata(self) -> RecordMetadata | None:
-        """The metadata of a successfully sent record (None while pending or after an error)."""
-        outcome = self._outcome
-        if self._metadata is None and outcome.done and outcome.error is None:
-            offset = -1 if outcome.base_offset is None else outcome.base_offset + self._index
-            self._metadata = RecordMetadata(self._tp.topic, self._tp.partition, offset, self._timestamp,
-                                            self._key_size, self._value_size)
-        return self._metadata
-
-    def _resolve(self, base_offset: int | None, error: BaseException | None) -> None:
-        self._outcome.settle(base_offset, error)
-        self._fire_callbacks()
-
-    def _fire_callbacks(self) -> None:
-        if self._callbacks:
-            metadata, error = self._record_metadata(), self._outcome.error
-            for fn in self._callbacks:
-                fn(metadata, error)
-            self._callbacks.clear()
-
-
-@dataclass
-class _OpenBatch:
-    builder: BatchBuilder
-    created_ms: int
-    futures: list[FutureRecordMetadata] = field(default_factory=list)
-    outcome: _Outcome = field(default_factory=_Outcome)  # shared by `futures`
-
-    def settle(self, base_offset: int | None, error: BaseException | None) -> None:
-        """Resolve every future of the batch: one shared write, then the callbacks, in record order."""
-        self.outcome.settle(base_offset, error)
-        if self.outcome.watched:
-            for f in self.futures:
-                f._fire_callbacks()
 
 
 def _now_ms() -> int:
@@ -202,6 +120,15 @@ class Producer:
     `(key, partition_count) -> partition` decides every record. Keyless records stick to one
     partition per batch.
 
+    Configuration as in Kafka: `acks`, `linger_ms`, `batch_size`, `retries`,
+    `max_request_size` (the bytes of one append: the sender's group commit takes every sealed
+    batch of a partition up to it), `delivery_timeout_ms` (a batch not acknowledged by then
+    fails with KafkaTimeoutError), `buffer_memory` and `max_block_ms` (how long `send` waits
+    for room before KafkaTimeoutError), `max_in_flight_requests_per_connection` (checked as
+    Kafka checks it, at most 5 with idempotence; the sender has one append in flight at a
+    time, so it bounds nothing more), `client_id` (names the sender thread,
+    "txlog-producer-sender | <client_id>", as Kafka names its network thread).
+
     ::
 
         p = Producer("./data", transactional_id="app-1")
@@ -215,49 +142,65 @@ class Producer:
                  batch_size: int = 16384, linger_ms: int = 5, compression_type: str | None = None,
                  transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS,
                  partitioner: str | Callable[[bytes | None, int], int] | None = None,
+                 max_in_flight_requests_per_connection: int = 5, delivery_timeout_ms: int | None = None,
+                 buffer_memory: int = 32 * 1024 * 1024, max_block_ms: int = 60_000, client_id: str | None = None,
+                 max_request_size: int = 1024 * 1024,
                  faults: FaultPlan | None = None, clock: Callable[[], int] | None = None,
                  transport: Transport | None = None):
-        if transactional_id is not None and enable_idempotence is False:
-            raise InvalidConfigurationError("a transactional producer must be idempotent")
-        if acks not in ("all", -1, 0, 1, "0", "1", "-1"):
-            raise InvalidConfigurationError(f"acks must be all, -1, 0 or 1, not {acks!r}")
-        if compression_type not in (None, *Compression.kafka_names()):
-            raise InvalidConfigurationError(f"compression_type must be one of {', '.join(Compression.kafka_names())}")
-        if not isinstance(retries, int) or retries < 0 or not isinstance(batch_size, int) or batch_size <= 0:
-            raise InvalidConfigurationError("retries must be ≥ 0 and batch_size > 0")
-        if not callable(partitioner) and partitioner not in (None, *PARTITIONER_NAMES):
-            raise InvalidConfigurationError(
-                f"partitioner must be one of {', '.join(PARTITIONER_NAMES)} or a callable, not {partitioner!r}")
+        self.acks = _parse_acks(acks)
+        if delivery_timeout_ms is None and _non_negative(linger_ms):
+            # Kafka's default, stretched (as Kafka does) to cover a long linger
+            delivery_timeout_ms = max(DEFAULT_DELIVERY_TIMEOUT_MS, linger_ms + DEFAULT_DELIVERY_TIMEOUT_MS)
+        self.idempotent = _idempotence(enable_idempotence, transactional_id, self.acks)
+        _check_config(self.idempotent, compression_type, retries, batch_size, linger_ms, partitioner,
+                      max_in_flight_requests_per_connection, delivery_timeout_ms, buffer_memory, max_block_ms,
+                      max_request_size)
         self._own_store = not isinstance(store, Store)
         self.store = Store.open(store) if self._own_store else store
         self.transactional_id = transactional_id
-        self.idempotent = enable_idempotence is not False
-        self.acks = 0 if acks in (0, "0") else -1
+        # Kafka's default client.id: producer-N, or the transactional id's (named in the sender thread's name)
+        self.client_id = client_id or (f"producer-{transactional_id}" if transactional_id is not None
+                                       else f"producer-{next(_CLIENT_NUMBERS)}")
         self.retries = retries
         self.batch_size = batch_size
         self.linger_ms = linger_ms
+        self.delivery_timeout_ms = delivery_timeout_ms
         self.compression = Compression[(compression_type or "none").upper()]
         self.transaction_timeout_ms = transaction_timeout_ms
         # partitioner: a name (Kafka's murmur2 by default, or murmur3; txlog/partitioner.py) hashes
         # keyed records only; a callable is kafka-python's hook and sees every record, keyless too.
         self._partitioner = partitioner if callable(partitioner) else None
-        self._key_partition = named_partitioner(partitioner if isinstance(partitioner, str) else DEFAULT_PARTITIONER)
+        self._partitioner_name = partitioner if isinstance(partitioner, str) else DEFAULT_PARTITIONER
+        self._key_partition = named_partitioner(self._partitioner_name)
         self._clock = clock or _now_ms
+        self._wall_clock = clock is None  # then the native builder reads the clock (cheaper per send)
         # Every request to the log goes through the transport; `faults` wraps it in a fault plan.
         transport = transport if transport is not None else Transport(self.store, clock=clock)
         self._transport = FaultInjectingTransport(transport, faults) if faults is not None else transport
+        # The sender thread and the application thread (transactions, offsets) never use the
+        # transport, the ids or the sequences at the same time: whoever does holds `_io`.
+        self._io = threading.RLock()
         self._ids = ProducerIdAndEpoch(-1, -1)
         self._sequences: dict[TopicPartition, int] = {}
-        self._batches: dict[TopicPartition, _OpenBatch] = {}
+        self._unsynced: set[TopicPartition] = set()  # written without fdatasync (transactions, acks=1)
+        self._accumulator = RecordAccumulator(linger_ms=linger_ms, max_request_size=max_request_size,
+                                              buffer_memory=buffer_memory, max_block_ms=max_block_ms,
+                                              on_seal=self._sealed)
+        self._sender: Sender | None = None
+        self._open = self._accumulator.open  # read per send: one attribute lookup, not two
+        self._lock = self._accumulator.lock
+        self._single: dict[str, TopicPartition] = {}  # one-partition topics, partition 0
         self._sticky: dict[str, int] = {}
+        self._sticky_next: dict[str, int] = {}
         self._topic_meta: dict[str, tuple[int, int]] = {}
         self._tps: dict[tuple[str, int], TopicPartition] = {}  # made once per partition, not per send
         self._registered: set[TopicPartition] = set()
         self._txn_deadline_ms = 0
-        self._oldest_ms = _FAR_FUTURE
         self._txn_error: BaseException | None = None
         self._fatal: BaseException | None = None
         self._state = _State.UNINITIALIZED if transactional_id is not None else _State.READY
+        # The one state `send` accepts without a closer look (_check_can_send explains the others).
+        self._sending_state = _State.IN_TRANSACTION if transactional_id is not None else _State.READY
         if self.idempotent and transactional_id is None:
             self._ids = self._transport.init_producer_id(None)
 
@@ -277,30 +220,49 @@ class Producer:
              headers: Iterable | Mapping | None = None, timestamp_ms: int | None = None) -> FutureRecordMetadata:
         """Add a record to its partition's batch; returns a future for its offset.
 
-        This is the per-record cost of producing, so plain bytes (and None) skip the
-        conversion calls and each partition's TopicPartition is made once, not per record.
+        This is the per-record cost of producing, so the common case takes no call it can
+        avoid: plain bytes (and None) skip the conversions, a one-partition topic skips the
+        partitioner, the state check is one comparison, no lock is taken unless a batch opens
+        or fills (the only times the sender is woken), and the record goes into the batch in
+        one native call that also stamps its timestamp.
         """
-        self._check_can_send()
-        key_b = key if key is None or type(key) is bytes else _as_bytes(key, "key")
-        value_b = value if value is None or type(value) is bytes else _as_bytes(value, "value")
+        if self._state is not self._sending_state or self._fatal is not None:
+            self._check_can_send()
+        if key is not None and type(key) is not bytes:
+            key = _as_bytes(key, "key")
+        if value is not None and type(value) is not bytes:
+            value = _as_bytes(value, "value")
         hdrs = _headers(headers) if headers else None
-        p = self._choose_partition(topic, key_b, partition)
-        tp = self._tps.get((topic, p)) or self._tps.setdefault((topic, p), TopicPartition(topic, p))
-        ts = self._clock() if timestamp_ms is None else int(timestamp_ms)
-        batch = self._batches.get(tp)
-        if batch is None or not batch.builder.append(key_b, value_b, hdrs, ts):
+        tp = self._single.get(topic) if partition is None and self._partitioner is None else None
+        if tp is None:
+            tp = self._tp(topic, self._choose_partition(topic, key, partition))
+        if timestamp_ms is None:  # the builder stamps the wall clock itself, unless a clock was given
+            ts = None if self._wall_clock else self._clock()
+        else:
+            ts = int(timestamp_ms)
+        # Lock-free when the partition's open batch takes the record: the builder's
+        # try_append is one native call, atomic under the GIL, and a sealed batch's builder
+        # refuses it (-1), so a record is never added to a batch the sender has taken.
+        batch = self._open.get(tp)
+        index = -1 if batch is None else batch.builder.try_append(key, value, hdrs, ts)
+        if index < 0:
+            batch, index = self._append_new(tp, key, value, hdrs, ts)
+        # A full batch is sealed by the next send that does not fit (the slow path below), or
+        # by linger: a check of the size here on every send cost more than it saved.
+        return FutureRecordMetadata((batch, index))
+
+    def _append_new(self, tp: TopicPartition, key: bytes | None, value: bytes | None, headers: list | None,
+                    ts: int | None) -> tuple[ProducerBatch, int]:
+        """The slow path of `send`, once per batch: under the accumulator's lock, the open batch
+        again (another thread may have opened it), else a new one, which always takes the record."""
+        with self._lock:
+            batch = self._open.get(tp)
             if batch is not None:
-                self._drain(tp)
+                index = batch.builder.try_append(key, value, headers, ts)
+                if index >= 0:
+                    return batch, index
             batch = self._new_batch(tp)
-            batch.builder.append(key_b, value_b, hdrs, ts)
-        future = FutureRecordMetadata(self, tp, len(batch.futures), ts, -1 if key_b is None else len(key_b),
-                                      -1 if value_b is None else len(value_b), batch.outcome)
-        batch.futures.append(future)
-        if batch.builder.estimated_size >= batch.builder.max_bytes:
-            self._drain(tp)
-        elif ts - self._oldest_ms >= self.linger_ms:
-            self._drain_lingering()
-        return future
+            return batch, batch.builder.try_append(key, value, headers, ts)
 
     def _check_can_send(self) -> None:
         if self._state is _State.CLOSED:
@@ -323,102 +285,182 @@ class Producer:
             config = TopicConfig.from_overrides(self.store.topic_overrides(topic))
             info = (count, config.max_message_bytes)
             self._topic_meta[topic] = info
+            if count == 1:  # every record of it goes to partition 0: `send` skips the partitioner
+                self._single[topic] = self._tp(topic, 0)
         return info
+
+    def _check_partition(self, topic: str, partition: Any) -> int:
+        count, _ = self._topic_info(topic)
+        if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < count:
+            raise UnknownTopicOrPartitionError(f"topic '{topic}' has no partition {partition!r}")
+        return partition
 
     def _choose_partition(self, topic: str, key: bytes | None, partition: int | None) -> int:
         count, _ = self._topic_info(topic)
         if partition is not None:
-            if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < count:
-                raise UnknownTopicOrPartitionError(f"topic '{topic}' has no partition {partition!r}")
-            return partition
+            return self._check_partition(topic, partition)
         if self._partitioner is not None:
             return self._partitioner(key, count) % count
-        if count == 1:  # nothing to hash or to stick to; a hash per send was 6 % of its cost
+        if count == 1:  # nothing to hash or to stick to
             return 0
         if key is not None:
             return self._key_partition(key, count)
+        return self._sticky_partition(topic, count)
+
+    def _sticky_partition(self, topic: str, count: int) -> int:
+        """Kafka's sticky partitioner for keyless records: fill one batch, then move on."""
         sticky = self._sticky.get(topic)
-        if sticky is None:  # sticky partitioner: fill one batch, then move on
-            sticky = (self._sticky.get(f"\0{topic}", -1) + 1) % count
-            self._sticky[topic] = self._sticky[f"\0{topic}"] = sticky
+        if sticky is None:
+            sticky = self._sticky_next.get(topic, 0) % count
+            self._sticky[topic] = sticky
+            self._sticky_next[topic] = sticky + 1
         return sticky
 
-    def _new_batch(self, tp: TopicPartition) -> _OpenBatch:
+    def _sealed(self, tp: TopicPartition) -> None:
+        """The accumulator sealed tp's batch: keyless records of its topic move to the next partition."""
+        if self._sticky.get(tp.topic) == tp.partition:
+            self._sticky.pop(tp.topic, None)
+
+    def _new_batch(self, tp: TopicPartition) -> ProducerBatch:
+        """Open a batch for tp (the caller holds the accumulator's lock); starts the sender on first use."""
         _, max_message = self._topic_info(tp.topic)
-        builder = BatchBuilder(max_bytes=min(self.batch_size, max_message), compression=self.compression,
+        accumulator = self._accumulator
+        accumulator.seal(tp)
+        size = min(self.batch_size, max_message)
+        accumulator.reserve(size)
+        builder = BatchBuilder(max_bytes=size, compression=self.compression,
                                timestamp_type=TimestampType.CREATE_TIME,
                                is_transactional=self.transactional_id is not None)
-        batch = _OpenBatch(builder, self._clock())
-        self._batches[tp] = batch
-        self._oldest_ms = min(self._oldest_ms, batch.created_ms)
+        batch = ProducerBatch(tp, size, accumulator, builder=builder)
+        accumulator.add_batch(batch, sealed=False)
+        self._start_sender()
         return batch
 
-    def _drain_lingering(self) -> None:
-        now = self._clock()
-        for tp in [tp for tp, b in self._batches.items() if now - b.created_ms >= self.linger_ms]:
-            self._drain(tp)
-        self._oldest_ms = min((b.created_ms for b in self._batches.values()), default=_FAR_FUTURE)
+    def _start_sender(self) -> None:
+        """A sender thread for the batches just queued, if none is running (the caller holds the
+        accumulator's lock: an idle sender stops under it, so this never misses one stopping)."""
+        if self._accumulator.sender_thread is None:
+            self._sender = Sender(self, self._accumulator)
+
+    def produce_many(self, topic: str, values: Sequence[Any], keys: Sequence[Any] | None = None, *,
+                     partition: int | None = None, headers: Sequence[Any] | None = None,
+                     timestamps: Sequence[int] | None = None) -> FutureProduceMany:
+        """Send many records in one call: whole batches are encoded natively, column by column.
+
+        `values` (and `keys`, `headers`, `timestamps` when given) are columns of equal length;
+        a record goes where `send` would put it (`partition`, else the partitioner by key,
+        keyless records to one sticky partition). Within a partition the records keep their
+        order, after whatever `send` put there before. The future's `get()` waits for every
+        batch and returns the number of records sent.
+        """
+        self._check_can_send()
+        count = len(values)
+        for name, column in (("keys", keys), ("headers", headers), ("timestamps", timestamps)):
+            if column is not None and len(column) != count:
+                raise IllegalArgumentError(f"{name} has {len(column)} entries for {count} values")
+        if timestamps is None:
+            timestamps = [self._clock()] * count
+        header_column = None if headers is None else [_headers(h) for h in headers]
+        parts: list[tuple[TopicPartition, int, ProduceRequestResult]] = []
+        for p, rows in self._rows_by_partition(topic, keys, partition, count).items():
+            parts.extend(self._enqueue_encoded(self._tp(topic, p), rows, values, keys, header_column, timestamps))
+        return FutureProduceMany(self._accumulator, parts)
+
+    def _tp(self, topic: str, p: int) -> TopicPartition:
+        return self._tps.get((topic, p)) or self._tps.setdefault((topic, p), TopicPartition(topic, p))
+
+    def _rows_by_partition(self, topic: str, keys: Sequence[Any] | None, partition: int | None,
+                           count: int) -> dict[int, range | list[int]]:
+        """Which rows go to which partition, each list in row order."""
+        partitions, _ = self._topic_info(topic)
+        if partition is not None:
+            return {self._check_partition(topic, partition): range(count)}
+        if partitions == 1:
+            return {0: range(count)}
+        if keys is None:
+            return {self._sticky_partition(topic, partitions): range(count)}
+        if self._partitioner is not None:
+            chosen = [self._partitioner(k, partitions) % partitions for k in keys]
+        else:
+            chosen = partition_many(keys, partitions, self._partitioner_name)
+        rows: dict[int, list[int]] = {}
+        sticky = None
+        for row, p in enumerate(chosen):
+            if p < 0:  # a null key: the sticky partition, as send would
+                sticky = self._sticky_partition(topic, partitions) if sticky is None else sticky
+                p = sticky
+            rows.setdefault(p, []).append(row)
+        return rows
+
+    def _enqueue_encoded(self, tp: TopicPartition, rows: range | list[int], values: Sequence[Any],
+                         keys: Sequence[Any] | None, headers: list | None,
+                         timestamps: Sequence[int]) -> list[tuple[TopicPartition, int, ProduceRequestResult]]:
+        """Encode tp's rows into whole batches and queue them, sealed, behind tp's open batch.
+
+        A chunk of rows at a time: the encoder runs without the GIL on a large chunk, so the
+        sender writes one chunk's batches while the next is encoded.
+        """
+        _, max_message = self._topic_info(tp.topic)
+        size = min(self.batch_size, max_message)
+        transactional = self.transactional_id is not None
+        out: list[tuple[TopicPartition, int, ProduceRequestResult]] = []
+        for start in range(0, len(rows), BULK_CHUNK_RECORDS):
+            chunk = rows[start:start + BULK_CHUNK_RECORDS]
+            pick = _column_picker(chunk, len(values))
+            encoded = encode_batches(pick(values), None if keys is None else pick(keys),
+                                     None if headers is None else pick(headers), pick(timestamps), max_bytes=size,
+                                     compression=self.compression, is_transactional=transactional)
+            out.extend(self._queue_sealed(tp, encoded))
+        return out
+
+    def _queue_sealed(self, tp: TopicPartition,
+                      encoded: list) -> list[tuple[TopicPartition, int, ProduceRequestResult]]:
+        """Queue natively encoded batches for the sender under one hold of the lock (buffer permitting)."""
+        accumulator = self._accumulator
+        out = []
+        with accumulator.cond:
+            for piece in encoded:
+                accumulator.reserve(len(piece.data))
+                batch = ProducerBatch(tp, len(piece.data), accumulator, encoded=piece.data,
+                                      record_count=piece.record_count)
+                accumulator.add_batch(batch, sealed=True)
+                out.append((tp, piece.record_count, batch.result))
+            self._start_sender()
+        return out
 
     def flush(self, timeout: float | None = None) -> None:
-        """Send every open batch; each record's outcome is in its future."""
-        if self.transactional_id is not None and self._batches and self._fatal is None and self._txn_error is None:
-            try:  # one registration for every partition about to be written
-                self._before_transactional_write(list(self._batches))
-            except KafkaError as exc:
-                self._batch_failed(exc)
-        for tp in list(self._batches):
-            self._drain(tp)
-        self._oldest_ms = _FAR_FUTURE
-        self._transport.deliver_delayed()
+        """Send every batch now and wait until each is acknowledged; each record's outcome is in
+        its future. In a transaction, what was sent is made durable (readers see it below the
+        high watermark) before this returns, as Kafka's acknowledged records are."""
+        self._flush(timeout, sync=True)
 
-    # ---- one batch to the log ----------------------------------------------------------------------------
+    def _flush(self, timeout: float | None, *, sync: bool) -> None:
+        self._accumulator.flush(timeout)
+        if self._fatal is not None and not isinstance(self._fatal, KafkaError):
+            raise self._fatal  # the process "crashed" (a fault plan): nothing more happens
+        if sync and self._unsynced and self._fatal is None:
+            with self._io:
+                self._sync(list(self._unsynced))
 
-    def _drain(self, tp: TopicPartition) -> None:
-        batch = self._batches.pop(tp, None)
-        if batch is None:
-            return
-        if self._sticky.get(tp.topic) == tp.partition:
-            del self._sticky[tp.topic]
-        try:
-            if self._fatal is not None:
-                raise self._fatal
-            if self._txn_error is not None:
-                raise TransactionAbortableError(f"the transaction must be aborted: {self._txn_error}")
-            if self.transactional_id is not None:
-                self._before_transactional_write([tp])
-            base = self._append(tp, batch)
-        except KafkaError as exc:
-            self._batch_failed(exc)
-            batch.settle(None, exc)
-            return
-        batch.settle(base, None)
+    def _sync(self, tps: list[TopicPartition]) -> None:
+        """fdatasync partitions written without one, so the high watermark covers them (holder of `_io`)."""
+        self._transport.sync_partitions([(tp.topic, tp.partition) for tp in tps])
+        self._unsynced.difference_update(tps)
 
-    def _append(self, tp: TopicPartition, batch: _OpenBatch,
-                offsets_of: tuple[str, MemberRef | None] | None = None) -> int | None:
-        """Send the batch, retrying timeouts with the same bytes (the log deduplicates them).
+    # ---- what the sender asks of the producer (it holds `_io`) --------------------------------------------
 
-        `offsets_of` (group, member) sends it as a TxnOffsetCommit, checked against the group.
-        """
-        seq = self._sequences.get(tp, 0) if self.idempotent else -1
-        data = batch.builder.build(producer_id=self._ids.producer_id, producer_epoch=self._ids.epoch,
-                                   base_sequence=seq)
-        tid, transport = self.transactional_id, self._transport
-        attempts = 0
-        while True:
-            try:
-                if offsets_of is None:
-                    result = transport.produce(tp.topic, tp.partition, data, tid)
-                else:
-                    result = transport.txn_offset_commit(*offsets_of, tp.topic, tp.partition, data, tid)
-                break
-            except RequestTimedOutError:
-                attempts += 1
-                if attempts > self.retries:
-                    self._outcome_unknown(tp)
-                    raise
-        if self.idempotent:
-            self._sequences[tp] = (seq + len(batch.futures)) & 0x7FFFFFFF
-        return None if self.acks == 0 else result.base_offset
+    def _send_blocker(self) -> BaseException | None:
+        """Why a batch may not be sent now (the producer is dead or fenced, the transaction must abort)."""
+        if self._fatal is not None:
+            return self._fatal
+        if self._txn_error is not None:
+            return TransactionAbortableError(f"the transaction must be aborted: {self._txn_error}")
+        return None
+
+    def _died(self, exc: BaseException) -> None:
+        """A simulated crash (or a bug) in the sender: the producer is dead from now on."""
+        if self._fatal is None:
+            self._fatal = exc
 
     def _outcome_unknown(self, tp: TopicPartition) -> None:
         """The batch may or may not be in the log: its sequence must never be reused (KIP-360)."""
@@ -427,16 +469,20 @@ class Producer:
         self._ids = ProducerIdAndEpoch(self._ids.producer_id, self._ids.epoch + 1)
         self._sequences.clear()
 
-    def _batch_failed(self, exc: KafkaError) -> None:
+    def _batch_failed(self, exc: KafkaError) -> KafkaError:
+        """Note what a failed request means for the producer; returns the error its records report
+        (an epoch error of a transactional producer is reported as the fencing it is)."""
         if isinstance(exc, _FENCING):
             self._fatal = self._fenced(exc) if isinstance(exc, InvalidProducerEpochError) and \
                 self.transactional_id is not None else exc
             self._state = _State.FENCED if self.transactional_id is not None else self._state
+            exc = self._fatal
         elif isinstance(exc, (OutOfOrderSequenceError, UnknownProducerIdError)) and self.transactional_id is None:
             self._outcome_unknown_all()
         if self.transactional_id is not None and self._state is _State.IN_TRANSACTION:
             self._txn_error = exc
             self._state = _State.ABORTABLE
+        return exc
 
     def _fenced(self, exc: KafkaError) -> ProducerFencedError:
         """The log's epoch check in user terms: a newer instance of the transactional id took over
@@ -489,8 +535,9 @@ class Producer:
         self._require_transactional()
         if self._state is not _State.UNINITIALIZED:
             raise IllegalStateError(f"init_transactions() called twice (state {self._state.value})")
-        self._set_ids(self._retry_concurrent(lambda: self._transport.init_producer_id(
-            self.transactional_id, self.transaction_timeout_ms)))
+        with self._io:
+            self._set_ids(self._retry_concurrent(lambda: self._transport.init_producer_id(
+                self.transactional_id, self.transaction_timeout_ms)))
         self._state = _State.READY
 
     def begin_transaction(self) -> None:
@@ -499,9 +546,10 @@ class Producer:
             raise IllegalStateError("call init_transactions() before begin_transaction()")
         if self._state is not _State.READY:
             raise IllegalStateError(f"begin_transaction() while {self._state.value}")
+        with self._io:
+            self._registered.clear()
+            self._txn_error = None
         self._state = _State.IN_TRANSACTION
-        self._registered.clear()
-        self._txn_error = None
 
     def send_offsets_to_transaction(self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int],
                                     group_metadata: Any) -> None:
@@ -516,6 +564,13 @@ class Producer:
         self._require_transactional()
         group, member = _group_and_member(group_metadata)
         self._check_can_send()
+        self._flush(None, sync=False)
+        with self._io:
+            self._commit_offsets(offsets, group, member)
+
+    def _commit_offsets(self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int], group: str,
+                        member: MemberRef | None) -> None:
+        """The TxnOffsetCommit itself, on the calling thread (holder of `_io`; the sender is idle)."""
         transport = self._transport
         tp = transport.offsets_partition(group)
         now = self._clock()
@@ -524,32 +579,43 @@ class Producer:
             om = offset if isinstance(offset, OffsetAndMetadata) else OffsetAndMetadata(int(offset))
             k, v = transport.encode_offset_commit(group, TopicPartition(*part), om, now)
             builder.append(k, v, None, now)
-        batch = _OpenBatch(builder, now)
-        batch.futures = [FutureRecordMetadata(self, tp, i, now, -1, -1, batch.outcome)
-                         for i in range(builder.record_count)]
-        if not batch.futures:
+        if not builder.record_count:
             return
-        self.flush()
+        seq = self._sequences.get(tp, 0)
+        data = builder.build(producer_id=self._ids.producer_id, producer_epoch=self._ids.epoch, base_sequence=seq)
         try:
             # Registration takes the transaction coordinator's lock, so it happens before the
             # group's lock is taken (inside TxnOffsetCommit): the lock order stays coordinator,
             # then data partitions.
             self._before_transactional_write([tp], group)
-            base = self._append(tp, batch, (group, member))
+            self._offsets_with_retries(group, member, tp, data)
         except KafkaError as exc:
             self._batch_failed(exc)
-            batch.settle(None, exc)
             raise
-        batch.settle(base, None)
+        self._sequences[tp] = (seq + builder.record_count) & 0x7FFFFFFF
+
+    def _offsets_with_retries(self, group: str, member: MemberRef | None, tp: TopicPartition, data: bytes) -> None:
+        """Send the offsets' batch, retrying timeouts with the same bytes (the log deduplicates them)."""
+        attempts = 0
+        while True:
+            try:
+                self._transport.txn_offset_commit(group, member, tp.topic, tp.partition, data,
+                                                  self.transactional_id)
+                return
+            except RequestTimedOutError:
+                attempts += 1
+                if attempts > self.retries:
+                    raise
 
     def commit_transaction(self) -> None:
-        """Flush, then commit: every record and offset of the transaction becomes visible at once."""
+        """Send what is buffered, then commit: every record and offset of the transaction becomes
+        visible at once. The coordinator makes the data durable before it decides."""
         self._require_transactional()
         if self._state is _State.ABORTABLE:
             raise TransactionAbortableError(f"the transaction cannot commit: {self._txn_error}")
         if self._state is not _State.IN_TRANSACTION:
             raise IllegalStateError(f"commit_transaction() while {self._state.value}")
-        self.flush()
+        self._flush(None, sync=False)
         if self._fatal is not None:
             raise self._fatal
         if self._txn_error is not None:
@@ -561,27 +627,31 @@ class Producer:
         self._require_transactional()
         if self._state not in (_State.IN_TRANSACTION, _State.ABORTABLE):
             raise IllegalStateError(f"abort_transaction() while {self._state.value}")
-        aborted = TransactionAbortableError("the transaction was aborted before this record was sent")
-        for tp in list(self._batches):
-            for f in self._batches.pop(tp).futures:
-                f._resolve(None, aborted)
-        self._transport.deliver_delayed()
+        self._accumulator.fail_unsent(TransactionAbortableError("the transaction was aborted before this record "
+                                                                "was sent"))
+        self._flush(None, sync=False)  # whatever the sender had already taken
+        if self._fatal is not None and not isinstance(self._fatal, KafkaError):
+            raise self._fatal
+        with self._io:
+            self._transport.deliver_delayed()
         self._end(commit=False)
 
     def _end(self, commit: bool) -> None:
-        if not self._registered:  # nothing reached the log: there is nothing to mark
+        with self._io:
+            if not self._registered:  # nothing reached the log: there is nothing to mark
+                self._state = _State.READY
+                return
+            try:
+                ids = self._retry_concurrent(lambda: self._transport.end_txn(
+                    self.transactional_id, self._ids.producer_id, self._ids.epoch, commit))
+            except _FENCING as exc:
+                self._fatal = exc if isinstance(exc, ProducerFencedError) else self._fenced(exc)
+                self._state = _State.FENCED
+                raise self._fatal from exc
+            self._set_ids(ids)
+            self._registered.clear()
+            self._unsynced.clear()  # the coordinator synced the data (commit) or marked it (abort)
             self._state = _State.READY
-            return
-        try:
-            ids = self._retry_concurrent(lambda: self._transport.end_txn(
-                self.transactional_id, self._ids.producer_id, self._ids.epoch, commit))
-        except _FENCING as exc:
-            self._fatal = exc if isinstance(exc, ProducerFencedError) else self._fenced(exc)
-            self._state = _State.FENCED
-            raise self._fatal from exc
-        self._set_ids(ids)
-        self._registered.clear()
-        self._state = _State.READY
 
     def _set_ids(self, ids: ProducerIdAndEpoch) -> None:
         if ids != self._ids:
@@ -591,16 +661,19 @@ class Producer:
     # ---- closing --------------------------------------------------------------------------------------------
 
     def close(self, timeout: float | None = None) -> None:
-        """Send what is buffered (aborting an unfinished transaction) and release the store."""
+        """Send what is buffered (aborting an unfinished transaction), stop the sender, release the store."""
         if self._state is _State.CLOSED:
             return
         try:
             if self._state in (_State.IN_TRANSACTION, _State.ABORTABLE) and self._fatal is None:
                 self._abort_on_close()
-            elif self.transactional_id is None:
-                self.flush()
+            elif self.transactional_id is None and self._fatal is None:
+                self.flush(timeout)
         finally:
             self._state = _State.CLOSED
+            self._accumulator.close()
+            if self._sender is not None:
+                self._sender.join(timeout)
             if self._own_store:
                 self.store.close()
 
@@ -617,6 +690,61 @@ class Producer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _column_picker(rows: range | list[int], length: int) -> Callable[[Sequence[Any]], Sequence[Any]]:
+    """Take `rows` of a column: the column itself when the rows are all of it, a slice for a
+    range, else a gathered list."""
+    if isinstance(rows, range):
+        if rows.start == 0 and rows.stop == length and rows.step == 1:
+            return lambda column: column
+        return lambda column: column[rows.start:rows.stop]
+    return lambda column: [column[i] for i in rows]
+
+
+def _parse_acks(acks: int | str) -> int:
+    """Kafka's acks spellings as -1 (all), 1 or 0."""
+    if acks not in ("all", -1, 0, 1, "0", "1", "-1"):
+        raise InvalidConfigurationError(f"acks must be all, -1, 0 or 1, not {acks!r}")
+    return -1 if acks in ("all", -1, "-1") else int(acks)
+
+
+def _idempotence(enable: bool | None, transactional_id: str | None, acks: int) -> bool:
+    """Kafka's rule: idempotence (the default) needs acks=all; left unset with acks 0 or 1 it is off,
+    asked for explicitly (or by a transactional id) with them it is a configuration error."""
+    if transactional_id is not None and enable is False:
+        raise InvalidConfigurationError("a transactional producer must be idempotent")
+    if acks != -1:
+        if enable or transactional_id is not None:
+            raise InvalidConfigurationError("idempotence and transactions need acks=all")
+        return False
+    return enable is not False
+
+
+def _check_config(idempotent: bool, compression_type: str | None, retries: Any, batch_size: Any, linger_ms: Any,
+                  partitioner: Any, max_in_flight: Any, delivery_timeout_ms: Any, buffer_memory: Any,
+                  max_block_ms: Any, max_request_size: Any) -> None:
+    if compression_type not in (None, *Compression.kafka_names()):
+        raise InvalidConfigurationError(f"compression_type must be one of {', '.join(Compression.kafka_names())}")
+    if not _non_negative(retries) or not _non_negative(batch_size) or batch_size == 0:
+        raise InvalidConfigurationError("retries must be ≥ 0 and batch_size > 0")
+    if not callable(partitioner) and partitioner not in (None, *PARTITIONER_NAMES):
+        raise InvalidConfigurationError(
+            f"partitioner must be one of {', '.join(PARTITIONER_NAMES)} or a callable, not {partitioner!r}")
+    for name, value in (("linger_ms", linger_ms), ("buffer_memory", buffer_memory), ("max_block_ms", max_block_ms),
+                        ("delivery_timeout_ms", delivery_timeout_ms), ("max_request_size", max_request_size)):
+        if not _non_negative(value):
+            raise InvalidConfigurationError(f"{name} must be an integer ≥ 0, not {value!r}")
+    if delivery_timeout_ms < linger_ms:
+        raise InvalidConfigurationError(f"delivery_timeout_ms ({delivery_timeout_ms}) must be ≥ linger_ms "
+                                        f"({linger_ms})")
+    if not _non_negative(max_in_flight) or max_in_flight < 1 or (idempotent and max_in_flight > 5):
+        raise InvalidConfigurationError("max_in_flight_requests_per_connection must be ≥ 1, and at most 5 with "
+                                        f"idempotence (Kafka's window of remembered batches), not {max_in_flight!r}")
+
+
+def _non_negative(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _group_and_member(group_metadata: Any) -> tuple[str, MemberRef | None]:

@@ -95,10 +95,24 @@ class Transport:
 
     # ---- Produce ----------------------------------------------------------------------------------------
 
-    def produce(self, topic: str, partition: int, data: bytes, transactional_id: str | None = None) -> AppendResult:
-        """Produce one batch. A transactional batch is verified against its transaction (KIP-890 part 1)."""
-        return self.store.partition(topic, partition).append(data, verify_txn=self._verifier(transactional_id,
-                                                                                               topic, partition))
+    def produce(self, topic: str, partition: int, data: bytes, transactional_id: str | None = None, *,
+                sync: bool = True, trusted: bool = False) -> AppendResult:
+        """Produce one request's batches. A transactional batch is verified against its transaction (KIP-890 part 1).
+
+        `sync=False` writes without fdatasync (readers see the batches once a later sync
+        covers them: `sync_partitions`, or the commit's); `trusted=True` says this process's
+        own encoder built the bytes, so their CRC is not recomputed (`PartitionLog.append`).
+        """
+        return self.store.partition(topic, partition).append(
+            data, verify_txn=self._verifier(transactional_id, topic, partition), sync=sync, trusted=trusted)
+
+    def sync_partitions(self, partitions: Iterable[tuple[str, int]]) -> None:
+        """Make everything written to these partitions durable (one fdatasync each, none if already durable).
+
+        A transactional producer's `flush()`: acknowledged means below the high watermark.
+        """
+        for topic, partition in partitions:
+            self.store.partition(topic, partition).sync()
 
     def _verifier(self, transactional_id: str | None, topic: str, partition: int) -> TxnVerifier | None:
         """What the partition asks the coordinator, under its own lock, before a transactional append."""
@@ -122,8 +136,9 @@ class Transport:
     def list_offsets(self, tp: TopicPartition, timestamp: int, isolation: IsolationLevel) -> tuple[int, int] | None:
         """ListOffsets: (offset, timestamp) for EARLIEST_TIMESTAMP, LATEST_TIMESTAMP or a time in ms.
 
-        LATEST is the last stable offset under read_committed, the log end otherwise; a time
-        answers the first record at or after it below that end (None if there is none).
+        LATEST is `latest_offset`'s: min(last stable offset, high watermark) under read_committed,
+        the high watermark otherwise; a time answers the first record at or after it below that
+        end (None if there is none).
         The special timestamps answer with timestamp -1, as Kafka does.
         """
         log = self.store.partition(tp.topic, tp.partition)
@@ -196,9 +211,11 @@ class Transport:
     def txn_offset_commit(self, group: str, member: MemberRef | None, topic: str, partition: int, data: bytes,
                           transactional_id: str) -> AppendResult:
         """TxnOffsetCommit: the producer's batch of offset records, checked against the group's
-        membership (KIP-447) and appended while the group is held."""
+        membership (KIP-447) and appended while the group is held. Written without fdatasync,
+        as the transaction's data is: the commit syncs every partition of the transaction
+        (`__consumer_offsets` among them) before its PREPARE_COMMIT."""
         with self.group_coordinator.commit_fence(group, member):
-            return self.produce(topic, partition, data, transactional_id)
+            return self.produce(topic, partition, data, transactional_id, sync=False)
 
     def offset_commit(self, group: str, offsets: Mapping[TopicPartition, OffsetAndMetadata | int],
                       member: MemberRef | None) -> None:

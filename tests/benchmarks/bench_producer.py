@@ -1,8 +1,9 @@
 """On-demand benchmark of the Producer: send + flush against kafka-python's batch encoder, and transactions.
 
 Run: python tests/benchmarks/bench_producer.py [--records N] [--sizes 16384:5,1048576:100]
-         [--txn-sizes 1,10,100,1000] [--txn-records N] [--max-txns N] [--reps R] [--profile]
-         [--partitions P] [--partitioner murmur2|murmur3] [--distinct-keys K]
+         [--txn-sizes 1,10,100,1000,10000] [--txn-records N] [--max-txns N] [--commit-ms MS]
+         [--lines N] [--reps R] [--profile] [--partitions P] [--partitioner murmur2|murmur3]
+         [--distinct-keys K] [--skip-send] [--skip-txn] [--skip-cli]
 
 Part 1 - durable send throughput. `Producer.send` of N records (10-byte key, 100-byte
 value, one partition) followed by one `flush`, timed from the first send until flush
@@ -13,7 +14,9 @@ fields) merely *encoding* the same records into batches of the same `batch_size`
 partitioner, no futures, no I/O, and timestamps computed before the timer starts. Each
 `--sizes` entry is `batch_size:linger_ms`; 16384:5 is the producer's default, 1048576:100
 is a throughput setting (a 1 MiB batch needs a linger long enough to fill it, as in
-Kafka). Target: txlog >= 2x kafka-python's encode-only rate.
+Kafka). The sender thread appends all the batches of a partition that are due in one
+call (group commit: up to 5 batches, one fdatasync). Target: txlog >= 2x kafka-python's
+encode-only rate.
 
 With `--partitions P` (P > 1) part 1 writes to a P-partition topic, so every keyed send is
 hashed (a one-partition topic skips the partitioner): this is the cost of the key hash
@@ -23,11 +26,23 @@ C). Keys are all distinct by default (the cache never hits: the worst case);
 stream of batches, so compare the txlog columns of runs with different flags, not the ratio.
 
 Part 2 - transactions. A transactional producer runs begin / K sends / commit for K in
-`--txn-sizes` (default batch_size), against an idempotent non-transactional producer
-sending the same records in the same run. Each transaction costs coordinator writes
-(AddPartitionsToTxn, PrepareCommit, CompleteCommit: one fsync each) and one COMMIT
-marker (one fsync) besides its data batches. Target: >= 0.95 of the idempotent rate at
-1000 records per transaction.
+`--txn-sizes`, against an idempotent non-transactional producer sending the same records in
+the same run. A one-partition transaction costs 4 fsyncs whatever its size: the
+registration (AddPartitionsToTxn), one fdatasync of its data at commit, PREPARE_COMMIT and
+the COMMIT marker (COMPLETE_COMMIT needs none). The fsyncs per transaction are printed.
+The time-based variant is the one with a target (below).
+
+Part 1 also times `Producer.produce_many` of the same records (keys and values as two
+columns, one call, then flush): whole batches encoded natively. Target: >= 5x.
+
+Part 2 also runs a transactional producer that commits every `--commit-ms` (default 100 ms,
+Kafka's usual commit interval for exactly-once streams) on `--records` records, against the
+idempotent producer's rate. Target: >= 0.95 (Kafka's own figure is -3 %).
+
+Part 3 - `txlog produce`. `--lines` (default 200,000) lines of `key:value` in a file,
+written by the real CLI in a subprocess (`txlog produce -t T -K :` < file) against a plain
+Python loop in a subprocess that reads the same file and splits each line at the separator
+(both include interpreter start-up; the CLI's imports are the larger share of small runs).
 
 Every repetition starts from a fresh store, variants are interleaved inside a
 repetition, the first (cold) repetition is dropped and the median of the rest is shown.
@@ -43,6 +58,8 @@ import cProfile
 import os
 import pstats
 import shutil
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -71,7 +88,8 @@ TOPIC = "t"
 KEY_BYTES, VALUE_BYTES = 10, 100
 SEND_TARGET = 2.0
 TXN_TARGET = 0.95
-TXN_TARGET_AT = 1000
+TXN_TARGET_AT = 1000  # the transaction size --profile profiles
+MANY_TARGET = 5.0
 DEFAULT_BATCH = 16384
 NO_HEADERS = ()
 
@@ -128,19 +146,26 @@ def count_batches(store: Store, topic: str) -> int:
 
 def txlog_send(workdir: str, records: Records, batch_size: int, linger_ms: int,
                profiler: cProfile.Profile | None = None, partitions: int = 1,
-               partitioner: str = "murmur2") -> tuple[Sample, int]:
-    """send() every record then flush(), on a fresh store; (sample, batches written)."""
+               partitioner: str = "murmur2", bulk: bool = False) -> tuple[Sample, int]:
+    """send() every record then flush(), on a fresh store; (sample, batches written).
+
+    `bulk` makes it one produce_many() call of the keys and values as two columns instead.
+    """
     root = tempfile.mkdtemp(prefix="send-", dir=workdir)
     store = Store.open(root)
     try:
         store.create_topic(TOPIC, partitions)
         producer = Producer(store, batch_size=batch_size, linger_ms=linger_ms, partitioner=partitioner)
         send = producer.send
+        keys, values = ([k for k, _, _ in records], [v for _, v, _ in records]) if bulk else ([], [])
         if profiler is not None:
             profiler.enable()
         with timed() as sample:
-            for key, value, _ in records:
-                send(TOPIC, value, key)
+            if bulk:
+                producer.produce_many(TOPIC, values, keys)
+            else:
+                for key, value, _ in records:
+                    send(TOPIC, value, key)
             producer.flush()
         if profiler is not None:
             profiler.disable()
@@ -160,8 +185,11 @@ def txlog_transactions(workdir: str, records: Records, per_txn: int, batch_size:
                        profiler: cProfile.Profile | None = None) -> Sample:
     """begin / `per_txn` sends / commit until every record is sent, on a fresh store.
 
-    per_txn = 0 means the idempotent, non-transactional baseline (one flush at the end).
+    per_txn = 0 means the idempotent, non-transactional baseline (one flush at the end);
+    per_txn < 0 commits every -per_txn milliseconds instead (`--commit-ms`).
     """
+    if per_txn < 0:
+        return txlog_timed_transactions(workdir, records, -per_txn, batch_size)
     root = tempfile.mkdtemp(prefix="txn-", dir=workdir)
     store = Store.open(root)
     try:
@@ -199,6 +227,91 @@ def txlog_transactions(workdir: str, records: Records, per_txn: int, batch_size:
         shutil.rmtree(root)
 
 
+def txlog_timed_transactions(workdir: str, records: Records, commit_ms: int, batch_size: int) -> Sample:
+    """A transactional producer committing every `commit_ms` (checked every 64 sends), as a stream
+    processor with commit.interval.ms does; the Sample's extra field `txns` counts the commits."""
+    root = tempfile.mkdtemp(prefix="txn-timed-", dir=workdir)
+    store = Store.open(root)
+    try:
+        store.create_topic(TOPIC, 1)
+        producer = Producer(store, transactional_id="bench-timed", batch_size=batch_size)
+        producer.init_transactions()
+        send, interval, clock = producer.send, commit_ms / 1000, time.perf_counter
+        commits = 0
+        with timed() as sample:
+            producer.begin_transaction()
+            started = clock()
+            for i, (key, value, _) in enumerate(records):
+                send(TOPIC, value, key)
+                if i & 63 == 63 and clock() - started >= interval:
+                    producer.commit_transaction()
+                    commits += 1
+                    producer.begin_transaction()
+                    started = clock()
+            producer.commit_transaction()
+            commits += 1
+        producer.close()
+        log = store.partition(TOPIC, 0)
+        assert log.log_end_offset == len(records) + commits and log.last_stable_offset == log.log_end_offset
+        TIMED_COMMITS.append(commits)
+        return sample[0]
+    finally:
+        store.close()
+        shutil.rmtree(root)
+
+
+TIMED_COMMITS: list[int] = []  # commits per timed run, for the report
+
+
+# ---- part 3: txlog produce ----------------------------------------------------------------------------
+
+
+def write_lines(path: str, records: Records) -> None:
+    """`key:value` lines: hex keys and values, so no separator or newline appears inside them."""
+    with open(path, "wb") as f:
+        for key, value, _ in records:
+            f.write(key.hex().encode() + b":" + value.hex().encode() + b"\n")
+
+
+PLAIN_LOOP = ("import sys\nn = 0\nfor line in sys.stdin.buffer:\n"
+              "    key, _, value = line.rstrip(b'\\n').partition(b':')\n    n += 1\nprint(n)")
+
+
+def run_with_input(argv: list[str], path: str, env: dict[str, str] | None = None) -> Sample:
+    """Time a subprocess reading `path` on stdin (its CPU time is the child's)."""
+    before = os.times()
+    with open(path, "rb") as stdin, timed() as sample:
+        proc = subprocess.run(argv, stdin=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    after = os.times()
+    if proc.returncode != 0:
+        raise SystemExit(f"{argv[:4]} failed: {proc.stderr.decode(errors='replace')}")
+    cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
+    return Sample(sample[0].wall, cpu)
+
+
+def cli_produce(workdir: str, path: str) -> Sample:
+    root = tempfile.mkdtemp(prefix="cli-", dir=workdir)
+    try:
+        store = Store.open(root)
+        store.create_topic(TOPIC, 1)
+        store.close()
+        repo = str(Path(__file__).resolve().parents[2])
+        env = {**os.environ, "PYTHONPATH": repo + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        return run_with_input([sys.executable, "-m", "cli.main", "--data-dir", root, "produce", "-t", TOPIC,
+                               "-K", ":"], path, env)
+    finally:
+        shutil.rmtree(root)
+
+
+def print_cli(lines: int, cli: list[Sample], plain: list[Sample], reps: int) -> None:
+    tx, base = median_after_cold(cli), median_after_cold(plain)
+    print(f"\nPart 3: txlog produce of {lines:,} key:value lines from a file; median of {reps} runs after a cold one")
+    print(f"{'':<26}{'wall s':>9}{'lines/s':>12}{'CPU s':>8}")
+    print(f"{'plain Python loop':<26}{base:>9.3f}{lines / base:>12,.0f}{median_after_cold(plain, 'cpu'):>8.2f}")
+    print(f"{'txlog produce':<26}{tx:>9.3f}{lines / tx:>12,.0f}{median_after_cold(cli, 'cpu'):>8.2f}")
+    print(f"txlog produce takes {tx / base:.2f}x the plain loop's time (both include interpreter start-up)")
+
+
 # ---- report -----------------------------------------------------------------------------------------
 
 
@@ -208,6 +321,7 @@ class SendRow:
     linger_ms: int
     kp: list[Sample]
     tx: list[Sample]
+    many: list[Sample]
     kp_batches: int = 0
     tx_batches: int = 0
 
@@ -237,7 +351,16 @@ def print_send(rows: list[SendRow], count: int, reps: int) -> None:
               f"{SEND_TARGET:>6.1f}x {verdict(ratio, SEND_TARGET):<6}{fsync * 1e3:>6.0f}"
               f"{count / tx_nofsync:>17,.0f}{kp / tx_nofsync:>6.2f}x{cpu / count * 1e6:>12.2f}")
     print("ratio = kafka-python encode time / txlog send+flush time; 'w/o fsync' removes the time txlog spent "
-          "inside fdatasync (fsync ms, one per batch) - the disk's share, not the code's")
+          "inside fdatasync (fsync ms, one per append of up to 5 batches) - the disk's share, not the code's")
+    print(f"\n{'produce_many':<19}{'':>16}{'kafka-python rec/s':>20}{'txlog rec/s':>13}{'ratio':>7}{'target':>8}    "
+          f"{'fsync ms':>9}{'fsyncs':>8}{'CPU us/rec':>12}")
+    for row in rows:
+        kp, many = median_after_cold(row.kp), median_after_cold(row.many)
+        ratio = kp / many
+        label = f"{row.batch_size}:{row.linger_ms}"
+        print(f"{label:<19}{'':>16}{count / kp:>20,.0f}{count / many:>13,.0f}{ratio:>6.2f}x"
+              f"{MANY_TARGET:>6.1f}x {verdict(ratio, MANY_TARGET):<6}{median_after_cold(row.many, 'fsync') * 1e3:>6.0f}"
+              f"{median_after_cold(row.many, 'fsyncs'):>8.0f}{median_after_cold(row.many, 'cpu') / count * 1e6:>12.2f}")
     for row in rows:
         lo, hi = spread(row.tx)
         fs = median_after_cold(row.tx, "fsyncs")
@@ -260,17 +383,19 @@ def print_transactions(samples: dict[int, list[Sample]], counts: dict[int, int],
         wall = median_after_cold(rows)
         nofsync = median_after_cold(rows, "without_fsync")
         rate = counts[size] / wall
-        txns = counts[size] / size if size else 0
+        txns = counts[size] / size if size > 0 else 0
         fsyncs = median_after_cold(rows, "fsyncs")
         share = median_after_cold(rows, "fsync") / wall
         ratio = rate / base_rate
         ratio_nofsync = counts[size] / nofsync / base_rate_nofsync
         target = ""
-        if size == TXN_TARGET_AT:
-            target = f"{TXN_TARGET:>7.2f} {verdict(ratio, TXN_TARGET)}"
         label = "idempotent (baseline)" if size == 0 else str(size)
+        if size < 0:  # committed every -size ms: the transaction count is what the run made
+            txns = statistics.median(TIMED_COMMITS[1:] or TIMED_COMMITS)
+            label = f"every {-size} ms (~{counts[size] / txns:,.0f})"
+            target = f"{TXN_TARGET:>7.2f} {verdict(ratio, TXN_TARGET)}"
         per_txn = f"{fsyncs / txns:.1f}" if txns else "-"
-        txn_rate = f"{txns / wall:,.0f}" if txns else "-"
+        txn_rate = f"{txns / wall:,.1f}" if txns else "-"
         print(f"{label:<22}{counts[size]:>9,}{rate:>12,.0f}{txn_rate:>9}{ratio:>7.2f}{target:<12}"
               f"{per_txn:>11}{share:>11.0%}{ratio_nofsync:>16.2f}")
     print("ratio = records/s against the idempotent producer's; 'w/o fsync' compares the rates with the time "
@@ -282,9 +407,14 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=200_000, help="records per send+flush run (default 200000)")
     parser.add_argument("--sizes", default="16384:5,1048576:100",
                         help="batch_size:linger_ms pairs for part 1 (default 16384:5,1048576:100)")
-    parser.add_argument("--txn-sizes", default="1,10,100,1000", help="records per transaction (default 1,10,100,1000)")
-    parser.add_argument("--txn-records", type=int, default=30_000,
-                        help="records per transactional run, at most --max-txns transactions (default 30000)")
+    parser.add_argument("--txn-sizes", default="1,10,100,1000,10000",
+                        help="records per transaction (default 1,10,100,1000,10000)")
+    parser.add_argument("--txn-records", type=int, default=50_000,
+                        help="records per transactional run, at most --max-txns transactions (default 50000)")
+    parser.add_argument("--commit-ms", type=int, default=100,
+                        help="part 2's time-based variant commits this often (default 100; 0 skips it)")
+    parser.add_argument("--lines", type=int, default=200_000, help="lines for part 3 (default 200000)")
+    parser.add_argument("--skip-cli", action="store_true", help="skip part 3")
     parser.add_argument("--max-txns", type=int, default=200, help="transactions per run at most (default 200)")
     parser.add_argument("--txn-batch-size", type=int, default=DEFAULT_BATCH, help="batch_size for part 2")
     parser.add_argument("--reps", type=int, default=3, help="timed repetitions after the cold one (default 3)")
@@ -307,10 +437,12 @@ def main() -> None:
     records = make_records(max(args.records, args.txn_records), args.distinct_keys)
     send_records = records[:args.records]
     counts = {0: args.txn_records, **{k: min(args.txn_records, k * args.max_txns) for k in txn_sizes}}
+    if args.commit_ms > 0:  # enough records for a few dozen commits at the interval
+        counts[-args.commit_ms] = args.records
 
     with scratch_dir(args.dir, "bench-producer-") as workdir:
         if not args.skip_send:
-            rows = [SendRow(size, linger, [], []) for size, linger in sizes]
+            rows = [SendRow(size, linger, [], [], []) for size, linger in sizes]
             for _ in range(args.reps + 1):
                 for row in rows:
                     sample, row.kp_batches = kafka_python_encode(send_records, row.batch_size)
@@ -318,6 +450,9 @@ def main() -> None:
                     sample, row.tx_batches = txlog_send(workdir, send_records, row.batch_size, row.linger_ms,
                                                         partitions=args.partitions, partitioner=args.partitioner)
                     row.tx.append(sample)
+                    row.many.append(txlog_send(workdir, send_records, row.batch_size, row.linger_ms,
+                                               partitions=args.partitions, partitioner=args.partitioner,
+                                               bulk=True)[0])
             print_send(rows, len(send_records), args.reps)
             print(f"txlog wrote to {args.partitions} partition(s) with partitioner {args.partitioner}, keys "
                   f"{'from ' + format(args.distinct_keys, ',') if args.distinct_keys else 'all distinct'}")
@@ -328,6 +463,15 @@ def main() -> None:
                 for size, rows in samples.items():
                     rows.append(txlog_transactions(workdir, records[:counts[size]], size, args.txn_batch_size))
             print_transactions(samples, counts, args.txn_batch_size, args.reps)
+
+        if not args.skip_cli:
+            path = os.path.join(workdir, "lines.txt")
+            write_lines(path, make_records(args.lines))
+            cli, plain = [], []
+            for _ in range(args.reps + 1):
+                plain.append(run_with_input([sys.executable, "-c", PLAIN_LOOP], path))
+                cli.append(cli_produce(workdir, path))
+            print_cli(args.lines, cli, plain, args.reps)
 
         if args.profile:
             size, linger = sizes[0]

@@ -219,7 +219,7 @@ fn length_prefixed<'a>(r: &mut Reader<'a>, what: &str) -> Result<Option<&'a [u8]
     }
 }
 
-fn headers<'a>(r: &mut Reader<'a>, record_end: i64) -> Result<Vec<(&'a [u8], Option<&'a [u8]>)>> {
+fn headers<'a>(r: &mut Reader<'a>, record_end: i64) -> Result<Vec<HeaderIn<'a>>> {
     let count = r.varint()?;
     if count < 0 {
         return Err(CodecError::corrupt(format!("negative header count {count}"), r.pos));
@@ -334,22 +334,62 @@ pub fn walk_records(region: &[u8]) -> Result<(i64, i64)> {
 
 // --- record encoding ---------------------------------------------------------------------------
 
-#[inline]
-pub fn put_unsigned(out: &mut Vec<u8>, mut z: u64) {
-    while z >= 0x80 {
-        out.push((z as u8 & 0x7F) | 0x80);
-        z >>= 7;
+/// Where the encoder writes: a growing Vec, or a `SliceSink` of exactly the planned size.
+pub trait Sink {
+    fn put(&mut self, byte: u8);
+    fn put_all(&mut self, bytes: &[u8]);
+}
+
+impl Sink for Vec<u8> {
+    #[inline]
+    fn put(&mut self, byte: u8) {
+        self.push(byte);
     }
-    out.push(z as u8);
+
+    #[inline]
+    fn put_all(&mut self, bytes: &[u8]) {
+        self.extend_from_slice(bytes);
+    }
+}
+
+/// Writes into a buffer allocated in advance from `record_size`, so an uncompressed batch
+/// is encoded straight into its final memory. Every write is bounds-checked: a size that
+/// disagreed with the bytes (a bug, which the tests rule out) would panic, never overrun.
+pub struct SliceSink<'a> {
+    pub buf: &'a mut [u8],
+    pub pos: usize,
+}
+
+impl Sink for SliceSink<'_> {
+    #[inline]
+    fn put(&mut self, byte: u8) {
+        self.buf[self.pos] = byte;
+        self.pos += 1;
+    }
+
+    #[inline]
+    fn put_all(&mut self, bytes: &[u8]) {
+        self.buf[self.pos..self.pos + bytes.len()].copy_from_slice(bytes);
+        self.pos += bytes.len();
+    }
 }
 
 #[inline]
-pub fn put_varint(out: &mut Vec<u8>, v: i32) {
+pub fn put_unsigned(out: &mut impl Sink, mut z: u64) {
+    while z >= 0x80 {
+        out.put((z as u8 & 0x7F) | 0x80);
+        z >>= 7;
+    }
+    out.put(z as u8);
+}
+
+#[inline]
+pub fn put_varint(out: &mut impl Sink, v: i32) {
     put_unsigned(out, ((v << 1) ^ (v >> 31)) as u32 as u64);
 }
 
 #[inline]
-pub fn put_varlong(out: &mut Vec<u8>, v: i64) {
+pub fn put_varlong(out: &mut impl Sink, v: i64) {
     put_unsigned(out, ((v << 1) ^ (v >> 63)) as u64);
 }
 
@@ -365,37 +405,96 @@ fn length_of(len: usize, what: &str) -> Result<i32> {
     i32::try_from(len).map_err(|_| CodecError::Value(format!("{what} of {len} bytes is longer than a varint can say")))
 }
 
-fn put_bytes(out: &mut Vec<u8>, item: Option<&[u8]>, what: &str) -> Result<()> {
+#[inline]
+fn put_bytes(out: &mut impl Sink, item: Option<&[u8]>, what: &str) -> Result<()> {
     match item {
         None => put_varint(out, -1),
         Some(b) => {
             put_varint(out, length_of(b.len(), what)?);
-            out.extend_from_slice(b);
+            out.put_all(b);
         }
     }
     Ok(())
 }
 
+/// Bytes a base-128 encoding of `z` takes (1..=10).
+#[inline]
+pub fn size_of_unsigned(z: u64) -> usize {
+    ((64 - z.leading_zeros()).max(1) as usize).div_ceil(7)
+}
+
+#[inline]
+pub fn size_of_varint(v: i32) -> usize {
+    size_of_unsigned(((v << 1) ^ (v >> 31)) as u32 as u64)
+}
+
+#[inline]
+pub fn size_of_varlong(v: i64) -> usize {
+    size_of_unsigned(((v << 1) ^ (v >> 63)) as u64)
+}
+
+/// Size of a length-prefixed field (null is the 1-byte length -1). Lengths past int32 are
+/// sized as varlongs; `put_record` rejects them, so a wrong size is never written.
+#[inline]
+fn size_of_bytes(item: Option<&[u8]>) -> usize {
+    match item {
+        None => 1,
+        Some(b) => size_of_varlong(b.len() as i64) + b.len(),
+    }
+}
+
+/// A header as the encoder takes it: name (UTF-8 bytes) and value (None = null).
+pub type HeaderIn<'a> = (&'a [u8], Option<&'a [u8]>);
+
+/// Size of one record's body (everything after its length varint). The one sizing rule:
+/// the batch splitter (encoder.rs) and `put_record` both use it, so a split decided on this
+/// size is exactly the bytes written - storage.records.BatchBuilder computes the same number.
+#[inline]
+pub fn record_body_size(offset_delta: i32, timestamp_delta: i64, key: Option<&[u8]>, value: Option<&[u8]>,
+                        headers: &[HeaderIn]) -> usize {
+    let mut body = 1 + size_of_varlong(timestamp_delta) + size_of_varint(offset_delta)
+        + size_of_bytes(key) + size_of_bytes(value) + size_of_varlong(headers.len() as i64);
+    for (name, value) in headers {
+        body += size_of_bytes(Some(name)) + size_of_bytes(*value);
+    }
+    body
+}
+
+/// Size of one record including its length varint.
+#[inline]
+pub fn record_size(body_size: usize) -> usize {
+    size_of_varlong(body_size as i64) + body_size
+}
+
+/// Append one record (length varint, then the body of `body_size` bytes from
+/// `record_body_size`); attributes are 0 (docs/kafka-formats.md §1.3).
+#[inline]
+#[allow(clippy::too_many_arguments)]
+pub fn put_record(out: &mut impl Sink, offset_delta: i32, timestamp_delta: i64, key: Option<&[u8]>,
+                  value: Option<&[u8]>, headers: &[HeaderIn], body_size: usize) -> Result<()> {
+    put_varint(out, length_of(body_size, "record")?);
+    out.put(0);
+    put_varlong(out, timestamp_delta);
+    put_varint(out, offset_delta);
+    put_bytes(out, key, "key")?;
+    put_bytes(out, value, "value")?;
+    put_varint(out, length_of(headers.len(), "header count")?);
+    for (name, value) in headers {
+        put_bytes(out, Some(name), "header key")?;
+        put_bytes(out, *value, "header value")?;
+    }
+    Ok(())
+}
+
 /// Append the records region: offsetDelta is the record's index, timestampDelta is
-/// against `base_timestamp`, attributes are 0 (docs/kafka-formats.md §1.3).
+/// against `base_timestamp`.
 pub fn encode_records(out: &mut Vec<u8>, records: &[RecordIn], base_timestamp: i64) -> Result<()> {
-    let mut body: Vec<u8> = Vec::with_capacity(256);
     for (index, rec) in records.iter().enumerate() {
-        body.clear();
-        body.push(0);
         let delta = rec.timestamp.checked_sub(base_timestamp)
             .ok_or_else(|| CodecError::Value(format!("timestamp delta out of int64 range: {}", rec.timestamp)))?;
-        put_varlong(&mut body, delta);
-        put_varint(&mut body, length_of(index, "offset delta")?);
-        put_bytes(&mut body, rec.key, "key")?;
-        put_bytes(&mut body, rec.value, "value")?;
-        put_varint(&mut body, length_of(rec.headers.len(), "header count")?);
-        for (name, value) in &rec.headers {
-            put_bytes(&mut body, Some(name), "header key")?;
-            put_bytes(&mut body, *value, "header value")?;
-        }
-        put_varint(out, length_of(body.len(), "record")?);
-        out.extend_from_slice(&body);
+        let offset_delta = length_of(index, "offset delta")?;
+        let body = record_body_size(offset_delta, delta, rec.key, rec.value, &rec.headers);
+        put_record(out, offset_delta, delta, rec.key, rec.value, &rec.headers, body)?;
     }
     Ok(())
 }
@@ -413,28 +512,129 @@ pub struct BatchFields {
     pub base_sequence: i32,
 }
 
-/// A whole batch around an (already compressed) records payload; the CRC covers
-/// attributes through the last payload byte.
+/// A whole batch around an (already compressed) records payload.
 pub fn assemble(payload: &[u8], count: usize, f: &BatchFields) -> Result<Vec<u8>> {
-    let count = i32::try_from(count).map_err(|_| CodecError::Value("too many records for one batch".into()))?;
-    let batch_length = i32::try_from(payload.len() + MIN_BATCH_LENGTH as usize)
-        .map_err(|_| CodecError::Value("batch longer than 2 GiB".into()))?;
     let mut out = Vec::with_capacity(HEADER_SIZE + payload.len());
-    out.extend_from_slice(&f.base_offset.to_be_bytes());
-    out.extend_from_slice(&batch_length.to_be_bytes());
-    out.extend_from_slice(&f.partition_leader_epoch.to_be_bytes());
-    out.push(MAGIC as u8);
-    out.extend_from_slice(&[0, 0, 0, 0]); // CRC, filled below
-    out.extend_from_slice(&f.attributes.to_be_bytes());
-    out.extend_from_slice(&(count - 1).to_be_bytes());
-    out.extend_from_slice(&f.base_timestamp.to_be_bytes());
-    out.extend_from_slice(&f.max_timestamp.to_be_bytes());
-    out.extend_from_slice(&f.producer_id.to_be_bytes());
-    out.extend_from_slice(&f.producer_epoch.to_be_bytes());
-    out.extend_from_slice(&f.base_sequence.to_be_bytes());
-    out.extend_from_slice(&count.to_be_bytes());
+    out.resize(HEADER_SIZE, 0);
     out.extend_from_slice(payload);
-    let crc = crc32c::crc32c(&out[CRC_COVERED_START..]);
-    out[17..21].copy_from_slice(&crc.to_be_bytes());
+    fill_header(&mut out, count, f)?;
     Ok(out)
+}
+
+/// Write the 61 header bytes of `batch` (whose records region already follows them) and
+/// its CRC, which covers attributes through the last byte. Lets an uncompressed batch be
+/// encoded in place, with no copy of its records.
+pub fn fill_header(batch: &mut [u8], count: usize, f: &BatchFields) -> Result<()> {
+    let count = i32::try_from(count).map_err(|_| CodecError::Value("too many records for one batch".into()))?;
+    if batch.len() < HEADER_SIZE {
+        return Err(CodecError::Value("a batch is at least its 61-byte header".into()));
+    }
+    let batch_length = i32::try_from(batch.len() - LOG_OVERHEAD)
+        .map_err(|_| CodecError::Value("batch longer than 2 GiB".into()))?;
+    let h = &mut batch[..HEADER_SIZE];
+    h[0..8].copy_from_slice(&f.base_offset.to_be_bytes());
+    h[8..12].copy_from_slice(&batch_length.to_be_bytes());
+    h[12..16].copy_from_slice(&f.partition_leader_epoch.to_be_bytes());
+    h[16] = MAGIC as u8;
+    h[21..23].copy_from_slice(&f.attributes.to_be_bytes());
+    h[23..27].copy_from_slice(&(count - 1).to_be_bytes());
+    h[27..35].copy_from_slice(&f.base_timestamp.to_be_bytes());
+    h[35..43].copy_from_slice(&f.max_timestamp.to_be_bytes());
+    h[57..61].copy_from_slice(&count.to_be_bytes());
+    set_producer(batch, f.producer_id, f.producer_epoch, f.base_sequence);
+    Ok(())
+}
+
+/// Write producer id, epoch and base sequence into a batch's header and recompute its CRC
+/// (all three lie inside the CRC's range, so the CRC is always rewritten with them).
+pub fn set_producer(batch: &mut [u8], producer_id: i64, producer_epoch: i16, base_sequence: i32) {
+    batch[PRODUCER_FIELDS].copy_from_slice(&producer_fields(producer_id, producer_epoch, base_sequence));
+    let crc = crc32c::crc32c(&batch[CRC_COVERED_START..]);
+    batch[17..21].copy_from_slice(&crc.to_be_bytes());
+}
+
+/// Header bytes of producer id (8), producer epoch (2) and base sequence (4).
+pub const PRODUCER_FIELDS: std::ops::Range<usize> = 43..57;
+
+fn producer_fields(producer_id: i64, producer_epoch: i16, base_sequence: i32) -> [u8; 14] {
+    let mut out = [0u8; 14];
+    out[0..8].copy_from_slice(&producer_id.to_be_bytes());
+    out[8..10].copy_from_slice(&producer_epoch.to_be_bytes());
+    out[10..14].copy_from_slice(&base_sequence.to_be_bytes());
+    out
+}
+
+/// Replace the producer fields of a whole batch (header checked for magic, length and
+/// extent by the caller) and UPDATE its CRC rather than recompute it: the cost is the same
+/// for a 100-byte and a 1 MiB batch, and since the stored CRC is only corrected by the
+/// change, a batch whose other bytes were damaged keeps a CRC that does not match them.
+///
+/// Why it works: CRC-32C is affine over GF(2), so for messages of equal length
+/// crc(a) ^ crc(b) ^ crc(c) == crc(a ^ b ^ c). With a = the old covered bytes, b = the
+/// change (zero except the 14 producer bytes), c = all zeros, a ^ b ^ c is the new bytes; the
+/// change and the zeros differ only in their first 36 bytes, so crc(b) ^ crc(c) is the CRC
+/// difference of those 36-byte prefixes, shifted over the `n` equal bytes that follow.
+pub fn restamp_producer(batch: &mut [u8], producer_id: i64, producer_epoch: i16, base_sequence: i32) {
+    let new = producer_fields(producer_id, producer_epoch, base_sequence);
+    let prefix = PRODUCER_FIELDS.end - CRC_COVERED_START; // 36: attributes .. base sequence
+    let mut change = [0u8; 36];
+    for (i, (old, new)) in batch[PRODUCER_FIELDS].iter().zip(new).enumerate() {
+        change[PRODUCER_FIELDS.start - CRC_COVERED_START + i] = old ^ new;
+    }
+    let difference = crc32c::crc32c(&change) ^ crc32c::crc32c(&[0u8; 36][..prefix]);
+    let following = batch.len() - PRODUCER_FIELDS.end;
+    let old_crc = u32::from_be_bytes(be(batch, 17));
+    let crc = old_crc ^ gf2::shift(difference, following);
+    batch[PRODUCER_FIELDS].copy_from_slice(&new);
+    batch[17..21].copy_from_slice(&crc.to_be_bytes());
+}
+
+/// Arithmetic modulo the CRC-32C polynomial (reflected bit order, as the CRC registers hold
+/// it): enough to move a CRC past `n` zero bytes in O(log n) steps.
+mod gf2 {
+    const POLY: u32 = 0x82F6_3B78; // CRC-32C, reflected
+    const ONE: u32 = 1 << 31; // x^0 in reflected order
+
+    /// a * b modulo POLY.
+    const fn multiply(a: u32, mut b: u32) -> u32 {
+        let mut product = 0;
+        let mut bit = ONE;
+        while bit != 0 {
+            if a & bit != 0 {
+                product ^= b;
+            }
+            bit >>= 1;
+            b = if b & 1 != 0 { (b >> 1) ^ POLY } else { b >> 1 };
+        }
+        product
+    }
+
+    /// X2N[k] = x^(2^k) modulo POLY.
+    const X2N: [u32; 64] = {
+        let mut table = [0u32; 64];
+        let mut p = ONE >> 1; // x^1
+        let mut k = 0;
+        while k < 64 {
+            table[k] = p;
+            p = multiply(p, p);
+            k += 1;
+        }
+        table
+    };
+
+    /// The CRC register `crc` advanced over `n` zero bytes (times x^(8n)): what
+    /// crc32c_combine does with the second CRC zero, without its per-call matrix work.
+    pub fn shift(crc: u32, n: usize) -> u32 {
+        let mut power = ONE;
+        let mut bits = n as u64; // the exponent is 8n = n * 2^3: n's bit j is x^(2^(j+3))
+        let mut k = 3;
+        while bits != 0 {
+            if bits & 1 != 0 {
+                power = multiply(X2N[k & 63], power);
+            }
+            bits >>= 1;
+            k += 1;
+        }
+        multiply(power, crc)
+    }
 }

@@ -2,15 +2,21 @@
 //!
 //! Orchestration stays in Python (storage/records.py wraps every function here and turns
 //! `CodecError` into the typed errors of storage/errors.py, naming the file and the byte);
-//! the parsing itself is safe Rust in codec.rs and compression.rs. `unsafe` is confined to
-//! the FFI edge, never parsing: `with_bytes` views a Python buffer as a byte slice while the
-//! buffer is held, `SubclassTuples` fills NamedTuples as tuple.__new__ does, and `NoGc`
-//! switches the cyclic collector off during a decode.
+//! the parsing and encoding itself is safe Rust in codec.rs, compression.rs, encoder.rs and
+//! batch_builder.rs (the producer's per-record builder, storage.records.BatchBuilder).
+//! `unsafe` is confined to the FFI edge, never parsing: `with_bytes` / `with_bytes_mut` view a
+//! Python buffer as a byte slice while the buffer is held, `Column` borrows the bytes of column
+//! items it holds strong references to, `encode_batches` fills bytearrays it just created,
+//! batch_builder.rs's `Held` views a buffer it holds for one append,
+//! `SubclassTuples` fills NamedTuples as tuple.__new__ does, and `NoGc` switches the cyclic
+//! collector off during a decode.
 //! A panic in here would become a Python `PanicException` (PyO3 catches it at the FFI
 //! boundary), but the proptests in tests.rs check that no input makes the codec panic.
 
+mod batch_builder;
 mod codec;
 mod compression;
+mod encoder;
 #[cfg(test)]
 mod tests;
 
@@ -18,7 +24,7 @@ use pyo3::buffer::PyBuffer;
 use pyo3::create_exception;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
+use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList, PyString, PyTuple};
 
 use codec::{CodecError as Error, RecordView};
 
@@ -406,6 +412,248 @@ fn encode_batch<'py>(py: Python<'py>, keys: &Bound<'py, PyAny>, values: &Bound<'
     Ok(PyBytes::new(py, &out))
 }
 
+// --- the producer's bulk path (encoder.rs) ---------------------------------------------------
+
+/// A record column read in one pass: every item's bytes as a slice. bytes and str (its
+/// cached UTF-8) are borrowed without a copy, their objects kept alive by `keep` (strong
+/// references); other buffers (bytearray, memoryview) are copied once into `owned`, so a
+/// caller mutating them while the encoder runs without the GIL cannot tear a batch.
+/// One pass matters: for 200k records, every extra walk over the objects is a cache miss
+/// per object.
+struct Column<'py> {
+    keep: Vec<Bound<'py, PyAny>>,
+    owned: Vec<Box<[u8]>>,
+    /// 'static stands for "as long as this Column": see `views`.
+    items: Vec<Option<&'static [u8]>>,
+}
+
+impl<'py> Column<'py> {
+    fn new() -> Self {
+        Column { keep: Vec::new(), owned: Vec::new(), items: Vec::new() }
+    }
+
+    /// The items, borrowed no longer than the Column that keeps their memory alive.
+    fn views(&self) -> &[Option<&[u8]>] {
+        &self.items
+    }
+
+    /// Add `obj`; `what` and `index` name it in the TypeError for anything else.
+    fn push(&mut self, obj: Bound<'py, PyAny>, what: &str, index: usize) -> PyResult<()> {
+        let view: Option<&[u8]> = if obj.is_none() {
+            None
+        } else if let Ok(b) = obj.cast::<PyBytes>() {
+            Some(b.as_bytes())
+        } else if let Ok(s) = obj.cast::<PyString>() {
+            Some(s.to_str()?.as_bytes())
+        } else {
+            let copy: Box<[u8]> = with_bytes(&obj, |d| Ok(d.into())).map_err(|_| PyTypeError::new_err(format!(
+                "{what} at index {index} must be bytes, bytearray, memoryview, str or None, not {}", type_name(&obj))))?;
+            // SAFETY: a boxed slice's heap memory never moves; `owned` keeps it until the
+            // Column drops, and no slice outlives the Column (`views` borrows it).
+            let view = unsafe { std::slice::from_raw_parts(copy.as_ptr(), copy.len()) };
+            self.owned.push(copy);
+            self.items.push(Some(view));
+            return Ok(());
+        };
+        // SAFETY: the slice points into an immutable bytes object or a str's cached UTF-8,
+        // both freed only with their object; `keep` holds a strong reference to it until the
+        // Column drops, and no slice outlives the Column (`views` borrows it).
+        self.items.push(view.map(|v| unsafe { std::slice::from_raw_parts(v.as_ptr(), v.len()) }));
+        if view.is_some() {
+            self.keep.push(obj);
+        }
+        Ok(())
+    }
+}
+
+fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+}
+
+fn read_column<'py>(column: &Bound<'py, PyAny>, what: &str) -> PyResult<Column<'py>> {
+    let mut out = Column::new();
+    // a list's or tuple's length up front: growing 200k-item vectors by doubling would
+    // touch (and page-fault) about twice the memory
+    let hint = column.len().unwrap_or(0);
+    out.items.reserve(hint);
+    out.keep.reserve(hint);
+    for (index, item) in column.try_iter()?.enumerate() {
+        out.push(item?, what, index)?;
+    }
+    Ok(out)
+}
+
+/// Every record's headers (None or an iterable of (name, value) pairs) flattened: names and
+/// values as two columns, pairs end to end, and where each record's pairs end.
+struct HeaderColumns<'py> {
+    names: Column<'py>,
+    values: Column<'py>,
+    ends: Vec<usize>,
+}
+
+impl HeaderColumns<'_> {
+    fn views(&self) -> Vec<codec::HeaderIn<'_>> {
+        self.names.views().iter().zip(self.values.views()).map(|(n, v)| (n.unwrap_or_default(), *v)).collect()
+    }
+}
+
+fn read_headers<'py>(column: &Bound<'py, PyAny>) -> PyResult<HeaderColumns<'py>> {
+    let mut out = HeaderColumns { names: Column::new(), values: Column::new(), ends: Vec::new() };
+    for (index, record_headers) in column.try_iter()?.enumerate() {
+        let record_headers = record_headers?;
+        if !record_headers.is_none() {
+            for pair in record_headers.try_iter()? {
+                // any 2-item iterable, as Python's `for name, value in headers` unpacks it
+                let items = pair?.try_iter()?.collect::<PyResult<Vec<_>>>()?;
+                let [name, value]: [Bound<PyAny>; 2] = items.try_into().map_err(|_| PyValueError::new_err(
+                    format!("header of the record at index {index} must be a (key, value) pair")))?;
+                if name.is_none() {
+                    return Err(PyTypeError::new_err(format!("header key of the record at index {index} cannot be None")));
+                }
+                out.names.push(name, "header key of the record", index)?;
+                out.values.push(value, "header value of the record", index)?;
+            }
+        }
+        out.ends.push(out.names.items.len());
+    }
+    Ok(out)
+}
+
+fn timestamps_column(column: Option<&Bound<'_, PyAny>>, now_ms: i64) -> PyResult<encoder::Timestamps> {
+    let Some(column) = column else {
+        return Ok(encoder::Timestamps::All(now_ms));
+    };
+    let mut out = Vec::new();
+    for (index, ts) in column.try_iter()?.enumerate() {
+        let ts = ts?;
+        out.push(if ts.is_none() { now_ms } else {
+            ts.extract::<i64>().map_err(|e| if e.is_instance_of::<pyo3::exceptions::PyOverflowError>(ts.py()) {
+                PyValueError::new_err(format!("timestamp at index {index} is out of int64 range"))
+            } else {
+                PyTypeError::new_err(format!("timestamp at index {index} must be an int or None, not {}", type_name(&ts)))
+            })?
+        });
+    }
+    Ok(encoder::Timestamps::Each(out))
+}
+
+/// Below this many bytes of records the encoder keeps the GIL: releasing it costs little,
+/// but taking it back can wait a whole switch interval (5 ms) behind a busy thread.
+const DETACH_BYTES: usize = 256 * 1024;
+
+/// Whole batches from record columns, split as BatchBuilder splits (encoder::plan), as
+/// instances of the tuple subclass `cls` with fields (data: bytearray, record_count,
+/// max_timestamp). `timestamps` None, or a None in it, means `now_ms`.
+///
+/// Columns are read first (timestamps last: extracting an int may run Python code, which
+/// could mutate a column - harmless, since every borrowed item is held by a strong
+/// reference). Uncompressed batches are encoded straight into their final bytearrays,
+/// allocated from the plan's exact sizes; past DETACH_BYTES the encoding runs without the GIL.
+#[pyfunction]
+#[pyo3(signature = (values, keys, headers, timestamps, *, max_bytes, codec, is_transactional, now_ms, cls))]
+#[allow(clippy::too_many_arguments)]
+fn encode_batches<'py>(py: Python<'py>, values: &Bound<'py, PyAny>, keys: Option<&Bound<'py, PyAny>>,
+                       headers: Option<&Bound<'py, PyAny>>, timestamps: Option<&Bound<'py, PyAny>>,
+                       max_bytes: i64, codec: u8, is_transactional: bool, now_ms: i64,
+                       cls: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
+    let maker = SubclassTuples::new(cls)?;
+    let value_column = read_column(values, "value")?;
+    let key_column = keys.map(|k| read_column(k, "key")).transpose()?;
+    let header_columns = headers.map(read_headers).transpose()?;
+    let header_views = header_columns.as_ref().map(HeaderColumns::views).unwrap_or_default();
+    let cols = encoder::Columns {
+        values: value_column.views(),
+        keys: key_column.as_ref().map(Column::views),
+        headers: &header_views,
+        header_ends: header_columns.as_ref().map(|h| h.ends.as_slice()),
+        timestamps: timestamps_column(timestamps, now_ms)?,
+    };
+    let opts = encoder::EncodeOptions { max_bytes, codec, is_transactional };
+    let spans = encoder::plan(&cols, &opts).map_err(to_py)?;
+    let detach = spans.iter().map(|s| s.size).sum::<usize>() >= DETACH_BYTES;
+    let datas: Vec<Bound<'py, PyByteArray>> = if codec == compression::NONE {
+        let arrays: Vec<Bound<'py, PyByteArray>> = spans.iter().map(|_| PyByteArray::new(py, &[])).collect();
+        for (array, span) in arrays.iter().zip(&spans) {
+            array.resize(span.size)?;
+        }
+        // SAFETY: each bytearray was just created here, is referenced only by `arrays` (no
+        // Python code can reach it, so nothing resizes or frees it) and is `span.size` long;
+        // the slices are dropped before `arrays` is handed out.
+        let mut outs: Vec<&mut [u8]> = arrays.iter().map(|a| unsafe {
+            std::slice::from_raw_parts_mut(a.data(), a.len())
+        }).collect();
+        let fill = |outs: &mut [&mut [u8]]| -> Result<(), Error> {
+            outs.iter_mut().zip(&spans).try_for_each(|(out, span)| encoder::encode_uncompressed(&cols, span, &opts, out))
+        };
+        if detach { py.detach(|| fill(&mut outs)) } else { fill(&mut outs) }.map_err(to_py)?;
+        drop(outs);
+        arrays
+    } else {
+        let build = || -> Result<Vec<Vec<u8>>, Error> {
+            let mut scratch = Vec::new();
+            spans.iter().map(|span| encoder::encode_compressed(&cols, span, &opts, &mut scratch)).collect()
+        };
+        let batches = if detach { py.detach(build) } else { build() }.map_err(to_py)?;
+        batches.iter().map(|b| PyByteArray::new(py, b)).collect()
+    };
+    let items = datas.into_iter().zip(&spans).map(|(data, span)| maker.make([
+        data.into_any(),
+        span.record_count().into_pyobject(py)?.into_any(),
+        span.max_timestamp.into_pyobject(py)?.into_any(),
+    ])).collect::<PyResult<Vec<_>>>()?;
+    PyList::new(py, items)
+}
+
+/// Run `f` on the bytes of a writable contiguous buffer (a bytearray, or a memoryview or
+/// mmap of writable memory), held for the duration of the call.
+fn with_bytes_mut<R>(obj: &Bound<'_, PyAny>, f: impl FnOnce(&mut [u8]) -> PyResult<R>) -> PyResult<R> {
+    let buffer = PyBuffer::<u8>::get(obj)?;
+    if buffer.readonly() {
+        return Err(PyTypeError::new_err(format!("a writable buffer (a bytearray) is needed, not {}", type_name(obj))));
+    }
+    if !buffer.is_c_contiguous() {
+        return Err(PyTypeError::new_err("a contiguous buffer is needed"));
+    }
+    // SAFETY: the buffer is held (so the memory stays valid) until `buffer` drops after `f`;
+    // it is writable, contiguous and `len_bytes` long, and the GIL is held throughout, so
+    // no other Python code touches it while `f` runs.
+    let slice = unsafe { std::slice::from_raw_parts_mut(buffer.buf_ptr() as *mut u8, buffer.len_bytes()) };
+    f(slice)
+}
+
+/// Patch producer id, epoch and base sequence of the one batch in `data` and recompute its
+/// CRC (encoder::stamp); CodecError if `data` is not one whole, intact batch.
+#[pyfunction]
+fn stamp_batch(data: &Bound<'_, PyAny>, producer_id: i64, producer_epoch: i16, base_sequence: i32) -> PyResult<()> {
+    with_bytes_mut(data, |d| encoder::stamp(d, producer_id, producer_epoch, base_sequence).map_err(to_py))
+}
+
+/// Kafka's murmur2 partition of every key (bytes-like or str as UTF-8); -1 for a None key,
+/// which the caller places by the sticky rule instead.
+#[pyfunction]
+fn murmur2_partitions<'py>(py: Python<'py>, keys: &Bound<'py, PyAny>, count: u32) -> PyResult<Bound<'py, PyList>> {
+    if count == 0 {
+        return Err(PyValueError::new_err("the partition count must be at least 1"));
+    }
+    let mut out: Vec<i64> = Vec::new();
+    for (index, key) in keys.try_iter()?.enumerate() {
+        let key = key?;
+        let partition = if key.is_none() {
+            -1
+        } else if let Ok(b) = key.cast::<PyBytes>() {
+            encoder::murmur2_partition(b.as_bytes(), count) as i64
+        } else if let Ok(s) = key.cast::<PyString>() {
+            encoder::murmur2_partition(s.to_str()?.as_bytes(), count) as i64
+        } else {
+            with_bytes(&key, |d| Ok(encoder::murmur2_partition(d, count) as i64)).map_err(|_| PyTypeError::new_err(
+                format!("key at index {index} must be bytes, bytearray, memoryview, str or None, not {}",
+                        type_name(&key))))?
+        };
+        out.push(partition);
+    }
+    PyList::new(py, out)
+}
+
 /// Decoded records gathered column by column for Arrow (see `finish` for the layout).
 /// Batches are added one by one; nothing Python is created per record.
 #[pyclass(module = "storage._native")]
@@ -618,6 +866,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(compress, m)?)?;
     m.add_function(wrap_pyfunction!(decompress, m)?)?;
     m.add_function(wrap_pyfunction!(encode_batch, m)?)?;
+    m.add_function(wrap_pyfunction!(encode_batches, m)?)?;
+    m.add_function(wrap_pyfunction!(stamp_batch, m)?)?;
+    m.add_function(wrap_pyfunction!(murmur2_partitions, m)?)?;
     m.add_class::<ColumnBuilder>()?;
+    m.add_class::<batch_builder::RecordBatchBuilder>()?;
     Ok(())
 }

@@ -99,3 +99,230 @@ impl codec::RecordView<'_> {
          self.headers.into_iter().map(|(n, v)| (n.to_vec(), v.map(<[u8]>::to_vec))).collect())
     }
 }
+
+// --- encoder.rs: batch splitting, bulk encoding, stamping, murmur2 --------------------------
+
+mod encoder_tests {
+    use proptest::prelude::*;
+
+    use crate::codec::{self, HeaderIn, RecordIn};
+    use crate::compression;
+    use crate::encoder::{self, Columns, EncodeOptions, Span, Timestamps};
+
+    type Rec = (Option<Vec<u8>>, Option<Vec<u8>>, Vec<(Vec<u8>, Option<Vec<u8>>)>, i64);
+
+    fn recs() -> impl Strategy<Value = Vec<Rec>> {
+        let bytes = proptest::collection::vec(any::<u8>(), 0..200);
+        let header = (proptest::collection::vec(any::<u8>(), 0..8), proptest::option::of(bytes.clone()));
+        proptest::collection::vec(
+            (proptest::option::of(bytes.clone()), proptest::option::of(bytes),
+             proptest::collection::vec(header, 0..3), -100_000i64..100_000),
+            1..40)
+    }
+
+    /// Owned columns, and `Columns` borrowing them.
+    struct Owned {
+        values: Vec<Option<Vec<u8>>>,
+        keys: Vec<Option<Vec<u8>>>,
+        headers: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+        ends: Vec<usize>,
+        timestamps: Vec<i64>,
+    }
+
+    fn owned(recs: &[Rec]) -> Owned {
+        let mut headers = Vec::new();
+        let mut ends = Vec::new();
+        for r in recs {
+            headers.extend(r.2.iter().cloned());
+            ends.push(headers.len());
+        }
+        Owned { values: recs.iter().map(|r| r.1.clone()).collect(), keys: recs.iter().map(|r| r.0.clone()).collect(),
+                headers, ends, timestamps: recs.iter().map(|r| r.3).collect() }
+    }
+
+    fn with_columns<R>(o: &Owned, f: impl FnOnce(&Columns) -> R) -> R {
+        let values: Vec<Option<&[u8]>> = o.values.iter().map(|v| v.as_deref()).collect();
+        let keys: Vec<Option<&[u8]>> = o.keys.iter().map(|v| v.as_deref()).collect();
+        let headers: Vec<HeaderIn> = o.headers.iter().map(|(n, v)| (n.as_slice(), v.as_deref())).collect();
+        f(&Columns { values: &values, keys: Some(&keys), headers: &headers, header_ends: Some(&o.ends),
+                     timestamps: Timestamps::Each(o.timestamps.clone()) })
+    }
+
+    /// The records region of recs[start..end] in a batch of its own, by the plain encoder.
+    fn region(recs: &[Rec], start: usize, end: usize) -> Vec<u8> {
+        let records: Vec<RecordIn> = recs[start..end].iter().map(|(k, v, h, t)| RecordIn {
+            key: k.as_deref(), value: v.as_deref(),
+            headers: h.iter().map(|(n, v)| (n.as_slice(), v.as_deref())).collect(), timestamp: *t,
+        }).collect();
+        let mut out = Vec::new();
+        codec::encode_records(&mut out, &records, recs[start].3).unwrap();
+        out
+    }
+
+    /// BatchBuilder's rule, by measuring actually encoded prefixes: a record joins the batch
+    /// unless the batch is non-empty and header + records would pass max_bytes.
+    fn reference_split(recs: &[Rec], max_bytes: i64) -> Vec<(usize, usize)> {
+        let mut spans = Vec::new();
+        let mut start = 0;
+        let mut end = 0;
+        while end < recs.len() {
+            if end > start && (codec::HEADER_SIZE + region(recs, start, end + 1).len()) as i64 > max_bytes {
+                spans.push((start, end));
+                start = end;
+            }
+            end += 1;
+        }
+        spans.push((start, end));
+        spans
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(400))]
+
+        #[test]
+        fn splits_where_the_builder_does_and_round_trips(recs in recs(), max_bytes in 0i64..3_000,
+                                                         codec_id in 0u8..5, transactional in any::<bool>()) {
+            let o = owned(&recs);
+            let opts = EncodeOptions { max_bytes, codec: codec_id, is_transactional: transactional };
+            let batches = with_columns(&o, |cols| encoder::encode_batches(cols, &opts)).unwrap();
+            let spans: Vec<(usize, usize)> = batches.iter().map(|(s, _)| (s.start, s.end)).collect();
+            prop_assert_eq!(spans, reference_split(&recs, max_bytes));
+            for (span, data) in &batches {
+                let h = codec::parse_header(data, 0, true).unwrap();
+                prop_assert_eq!(data.len(), h.batch_length as usize + codec::LOG_OVERHEAD);
+                prop_assert_eq!(h.records_count as usize, span.record_count());
+                prop_assert_eq!(h.attributes, codec_id as i16 | if transactional { 0x10 } else { 0 });
+                prop_assert_eq!((h.producer_id, h.producer_epoch, h.base_sequence, h.base_offset), (-1, -1, -1, 0));
+                prop_assert_eq!(h.base_timestamp, recs[span.start].3);
+                prop_assert_eq!(h.max_timestamp, recs[span.start..span.end].iter().map(|r| r.3).max().unwrap());
+                let inflated = compression::decompress(codec_id, &data[codec::HEADER_SIZE..]).unwrap();
+                prop_assert_eq!(&inflated, &region(&recs, span.start, span.end));
+                prop_assert_eq!(span.size, codec::HEADER_SIZE + inflated.len());
+            }
+        }
+
+        #[test]
+        fn record_sizes_are_the_encoded_sizes(recs in recs(), offset_delta in 0i32..i32::MAX,
+                                              delta in any::<i64>()) {
+            for (k, v, h, _) in &recs {
+                let headers: Vec<HeaderIn> = h.iter().map(|(n, v)| (n.as_slice(), v.as_deref())).collect();
+                let body = codec::record_body_size(offset_delta, delta, k.as_deref(), v.as_deref(), &headers);
+                let mut out = Vec::new();
+                codec::put_record(&mut out, offset_delta, delta, k.as_deref(), v.as_deref(), &headers, body).unwrap();
+                prop_assert_eq!(out.len(), codec::record_size(body));
+                let mut r = codec::Reader::new(&out);
+                let rec = codec::next_record(&mut r).unwrap();
+                prop_assert_eq!(r.pos, out.len());
+                prop_assert_eq!((rec.offset_delta, rec.timestamp_delta, rec.key, rec.value),
+                                (offset_delta, delta, k.as_deref(), v.as_deref()));
+            }
+        }
+
+        #[test]
+        fn a_stamp_keeps_the_crc_valid(recs in recs(), codec_id in 0u8..5, pid in any::<i64>(),
+                                       epoch in any::<i16>(), seq in any::<i32>()) {
+            let o = owned(&recs);
+            let opts = EncodeOptions { max_bytes: i64::MAX, codec: codec_id, is_transactional: false };
+            let (_, mut data) = with_columns(&o, |cols| encoder::encode_batches(cols, &opts)).unwrap().remove(0);
+            let before = data.clone();
+            encoder::stamp(&mut data, pid, epoch, seq).unwrap();
+            let h = codec::parse_header(&data, 0, true).unwrap();
+            prop_assert_eq!((h.producer_id, h.producer_epoch, h.base_sequence), (pid, epoch, seq));
+            prop_assert_eq!(&data[codec::HEADER_SIZE..], &before[codec::HEADER_SIZE..]);
+        }
+    }
+
+    #[test]
+    fn the_exact_fit_stays_and_one_byte_less_splits() {
+        let recs: Vec<Rec> = (0..3).map(|_| (None, Some(vec![7u8; 100]), vec![], 5)).collect();
+        let o = owned(&recs);
+        let plan = |max_bytes| with_columns(&o, |cols| encoder::plan(cols, &EncodeOptions {
+            max_bytes, codec: 0, is_transactional: false })).unwrap();
+        let whole: Vec<Span> = plan(i64::MAX);
+        assert_eq!(whole.len(), 1);
+        let exact = whole[0].size as i64;
+        assert_eq!(plan(exact).len(), 1);
+        assert_eq!(plan(exact - 1).iter().map(Span::record_count).collect::<Vec<_>>(), vec![2, 1]);
+        assert_eq!(plan(0).len(), 3); // each first record is accepted whatever the limit
+    }
+
+    #[test]
+    fn columns_of_different_lengths_are_refused() {
+        let values: Vec<Option<&[u8]>> = vec![None, None];
+        let keys: Vec<Option<&[u8]>> = vec![None];
+        let cols = Columns { values: &values, keys: Some(&keys), headers: &[], header_ends: None,
+                             timestamps: Timestamps::All(0) };
+        let opts = EncodeOptions { max_bytes: 100, codec: 0, is_transactional: false };
+        assert!(matches!(encoder::plan(&cols, &opts), Err(codec::CodecError::Value(_))));
+        let cols = Columns { values: &values, keys: None, headers: &[], header_ends: None,
+                             timestamps: Timestamps::All(0) };
+        assert!(matches!(encoder::plan(&cols, &EncodeOptions { codec: 5, ..opts }), Err(codec::CodecError::Value(_))));
+    }
+
+    fn one_batch(value: &[u8]) -> Vec<u8> {
+        let values: Vec<Option<&[u8]>> = vec![Some(value)];
+        let cols = Columns { values: &values, keys: None, headers: &[], header_ends: None,
+                             timestamps: Timestamps::All(1) };
+        let opts = EncodeOptions { max_bytes: i64::MAX, codec: 0, is_transactional: false };
+        encoder::encode_batches(&cols, &opts).unwrap().remove(0).1
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+
+        /// The CRC update equals a full recompute for any batch size and any old and new ids.
+        #[test]
+        fn an_updated_crc_is_the_recomputed_crc(value in proptest::collection::vec(any::<u8>(), 0..5_000),
+                                                 old in (any::<i64>(), any::<i16>(), any::<i32>()),
+                                                 new in (any::<i64>(), any::<i16>(), any::<i32>())) {
+            let mut data = one_batch(&value);
+            codec::set_producer(&mut data, old.0, old.1, old.2);
+            let mut recomputed = data.clone();
+            codec::set_producer(&mut recomputed, new.0, new.1, new.2);
+            encoder::stamp(&mut data, new.0, new.1, new.2).unwrap();
+            prop_assert_eq!(data, recomputed);
+        }
+
+        /// A stamp carries damage through: the CRC still disagrees with the damaged bytes.
+        #[test]
+        fn a_stamp_never_blesses_damage(value in proptest::collection::vec(any::<u8>(), 1..2_000),
+                                        at in any::<usize>(), flip in 1u8..=255) {
+            let mut data = one_batch(&value);
+            let at = codec::HEADER_SIZE + at % (data.len() - codec::HEADER_SIZE);
+            data[at] ^= flip;
+            encoder::stamp(&mut data, 1, 2, 3).unwrap();
+            prop_assert!(codec::parse_header(&data, 0, true).is_err());
+        }
+    }
+
+    #[test]
+    fn a_stamp_refuses_partial_batches() {
+        let data = one_batch(b"abc");
+        let mut longer = data.clone();
+        longer.push(0);
+        assert!(matches!(encoder::stamp(&mut longer, 1, 1, 1), Err(codec::CodecError::Value(_))));
+        assert!(encoder::stamp(&mut data[..20].to_vec(), 1, 1, 1).is_err());
+        let mut wrong_magic = data.clone();
+        wrong_magic[16] = 1;
+        assert!(matches!(encoder::stamp(&mut wrong_magic, 1, 1, 1), Err(codec::CodecError::Corrupt { .. })));
+    }
+
+    /// Kafka's clients/src/test/java/org/apache/kafka/common/utils/UtilsTest.java, testMurmur2.
+    #[test]
+    fn murmur2_matches_kafka_utils_test() {
+        let cases: [(&[u8], i32); 6] = [
+            (b"21", -973932308), (b"foobar", -790332482), (b"a-little-bit-long-string", -985981536),
+            (b"a-little-bit-longer-string", -1486304829),
+            (b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8", -58897971), (b"abc", 479470107),
+        ];
+        for (key, expected) in cases {
+            assert_eq!(encoder::murmur2(key), expected, "{key:?}");
+        }
+        // kafka-python's test_partitioner.py, from Kafka's partitioner: key -> partition among 1000
+        let placed: [(&[u8], u32); 6] = [(b"", 681), (b"a", 524), (b"ab", 434), (b"abc", 107), (b"123456789", 566),
+                                         (b"\x00 ", 742)];
+        for (key, partition) in placed {
+            assert_eq!(encoder::murmur2_partition(key, 1000), partition, "{key:?}");
+        }
+    }
+}

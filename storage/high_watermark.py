@@ -1,0 +1,154 @@
+"""The partition's high watermark file: where its log is known to be fdatasync'ed (docs/DESIGN.md §3).
+
+Kafka's high watermark is the offset below which every replica has the data; readers
+(read_uncommitted) may not pass it, read_committed stops at min(LSO, HW). With one copy on one
+disk the same role is played by durability: the HW is the offset below which the partition's
+log is known to be fdatasync'ed, so no reader ever sees a record that a power loss can take
+away. Appends that skip their fdatasync (a transaction's data, acks=1) leave the HW behind
+until a sync catches it up.
+
+The value lives in a small file per partition directory, written in place with one pwrite
+after each fdatasync and never fsynced itself: it is a hint. A power loss can only lose an
+update (the HW it held was true when written, since the data was synced first), and
+recovery at open re-derives it (sync, then HW = log end). Readers in other processes read it
+with one pread. Layout, 14 bytes, big-endian: int16 version (0), int64 HW, uint32 CRC-32C of
+the 10 bytes before it; a short, unknown or damaged file reads as `UNREADABLE`.
+
+Stores written before this file existed, and real Kafka log directories, have none: their
+HW is the log end (every append of the old code was fsynced; Kafka's HW is not kept here).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import struct
+from contextlib import contextmanager
+from typing import Iterator
+
+from storage.errors import KafkaStorageError
+from storage.log_files import HIGH_WATERMARK_FILE
+from storage.records import crc32c
+
+__all__ = ["HIGH_WATERMARK_FILE", "UNREADABLE", "HighWatermarkFile", "decode", "encode", "writer_lock_if_free"]
+
+#: What `read()` answers for a file that exists but does not hold a valid value (never a real HW, which is ≥ 0).
+UNREADABLE = -1
+
+_VERSION = 0
+_BODY = struct.Struct(">hq")
+_CRC = struct.Struct(">I")
+_SIZE = _BODY.size + _CRC.size
+
+
+def encode(high_watermark: int) -> bytes:
+    """The file's 14 bytes for `high_watermark`."""
+    body = _BODY.pack(_VERSION, high_watermark)
+    return body + _CRC.pack(crc32c(body))
+
+
+def decode(data: bytes) -> int:
+    """The HW the bytes hold, or UNREADABLE (short, another version, a bad CRC, a negative value)."""
+    if len(data) < _SIZE:
+        return UNREADABLE
+    body = data[:_BODY.size]
+    version, value = _BODY.unpack(body)
+    (crc,) = _CRC.unpack_from(data, _BODY.size)
+    if version != _VERSION or crc != crc32c(body) or value < 0:
+        return UNREADABLE
+    return value
+
+
+class HighWatermarkFile:
+    """One partition's HW file, opened lazily (a reader may start before any writer created it)."""
+
+    def __init__(self, directory: str, *, writable: bool):
+        self.path = os.path.join(directory, HIGH_WATERMARK_FILE)
+        self.writable = writable
+        self._fd: int | None = None
+
+    def _open(self) -> int | None:
+        """The descriptor, opened now if need be; None when the file does not exist (and may not be created)."""
+        if self._fd is None:
+            try:
+                if self.writable:
+                    self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+                else:
+                    self._fd = os.open(self.path, os.O_RDONLY)
+            except FileNotFoundError:
+                return None
+            except OSError as exc:
+                raise KafkaStorageError(f"cannot open {self.path}: {exc.strerror}") from exc
+        return self._fd
+
+    def read(self) -> int | None:
+        """The stored HW; None when there is no file (a store older than it, a Kafka dir); UNREADABLE if damaged."""
+        fd = self._open_existing()
+        if fd is None:
+            return None
+        try:
+            data = os.pread(fd, _SIZE, 0)
+        except OSError:
+            return UNREADABLE  # e.g. EIO: as good as damaged, and the next sync rewrites it
+        return decode(data)
+
+    def _open_existing(self) -> int | None:
+        """Like `_open`, but a writable view does not create the file merely to read it."""
+        if self._fd is None and self.writable and not os.path.exists(self.path):
+            return None
+        return self._open()
+
+    def publish(self, high_watermark: int) -> None:
+        """Store `high_watermark` with one pwrite, no fsync (a hint: recovery re-derives it).
+
+        Called only after the log up to it was fdatasync'ed. A failure is not the append's
+        failure (its data is durable): the HW file then lags, and readers see less, never more.
+        """
+        fd = self._open()
+        if fd is None:
+            return
+        try:
+            os.pwrite(fd, encode(high_watermark), 0)
+        except OSError:
+            pass  # e.g. ENOSPC on the first write: the readers' view lags until the next publish
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+@contextmanager
+def writer_lock_if_free(lock_path: str) -> Iterator[bool]:
+    """Take the partition's writer lock without waiting, on a descriptor of our own; yields whether it was free.
+
+    For a reader that finds the HW behind the log end: when no writer holds the lock, the
+    writer that left the tail unsynced is gone (or between two calls) and the reader may
+    make it durable itself. Never blocks: a reader may be asked for the HW while its
+    process holds other partitions' locks. A lock file that does not exist means no writer
+    ever opened the partition. The caller must not take the partition's own FileLock while
+    this is held (flock is per open file description: it would wait on itself).
+    """
+    fd = _locked_if_free(lock_path)
+    try:
+        yield fd is not None
+    finally:
+        if fd is not None and fd >= 0:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+
+def _locked_if_free(lock_path: str) -> int | None:
+    """A descriptor holding the lock (-1: there is no lock file, so nobody to wait for), or None if it is held."""
+    try:
+        fd = os.open(lock_path, os.O_RDONLY)
+    except FileNotFoundError:
+        return -1
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
