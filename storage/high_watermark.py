@@ -20,17 +20,14 @@ HW is the log end (every append of the old code was fsynced; Kafka's HW is not k
 
 from __future__ import annotations
 
-import fcntl
 import os
 import struct
-from contextlib import contextmanager
-from typing import Iterator
 
 from storage.errors import KafkaStorageError
 from storage.log_files import HIGH_WATERMARK_FILE
 from storage.records import crc32c
 
-__all__ = ["HIGH_WATERMARK_FILE", "UNREADABLE", "HighWatermarkFile", "decode", "encode", "writer_lock_if_free"]
+__all__ = ["HIGH_WATERMARK_FILE", "UNREADABLE", "HighWatermarkFile", "decode", "encode"]
 
 #: What `read()` answers for a file that exists but does not hold a valid value (never a real HW, which is ≥ 0).
 UNREADABLE = -1
@@ -116,39 +113,3 @@ class HighWatermarkFile:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
-
-
-@contextmanager
-def writer_lock_if_free(lock_path: str) -> Iterator[bool]:
-    """Take the partition's writer lock without waiting, on a descriptor of our own; yields whether it was free.
-
-    For a reader that finds the HW behind the log end: when no writer holds the lock, the
-    writer that left the tail unsynced is gone (or between two calls) and the reader may
-    make it durable itself. Never blocks: a reader may be asked for the HW while its
-    process holds other partitions' locks. A lock file that does not exist means no writer
-    ever opened the partition. The caller must not take the partition's own FileLock while
-    this is held (flock is per open file description: it would wait on itself).
-    """
-    fd = _locked_if_free(lock_path)
-    try:
-        yield fd is not None
-    finally:
-        if fd is not None and fd >= 0:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
-
-
-def _locked_if_free(lock_path: str) -> int | None:
-    """A descriptor holding the lock (-1: there is no lock file, so nobody to wait for), or None if it is held."""
-    try:
-        fd = os.open(lock_path, os.O_RDONLY)
-    except FileNotFoundError:
-        return -1
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        return None
-    return fd

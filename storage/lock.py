@@ -3,7 +3,8 @@
 The kernel releases an flock when its holder dies, so a process killed with SIGKILL
 never leaves a lock behind (docs/reliability-scenarios.md scenario 40): there are no PID files.
 flock belongs to an open file description, so one FileLock object per lock file per
-process; the threading.RLock makes it re-entrant inside the process.
+process; the threading.RLock makes it re-entrant inside the process. `writer_lock_if_free`
+is the other way to take a partition's lock: without waiting and without creating the file.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import fcntl
 import os
 import threading
+from contextlib import contextmanager
+from typing import Iterator
 
 from storage.errors import KafkaStorageError
 
@@ -62,3 +65,40 @@ class FileLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+@contextmanager
+def writer_lock_if_free(lock_path: str) -> Iterator[bool]:
+    """Take the partition's writer lock without waiting, on a descriptor of our own; yields whether it was free.
+
+    For a reader that finds the high watermark behind the log end (storage/partition_log.py):
+    when no writer holds the lock, the writer that left the tail unsynced is gone (or
+    between two calls) and the reader may make it durable itself. Unlike `FileLock` it never
+    creates the lock file, so a read-only view may use it. Never blocks: a reader may be asked for the HW while its
+    process holds other partitions' locks. A lock file that does not exist means no writer
+    ever opened the partition. The caller must not take the partition's own FileLock while
+    this is held (flock is per open file description: it would wait on itself).
+    """
+    fd = _locked_if_free(lock_path)
+    try:
+        yield fd is not None
+    finally:
+        if fd is not None and fd >= 0:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+
+def _locked_if_free(lock_path: str) -> int | None:
+    """A descriptor holding the lock (-1: there is no lock file, so nobody to wait for), or None if it is held."""
+    try:
+        fd = os.open(lock_path, os.O_RDONLY)
+    except FileNotFoundError:
+        return -1
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd

@@ -49,9 +49,9 @@ from storage.errors import (
 )
 from storage.extent import SegmentExtent
 from storage.file_records import FileRecords
-from storage.high_watermark import HighWatermarkFile, writer_lock_if_free
+from storage.high_watermark import HighWatermarkFile
 from storage.legacy_records import LegacyMessage
-from storage.lock import FileLock
+from storage.lock import FileLock, writer_lock_if_free
 from storage.log_files import log_file
 from storage.log_loader import LEADER_EPOCH, LogLoader, readable_end, segment_index_for
 from storage.producer_state import (
@@ -118,6 +118,7 @@ def _consecutive(batches: list[tuple[RecordBatch, int]]) -> bool:
 
 
 def _duplicate_of(plan: ProducerAppend, batch: RecordBatch) -> BatchMetadata | None:
+    """The batch's original if it is a retry; raises if the batch must be refused (ProducerAppend.check_data)."""
     return plan.check_data(batch.producer_id, batch.producer_epoch, batch.base_sequence, batch.last_sequence,
                            batch.is_transactional)
 
@@ -407,8 +408,7 @@ class PartitionLog:
             results = []
             next_offset = self._segments[-1].next_offset
             for batch, max_ts in batches:
-                dup = plan.check_data(batch.producer_id, batch.producer_epoch, batch.base_sequence,
-                                      batch.last_sequence, batch.is_transactional)
+                dup = _duplicate_of(plan, batch)
                 if dup is not None:
                     results.append(BatchAppendResult(dup.first_offset, dup.last_offset, True))
                     continue
@@ -441,7 +441,14 @@ class PartitionLog:
         else -1 (appended, offset unknown: Kafka's DUPLICATE_SEQUENCE_NUMBER). Any other
         shape of request is checked batch by batch.
         """
-        if len(batches) < 2 or not _consecutive(batches):
+        if len(batches) < 2:
+            return None
+        try:
+            if _duplicate_of(plan, batches[0][0]) is None:
+                return None  # the usual group commit: its first batch is new, so it is no retry
+        except KafkaError:
+            pass  # older than the window, or refused: the last batch decides
+        if not _consecutive(batches):
             return None
         last = batches[-1][0]
         try:

@@ -59,7 +59,6 @@ from txlog.errors import (
     InvalidRequestError,
     OutOfOrderSequenceError,
     ProducerFencedError,
-    RequestTimedOutError,
     TransactionAbortableError,
     UnknownProducerIdError,
     UnknownTopicOrPartitionError,
@@ -71,7 +70,7 @@ from txlog.internal_topics import CONSUMER_OFFSETS_TOPIC
 from txlog.membership import ConsumerGroupMetadata
 from txlog.partitioner import DEFAULT_PARTITIONER, PARTITIONER_NAMES, named_partitioner, partition_many
 from txlog.record_accumulator import ProducerBatch, RecordAccumulator
-from txlog.sender import Sender
+from txlog.sender import Sender, retry_timeouts
 from txlog.topic_partition import OffsetAndMetadata, TopicPartition
 from txlog.transport import Transport
 
@@ -358,7 +357,7 @@ class Producer:
         for name, column in (("keys", keys), ("headers", headers), ("timestamps", timestamps)):
             if column is not None and len(column) != count:
                 raise IllegalArgumentError(f"{name} has {len(column)} entries for {count} values")
-        if timestamps is None:
+        if timestamps is None and not self._wall_clock:  # else the encoder stamps the wall clock itself
             timestamps = [self._clock()] * count
         header_column = None if headers is None else [_headers(h) for h in headers]
         parts: list[tuple[TopicPartition, int, ProduceRequestResult]] = []
@@ -394,7 +393,7 @@ class Producer:
 
     def _enqueue_encoded(self, tp: TopicPartition, rows: range | list[int], values: Sequence[Any],
                          keys: Sequence[Any] | None, headers: list | None,
-                         timestamps: Sequence[int]) -> list[tuple[TopicPartition, int, ProduceRequestResult]]:
+                         timestamps: Sequence[int] | None) -> list[tuple[TopicPartition, int, ProduceRequestResult]]:
         """Encode tp's rows into whole batches and queue them, sealed, behind tp's open batch.
 
         A chunk of rows at a time: the encoder runs without the GIL on a large chunk, so the
@@ -408,7 +407,8 @@ class Producer:
             chunk = rows[start:start + BULK_CHUNK_RECORDS]
             pick = _column_picker(chunk, len(values))
             encoded = encode_batches(pick(values), None if keys is None else pick(keys),
-                                     None if headers is None else pick(headers), pick(timestamps), max_bytes=size,
+                                     None if headers is None else pick(headers),
+                                     None if timestamps is None else pick(timestamps), max_bytes=size,
                                      compression=self.compression, is_transactional=transactional)
             out.extend(self._queue_sealed(tp, encoded))
         return out
@@ -588,24 +588,12 @@ class Producer:
             # group's lock is taken (inside TxnOffsetCommit): the lock order stays coordinator,
             # then data partitions.
             self._before_transactional_write([tp], group)
-            self._offsets_with_retries(group, member, tp, data)
+            retry_timeouts(lambda: self._transport.txn_offset_commit(group, member, tp.topic, tp.partition, data,
+                                                                     self.transactional_id), self.retries)
         except KafkaError as exc:
             self._batch_failed(exc)
             raise
         self._sequences[tp] = (seq + builder.record_count) & 0x7FFFFFFF
-
-    def _offsets_with_retries(self, group: str, member: MemberRef | None, tp: TopicPartition, data: bytes) -> None:
-        """Send the offsets' batch, retrying timeouts with the same bytes (the log deduplicates them)."""
-        attempts = 0
-        while True:
-            try:
-                self._transport.txn_offset_commit(group, member, tp.topic, tp.partition, data,
-                                                  self.transactional_id)
-                return
-            except RequestTimedOutError:
-                attempts += 1
-                if attempts > self.retries:
-                    raise
 
     def commit_transaction(self) -> None:
         """Send what is buffered, then commit: every record and offset of the transaction becomes

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Protocol
+from typing import Callable, Protocol, TypeVar
 
 from storage.errors import (
     CorruptRecordError,
@@ -46,6 +46,7 @@ _PER_BATCH_ERRORS = (RecordTooLargeError, InvalidRecordError, CorruptRecordError
 
 
 THREAD_PREFIX = "txlog-producer-sender | "
+T = TypeVar("T")
 
 
 class ProducerCore(Protocol):
@@ -168,22 +169,32 @@ class Sender:
         data = parts[0] if len(parts) == 1 else b"".join(parts)
         transactional = producer.transactional_id is not None
         sync = producer.acks == -1 and not transactional
-        attempts = 0
-        while True:
-            try:
-                result = producer._transport.produce(tp.topic, tp.partition, data, producer.transactional_id,
-                                                     sync=sync, trusted=True)
-                break
-            except RequestTimedOutError:
-                attempts += 1
-                if attempts > producer.retries or _expired(group, producer.delivery_timeout_ms) is not None:
-                    producer._outcome_unknown(tp)
-                    raise
+        try:
+            result = retry_timeouts(
+                lambda: producer._transport.produce(tp.topic, tp.partition, data, producer.transactional_id,
+                                                    sync=sync, trusted=True),
+                producer.retries, lambda: _expired(group, producer.delivery_timeout_ms) is not None)
+        except RequestTimedOutError:
+            producer._outcome_unknown(tp)
+            raise
         if idempotent:
             producer._sequences[tp] = sequence
         if not sync:
             producer._unsynced.add(tp)
         return result.batches
+
+
+def retry_timeouts(call: Callable[[], T], retries: int, expired: Callable[[], bool] = lambda: False) -> T:
+    """`call()`, retrying a timeout with the same request (the log deduplicates a retry of a
+    request that did land) up to `retries` times, or until `expired()`; then the timeout is raised."""
+    attempts = 0
+    while True:
+        try:
+            return call()
+        except RequestTimedOutError:
+            attempts += 1
+            if attempts > retries or expired():
+                raise
 
 
 def _expired(group: list[ProducerBatch], delivery_timeout_ms: int) -> KafkaTimeoutError | None:

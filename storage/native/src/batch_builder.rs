@@ -533,16 +533,7 @@ mod tests {
     use crate::codec::RecordIn;
     use crate::encoder::{self, Columns, EncodeOptions, Timestamps};
 
-    type Rec = (Option<Vec<u8>>, Option<Vec<u8>>, Vec<(Vec<u8>, Option<Vec<u8>>)>, i64);
-
-    fn recs() -> impl Strategy<Value = Vec<Rec>> {
-        let bytes = proptest::collection::vec(any::<u8>(), 0..200);
-        let header = (proptest::collection::vec(any::<u8>(), 0..8), proptest::option::of(bytes.clone()));
-        proptest::collection::vec(
-            (proptest::option::of(bytes.clone()), proptest::option::of(bytes),
-             proptest::collection::vec(header, 0..3), -100_000i64..100_000),
-            1..40)
-    }
+    use crate::tests::strategies::{recs, Rec};
 
     fn headers(r: &Rec) -> Vec<HeaderIn<'_>> {
         r.2.iter().map(|(n, v)| (n.as_slice(), v.as_deref())).collect()

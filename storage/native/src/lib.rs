@@ -226,21 +226,30 @@ fn decode_records<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, start: usize, e
     let ctx = BatchContext { base_offset, base_timestamp, use_deltas, base_sequence };
     let fixed_ts = base_timestamp.into_pyobject(py)?.into_any();
     let maker = cls.map(SubclassTuples::new).transpose()?;
+    collect_rows(py, buf, start, end, codec, count, |rec| {
+        let fields = record_fields(py, &ctx, rec, &fixed_ts)?;
+        Ok(Some(match &maker {
+            Some(maker) => maker.make(fields)?,
+            None => PyTuple::new(py, fields)?.into_any(),
+        }))
+    })
+}
+
+/// The records of `buf[start:end]` (compressed with `codec`), decoded one by one into what
+/// `row` makes of each (None leaves a record out): the one record loop of both decoders.
+fn collect_rows<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, start: usize, end: usize, codec: u8, count: i32,
+                     mut row: impl FnMut(&RecordView) -> PyResult<Option<Bound<'py, PyAny>>>)
+                     -> PyResult<Bound<'py, PyList>> {
     let _no_gc = NoGc::new();
     with_bytes(buf, |data| {
         let mut owned = Vec::new();
         let data = inflate(codec, region(data, start, end)?, &mut owned).map_err(to_py)?;
         let mut rows: Vec<Bound<'py, PyAny>> = Vec::with_capacity((count.max(0) as usize).min(data.len() / 7 + 1));
         let mut failure: Option<PyErr> = None;
-        let outcome = codec::for_each_record(data, count, |rec| {
-            let row = record_fields(py, &ctx, &rec, &fixed_ts).and_then(|fields| match &maker {
-                Some(maker) => maker.make(fields),
-                None => Ok(PyTuple::new(py, fields)?.into_any()),
-            });
-            match row {
-                Ok(row) => { rows.push(row); Ok(()) }
-                Err(e) => { failure = Some(e); Err(Error::Truncated) }
-            }
+        let outcome = codec::for_each_record(data, count, |rec| match row(&rec) {
+            Ok(Some(made)) => { rows.push(made); Ok(()) }
+            Ok(None) => Ok(()),
+            Err(e) => { failure = Some(e); Err(Error::Truncated) }
         });
         if let Some(e) = failure {
             return Err(e);
@@ -268,31 +277,14 @@ fn decode_consumer_records<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, start:
     let ctx = BatchContext { base_offset, base_timestamp, use_deltas, base_sequence };
     let fixed_ts = base_timestamp.into_pyobject(py)?.into_any();
     let maker = SubclassTuples::new(cls)?;
-    let _no_gc = NoGc::new();
-    with_bytes(buf, |data| {
-        let mut owned = Vec::new();
-        let data = inflate(codec, region(data, start, end)?, &mut owned).map_err(to_py)?;
-        let mut rows: Vec<Bound<'py, PyAny>> = Vec::with_capacity((count.max(0) as usize).min(data.len() / 7 + 1));
-        let mut failure: Option<PyErr> = None;
-        let outcome = codec::for_each_record(data, count, |rec| {
-            let offset = base_offset as i128 + rec.offset_delta as i128;
-            if offset < lo as i128 || offset >= hi as i128 {
-                return Ok(());
-            }
-            let row = record_fields(py, &ctx, &rec, &fixed_ts).and_then(|[o, t, k, v, h, s]| {
-                maker.make([topic.clone(), partition.clone(), o, t, timestamp_type.clone(), k, v, h,
-                            producer_id.clone(), producer_epoch.clone(), s, is_transactional.clone()])
-            });
-            match row {
-                Ok(row) => { rows.push(row); Ok(()) }
-                Err(e) => { failure = Some(e); Err(Error::Truncated) }
-            }
-        });
-        if let Some(e) = failure {
-            return Err(e);
+    collect_rows(py, buf, start, end, codec, count, |rec| {
+        let offset = base_offset as i128 + rec.offset_delta as i128;
+        if offset < lo as i128 || offset >= hi as i128 {
+            return Ok(None);
         }
-        outcome.map_err(to_py)?;
-        PyList::new(py, rows)
+        let [o, t, k, v, h, s] = record_fields(py, &ctx, rec, &fixed_ts)?;
+        Ok(Some(maker.make([topic.clone(), partition.clone(), o, t, timestamp_type.clone(), k, v, h,
+                            producer_id.clone(), producer_epoch.clone(), s, is_transactional.clone()])?))
     })
 }
 

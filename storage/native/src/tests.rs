@@ -102,16 +102,14 @@ impl codec::RecordView<'_> {
 
 // --- encoder.rs: batch splitting, bulk encoding, stamping, murmur2 --------------------------
 
-mod encoder_tests {
+/// Random records for the encoder's and the batch builder's property tests (one definition).
+pub(crate) mod strategies {
     use proptest::prelude::*;
 
-    use crate::codec::{self, HeaderIn, RecordIn};
-    use crate::compression;
-    use crate::encoder::{self, Columns, EncodeOptions, Span, Timestamps};
+    /// key, value, headers, timestamp.
+    pub(crate) type Rec = (Option<Vec<u8>>, Option<Vec<u8>>, Vec<(Vec<u8>, Option<Vec<u8>>)>, i64);
 
-    type Rec = (Option<Vec<u8>>, Option<Vec<u8>>, Vec<(Vec<u8>, Option<Vec<u8>>)>, i64);
-
-    fn recs() -> impl Strategy<Value = Vec<Rec>> {
+    pub(crate) fn recs() -> impl Strategy<Value = Vec<Rec>> {
         let bytes = proptest::collection::vec(any::<u8>(), 0..200);
         let header = (proptest::collection::vec(any::<u8>(), 0..8), proptest::option::of(bytes.clone()));
         proptest::collection::vec(
@@ -119,6 +117,15 @@ mod encoder_tests {
              proptest::collection::vec(header, 0..3), -100_000i64..100_000),
             1..40)
     }
+}
+
+mod encoder_tests {
+    use proptest::prelude::*;
+
+    use super::strategies::{recs, Rec};
+    use crate::codec::{self, HeaderIn, RecordIn};
+    use crate::compression;
+    use crate::encoder::{self, Columns, EncodeOptions, Span, Timestamps};
 
     /// Owned columns, and `Columns` borrowing them.
     struct Owned {
