@@ -499,7 +499,7 @@ def consume(
     writer = _writer(output, fmt, props, value_format, kcat_json=kcat_json,
                      iso_timestamps=timestamp_format is TimestampFormat.iso)
 
-    from txlog.consumer import Consumer
+    from txlog.clients.consumer import Consumer
     from txlog.topic_partition import TopicPartition
 
     # Without a group nothing is written: the store opens read-only (safe beside writers, works on Kafka dirs).

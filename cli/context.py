@@ -146,7 +146,7 @@ def _complete_from_admin(ctx: typer.Context, incomplete: str, names: Callable[[A
         root = data_dir_for_completion(ctx)
         if not os.path.isdir(root):
             return []
-        from txlog.admin import Admin
+        from txlog.clients.admin import Admin
 
         with Admin(root, read_only=True) as admin:
             found = sorted(set(names(admin)))

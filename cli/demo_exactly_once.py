@@ -32,7 +32,7 @@ CRASH_STEP, CRASH_ACTION, CRASH_OCCURRENCE = "WriteTxnMarkers", "kill-after", 1
 _CRASHING_COMMIT = """
 import sys
 import txlog
-from txlog.fault_injection import StepFault
+from txlog.tools.fault_injection import StepFault
 plan = txlog.FaultPlan(steps=[StepFault(sys.argv[3], sys.argv[4], int(sys.argv[5]))])
 p = txlog.Producer(sys.argv[1], transactional_id="demo-crash", faults=plan)
 p.init_transactions()
@@ -58,7 +58,7 @@ def _values(store: Any, topic: str, isolation: str) -> list[bytes]:
 
 
 def show_delivery_semantics(n: Any, store: Any) -> None:
-    from txlog.delivery import DeliveryMode, compare_delivery_semantics
+    from txlog.tools.delivery import DeliveryMode, compare_delivery_semantics
 
     n.heading("5. Delivery semantics under the same injected faults")
     n.para(f"{DELIVERY_RECORDS} numbered records are sent one request each, through a transport that loses "

@@ -214,7 +214,7 @@ _KRAFT_CONTROL_RECORDS: dict[int, tuple[str, Callable[[Any], dict[str, Any]]]] =
 
 def _kraft_control_json(ctype: int, record: Any) -> dict[str, Any]:
     from storage.errors import CorruptRecordError
-    from txlog.schema_types import SchemaReader
+    from txlog.schemas.schema_types import SchemaReader
 
     label, read = _KRAFT_CONTROL_RECORDS[ctype]
     if record.value is None:
@@ -675,7 +675,7 @@ def text_line(item: dict[str, Any], opts: Options) -> str | None:
 
 def transaction_log_parser(record: Any) -> tuple[str | None, str | None]:
     """`--transaction-log-decoder`: TransactionLogMessageParser's key and payload strings."""
-    from txlog.transaction_log import decode_key, decode_value
+    from txlog.schemas.transaction_log import decode_key, decode_value
 
     if record.key is None:
         return None, None
@@ -702,7 +702,7 @@ def _compact(value: Any) -> str:
 
 def offsets_parser(record: Any) -> tuple[str | None, str | None]:
     """`--offsets-decoder`: `{"type":"1","data":{…}}` keys and `{"version":"3","data":{…}}` payloads."""
-    from txlog.offset_log import (
+    from txlog.schemas.offset_log import (
         GroupMetadataKey,
         OffsetKey,
         decode_key,
@@ -746,7 +746,7 @@ def cluster_metadata_parser(record: Any) -> tuple[str | None, str | None]:
     its payload, so one damaged record never hides the rest of the file.
     """
     from storage.errors import CorruptRecordError
-    from txlog.cluster_metadata import decode_metadata_record, metadata_record_json
+    from txlog.schemas.cluster_metadata import decode_metadata_record, metadata_record_json
 
     try:
         return None, metadata_record_json(decode_metadata_record(record.value))
@@ -765,7 +765,7 @@ def _partitions_json(grouped: Any) -> list[dict[str, Any]]:
 
 def subscription_json(data: bytes) -> dict[str, Any]:
     """ConsumerProtocolSubscriptionJsonConverter.write: the fields the decoded version has."""
-    from txlog.group_metadata import decode_subscription
+    from txlog.schemas.group_metadata import decode_subscription
 
     version, sub = decode_subscription(data)
     out: dict[str, Any] = {"topics": list(sub.topics), "userData": _base64(sub.user_data)}
@@ -780,7 +780,7 @@ def subscription_json(data: bytes) -> dict[str, Any]:
 
 def assignment_json(data: bytes) -> dict[str, Any]:
     """ConsumerProtocolAssignmentJsonConverter.write."""
-    from txlog.group_metadata import decode_assignment
+    from txlog.schemas.group_metadata import decode_assignment
 
     _, assignment = decode_assignment(data)
     return {"assignedPartitions": _partitions_json(assignment.assigned_partitions),
@@ -804,7 +804,7 @@ def group_metadata_json(data: bytes) -> dict[str, Any]:
     protocol type "consumer" each member's subscription and assignment are decoded,
     otherwise (and when they do not decode) they stay base64 bytes.
     """
-    from txlog.group_metadata import CONSUMER_PROTOCOL_TYPE, decode_group_metadata_value
+    from txlog.schemas.group_metadata import CONSUMER_PROTOCOL_TYPE, decode_group_metadata_value
 
     version, value = decode_group_metadata_value(data)
     consumer = value.protocol_type == CONSUMER_PROTOCOL_TYPE

@@ -61,7 +61,7 @@ STATE_VERBOSE_COLUMNS = STATE_COLUMNS + (("GROUP-EPOCH", "groupEpoch"), ("TARGET
 
 
 def _admin(store: Any) -> Any:
-    from txlog.admin import Admin
+    from txlog.clients.admin import Admin
 
     return Admin(store)
 
@@ -188,8 +188,8 @@ def _print_members(ctx: typer.Context, views: dict[str, Any], verbose: bool, out
 
 
 def _state_row(name: str, view: Any, coordinator: int) -> dict[str, Any]:
-    from txlog.group_coordinator import GroupState
-    from txlog.internal_topics import CONSUMER_OFFSETS_TOPIC
+    from txlog.coordinator.group_coordinator import GroupState
+    from storage.topic_name import CONSUMER_OFFSETS_TOPIC
 
     return {
         "group": name, "coordinator": f"{CONSUMER_OFFSETS_TOPIC}-{coordinator}",
@@ -305,8 +305,8 @@ def reset_offsets(
             raise CommandError("--from-file names its partitions: drop --topic/--all-topics", exit_code=USAGE)
     elif bool(topic) == all_topics:
         raise CommandError("give --topic (repeatable) or --all-topics", exit_code=USAGE)
-    from txlog.admin import OffsetReset
-    from txlog.internal_topics import INTERNAL_TOPICS
+    from txlog.clients.admin import OffsetReset
+    from storage.topic_name import INTERNAL_TOPICS
 
     if from_file is not None:
         file_offsets = _read_reset_plan(from_file, group)

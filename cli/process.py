@@ -290,7 +290,7 @@ def _run_worker(ctx: typer.Context, cmd: list[str], input_topic: str, output_top
                 member: dict[str, Any], label: str, show_progress: bool = False) -> None:
     """One member of the group: the TransformLoop over CMD until caught up (or stopped)."""
     from storage.errors import UnknownTopicOrPartitionError
-    from txlog.transform_loop import TransformLoop
+    from txlog.tools.transform_loop import TransformLoop
 
     quiet = settings(ctx).quiet
     stop = _StopFlag()

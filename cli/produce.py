@@ -459,8 +459,8 @@ def produce(
 
 
 def _check_partitioner(name: str | None) -> None:
-    """A usage error for a name txlog.partitioner does not know (imported here: `--help` stays light)."""
-    from txlog.partitioner import PARTITIONER_NAMES
+    """A usage error for a name txlog.clients.partitioner does not know (imported here: `--help` stays light)."""
+    from txlog.clients.partitioner import PARTITIONER_NAMES
 
     if name is not None and name not in PARTITIONER_NAMES:
         raise CommandError(f"--partitioner must be one of {', '.join(PARTITIONER_NAMES)}, not {name!r}",
@@ -471,7 +471,7 @@ def _run(ctx: typer.Context, store: Any, parser: _LineParser, fd: int, topic: st
          compression: str, acks: str, idempotent: bool, transactional_id: str | None, no_commit: bool,
          transaction_timeout_ms: int, partitioner: str | None, output: OutputFormat = OutputFormat.text,
          progress: bool = False) -> None:
-    from txlog.producer import Producer
+    from txlog.clients.producer import Producer
 
     producer = Producer(store, transactional_id=transactional_id, enable_idempotence=None if idempotent else False,
                         acks=acks, compression_type=None if compression == "none" else compression,

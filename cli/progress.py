@@ -7,7 +7,7 @@ plain lines, one every PLAIN_EVERY_S seconds and one at the end, for logs. `-q` 
 
 No progress-bar library: a bar needs a total, which a stream on stdin or a store scan does
 not have up front, and the few lines here cost no start-up time (`txlog --help` imports
-nothing heavy; tests/test_cli.py checks it).
+nothing heavy; tests/cli/test_cli.py checks it).
 """
 
 from __future__ import annotations

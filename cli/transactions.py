@@ -42,7 +42,7 @@ from cli.output import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from txlog.admin import Admin
+    from txlog.clients.admin import Admin
 
 AMBIGUOUS = 4  # exit code: the transaction's outcome is unknown (docs/reliability-scenarios.md scenario 26)
 BROKER_ID = 0  # the one "broker" of a store
@@ -88,7 +88,7 @@ HANGING_COLUMNS = (
 
 def _parse_state(text: str) -> Any:
     """A state by Kafka's name or ours, case, `_` and `-` ignored (Ongoing, prepare-commit, COMPLETE_ABORT)."""
-    from txlog.transaction_log import TxnState
+    from txlog.schemas.transaction_log import TxnState
 
     wanted = text.replace("_", "").replace("-", "").lower()
     for state in TxnState:
@@ -105,7 +105,7 @@ def _check_broker(broker_id: int | None) -> None:
 
 @contextmanager
 def _admin(ctx: typer.Context, *, read_only: bool) -> Iterator[Admin]:
-    from txlog.admin import Admin
+    from txlog.clients.admin import Admin
 
     with open_store(ctx, read_only=read_only) as store:
         yield Admin(store)
@@ -135,7 +135,7 @@ def list_(
     with _admin(ctx, read_only=no_sweep) as admin:  # no store: 'no store at ...', not an empty list
         found = admin.list_transactions(states)
     if duration_filter >= 0:
-        from txlog.transaction_log import TxnState
+        from txlog.schemas.transaction_log import TxnState
 
         now = _now_ms()
         found = [d for d in found
@@ -159,7 +159,7 @@ def describe(
     output: OutputOption = OutputFormat.text,
 ) -> None:
     """Describe one transactional id: producer, epoch, state, timeout, open partitions."""
-    from txlog.transaction_log import TxnState
+    from txlog.schemas.transaction_log import TxnState
 
     with _admin(ctx, read_only=no_sweep) as admin:
         d = admin.describe_transaction(transactional_id)

@@ -1,6 +1,6 @@
 """`txlog verify [--topic T]`: a read-only integrity check of a whole store, one table of findings.
 
-The check itself is the library's (`txlog.store_check.check_store`: every partition's files
+The check itself is the library's (`txlog.tools.store_check.check_store`: every partition's files
 through `storage.file_check`, then transactions against the coordinator); this verb opens the
 store read-only, prints one row per finding and sets the exit code. Exit 3 on any finding,
 warnings included (a torn tail is harmless to readers but still a fact about the files);
@@ -19,7 +19,7 @@ from cli.progress import Progress, ProgressOption, count
 from cli.output import OutputFormat, absent_note, emit, error_line, output_option, status
 
 if TYPE_CHECKING:  # pragma: no cover
-    from txlog.store_check import Finding
+    from txlog.tools.store_check import Finding
 
 VERIFICATION_FAILED = 3
 
@@ -90,7 +90,7 @@ def verify(
     store and on a Kafka log directory. Prints one row per root cause (what a damaged .log
     makes its own indexes fail is named in its row) and exits 3 if there is any (warnings too).
     """
-    from txlog.store_check import check_store
+    from txlog.tools.store_check import check_store
 
     store = open_store(ctx, read_only=True)
     try:

@@ -2,7 +2,7 @@
 
 At runtime storage.compression compresses and inflates through the Rust extension; this
 module states the same stream formats in Python (docs/kafka-formats.md §1.4) on top of
-zlib and cramjam, and tests/test_native_codec.py checks both agree on every stream. See
+zlib and cramjam, and tests/native/test_native_codec.py checks both agree on every stream. See
 storage/compression.py for what each framing must be and why. Nothing in txlog imports it.
 """
 

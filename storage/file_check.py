@@ -17,7 +17,7 @@ with the one batch reader (`FileRecords`) and checks
   plus catch-up), the log end and the last stable offset against the scan.
 
 Everything is read-only: no lock, nothing written or repaired. Transaction-level findings
-(hanging or expired transactions, the coordinator) need txlog and are `txlog.store_check`'s.
+(hanging or expired transactions, the coordinator) need txlog and are `txlog.tools.store_check`'s.
 """
 
 from __future__ import annotations

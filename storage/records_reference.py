@@ -3,7 +3,7 @@
 At runtime every batch is parsed and built by the Rust codec (storage/native, through
 storage/records.py); this module is the same format written out in Python, kept for two
 reasons: it is the readable statement of the rules (docs/kafka-formats.md §1, §2), and
-tests/test_native_codec.py decodes tens of thousands of random and mutated batches with
+tests/native/test_native_codec.py decodes tens of thousands of random and mutated batches with
 both and demands the same records or the same typed error. Nothing in txlog imports it.
 
 It was txlog's codec before the native one (column-wise encoding with C-level

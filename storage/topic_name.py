@@ -9,6 +9,10 @@ from storage.errors import InvalidTopicError
 MAX_NAME_LENGTH = 249
 _LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
 INTERNAL_PREFIX = "__"
+# The internal topics (Kafka's common.internals.Topic): txlog/coordinator/internal_topics.py creates them.
+TRANSACTION_STATE_TOPIC = "__transaction_state"
+CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
+INTERNAL_TOPICS = (TRANSACTION_STATE_TOPIC, CONSUMER_OFFSETS_TOPIC)
 
 
 def validate_topic_name(name: str, *, allow_internal: bool = False) -> str:

@@ -1,4 +1,4 @@
-"""The product's import graph: storage <- txlog <- cli, and no cycle anywhere (docs/DESIGN.md §10).
+"""The product's import graph: storage <- txlog <- cli, txlog's wings, and no cycle anywhere (docs/DESIGN.md §10).
 
 Read from the source with `ast` (every import statement, including those inside functions),
 so a lazy import that closes a cycle or points the wrong way is caught too.
@@ -97,3 +97,80 @@ def test_dependencies_point_one_way_storage_txlog_cli():
     wrong = sorted((module, dep) for module, deps in _graph().items() for dep in deps
                    if LAYER[dep.split(".")[0]] > LAYER[module.split(".")[0]])
     assert wrong == []
+
+
+# ---- txlog's wings (docs/DESIGN.md §10) ------------------------------------------------------------
+#
+# The modules directly under txlog/ are the shared vocabulary (errors, value types, the request
+# types, the one definition of visibility, member sessions) plus the transport, the one seam
+# between clients and coordinators. Each wing may import the wings named here and nothing else
+# of txlog; clients reach coordinators only through the transport and the request types.
+
+COMMON = "common"
+TRANSPORT = "transport"
+WING_RULES: dict[str, set[str]] = {
+    COMMON: {COMMON},
+    "schemas": {COMMON},
+    "coordinator": {COMMON, "schemas"},
+    TRANSPORT: {COMMON, "schemas", "coordinator"},
+    "clients": {COMMON, "schemas", TRANSPORT},
+    "spark": {COMMON, "schemas"},
+    "tools": {COMMON, "schemas", "coordinator", TRANSPORT, "clients"},
+    "package": {COMMON, "schemas", "coordinator", TRANSPORT, "clients", "tools", "spark"},  # txlog/__init__.py
+}
+# Admin is Kafka's admin client, and like kafka-transactions.sh it describes coordinator state
+# the request types do not carry (docs/DESIGN.md §10).
+EXCEPTIONS = {("txlog.clients.admin", "coordinator")}
+# The fault-injection harness wraps a transport from outside; only tools and the CLI's demo use it.
+FAULT_INJECTION = "txlog.tools.fault_injection"
+
+
+def wing_of(module: str) -> str | None:
+    """The wing of a txlog module, or None for storage and cli."""
+    parts = module.split(".")
+    if parts[0] != "txlog":
+        return None
+    if len(parts) == 1:
+        return "package"
+    if parts[1] in WING_RULES:  # a sub-package: clients, coordinator, schemas, spark, tools
+        return parts[1]
+    return TRANSPORT if parts[1] == TRANSPORT else COMMON
+
+
+def test_txlog_wings_import_only_what_their_rule_allows():
+    wrong = sorted((module, dep) for module, deps in _graph().items() for dep in deps
+                   if wing_of(module) and wing_of(dep)
+                   and wing_of(dep) != wing_of(module)
+                   and wing_of(dep) not in WING_RULES[wing_of(module)]
+                   and (module, wing_of(dep)) not in EXCEPTIONS)
+    assert wrong == []
+
+
+def test_the_wing_rule_sees_a_client_importing_a_coordinator():
+    assert wing_of("txlog.clients.producer") == "clients"
+    assert wing_of("txlog.coordinator.group_coordinator") == "coordinator"
+    assert wing_of("txlog.transport") == TRANSPORT
+    assert wing_of("txlog.requests") == COMMON
+    assert "coordinator" not in WING_RULES["clients"]
+
+
+def test_no_product_module_imports_the_fault_injection_harness():
+    users = sorted(module for module, deps in _graph().items() if FAULT_INJECTION in deps
+                   and not module.startswith("txlog.tools.") and not module.startswith("cli.demo"))
+    assert users == []
+
+
+def test_only_storage_imports_the_native_extension():
+    users = []
+    for module, path in _modules().items():
+        if module.split(".")[0] == "storage":
+            continue
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+        for node in ast.walk(tree):
+            names = ([node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
+                     if isinstance(node, ast.ImportFrom) else
+                     [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            if any(name == "storage._native" for name in names):
+                users.append(module)
+    assert users == []

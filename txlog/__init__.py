@@ -18,22 +18,22 @@ import importlib
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "Producer": "txlog.producer",
-    "FutureRecordMetadata": "txlog.producer",
-    "Consumer": "txlog.consumer",
-    "Admin": "txlog.admin",
+    "Producer": "txlog.clients.producer",
+    "FutureRecordMetadata": "txlog.clients.producer",
+    "Consumer": "txlog.clients.consumer",
+    "Admin": "txlog.clients.admin",
     "TopicPartition": "txlog.topic_partition",
     "OffsetAndMetadata": "txlog.topic_partition",
     "ConsumerRecord": "txlog.consumer_record",
     "RecordMetadata": "txlog.consumer_record",
     "IsolationLevel": "txlog.fetch",
-    "TransactionCoordinator": "txlog.coordinator",
-    "TransformLoop": "txlog.transform_loop",
-    "AbortRequested": "txlog.transform_loop",
-    "FaultPlan": "txlog.fault_injection",
-    "Fault": "txlog.fault_injection",
-    "DeliveryMode": "txlog.delivery",
-    "compare_delivery_semantics": "txlog.delivery",
+    "TransactionCoordinator": "txlog.coordinator.transaction_coordinator",
+    "TransformLoop": "txlog.tools.transform_loop",
+    "AbortRequested": "txlog.tools.transform_loop",
+    "FaultPlan": "txlog.tools.fault_injection",
+    "Fault": "txlog.tools.fault_injection",
+    "DeliveryMode": "txlog.tools.delivery",
+    "compare_delivery_semantics": "txlog.tools.delivery",
     "Store": "storage.store",
 }
 

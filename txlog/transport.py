@@ -5,7 +5,7 @@ requests (Produce, Fetch, ListOffsets, InitProducerId, AddPartitionsToTxn, AddOf
 TxnOffsetCommit, EndTxn, OffsetCommit, OffsetFetch, ConsumerGroupHeartbeat); here the
 Producer, the Consumer, the TransformLoop and group membership reach the store only through
 a `Transport`, which serves each request in the caller's process. That makes this class the
-place where "the network" and "the process" can fail: `txlog.fault_injection` wraps a
+place where "the network" and "the process" can fail: `txlog.tools.fault_injection` wraps a
 transport and loses, delays or crashes a named request, with no patching of the log.
 
 The coordinator's own writes to data partitions (WriteTxnMarkers, one call per partition
@@ -30,17 +30,17 @@ from storage.partition_log import AppendResult
 from storage.producer_state import TxnVerifier
 from storage.records import ControlType
 from storage.store import Store
-from txlog.coordinator import DEFAULT_TRANSACTION_TIMEOUT_MS, ProducerIdAndEpoch, TransactionCoordinator
+from txlog.coordinator.transaction_coordinator import TransactionCoordinator
+from txlog.requests import DEFAULT_TRANSACTION_TIMEOUT_MS, ProducerIdAndEpoch
 from txlog.fetch import FetchResult, IsolationLevel, fetch, latest_offset
-from txlog.group_coordinator import GroupCoordinator, HeartbeatRequest, HeartbeatResponse, MemberRef
-from txlog.group_offsets import GroupOffsets
-from txlog.internal_topics import CONSUMER_OFFSETS_TOPIC
+from txlog.coordinator.group_coordinator import GroupCoordinator
+from txlog.requests import HeartbeatRequest, HeartbeatResponse, MemberRef
+from txlog.coordinator.group_offsets import GroupOffsets
+from storage.topic_name import CONSUMER_OFFSETS_TOPIC
+from txlog.requests import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from txlog.topic_partition import OffsetAndMetadata, TopicPartition
-from txlog.transaction_log import TxnLogValue
+from txlog.schemas.transaction_log import TxnLogValue
 
-# Kafka's ListOffsets special timestamps (ListOffsetsRequest.EARLIEST_TIMESTAMP / LATEST_TIMESTAMP).
-EARLIEST_TIMESTAMP = -2
-LATEST_TIMESTAMP = -1
 
 
 class Transport:

@@ -10,7 +10,7 @@ transaction the coordinator log holds what TransactionCoordinator writes: Ongoin
 (AddPartitionsToTxn), PrepareCommit and CompleteCommit, one record per batch.
 
 The bulk of each history is written straight to the coordinator partitions - the same
-records, encoded by txlog.transaction_log and built by build_batch exactly as
+records, encoded by txlog.schemas.transaction_log and built by build_batch exactly as
 `TransactionCoordinator._write` does, with the same epoch bumps - in appends of 32 batches
 and without fsync (setup only; running 100,000 transactions through the coordinator takes
 minutes; `--real-history` does it anyway). The COMMIT markers those transactions wrote to their data partition are
@@ -53,14 +53,10 @@ from benchutil import Sample, fsync_skipped, median_after_cold, scratch_dir, spr
 
 from storage import Store  # noqa: E402
 from storage.records import build_batch  # noqa: E402
-from txlog.coordinator import (  # noqa: E402
-    DEFAULT_TRANSACTION_TIMEOUT_MS,
-    EXHAUSTED_EPOCH,
-    SNAPSHOT_NAME,
-    TransactionCoordinator,
-)
-from txlog.internal_topics import TRANSACTION_STATE_TOPIC  # noqa: E402
-from txlog.transaction_log import TxnLogValue, TxnState, encode_key, encode_value  # noqa: E402
+from txlog.coordinator.transaction_coordinator import EXHAUSTED_EPOCH, SNAPSHOT_NAME, TransactionCoordinator
+from txlog.requests import DEFAULT_TRANSACTION_TIMEOUT_MS
+from storage.topic_name import TRANSACTION_STATE_TOPIC  # noqa: E402
+from txlog.schemas.transaction_log import TxnLogValue, TxnState, encode_key, encode_value  # noqa: E402
 
 TOPIC = "t"
 APPEND_BATCHES = 32  # ~4 KB per append: about one index entry per append, as the coordinator's own

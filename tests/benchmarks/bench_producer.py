@@ -83,7 +83,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder  # noqa: E402
 
 from storage import Store  # noqa: E402
 from storage.file_records import FileRecords  # noqa: E402
-from txlog.producer import Producer  # noqa: E402
+from txlog.clients.producer import Producer  # noqa: E402
 
 TOPIC = "t"
 KEY_BYTES, VALUE_BYTES = 10, 100

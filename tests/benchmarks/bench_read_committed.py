@@ -45,9 +45,9 @@ from kafka.record import MemoryRecords  # noqa: E402  (baseline only)
 
 from storage import Store  # noqa: E402
 from storage.partition_log import PartitionLog  # noqa: E402
-from txlog.consumer import Consumer  # noqa: E402
+from txlog.clients.consumer import Consumer  # noqa: E402
 from txlog.fetch import IsolationLevel, fetch  # noqa: E402
-from txlog.producer import Producer  # noqa: E402
+from txlog.clients.producer import Producer  # noqa: E402
 from txlog.topic_partition import TopicPartition  # noqa: E402
 
 TOPIC = "t"

@@ -80,7 +80,7 @@ from benchutil import MiB, Sample, fsync_skipped, median_after_cold, scratch_dir
 
 from storage import Store  # noqa: E402
 from storage.records import ControlType, build_batch  # noqa: E402
-from txlog.consumer import Consumer  # noqa: E402
+from txlog.clients.consumer import Consumer  # noqa: E402
 from txlog.topic_partition import TopicPartition  # noqa: E402
 
 TOPIC = "bench"

@@ -17,7 +17,7 @@ partitions). A store without the topic (no transactional producer ever ran) give
 rows rather than an error. `subscribe` / `assign` may narrow the read to some of its
 partitions but may not name other topics; offsets and isolation do not apply.
 
-Keys and values are decoded by `txlog.transaction_log`, so the rows say what a
+Keys and values are decoded by `txlog.schemas.transaction_log`, so the rows say what a
 coordinator loading this log would rebuild. `state` uses Kafka's names (Empty, Ongoing,
 PrepareCommit, ...). A tombstone (null value: the id expired and was removed) keeps its
 `transactionalId` and has every value column null, state included: nothing was
@@ -40,13 +40,13 @@ from storage.errors import CorruptRecordError
 from storage.records import Record
 from storage.store import Store
 from txlog.errors import IllegalArgumentError
-from txlog.internal_topics import TRANSACTION_STATE_TOPIC
+from storage.topic_name import TRANSACTION_STATE_TOPIC
 from txlog.spark.arrow_columns import timestamp_array
 from txlog.spark.batches_view import LogPart, log_batches, plan_whole_logs
 from txlog.spark.options import SourceOptions
 from txlog.spark.planning import open_store, select_partitions
 from txlog.spark.range_reader import ROWS_PER_ARROW_BATCH
-from txlog.transaction_log import KEY_VERSION, TxnLogValue, decode_key, decode_value
+from txlog.schemas.transaction_log import KEY_VERSION, TxnLogValue, decode_key, decode_value
 
 SCHEMA = (
     "transactionalId string, producerId long, producerEpoch int, state string, transactionTimeoutMs int, "

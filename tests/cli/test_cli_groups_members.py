@@ -1,0 +1,125 @@
+"""`txlog groups` with live members, and `txlog process --workers`: kafka-consumer-groups' views.
+
+A live member is a real consumer in this test process (its session lock and heartbeat
+thread are real); the CLI runs as a separate `txlog` process and sees it as any other
+process would.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_cli import assert_ok, assert_one_error, txlog
+
+import txlog as api
+from txlog import TopicPartition as TP
+
+
+@pytest.fixture
+def store(tmp_path):
+    path = str(tmp_path / "store")
+    with api.Admin(path) as admin:
+        admin.create_topic("in", 4)
+        admin.create_topic("out", 2)
+        p = api.Producer(admin.store)
+        for i in range(20):
+            p.send("in", value=b"v%d" % i, key=b"k%d" % i, partition=i % 4)
+        p.flush()
+        p.close()
+    return path
+
+
+def _live_member(path, instance=None):
+    c = api.Consumer(path, group_id="g", enable_auto_commit=False, heartbeat_interval_ms=50,
+                     group_instance_id=instance, client_id="cli-test")
+    c.subscribe(["in"])
+    c.poll(timeout_ms=0)
+    assert c.assignment() == {TP("in", p) for p in range(4)}
+    c.commit({TP("in", 0): 2})
+    return c
+
+
+def test_describe_members_state_and_offsets_of_a_live_group(store):
+    c = _live_member(store, instance="static-1")
+    try:
+        member_id = c.group_metadata().member_id
+        proc = txlog("groups", "describe", "--group", "g", "--members", data_dir=store)
+        assert_ok(proc)
+        lines = proc.stdout.splitlines()
+        assert lines[0] == "" and lines[1].split() == ["GROUP", "CONSUMER-ID", "GROUP-INSTANCE-ID", "HOST",
+                                                      "CLIENT-ID", "#PARTITIONS"]
+        row = lines[2].split()
+        assert row[0] == "g" and row[1] == member_id and row[2] == "static-1" and row[4:] == ["cli-test", "4"]
+
+        proc = txlog("groups", "describe", "--group", "g", "--members", "--verbose", "-o", "json", data_dir=store)
+        [m] = json.loads(proc.stdout)
+        assert m["currentAssignment"] == m["targetAssignment"] == "in(0,1,2,3)"
+        assert m["currentEpoch"] == m["targetEpoch"] == c.group_metadata().generation_id
+
+        proc = txlog("groups", "describe", "--group", "g", "--state", data_dir=store)
+        assert_ok(proc)
+        lines = proc.stdout.splitlines()
+        assert lines[1].split() == ["GROUP", "COORDINATOR", "(ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"]
+        assert lines[2].split()[0] == "g" and lines[2].split()[2:] == ["uniform", "Stable", "1"]
+
+        proc = txlog("groups", "describe", "--group", "g", "-o", "json", data_dir=store)
+        rows = json.loads(proc.stdout)
+        assert [(r["partition"], r["currentOffset"], r["consumerId"]) for r in rows] == \
+            [(0, 2, member_id), (1, None, member_id), (2, None, member_id), (3, None, member_id)]
+
+        proc = txlog("groups", "list", "--state", data_dir=store)
+        assert proc.stdout.splitlines()[1].split() == ["g", "Stable"]
+        assert json.loads(txlog("groups", "list", "-o", "json", data_dir=store).stdout) == \
+            [{"group": "g", "state": "Stable"}]
+
+        message = assert_one_error(txlog("groups", "reset-offsets", "--group", "g", "--topic", "in", "--to-earliest",
+                                         "--execute", data_dir=store))
+        assert "inactive" in message and "Stable" in message
+    finally:
+        c.close()
+    # A dynamic member's close leaves the group: it is Empty, with no members to show.
+    d = api.Consumer(store, group_id="g2", enable_auto_commit=False, heartbeat_interval_ms=50)
+    d.subscribe(["in"])
+    d.poll(timeout_ms=0)
+    d.close()
+    proc = txlog("groups", "describe", "--group", "g2", "--state", data_dir=store)
+    assert proc.stdout.splitlines()[2].split()[2:] == ["uniform", "Empty", "0"]
+    proc = txlog("groups", "describe", "--group", "g2", "--members", data_dir=store)
+    assert proc.stdout == "" and "has no active members" in proc.stderr
+
+
+def test_process_workers_split_the_input_and_emit_each_record_once(store):
+    proc = txlog("process", "-i", "in", "-o", "out", "-g", "up", "--transactional-id", "up", "--workers", "3",
+                 "--heartbeat-interval-ms", "100", "-n", "3", "--", "tr", "a-z", "A-Z", data_dir=store, timeout=120)
+    assert_ok(proc)
+    assert proc.stderr.count("Processed") == 3  # one summary per worker
+    assert "[worker 0]" in proc.stderr and "[worker 2]" in proc.stderr
+    reader = api.Consumer(store, isolation_level="read_committed")
+    reader.assign([TP("out", 0), TP("out", 1)])
+    values = [r.value for _ in range(5) for r in reader.poll(timeout_ms=20)]
+    reader.close()
+    assert sorted(values) == sorted(b"V%d" % i for i in range(20))
+    with api.Admin(store) as admin:
+        assert {tp.partition: om.offset for tp, om in admin.list_consumer_group_offsets("up").items()} == \
+            {0: 5, 1: 5, 2: 5, 3: 5}
+        assert admin.list_consumer_group_states()["up"] == "Empty"  # every worker left when it was done
+
+
+def test_process_rejects_a_static_id_for_several_workers(store):
+    assert_one_error(txlog("process", "-i", "in", "-o", "out", "-g", "up", "--transactional-id", "up", "--workers",
+                           "2", "--group-instance-id", "a", "--", "cat", data_dir=store), code=2)
+
+
+def test_a_damaged_group_record_lists_as_unknown_and_describes_as_one_error(store):
+    from txlog.coordinator.group_offsets import GroupOffsets
+
+    with api.Admin(store) as admin:
+        offsets = GroupOffsets(admin.store)
+        with offsets.locked("bad"):
+            offsets.append_group_metadata("bad", b"\x00\x03\x00\x08consumer\x00")  # cut inside the generation
+    proc = txlog("groups", "list", "--state", data_dir=store)
+    assert_ok(proc)
+    assert ["bad", "Unknown"] in [line.split() for line in proc.stdout.splitlines()]
+    assert "truncated generation" in assert_one_error(
+        txlog("groups", "describe", "--group", "bad", "--members", data_dir=store))

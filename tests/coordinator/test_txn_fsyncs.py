@@ -1,0 +1,195 @@
+"""A transaction pays only the fsyncs its order needs (docs/reliability-scenarios.md rule 19).
+
+Counted by wrapping os.fsync / os.fdatasync (storage/durable.py looks them up at call time)
+and naming the file each one hit. For a transaction of data in N partitions:
+
+* registration (the ONGOING record), before any data: 1;
+* data, written without fdatasync (`produce(..., sync=False)`): 0;
+* commit: each data partition synced before PREPARE_COMMIT (N), PREPARE_COMMIT (1), a marker
+  per partition (N); COMPLETE_COMMIT none: 2 + 2N, so 4 for one partition;
+* abort: no data sync: PREPARE_ABORT, then per partition the `.txnindex` entry (durable before
+  its marker) and the marker: 1 + 2N after the registration.
+
+The claim behind the unsynced COMPLETE is tested too: when a power loss takes it, the durable
+PREPARE is rolled forward again and the markers are not written twice.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from storage import Store
+from storage.file_records import FileRecords
+from storage.high_watermark import HighWatermarkFile
+from storage.log_files import log_file
+from storage.records import build_batch
+from txlog.tools.fault_injection import FaultInjectingTransport, FaultPlan
+from txlog.fetch import IsolationLevel, fetch
+from storage.topic_name import TRANSACTION_STATE_TOPIC
+from txlog.schemas.transaction_log import TxnState
+from txlog.transport import Transport
+
+TOPIC = "data"
+TXN_ID = "tx-fsyncs"
+NOW_MS = 1_700_000_000_000  # a fixed clock: no timeout or periodic sweep can add work to a count
+
+
+class _Txn:
+    """A transactional producer's requests, made directly on a transport (no producer in between)."""
+
+    def __init__(self, transport: Transport):
+        self.transport = transport
+        ids = transport.init_producer_id(TXN_ID)
+        self.pid, self.epoch = ids.producer_id, ids.epoch
+        self.seq: dict[int, int] = {}
+
+    def register(self, *partitions: int) -> None:
+        self.transport.add_partitions_to_txn(TXN_ID, self.pid, self.epoch, [(TOPIC, p) for p in partitions])
+
+    def send(self, partition: int, value: bytes) -> None:
+        seq = self.seq.get(partition, 0)
+        data = build_batch([(None, value, None, None)], producer_id=self.pid, producer_epoch=self.epoch,
+                           base_sequence=seq, is_transactional=True)
+        self.transport.produce(TOPIC, partition, data, TXN_ID, sync=False)
+        self.seq[partition] = seq + 1
+
+    def end(self, commit: bool) -> None:
+        ids = self.transport.end_txn(TXN_ID, self.pid, self.epoch, commit)
+        self.pid, self.epoch, self.seq = ids.producer_id, ids.epoch, {}
+
+    def run(self, partitions: tuple[int, ...], commit: bool) -> None:
+        self.register(*partitions)
+        for p in partitions:
+            self.send(p, b"v")
+        self.end(commit)
+
+
+@pytest.fixture
+def setup(store_path):
+    """A store with TOPIC (2 partitions), one transaction already run (everything is open), a fixed clock."""
+    store = Store.open(store_path)
+    store.create_topic(TOPIC, 2)
+    transport = Transport(store, clock=lambda: NOW_MS)
+    txn = _Txn(transport)
+    txn.run((0, 1), commit=True)
+    yield store, transport, txn
+    store.close()
+
+
+@pytest.fixture
+def fsyncs(monkeypatch) -> list[str]:
+    """The file each os.fsync / os.fdatasync call hits, as 'coordinator', 'data-<p>' or the path."""
+    hits: list[str] = []
+    real_fsync, real_fdatasync = os.fsync, os.fdatasync
+
+    def name(fd: int) -> str:
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        directory = os.path.basename(os.path.dirname(path))
+        if directory.startswith(TRANSACTION_STATE_TOPIC + "-"):
+            return "coordinator"
+        if directory.startswith(TOPIC + "-"):
+            return "data-" + directory.rsplit("-", 1)[1]
+        return path
+
+    def fsync(fd):
+        hits.append(name(fd))
+        real_fsync(fd)
+
+    def fdatasync(fd):
+        hits.append(name(fd))
+        real_fdatasync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    return hits
+
+
+def _committed(store: Store, partition: int) -> list[bytes]:
+    log = store.partition(TOPIC, partition)
+    return [r.value for r in fetch(log, 0, IsolationLevel.READ_COMMITTED, max_records=1000).records]
+
+
+def test_a_one_partition_commit_costs_four_fsyncs_in_order(setup, fsyncs):
+    store, _, txn = setup
+    txn.register(0)
+    assert fsyncs == ["coordinator"]  # registration, durable before any data
+    for i in range(5):
+        txn.send(0, b"%d" % i)
+    assert fsyncs == ["coordinator"]  # the data: no fsync of its own
+    txn.end(commit=True)
+    # data synced, then the decision, then the marker; COMPLETE_COMMIT not synced
+    assert fsyncs == ["coordinator", "data-0", "coordinator", "data-0"]
+    assert _committed(store, 0)[-5:] == [b"0", b"1", b"2", b"3", b"4"]
+
+
+def test_an_abort_syncs_no_data(setup, fsyncs):
+    store, _, txn = setup
+    txn.run((0,), commit=False)  # the segment's first abort also creates its .txnindex (a directory fsync)
+    before = _committed(store, 0)
+    fsyncs.clear()
+    txn.register(0)
+    txn.send(0, b"gone")
+    txn.end(commit=False)
+    # registration, PREPARE_ABORT, then per partition the .txnindex entry (durable before its
+    # marker, rule 16) and the marker; no data sync: the marker's fdatasync covers the file
+    assert fsyncs == ["coordinator", "coordinator", "data-0", "data-0"]
+    assert _committed(store, 0) == before
+
+
+def test_a_two_partition_commit_syncs_both_before_the_decision(setup, fsyncs):
+    _, _, txn = setup
+    txn.run((0, 1), commit=True)
+    assert fsyncs == ["coordinator", "data-0", "data-1", "coordinator", "data-0", "data-1"]
+
+
+def test_data_already_flushed_is_not_synced_again_at_commit(setup, fsyncs):
+    store, transport, _ = setup
+    wrapped = FaultInjectingTransport(transport, FaultPlan())
+    txn = _Txn(wrapped)
+    fsyncs.clear()
+    txn.register(0)
+    txn.send(0, b"x")
+    wrapped.sync_partitions([(TOPIC, 0)])  # a transactional producer's flush()
+    assert fsyncs == ["coordinator", "data-0"]
+    txn.end(commit=True)
+    assert fsyncs == ["coordinator", "data-0", "coordinator", "data-0"]  # PREPARE and marker only
+    assert _committed(store, 0)[-1] == b"x"
+
+
+def _coordinator_log(store: Store, transport: Transport):
+    return store.partition(TRANSACTION_STATE_TOPIC, transport.transaction_coordinator.partition_for(TXN_ID))
+
+
+def test_a_complete_lost_to_power_loss_is_rolled_forward_without_a_second_marker(setup, store_path):
+    store, transport, txn = setup
+    txn.register(0)
+    txn.send(0, b"kept")
+    txn.end(commit=True)
+    coordinator = _coordinator_log(store, transport)
+    end = coordinator.log_end_offset
+    hw_file = HighWatermarkFile(coordinator.directory, writable=False)
+    try:
+        durable = hw_file.read()
+    finally:
+        hw_file.close()
+    assert durable == end - 1  # everything but the COMPLETE_COMMIT record is known durable
+    data_end = store.partition(TOPIC, 0).log_end_offset
+
+    # Power loss: the unsynced COMPLETE_COMMIT never reached the disk.
+    path = log_file(coordinator.directory, coordinator.segments[-1].base_offset)
+    with FileRecords.open(path) as records:
+        cut = next(b.position for b in records.batches() if b.base_offset == durable)
+    os.truncate(path, cut)
+
+    after = Store.open(store_path)
+    try:
+        again = Transport(after, clock=lambda: NOW_MS)
+        assert again.transaction_coordinator.describe(TXN_ID).state.state is TxnState.PREPARE_COMMIT
+        _Txn(again)  # any coordinator request first rolls the decided transaction forward
+        assert after.partition(TOPIC, 0).log_end_offset == data_end  # the marker was not written again
+        assert _committed(after, 0).count(b"kept") == 1
+        assert again.transaction_coordinator.describe(TXN_ID).state.state is TxnState.EMPTY
+    finally:
+        after.close()

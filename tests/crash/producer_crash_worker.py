@@ -1,0 +1,337 @@
+"""Worker process for the producer crash tests (tests/crash/test_producer_crash.py), plus the parent's helpers.
+
+Not a test module (no `test_` prefix). Driven like the other crash workers (`crash_worker.Worker`,
+through `txn_crash_worker.Worker` for its environment): one flushed stdout line per step, and
+for the high-volume modes one line per record in a log file, written line-buffered so a
+SIGKILL loses at most a torn last line (which the parent ignores).
+
+    READY                 the producer / consumer is set up and about to work
+    B <n> <commit|abort>  (mode txn) transaction n begins and will end so
+    F <n>                 (mode txn) flush() returned inside transaction n (its records are durable)
+    C <n> / A <n>         (mode txn) commit_transaction / abort_transaction of transaction n returned
+    KILL <step>           (mode txn) a planned step fault is about to SIGKILL the process
+    NOFIRE                (mode txn) the planned step fault never fired: the test is wrong
+    FAIL <text>           (mode produce) a callback reported an error
+
+Modes (first argument):
+
+    produce  a Producer (`--acks`: all by default, idempotent; the default linger) sends numbered records
+             round-robin over the partitions of `--topic` until killed; each acknowledged
+             record's callback appends `<partition> <offset> <value hex>` to `--log`.
+    read     a Consumer on a read-only view of the store (isolation `--isolation`) polls every
+             partition of `--topic` and appends `<partition> <offset> <value hex>` per record.
+    txn      a transactional Producer runs begin / k sends / commit in a loop and prints `C n`
+             once commit_transaction(n) returned (a share `--abort-p` is aborted instead:
+             `A n`); with `--kill-step` the transaction number `--kill-txn` meets a step fault
+             (txlog.tools.fault_injection, KILL_BEFORE/KILL_AFTER) that SIGKILLs the process at that
+             request, and ends as `--kill-end` says.
+
+Record values: produce mode sends `crash_worker.expected_value(0, i, size)` (record number i,
+bytes checked by `crash_worker.parse_value`); txn mode sends `b"<n>:<i>:<k>"`, record i of the
+k records of transaction n.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import signal
+import sys
+import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from txlog.tools.fault_injection import StepFault
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+
+import crash_worker  # noqa: E402  (the shared worker driver; this directory is on sys.path)
+import txn_crash_worker  # noqa: E402
+
+TOPIC = "t"
+TXN_ID = "crash-tx"
+
+
+# =====================================================================================================
+# the worker side
+# =====================================================================================================
+
+def _say(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def txn_value(n: int, i: int, k: int) -> bytes:
+    """Record i of the k records of transaction n."""
+    return b"%d:%d:%d" % (n, i, k)
+
+
+def parse_txn_value(value: bytes) -> tuple[int, int, int]:
+    """(n, i, k) of a transaction record's value."""
+    n, i, k = map(int, value.split(b":"))
+    return n, i, k
+
+
+def _record_line(partition: int, offset: int, value: bytes) -> str:
+    return f"{partition} {offset} {value.hex()}\n"
+
+
+def run_produce(args: argparse.Namespace) -> None:
+    """Send numbered records until killed; every acknowledgement goes to the log file as it arrives.
+
+    Callbacks run on the sender thread in record order, so the file lists each partition's
+    acknowledgements in offset order; `buffering=1` makes every line one write(2), which a
+    SIGKILL cannot undo.
+    """
+    from storage import Store
+    from txlog.clients.producer import Producer
+
+    store = Store.open(args.store)
+    partitions = store.partition_count(args.topic)
+    producer = Producer(store, acks=args.acks)  # idempotent with acks=all; acks=1 cannot be (Kafka's rule)
+    out = open(args.log, "w", buffering=1, encoding="ascii")
+    rng = random.Random(args.seed)
+
+    def on_ack(value: bytes):
+        def callback(metadata, error) -> None:
+            if error is not None:
+                _say(f"FAIL {type(error).__name__}: {error}")
+                return
+            out.write(_record_line(metadata.partition, metadata.offset, value))
+        return callback
+
+    _say("READY")
+    i = 0
+    while True:
+        for _ in range(rng.randint(1, args.burst)):
+            value = crash_worker.expected_value(0, i, rng.randint(8, args.max_size))
+            producer.send(args.topic, value, partition=i % partitions).add_callback(on_ack(value))
+            i += 1
+        if rng.random() < 0.5:
+            time.sleep(rng.uniform(0, args.pause_ms / 1000))  # vary batch sizes: idle gaps, then bursts
+
+
+def run_read(args: argparse.Namespace) -> None:
+    """Poll every partition from the start and log each record the consumer returned."""
+    from storage import Store
+    from txlog.clients.consumer import Consumer
+    from txlog.topic_partition import TopicPartition
+
+    store = Store.open(args.store, read_only=True)  # a reader never repairs (or syncs for) the writer
+    consumer = Consumer(store, group_id=None, isolation_level=args.isolation, enable_auto_commit=False,
+                        auto_offset_reset="earliest")
+    consumer.assign([TopicPartition(args.topic, p) for p in range(store.partition_count(args.topic))])
+    with open(args.log, "w", buffering=1, encoding="ascii") as out:
+        _say("READY")
+        while True:
+            records = consumer.poll(timeout_ms=20, max_records=200)
+            for r in records:
+                out.write(_record_line(r.partition, r.offset, r.value))
+
+
+def _kill_plan(args: argparse.Namespace) -> StepFault | None:
+    """The step fault of `--kill-step`/`--kill-action`/`--kill-n`, or None."""
+    from txlog.tools.fault_injection import Action, Step, StepFault
+
+    if not args.kill_step:
+        return None
+    return StepFault(Step[args.kill_step], Action[args.kill_action], args.kill_n)
+
+
+def run_txn(args: argparse.Namespace) -> None:
+    """begin / k sends / commit in a loop until killed; `C n` once commit n returned.
+
+    The transaction under a step fault sends to every partition, so that it has one
+    WriteTxnMarkers call per partition and `--kill-n` up to the partition count always fires;
+    armed for a commit it never flushes, so only the coordinator's own data sync makes the data
+    durable before PREPARE_COMMIT.
+    """
+    from storage import Store
+    from txlog.tools.fault_injection import FaultInjectingTransport, FaultPlan
+    from txlog.clients.producer import Producer
+    from txlog.transport import Transport
+
+    store = Store.open(args.store)
+    partitions = store.partition_count(args.topic)
+    plan = FaultPlan()
+    fault = _kill_plan(args)
+
+    def die(step: StepFault) -> None:
+        _say(f"KILL {step.step.name}-{step.action.name}-{step.occurrence}")
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    transport = FaultInjectingTransport(Transport(store), plan, kill=die)
+    producer = Producer(store, transactional_id=args.tid, transport=transport)
+    producer.init_transactions()
+    rng = random.Random(args.seed)
+    _say("READY")
+    n = 0
+    while True:
+        armed = fault is not None and n == args.kill_txn
+        if armed:
+            plan.arm(fault)  # counted from here: this transaction's requests only
+        k = rng.randint(partitions if armed else 1, args.max_records)
+        commit = args.kill_end == "commit" if armed else rng.random() >= args.abort_p
+        _say(f"B {n} {'commit' if commit else 'abort'}")
+        producer.begin_transaction()
+        for i in range(k):
+            p = i if armed and i < partitions else rng.randrange(partitions)
+            producer.send(args.topic, txn_value(n, i, k), partition=p)
+        # An abort drops what the sender has not taken yet (nothing registered: no EndTxn at all),
+        # so the armed abort flushes first; otherwise flush (which syncs the data) half the time.
+        if (armed and not commit) or (not armed and rng.random() < 0.5):
+            producer.flush()
+            _say(f"F {n}")
+        if commit:
+            producer.commit_transaction()
+            _say(f"C {n}")
+        else:
+            producer.abort_transaction()
+            _say(f"A {n}")
+        if armed:
+            _say("NOFIRE")
+            sys.exit(5)
+        n += 1
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("mode", choices=["produce", "read", "txn"])
+    ap.add_argument("--store", required=True)
+    ap.add_argument("--topic", default=TOPIC)
+    ap.add_argument("--log", default="", help="produce/read: the per-record log file")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--burst", type=int, default=50, help="produce: up to this many sends between pauses")
+    ap.add_argument("--pause-ms", type=float, default=2.0)
+    ap.add_argument("--max-size", type=int, default=64, help="produce: largest value")
+    ap.add_argument("--acks", default="all", choices=["all", "1"], help="produce: the producer's acks")
+    ap.add_argument("--isolation", default="read_uncommitted", choices=["read_uncommitted", "read_committed"])
+    ap.add_argument("--tid", default=TXN_ID)
+    ap.add_argument("--max-records", type=int, default=8, help="txn: most records per transaction")
+    ap.add_argument("--kill-step", default="", help="txn: a txlog.tools.fault_injection.Step name, e.g. END_TXN")
+    ap.add_argument("--kill-action", default="KILL_BEFORE", choices=["KILL_BEFORE", "KILL_AFTER"])
+    ap.add_argument("--kill-n", type=int, default=1, help="txn: the call of the step (1-based) that kills")
+    ap.add_argument("--kill-txn", type=int, default=0, help="txn: the transaction number that meets the fault")
+    ap.add_argument("--kill-end", default="commit", choices=["commit", "abort"], help="txn: how that one ends")
+    ap.add_argument("--abort-p", type=float, default=0.0, help="txn: share of transactions aborted")
+    args = ap.parse_args(argv)
+    {"produce": run_produce, "read": run_read, "txn": run_txn}[args.mode](args)
+
+
+# =====================================================================================================
+# the parent side
+# =====================================================================================================
+
+WORKER = os.path.abspath(__file__)
+
+
+class Worker(txn_crash_worker.Worker):
+    """A producer_crash_worker subprocess (the shared driver, with the transaction workers' environment)."""
+
+    SCRIPT = WORKER
+
+
+def read_record_log(path: str) -> list[tuple[int, int, bytes]]:
+    """(partition, offset, value) of every whole line of a worker's record log (a torn last line is dropped)."""
+    with open(path, encoding="ascii") as f:
+        text = f.read()
+    out = []
+    for line in text.split("\n")[:-1]:  # the text after the last newline was torn by the kill
+        p, off, value = line.split(" ")
+        out.append((int(p), int(off), bytes.fromhex(value)))
+    return out
+
+
+def durable_watermark(directory: str) -> int | None:
+    """The partition's HW as the writers published it, read from its file without opening the partition.
+
+    Not `PartitionLog.high_watermark`: once the writer is dead, any view asked for the HW
+    fdatasyncs the unsynced tail and answers the log end (a read that writes, by design),
+    which is exactly the data a power loss at the kill would have taken. None: no HW file.
+    """
+    from storage.high_watermark import UNREADABLE, HighWatermarkFile
+
+    hw_file = HighWatermarkFile(directory, writable=False)
+    try:
+        value = hw_file.read()
+    finally:
+        hw_file.close()
+    assert value != UNREADABLE, f"{directory}: the HW file is damaged"
+    return value
+
+
+def segment_bases(directory: str) -> list[int]:
+    from storage.log_files import LOG_FILE_SUFFIX, offset_of
+
+    return sorted(b for b in (offset_of(n, LOG_FILE_SUFFIX) for n in os.listdir(directory)) if b is not None)
+
+
+def cut_at_offset(directory: str, offset: int) -> int:
+    """Cut the partition's log where `offset` begins, as a power loss would; returns the bytes cut.
+
+    Segments starting past `offset` go entirely (their files may never have reached the disk);
+    the segment holding it is truncated at the byte of the first batch at or past `offset`,
+    found with FileRecords. Index files are left as they are: they are never fsynced either, so
+    entries past the cut are what a power loss can leave behind.
+    """
+    from storage.file_records import FileRecords
+    from storage.log_files import INDEX_FILE_SUFFIXES, LOG_FILE_SUFFIX, log_file, segment_file
+
+    bases = segment_bases(directory)
+    target = max(b for b in bases if b <= offset)
+    cut_bytes = 0
+    for base in bases:
+        if base > target:
+            for suffix in (LOG_FILE_SUFFIX, *INDEX_FILE_SUFFIXES):
+                path = segment_file(directory, base, suffix)
+                if os.path.exists(path):
+                    cut_bytes += os.path.getsize(path) if suffix == LOG_FILE_SUFFIX else 0
+                    os.unlink(path)
+    path = log_file(directory, target)
+    position = 0
+    with FileRecords.open(path) as records:
+        for header in records.headers():
+            if header.base_offset >= offset:
+                break
+            assert header.last_offset < offset, (
+                f"{path}: the durable watermark {offset} falls inside the batch "
+                f"{header.base_offset}..{header.last_offset}")
+            position = header.position + header.size
+    size = os.path.getsize(path)
+    os.truncate(path, position)
+    return cut_bytes + size - position
+
+
+def simulate_power_loss(root: str) -> dict[tuple[str, int], tuple[int, int]]:
+    """Cut every partition of the store (internal topics too) to its durable watermark.
+
+    Call only when no process has the store open. Returns {(topic, partition): (HW, bytes cut)}.
+    """
+    out = {}
+    for topic, p, directory in txn_crash_worker.partition_dirs(root):
+        hw = durable_watermark(directory)
+        if hw is None:
+            written = sum(os.path.getsize(os.path.join(directory, n)) for n in os.listdir(directory)
+                          if n.endswith(".log"))
+            assert written == 0, f"{directory}: {written} bytes of log but no HW file: what is durable?"
+            continue
+        out[(topic, p)] = (hw, cut_at_offset(directory, hw))
+    return out
+
+
+def count_lines(path: str) -> int:
+    try:
+        with open(path, "rb") as f:
+            return f.read().count(b"\n")
+    except FileNotFoundError:
+        return 0
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,203 @@
+"""The JVM reader's own parts: the jar built from the sources, routing, pruning, pushed filters,
+real brokers' directories, damage and data loss after planning.
+
+The equality matrix against txlog.Consumer (isolation levels, ranges, splits, codecs, headers,
+transaction columns) runs against both readers in tests/spark/test_spark_source.py; the queries here
+are the JVM reader's additions, each still compared with the Consumer's records.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import warnings
+import zipfile
+
+import pytest
+
+from spark_stores import codec_store, mixed_store, no_fsync
+from test_spark_source import FULL, MIXED_TPS, RC, RU, collect, expected, load, same
+
+from pyspark.sql import functions as F
+
+from txlog.spark import jvm_build, jvm_reader
+
+KAFKA_DIRS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "..", "shared", "fixtures",
+                          "kafka-dirs")
+
+
+@pytest.fixture(scope="module")
+def jvm(spark):
+    """conftest's session with batch reads routed to the JVM reader."""
+    spark.conf.unset(jvm_reader.READER_CONF)
+    assert jvm_reader.enable(spark), "the JVM reader's jar must be on the test session (a JDK is needed)"
+    return spark
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory) -> str:
+    with no_fsync():
+        return mixed_store(str(tmp_path_factory.mktemp("jvm") / "mixed"))
+
+
+def scan_text(df) -> str:
+    return df._jdf.queryExecution().executedPlan().toString()
+
+
+# ---- the jar ------------------------------------------------------------------------------------------------
+
+
+def test_jar_builds_from_the_sources_into_a_cache_keyed_by_them(tmp_path, monkeypatch):
+    monkeypatch.setenv("TXLOG_CACHE_DIR", str(tmp_path / "cache"))
+    jar = jvm_build.jar_path()
+    assert jar.startswith(str(tmp_path / "cache")) and os.path.isfile(jar)
+    with zipfile.ZipFile(jar) as z:
+        names = set(z.namelist())
+    classes = {os.path.relpath(p, jvm_build.SOURCES_DIR).replace(".java", ".class")
+               for p in jvm_build.source_files()}
+    assert classes <= names, f"classes missing from the jar: {sorted(classes - names)}"
+    mtime = os.stat(jar).st_mtime_ns
+    assert jvm_build.jar_path() == jar and os.stat(jar).st_mtime_ns == mtime, "a cached jar is not rebuilt"
+    javac = jvm_build.find_javac()
+    assert jvm_build.cache_key("4.3.0", javac) != jvm_build.cache_key("4.3.1", javac), "pyspark's version is in the key"
+    assert not [n for n in os.listdir(os.path.dirname(os.path.dirname(jar))) if n.startswith(".build-")]
+
+
+def test_without_javac_the_python_source_reads_with_one_warning(monkeypatch):
+    monkeypatch.setattr(jvm_build, "find_javac", lambda: None)
+    monkeypatch.setattr(jvm_reader, "_warned", False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert jvm_reader.try_jar_path() is None
+        assert jvm_reader.try_jar_path() is None
+    messages = [str(w.message) for w in caught]
+    assert len(messages) == 1, messages
+    assert "javac" in messages[0] and "Python source" in messages[0]
+
+
+def test_a_broken_source_is_a_build_error_naming_javac(tmp_path, monkeypatch):
+    src = tmp_path / "src" / "org" / "txlog" / "spark"
+    shutil.copytree(jvm_build.SOURCES_DIR, tmp_path / "src")
+    (src / "Plan.java").write_text("package org.txlog.spark; final class Plan { oops }")
+    monkeypatch.setattr(jvm_build, "SOURCES_DIR", str(tmp_path / "src"))
+    monkeypatch.setenv("TXLOG_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(jvm_build.JarBuildError, match="javac failed"):
+        jvm_build.jar_path()
+
+
+# ---- routing ------------------------------------------------------------------------------------------------
+
+
+def test_batch_record_reads_go_to_the_jvm_reader_and_views_stay_python(jvm, mixed):
+    assert "txlog JVM reader" in scan_text(load(jvm, mixed, subscribe="orders"))
+    assert "txlog JVM reader" in scan_text(jvm.read.load(mixed, format="txlog", subscribe="orders"))
+    batches = jvm.read.format("txlog").option("view", "batches").load(mixed)
+    assert "txlog JVM reader" not in scan_text(batches) and batches.count() > 0
+    jvm.conf.set(jvm_reader.READER_CONF, "python")
+    try:
+        assert "txlog JVM reader" not in scan_text(load(jvm, mixed, subscribe="orders"))
+    finally:
+        jvm.conf.set(jvm_reader.READER_CONF, "jvm")
+
+
+# ---- column pruning and pushed filters ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("iso", [RC, RU])
+def test_pruned_columns_equal_the_consumer(jvm, mixed, iso):
+    df = load(jvm, mixed, subscribe="orders,audit", isolation=iso, **FULL).select("partition", "offset", "value")
+    assert "headers" not in scan_text(df) and "producerId" not in scan_text(df), "columns are pruned in the scan"
+    got = sorted(tuple(r) for r in df.collect())
+    want = sorted((t[1], t[2], t[4]) for t in expected(mixed, MIXED_TPS, iso))
+    assert got == want
+    assert load(jvm, mixed, subscribe="orders,audit", isolation=iso).count() == len(want)
+
+
+def _filtered(rows, *, topic=None, partitions=None, lo=None, hi=None, min_ms=None):
+    return [t for t in rows if (topic is None or t[0] == topic) and (partitions is None or t[1] in partitions)
+            and (lo is None or t[2] >= lo) and (hi is None or t[2] < hi) and (min_ms is None or t[5] >= min_ms)]
+
+
+@pytest.mark.parametrize("iso", [RC, RU])
+def test_pushed_filters_narrow_the_read_and_keep_the_consumers_rows(jvm, mixed, iso):
+    base = load(jvm, mixed, subscribe="orders,audit", isolation=iso, **FULL)
+    want = expected(mixed, MIXED_TPS, iso)
+    times = sorted(t[5] for t in want)
+    mid_ms = times[len(times) // 2]
+    cases = [
+        (base.where("partition = 1"), dict(partitions={1})),
+        (base.where("partition in (0, 2) and topic = 'orders'"), dict(topic="orders", partitions={0, 2})),
+        (base.where("offset >= 5 and offset < 17"), dict(lo=5, hi=17)),
+        (base.where("offset > 4 and offset <= 16 and partition = 0"), dict(lo=5, hi=17, partitions={0})),
+        (base.where("offset = 8"), dict(lo=8, hi=9)),
+        (base.where(F.col("timestamp") >= F.timestamp_millis(F.lit(mid_ms))), dict(min_ms=mid_ms)),
+    ]
+    for df, spec in cases:
+        plan = scan_text(df)
+        assert "pushed filters []" not in plan, f"nothing pushed for {spec}: {plan}"
+        got, wanted = collect(df), _filtered(want, **spec)
+        assert got == wanted, f"{spec}: {same(got, wanted)}"
+    ranges = load(jvm, mixed, subscribe="orders,audit").where("partition = 1 and topic = 'orders'")
+    assert ranges.rdd.getNumPartitions() == 1, "a filter on partition drops the other ranges before reading"
+
+
+# ---- real brokers' directories ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["macsakini-gzip-mixed", "lanxuage-gzip", "ravi-kraft-metadata"])
+def test_real_broker_directories_read_as_the_consumer(jvm, tmp_path, name):
+    if not os.path.isdir(KAFKA_DIRS):
+        pytest.skip("shared/fixtures/kafka-dirs is not beside the repository")
+    root = str(tmp_path / name)
+    shutil.copytree(os.path.join(KAFKA_DIRS, name), root)
+    from storage import Store
+
+    store = Store.open(root, read_only=True)
+    tps = [(t, p) for t in store.list_topics() for p in store.partitions(t)]
+    store.close()
+    for iso in (RC, RU):
+        got = collect(load(jvm, root, subscribePattern=".*", isolation=iso, **FULL)) if tps else []
+        want = expected(root, [tp for tp in tps if not tp[0].startswith("__")], iso)
+        assert got == want, same(got, want)
+        assert got, f"{name} has records in its user topics"
+
+
+# ---- damage and loss after planning -------------------------------------------------------------------------
+
+
+def _first_log(root: str, topic: str, partition: int) -> str:
+    directory = os.path.join(root, f"{topic}-{partition}")
+    return os.path.join(directory, sorted(n for n in os.listdir(directory) if n.endswith(".log"))[0])
+
+
+def test_a_damaged_byte_fails_the_read_naming_file_and_position(jvm, tmp_path):
+    with no_fsync():
+        root = codec_store(str(tmp_path / "damaged"))
+    df = load(jvm, root, subscribe="codec-lz4")
+    path = _first_log(root, "codec-lz4", 0)
+    with open(path, "r+b") as f:
+        f.seek(70)
+        byte = f.read(1)
+        f.seek(70)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    with pytest.raises(Exception) as info:
+        df.collect()
+    text = str(info.value)
+    assert "CorruptRecordError" in text and path in text and "CRC-32C" in text and "at byte 0" in text, text[:2000]
+
+
+def test_a_segment_deleted_after_planning_is_data_loss(jvm, tmp_path):
+    with no_fsync():
+        root = mixed_store(str(tmp_path / "lost"), records=30, segment_bytes=1024)
+    strict = load(jvm, root, subscribe="orders", **FULL)
+    lenient = load(jvm, root, subscribe="orders", failOnDataLoss="false", **FULL)
+    everything = collect(lenient)
+    first = _first_log(root, "orders", 0)
+    os.remove(first)
+    with pytest.raises(Exception) as info:
+        strict.collect()
+    assert "OffsetOutOfRangeError" in str(info.value) and "failOnDataLoss" in str(info.value), str(info.value)[:2000]
+    rest = collect(lenient)
+    lost = {t[2] for t in everything if t[:2] == ("orders", 0)} - {t[2] for t in rest if t[:2] == ("orders", 0)}
+    assert lost and min(lost) == min(t[2] for t in everything if t[:2] == ("orders", 0))
+    assert [t for t in rest if t[:2] != ("orders", 0)] == [t for t in everything if t[:2] != ("orders", 0)]

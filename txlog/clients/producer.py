@@ -1,0 +1,744 @@
+"""The public Producer: batching, idempotence and transactions in Kafka's client vocabulary.
+
+As in Kafka's client, `send` only adds the record to its partition's open batch in the
+accumulator (txlog/clients/record_accumulator.py) and returns a future; a sender thread
+(txlog/clients/sender.py) takes batches to the log: a batch goes when it is full (`batch_size`),
+when it has waited `linger_ms` (without waiting for another `send`), or at once for
+`flush`, a future's `get()`, `commit_transaction` and `close`. All the batches of a
+partition that are due go in one append (one write, one fdatasync: group commit).
+
+What an acknowledgement promises (`acks`):
+
+* `all` (-1, the default and what idempotence and transactions need): the batch is in the
+  log and fdatasync'ed; it survives a power loss. In a transaction the data is written at
+  once but made durable by the commit (one fdatasync per partition before PREPARE_COMMIT),
+  so an aborted transaction costs no data fsync; `flush()` makes it durable early.
+* `1`: the batch is in the log file (it survives a crash of any process, not a power loss
+  until the fdatasync the sender does right after).
+* `0`: the batch was handed to the sender; the offset is -1 and write errors reach nobody.
+
+Readers never see more than the durable watermark (the partition's high watermark), so a
+record a consumer saw cannot vanish in a power loss.
+
+Idempotence (the default) stamps every batch with the producer id, epoch and per-partition
+sequence, so a retried batch whose acknowledgement was lost is recognised by the log and
+answered with its original offsets. A batch whose outcome stays unknown after its retries
+bumps the epoch (KIP-360) before anything else is sent, so a later batch can never be
+mistaken for it.
+
+Transactions follow Kafka's client state machine; each partition is registered with the
+coordinator before the first transactional write to it, and the log checks that
+registration (KIP-890 part 1).
+
+Every request (InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, Produce, TxnOffsetCommit,
+EndTxn) goes through a `txlog.transport.Transport`: one made on the producer's store, or the
+`transport=` given; `faults=` (a `txlog.tools.fault_injection.FaultPlan`) wraps it in a
+`FaultInjectingTransport`. Only one thread talks to the transport at a time (`_io`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+import time
+from enum import Enum
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from storage.config import TopicConfig
+from storage.errors import KafkaError
+from storage.records import BatchBuilder, Compression, TimestampType, encode_batches
+from storage.store import Store
+from txlog.requests import DEFAULT_TRANSACTION_TIMEOUT_MS, ProducerIdAndEpoch
+from txlog.errors import (
+    ConcurrentTransactionsError,
+    IllegalArgumentError,
+    IllegalStateError,
+    InvalidConfigurationError,
+    InvalidProducerEpochError,
+    InvalidRequestError,
+    OutOfOrderSequenceError,
+    ProducerFencedError,
+    TransactionAbortableError,
+    UnknownProducerIdError,
+    UnknownTopicOrPartitionError,
+)
+from txlog.tools.fault_injection import FaultInjectingTransport, FaultPlan
+from txlog.clients.future_record_metadata import FutureProduceMany, FutureRecordMetadata, ProduceRequestResult
+from txlog.requests import MemberRef
+from storage.topic_name import CONSUMER_OFFSETS_TOPIC
+from txlog.clients.membership import ConsumerGroupMetadata
+from txlog.clients.partitioner import DEFAULT_PARTITIONER, PARTITIONER_NAMES, named_partitioner, partition_many
+from txlog.clients.record_accumulator import ProducerBatch, RecordAccumulator
+from txlog.clients.sender import Sender, retry_timeouts
+from txlog.topic_partition import OffsetAndMetadata, TopicPartition
+from txlog.transport import Transport
+
+_FENCING = (ProducerFencedError, InvalidProducerEpochError)
+_CONCURRENT_RETRIES = 50
+DEFAULT_DELIVERY_TIMEOUT_MS = 120_000
+BULK_CHUNK_RECORDS = 8192  # produce_many encodes this many rows per native call (~1 MiB of small records)
+_CLIENT_NUMBERS = itertools.count(1)
+
+
+class _State(Enum):
+    UNINITIALIZED = "uninitialized"
+    READY = "ready"
+    IN_TRANSACTION = "in-transaction"
+    ABORTABLE = "abortable"
+    FENCED = "fenced"
+    CLOSED = "closed"
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _as_bytes(value: Any, what: str) -> bytes | None:
+    if value is None or isinstance(value, bytes):
+        return value
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    raise TypeError(f"{what} must be bytes, str or None, not {type(value).__name__}")
+
+
+def _headers(headers: Iterable | Mapping | None) -> list[tuple[str, bytes | None]] | None:
+    if not headers:
+        return None
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    return [(str(k), _as_bytes(v, "header value")) for k, v in items]
+
+
+class Producer:
+    """Sends records to a store's topics; idempotent by default, transactional with a transactional_id.
+
+    A keyed record goes where Kafka's Java producer puts it (`partitioner="murmur2"`, the
+    default); `partitioner="murmur3"` keeps txlog's earlier placement, a callable
+    `(key, partition_count) -> partition` decides every record. Keyless records stick to one
+    partition per batch.
+
+    Configuration as in Kafka: `acks`, `linger_ms`, `batch_size`, `retries`,
+    `max_request_size` (the bytes of one append: the sender's group commit takes every sealed
+    batch of a partition up to it), `delivery_timeout_ms` (a batch not acknowledged by then
+    fails with KafkaTimeoutError), `buffer_memory` and `max_block_ms` (how long `send` waits
+    for room before KafkaTimeoutError), `max_in_flight_requests_per_connection` (checked as
+    Kafka checks it, at most 5 with idempotence; the sender has one append in flight at a
+    time, so it bounds nothing more), `client_id` (names the sender thread,
+    "txlog-producer-sender | <client_id>", as Kafka names its network thread).
+
+    ::
+
+        p = Producer("./data", transactional_id="app-1")
+        p.init_transactions(); p.begin_transaction()
+        p.send("out", value=b"v", key=b"k")
+        p.commit_transaction(); p.close()
+    """
+
+    def __init__(self, store: str | os.PathLike | Store, *, transactional_id: str | None = None,
+                 enable_idempotence: bool | None = None, acks: int | str = "all", retries: int = 10,
+                 batch_size: int = 16384, linger_ms: int = 5, compression_type: str | None = None,
+                 transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS,
+                 partitioner: str | Callable[[bytes | None, int], int] | None = None,
+                 max_in_flight_requests_per_connection: int = 5, delivery_timeout_ms: int | None = None,
+                 buffer_memory: int = 32 * 1024 * 1024, max_block_ms: int = 60_000, client_id: str | None = None,
+                 max_request_size: int = 1024 * 1024,
+                 faults: FaultPlan | None = None, clock: Callable[[], int] | None = None,
+                 transport: Transport | None = None):
+        self.acks = _parse_acks(acks)
+        if delivery_timeout_ms is None and _non_negative(linger_ms):
+            # Kafka's default, stretched (as Kafka does) to cover a long linger
+            delivery_timeout_ms = max(DEFAULT_DELIVERY_TIMEOUT_MS, linger_ms + DEFAULT_DELIVERY_TIMEOUT_MS)
+        self.idempotent = _idempotence(enable_idempotence, transactional_id, self.acks)
+        _check_config(self.idempotent, compression_type, retries, batch_size, linger_ms, partitioner,
+                      max_in_flight_requests_per_connection, delivery_timeout_ms, buffer_memory, max_block_ms,
+                      max_request_size)
+        self._own_store = not isinstance(store, Store)
+        self.store = Store.open(store) if self._own_store else store
+        self.transactional_id = transactional_id
+        # Kafka's default client.id: producer-N, or the transactional id's (named in the sender thread's name)
+        self.client_id = client_id or (f"producer-{transactional_id}" if transactional_id is not None
+                                       else f"producer-{next(_CLIENT_NUMBERS)}")
+        self.retries = retries
+        self.batch_size = batch_size
+        self.linger_ms = linger_ms
+        self.delivery_timeout_ms = delivery_timeout_ms
+        self.compression = Compression[(compression_type or "none").upper()]
+        self.transaction_timeout_ms = transaction_timeout_ms
+        # partitioner: a name (Kafka's murmur2 by default, or murmur3; txlog/clients/partitioner.py) hashes
+        # keyed records only; a callable is kafka-python's hook and sees every record, keyless too.
+        self._partitioner = partitioner if callable(partitioner) else None
+        self._partitioner_name = partitioner if isinstance(partitioner, str) else DEFAULT_PARTITIONER
+        self._key_partition = named_partitioner(self._partitioner_name)
+        self._clock = clock or _now_ms
+        self._wall_clock = clock is None  # then the native builder reads the clock (cheaper per send)
+        # Every request to the log goes through the transport; `faults` wraps it in a fault plan.
+        transport = transport if transport is not None else Transport(self.store, clock=clock)
+        self._transport = FaultInjectingTransport(transport, faults) if faults is not None else transport
+        # The sender thread and the application thread (transactions, offsets) never use the
+        # transport, the ids or the sequences at the same time: whoever does holds `_io`.
+        self._io = threading.RLock()
+        self._ids = ProducerIdAndEpoch(-1, -1)
+        self._sequences: dict[TopicPartition, int] = {}
+        self._unsynced: set[TopicPartition] = set()  # written without fdatasync (transactions, acks=1)
+        self._accumulator = RecordAccumulator(linger_ms=linger_ms, max_request_size=max_request_size,
+                                              buffer_memory=buffer_memory, max_block_ms=max_block_ms,
+                                              on_seal=self._sealed)
+        self._sender: Sender | None = None
+        self._open = self._accumulator.open  # read per send: one attribute lookup, not two
+        self._lock = self._accumulator.lock
+        self._single: dict[str, TopicPartition] = {}  # one-partition topics, partition 0
+        self._sticky: dict[str, int] = {}
+        self._sticky_next: dict[str, int] = {}
+        self._topic_meta: dict[str, tuple[int, int]] = {}
+        self._tps: dict[tuple[str, int], TopicPartition] = {}  # made once per partition, not per send
+        self._registered: set[TopicPartition] = set()
+        self._txn_deadline_ms = 0
+        self._txn_error: BaseException | None = None
+        self._fatal: BaseException | None = None
+        self._state = _State.UNINITIALIZED if transactional_id is not None else _State.READY
+        # The one state `send` accepts without a closer look (_check_can_send explains the others).
+        self._sending_state = _State.IN_TRANSACTION if transactional_id is not None else _State.READY
+        if self.idempotent and transactional_id is None:
+            self._ids = self._transport.init_producer_id(None)
+
+    # ---- properties ---------------------------------------------------------------------------------
+
+    @property
+    def producer_id(self) -> int:
+        return self._ids.producer_id
+
+    @property
+    def producer_epoch(self) -> int:
+        return self._ids.epoch
+
+    # ---- sending -------------------------------------------------------------------------------------
+
+    def send(self, topic: str, value: Any = None, key: Any = None, partition: int | None = None,
+             headers: Iterable | Mapping | None = None, timestamp_ms: int | None = None) -> FutureRecordMetadata:
+        """Add a record to its partition's batch; returns a future for its offset.
+
+        This is the per-record cost of producing, so the common case takes no call it can
+        avoid: plain bytes (and None) skip the conversions, a one-partition topic skips the
+        partitioner, the state check is one comparison, no lock is taken unless a batch opens
+        or fills (the only times the sender is woken), and the record goes into the batch in
+        one native call that also stamps its timestamp.
+        """
+        if self._state is not self._sending_state or self._fatal is not None:
+            self._check_can_send()
+        if key is not None and type(key) is not bytes:
+            key = _as_bytes(key, "key")
+        if value is not None and type(value) is not bytes:
+            value = _as_bytes(value, "value")
+        hdrs = _headers(headers) if headers else None
+        tp = self._single.get(topic) if partition is None and self._partitioner is None else None
+        if tp is None:
+            tp = self._tp(topic, self._choose_partition(topic, key, partition))
+        if timestamp_ms is None:  # the builder stamps the wall clock itself, unless a clock was given
+            ts = None if self._wall_clock else self._clock()
+        else:
+            ts = int(timestamp_ms)
+        # Lock-free when the partition's open batch takes the record: the builder's
+        # try_append is one native call, atomic under the GIL, and a sealed batch's builder
+        # refuses it (-1), so a record is never added to a batch the sender has taken.
+        batch = self._open.get(tp)
+        index = -1 if batch is None else batch.builder.try_append(key, value, hdrs, ts)
+        if index < 0:
+            batch, index = self._append_new(tp, key, value, hdrs, ts)
+        # A full batch is sealed by the next send that does not fit (the slow path below), or
+        # by linger: a check of the size here on every send cost more than it saved.
+        return FutureRecordMetadata((batch, index))
+
+    def _append_new(self, tp: TopicPartition, key: bytes | None, value: bytes | None, headers: list | None,
+                    ts: int | None) -> tuple[ProducerBatch, int]:
+        """The slow path of `send`, once per batch: under the accumulator's lock, the open batch
+        again (another thread may have opened it), else a new one, which always takes the record."""
+        with self._lock:
+            batch = self._open.get(tp)
+            if batch is not None:
+                index = batch.builder.try_append(key, value, headers, ts)
+                if index >= 0:
+                    return batch, index
+            batch = self._new_batch(tp)
+            return batch, batch.builder.try_append(key, value, headers, ts)
+
+    def _check_can_send(self) -> None:
+        if self._state is _State.CLOSED:
+            raise IllegalStateError("the producer is closed")
+        if self._fatal is not None:
+            raise self._fatal
+        if self.transactional_id is not None:
+            if self._state is _State.ABORTABLE:
+                raise TransactionAbortableError(f"the transaction must be aborted: {self._txn_error}")
+            if self._state is not _State.IN_TRANSACTION:
+                raise IllegalStateError("send outside a transaction: call begin_transaction() first")
+
+    def _topic_info(self, topic: str) -> tuple[int, int]:
+        """(partition count, largest batch the topic accepts), checked once per topic."""
+        info = self._topic_meta.get(topic)
+        if info is None:
+            if not isinstance(topic, str) or (topic.startswith("__") and topic != CONSUMER_OFFSETS_TOPIC):
+                raise InvalidRequestError(f"cannot produce to topic {topic!r}")
+            count = self.store.partition_count(topic)
+            config = TopicConfig.from_overrides(self.store.topic_overrides(topic))
+            info = (count, config.max_message_bytes)
+            self._topic_meta[topic] = info
+            if count == 1:  # every record of it goes to partition 0: `send` skips the partitioner
+                self._single[topic] = self._tp(topic, 0)
+        return info
+
+    def _check_partition(self, topic: str, partition: Any) -> int:
+        count, _ = self._topic_info(topic)
+        if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < count:
+            raise UnknownTopicOrPartitionError(f"topic '{topic}' has no partition {partition!r}")
+        return partition
+
+    def _choose_partition(self, topic: str, key: bytes | None, partition: int | None) -> int:
+        count, _ = self._topic_info(topic)
+        if partition is not None:
+            return self._check_partition(topic, partition)
+        if self._partitioner is not None:
+            return self._partitioner(key, count) % count
+        if count == 1:  # nothing to hash or to stick to
+            return 0
+        if key is not None:
+            return self._key_partition(key, count)
+        return self._sticky_partition(topic, count)
+
+    def _sticky_partition(self, topic: str, count: int) -> int:
+        """Kafka's sticky partitioner for keyless records: fill one batch, then move on."""
+        sticky = self._sticky.get(topic)
+        if sticky is None:
+            sticky = self._sticky_next.get(topic, 0) % count
+            self._sticky[topic] = sticky
+            self._sticky_next[topic] = sticky + 1
+        return sticky
+
+    def _sealed(self, tp: TopicPartition) -> None:
+        """The accumulator sealed tp's batch: keyless records of its topic move to the next partition."""
+        if self._sticky.get(tp.topic) == tp.partition:
+            self._sticky.pop(tp.topic, None)
+
+    def _new_batch(self, tp: TopicPartition) -> ProducerBatch:
+        """Open a batch for tp (the caller holds the accumulator's lock); starts the sender on first use."""
+        _, max_message = self._topic_info(tp.topic)
+        accumulator = self._accumulator
+        accumulator.seal(tp)
+        size = min(self.batch_size, max_message)
+        accumulator.reserve(size)
+        builder = BatchBuilder(max_bytes=size, compression=self.compression,
+                               timestamp_type=TimestampType.CREATE_TIME,
+                               is_transactional=self.transactional_id is not None)
+        batch = ProducerBatch(tp, size, accumulator, builder=builder)
+        accumulator.add_batch(batch, sealed=False)
+        self._start_sender()
+        return batch
+
+    def _start_sender(self) -> None:
+        """A sender thread for the batches just queued, if none is running (the caller holds the
+        accumulator's lock: an idle sender stops under it, so this never misses one stopping)."""
+        if self._accumulator.sender_thread is None:
+            self._sender = Sender(self, self._accumulator)
+
+    def produce_many(self, topic: str, values: Sequence[Any], keys: Sequence[Any] | None = None, *,
+                     partition: int | None = None, headers: Sequence[Any] | None = None,
+                     timestamps: Sequence[int] | None = None) -> FutureProduceMany:
+        """Send many records in one call: whole batches are encoded natively, column by column.
+
+        `values` (and `keys`, `headers`, `timestamps` when given) are columns of equal length;
+        a record goes where `send` would put it (`partition`, else the partitioner by key,
+        keyless records to one sticky partition). Within a partition the records keep their
+        order, after whatever `send` put there before. The future's `get()` waits for every
+        batch and returns the number of records sent.
+        """
+        self._check_can_send()
+        count = len(values)
+        for name, column in (("keys", keys), ("headers", headers), ("timestamps", timestamps)):
+            if column is not None and len(column) != count:
+                raise IllegalArgumentError(f"{name} has {len(column)} entries for {count} values")
+        if timestamps is None and not self._wall_clock:  # else the encoder stamps the wall clock itself
+            timestamps = [self._clock()] * count
+        header_column = None if headers is None else [_headers(h) for h in headers]
+        parts: list[tuple[TopicPartition, int, ProduceRequestResult]] = []
+        for p, rows in self._rows_by_partition(topic, keys, partition, count).items():
+            parts.extend(self._enqueue_encoded(self._tp(topic, p), rows, values, keys, header_column, timestamps))
+        return FutureProduceMany(self._accumulator, parts)
+
+    def _tp(self, topic: str, p: int) -> TopicPartition:
+        return self._tps.get((topic, p)) or self._tps.setdefault((topic, p), TopicPartition(topic, p))
+
+    def _rows_by_partition(self, topic: str, keys: Sequence[Any] | None, partition: int | None,
+                           count: int) -> dict[int, range | list[int]]:
+        """Which rows go to which partition, each list in row order."""
+        partitions, _ = self._topic_info(topic)
+        if partition is not None:
+            return {self._check_partition(topic, partition): range(count)}
+        if partitions == 1:
+            return {0: range(count)}
+        if keys is None:
+            return {self._sticky_partition(topic, partitions): range(count)}
+        if self._partitioner is not None:
+            chosen = [self._partitioner(k, partitions) % partitions for k in keys]
+        else:
+            chosen = partition_many(keys, partitions, self._partitioner_name)
+        rows: dict[int, list[int]] = {}
+        sticky = None
+        for row, p in enumerate(chosen):
+            if p < 0:  # a null key: the sticky partition, as send would
+                sticky = self._sticky_partition(topic, partitions) if sticky is None else sticky
+                p = sticky
+            rows.setdefault(p, []).append(row)
+        return rows
+
+    def _enqueue_encoded(self, tp: TopicPartition, rows: range | list[int], values: Sequence[Any],
+                         keys: Sequence[Any] | None, headers: list | None,
+                         timestamps: Sequence[int] | None) -> list[tuple[TopicPartition, int, ProduceRequestResult]]:
+        """Encode tp's rows into whole batches and queue them, sealed, behind tp's open batch.
+
+        A chunk of rows at a time: the encoder runs without the GIL on a large chunk, so the
+        sender writes one chunk's batches while the next is encoded.
+        """
+        _, max_message = self._topic_info(tp.topic)
+        size = min(self.batch_size, max_message)
+        transactional = self.transactional_id is not None
+        out: list[tuple[TopicPartition, int, ProduceRequestResult]] = []
+        for start in range(0, len(rows), BULK_CHUNK_RECORDS):
+            chunk = rows[start:start + BULK_CHUNK_RECORDS]
+            pick = _column_picker(chunk, len(values))
+            encoded = encode_batches(pick(values), None if keys is None else pick(keys),
+                                     None if headers is None else pick(headers),
+                                     None if timestamps is None else pick(timestamps), max_bytes=size,
+                                     compression=self.compression, is_transactional=transactional)
+            out.extend(self._queue_sealed(tp, encoded))
+        return out
+
+    def _queue_sealed(self, tp: TopicPartition,
+                      encoded: list) -> list[tuple[TopicPartition, int, ProduceRequestResult]]:
+        """Queue natively encoded batches for the sender under one hold of the lock (buffer permitting)."""
+        accumulator = self._accumulator
+        out = []
+        with accumulator.cond:
+            for piece in encoded:
+                accumulator.reserve(len(piece.data))
+                batch = ProducerBatch(tp, len(piece.data), accumulator, encoded=piece.data,
+                                      record_count=piece.record_count)
+                accumulator.add_batch(batch, sealed=True)
+                out.append((tp, piece.record_count, batch.result))
+            self._start_sender()
+        return out
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Send every batch now and wait until each is acknowledged; each record's outcome is in
+        its future. In a transaction, what was sent is made durable (readers see it below the
+        high watermark) before this returns, as Kafka's acknowledged records are."""
+        self._flush(timeout, sync=True)
+
+    def _flush(self, timeout: float | None, *, sync: bool) -> None:
+        self._accumulator.flush(timeout)
+        if self._fatal is not None and not isinstance(self._fatal, KafkaError):
+            raise self._fatal  # the process "crashed" (a fault plan): nothing more happens
+        if sync and self._unsynced and self._fatal is None:
+            with self._io:
+                self._sync(list(self._unsynced))
+
+    def _sync(self, tps: list[TopicPartition]) -> None:
+        """fdatasync partitions written without one, so the high watermark covers them (holder of `_io`)."""
+        self._transport.sync_partitions([(tp.topic, tp.partition) for tp in tps])
+        self._unsynced.difference_update(tps)
+
+    # ---- what the sender asks of the producer (it holds `_io`) --------------------------------------------
+
+    def _send_blocker(self) -> BaseException | None:
+        """Why a batch may not be sent now (the producer is dead or fenced, the transaction must abort)."""
+        if self._fatal is not None:
+            return self._fatal
+        if self._txn_error is not None:
+            return TransactionAbortableError(f"the transaction must be aborted: {self._txn_error}")
+        return None
+
+    def _died(self, exc: BaseException) -> None:
+        """A simulated crash (or a bug) in the sender: the producer is dead from now on."""
+        if self._fatal is None:
+            self._fatal = exc
+
+    def _outcome_unknown(self, tp: TopicPartition) -> None:
+        """The batch may or may not be in the log: its sequence must never be reused (KIP-360)."""
+        if self.transactional_id is not None or not self.idempotent:
+            return  # a transaction aborts (and bumps the epoch); without idempotence there is nothing to reuse
+        self._ids = ProducerIdAndEpoch(self._ids.producer_id, self._ids.epoch + 1)
+        self._sequences.clear()
+
+    def _batch_failed(self, exc: KafkaError) -> KafkaError:
+        """Note what a failed request means for the producer; returns the error its records report
+        (an epoch error of a transactional producer is reported as the fencing it is)."""
+        if isinstance(exc, _FENCING):
+            self._fatal = self._fenced(exc) if isinstance(exc, InvalidProducerEpochError) and \
+                self.transactional_id is not None else exc
+            self._state = _State.FENCED if self.transactional_id is not None else self._state
+            exc = self._fatal
+        elif isinstance(exc, (OutOfOrderSequenceError, UnknownProducerIdError)) and self.transactional_id is None:
+            self._outcome_unknown_all()
+        if self.transactional_id is not None and self._state is _State.IN_TRANSACTION:
+            self._txn_error = exc
+            self._state = _State.ABORTABLE
+        return exc
+
+    def _fenced(self, exc: KafkaError) -> ProducerFencedError:
+        """The log's epoch check in user terms: a newer instance of the transactional id took over
+        (its init_transactions bumped the epoch and aborted our open transaction)."""
+        return ProducerFencedError(
+            f"transactional id '{self.transactional_id}' was fenced by a newer instance of it; this producer's "
+            f"transaction was aborted (producer id {self._ids.producer_id} epoch {self._ids.epoch}: {exc})")
+
+    def _outcome_unknown_all(self) -> None:
+        if self.idempotent:
+            self._ids = ProducerIdAndEpoch(self._ids.producer_id, self._ids.epoch + 1)
+            self._sequences.clear()
+
+    # ---- transactions ---------------------------------------------------------------------------------------
+
+    def _before_transactional_write(self, tps: list[TopicPartition], group: str | None = None) -> None:
+        """Register new partitions (AddPartitionsToTxn, or AddOffsetsToTxn for `group`'s offsets
+        partition), and let the coordinator fence us if our transaction timed out."""
+        new = [tp for tp in tps if tp not in self._registered]
+        tid, pid, epoch = self.transactional_id, self._ids.producer_id, self._ids.epoch
+        if new:
+            if group is None:
+                value = self._retry_concurrent(lambda: self._transport.add_partitions_to_txn(tid, pid, epoch, new))
+            else:
+                value = self._retry_concurrent(lambda: self._transport.add_offsets_to_txn(tid, pid, epoch, group))
+            self._registered.update(new)
+            self._txn_deadline_ms = value.start_ms + value.timeout_ms
+        elif self._clock() > self._txn_deadline_ms:
+            self._transport.check_transaction_alive(tid, pid, epoch)
+
+    def _retry_concurrent(self, call: Callable[[], Any]) -> Any:
+        for attempt in range(_CONCURRENT_RETRIES):
+            try:
+                return call()
+            except ConcurrentTransactionsError:
+                if attempt == _CONCURRENT_RETRIES - 1:
+                    raise
+                time.sleep(min(0.005 * (attempt + 1), 0.1))
+
+    def _require_transactional(self) -> None:
+        if self.transactional_id is None:
+            raise IllegalStateError("transactional method called on a producer without transactional_id")
+        if self._state is _State.CLOSED:
+            raise IllegalStateError("the producer is closed")
+        if self._fatal is not None:
+            raise self._fatal
+
+    def init_transactions(self) -> None:
+        """Get this transactional id's producer id and a new epoch, fencing older instances."""
+        self._require_transactional()
+        if self._state is not _State.UNINITIALIZED:
+            raise IllegalStateError(f"init_transactions() called twice (state {self._state.value})")
+        with self._io:
+            self._set_ids(self._retry_concurrent(lambda: self._transport.init_producer_id(
+                self.transactional_id, self.transaction_timeout_ms)))
+        self._state = _State.READY
+
+    def begin_transaction(self) -> None:
+        self._require_transactional()
+        if self._state is _State.UNINITIALIZED:
+            raise IllegalStateError("call init_transactions() before begin_transaction()")
+        if self._state is not _State.READY:
+            raise IllegalStateError(f"begin_transaction() while {self._state.value}")
+        with self._io:
+            self._registered.clear()
+            self._txn_error = None
+        self._state = _State.IN_TRANSACTION
+
+    def send_offsets_to_transaction(self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int],
+                                    group_metadata: Any) -> None:
+        """Commit a consumer group's offsets as part of this transaction (pending until it commits).
+
+        `group_metadata` is the consumer's `group_metadata()` (KIP-447): the commit is
+        checked under the group's lock against the member's id and epoch, and one from a
+        member the group fenced or expired is refused (UnknownMemberIdError,
+        StaleMemberEpochError, FencedInstanceIdError) and makes the transaction abortable.
+        A group id alone is accepted while the group has no members (assign()-only use).
+        """
+        self._require_transactional()
+        group, member = _group_and_member(group_metadata)
+        self._check_can_send()
+        self._flush(None, sync=False)
+        with self._io:
+            self._commit_offsets(offsets, group, member)
+
+    def _commit_offsets(self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int], group: str,
+                        member: MemberRef | None) -> None:
+        """The TxnOffsetCommit itself, on the calling thread (holder of `_io`; the sender is idle)."""
+        transport = self._transport
+        tp = transport.offsets_partition(group)
+        now = self._clock()
+        builder = BatchBuilder(max_bytes=1 << 30, is_transactional=True)
+        for part, offset in offsets.items():
+            om = offset if isinstance(offset, OffsetAndMetadata) else OffsetAndMetadata(int(offset))
+            k, v = transport.encode_offset_commit(group, TopicPartition(*part), om, now)
+            builder.append(k, v, None, now)
+        if not builder.record_count:
+            return
+        seq = self._sequences.get(tp, 0)
+        data = builder.build(producer_id=self._ids.producer_id, producer_epoch=self._ids.epoch, base_sequence=seq)
+        try:
+            # Registration takes the transaction coordinator's lock, so it happens before the
+            # group's lock is taken (inside TxnOffsetCommit): the lock order stays coordinator,
+            # then data partitions.
+            self._before_transactional_write([tp], group)
+            retry_timeouts(lambda: self._transport.txn_offset_commit(group, member, tp.topic, tp.partition, data,
+                                                                     self.transactional_id), self.retries)
+        except KafkaError as exc:
+            self._batch_failed(exc)
+            raise
+        self._sequences[tp] = (seq + builder.record_count) & 0x7FFFFFFF
+
+    def commit_transaction(self) -> None:
+        """Send what is buffered, then commit: every record and offset of the transaction becomes
+        visible at once. The coordinator makes the data durable before it decides."""
+        self._require_transactional()
+        if self._state is _State.ABORTABLE:
+            raise TransactionAbortableError(f"the transaction cannot commit: {self._txn_error}")
+        if self._state is not _State.IN_TRANSACTION:
+            raise IllegalStateError(f"commit_transaction() while {self._state.value}")
+        self._flush(None, sync=False)
+        if self._fatal is not None:
+            raise self._fatal
+        if self._txn_error is not None:
+            raise TransactionAbortableError(f"the transaction cannot commit: {self._txn_error}")
+        self._end(commit=True)
+
+    def abort_transaction(self) -> None:
+        """Drop unsent records and abort: nothing of the transaction is ever read_committed-visible."""
+        self._require_transactional()
+        if self._state not in (_State.IN_TRANSACTION, _State.ABORTABLE):
+            raise IllegalStateError(f"abort_transaction() while {self._state.value}")
+        self._accumulator.fail_unsent(TransactionAbortableError("the transaction was aborted before this record "
+                                                                "was sent"))
+        self._flush(None, sync=False)  # whatever the sender had already taken
+        if self._fatal is not None and not isinstance(self._fatal, KafkaError):
+            raise self._fatal
+        with self._io:
+            self._transport.deliver_delayed()
+        self._end(commit=False)
+
+    def _end(self, commit: bool) -> None:
+        with self._io:
+            if not self._registered:  # nothing reached the log: there is nothing to mark
+                self._state = _State.READY
+                return
+            try:
+                ids = self._retry_concurrent(lambda: self._transport.end_txn(
+                    self.transactional_id, self._ids.producer_id, self._ids.epoch, commit))
+            except _FENCING as exc:
+                self._fatal = exc if isinstance(exc, ProducerFencedError) else self._fenced(exc)
+                self._state = _State.FENCED
+                raise self._fatal from exc
+            self._set_ids(ids)
+            self._registered.clear()
+            self._unsynced.clear()  # the coordinator synced the data (commit) or marked it (abort)
+            self._state = _State.READY
+
+    def _set_ids(self, ids: ProducerIdAndEpoch) -> None:
+        if ids != self._ids:
+            self._sequences.clear()  # a new epoch starts every partition at sequence 0
+        self._ids = ids
+
+    # ---- closing --------------------------------------------------------------------------------------------
+
+    def close(self, timeout: float | None = None) -> None:
+        """Send what is buffered (aborting an unfinished transaction), stop the sender, release the store."""
+        if self._state is _State.CLOSED:
+            return
+        try:
+            if self._state in (_State.IN_TRANSACTION, _State.ABORTABLE) and self._fatal is None:
+                self._abort_on_close()
+            elif self.transactional_id is None and self._fatal is None:
+                self.flush(timeout)
+        finally:
+            self._state = _State.CLOSED
+            self._accumulator.close()
+            if self._sender is not None:
+                self._sender.join(timeout)
+            if self._own_store:
+                self.store.close()
+
+    def _abort_on_close(self) -> None:
+        """Abort the unfinished transaction; an instance that turns out to be fenced has nothing
+        left to abort (whoever fenced it aborted it), so closing it must not raise."""
+        try:
+            self.abort_transaction()
+        except _FENCING:
+            pass
+
+    def __enter__(self) -> "Producer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _column_picker(rows: range | list[int], length: int) -> Callable[[Sequence[Any]], Sequence[Any]]:
+    """Take `rows` of a column: the column itself when the rows are all of it, a slice for a
+    range, else a gathered list."""
+    if isinstance(rows, range):
+        if rows.start == 0 and rows.stop == length and rows.step == 1:
+            return lambda column: column
+        return lambda column: column[rows.start:rows.stop]
+    return lambda column: [column[i] for i in rows]
+
+
+def _parse_acks(acks: int | str) -> int:
+    """Kafka's acks spellings as -1 (all), 1 or 0."""
+    if acks not in ("all", -1, 0, 1, "0", "1", "-1"):
+        raise InvalidConfigurationError(f"acks must be all, -1, 0 or 1, not {acks!r}")
+    return -1 if acks in ("all", -1, "-1") else int(acks)
+
+
+def _idempotence(enable: bool | None, transactional_id: str | None, acks: int) -> bool:
+    """Kafka's rule: idempotence (the default) needs acks=all; left unset with acks 0 or 1 it is off,
+    asked for explicitly (or by a transactional id) with them it is a configuration error."""
+    if transactional_id is not None and enable is False:
+        raise InvalidConfigurationError("a transactional producer must be idempotent")
+    if acks != -1:
+        if enable or transactional_id is not None:
+            raise InvalidConfigurationError("idempotence and transactions need acks=all")
+        return False
+    return enable is not False
+
+
+def _check_config(idempotent: bool, compression_type: str | None, retries: Any, batch_size: Any, linger_ms: Any,
+                  partitioner: Any, max_in_flight: Any, delivery_timeout_ms: Any, buffer_memory: Any,
+                  max_block_ms: Any, max_request_size: Any) -> None:
+    if compression_type not in (None, *Compression.kafka_names()):
+        raise InvalidConfigurationError(f"compression_type must be one of {', '.join(Compression.kafka_names())}")
+    if not _non_negative(retries) or not _non_negative(batch_size) or batch_size == 0:
+        raise InvalidConfigurationError("retries must be ≥ 0 and batch_size > 0")
+    if not callable(partitioner) and partitioner not in (None, *PARTITIONER_NAMES):
+        raise InvalidConfigurationError(
+            f"partitioner must be one of {', '.join(PARTITIONER_NAMES)} or a callable, not {partitioner!r}")
+    for name, value in (("linger_ms", linger_ms), ("buffer_memory", buffer_memory), ("max_block_ms", max_block_ms),
+                        ("delivery_timeout_ms", delivery_timeout_ms), ("max_request_size", max_request_size)):
+        if not _non_negative(value):
+            raise InvalidConfigurationError(f"{name} must be an integer ≥ 0, not {value!r}")
+    if delivery_timeout_ms < linger_ms:
+        raise InvalidConfigurationError(f"delivery_timeout_ms ({delivery_timeout_ms}) must be ≥ linger_ms "
+                                        f"({linger_ms})")
+    if not _non_negative(max_in_flight) or max_in_flight < 1 or (idempotent and max_in_flight > 5):
+        raise InvalidConfigurationError("max_in_flight_requests_per_connection must be ≥ 1, and at most 5 with "
+                                        f"idempotence (Kafka's window of remembered batches), not {max_in_flight!r}")
+
+
+def _non_negative(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _group_and_member(group_metadata: Any) -> tuple[str, MemberRef | None]:
+    """The group id and the committing member of a consumer's group_metadata(), or of a bare group id."""
+    if isinstance(group_metadata, str):
+        return group_metadata, None
+    if isinstance(group_metadata, ConsumerGroupMetadata):
+        return group_metadata.group_id, group_metadata.member()
+    raise IllegalArgumentError(f"expected a consumer's group_metadata() or a group id, not {group_metadata!r}")

@@ -1,0 +1,255 @@
+"""Kafka's RecordAccumulator: where `send` leaves records for the sender thread.
+
+Each partition has at most one open batch (records still being added) and a queue of sealed
+batches waiting for the sender. A batch is sealed when it is full (`batch.size`: the next
+record that does not fit seals it), when it has waited `linger.ms`, or when somebody wants
+it now (`flush()`, a future's `get()`); the sender takes every sealed batch of a partition,
+up to `max.request.size` bytes, and appends them in one call (group commit: one write, one
+fdatasync). A retried group is recognised whole by the partition (its last batch is a
+duplicate: storage/partition_log.py `_retried_group`), so a group may hold more batches than
+the 5 a partition remembers per producer.
+
+`buffer.memory` bounds the bytes held here (each batch counts its `batch.size`, as the Java
+producer's pool does); `send` blocks while it is full, for at most `max.block.ms`.
+
+All state is guarded by one condition variable; the sender waits on it for work, and
+`flush()`/`get()` wait on it for results.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from typing import Callable
+
+from storage.records import BatchBuilder, stamp_batch
+from txlog.errors import IllegalStateError, KafkaTimeoutError
+from txlog.clients.future_record_metadata import ProduceRequestResult, run_settled_callbacks
+from txlog.topic_partition import TopicPartition
+
+
+#: A sender thread with nothing to send for this long stops; the next batch starts another.
+SENDER_IDLE_S = 5.0
+
+
+class ProducerBatch:
+    """One batch of one partition: records in a builder (`send`), or bytes already encoded
+    natively (`produce_many`) whose producer id, epoch and sequence are stamped when sent."""
+
+    __slots__ = ("tp", "builder", "encoded", "record_count", "created", "result", "reserved", "waiter",
+                 "max_bytes")
+
+    def __init__(self, tp: TopicPartition, reserved: int, waiter: "RecordAccumulator", *,
+                 builder: BatchBuilder | None = None, encoded: bytearray | None = None, record_count: int = 0):
+        self.tp = tp
+        self.waiter = waiter  # what a future's get() waits on
+        self.builder = builder
+        self.max_bytes = builder.max_bytes if builder is not None else 0
+        self.encoded = encoded
+        self.record_count = record_count  # of an encoded batch; a builder counts its own
+        self.created = time.monotonic()
+        self.result = ProduceRequestResult()
+        self.reserved = reserved  # bytes of buffer.memory this batch holds until it is settled
+
+    @property
+    def size(self) -> int:
+        """Bytes of the batch (uncompressed, for one still in its builder)."""
+        return self.builder.estimated_size if self.builder is not None else len(self.encoded)
+
+    @property
+    def records(self) -> int:
+        return self.builder.record_count if self.builder is not None else self.record_count
+
+    def build(self, producer_id: int, producer_epoch: int, base_sequence: int) -> bytes | bytearray:
+        """The batch's bytes with the ids and sequence it is sent with (decided only now: a
+        KIP-360 epoch bump between `send` and the write must not reach old batches)."""
+        if self.builder is not None:
+            return self.builder.build(producer_id=producer_id, producer_epoch=producer_epoch,
+                                      base_sequence=base_sequence)
+        stamp_batch(self.encoded, producer_id, producer_epoch, base_sequence)
+        return self.encoded
+
+    def settle(self, base_offset: int | None, error: BaseException | None) -> None:
+        """Resolve every future of the batch: one shared write, then the callbacks in record order."""
+        if self.result.done:
+            return
+        callbacks = self.result.settle(base_offset, error)
+        if callbacks:
+            run_settled_callbacks(self, callbacks)
+
+    def close(self) -> None:
+        """No more appends (the builder refuses them atomically, so a `send` racing the seal
+        either got its record in or opens a new batch)."""
+        if self.builder is not None:
+            self.builder.close()
+
+
+class RecordAccumulator:
+    """Open and sealed batches per partition, handed to the sender in order."""
+
+    def __init__(self, *, linger_ms: int, max_request_size: int, buffer_memory: int, max_block_ms: int,
+                 on_seal: Callable[[TopicPartition], None]):
+        self.lock = threading.Lock()  # `send` takes it alone (cheaper than entering the condition)
+        self.cond = threading.Condition(self.lock)
+        self._linger = linger_ms / 1000
+        self._max_request_size = max_request_size
+        self._buffer_memory = buffer_memory
+        self._max_block = max_block_ms / 1000
+        self._on_seal = on_seal  # the sticky partitioner moves on when its batch is sealed
+        self.open: dict[TopicPartition, ProducerBatch] = {}
+        self._sealed: dict[TopicPartition, deque[ProducerBatch]] = {}
+        self._buffered = 0
+        self._incomplete = 0  # batches made and not yet settled: what flush() waits for
+        self._flushing = 0
+        self._expedite: set[TopicPartition] = set()
+        self.closed = False
+        self.sender_thread: threading.Thread | None = None
+
+    # ---- the application side (caller holds `cond` where noted) --------------------------------------------
+
+    def reserve(self, size: int) -> None:
+        """Hold `size` bytes of buffer.memory, waiting at most max.block.ms (caller holds `cond`).
+
+        The sender thread never waits here (a callback that sends must not wait for itself),
+        and one batch always fits, so a record larger than the buffer is still tried.
+        """
+        if self._buffered and self._buffered + size > self._buffer_memory \
+                and threading.current_thread() is not self.sender_thread:
+            deadline = time.monotonic() + self._max_block
+            while self._buffered and self._buffered + size > self._buffer_memory:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise KafkaTimeoutError(f"the producer's buffer ({self._buffer_memory} bytes) stayed full for "
+                                            f"max_block_ms={int(self._max_block * 1000)}")
+                self.cond.wait(left)
+        self._buffered += size
+
+    def add_batch(self, batch: ProducerBatch, *, sealed: bool) -> None:
+        """A new batch of its partition (caller holds `cond`): open for appends, or ready to send."""
+        tp = batch.tp
+        self._incomplete += 1
+        if sealed:
+            self.seal(tp)  # anything `send` left open goes first: order within a partition holds
+            self._sealed.setdefault(tp, deque()).append(batch)
+        else:
+            self.open[tp] = batch
+        self.cond.notify_all()  # the sender learns of a new linger deadline or of ready work
+
+    def seal(self, tp: TopicPartition) -> None:
+        """Close the partition's open batch to appends and queue it for the sender (caller holds `cond`)."""
+        batch = self.open.pop(tp, None)
+        if batch is not None:
+            batch.close()
+            self._sealed.setdefault(tp, deque()).append(batch)
+            self._on_seal(tp)
+            self.cond.notify_all()
+
+    def await_result(self, tp: TopicPartition, result: ProduceRequestResult, timeout: float | None) -> None:
+        """A future's get(): its partition goes now rather than after linger; wait for the result."""
+        self._refuse_on_sender("a future's get()")
+        with self.cond:
+            if not result.done:
+                self._expedite.add(tp)
+                self.cond.notify_all()
+            if not self.cond.wait_for(lambda: result.done, timeout):
+                raise KafkaTimeoutError(f"no acknowledgement for {tp.topic}-{tp.partition} within {timeout} s")
+
+    def flush(self, timeout: float | None) -> None:
+        """Send every batch now and wait until each is settled (acknowledged or failed)."""
+        self._refuse_on_sender("flush()")
+        with self.cond:
+            self._flushing += 1
+            self.cond.notify_all()
+            try:
+                if not self.cond.wait_for(lambda: self._incomplete == 0, timeout):
+                    raise KafkaTimeoutError(f"flush() did not finish within {timeout} s")
+            finally:
+                self._flushing -= 1
+
+    def fail_unsent(self, error: BaseException) -> None:
+        """Settle every batch the sender has not taken with `error` (abort_transaction drops them)."""
+        with self.cond:
+            doomed = list(self.open.values())
+            for batch in doomed:
+                batch.close()
+            for queue in self._sealed.values():
+                doomed.extend(queue)
+            self.open.clear()
+            self._sealed.clear()
+        for batch in doomed:
+            batch.settle(None, error)
+        self.completed(doomed)
+
+    def close(self) -> None:
+        with self.cond:
+            self.closed = True
+            self.cond.notify_all()
+
+    def _refuse_on_sender(self, what: str) -> None:
+        if threading.current_thread() is self.sender_thread:
+            raise IllegalStateError(f"{what} cannot be called from a producer callback: it would wait for itself")
+
+    # ---- the sender side --------------------------------------------------------------------------------------
+
+    def ready(self) -> dict[TopicPartition, list[ProducerBatch]] | None:
+        """Block until some batches should go; per partition, in order, one request's worth.
+
+        None is the sender's cue to stop: the accumulator is closed and empty, or nothing has
+        come for SENDER_IDLE_S. Stopping when idle lets a producer nobody closed be collected
+        (the thread holds it); `send` starts a new sender with the next batch
+        (`sender_thread` is cleared under the lock, so exactly one of them sees it gone).
+        """
+        with self.cond:
+            idle_since = time.monotonic()
+            while True:
+                now = time.monotonic()
+                self._seal_due(now)
+                work = self._take()
+                if work:
+                    return work
+                if self.open or self._incomplete:
+                    idle_since = now
+                elif self.closed or now - idle_since >= SENDER_IDLE_S:
+                    self.sender_thread = None
+                    return None
+                self.cond.wait(self._next_deadline() if self.open else SENDER_IDLE_S)
+
+    def completed(self, batches: list[ProducerBatch]) -> None:
+        """The sender settled these: release their buffer and wake whoever waits on results."""
+        with self.cond:
+            for batch in batches:
+                self._buffered -= batch.reserved
+                batch.reserved = 0
+            self._incomplete -= len(batches)
+            self.cond.notify_all()
+
+    def _seal_due(self, now: float) -> None:
+        """Seal the open batches whose linger passed, or that a flush, get() or close wants now."""
+        everything = self._flushing or self.closed
+        for tp in [tp for tp, b in self.open.items()
+                   if everything or tp in self._expedite or now - b.created >= self._linger]:
+            self.seal(tp)
+        self._expedite.clear()
+
+    def _take(self) -> dict[TopicPartition, list[ProducerBatch]]:
+        """Every sealed batch of each partition, in order, up to max.request.size bytes (one at least)."""
+        work = {}
+        for tp, queue in self._sealed.items():
+            if queue:
+                group = [queue.popleft()]
+                size = group[0].size
+                while queue and size + queue[0].size <= self._max_request_size:
+                    size += queue[0].size
+                    group.append(queue.popleft())
+                work[tp] = group
+        for tp in [tp for tp, queue in self._sealed.items() if not queue]:
+            del self._sealed[tp]
+        return work
+
+    def _next_deadline(self) -> float | None:
+        """Seconds until the oldest open batch's linger passes; None (wait for a notify) if none is open."""
+        if not self.open:
+            return None
+        oldest = min(b.created for b in self.open.values())
+        return max(0.0, oldest + self._linger - time.monotonic())

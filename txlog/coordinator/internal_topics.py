@@ -1,0 +1,46 @@
+"""The two internal topics the exactly-once layer keeps its state in, and who owns which id.
+
+`__transaction_state` holds the transaction coordinator's log and `__consumer_offsets`
+the groups' committed offsets (docs/kafka-formats.md §4). Both are created on first use with
+a small fixed partition count: there is one machine, and each partition is one lock,
+so a handful is enough to keep unrelated transactional ids and groups from queueing
+behind each other. Ids map to partitions with Kafka's own rule (docs/kafka-formats.md §4.3), so a given
+transactional id lands on the partition Kafka would pick for the same count.
+"""
+
+from __future__ import annotations
+
+from storage.errors import TopicAlreadyExistsError
+from storage.store import Store
+from storage.topic_name import CONSUMER_OFFSETS_TOPIC, INTERNAL_TOPICS, TRANSACTION_STATE_TOPIC  # noqa: F401 (re-exported)
+DEFAULT_PARTITIONS = 8
+# Kafka compacts both topics instead of deleting by age; txlog keeps their history
+# (the Spark `transactions` view reads it) and bounds open cost with state snapshots.
+INTERNAL_CONFIG = {"segment.bytes": 100 * 1024 * 1024, "retention.ms": -1, "retention.bytes": -1}
+
+
+def java_string_hash(s: str) -> int:
+    """Java's String.hashCode: 31*h + c over UTF-16 code units, wrapping to a signed 32-bit int."""
+    data = s.encode("utf-16-be")
+    h = 0
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def owner_partition(key: str, partitions: int) -> int:
+    """Partition of an internal topic that owns a transactional id or group id (Kafka's Utils.abs rule)."""
+    h = java_string_hash(key)
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
+def ensure_internal_topic(store: Store, name: str, partitions: int = DEFAULT_PARTITIONS) -> int:
+    """The topic's partition count, creating the topic first if no process has yet."""
+    if not store.has_topic(name):
+        if store.read_only:
+            return 0
+        try:
+            store.create_topic(name, partitions, INTERNAL_CONFIG, internal=True)
+        except TopicAlreadyExistsError:
+            pass  # another process created it between our check and our create
+    return store.partition_count(name)

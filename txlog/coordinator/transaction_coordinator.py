@@ -1,0 +1,563 @@
+"""The transaction coordinator: Kafka's state machine over `__transaction_state`, without a daemon.
+
+The coordinator is a module, not a process (docs/DESIGN.md §5). A transactional id's state is
+the last record for its key in the coordinator partition that owns it
+(docs/kafka-formats.md §4.3). Every state change happens under that partition's lock, after
+catching up on what other processes wrote, and starts with housekeeping nobody else would do
+for us:
+
+* a PREPARE_COMMIT / PREPARE_ABORT found in the log is rolled forward (markers to every
+  partition, then COMPLETE_*): the PREPARE record is the single commit point
+  (docs/reliability-scenarios.md rule 11), so completing it is always safe and never guessed;
+* an Ongoing transaction older than its timeout is fenced and aborted;
+* an idle transactional id older than `transactional.id.expiration.ms` is tombstoned.
+
+Transaction protocol v2 (KIP-890): every end of a transaction bumps the epoch and the
+markers carry the new epoch, so a late request of the previous epoch is refused by epoch
+alone. A fence (timeout, or a new instance's init) bumps twice — once for the fence and
+once for the end — so the fenced producer's epoch is never mistaken for a retry of a
+completed end. Markers and COMPLETE records are written while the coordinator lock is
+held, so no marker can land after the next transaction of the same id has started.
+
+Fsyncs, only where order needs them (docs/reliability-scenarios.md rule 19): the ONGOING
+registration is durable before any data of the transaction is written (un-synced data may
+reach the disk by writeback at any time, and data without a durable registration would pin
+the LSO for ever); the data itself is written without fdatasync and synced, every partition
+of the transaction, before PREPARE_COMMIT is written; PREPARE and each marker are fsynced
+(a COMPLETE may not become durable before its marker); COMPLETE_* is not (lost, it is
+re-derived from the durable PREPARE by roll-forward, and markers are idempotent). An abort
+syncs no data: its markers' fdatasync covers each partition's file anyway.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from typing import Callable, Iterable, Iterator
+
+from storage.errors import KafkaStorageError, UnknownTopicOrPartitionError
+from storage.partition_log import AppendResult, PartitionLog
+from storage.records import ControlType, RecordBatch, build_batch
+from storage.store import Store
+from txlog.errors import (
+    ConcurrentTransactionsError,
+    InvalidProducerIdMappingError,
+    InvalidRequestError,
+    InvalidTransactionTimeoutError,
+    InvalidTxnStateError,
+    KafkaError,
+    ProducerFencedError,
+    TransactionOutcomeUnknownError,
+)
+from txlog.coordinator.internal_topics import ensure_internal_topic, owner_partition
+from storage.topic_name import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
+from txlog.coordinator.replayed_state import ReplayedPartition
+from txlog.requests import DEFAULT_TRANSACTION_TIMEOUT_MS, ProducerIdAndEpoch
+from txlog.schemas.transaction_log import (
+    TxnLogValue,
+    TxnState,
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
+)
+
+MAX_EPOCH = 32767  # Short.MAX_VALUE: reserved so a fence is always possible
+EXHAUSTED_EPOCH = 32766  # at or above this, the next bump rotates to a new producer id (docs/kafka-formats.md §5.9)
+FENCED_ROTATION_EPOCH = 1  # first epoch of a producer id rotated in by a fence, see _prepare
+MAX_TRANSACTION_TIMEOUT_MS = 900_000
+DEFAULT_ID_EXPIRATION_MS = 7 * 24 * 3600 * 1000
+SNAPSHOT_NAME = "txlog-coordinator"
+SWEEP_INTERVAL_MS = 10_000  # Kafka's transaction.abort.timed.out.transaction.cleanup.interval.ms
+
+# (topic, partition, control, producer id, producer epoch, coordinator epoch, timestamp) -> the append
+MarkerWriter = Callable[[str, int, ControlType, int, int, int, int], AppendResult]
+
+_PREPARE = (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
+_IDLE = (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
+_COMPLETE_OF = {TxnState.PREPARE_COMMIT: TxnState.COMPLETE_COMMIT, TxnState.PREPARE_ABORT: TxnState.COMPLETE_ABORT}
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionDescription:
+    """One transactional id as `kafka-transactions describe` shows it."""
+
+    transactional_id: str
+    coordinator_partition: int
+    state: TxnLogValue
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class _CoordinatorPartition:
+    """The replayed metadata of one `__transaction_state` partition: transactional id -> last value."""
+
+    def __init__(self, log: PartitionLog):
+        self.log = log
+        self.txns: dict[str, TxnLogValue] = {}
+        self.replay = ReplayedPartition(log, SNAPSHOT_NAME, apply=self._apply, dump=self._dump, load=self._load)
+
+    def _apply(self, batch: RecordBatch) -> None:
+        if batch.is_control:
+            return
+        for record in batch.records():
+            if record.key is None:
+                continue
+            txn_id = decode_key(record.key)
+            value = decode_value(record.value)
+            if value is None:
+                self.txns.pop(txn_id, None)
+            else:
+                self.txns[txn_id] = value
+
+    def _dump(self) -> dict[str, str]:
+        return {txn_id: encode_value(v).hex() for txn_id, v in self.txns.items()}
+
+    def _load(self, data: dict[str, str] | None) -> None:
+        self.txns = {} if data is None else {k: decode_value(bytes.fromhex(v)) for k, v in data.items()}
+
+
+class TransactionCoordinator:
+    """InitProducerId, AddPartitionsToTxn, EndTxn and the sweeps, acting directly on the store."""
+
+    def __init__(self, store: Store, *, clock: Callable[[], int] | None = None,
+                 transactional_id_expiration_ms: int = DEFAULT_ID_EXPIRATION_MS,
+                 max_transaction_timeout_ms: int = MAX_TRANSACTION_TIMEOUT_MS,
+                 write_marker: MarkerWriter | None = None):
+        self.store = store
+        self._clock = clock or _now_ms
+        # WriteTxnMarkers: a transport routes it through itself (so faults can hit it); alone,
+        # the coordinator appends to the partition directly.
+        self._write_marker = write_marker or self._append_marker
+        self.id_expiration_ms = transactional_id_expiration_ms
+        self.max_timeout_ms = max_transaction_timeout_ms
+        self._parts: dict[int, _CoordinatorPartition] = {}
+        self._count = 0
+        self._last_full_sweep_ms = -SWEEP_INTERVAL_MS
+
+    # ---- partitions of __transaction_state -------------------------------------------------------
+
+    def _partition_count(self) -> int:
+        if not self._count:
+            self._count = ensure_internal_topic(self.store, TRANSACTION_STATE_TOPIC)
+        return self._count
+
+    def partition_for(self, transactional_id: str) -> int:
+        count = self._partition_count()
+        if not count:
+            raise InvalidProducerIdMappingError(f"no transaction state in this store (transactional id "
+                                                f"'{transactional_id}' unknown)")
+        return owner_partition(transactional_id, count)
+
+    def _part(self, index: int) -> _CoordinatorPartition:
+        part = self._parts.get(index)
+        if part is None:
+            part = _CoordinatorPartition(self.store.partition(TRANSACTION_STATE_TOPIC, index))
+            self._parts[index] = part
+        return part
+
+    @contextmanager
+    def _locked(self, transactional_id: str) -> Iterator[_CoordinatorPartition]:
+        """The owner partition, locked and caught up, with everyone else's housekeeping done.
+
+        The owner partition is swept every time; the other partitions at most every
+        SWEEP_INTERVAL_MS per coordinator object, and before taking the owner's lock
+        (coordinator partitions are never locked two at a time, so sweeps cannot deadlock).
+        """
+        index = self.partition_for(transactional_id)
+        self._maybe_sweep_others(index)
+        part = self._part(index)
+        with part.log.exclusive():
+            part.replay.catch_up()
+            self._sweep(part, skip=transactional_id)
+            yield part
+            part.replay.maybe_snapshot()
+
+    # ---- writing coordinator records ----------------------------------------------------------------
+
+    def _write(self, part: _CoordinatorPartition, transactional_id: str, value: TxnLogValue | None) -> None:
+        """Append one record (a tombstone for None) durably, then apply it to the replayed state."""
+        self._append(part, transactional_id, value, sync=True)
+
+    def _write_unsynced(self, part: _CoordinatorPartition, transactional_id: str, value: TxnLogValue) -> None:
+        """Append one record without fdatasync (COMPLETE_*: see the module docstring), then apply it."""
+        self._append(part, transactional_id, value, sync=False)
+
+    def _append(self, part: _CoordinatorPartition, transactional_id: str, value: TxnLogValue | None, *,
+                sync: bool) -> None:
+        now = self._clock()
+        data = build_batch([(encode_key(transactional_id), None if value is None else encode_value(value), None, now)])
+        try:
+            result = part.log.append(data, sync=sync)
+        except KafkaStorageError as exc:
+            if part.log.failed:  # the fsync failed: the record may or may not be on disk
+                raise TransactionOutcomeUnknownError(
+                    f"writing the state of transactional id '{transactional_id}' failed after the write "
+                    f"reached the file ({exc}); retry the same operation to learn the outcome"
+                ) from exc
+            raise
+        if value is None:
+            part.txns.pop(transactional_id, None)
+        else:
+            part.txns[transactional_id] = value
+        part.replay.position = result.last_offset + 1
+
+    # ---- housekeeping -----------------------------------------------------------------------------------
+
+    def _sweep(self, part: _CoordinatorPartition, skip: str | None = None) -> None:
+        """Roll forward, time out and expire every id of the partition (except `skip`)."""
+        for txn_id in list(part.txns):
+            if txn_id == skip:
+                continue
+            try:
+                self._housekeep(part, txn_id)
+            except KafkaStorageError:
+                pass  # a marker write failed (disk full?): the PREPARE stays and the next sweep retries
+
+    def _housekeep(self, part: _CoordinatorPartition, txn_id: str) -> TxnLogValue | None:
+        value = part.txns.get(txn_id)
+        if value is None:
+            return None
+        now = self._clock()
+        if value.state in _PREPARE:
+            try:
+                return self._complete(part, txn_id, value)
+            except KafkaStorageError:
+                return value  # still decided; the next operation retries the markers
+        if value.is_expired(now):
+            return self._fence_and_abort(part, txn_id, value)
+        if value.state in _IDLE and value.last_update_ms <= now - self.id_expiration_ms:
+            self._write(part, txn_id, None)
+            return None
+        return value
+
+    def sweep_all(self) -> None:
+        """Housekeeping on every coordinator partition: what a broker's background threads would do."""
+        if self.store.read_only or not self.store.has_topic(TRANSACTION_STATE_TOPIC):
+            return
+        self._last_full_sweep_ms = self._clock()
+        for index in range(self._partition_count()):
+            self._sweep_partition(index)
+
+    def _sweep_partition(self, index: int) -> None:
+        part = self._part(index)
+        with part.log.exclusive():
+            part.replay.catch_up()
+            self._sweep(part)
+            part.replay.maybe_snapshot()
+
+    def _maybe_sweep_others(self, owner: int) -> None:
+        """Time out other ids' expired transactions now and then, so none pins an LSO for long.
+
+        A transaction of another id may be open in the same data partitions as ours; with
+        no daemon, somebody's work has to abort it once it expires (docs/reliability-scenarios.md rule 15).
+        """
+        now = self._clock()
+        if now - self._last_full_sweep_ms < SWEEP_INTERVAL_MS:
+            return
+        self._last_full_sweep_ms = now
+        for index in range(self._partition_count()):
+            if index != owner:
+                try:
+                    self._sweep_partition(index)
+                except KafkaError:
+                    pass  # e.g. a damaged partition of other ids: it must not stop our own work
+
+    # ---- the transaction end: prepare, markers, complete ----------------------------------------------
+
+    def _bumped(self, value: TxnLogValue, bump: int) -> tuple[int, int]:
+        """(marker epoch, next producer id): past the exhausted epoch the id rotates (docs/kafka-formats.md §5.9)."""
+        epoch = value.producer_epoch + bump
+        if epoch >= MAX_EPOCH or value.producer_epoch >= EXHAUSTED_EPOCH:
+            return MAX_EPOCH, self.store.allocate_producer_id()
+        return epoch, -1
+
+    def _prepare(self, part: _CoordinatorPartition, txn_id: str, value: TxnLogValue, commit: bool,
+                 bump: int) -> TxnLogValue:
+        """Write the decision. Once this record is durable the outcome is fixed.
+
+        A fence that rotates the producer id starts the new id at epoch 1, not 0: the fenced
+        instance at epoch 32766 would otherwise look like the retry of an end that rotated to
+        (new id, 0) (`_completed_retry`) and be handed the new id instead of being fenced.
+        """
+        epoch, next_pid = self._bumped(value, bump)
+        next_epoch = FENCED_ROTATION_EPOCH if next_pid >= 0 and bump > 1 else -1
+        prepared = replace(value, producer_epoch=epoch, next_producer_id=next_pid, next_producer_epoch=next_epoch,
+                           state=TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT,
+                           last_update_ms=self._clock())
+        self._write(part, txn_id, prepared)
+        return prepared
+
+    def _complete(self, part: _CoordinatorPartition, txn_id: str, prepared: TxnLogValue) -> TxnLogValue:
+        """Markers to every partition of the transaction (idempotent), then COMPLETE_*."""
+        control = ControlType.COMMIT if prepared.state == TxnState.PREPARE_COMMIT else ControlType.ABORT
+        for topic, partition in prepared.partitions:
+            try:
+                self._write_marker(topic, partition, control, prepared.producer_id, prepared.producer_epoch, 0,
+                                   self._clock())
+            except UnknownTopicOrPartitionError:
+                continue  # the topic was deleted: nothing left to mark
+        pid, epoch, previous = prepared.producer_id, prepared.producer_epoch, prepared.previous_producer_id
+        if prepared.next_producer_id >= 0:
+            pid, epoch, previous = prepared.next_producer_id, _rotated_epoch(prepared), prepared.producer_id
+        done = replace(prepared, producer_id=pid, producer_epoch=epoch, previous_producer_id=previous,
+                       next_producer_id=-1, next_producer_epoch=-1, state=_COMPLETE_OF[prepared.state], partitions=(),
+                       last_update_ms=self._clock())
+        self._write_unsynced(part, txn_id, done)  # re-derived from the durable PREPARE if lost
+        return done
+
+    def _decide(self, part: _CoordinatorPartition, txn_id: str, value: TxnLogValue, commit: bool) -> TxnLogValue:
+        """The decision of an EndTxn (or a forced end): a commit first makes the transaction's data durable.
+
+        PREPARE_COMMIT is the commit point, so everything it commits must be on disk before
+        it is: one fdatasync per data partition (the producer wrote the data without one).
+        A failed sync fails the end before any decision; the transaction stays open.
+        """
+        if commit:
+            self._sync_data(value.partitions)
+        return self._prepare(part, txn_id, value, commit, bump=1)
+
+    def _sync_data(self, partitions: Iterable[tuple[str, int]]) -> None:
+        for topic, partition in partitions:
+            try:
+                log = self.store.partition(topic, partition)
+            except UnknownTopicOrPartitionError:
+                continue  # the topic was deleted: nothing left to commit there
+            log.sync()
+
+    def _append_marker(self, topic: str, partition: int, control: ControlType, producer_id: int,
+                       producer_epoch: int, coordinator_epoch: int, timestamp: int) -> AppendResult:
+        return self.store.partition(topic, partition).append_marker(control, producer_id, producer_epoch,
+                                                                    coordinator_epoch, timestamp)
+
+    def _fence_and_abort(self, part: _CoordinatorPartition, txn_id: str, value: TxnLogValue) -> TxnLogValue:
+        return self._complete(part, txn_id, self._prepare(part, txn_id, value, commit=False, bump=2))
+
+    def _finish(self, part: _CoordinatorPartition, txn_id: str, prepared: TxnLogValue) -> TxnLogValue:
+        """Complete a decided transaction; if a marker cannot be written now, a later sweep will."""
+        try:
+            return self._complete(part, txn_id, prepared)
+        except KafkaStorageError:
+            return prepared
+
+    # ---- requests -------------------------------------------------------------------------------------------
+
+    def init_producer_id(self, transactional_id: str, timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS) -> ProducerIdAndEpoch:
+        """InitProducerId: a new epoch that fences every older instance, after finishing what they left."""
+        self._check_id(transactional_id)
+        if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or not 0 < timeout_ms <= self.max_timeout_ms:
+            raise InvalidTransactionTimeoutError(
+                f"transaction.timeout.ms={timeout_ms!r} must be in 1..{self.max_timeout_ms}"
+            )
+        with self._locked(transactional_id) as part:
+            value = part.txns.get(transactional_id)
+            value = self._housekeep(part, transactional_id)  # rolls a decided PREPARE forward, never aborts it
+            if value is not None and value.state in _PREPARE:
+                raise ConcurrentTransactionsError(f"transaction '{transactional_id}' is still completing")
+            if value is not None and value.state == TxnState.ONGOING:
+                value = self._fence_and_abort(part, transactional_id, value)
+            now = self._clock()
+            if value is None:
+                pid, epoch, previous = self.store.allocate_producer_id(), 0, -1
+            elif value.producer_epoch >= EXHAUSTED_EPOCH:
+                pid, epoch, previous = self.store.allocate_producer_id(), 0, value.producer_id
+            else:
+                pid, epoch, previous = value.producer_id, value.producer_epoch + 1, value.previous_producer_id
+            self._write(part, transactional_id, TxnLogValue(
+                producer_id=pid, producer_epoch=epoch, timeout_ms=timeout_ms, state=TxnState.EMPTY,
+                partitions=(), last_update_ms=now, start_ms=-1, previous_producer_id=previous,
+            ))
+            return ProducerIdAndEpoch(pid, epoch)
+
+    def add_partitions(self, transactional_id: str, producer_id: int, epoch: int,
+                       partitions: Iterable[tuple[str, int]]) -> TxnLogValue:
+        """AddPartitionsToTxn: register partitions before the first transactional write to them.
+
+        Returns the transaction's state, whose `start_ms + timeout_ms` is its deadline.
+        """
+        wanted = sorted(set((t, int(p)) for t, p in partitions))
+        for topic, partition in wanted:
+            self._check_partition(topic, partition)
+        with self._locked(transactional_id) as part:
+            value = self._housekeep(part, transactional_id)
+            self._check_producer(transactional_id, value, producer_id, epoch)
+            if value.state in _PREPARE:
+                raise ConcurrentTransactionsError(f"transaction '{transactional_id}' is still completing")
+            if value.state == TxnState.ONGOING and set(wanted) <= set(value.partitions):
+                return value
+            now = self._clock()
+            start = value.start_ms if value.state == TxnState.ONGOING else now
+            merged = tuple(sorted(set(value.partitions) | set(wanted)))
+            ongoing = replace(value, state=TxnState.ONGOING, partitions=merged, last_update_ms=now, start_ms=start)
+            self._write(part, transactional_id, ongoing)
+            return ongoing
+
+    def end_transaction(self, transactional_id: str, producer_id: int | None, epoch: int | None,
+                        commit: bool) -> ProducerIdAndEpoch:
+        """EndTxn: decide, mark every partition, complete; returns the producer's next (id, epoch).
+
+        `producer_id=None` is an operator's forced end (`txlog commit|abort --transactional-id`):
+        it acts on whatever transaction is open, and rolls forward one already decided the
+        same way. An end that finds nothing to end, or the other decision, is an error.
+        """
+        self._check_id(transactional_id)
+        with self._locked(transactional_id) as part:
+            value = part.txns.get(transactional_id)
+            if value is None:
+                raise InvalidProducerIdMappingError(f"transactional id '{transactional_id}' is unknown")
+            if value.state in _PREPARE:
+                return self._end_prepared(part, transactional_id, value, producer_id, epoch, commit)
+            value = self._housekeep(part, transactional_id)
+            if producer_id is None:
+                return self._forced_end(part, transactional_id, value, commit)
+            retry = self._completed_retry(value, producer_id, epoch, commit)
+            if retry is not None:
+                return retry
+            self._check_producer(transactional_id, value, producer_id, epoch)
+            if value.state != TxnState.ONGOING:
+                if commit:
+                    raise InvalidTxnStateError(f"transactional id '{transactional_id}' has no transaction to commit")
+                value = replace(value, partitions=())  # TV2: abort when unsure is allowed and bumps the epoch
+            done = self._finish(part, transactional_id, self._decide(part, transactional_id, value, commit))
+            return _next_ids(done)
+
+    def _end_prepared(self, part, txn_id, value, producer_id, epoch, commit) -> ProducerIdAndEpoch:
+        decided_commit = value.state == TxnState.PREPARE_COMMIT
+        if decided_commit != commit:
+            raise InvalidTxnStateError(f"transaction '{txn_id}' is already decided: {value.state.kafka_name}")
+        if producer_id is not None and not _may_complete(value, producer_id, epoch):
+            raise ProducerFencedError(f"producer {producer_id} epoch {epoch} is not the current instance of '{txn_id}'")
+        done = self._complete(part, txn_id, value)
+        return _next_ids(done)
+
+    def _forced_end(self, part, txn_id, value, commit) -> ProducerIdAndEpoch:
+        if value is None or value.state != TxnState.ONGOING:
+            last = "expired" if value is None else value.state.kafka_name
+            raise InvalidTxnStateError(f"transactional id '{txn_id}' has no open transaction (last state: {last})")
+        done = self._finish(part, txn_id, self._decide(part, txn_id, value, commit))
+        return _next_ids(done)
+
+    @staticmethod
+    def _completed_retry(value: TxnLogValue | None, producer_id: int, epoch: int, commit: bool) -> ProducerIdAndEpoch | None:
+        """A retried EndTxn whose first attempt completed: epoch + 1 is what that end produced (KIP-890)."""
+        if value is None or value.state not in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
+            return None
+        same_instance = ((producer_id, epoch + 1) == (value.producer_id, value.producer_epoch)
+                         or (producer_id == value.previous_producer_id and value.producer_epoch == 0
+                             and epoch >= EXHAUSTED_EPOCH))
+        if not same_instance:
+            return None
+        if (value.state == TxnState.COMPLETE_COMMIT) != commit:
+            raise InvalidTxnStateError(f"the transaction already ended with {value.state.kafka_name}")
+        return ProducerIdAndEpoch(value.producer_id, value.producer_epoch)
+
+    def verify(self, transactional_id: str, producer_id: int, epoch: int, topic: str, partition: int) -> bool:
+        """KIP-890 part 1: is this partition registered in the open transaction of (pid, epoch)?
+
+        Called by a partition append holding that partition's lock, so it reads the coordinator
+        log without taking the coordinator lock (lock order: coordinator, then data).
+        A fenced (pid, epoch) raises ProducerFencedError rather than answering False, as Kafka's
+        verification answers with the epoch error: a writer racing the fence of its transaction
+        (PREPARE_ABORT written, markers not yet) must learn it is fenced, not merely abortable.
+        """
+        part = self._part(self.partition_for(transactional_id))
+        part.replay.catch_up()
+        value = part.txns.get(transactional_id)
+        if value is not None and _is_fenced(value, producer_id, epoch):
+            raise ProducerFencedError(f"producer {producer_id} epoch {epoch} of '{transactional_id}' is fenced "
+                                      f"by producer {value.producer_id} epoch {value.producer_epoch}")
+        return (value is not None and value.state == TxnState.ONGOING and value.producer_id == producer_id
+                and value.producer_epoch == epoch and (topic, partition) in value.partitions)
+
+    def check_alive(self, transactional_id: str, producer_id: int, epoch: int) -> TxnLogValue:
+        """Raise ProducerFencedError if (pid, epoch) is no longer current, timing the transaction out first."""
+        with self._locked(transactional_id) as part:
+            value = self._housekeep(part, transactional_id)
+            self._check_producer(transactional_id, value, producer_id, epoch)
+            return value
+
+    # ---- reading -----------------------------------------------------------------------------------------
+
+    def describe(self, transactional_id: str) -> TransactionDescription | None:
+        if not self.store.has_topic(TRANSACTION_STATE_TOPIC):
+            return None
+        if self.store.kafka_layout:
+            # A Kafka log dir does not record the topic's partition count (the hash rule's
+            # modulus), and may hold only some partitions: look in every one it has.
+            return next((d for d in self.list_transactions() if d.transactional_id == transactional_id), None)
+        index = self.partition_for(transactional_id)
+        part = self._part(index)
+        part.replay.catch_up()
+        value = part.txns.get(transactional_id)
+        return None if value is None else TransactionDescription(transactional_id, index, value)
+
+    def list_transactions(self) -> list[TransactionDescription]:
+        """Every live transactional id, as replayed from every coordinator partition."""
+        if not self.store.has_topic(TRANSACTION_STATE_TOPIC):
+            return []
+        out = []
+        for index in self.store.partitions(TRANSACTION_STATE_TOPIC):  # a Kafka log dir may hold only some
+            part = self._part(index)
+            part.replay.catch_up()
+            out.extend(TransactionDescription(t, index, v) for t, v in part.txns.items())
+        return sorted(out, key=lambda d: d.transactional_id)
+
+    # ---- validation --------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _check_id(transactional_id: str) -> None:
+        if not isinstance(transactional_id, str) or not transactional_id:
+            raise InvalidRequestError("transactional.id must be a non-empty string")
+
+    def _check_partition(self, topic: str, partition: int) -> None:
+        if topic.startswith("__") and topic != CONSUMER_OFFSETS_TOPIC:
+            raise InvalidRequestError(f"internal topic '{topic}' cannot be written in a transaction")
+        count = self.store.partition_count(topic)
+        if not 0 <= partition < count:
+            raise UnknownTopicOrPartitionError(f"topic '{topic}' has no partition {partition}")
+
+    @staticmethod
+    def _check_producer(txn_id: str, value: TxnLogValue | None, producer_id: int, epoch: int) -> None:
+        if value is None:
+            raise InvalidProducerIdMappingError(f"transactional id '{txn_id}' is unknown (expired?); init again")
+        if producer_id != value.producer_id:
+            if producer_id == value.previous_producer_id:
+                raise ProducerFencedError(f"producer {producer_id} of '{txn_id}' was replaced by {value.producer_id}")
+            raise InvalidProducerIdMappingError(
+                f"producer id {producer_id} does not belong to transactional id '{txn_id}'"
+            )
+        if epoch != value.producer_epoch:
+            raise ProducerFencedError(
+                f"producer {producer_id} epoch {epoch} of '{txn_id}' is fenced by epoch {value.producer_epoch}"
+            )
+
+
+def _may_complete(prepared: TxnLogValue, producer_id: int, epoch: int) -> bool:
+    """Whether (pid, epoch) may complete a decided end: the instance holding the prepared epoch, or
+    the retry of the end itself (epoch + 1 is what it produced). A fence is nobody's retry."""
+    if (producer_id, epoch) == (prepared.producer_id, prepared.producer_epoch):
+        return True
+    return ((producer_id, epoch + 1) == (prepared.producer_id, prepared.producer_epoch)
+            and prepared.next_producer_epoch != FENCED_ROTATION_EPOCH)
+
+
+def _is_fenced(value: TxnLogValue, producer_id: int, epoch: int) -> bool:
+    """Whether (pid, epoch) belongs to an instance of the id that a newer one replaced."""
+    if producer_id == value.producer_id:
+        return epoch < value.producer_epoch
+    return producer_id == value.previous_producer_id
+
+
+def _next_ids(value: TxnLogValue) -> ProducerIdAndEpoch:
+    if value.state in _PREPARE:  # decided, markers pending: the ids the completion will hand out
+        if value.next_producer_id >= 0:
+            return ProducerIdAndEpoch(value.next_producer_id, _rotated_epoch(value))
+    return ProducerIdAndEpoch(value.producer_id, value.producer_epoch)
+
+
+def _rotated_epoch(prepared: TxnLogValue) -> int:
+    """First epoch of the producer id a decided end rotates to (-1 on disk, from older records, means 0)."""
+    return max(prepared.next_producer_epoch, 0)

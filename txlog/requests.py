@@ -1,0 +1,90 @@
+"""The requests and responses that travel between clients and coordinators, and their constants.
+
+Kafka's clients and brokers share these as `org.apache.kafka.common.requests` and the message
+schemas; here they are the vocabulary of `txlog.transport.Transport`. Clients (`txlog.clients`)
+and coordinators (`txlog.coordinator`) both import this module and never each other (Admin
+excepted, docs/DESIGN.md §10), so a request can be served in this process today and over the
+Kafka wire protocol by a server wing later, with the same types.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from txlog.errors import IllegalArgumentError
+from txlog.topic_partition import TopicPartition
+
+# ---- ListOffsets ------------------------------------------------------------------------------------
+
+# Kafka's ListOffsets special timestamps (ListOffsetsRequest.EARLIEST_TIMESTAMP / LATEST_TIMESTAMP).
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+
+# ---- InitProducerId / EndTxn ------------------------------------------------------------------------
+
+DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000  # Kafka's transaction.timeout.ms default
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerIdAndEpoch:
+    """What InitProducerId and EndTxn (transaction protocol v2) answer: the ids to stamp batches with."""
+
+    producer_id: int
+    epoch: int
+
+
+# ---- ConsumerGroupHeartbeat (KIP-848) ---------------------------------------------------------------
+
+JOIN_EPOCH = 0  # a heartbeat with member epoch 0 joins (KIP-848)
+LEAVE_EPOCH = -1  # a dynamic member leaves
+STATIC_LEAVE_EPOCH = -2  # a static member leaves but keeps its assignment until its session expires
+
+DEFAULT_SESSION_TIMEOUT_MS = 45_000
+DEFAULT_MAX_POLL_INTERVAL_MS = 300_000
+DEFAULT_HEARTBEAT_INTERVAL_MS = 3_000
+
+Partitions = frozenset[TopicPartition]
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatRequest:
+    """KIP-848's ConsumerGroupHeartbeat, as a member sends it."""
+
+    group_id: str
+    member_id: str
+    member_epoch: int
+    instance_id: str | None = None
+    topics: tuple[str, ...] | None = None  # None: unchanged since the last heartbeat
+    owned: Partitions | None = None  # what the member holds; None: unchanged
+    assignor: str | None = None
+    session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS
+    rebalance_timeout_ms: int = DEFAULT_MAX_POLL_INTERVAL_MS
+    client_id: str = "txlog"
+    client_host: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatResponse:
+    member_id: str
+    member_epoch: int
+    assignment: Partitions  # what the member may hold now; it revokes whatever else it holds
+    pending: bool  # the target is not reached yet (partitions to revoke or not yet released): beat again soon
+
+
+@dataclass(frozen=True, slots=True)
+class MemberRef:
+    """Who a commit comes from: the consumer's group metadata (KIP-447)."""
+
+    member_id: str
+    member_epoch: int
+    instance_id: str | None = None
+
+
+def check_session_settings(session_timeout_ms: int, max_poll_interval_ms: int, heartbeat_interval_ms: int) -> None:
+    """The member's timeouts as Kafka's consumer checks them before it joins."""
+    for name, value in (("session_timeout_ms", session_timeout_ms), ("max_poll_interval_ms", max_poll_interval_ms),
+                        ("heartbeat_interval_ms", heartbeat_interval_ms)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise IllegalArgumentError(f"{name} must be a positive integer, not {value!r}")
+    if heartbeat_interval_ms >= session_timeout_ms:
+        raise IllegalArgumentError("heartbeat_interval_ms must be lower than session_timeout_ms")
