@@ -176,13 +176,15 @@ def inspect(
     targets = _expand(given)
     from cli import dump_log  # here, not at import: `txlog --help` must not load storage
 
+    from txlog.schemas import message_parsers
+
     parser = None
     if transaction_log_decoder:
-        parser = dump_log.transaction_log_parser
+        parser = message_parsers.transaction_log_parser
     elif offsets_decoder:
-        parser = dump_log.offsets_parser
+        parser = message_parsers.offsets_parser
     elif cluster_metadata_decoder:
-        parser = dump_log.cluster_metadata_parser
+        parser = message_parsers.cluster_metadata_parser
     print_data = print_data_log or parser is not None
     opts = dump_log.Options(
         print_data=print_data, deep=deep_iteration or print_data, skip_metadata=skip_record_metadata,
