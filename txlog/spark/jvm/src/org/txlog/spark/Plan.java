@@ -14,7 +14,7 @@ import java.util.List;
  *
  * <p>The JVM side plans nothing: which offsets of which partitions, each range's end (the last
  * stable offset under read_committed) and the aborted transactions inside it all come from the
- * planner, passed as the JSON option {@code txlog.plan} (written by txlog/spark/jvm_plan.py).
+ * planner, passed as the JSON option {@code txlog.plan} (written by txlog/spark/jvm_reader.py).
  */
 final class Plan {
     /** The record view's schema in Spark DDL (txlog/spark/schemas.py). */

@@ -27,7 +27,7 @@ import java.nio.file.StandardOpenOption;
  * aborted transaction of the plan (same producer, first offset to ABORT marker) spans it. That
  * is all the JVM knows of visibility; which ranges, where they end (the LSO) and which
  * transactions aborted were fixed by the Python planner (txlog/spark/planning.py).
- * tests/test_spark_jvm.py holds the result to txlog.Consumer's.
+ * tests/spark/test_spark_jvm.py holds the result to txlog.Consumer's.
  */
 final class RangeReader implements PartitionReader<ColumnarBatch> {
     /** Rows per ColumnarBatch (Spark's own columnar readers use 4096). */

@@ -40,7 +40,7 @@ import java.util.Set;
  * a plan made by txlog's Python planner (option {@code txlog.plan}, see {@link Plan}).
  *
  * <p>PySpark sessions set up by txlog.spark.register / local_session route batch reads of the
- * record view here (txlog/spark/routing.py); streaming and the batches/transactions views stay
+ * record view here (txlog/spark/jvm_reader.py); streaming and the batches/transactions views stay
  * with the Python source. Columns are pruned, and filters on partition, topic, offset and
  * timestamp narrow what is read; every filter is still evaluated by Spark afterwards, so a
  * pushed filter only ever saves work, never decides a row.
