@@ -32,9 +32,11 @@ CRASH_STEP, CRASH_ACTION, CRASH_OCCURRENCE = "WriteTxnMarkers", "kill-after", 1
 _CRASHING_COMMIT = """
 import sys
 import txlog
-from txlog.tools.fault_injection import StepFault
+from txlog.tools.fault_injection import FaultInjectingTransport, StepFault
+from txlog.transport import Transport
 plan = txlog.FaultPlan(steps=[StepFault(sys.argv[3], sys.argv[4], int(sys.argv[5]))])
-p = txlog.Producer(sys.argv[1], transactional_id="demo-crash", faults=plan)
+store = txlog.Store.open(sys.argv[1])
+p = txlog.Producer(store, transactional_id="demo-crash", transport=FaultInjectingTransport(Transport(store), plan))
 p.init_transactions()
 p.begin_transaction()
 for part in (0, 1):

@@ -67,7 +67,15 @@ from txlog.clients.producer import Producer  # noqa: E402
 from txlog.topic_partition import TopicPartition  # noqa: E402
 from txlog.schemas.transaction_log import TxnLogValue, TxnState, encode_key, encode_value  # noqa: E402
 from txlog.transport import Transport  # noqa: E402
-from txlog.tools.fault_injection import Action, Crashed, Fault, FaultPlan, Step, StepFault  # noqa: E402
+from txlog.tools.fault_injection import (  # noqa: E402
+    Action,
+    Crashed,
+    Fault,
+    FaultInjectingTransport,
+    FaultPlan,
+    Step,
+    StepFault,
+)
 
 FENCED = (ProducerFencedError, InvalidProducerEpochError)
 IN0 = TopicPartition("in", 0)
@@ -170,6 +178,11 @@ def enospc_on(monkeypatch, match) -> dict:
 
     monkeypatch.setattr(os, "write", fake_write)
     return state
+
+
+def faulty(store, plan: FaultPlan) -> FaultInjectingTransport:
+    """The store's transport wrapped in `plan`, for a client's `transport=`."""
+    return FaultInjectingTransport(Transport(store), plan)
 
 
 def crash_at_marker(n: int = 1) -> FaultPlan:
@@ -811,7 +824,7 @@ def test_scenario8_timeout_fence_at_the_exhausted_epoch_still_fences(store, stor
 def test_scenario49a_torn_tail_of_the_coordinator_log(store, store_path):
     """49a: PREPARE_COMMIT torn (cut inside the last batch): the tail is cut, the txn is Ongoing
     again, and the next init aborts it; RC never shows the data."""
-    p = producer(store, faults=crash_at_marker(1))
+    p = producer(store, transport=faulty(store, crash_at_marker(1)))
     p.init_transactions()
     p.begin_transaction()
     p.send("t", b"a", partition=0)
@@ -841,7 +854,7 @@ def test_scenario49a_torn_tail_of_the_coordinator_log(store, store_path):
 def test_scenario49b_bit_flip_inside_the_coordinator_log(store, store_path):
     """49b: a flipped bit in a record before a PREPARE_COMMIT: the coordinator refuses to start
     (never forgets the decision), data partitions stay readable with the LSO pinned."""
-    p = producer(store, faults=crash_at_marker(3))  # the two commits before write one marker each
+    p = producer(store, transport=faulty(store, crash_at_marker(3)))  # the two commits before write one marker each
     p.init_transactions()
     for value in (b"one", b"two"):
         p.begin_transaction()
@@ -975,7 +988,7 @@ def test_exactly_once_through_lost_acks_and_late_duplicates(store, store_path):
     offsets) of transactional and idempotent producers: each record and each offset commit is in
     the log once, at the offset its future reported (the 5-batch dedup window)."""
     plan = FaultPlan(rate=0.4, kinds=(Fault.LOSE_ACK, Fault.DUPLICATE, Fault.LOSE_REQUEST), seed=7)
-    p = producer(store, faults=plan, batch_size=200)
+    p = producer(store, transport=faulty(store, plan), batch_size=200)
     p.init_transactions()
     sent: dict[bytes, object] = {}
     committed: list[bytes] = []
@@ -992,7 +1005,7 @@ def test_exactly_once_through_lost_acks_and_late_duplicates(store, store_path):
             committed.extend(values)
     assert plan.injected[Fault.LOSE_ACK] and plan.injected[Fault.DUPLICATE]
     idem_plan = FaultPlan(rate=0.4, kinds=(Fault.LOSE_ACK, Fault.DUPLICATE), seed=8)
-    q = Producer(store, faults=idem_plan, batch_size=100, linger_ms=NEVER)
+    q = Producer(store, transport=faulty(store, idem_plan), batch_size=100, linger_ms=NEVER)
     plain = {b"i%d" % i: q.send("in", b"i%d" % i, partition=0) for i in range(60)}
     q.flush()
     all_ru: list[tuple[int, int, bytes]] = []

@@ -6,7 +6,13 @@ import pytest
 
 import txlog
 from txlog.tools.delivery import DeliveryMode, compare_delivery_semantics, run_mode
-from txlog.tools.fault_injection import Fault, FaultPlan
+from txlog.tools.fault_injection import Fault, FaultInjectingTransport, FaultPlan
+from txlog.transport import Transport
+
+
+def faulty(store, plan: FaultPlan) -> FaultInjectingTransport:
+    """The store's transport wrapped in `plan`: what a producer given it meets."""
+    return FaultInjectingTransport(Transport(store), plan)
 
 
 def _by_mode(reports):
@@ -45,7 +51,7 @@ def test_each_fault_alone(store, fault):
 
 def test_lost_ack_retry_is_answered_with_the_original_offsets(store):
     store.create_topic("t", 1)
-    p = txlog.Producer(store, faults=FaultPlan([Fault.LOSE_ACK, Fault.LOSE_ACK]), linger_ms=0)
+    p = txlog.Producer(store, transport=faulty(store, FaultPlan([Fault.LOSE_ACK, Fault.LOSE_ACK])), linger_ms=0)
     first = p.send("t", value=b"a")
     p.flush()
     assert first.get().offset == 0
@@ -58,7 +64,8 @@ def test_lost_ack_retry_is_answered_with_the_original_offsets(store):
 def test_unknown_outcome_after_retries_bumps_the_epoch(store):
     """A batch whose fate stays unknown must never have its sequence reused (KIP-360)."""
     store.create_topic("t", 1)
-    p = txlog.Producer(store, retries=1, faults=FaultPlan([Fault.LOSE_ACK, Fault.LOSE_ACK]), linger_ms=0)
+    p = txlog.Producer(store, retries=1, transport=faulty(store, FaultPlan([Fault.LOSE_ACK, Fault.LOSE_ACK])),
+                       linger_ms=0)
     lost = p.send("t", value=b"a")
     p.flush()
     with pytest.raises(txlog.errors.RequestTimedOutError):

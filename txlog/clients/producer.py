@@ -30,64 +30,50 @@ Transactions follow Kafka's client state machine; each partition is registered w
 coordinator before the first transactional write to it, and the log checks that
 registration (KIP-890 part 1).
 
+The producer is cut as Kafka's is: this class batches and partitions, a TransactionManager
+(txlog/clients/transaction_manager.py) holds the ids, sequences and transaction state, and the
+Sender takes batches to the log.
+
 Every request (InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, Produce, TxnOffsetCommit,
 EndTxn) goes through a `txlog.transport.Transport`: one made on the producer's store, or the
-`transport=` given; `faults=` (a `txlog.tools.fault_injection.FaultPlan`) wraps it in a
-`FaultInjectingTransport`. Only one thread talks to the transport at a time (`_io`).
+`transport=` given (a test's `txlog.tools.fault_injection.FaultInjectingTransport`, which
+loses, delays or crashes requests on a plan). Only one thread talks to the transport at a
+time: whoever holds the TransactionManager's `lock`.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
-import threading
 import time
-from enum import Enum
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from storage.config import TopicConfig
 from storage.errors import KafkaError
 from storage.records import BatchBuilder, Compression, TimestampType, encode_batches
 from storage.store import Store
-from txlog.requests import DEFAULT_TRANSACTION_TIMEOUT_MS, ProducerIdAndEpoch
+from txlog.requests import DEFAULT_TRANSACTION_TIMEOUT_MS
 from txlog.errors import (
-    ConcurrentTransactionsError,
     IllegalArgumentError,
-    IllegalStateError,
     InvalidConfigurationError,
-    InvalidProducerEpochError,
     InvalidRequestError,
-    OutOfOrderSequenceError,
-    ProducerFencedError,
     TransactionAbortableError,
-    UnknownProducerIdError,
     UnknownTopicOrPartitionError,
 )
-from txlog.tools.fault_injection import FaultInjectingTransport, FaultPlan
 from txlog.clients.future_record_metadata import FutureProduceMany, FutureRecordMetadata, ProduceRequestResult
 from txlog.requests import MemberRef
 from storage.topic_name import CONSUMER_OFFSETS_TOPIC
 from txlog.clients.membership import ConsumerGroupMetadata
 from txlog.clients.partitioner import DEFAULT_PARTITIONER, PARTITIONER_NAMES, named_partitioner, partition_many
 from txlog.clients.record_accumulator import ProducerBatch, RecordAccumulator
-from txlog.clients.sender import Sender, retry_timeouts
+from txlog.clients.sender import Sender, SenderConfig, retry_timeouts
+from txlog.clients.transaction_manager import FENCING_ERRORS, TransactionManager, TransactionState
 from txlog.topic_partition import OffsetAndMetadata, TopicPartition
 from txlog.transport import Transport
 
-_FENCING = (ProducerFencedError, InvalidProducerEpochError)
-_CONCURRENT_RETRIES = 50
 DEFAULT_DELIVERY_TIMEOUT_MS = 120_000
 BULK_CHUNK_RECORDS = 8192  # produce_many encodes this many rows per native call (~1 MiB of small records)
 _CLIENT_NUMBERS = itertools.count(1)
-
-
-class _State(Enum):
-    UNINITIALIZED = "uninitialized"
-    READY = "ready"
-    IN_TRANSACTION = "in-transaction"
-    ABORTABLE = "abortable"
-    FENCED = "fenced"
-    CLOSED = "closed"
 
 
 def _now_ms() -> int:
@@ -143,8 +129,7 @@ class Producer:
                  partitioner: str | Callable[[bytes | None, int], int] | None = None,
                  max_in_flight_requests_per_connection: int = 5, delivery_timeout_ms: int | None = None,
                  buffer_memory: int = 32 * 1024 * 1024, max_block_ms: int = 60_000, client_id: str | None = None,
-                 max_request_size: int = 1024 * 1024,
-                 faults: FaultPlan | None = None, clock: Callable[[], int] | None = None,
+                 max_request_size: int = 1024 * 1024, clock: Callable[[], int] | None = None,
                  transport: Transport | None = None):
         self.acks = _parse_acks(acks)
         if delivery_timeout_ms is None and _non_negative(linger_ms):
@@ -173,15 +158,15 @@ class Producer:
         self._key_partition = named_partitioner(self._partitioner_name)
         self._clock = clock or _now_ms
         self._wall_clock = clock is None  # then the native builder reads the clock (cheaper per send)
-        # Every request to the log goes through the transport; `faults` wraps it in a fault plan.
-        transport = transport if transport is not None else Transport(self.store, clock=clock)
-        self._transport = FaultInjectingTransport(transport, faults) if faults is not None else transport
-        # The sender thread and the application thread (transactions, offsets) never use the
-        # transport, the ids or the sequences at the same time: whoever does holds `_io`.
-        self._io = threading.RLock()
-        self._ids = ProducerIdAndEpoch(-1, -1)
-        self._sequences: dict[TopicPartition, int] = {}
-        self._unsynced: set[TopicPartition] = set()  # written without fdatasync (transactions, acks=1)
+        # Every request to the log goes through the transport (a test's may wrap it in a fault plan).
+        self._transport = transport if transport is not None else Transport(self.store, clock=clock)
+        # Ids, sequences and the transaction's state; the sender thread and the application thread
+        # (transactions, offsets) take turns on the transport under its `lock`.
+        self._txn = TransactionManager(self._transport, transactional_id=transactional_id,
+                                       idempotent=self.idempotent, transaction_timeout_ms=transaction_timeout_ms,
+                                       clock=self._clock)
+        self._sender_config = SenderConfig(client_id=self.client_id, acks=self.acks, retries=retries,
+                                           delivery_timeout_ms=delivery_timeout_ms)
         self._accumulator = RecordAccumulator(linger_ms=linger_ms, max_request_size=max_request_size,
                                               buffer_memory=buffer_memory, max_block_ms=max_block_ms,
                                               on_seal=self._sealed)
@@ -193,25 +178,18 @@ class Producer:
         self._sticky_next: dict[str, int] = {}
         self._topic_meta: dict[str, tuple[int, int]] = {}
         self._tps: dict[tuple[str, int], TopicPartition] = {}  # made once per partition, not per send
-        self._registered: set[TopicPartition] = set()
-        self._txn_deadline_ms = 0
-        self._txn_error: BaseException | None = None
-        self._fatal: BaseException | None = None
-        self._state = _State.UNINITIALIZED if transactional_id is not None else _State.READY
-        # The one state `send` accepts without a closer look (_check_can_send explains the others).
-        self._sending_state = _State.IN_TRANSACTION if transactional_id is not None else _State.READY
         if self.idempotent and transactional_id is None:
-            self._ids = self._transport.init_producer_id(None)
+            self._txn.init_producer_id()
 
     # ---- properties ---------------------------------------------------------------------------------
 
     @property
     def producer_id(self) -> int:
-        return self._ids.producer_id
+        return self._txn.producer_id_and_epoch.producer_id
 
     @property
     def producer_epoch(self) -> int:
-        return self._ids.epoch
+        return self._txn.producer_id_and_epoch.epoch
 
     # ---- sending -------------------------------------------------------------------------------------
 
@@ -221,12 +199,12 @@ class Producer:
 
         This is the per-record cost of producing, so the common case takes no call it can
         avoid: plain bytes (and None) skip the conversions, a one-partition topic skips the
-        partitioner, the state check is one comparison, no lock is taken unless a batch opens
+        partitioner, the state check is one attribute, no lock is taken unless a batch opens
         or fills (the only times the sender is woken), and the record goes into the batch in
         one native call that also stamps its timestamp.
         """
-        if self._state is not self._sending_state or self._fatal is not None:
-            self._check_can_send()
+        if not self._txn.sendable:
+            self._txn.check_can_send()
         if key is not None and type(key) is not bytes:
             key = _as_bytes(key, "key")
         if value is not None and type(value) is not bytes:
@@ -262,17 +240,6 @@ class Producer:
                     return batch, index
             batch = self._new_batch(tp)
             return batch, batch.builder.try_append(key, value, headers, ts)
-
-    def _check_can_send(self) -> None:
-        if self._state is _State.CLOSED:
-            raise IllegalStateError("the producer is closed")
-        if self._fatal is not None:
-            raise self._fatal
-        if self.transactional_id is not None:
-            if self._state is _State.ABORTABLE:
-                raise TransactionAbortableError(f"the transaction must be aborted: {self._txn_error}")
-            if self._state is not _State.IN_TRANSACTION:
-                raise IllegalStateError("send outside a transaction: call begin_transaction() first")
 
     def _topic_info(self, topic: str) -> tuple[int, int]:
         """(partition count, largest batch the topic accepts), checked once per topic."""
@@ -339,7 +306,7 @@ class Producer:
         """A sender thread for the batches just queued, if none is running (the caller holds the
         accumulator's lock: an idle sender stops under it, so this never misses one stopping)."""
         if self._accumulator.sender_thread is None:
-            self._sender = Sender(self, self._accumulator)
+            self._sender = Sender(self._accumulator, self._txn, self._transport, self._sender_config)
 
     def produce_many(self, topic: str, values: Sequence[Any], keys: Sequence[Any] | None = None, *,
                      partition: int | None = None, headers: Sequence[Any] | None = None,
@@ -352,7 +319,7 @@ class Producer:
         order, after whatever `send` put there before. The future's `get()` waits for every
         batch and returns the number of records sent.
         """
-        self._check_can_send()
+        self._txn.check_can_send()
         count = len(values)
         for name, column in (("keys", keys), ("headers", headers), ("timestamps", timestamps)):
             if column is not None and len(column) != count:
@@ -436,120 +403,20 @@ class Producer:
 
     def _flush(self, timeout: float | None, *, sync: bool) -> None:
         self._accumulator.flush(timeout)
-        if self._fatal is not None and not isinstance(self._fatal, KafkaError):
-            raise self._fatal  # the process "crashed" (a fault plan): nothing more happens
-        if sync and self._unsynced and self._fatal is None:
-            with self._io:
-                self._sync(list(self._unsynced))
+        txn = self._txn
+        if txn.fatal_error is not None and not isinstance(txn.fatal_error, KafkaError):
+            raise txn.fatal_error  # the process "crashed" (a fault plan): nothing more happens
+        if sync and txn.fatal_error is None:
+            txn.sync_unsynced()
 
-    def _sync(self, tps: list[TopicPartition]) -> None:
-        """fdatasync partitions written without one, so the high watermark covers them (holder of `_io`)."""
-        self._transport.sync_partitions([(tp.topic, tp.partition) for tp in tps])
-        self._unsynced.difference_update(tps)
-
-    # ---- what the sender asks of the producer (it holds `_io`) --------------------------------------------
-
-    def _send_blocker(self) -> BaseException | None:
-        """Why a batch may not be sent now (the producer is dead or fenced, the transaction must abort)."""
-        if self._fatal is not None:
-            return self._fatal
-        if self._txn_error is not None:
-            return TransactionAbortableError(f"the transaction must be aborted: {self._txn_error}")
-        return None
-
-    def _died(self, exc: BaseException) -> None:
-        """A simulated crash (or a bug) in the sender: the producer is dead from now on."""
-        if self._fatal is None:
-            self._fatal = exc
-
-    def _outcome_unknown(self, tp: TopicPartition) -> None:
-        """The batch may or may not be in the log: its sequence must never be reused (KIP-360)."""
-        if self.transactional_id is not None or not self.idempotent:
-            return  # a transaction aborts (and bumps the epoch); without idempotence there is nothing to reuse
-        self._ids = ProducerIdAndEpoch(self._ids.producer_id, self._ids.epoch + 1)
-        self._sequences.clear()
-
-    def _batch_failed(self, exc: KafkaError) -> KafkaError:
-        """Note what a failed request means for the producer; returns the error its records report
-        (an epoch error of a transactional producer is reported as the fencing it is)."""
-        if isinstance(exc, _FENCING):
-            self._fatal = self._fenced(exc) if isinstance(exc, InvalidProducerEpochError) and \
-                self.transactional_id is not None else exc
-            self._state = _State.FENCED if self.transactional_id is not None else self._state
-            exc = self._fatal
-        elif isinstance(exc, (OutOfOrderSequenceError, UnknownProducerIdError)) and self.transactional_id is None:
-            self._outcome_unknown_all()
-        if self.transactional_id is not None and self._state is _State.IN_TRANSACTION:
-            self._txn_error = exc
-            self._state = _State.ABORTABLE
-        return exc
-
-    def _fenced(self, exc: KafkaError) -> ProducerFencedError:
-        """The log's epoch check in user terms: a newer instance of the transactional id took over
-        (its init_transactions bumped the epoch and aborted our open transaction)."""
-        return ProducerFencedError(
-            f"transactional id '{self.transactional_id}' was fenced by a newer instance of it; this producer's "
-            f"transaction was aborted (producer id {self._ids.producer_id} epoch {self._ids.epoch}: {exc})")
-
-    def _outcome_unknown_all(self) -> None:
-        if self.idempotent:
-            self._ids = ProducerIdAndEpoch(self._ids.producer_id, self._ids.epoch + 1)
-            self._sequences.clear()
-
-    # ---- transactions ---------------------------------------------------------------------------------------
-
-    def _before_transactional_write(self, tps: list[TopicPartition], group: str | None = None) -> None:
-        """Register new partitions (AddPartitionsToTxn, or AddOffsetsToTxn for `group`'s offsets
-        partition), and let the coordinator fence us if our transaction timed out."""
-        new = [tp for tp in tps if tp not in self._registered]
-        tid, pid, epoch = self.transactional_id, self._ids.producer_id, self._ids.epoch
-        if new:
-            if group is None:
-                value = self._retry_concurrent(lambda: self._transport.add_partitions_to_txn(tid, pid, epoch, new))
-            else:
-                value = self._retry_concurrent(lambda: self._transport.add_offsets_to_txn(tid, pid, epoch, group))
-            self._registered.update(new)
-            self._txn_deadline_ms = value.start_ms + value.timeout_ms
-        elif self._clock() > self._txn_deadline_ms:
-            self._transport.check_transaction_alive(tid, pid, epoch)
-
-    def _retry_concurrent(self, call: Callable[[], Any]) -> Any:
-        for attempt in range(_CONCURRENT_RETRIES):
-            try:
-                return call()
-            except ConcurrentTransactionsError:
-                if attempt == _CONCURRENT_RETRIES - 1:
-                    raise
-                time.sleep(min(0.005 * (attempt + 1), 0.1))
-
-    def _require_transactional(self) -> None:
-        if self.transactional_id is None:
-            raise IllegalStateError("transactional method called on a producer without transactional_id")
-        if self._state is _State.CLOSED:
-            raise IllegalStateError("the producer is closed")
-        if self._fatal is not None:
-            raise self._fatal
+    # ---- transactions (the TransactionManager keeps the state; this side flushes) ------------------------
 
     def init_transactions(self) -> None:
         """Get this transactional id's producer id and a new epoch, fencing older instances."""
-        self._require_transactional()
-        if self._state is not _State.UNINITIALIZED:
-            raise IllegalStateError(f"init_transactions() called twice (state {self._state.value})")
-        with self._io:
-            self._set_ids(self._retry_concurrent(lambda: self._transport.init_producer_id(
-                self.transactional_id, self.transaction_timeout_ms)))
-        self._state = _State.READY
+        self._txn.init_transactions()
 
     def begin_transaction(self) -> None:
-        self._require_transactional()
-        if self._state is _State.UNINITIALIZED:
-            raise IllegalStateError("call init_transactions() before begin_transaction()")
-        if self._state is not _State.READY:
-            raise IllegalStateError(f"begin_transaction() while {self._state.value}")
-        with self._io:
-            self._registered.clear()
-            self._txn_error = None
-        self._state = _State.IN_TRANSACTION
+        self._txn.begin_transaction()
 
     def send_offsets_to_transaction(self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int],
                                     group_metadata: Any) -> None:
@@ -561,17 +428,18 @@ class Producer:
         StaleMemberEpochError, FencedInstanceIdError) and makes the transaction abortable.
         A group id alone is accepted while the group has no members (assign()-only use).
         """
-        self._require_transactional()
+        self._txn.ensure_transactional()
         group, member = _group_and_member(group_metadata)
-        self._check_can_send()
+        self._txn.check_can_send()
         self._flush(None, sync=False)
-        with self._io:
+        with self._txn.lock:
             self._commit_offsets(offsets, group, member)
 
     def _commit_offsets(self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int], group: str,
                         member: MemberRef | None) -> None:
-        """The TxnOffsetCommit itself, on the calling thread (holder of `_io`; the sender is idle)."""
-        transport = self._transport
+        """The TxnOffsetCommit itself, on the calling thread (holder of the TransactionManager's
+        `lock`; the sender is idle)."""
+        transport, txn = self._transport, self._txn
         tp = transport.offsets_partition(group)
         now = self._clock()
         builder = BatchBuilder(max_bytes=1 << 30, is_transactional=True)
@@ -581,84 +449,49 @@ class Producer:
             builder.append(k, v, None, now)
         if not builder.record_count:
             return
-        seq = self._sequences.get(tp, 0)
-        data = builder.build(producer_id=self._ids.producer_id, producer_epoch=self._ids.epoch, base_sequence=seq)
+        ids = txn.producer_id_and_epoch
+        data = builder.build(producer_id=ids.producer_id, producer_epoch=ids.epoch, base_sequence=txn.sequence(tp))
         try:
             # Registration takes the transaction coordinator's lock, so it happens before the
             # group's lock is taken (inside TxnOffsetCommit): the lock order stays coordinator,
             # then data partitions.
-            self._before_transactional_write([tp], group)
-            retry_timeouts(lambda: self._transport.txn_offset_commit(group, member, tp.topic, tp.partition, data,
-                                                                     self.transactional_id), self.retries)
+            txn.before_transactional_write([tp], group)
+            retry_timeouts(lambda: transport.txn_offset_commit(group, member, tp.topic, tp.partition, data,
+                                                               self.transactional_id), self.retries)
         except KafkaError as exc:
-            self._batch_failed(exc)
+            txn.batch_failed(exc)
             raise
-        self._sequences[tp] = (seq + builder.record_count) & 0x7FFFFFFF
+        txn.advance_sequence(tp, builder.record_count)
 
     def commit_transaction(self) -> None:
         """Send what is buffered, then commit: every record and offset of the transaction becomes
         visible at once. The coordinator makes the data durable before it decides."""
-        self._require_transactional()
-        if self._state is _State.ABORTABLE:
-            raise TransactionAbortableError(f"the transaction cannot commit: {self._txn_error}")
-        if self._state is not _State.IN_TRANSACTION:
-            raise IllegalStateError(f"commit_transaction() while {self._state.value}")
+        self._txn.ensure_can_commit()
         self._flush(None, sync=False)
-        if self._fatal is not None:
-            raise self._fatal
-        if self._txn_error is not None:
-            raise TransactionAbortableError(f"the transaction cannot commit: {self._txn_error}")
-        self._end(commit=True)
+        self._txn.commit_transaction()
 
     def abort_transaction(self) -> None:
         """Drop unsent records and abort: nothing of the transaction is ever read_committed-visible."""
-        self._require_transactional()
-        if self._state not in (_State.IN_TRANSACTION, _State.ABORTABLE):
-            raise IllegalStateError(f"abort_transaction() while {self._state.value}")
+        self._txn.ensure_can_abort()
         self._accumulator.fail_unsent(TransactionAbortableError("the transaction was aborted before this record "
                                                                 "was sent"))
         self._flush(None, sync=False)  # whatever the sender had already taken
-        if self._fatal is not None and not isinstance(self._fatal, KafkaError):
-            raise self._fatal
-        with self._io:
-            self._transport.deliver_delayed()
-        self._end(commit=False)
-
-    def _end(self, commit: bool) -> None:
-        with self._io:
-            if not self._registered:  # nothing reached the log: there is nothing to mark
-                self._state = _State.READY
-                return
-            try:
-                ids = self._retry_concurrent(lambda: self._transport.end_txn(
-                    self.transactional_id, self._ids.producer_id, self._ids.epoch, commit))
-            except _FENCING as exc:
-                self._fatal = exc if isinstance(exc, ProducerFencedError) else self._fenced(exc)
-                self._state = _State.FENCED
-                raise self._fatal from exc
-            self._set_ids(ids)
-            self._registered.clear()
-            self._unsynced.clear()  # the coordinator synced the data (commit) or marked it (abort)
-            self._state = _State.READY
-
-    def _set_ids(self, ids: ProducerIdAndEpoch) -> None:
-        if ids != self._ids:
-            self._sequences.clear()  # a new epoch starts every partition at sequence 0
-        self._ids = ids
+        self._txn.abort_transaction()
 
     # ---- closing --------------------------------------------------------------------------------------------
 
     def close(self, timeout: float | None = None) -> None:
         """Send what is buffered (aborting an unfinished transaction), stop the sender, release the store."""
-        if self._state is _State.CLOSED:
+        txn = self._txn
+        if txn.state is TransactionState.CLOSED:
             return
         try:
-            if self._state in (_State.IN_TRANSACTION, _State.ABORTABLE) and self._fatal is None:
+            if txn.has_open_transaction and txn.fatal_error is None:
                 self._abort_on_close()
-            elif self.transactional_id is None and self._fatal is None:
+            elif self.transactional_id is None and txn.fatal_error is None:
                 self.flush(timeout)
         finally:
-            self._state = _State.CLOSED
+            txn.close()
             self._accumulator.close()
             if self._sender is not None:
                 self._sender.join(timeout)
@@ -670,7 +503,7 @@ class Producer:
         left to abort (whoever fenced it aborted it), so closing it must not raise."""
         try:
             self.abort_transaction()
-        except _FENCING:
+        except FENCING_ERRORS:
             pass
 
     def __enter__(self) -> "Producer":

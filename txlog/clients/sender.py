@@ -11,17 +11,22 @@ makes all of a transaction's data durable in one fdatasync per partition before 
 PREPARE_COMMIT (docs/DESIGN.md, "Durability and the high watermark").
 
 Errors reach the futures of the batches concerned, and the producer's state (fenced,
-abortable, an epoch bump after an unknown outcome: KIP-360) through the producer's own
-handlers, so the next call on the producer sees them as Kafka's client would. A
-`BaseException` here (a fault plan's simulated crash) kills the producer: every later
-batch and call fails with it.
+abortable, an epoch bump after an unknown outcome: KIP-360) through its TransactionManager
+(txlog/clients/transaction_manager.py), so the next call on the producer sees them as Kafka's
+client would. A `BaseException` here (a fault plan's simulated crash, raised by a wrapping
+transport) kills the producer: every later batch and call fails with it.
+
+The sender knows the producer only through what it is given: the accumulator it drains, the
+TransactionManager it stamps batches from and reports outcomes to, the transport it writes
+through, and a `SenderConfig`. Each round holds the TransactionManager's `lock`.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, Protocol, TypeVar
+from dataclasses import dataclass
+from typing import Callable, TypeVar
 
 from storage.errors import (
     CorruptRecordError,
@@ -32,9 +37,9 @@ from storage.errors import (
     UnsupportedCompressionTypeError,
 )
 from storage.partition_log import BatchAppendResult
-from txlog.requests import ProducerIdAndEpoch
 from txlog.errors import KafkaTimeoutError, RequestTimedOutError
 from txlog.clients.record_accumulator import ProducerBatch, RecordAccumulator
+from txlog.clients.transaction_manager import TransactionManager, increment_sequence
 from txlog.topic_partition import TopicPartition
 from txlog.transport import Transport
 
@@ -49,43 +54,30 @@ THREAD_PREFIX = "txlog-producer-sender | "
 T = TypeVar("T")
 
 
-class ProducerCore(Protocol):
-    """What the sender uses of its producer (txlog/clients/producer.py): configuration, the ids and
-    sequences it stamps batches with, and the producer's handlers for what a request's outcome
-    means. The sender holds `_io` whenever it touches any of them."""
+@dataclass(frozen=True, slots=True)
+class SenderConfig:
+    """The producer's settings the sender acts on (Kafka's names in snake case)."""
 
-    transactional_id: str | None
-    client_id: str
-    idempotent: bool
-    acks: int
-    retries: int
-    delivery_timeout_ms: int
-    _io: threading.RLock
-    _ids: ProducerIdAndEpoch
-    _sequences: dict[TopicPartition, int]
-    _unsynced: set[TopicPartition]
-    _transport: Transport
-
-    def _before_transactional_write(self, tps: list[TopicPartition], group: str | None = None) -> None: ...
-
-    def _batch_failed(self, exc: KafkaError) -> KafkaError: ...
-
-    def _outcome_unknown(self, tp: TopicPartition) -> None: ...
-
-    def _send_blocker(self) -> BaseException | None: ...
-
-    def _died(self, exc: BaseException) -> None: ...
-
-    def _sync(self, tps: list[TopicPartition]) -> None: ...
+    client_id: str  # names the thread: "txlog-producer-sender | <client_id>"
+    acks: int  # -1 (all), 1 or 0
+    retries: int  # how often a timed-out append is retried with the same bytes
+    delivery_timeout_ms: int  # a batch not acknowledged this long after its creation fails
 
 
 class Sender:
-    """Runs the producer's I/O on one daemon thread (daemon as Kafka's: close() or flush() to be sure)."""
+    """Runs the producer's I/O on one daemon thread (daemon as Kafka's: close() or flush() to be sure).
 
-    def __init__(self, producer: ProducerCore, accumulator: RecordAccumulator):
-        self._producer = producer
+    The thread starts at once and stops when the accumulator is closed and empty, or idle
+    (`RecordAccumulator.ready`); the producer then makes a new Sender for its next batch.
+    """
+
+    def __init__(self, accumulator: RecordAccumulator, transaction_manager: TransactionManager,
+                 transport: Transport, config: SenderConfig):
         self._accumulator = accumulator
-        self._thread = threading.Thread(target=self._run, name=f"{THREAD_PREFIX}{producer.client_id}", daemon=True)
+        self._txn = transaction_manager
+        self._transport = transport
+        self._config = config
+        self._thread = threading.Thread(target=self._run, name=f"{THREAD_PREFIX}{config.client_id}", daemon=True)
         accumulator.sender_thread = self._thread
         self._thread.start()
 
@@ -100,44 +92,44 @@ class Sender:
                 return
             batches = [b for group in work.values() for b in group]
             try:
-                with self._producer._io:
+                with self._txn.lock:
                     self._round(work)
             except BaseException as exc:  # noqa: BLE001 - a simulated crash (or a bug) kills the producer
-                self._producer._died(exc)
+                self._txn.died(exc)
                 for batch in batches:
                     batch.settle(None, exc)
             finally:
                 accumulator.completed(batches)
 
     def _round(self, work: dict[TopicPartition, list[ProducerBatch]]) -> None:
-        producer = self._producer
-        if producer.transactional_id is not None:
+        txn = self._txn
+        if txn.transactional:
             try:
-                producer._before_transactional_write(list(work))
+                txn.before_transactional_write(list(work))
             except KafkaError as exc:
-                error = producer._batch_failed(exc)
+                error = txn.batch_failed(exc)
                 for group in work.values():
                     for batch in group:
                         batch.settle(None, error)
                 return
         for tp, group in work.items():
             self._produce(tp, group)
-        if producer.acks != -1:
+        if self._config.acks != -1:
             # acks=0/1 acknowledged before the fdatasync; it follows at once so the high
             # watermark (what readers may see) catches up without waiting for another writer.
-            producer._sync(list(work))
-        producer._transport.deliver_delayed()
+            txn.sync(list(work))
+        self._transport.deliver_delayed()
 
     def _produce(self, tp: TopicPartition, group: list[ProducerBatch]) -> None:
-        producer = self._producer
-        blocker = producer._send_blocker()
+        txn, config = self._txn, self._config
+        blocker = txn.send_blocker()
         if blocker is None:
-            blocker = _expired(group, producer.delivery_timeout_ms)
+            blocker = _expired(group, config.delivery_timeout_ms)
         if blocker is not None:
             for batch in group:
                 batch.settle(None, blocker)
             return
-        if producer.acks == 0:  # fire and forget: the future completes at hand-off, offset -1
+        if config.acks == 0:  # fire and forget: the future completes at hand-off, offset -1
             for batch in group:
                 batch.settle(None, None)
         try:
@@ -147,7 +139,7 @@ class Sender:
                 for batch in group:
                     self._produce(tp, [batch])
                 return
-            error = producer._batch_failed(exc)
+            error = txn.batch_failed(exc)
             for batch in group:
                 batch.settle(None, error)
             return
@@ -158,29 +150,30 @@ class Sender:
     def _append(self, tp: TopicPartition, group: list[ProducerBatch]) -> tuple[BatchAppendResult, ...]:
         """One append of the group, retrying timeouts with the same bytes (the log deduplicates
         them) within `retries` and delivery_timeout_ms; per-batch results in order."""
-        producer = self._producer
-        ids, idempotent = producer._ids, producer.idempotent
-        sequence = producer._sequences.get(tp, 0) if idempotent else -1
+        txn, config = self._txn, self._config
+        ids, idempotent = txn.producer_id_and_epoch, txn.idempotent
+        base = txn.sequence(tp) if idempotent else -1
         parts = []
+        records = 0
         for batch in group:
-            parts.append(batch.build(ids.producer_id, ids.epoch, sequence))
-            if idempotent:
-                sequence = (sequence + batch.records) & 0x7FFFFFFF
+            parts.append(batch.build(ids.producer_id, ids.epoch,
+                                     increment_sequence(base, records) if idempotent else -1))
+            records += batch.records
         data = parts[0] if len(parts) == 1 else b"".join(parts)
-        transactional = producer.transactional_id is not None
-        sync = producer.acks == -1 and not transactional
+        transactional_id = txn.transactional_id
+        sync = config.acks == -1 and transactional_id is None
         try:
             result = retry_timeouts(
-                lambda: producer._transport.produce(tp.topic, tp.partition, data, producer.transactional_id,
-                                                    sync=sync, trusted=True),
-                producer.retries, lambda: _expired(group, producer.delivery_timeout_ms) is not None)
+                lambda: self._transport.produce(tp.topic, tp.partition, data, transactional_id, sync=sync,
+                                                trusted=True),
+                config.retries, lambda: _expired(group, config.delivery_timeout_ms) is not None)
         except RequestTimedOutError:
-            producer._outcome_unknown(tp)
+            txn.outcome_unknown(tp)
             raise
         if idempotent:
-            producer._sequences[tp] = sequence
+            txn.advance_sequence(tp, records)
         if not sync:
-            producer._unsynced.add(tp)
+            txn.mark_unsynced(tp)
         return result.batches
 
 

@@ -24,7 +24,8 @@ from storage.store import Store
 from txlog.errors import KafkaError
 from txlog.fetch import IsolationLevel, fetch
 from txlog.clients.producer import Producer
-from txlog.tools.fault_injection import Fault, FaultPlan
+from txlog.tools.fault_injection import Fault, FaultInjectingTransport, FaultPlan
+from txlog.transport import Transport
 
 DEFAULT_RECORDS = 200
 DEFAULT_FAULT_RATE = 0.2
@@ -63,7 +64,7 @@ def run_mode(store: Store, topic: str, mode: DeliveryMode, records: int, faults:
     run = uuid.uuid4().hex[:8]
     log = store.partition(topic, 0)
     start = log.log_end_offset
-    settings = dict(_SETTINGS[mode], linger_ms=0, faults=faults)
+    settings = dict(_SETTINGS[mode], linger_ms=0, transport=FaultInjectingTransport(Transport(store), faults))
     if mode is DeliveryMode.EXACTLY_ONCE_TRANSACTIONAL:
         settings["transactional_id"] = f"delivery-{run}"
     acknowledged = 0
