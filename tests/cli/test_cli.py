@@ -1,102 +1,35 @@
-"""End-to-end tests of the `txlog` command line, through real subprocesses.
+"""End-to-end tests of the `txlog` command line: its output and exit codes.
 
-Every command runs as `python -m cli.main --data-dir <tmp> ...` (the same app as the
-installed `txlog` script, without depending on PATH). Exit codes and streams follow
-docs/cli-conventions.md: 0 ok, 1 error, 2 usage, 130 interrupted; data on stdout; every
-expected failure is one `Error: ...` line on stderr and never a traceback.
+Every command runs `cli.main:app` in this process as `python -m cli.main --data-dir <tmp> ...`
+would (tests/cli/cli_helpers.py: `txlog`); what only a real process shows -- import cost, shell
+completion -- runs as one (`python`, `_complete`). Exit codes and streams follow
+docs/cli-conventions.md: 0 ok, 1 error, 2 usage, 130 interrupted; data on stdout; every expected
+failure is one `Error: ...` line on stderr and never a traceback.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p)
-    env.pop("TXLOG_DATA_DIR", None)
-    env["NO_COLOR"] = "1"
-    if extra:
-        env.update(extra)
-    return env
-
-
-def txlog(*args: str, data_dir: str | os.PathLike | None = None, env: dict[str, str] | None = None,
-          timeout: float = 60) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "cli.main"]
-    if data_dir is not None:
-        cmd += ["--data-dir", os.fspath(data_dir)]
-    cmd += list(args)
-    return subprocess.run(cmd, check=False, cwd=ROOT, env=_env(env), capture_output=True, text=True, timeout=timeout)
-
-
-def python(code: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", code], check=False, cwd=ROOT, env=_env(env), capture_output=True, text=True,
-                          timeout=60)
-
-
-def assert_ok(proc: subprocess.CompletedProcess) -> None:
-    assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr)
-    assert "Traceback" not in proc.stderr
-
-
-def assert_one_error(proc: subprocess.CompletedProcess, code: int = 1) -> str:
-    """Exit `code`, nothing on stdout, exactly one line on stderr: `Error: ...`; returns the message."""
-    assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
-    assert "Traceback" not in proc.stderr
-    assert proc.stdout == ""
-    lines = proc.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error: "), proc.stderr
-    return lines[0][len("Error: "):]
-
-
-def assert_usage_error(proc: subprocess.CompletedProcess) -> None:
-    """Exit 2 with click's usage text, whose last line is `Error: ...`."""
-    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
-    assert "Traceback" not in proc.stderr
-    assert proc.stdout == ""
-    assert proc.stderr.splitlines()[-1].startswith("Error: "), proc.stderr
-
-
-def tree(path: str | os.PathLike) -> dict[str, tuple]:
-    """Every file and directory under `path`, with file sizes and content hashes."""
-    out: dict[str, tuple] = {}
-    for dirpath, dirnames, filenames in os.walk(path):
-        for d in dirnames:
-            out[os.path.relpath(os.path.join(dirpath, d), path)] = ("dir",)
-        for f in filenames:
-            full = os.path.join(dirpath, f)
-            with open(full, "rb") as fh:
-                out[os.path.relpath(full, path)] = ("file", hashlib.sha256(fh.read()).hexdigest())
-    return out
+from tests.cli.cli_helpers import (
+    _complete,
+    assert_ok,
+    assert_one_error,
+    assert_usage_error,
+    make_store,
+    python,
+    topic_names,
+    tree,
+    txlog,
+)
 
 
 @pytest.fixture
 def data_dir(tmp_path) -> str:
     return str(tmp_path / "data")
-
-
-def topic_names(proc: subprocess.CompletedProcess) -> list[str]:
-    """The names `topics list` printed: the first column of its text layout, below the header."""
-    assert_ok(proc)
-    return [line.split()[0] for line in proc.stdout.splitlines()[1:]]
-
-
-def make_store(path: str | os.PathLike, **topics: int) -> None:
-    """Set-up without a subprocess: a store holding `topics` (name=partition count)."""
-    from storage import Store
-
-    with Store.open(path) as store:
-        for name, partitions in topics.items():
-            store.create_topic(name, partitions)
 
 
 # ---- global options -----------------------------------------------------------------------------------
@@ -216,13 +149,10 @@ def test_topics_round_trip(data_dir):
 def test_describe_all_and_internal_topics(data_dir):
     assert_ok(txlog("topics", "create", "b", data_dir=data_dir))
     assert_ok(txlog("topics", "create", "a", "-p", "2", data_dir=data_dir))
-    proc = python(
-        "from storage import Store\n"
-        f"s = Store.open({data_dir!r})\n"
-        "s.create_topic('__consumer_offsets', 1, internal=True)\n"
-        "s.close()\n"
-    )
-    assert proc.returncode == 0, proc.stderr
+    from storage import Store
+
+    with Store.open(data_dir) as s:
+        s.create_topic("__consumer_offsets", 1, internal=True)
 
     assert topic_names(txlog("topics", "list", data_dir=data_dir)) == ["__consumer_offsets", "a", "b"]
     assert topic_names(txlog("topics", "list", "--exclude-internal", data_dir=data_dir)) == ["a", "b"]
@@ -242,17 +172,14 @@ def test_describe_all_and_internal_topics(data_dir):
 
 def test_describe_reports_offsets_of_written_data(data_dir):
     assert_ok(txlog("topics", "create", "t", "-p", "2", data_dir=data_dir))
-    proc = python(
-        "from storage import Store\n"
-        "from storage.records import build_batch\n"
-        f"s = Store.open({data_dir!r})\n"
-        "log = s.partition('t', 1)\n"
-        "log.append(build_batch([(b'k', b'v', [], 1000)] * 5))\n"
-        "log.append(build_batch([(None, b'w', [], 1001)], producer_id=s.allocate_producer_id(),"
-        " producer_epoch=0, base_sequence=0, is_transactional=True))\n"
-        "s.close()\n"
-    )
-    assert proc.returncode == 0, proc.stderr
+    from storage import Store
+    from storage.records import build_batch
+
+    with Store.open(data_dir) as s:
+        log = s.partition("t", 1)
+        log.append(build_batch([(b"k", b"v", [], 1000)] * 5))
+        log.append(build_batch([(None, b"w", [], 1001)], producer_id=s.allocate_producer_id(),
+                               producer_epoch=0, base_sequence=0, is_transactional=True))
     doc = json.loads(txlog("topics", "describe", "t", "-o", "json", data_dir=data_dir).stdout)
     p1 = doc["partitions"][1]
     assert (p1["logStartOffset"], p1["logEndOffset"], p1["lastStableOffset"], p1["segments"]) == (0, 6, 5, 1)
@@ -398,30 +325,19 @@ def test_non_empty_foreign_directory_is_refused(tmp_path):
     assert os.listdir(tmp_path) == ["holiday.jpg"]
 
 
-def test_keyboard_interrupt_exits_130(data_dir):
-    code = (
-        "import sys\n"
-        "import cli.topics\n"
-        "def interrupted(*a, **k):\n"
-        "    raise KeyboardInterrupt\n"
-        "cli.topics.open_store = interrupted\n"
-        "import cli.main\n"
-        f"sys.argv = ['txlog', '--data-dir', {data_dir!r}, 'topics', 'create', 't']\n"
-        "cli.main.app(prog_name='txlog')\n"
-    )
-    proc = python(code)
+def test_keyboard_interrupt_exits_130(data_dir, monkeypatch):
+    import cli.topics
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli.topics, "open_store", interrupted)
+    proc = txlog("topics", "create", "t", data_dir=data_dir)
     assert proc.returncode == 130, (proc.returncode, proc.stderr)
     assert "Traceback" not in proc.stderr
 
 
 # ---- shell completion ---------------------------------------------------------------------------------------
-
-def _complete(words: str, cword: int, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    extra = {"_TXLOG_COMPLETE": "complete_bash", "COMP_WORDS": words, "COMP_CWORD": str(cword)}
-    extra.update(env or {})
-    return subprocess.run([sys.executable, "-m", "cli.main"], check=False, cwd=ROOT, env=_env(extra), capture_output=True,
-                          text=True, timeout=60)
-
 
 def test_topic_names_are_completed_from_the_store(data_dir):
     for name in ("alpha", "beta", "albatross"):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import txlog as api
-from tests.cli.test_cli import _complete, tree
+from tests.cli.cli_helpers import _complete, tree
 
 
 @pytest.fixture

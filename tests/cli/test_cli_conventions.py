@@ -1,7 +1,8 @@
 """The command line a Kafka or kcat user expects (issue 12 items 8-10, the verify/inspect parts of 11),
-through real `txlog` subprocesses: global options after the verb, one meaning per short flag,
-kcat's consume flags, one set of --output choices, JSON results of the write verbs, help that
-reads cleanly, one-line usage errors, progress on stderr (docs/cli-conventions.md §1a, §6).
+run in-process (tests/cli/cli_helpers.py; a terminal needs a real process): global options after the
+verb, one meaning per short flag, kcat's consume flags, one set of --output choices, JSON results of
+the write verbs, help that reads cleanly, one-line usage errors, progress on stderr
+(docs/cli-conventions.md §1a, §6).
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import sys
 import time
 
 import pytest
-from test_cli import ROOT, _env, assert_ok, txlog
+
+from tests.cli.cli_helpers import ROOT, CliRun, _env, assert_ok, txlog, txlog_process
 
 # The one meaning of each short flag (docs/cli-conventions.md §1a), written out here independently of cli/flags.py.
 SHORT_FLAGS = {
@@ -27,31 +29,29 @@ SHORT_FLAGS = {
     "-i": {"--input-topic"}, "-n": {"--transaction-size"}, "-w": {"--workers"}, "-h": {"--help"},
 }
 
-# Every leaf command, with its visible options, short flags and epilog, as the built app has them.
-_DESCRIBE_APP = r"""
-import json, typer
-from cli.main import app
-out = {}
-def walk(cmd, path):
+def _describe(cmd, path: list[str], out: dict) -> None:
+    """Every leaf command below `cmd`, with its visible options, short flags and epilog, as the built app has them."""
     subs = getattr(cmd, "commands", None)
     if subs is not None:
         for name, sub in subs.items():
-            walk(sub, path + [name])
+            _describe(sub, path + [name], out)
         return
-    params = [p for p in cmd.params if not getattr(p, "hidden", False) and getattr(p, "param_type_name", "") != "argument"]
+    params = [p for p in cmd.params
+              if not getattr(p, "hidden", False) and getattr(p, "param_type_name", "") != "argument"]
     out[" ".join(path)] = {"options": [{"opts": list(p.opts) + list(p.secondary_opts), "help": p.help or ""}
                                        for p in params] + [{"opts": ["-h", "--help"], "help": "help"}],
                            "epilog": cmd.epilog or ""}
-walk(typer.main.get_command(app), [])
-print(json.dumps(out))
-"""
 
 
 @pytest.fixture(scope="module")
 def commands() -> dict:
-    proc = subprocess.run([sys.executable, "-c", _DESCRIBE_APP], cwd=ROOT, env=_env(), capture_output=True, text=True,
-                          timeout=60, check=True)
-    return json.loads(proc.stdout)
+    import typer
+
+    from cli.main import app
+
+    out: dict = {}
+    _describe(typer.main.get_command(app), [], out)
+    return out
 
 
 @pytest.fixture
@@ -64,13 +64,11 @@ def store(tmp_path) -> str:
     return d
 
 
-def txlog_input(stdin: str, *args: str, data_dir: str | None = None) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "cli.main"] + (["--data-dir", data_dir] if data_dir else []) + list(args)
-    return subprocess.run(cmd, input=stdin, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=60,
-                          check=False)
+def txlog_input(stdin: str, *args: str, data_dir: str | None = None) -> CliRun:
+    return txlog(*args, data_dir=data_dir, input=stdin)
 
 
-def one_usage_error(proc: subprocess.CompletedProcess) -> str:
+def one_usage_error(proc: CliRun) -> str:
     """Exit 2 and exactly one stderr line, `Error: ...` (no usage block, no "Try ... for help")."""
     assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
     lines = proc.stderr.splitlines()
@@ -202,13 +200,15 @@ def test_write_verbs_print_json_results(store):
     assert created == {"topic": "w", "created": True, "partitions": 2, "configs": {}}
     again = txlog("topics", "create", "w", "--if-not-exists", "--output", "json", data_dir=store)
     assert json.loads(again.stdout) == {"topic": "w", "created": False}
-    produced = json.loads(txlog_input("a\nb\nc\n", "produce", "-t", "w", "-p", "1", "--transactional-id", "x",
-                                      "--no-commit", "--output", "json", data_dir=store).stdout)
+    # --no-commit leaves its producer to the process's exit: real processes
+    produced = json.loads(txlog_process("produce", "-t", "w", "-p", "1", "--transactional-id", "x", "--no-commit",
+                                        "--output", "json", data_dir=store, input="a\nb\nc\n").stdout)
     assert produced == {"topic": "w", "records": 3, "partitions": [{"partition": 1, "firstOffset": 0, "lastOffset": 2}],
                         "transactionalId": "x", "transaction": "open"}
     committed = json.loads(txlog("commit", "--transactional-id", "x", "--output", "json", data_dir=store).stdout)
     assert committed["transactionalId"] == "x" and committed["result"] == "committed"
-    assert_ok(txlog_input("d\n", "produce", "-t", "w", "--transactional-id", "x", "--no-commit", data_dir=store))
+    assert_ok(txlog_process("produce", "-t", "w", "--transactional-id", "x", "--no-commit", data_dir=store,
+                            input="d\n"))
     aborted = json.loads(txlog("abort", "--transactional-id", "x", "--output", "json", data_dir=store).stdout)
     assert aborted["result"] == "aborted" and aborted["producerId"] == committed["producerId"]
 
@@ -217,8 +217,7 @@ def test_write_verbs_print_json_results(store):
 
 @pytest.mark.parametrize("group", [(), ("topics",), ("transactions",), ("groups",)])
 def test_command_summaries_are_whole_on_one_line(group):
-    proc = subprocess.run([sys.executable, "-m", "cli.main", *group, "--help"], cwd=ROOT,
-                          env=_env({"COLUMNS": "80"}), capture_output=True, text=True, timeout=60, check=False)
+    proc = txlog(*group, "--help", env={"COLUMNS": "80"})
     listing = proc.stdout.split("Commands:\n", 1)[1].splitlines()
     assert listing and all(line.startswith("  ") and line[2] != " " for line in listing), listing  # none wrapped
     assert not [line for line in listing if line.rstrip().endswith("...")], listing

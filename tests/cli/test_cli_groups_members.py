@@ -1,8 +1,9 @@
 """`txlog groups` with live members, and `txlog process --workers`: kafka-consumer-groups' views.
 
 A live member is a real consumer in this test process (its session lock and heartbeat
-thread are real); the CLI runs as a separate `txlog` process and sees it as any other
-process would.
+thread are real); while it lives the CLI runs as a separate `txlog` process and sees it as any
+other process would. `process --workers` forks, so it runs as a process too; the rest runs
+in-process (tests/cli/cli_helpers.py).
 """
 
 from __future__ import annotations
@@ -10,9 +11,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_cli import assert_ok, assert_one_error, txlog
 
 import txlog as api
+from tests.cli.cli_helpers import assert_ok, assert_one_error, txlog, txlog_process
 from txlog import TopicPartition as TP
 
 
@@ -44,7 +45,7 @@ def test_describe_members_state_and_offsets_of_a_live_group(store):
     c = _live_member(store, instance="static-1")
     try:
         member_id = c.group_metadata().member_id
-        proc = txlog("groups", "describe", "--group", "g", "--members", data_dir=store)
+        proc = txlog_process("groups", "describe", "--group", "g", "--members", data_dir=store)
         assert_ok(proc)
         lines = proc.stdout.splitlines()
         assert lines[0] == "" and lines[1].split() == ["GROUP", "CONSUMER-ID", "GROUP-INSTANCE-ID", "HOST",
@@ -52,29 +53,30 @@ def test_describe_members_state_and_offsets_of_a_live_group(store):
         row = lines[2].split()
         assert row[0] == "g" and row[1] == member_id and row[2] == "static-1" and row[4:] == ["cli-test", "4"]
 
-        proc = txlog("groups", "describe", "--group", "g", "--members", "--verbose", "-o", "json", data_dir=store)
+        proc = txlog_process("groups", "describe", "--group", "g", "--members", "--verbose", "-o", "json",
+                             data_dir=store)
         [m] = json.loads(proc.stdout)
         assert m["currentAssignment"] == m["targetAssignment"] == "in(0,1,2,3)"
         assert m["currentEpoch"] == m["targetEpoch"] == c.group_metadata().generation_id
 
-        proc = txlog("groups", "describe", "--group", "g", "--state", data_dir=store)
+        proc = txlog_process("groups", "describe", "--group", "g", "--state", data_dir=store)
         assert_ok(proc)
         lines = proc.stdout.splitlines()
         assert lines[1].split() == ["GROUP", "COORDINATOR", "(ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"]
         assert lines[2].split()[0] == "g" and lines[2].split()[2:] == ["uniform", "Stable", "1"]
 
-        proc = txlog("groups", "describe", "--group", "g", "-o", "json", data_dir=store)
+        proc = txlog_process("groups", "describe", "--group", "g", "-o", "json", data_dir=store)
         rows = json.loads(proc.stdout)
         assert [(r["partition"], r["currentOffset"], r["consumerId"]) for r in rows] == \
             [(0, 2, member_id), (1, None, member_id), (2, None, member_id), (3, None, member_id)]
 
-        proc = txlog("groups", "list", "--state", data_dir=store)
+        proc = txlog_process("groups", "list", "--state", data_dir=store)
         assert proc.stdout.splitlines()[1].split() == ["g", "Stable"]
-        assert json.loads(txlog("groups", "list", "-o", "json", data_dir=store).stdout) == \
+        assert json.loads(txlog_process("groups", "list", "-o", "json", data_dir=store).stdout) == \
             [{"group": "g", "state": "Stable"}]
 
-        message = assert_one_error(txlog("groups", "reset-offsets", "--group", "g", "--topic", "in", "--to-earliest",
-                                         "--execute", data_dir=store))
+        message = assert_one_error(txlog_process("groups", "reset-offsets", "--group", "g", "--topic", "in",
+                                                 "--to-earliest", "--execute", data_dir=store))
         assert "inactive" in message and "Stable" in message
     finally:
         c.close()
@@ -90,8 +92,9 @@ def test_describe_members_state_and_offsets_of_a_live_group(store):
 
 
 def test_process_workers_split_the_input_and_emit_each_record_once(store):
-    proc = txlog("process", "-i", "in", "-o", "out", "-g", "up", "--transactional-id", "up", "--workers", "3",
-                 "--heartbeat-interval-ms", "100", "-n", "3", "--", "tr", "a-z", "A-Z", data_dir=store, timeout=120)
+    proc = txlog_process("process", "-i", "in", "-o", "out", "-g", "up", "--transactional-id", "up", "--workers",
+                         "3", "--heartbeat-interval-ms", "100", "-n", "3", "--", "tr", "a-z", "A-Z", data_dir=store,
+                         timeout=120)
     assert_ok(proc)
     assert proc.stderr.count("Processed") == 3  # one summary per worker
     assert "[worker 0]" in proc.stderr and "[worker 2]" in proc.stderr

@@ -9,28 +9,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
-import sys
 
 import pytest
-from storage.log_files import segment_filename, snapshot_filename
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from storage.log_files import segment_filename, snapshot_filename
+from tests.cli.cli_helpers import Ran, txlog
+
 T0 = 1700000000000
 
 
-def txlog(*args: str, data_dir: str | None = None) -> subprocess.CompletedProcess:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p)
-    env.pop("TXLOG_DATA_DIR", None)
-    cmd = [sys.executable, "-m", "cli.main"]
-    if data_dir is not None:
-        cmd += ["--data-dir", data_dir]
-    return subprocess.run(cmd + list(args), check=False, cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=60)
-
-
-def ok_lines(proc: subprocess.CompletedProcess) -> list[str]:
+def ok_lines(proc: Ran) -> list[str]:
     assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr)
     assert proc.stderr == ""
     return proc.stdout.splitlines()
@@ -394,7 +382,7 @@ def test_json_and_jsonl(store_dir):
         "firstOffset": 2, "lastOffset": 3, "lastStableOffset": 4}]
 
 
-def ok_lines_text(proc: subprocess.CompletedProcess) -> str:
+def ok_lines_text(proc: Ran) -> str:
     assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr)
     return proc.stdout
 

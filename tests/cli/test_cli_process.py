@@ -1,7 +1,7 @@
 """`txlog process`: exactly-once consume-transform-produce through a shell command.
 
-Real subprocesses (`python -m cli.main`, the same app as the installed `txlog`); the input
-is seeded and the result read back with the Python API, in read_committed.
+The app runs in-process (tests/cli/cli_helpers.py), and as a real process where a signal or
+kill -9 hits it; the input is seeded and the result read back with the Python API, in read_committed.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections import Counter
 
 import pytest
 
-from test_cli import ROOT, _env, assert_one_error, assert_usage_error, txlog
+from tests.cli.cli_helpers import ROOT, _env, assert_one_error, assert_usage_error, txlog
 
 TXN_ID = "copier"
 GROUP = "g"

@@ -1,4 +1,4 @@
-"""`txlog produce` and `txlog consume` end to end, through real subprocesses (see test_cli.py)."""
+"""`txlog produce` and `txlog consume` end to end, in-process (tests/cli/cli_helpers.py); SIGTERM in a real process."""
 
 from __future__ import annotations
 
@@ -14,16 +14,28 @@ import time
 
 import pytest
 
-from tests.cli.test_cli import ROOT, _env, assert_ok, assert_one_error, assert_usage_error, make_store, tree
+from tests.cli.cli_helpers import (
+    ROOT,
+    CliRun,
+    _env,
+    assert_ok,
+    assert_one_error,
+    assert_usage_error,
+    make_store,
+    tree,
+    txlog,
+    txlog_process,
+)
 
 
-def run(*args: str, data_dir: str, stdin: str | bytes | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "cli.main", "--data-dir", os.fspath(data_dir), *args]
-    data = stdin.encode() if isinstance(stdin, str) else stdin
-    proc = subprocess.run(cmd, check=False, cwd=ROOT, env=_env(), input=data if data is not None else b"",
-                          capture_output=True, timeout=timeout)
-    return subprocess.CompletedProcess(proc.args, proc.returncode, proc.stdout.decode("utf-8", "replace"),
-                                       proc.stderr.decode("utf-8", "replace"))
+def run(*args: str, data_dir: str, stdin: str | bytes | None = None, timeout: float = 60,
+        process: bool = False) -> CliRun:
+    """`txlog --data-dir DIR ARGS` with `stdin` (empty if None); streams decoded leniently (values may be binary).
+    `process`: a real process, for a command that leaves its producer to the process's exit (--no-commit)."""
+    launch = txlog_process if process else txlog
+    proc = launch(*args, data_dir=data_dir, input=stdin if stdin is not None else b"", timeout=timeout, text=False)
+    return CliRun(list(proc.args), proc.returncode, proc.stdout.decode("utf-8", "replace"),
+                  proc.stderr.decode("utf-8", "replace"))
 
 
 def offsets(data_dir: str, topic: str, partition: int = 0) -> tuple[int, int]:
@@ -40,7 +52,7 @@ def data_dir(tmp_path) -> str:
     return str(tmp_path / "data")
 
 
-def jsonl(proc: subprocess.CompletedProcess) -> list[dict]:
+def jsonl(proc: CliRun) -> list[dict]:
     assert_ok(proc)
     return [json.loads(line) for line in proc.stdout.splitlines()]
 
@@ -206,7 +218,8 @@ def test_group_offsets_are_committed_for_what_was_printed(data_dir):
 
 def test_transaction_spanning_shell_commands(data_dir):
     make_store(data_dir, t=1)
-    proc = run("produce", "-t", "t", "--transactional-id", "X", "--no-commit", data_dir=data_dir, stdin="a\nb\n")
+    proc = run("produce", "-t", "t", "--transactional-id", "X", "--no-commit", data_dir=data_dir, stdin="a\nb\n",
+               process=True)
     assert_ok(proc)
     assert "Produced 2 records to t: partition 0 offsets 0-1." in proc.stderr
     assert "left open" in proc.stderr

@@ -1,5 +1,5 @@
 """`txlog groups reset-offsets` --to-datetime, --by-duration, --to-current, --from-file and --export,
-as kafka-consumer-groups has them, through real `txlog` subprocesses."""
+as kafka-consumer-groups has them, run in-process (tests/cli/cli_helpers.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 import txlog as api
-from tests.cli.test_cli import assert_ok, assert_one_error, assert_usage_error, tree, txlog
+from tests.cli.cli_helpers import assert_ok, assert_one_error, assert_usage_error, tree, txlog, txlog_process
 
 TP = api.TopicPartition
 NOW_MS = int(time.time() * 1000)
@@ -64,8 +64,9 @@ def test_to_datetime_without_a_zone_is_local_time(store):
     # New York local time, read in TZ=America/New_York: read as UTC it would be 4-5 hours off (offset 0)
     at = NOW_MS - 3 * HOUR - 60_000
     local = datetime.fromtimestamp(at / 1000, tz=ZoneInfo("America/New_York")).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3]
-    proc = txlog("groups", "reset-offsets", "-g", "g", "--topic", "t:0", "--to-datetime", local,
-                 "--output", "json", data_dir=store, env={"TZ": "America/New_York"})
+    # a process: the C library reads TZ when it starts
+    proc = txlog_process("groups", "reset-offsets", "-g", "g", "--topic", "t:0", "--to-datetime", local,
+                         "--output", "json", data_dir=store, env={"TZ": "America/New_York"})
     assert plan(proc) == {("t", 0): 2}
 
 

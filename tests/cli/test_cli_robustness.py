@@ -1,4 +1,9 @@
-"""No traceback, ever: hostile arguments, stdin, data directories and stores, through real `txlog` processes.
+"""No traceback, ever: hostile arguments, stdin, data directories and stores.
+
+Most runs are in-process (tests/cli/cli_helpers.py): there an exception other than SystemExit
+fails the run before its output is looked at -- a process would have printed a traceback -- and
+`one_error`/`ok` check that the run ended through SystemExit or returned. Signals, a fifo read by
+a second process, a read-only mount and a PATH without Java run real `txlog` processes.
 
 Issue 12 items 4-7 and docs/cli-conventions.md §6: every expected failure is one `Error: ...` line
 and an exit code from the documented set (0 ok, 1 error, 2 usage, 3 a check found problems, 4
@@ -23,44 +28,40 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.cli.cli_helpers import ROOT, CliRun, Ran, _env, txlog
+
 EXIT_CODES = {0, 1, 2, 3, 4}  # 130 only on a signal, which these runs never send
 Arg = str | bytes
 
 
-def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p)
-    env.pop("TXLOG_DATA_DIR", None)
-    env.update(extra or {})
-    return env
-
-
 def run(*args: Arg, data_dir: Arg | None = None, stdin: bytes = b"", timeout: float = 120,
-        env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        env: dict[str, str] | None = None) -> CliRun:
     """`txlog ARGS` with bytes in and out: arguments may be any bytes, as a shell passes them."""
-    cmd: list[Arg] = [sys.executable, "-m", "cli.main"]
-    if data_dir is not None:
-        cmd += ["--data-dir", data_dir]
-    cmd += list(args)
-    return subprocess.run(cmd, input=stdin, check=False, cwd=ROOT, env=_env(env), capture_output=True,
-                          timeout=timeout)
+    return txlog(*args, data_dir=data_dir, input=stdin, timeout=timeout, env=env, text=False)
 
 
-def one_error(proc: subprocess.CompletedProcess, code: int = 1) -> str:
+def _ended_as_the_cli_ends(proc: Ran) -> None:
+    """Through SystemExit (typer.Exit, a usage error) or by returning: never an exception escaping the CLI."""
+    exception = getattr(proc, "exception", None)  # a real process shows an escaped one as a traceback instead
+    assert exception is None or type(exception) is SystemExit, repr(exception)
+
+
+def one_error(proc: Ran, code: int = 1) -> str:
     """Exit `code`, exactly one `Error: ...` line on stderr, no traceback; returns the message."""
     err = proc.stderr.decode("utf-8", "replace")
     assert proc.returncode == code, (proc.returncode, proc.stdout[:300], err)
     assert b"Traceback" not in proc.stderr, err
+    _ended_as_the_cli_ends(proc)
     lines = [line for line in err.splitlines() if line.startswith("Error: ")]
     assert len(lines) == 1, err
     return lines[0][len("Error: "):]
 
 
-def ok(proc: subprocess.CompletedProcess) -> str:
+def ok(proc: Ran) -> str:
     err = proc.stderr.decode("utf-8", "replace")
     assert proc.returncode == 0, (proc.returncode, err)
     assert "Traceback" not in err
+    _ended_as_the_cli_ends(proc)
     return err
 
 
@@ -387,6 +388,7 @@ def test_no_input_makes_a_traceback_or_an_undocumented_exit_code(template, case)
                    timeout=60)
         err = proc.stderr.decode("utf-8", "replace")
         assert b"Traceback" not in proc.stderr, (args, err)
+        _ended_as_the_cli_ends(proc)
         assert proc.returncode in EXIT_CODES, (args, proc.returncode, err)
         if proc.returncode != 0:
             assert err.strip(), (args, "failed without saying why")

@@ -31,7 +31,7 @@ from collections import Counter
 
 import pytest
 from tests.spark.spark_stores import mixed_store
-from test_cli import ROOT, _env, assert_ok, assert_one_error, txlog
+from tests.cli.cli_helpers import ROOT, _env, assert_ok, assert_one_error, txlog_process
 
 import txlog as api
 from cli.sql import BinaryFormat, _Cells, _iso_timestamp, _unique, quoted, spark_message
@@ -431,7 +431,7 @@ def test_argument_mistakes_are_reported_before_spark_starts(store, tmp_path):
 
 
 def test_a_missing_store_is_one_error_line(tmp_path):
-    proc = txlog("sql", "SELECT 1", data_dir=tmp_path / "nope")
+    proc = txlog_process("sql", "SELECT 1", data_dir=tmp_path / "nope")  # sql runs Spark: never in-process
     message = assert_one_error(proc, 1)
     assert "no store at" in message
 

@@ -1,4 +1,4 @@
-"""`txlog topics list`: partitions, size and end offsets in every --output format (real subprocesses)."""
+"""`txlog topics list`: partitions, size and end offsets in every --output format (run in-process)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from cli.topics import human_size
 from storage import Store
 from tests.conftest import SHARED
-from tests.cli.test_cli import assert_ok, assert_usage_error, make_store, txlog
+from tests.cli.cli_helpers import assert_ok, assert_usage_error, make_store, txlog
 
 
 @pytest.fixture

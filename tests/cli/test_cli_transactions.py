@@ -1,24 +1,22 @@
-"""`txlog transactions|commit|abort|groups` through real subprocesses, on state made with the Python API."""
+"""`txlog transactions|commit|abort|groups` in-process (tests/cli/cli_helpers.py), on state made with the Python API."""
 
 from __future__ import annotations
 
 import csv
 import io
 import json
-import textwrap
 
 import pytest
-from test_cli import (
-    assert_ok,
-    assert_one_error,
-    assert_usage_error,
-    python,
-    tree,
-    txlog,
-)
 
 import txlog as api
 from storage.records import build_batch
+from tests.cli.cli_helpers import (
+    assert_ok,
+    assert_one_error,
+    assert_usage_error,
+    tree,
+    txlog,
+)
 
 TP = api.TopicPartition
 
@@ -176,23 +174,19 @@ def test_describe_unknown_id_and_missing_store(store_dir, tmp_path):
         txlog("transactions", "describe", "--transactional-id", "zz", data_dir=tmp_path / "absent"))
 
 
-def test_ambiguous_commit_exits_4(store_dir):
+def test_ambiguous_commit_exits_4(store_dir, monkeypatch):
     """docs/reliability-scenarios.md scenario 26: an outcome that may or may not be durable is reported, distinctly."""
+    from txlog.clients.admin import Admin
+    from txlog.errors import TransactionOutcomeUnknownError
+
     _open_transaction(store_dir)
-    code = textwrap.dedent(f"""
-        import sys
-        import txlog.clients.admin
-        from txlog.errors import TransactionOutcomeUnknownError
 
-        def end_transaction(self, transactional_id, commit):
-            raise TransactionOutcomeUnknownError("the fsync of the decision failed")
+    def end_transaction(self, transactional_id, commit):
+        raise TransactionOutcomeUnknownError("the fsync of the decision failed")
 
-        txlog.clients.admin.Admin.end_transaction = end_transaction
-        sys.argv = ["txlog", "--data-dir", {store_dir!r}, "commit", "--transactional-id", "X"]
-        import cli.main
-        cli.main.app(prog_name="txlog")
-    """)
-    proc = python(code)
+    with monkeypatch.context() as patch:
+        patch.setattr(Admin, "end_transaction", end_transaction)
+        proc = txlog("commit", "--transactional-id", "X", data_dir=store_dir)
     msg = assert_one_error(proc, code=4)
     assert "ambiguous" in msg and "txlog commit --transactional-id X" in msg
     # nothing was aborted behind the caller's back: the transaction is still open and can be committed

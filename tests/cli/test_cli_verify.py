@@ -1,4 +1,4 @@
-"""`txlog verify` through real subprocesses: a clean store verifies clean, each kind of damage is found."""
+"""`txlog verify` (run in-process): a clean store verifies clean, each kind of damage is found."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import struct
 import time
 
 import pytest
-from test_cli import assert_ok, assert_one_error, tree, txlog
+from tests.cli.cli_helpers import assert_ok, assert_one_error, tree, txlog
 
 import txlog as api
 from storage import Store

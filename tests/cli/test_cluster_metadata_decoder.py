@@ -19,9 +19,9 @@ import struct
 from collections import Counter
 
 import pytest
-from test_cli import assert_ok, txlog
 
 from storage.records import build_batch
+from tests.cli.cli_helpers import assert_ok, txlog
 
 FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "..", "shared", "fixtures")
 RAVI = os.path.join(FIXTURES, "kafka-dirs", "ravi-kraft-metadata")
@@ -347,7 +347,10 @@ def test_every_cut_or_flipped_real_record_is_a_clean_error(tmp_path):
     if not os.path.isdir(RAVI):
         pytest.skip(f"{RAVI} is not beside the repository")
     from storage.file_records import FileRecords
-    from txlog.schemas.cluster_metadata import MetadataRecordError, decode_metadata_record
+    from txlog.schemas.cluster_metadata import (
+        MetadataRecordError,
+        decode_metadata_record,
+    )
 
     path = os.path.join(RAVI, "__cluster_metadata-0", "00000000000000000000.log")
     with FileRecords.open(path) as records:

@@ -1,4 +1,4 @@
-"""Kafka log directories as real brokers leave them (issue 16), through real `txlog` subprocesses.
+"""Kafka log directories as real brokers leave them (issue 16), through `txlog` run in-process.
 
 Each test builds the small layout it needs by hand (Kafka's file names, a `meta.properties`,
 no `txlog.json`) or copies a real broker's directory from ../shared/fixtures/kafka-dirs to tmp:
@@ -15,7 +15,7 @@ import shutil
 import struct
 
 import pytest
-from test_cli import assert_ok, assert_one_error, tree, txlog
+from tests.cli.cli_helpers import assert_ok, assert_one_error, tree, txlog
 
 import txlog as api
 from storage.records import build_batch

@@ -4,12 +4,10 @@ Two independent oracles: the values Kafka's own UtilsTest.testMurmur2 asserts fo
 Utils.murmur2 (Java's signed ints), and kafka-python's `kafka.partitioner.default`
 (its murmur2, and its DefaultPartitioner whose test table was compared with the Java
 producer's choice among 1000 partitions). Placement is checked through the public
-Producer and through real `txlog produce` subprocesses.
+Producer and through `txlog produce` (run in-process, tests/cli/cli_helpers.py).
 """
 
 from __future__ import annotations
-
-import subprocess
 
 import mmh3
 import pytest
@@ -20,9 +18,8 @@ from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
 import txlog
 from storage import Store
-from tests.cli.test_cli import assert_ok, assert_usage_error, make_store
-from tests.cli.test_cli import txlog as run_txlog
-from tests.cli.test_cli_produce_consume import run as run_cli
+from tests.cli.cli_helpers import CliRun, assert_ok, assert_usage_error, make_store
+from tests.cli.cli_helpers import txlog as run_txlog
 from txlog.clients import partitioner as partitioner_module
 from txlog.errors import InvalidConfigurationError
 from txlog.clients.partitioner import murmur2, murmur2_unsigned, named_partitioner, to_positive
@@ -186,9 +183,9 @@ def test_txlog_produce_places_keys(tmp_path, option, expected):
     assert placed == {k.encode(): {expected(k.encode(), 6)} for k in keys}
 
 
-def _produce(data_dir: str, stdin: str, *option: str) -> subprocess.CompletedProcess:
-    """`txlog produce -t t -K :` as a real subprocess."""
-    return run_cli("produce", "-t", "t", "-K", ":", *option, data_dir=data_dir, stdin=stdin)
+def _produce(data_dir: str, stdin: str, *option: str) -> CliRun:
+    """`txlog produce -t t -K :` with `stdin` piped in."""
+    return run_txlog("produce", "-t", "t", "-K", ":", *option, data_dir=data_dir, input=stdin)
 
 
 def test_txlog_produce_refuses_an_unknown_partitioner(tmp_path):

@@ -14,7 +14,7 @@ import struct
 
 import pytest
 from crc32c import crc32c
-from tests.cli.test_cli import assert_ok, txlog
+from tests.cli.cli_helpers import assert_ok, txlog
 
 from storage.records import build_batch
 

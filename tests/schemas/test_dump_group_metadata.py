@@ -14,7 +14,7 @@ import json
 import os
 import struct
 
-from tests.cli.test_cli import assert_ok, txlog
+from tests.cli.cli_helpers import assert_ok, txlog
 
 from storage.records import build_batch
 from txlog.schemas.group_metadata import (
