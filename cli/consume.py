@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from datetime import UTC
 from enum import Enum
 from operator import itemgetter
 from typing import Annotated, Any
@@ -273,9 +274,9 @@ def iso_timestamp(ms: int) -> int | str:
     """Epoch milliseconds as ISO 8601 UTC (`2026-01-02T03:04:05.678Z`); a missing timestamp (-1) stays -1."""
     if ms < 0:
         return ms
-    from datetime import datetime, timezone
+    from datetime import datetime
 
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 def _is_hex(text: str) -> bool:

@@ -162,7 +162,8 @@ def show_rejections(n: Narrator, log: Any, pid: int) -> None:
             n.expect((log.log_end_offset, log.size_bytes) == (end, size), f"{label}: a refused batch writes nothing")
         else:
             outcome = f"appended at {span(result.base_offset, result.last_offset)}"
-            n.expect(expected is None, f"{label}: expected {expected.__name__ if expected else ''}, but it was appended")
+            n.expect(expected is None,
+                     f"{label}: expected {expected.__name__ if expected else ''}, but it was appended")
         rows.append((label, f"{pid}/{epoch}", span(seq, seq + RECORDS_PER_BATCH - 1), outcome,
                      log.log_end_offset, log.size_bytes))
     n.table(rows, ("attempt", "pid/epoch", "sequences", "result", "log end offset", "bytes on disk"))

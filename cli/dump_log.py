@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from storage.compression import Compression
 from storage.errors import CorruptSnapshotError
 from storage.file_check import DEFAULT_MAX_MESSAGE_SIZE, offset_index_sanity, time_index_sanity
 from storage.file_records import FileRecords
@@ -36,7 +37,6 @@ from storage.log_files import (
 )
 from storage.offset_index import OffsetIndex
 from storage.producer_snapshot import decode_snapshot, snapshot_crcs
-from storage.compression import Compression
 from storage.records import (
     COMPRESSION_MASK,
     TIMESTAMP_TYPE_MASK,
@@ -171,8 +171,8 @@ def batch_item(batch: Any, valid: bool) -> dict[str, Any]:
 def legacy_batch_item(m: Any) -> dict[str, Any]:
     """A shallow magic 0/1 entry: Kafka prints only its (last) offset and the common fields."""
     return {"type": "batch", "lastOffset": m.offset, "position": m.position, "timestampType": m.timestamp_type,
-            "maxTimestamp": m.timestamp, "size": m.size, "magic": m.magic, "compresscodec": Compression.name_of(m.codec),
-            "crc": m.crc, "isvalid": m.valid}
+            "maxTimestamp": m.timestamp, "size": m.size, "magic": m.magic,
+            "compresscodec": Compression.name_of(m.codec), "crc": m.crc, "isvalid": m.valid}
 
 
 def legacy_record_item(m: Any, opts: Options) -> dict[str, Any]:
@@ -586,7 +586,7 @@ def _ascii_record_lines(batch: Any, records: list[tuple], opts: Options) -> byte
     """
     if batch.is_control or (opts.print_data and opts.parser is not None):
         return None
-    offsets, timestamps, keys, values, headers, sequences = zip(*records)
+    offsets, timestamps, keys, values, headers, sequences = zip(*records, strict=True)
     if None in keys or None in values or any(headers):
         return None
     data = opts.print_data
@@ -603,7 +603,7 @@ def _ascii_record_lines(batch: Any, records: list[tuple], opts: Options) -> byte
         columns += [keys, values]
     if not columns:
         return b"\n".join([b""] * len(records))  # --skip-record-metadata without data: empty lines
-    return b"\n".join([template % row for row in zip(*columns)])
+    return b"\n".join([template % row for row in zip(*columns, strict=True)])
 
 
 def record_lines(batch: Any, records: list[tuple], opts: Options) -> list[str]:

@@ -30,8 +30,8 @@ app = typer.Typer(
 )
 
 OutputOption = output_option(*ROW_FORMATS, help=ROW_FORMATS_HELP)
-GroupOption = Annotated[str, typer.Option("--group", "-g", metavar="GROUP", help="The consumer group.", show_default=False,
-                                          autocompletion=complete_group_ids)]
+GroupOption = Annotated[str, typer.Option("--group", "-g", metavar="GROUP", help="The consumer group.",
+                                          show_default=False, autocompletion=complete_group_ids)]
 TopicsOption = Annotated[list[str] | None, typer.Option(
     "--topic", metavar="TOPIC[:P,P...]", help="A topic, optionally with partitions, e.g. orders:0,2 (repeatable).",
     show_default=False,
@@ -116,7 +116,8 @@ def describe(
         autocompletion=complete_group_ids,
     )] = None,
     all_groups: Annotated[bool, typer.Option("--all-groups", help="Describe every group.")] = False,
-    members: Annotated[bool, typer.Option("--members", help="One row per member: id, host, client, partitions.")] = False,
+    members: Annotated[bool, typer.Option(
+        "--members", help="One row per member: id, host, client, partitions.")] = False,
     state: Annotated[bool, typer.Option("--state", help="One row per group: assignor, state, member count.")] = False,
     verbose: Annotated[bool, typer.Option(
         "--verbose", help="With --members: epochs and assignments; with --state: the group epochs.",
@@ -188,8 +189,8 @@ def _print_members(ctx: typer.Context, views: dict[str, Any], verbose: bool, out
 
 
 def _state_row(name: str, view: Any, coordinator: int) -> dict[str, Any]:
-    from txlog.coordinator.group_coordinator import GroupState
     from storage.topic_name import CONSUMER_OFFSETS_TOPIC
+    from txlog.coordinator.group_coordinator import GroupState
 
     return {
         "group": name, "coordinator": f"{CONSUMER_OFFSETS_TOPIC}-{coordinator}",
@@ -215,7 +216,7 @@ def _auto_text(headers: list[str], rows: list[list[str]]) -> list[str]:
     widths = [max([15, len(headers[i])] + [len(r[i]) for r in rows]) for i in range(len(headers))]
     lines = [""]
     for row in [headers, *rows]:
-        lines.append(" ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+        lines.append(" ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
     return lines
 
 
@@ -239,13 +240,13 @@ def _offsets_text(headers: list[str], rows: list[list[str]]) -> list[str]:
     widths = [width(0), width(1), 10, 15, 15, 15, width(6), width(7)]
     lines = [""]
     for row in [headers, *rows]:
-        lines.append(" ".join(cell.ljust(w) for cell, w in zip(row, widths)) + " " + row[8])
+        lines.append(" ".join(cell.ljust(w) for cell, w in zip(row[:8], widths, strict=True)) + " " + row[8])
     return lines
 
 
 def _fixed_text(widths: list[int]) -> Any:
     def render(headers: list[str], rows: list[list[str]]) -> list[str]:
-        return [""] + [" ".join(c.ljust(w) for c, w in zip(row, widths)) for row in [headers, *rows]]
+        return [""] + [" ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in [headers, *rows]]
     return render
 
 
@@ -305,8 +306,8 @@ def reset_offsets(
             raise CommandError("--from-file names its partitions: drop --topic/--all-topics", exit_code=USAGE)
     elif bool(topic) == all_topics:
         raise CommandError("give --topic (repeatable) or --all-topics", exit_code=USAGE)
-    from txlog.clients.admin import OffsetReset
     from storage.topic_name import INTERNAL_TOPICS
+    from txlog.clients.admin import OffsetReset
 
     if from_file is not None:
         file_offsets = _read_reset_plan(from_file, group)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -61,7 +61,7 @@ class _Lines:
             self.parts, self.size = [], 0
         self.out.flush()
 
-    def __enter__(self) -> "_Lines":
+    def __enter__(self) -> _Lines:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -134,10 +134,10 @@ def inspect(
     skip_record_metadata: Annotated[bool, typer.Option(
         "--skip-record-metadata", help="Leave offset, timestamp, sizes, sequence and header keys out of record lines.",
     )] = False,
-    max_bytes: Annotated[Optional[int], typer.Option(
+    max_bytes: Annotated[int | None, typer.Option(
         "--max-bytes", min=0, show_default=False,
         help="Read only the first N bytes of each .log [default: the whole file].")] = None,
-    max_message_size: Annotated[Optional[int], typer.Option(
+    max_message_size: Annotated[int | None, typer.Option(
         "--max-message-size", min=1, show_default=False,
         help="Bytes read at each .index position when checking it against the log [default: 5242880, as "
              "kafka-dump-log].",

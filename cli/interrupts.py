@@ -44,7 +44,7 @@ class Interrupts:
     def _handle(self, signum: int, frame: Any) -> None:
         self.signum = signum
 
-    def __enter__(self) -> "Interrupts":
+    def __enter__(self) -> Interrupts:
         self.install()
         return self
 

@@ -23,8 +23,8 @@ from typer.core import TyperGroup
 
 from cli import consume, demo, groups, process, produce, sql, topics, transactions, verify
 from cli import inspect as inspect_cmd
-from cli.flags import OneLineUsageErrors
 from cli.context import DATA_DIR_ENV, DEFAULT_DATA_DIR, READ_ONLY_HINT, USAGE, CommandError, Settings
+from cli.flags import OneLineUsageErrors
 
 
 class TxlogGroup(OneLineUsageErrors, TyperGroup):

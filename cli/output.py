@@ -200,7 +200,7 @@ def pretty_print_table(headers: list[str], rows: list[list[str]]) -> list[str]:
     """Kafka's ToolsUtils.prettyPrintTable: left-aligned cells padded to the column width,
     each followed by a TAB (the last one too); the header row first."""
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
-    return ["".join(cell.ljust(w) + "\t" for cell, w in zip(row, widths)) for row in [headers, *rows]]
+    return ["".join(cell.ljust(w) + "\t" for cell, w in zip(row, widths, strict=True)) for row in [headers, *rows]]
 
 
 def render_table(rows: Iterable[Sequence[Any]], headers: Sequence[str], *, tablefmt: str = TABLE_FORMAT) -> str:

@@ -40,12 +40,20 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Annotated, Any, Callable
+from collections.abc import Callable
+from typing import Annotated, Any
 
 import typer
 
-from cli.context import (USAGE, CommandError, complete_group_ids, complete_topic_names, complete_transactional_ids,
-                         open_store, settings)
+from cli.context import (
+    USAGE,
+    CommandError,
+    complete_group_ids,
+    complete_topic_names,
+    complete_transactional_ids,
+    open_store,
+    settings,
+)
 from cli.interrupts import Interrupts
 from cli.output import status
 from cli.progress import Progress, ProgressOption, count
@@ -105,7 +113,7 @@ class ShellTransform:
             raise CommandError(f"CMD {how}; transaction aborted, input offsets not committed")
         lines = _split_output(out)
         if len(lines) == len(records):
-            return [(r.key, line) for r, line in zip(records, lines)]
+            return [(r.key, line) for r, line in zip(records, lines, strict=True)]
         return [(None, line) for line in lines]
 
     def _communicate(self, proc: subprocess.Popen, data: bytes) -> bytes:

@@ -227,7 +227,7 @@ class _Chunk:
     def full(self) -> bool:
         return len(self.values) >= CHUNK_RECORDS or self.size >= CHUNK_BYTES
 
-    def send(self, producer: Any, topic: str, partition: int | None, tally: "_Tally") -> None:
+    def send(self, producer: Any, topic: str, partition: int | None, tally: _Tally) -> None:
         """Hand the chunk to the producer (its future goes to the tally) and start a new one."""
         if self.values:
             keys = self.keys if any(k is not None for k in self.keys) else None

@@ -4,11 +4,12 @@ A local Spark session (`--master`, default local[2]) reads the store through the
 data source (`txlog.spark`). It takes 20-40 s to start, so a run starts it once: the
 `;`-separated statements of QUERY, of `-f FILE` or of piped stdin run in turn in that one
 session, and with none of those on a terminal the run is an interactive shell
-(cli/sql_shell.py splits statements and reads the shell's lines; this module runs them). Every topic of the store, internal ones included, is a view
-named exactly as the topic, with Spark's Kafka-source columns (key, value, topic, partition,
-offset, timestamp, timestampType; `--include-headers` and `--include-transaction-columns` add
-theirs), read read_committed unless `--isolation-level read_uncommitted`. A name that is not
-a plain SQL identifier (`orders-eu`, `app.events`) is used with backticks: `` `orders-eu` ``.
+(cli/sql_shell.py splits statements and reads the shell's lines; this module runs them).
+Every topic of the store, internal ones included, is a view named exactly as the topic, with
+Spark's Kafka-source columns (key, value, topic, partition, offset, timestamp,
+timestampType; `--include-headers` and `--include-transaction-columns` add theirs), read
+read_committed unless `--isolation-level read_uncommitted`. A name that is not a plain SQL
+identifier (`orders-eu`, `app.events`) is used with backticks: `` `orders-eu` ``.
 Two analysis views cover every topic: `txlog_batches` (one row per record batch) and
 `txlog_transactions` (the decoded `__transaction_state` history). Spark's view names are
 case-insensitive, so of two topics differing only in case the first in sorted order (`Orders`
@@ -41,8 +42,8 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from enum import Enum
+from pathlib import Path
 from typing import IO, Annotated, Any
 
 import typer
@@ -178,11 +179,11 @@ def _print_result(table: Any, output: OutputFormat, binary: BinaryFormat) -> boo
     """Print an Arrow table; True when auto mode had to print some binary cell as hex."""
     names = list(table.column_names)
     columns = [table.column(i).to_pylist() for i in range(table.num_columns)]
-    rows_by_index = list(zip(*columns)) if columns else []
+    rows_by_index = list(zip(*columns, strict=True)) if columns else []
     cells = _Cells(binary)
     if output in (OutputFormat.json, OutputFormat.jsonl):
         keys = _unique(names)
-        rows = [{k: cells.json_value(v) for k, v in zip(keys, row)} for row in rows_by_index]
+        rows = [{k: cells.json_value(v) for k, v in zip(keys, row, strict=True)} for row in rows_by_index]
         emit(rows, [(k, k) for k in keys], output)
     elif names:
         missing = "null" if output is OutputFormat.table else ""
@@ -679,8 +680,8 @@ def sql(
         topics = store.list_topics()
     path = os.path.abspath(settings(ctx).data_dir)
     try:
-        import pyarrow  # noqa: F401
-        import pyspark  # noqa: F401
+        import pyarrow  # noqa: F401  imported only to fail early when the spark extra is missing
+        import pyspark  # noqa: F401  (idem)
     except ImportError as exc:
         raise CommandError(f"txlog sql needs Spark: {exc} (pip install 'txlog[spark]')") from None
 
@@ -689,7 +690,7 @@ def sql(
         if spark_log is not None:
             log = open(spark_log, "a+b")  # noqa: SIM115  closed below; the JVM keeps its own copy of the fd
         else:
-            log = tempfile.TemporaryFile(prefix="txlog-spark-", suffix=".log")  # noqa: SIM115
+            log = tempfile.TemporaryFile(prefix="txlog-spark-", suffix=".log")  # noqa: SIM115  closed below
         try:
             _quiet_pyspark_loggers()
             spark, created = _session(ctx, master, log, os.path.join(scratch, "warehouse"))

@@ -80,7 +80,8 @@ def create(
     )],
     partitions: Annotated[int, typer.Option("--partitions", help="Number of partitions.")] = 1,
     config: ConfigOption = None,
-    if_not_exists: Annotated[bool, typer.Option("--if-not-exists", help="Succeed quietly if the topic exists.")] = False,
+    if_not_exists: Annotated[bool, typer.Option(
+        "--if-not-exists", help="Succeed quietly if the topic exists.")] = False,
     output: ResultOutputOption = OutputFormat.text,
 ) -> None:
     """Create a topic (its partition directories exist before it is listed)."""
@@ -149,7 +150,7 @@ def _list_text(headers: list[str], rows: list[list[str]]) -> list[str]:
     if not rows:
         return []
     widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
-    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in [headers, *rows]]
+    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in [headers, *rows]]
 
 
 def human_size(size: int) -> str:
@@ -239,7 +240,8 @@ def _topic_json(d: Any) -> dict[str, Any]:
 def delete(
     ctx: typer.Context,
     name: TopicArgument,
-    if_exists: Annotated[bool, typer.Option("--if-exists", help="Succeed quietly if the topic does not exist.")] = False,
+    if_exists: Annotated[bool, typer.Option(
+        "--if-exists", help="Succeed quietly if the topic does not exist.")] = False,
 ) -> None:
     """Delete a topic and its files."""
     from storage.errors import UnknownTopicOrPartitionError

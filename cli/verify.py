@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from cli.context import CommandError, complete_topic_names, open_store
-from cli.progress import Progress, ProgressOption, count
+from cli.context import complete_topic_names, open_store
 from cli.output import OutputFormat, absent_note, emit, error_line, output_option, status
+from cli.progress import Progress, ProgressOption, count
 
 if TYPE_CHECKING:  # pragma: no cover
     from txlog.tools.store_check import Finding

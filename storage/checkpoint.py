@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable
+from itertools import pairwise
 
 from storage.durable import atomic_write
 from storage.errors import CorruptIndexError, KafkaStorageError
@@ -94,7 +95,7 @@ def _format_entry(entry: tuple[object, ...]) -> str:
 
 def write_leader_epoch_checkpoint(partition_dir: str, entries: list[tuple[int, int]]) -> None:
     """Persist the (epoch, startOffset) history; both columns strictly increase, as in Kafka's epoch cache."""
-    for (epoch, start), (next_epoch, next_start) in zip(entries, entries[1:]):
+    for (epoch, start), (next_epoch, next_start) in pairwise(entries):
         if next_epoch <= epoch or next_start <= start:
             raise ValueError(f"leader epochs must strictly increase in epoch and start offset: {entries}")
     if any(epoch < 0 or start < 0 for epoch, start in entries):

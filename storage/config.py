@@ -9,8 +9,9 @@ txlog's own, taken from broker settings Kafka applies per partition anyway:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any, Mapping
+from typing import Any
 
 from storage.errors import InvalidConfigurationError
 
@@ -46,7 +47,7 @@ class TopicConfig:
     max_producer_ids: int = _SPEC["max.producer.ids"][0]
 
     @classmethod
-    def from_overrides(cls, overrides: Mapping[str, Any] | None) -> "TopicConfig":
+    def from_overrides(cls, overrides: Mapping[str, Any] | None) -> TopicConfig:
         """Build from Kafka-named overrides, rejecting unknown names and bad values."""
         values = validate_overrides(overrides or {})
         return cls(**{name.replace(".", "_"): v for name, v in values.items()})

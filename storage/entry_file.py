@@ -36,7 +36,7 @@ def increasing_columns(*rules: tuple[int, Callable[[int, int], bool]]) -> RunChe
         rows = entries[start:]
         if len(rows) < 2:
             return True
-        columns = list(zip(*rows))
+        columns = list(zip(*rows, strict=True))
         return all(all(map(op, columns[c], columns[c][1:])) for c, op in rules)
 
     return check

@@ -9,8 +9,8 @@ flight past it can never be mistaken for damage.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 from storage.file_records import FileRecords
 from storage.log_files import log_file

@@ -119,7 +119,8 @@ def read_log_dir_checkpoints(root: str, kafka_layout: bool, findings: Findings) 
     """The root's checkpoint files, where present (a txlog store has none); a malformed one is a finding."""
     from storage.checkpoint import read_offset_checkpoint
 
-    found = LogDirCheckpoints(clean_shutdown=not kafka_layout or os.path.exists(os.path.join(root, CLEAN_SHUTDOWN_FILE)))
+    clean_shutdown = not kafka_layout or os.path.exists(os.path.join(root, CLEAN_SHUTDOWN_FILE))
+    found = LogDirCheckpoints(clean_shutdown=clean_shutdown)
     for name in CHECKPOINT_MEANINGS:
         path = os.path.join(root, name)
         if not os.path.exists(path):

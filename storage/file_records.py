@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 import struct
-from typing import Iterator
+from collections.abc import Iterator
 
 from storage.errors import CorruptRecordError, KafkaStorageError
 from storage.legacy_records import MIN_MESSAGE_SIZE, LegacyMessage, is_legacy_message, parse_legacy, refuse

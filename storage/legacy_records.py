@@ -25,7 +25,12 @@ import zlib
 from dataclasses import dataclass
 
 from storage.errors import CorruptRecordError, UnsupportedForMessageFormatError
-from storage.records import LENGTH_OFFSET, LOG_OVERHEAD, MAGIC_OFFSET, TimestampType  # offset + message_size frame a legacy entry too
+from storage.records import (  # offset + message_size frame a legacy entry too
+    LENGTH_OFFSET,
+    LOG_OVERHEAD,
+    MAGIC_OFFSET,
+    TimestampType,
+)
 
 _ENTRY = struct.Struct(">qiIbb")  # offset, size, crc, magic, attributes
 _TIMESTAMP = struct.Struct(">q")
@@ -122,7 +127,8 @@ def parse_legacy(buf, position: int, *, path: str | None = None, origin: int = 0
     if pos != end:
         raise corrupt(f"{end - pos} bytes after the value")
     valid = zlib.crc32(memoryview(buf)[position + _MAGIC_AT:end]) == crc
-    return LegacyMessage(offset, origin + position, size + LOG_OVERHEAD, magic, attributes, crc, valid, timestamp, key, value)
+    return LegacyMessage(offset, origin + position, size + LOG_OVERHEAD, magic, attributes, crc, valid,
+                         timestamp, key, value)
 
 
 def _read_bytes(buf, pos: int, end: int, corrupt, what: str) -> tuple[bytes | None, int]:

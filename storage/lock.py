@@ -12,8 +12,8 @@ from __future__ import annotations
 import fcntl
 import os
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 from storage.errors import KafkaStorageError
 
@@ -59,7 +59,7 @@ class FileLock:
                 self._fd = None
                 self._depth = 0
 
-    def __enter__(self) -> "FileLock":
+    def __enter__(self) -> FileLock:
         self.acquire()
         return self
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from itertools import pairwise
 
 from storage.checkpoint import write_leader_epoch_checkpoint
 from storage.config import TopicConfig
@@ -109,7 +110,7 @@ class LogLoader:
         if repair:
             self._remove_temp_and_orphan_files()
         self.segments.extend(self._open_segments(repair))
-        for seg, following in zip(self.segments, self.segments[1:]):
+        for seg, following in pairwise(self.segments):
             seg.size, seg.next_offset = seg.file_size(), following.base_offset
         seg_idx, position = self.restore_producer_state(repair)
         self._expect_counted_aborts(seg_idx, position)
@@ -182,9 +183,9 @@ class LogLoader:
         logs = {n[:-len(LOG_FILE_SUFFIX)] for n in names if n.endswith(LOG_FILE_SUFFIX)}
         doomed = []
         for name in names:
-            if name.endswith(TEMP_FILE_SUFFIXES):  # `.snapshot.deleted` among them
-                doomed.append(name)
-            elif name.endswith(INDEX_FILE_SUFFIXES) and name.split(".", 1)[0] not in logs:
+            temporary = name.endswith(TEMP_FILE_SUFFIXES)  # `.snapshot.deleted` among them
+            orphan_index = name.endswith(INDEX_FILE_SUFFIXES) and name.split(".", 1)[0] not in logs
+            if temporary or orphan_index:
                 doomed.append(name)
         if doomed:
             unlink_durably([os.path.join(self.directory, n) for n in doomed], self.directory)

@@ -18,9 +18,9 @@ from storage.entry_file import (
     INT32_MAX,
     EntryFile,
     EntryFileIndex,
-    increasing_columns,
     IndexOrderError,
     Raw,
+    increasing_columns,
     relative_offset,
 )
 from storage.errors import CorruptIndexError
@@ -121,7 +121,9 @@ class OffsetIndex(EntryFileIndex):
                 )
 
     def is_full(self) -> bool:
-        """Kafka rolls the segment when its index is full (docs/kafka-formats.md §3.2); the limit keeps files Kafka-sized."""
+        """Kafka rolls the segment when its index is full (docs/kafka-formats.md §3.2).
+
+        The limit keeps files Kafka-sized."""
         return len(self) >= self.max_entries
 
 

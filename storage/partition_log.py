@@ -32,16 +32,17 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable
+from itertools import pairwise
 
 from storage.config import TopicConfig
 from storage.errors import (
     CorruptIndexError,
-    KafkaError,
     CorruptRecordError,
     InvalidRecordError,
+    KafkaError,
     KafkaStorageError,
     OffsetOutOfRangeError,
     ReadOnlyStoreError,
@@ -114,7 +115,7 @@ def _consecutive(batches: list[tuple[RecordBatch, int]]) -> bool:
     return first.producer_id >= 0 and all(
         b.producer_id == first.producer_id and b.producer_epoch == first.producer_epoch
         and b.base_sequence == ((a.last_sequence + 1) & 0x7FFFFFFF)
-        for (a, _), (b, _) in zip(batches, batches[1:]))
+        for (a, _), (b, _) in pairwise(batches))
 
 
 def _duplicate_of(plan: ProducerAppend, batch: RecordBatch) -> BatchMetadata | None:
@@ -626,7 +627,8 @@ class PartitionLog:
         base = active.next_offset
         self._state.end_offset = base
         self._loader.snapshot()  # the state at the new base: that segment's rebuild starts there
-        self._segments.append(LogSegment.create(self.directory, base, index_interval_bytes=self.config.index_interval_bytes))
+        self._segments.append(LogSegment.create(self.directory, base,
+                                                index_interval_bytes=self.config.index_interval_bytes))
         self._txn_check.expect(self._segments[-1], 0, base)
         self._clean_snapshots(keep_latest=False)
         self._enforce_retention_locked(self._clock())

@@ -1,4 +1,5 @@
-"""The `.snapshot` file: producer state as of a log offset, in Kafka's ProducerSnapshot format (docs/kafka-formats.md §3.6).
+"""The `.snapshot` file: producer state as of a log offset, in Kafka's ProducerSnapshot format
+(docs/kafka-formats.md §3.6).
 
 Replaying a whole partition to rebuild per-producer state would make every open O(log);
 a snapshot lets recovery start from its offset instead. Layout: version:i16 = 1,

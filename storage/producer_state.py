@@ -15,8 +15,9 @@ failed write or fsync leaves the state exactly as it was (the sequence is not co
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, NamedTuple
+from typing import NamedTuple
 
 from storage.errors import (
     InvalidProducerEpochError,
@@ -74,7 +75,7 @@ class ProducerStateEntry:
     def has_open_txn(self) -> bool:
         return self.current_txn_first_offset >= 0
 
-    def copy(self) -> "ProducerStateEntry":
+    def copy(self) -> ProducerStateEntry:
         return ProducerStateEntry(
             self.producer_id,
             self.epoch,
@@ -120,7 +121,7 @@ class ProducerStateEntry:
         )
 
     @classmethod
-    def from_snapshot(cls, s: SnapshotEntry) -> "ProducerStateEntry":
+    def from_snapshot(cls, s: SnapshotEntry) -> ProducerStateEntry:
         entry = cls(s.producer_id, s.epoch, s.coordinator_epoch, s.timestamp, s.current_txn_first_offset)
         if s.last_offset >= 0:
             first_seq = dec_seq(s.last_sequence, s.offset_delta) if s.last_sequence >= 0 else -1

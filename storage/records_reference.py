@@ -14,9 +14,9 @@ the "before" of tests/benchmarks/bench_codec.py.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterable, Sequence
 from itertools import chain, repeat
 from operator import itemgetter, sub
-from typing import Sequence
 
 from crc32c import crc32c
 
@@ -367,18 +367,20 @@ def _encode_records(keys: Sequence, values: Sequence, headers: Sequence, timesta
     """
     n = len(keys)
     prefixes = _timestamp_prefixes(timestamps, base_timestamp)
+    offset_deltas: Iterable[bytes]
     if n <= SMALL_LIMIT:
         offset_deltas = VARINT_TABLE[:n]
     else:
         offset_deltas = chain(VARINT_TABLE, map(encode_varint, range(SMALL_LIMIT, n)))
     key_lengths, keys = _length_prefixed(keys)
     value_lengths, values = _length_prefixed(values)
+    header_blocks: Iterable[bytes]
     if any(headers):
         header_blocks = [_encode_headers(h) if h else _ZERO for h in headers]
     else:
-        header_blocks = repeat(_ZERO)
+        header_blocks = repeat(_ZERO, n)
     bodies = list(map(b"".join, zip(prefixes, offset_deltas, key_lengths, keys,
-                                    value_lengths, values, header_blocks)))
+                                    value_lengths, values, header_blocks, strict=True)))
     sizes, _ = _length_prefixed(bodies)
     parts = bodies * 2  # then interleave [size, body, size, body, ...] by slice assignment
     parts[::2] = sizes

@@ -9,7 +9,7 @@ writes Kafka's sparse entries (docs/kafka-formats.md §3.3-3.4) and can rebuild 
 from __future__ import annotations
 
 import os
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from storage.durable import create_durably, fsync_fd, write_all
 from storage.errors import CorruptIndexError, CorruptRecordError, KafkaStorageError, UnsupportedForMessageFormatError
@@ -51,7 +51,8 @@ class LogSegment:
         self.records = FileRecords(self.log_path, self.fd)
         # Checked before the index objects create empty files, so recovery can tell a deleted
         # index (to be rebuilt) from an empty one.
-        self.missing_indexes = not (os.path.exists(self._path(INDEX_FILE_SUFFIX)) and os.path.exists(self._path(TIME_INDEX_FILE_SUFFIX)))
+        self.missing_indexes = not (os.path.exists(self._path(INDEX_FILE_SUFFIX))
+                                    and os.path.exists(self._path(TIME_INDEX_FILE_SUFFIX)))
         # False when an index failed its checks and this process may not rebuild it (read-only):
         # lookups then scan the log instead of trusting it.
         self.indexes_trusted = True
@@ -68,7 +69,7 @@ class LogSegment:
         self.first_batch_timestamp = -1
 
     @classmethod
-    def create(cls, directory: str, base_offset: int, *, index_interval_bytes: int = 4096) -> "LogSegment":
+    def create(cls, directory: str, base_offset: int, *, index_interval_bytes: int = 4096) -> LogSegment:
         """Create an empty segment whose directory entry is durable before anyone appends to it."""
         os.close(create_durably(log_file(directory, base_offset)))
         return cls(directory, base_offset, writable=True, index_interval_bytes=index_interval_bytes)
@@ -155,7 +156,8 @@ class LogSegment:
             raise CorruptRecordError("batch runs past the end of the data", path=self.log_path, position=position)
 
     def _resync_after(self, exc: CorruptRecordError, offset: int, end: int) -> int:
-        """Position of the first valid batch after the damage `exc` names, if `offset` lies past the damage; else raise it."""
+        """Position of the first valid batch after the damage `exc` names, if `offset` lies past the damage;
+        else raise it."""
         if exc.position is None:
             raise exc
         resync = self.records.next_valid_batch(exc.position, end)
@@ -351,4 +353,5 @@ class LogSegment:
 
     def delete_files(self) -> list[str]:
         """Paths of this segment's files, the `.log` first so a crash midway leaves only orphans."""
-        return [self.log_path, self._path(INDEX_FILE_SUFFIX), self._path(TIME_INDEX_FILE_SUFFIX), self._path(TXN_INDEX_FILE_SUFFIX)]
+        return [self.log_path, self._path(INDEX_FILE_SUFFIX), self._path(TIME_INDEX_FILE_SUFFIX),
+                self._path(TXN_INDEX_FILE_SUFFIX)]

@@ -19,8 +19,9 @@ import json
 import os
 import shutil
 import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from storage.config import CONFIG_NAMES, TopicConfig, validate_overrides
 from storage.durable import atomic_write, fsync_dir
@@ -89,7 +90,7 @@ class Store:
 
     @classmethod
     def open(cls, path: str | os.PathLike, *, read_only: bool = False,
-             clock: Callable[[], int] | None = None) -> "Store":
+             clock: Callable[[], int] | None = None) -> Store:
         """Open (creating if missing) a store; a real Kafka data directory always opens read-only."""
         root = os.path.abspath(os.fspath(path))
         if os.path.exists(root) and not os.path.isdir(root):
@@ -300,7 +301,8 @@ class Store:
         if log is not None:
             return log
         meta = self._topic(topic)
-        if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < int(meta["partitions"]):
+        count = int(meta["partitions"])
+        if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < count:
             raise UnknownTopicOrPartitionError(
                 f"topic '{topic}' has no partition {partition} (partitions: 0..{int(meta['partitions']) - 1})"
             )
@@ -339,7 +341,7 @@ class Store:
         for log in self._logs.values():
             try:
                 log.close()
-            except Exception as exc:  # close the rest; report the first failure
+            except Exception as exc:  # noqa: BLE001  close the rest, then raise the first failure
                 errors.append(exc)
         self._logs.clear()
         if self._lock is not None:
@@ -350,7 +352,7 @@ class Store:
         if errors:
             raise errors[0]
 
-    def __enter__(self) -> "Store":
+    def __enter__(self) -> Store:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -359,7 +361,8 @@ class Store:
 
 def _check_partition_count(partitions: int) -> None:
     if isinstance(partitions, bool) or not isinstance(partitions, int) or not 1 <= partitions <= MAX_PARTITIONS:
-        raise InvalidPartitionsError(f"partition count must be an integer from 1 to {MAX_PARTITIONS}, got {partitions!r}")
+        raise InvalidPartitionsError(
+            f"partition count must be an integer from 1 to {MAX_PARTITIONS}, got {partitions!r}")
 
 
 def _looks_like_kafka_dir(root: str) -> bool:

@@ -13,17 +13,17 @@ import struct
 from bisect import bisect_left, bisect_right
 from operator import itemgetter, le, lt
 
-from storage.errors import CorruptIndexError
 from storage.entry_file import (
     DEFAULT_MAX_INDEX_SIZE,
     INT64_MAX,
     INT64_MIN,
     EntryFile,
     EntryFileIndex,
-    increasing_columns,
     Raw,
+    increasing_columns,
     relative_offset,
 )
+from storage.errors import CorruptIndexError
 
 NO_TIMESTAMP = -1
 

@@ -16,8 +16,8 @@ from collections.abc import Iterable
 from operator import itemgetter
 from typing import NamedTuple
 
-from storage.errors import CorruptIndexError
 from storage.entry_file import EntryFile, EntryFileIndex, IndexOrderError, Raw
+from storage.errors import CorruptIndexError
 
 # Kafka's reader looks only at the first byte of the i16 version, so the second is
 # skipped on read; packing 0 into this layout yields exactly the i16 0 on write.

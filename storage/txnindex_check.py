@@ -45,7 +45,8 @@ BatchLookup = Callable[[int], "RecordBatch | None"]
 
 
 def replay_abort(state: ProducerStateManager, batch: RecordBatch) -> AbortedTxn | None:
-    """Apply a log batch to `state`; the `.txnindex` entry it calls for if it is an ABORT marker that ends a transaction."""
+    """Apply a log batch to `state`; the `.txnindex` entry it calls for if it is an ABORT marker
+    that ends a transaction."""
     lso = _abort_lso(state, batch)
     completed = state.replay_batch(batch)
     if completed is not None and completed.is_aborted:
@@ -113,7 +114,7 @@ def read_txn_counts(directory: str) -> dict[int, tuple[int, int]]:
         return {}
 
 
-def write_txn_counts(directory: str, segments: list[LogSegment], check: "TxnIndexCheck") -> None:
+def write_txn_counts(directory: str, segments: list[LogSegment], check: TxnIndexCheck) -> None:
     """Record the counts this view knows (caller holds the lock and is caught up to every segment's end).
 
     Written before each producer-state snapshot, so the bytes a later open does not replay

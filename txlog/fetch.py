@@ -27,9 +27,10 @@ files without a `PartitionLog`):
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from enum import Enum
-from typing import Iterable, Iterator, NamedTuple
+from typing import NamedTuple
 
 from storage.errors import CorruptRecordError, OffsetOutOfRangeError
 from storage.partition_log import PartitionLog
@@ -46,7 +47,7 @@ class IsolationLevel(str, Enum):
     READ_COMMITTED = "read_committed"
 
     @classmethod
-    def parse(cls, value: "IsolationLevel | str") -> "IsolationLevel":
+    def parse(cls, value: IsolationLevel | str) -> IsolationLevel:
         """Accept the enum or its config spelling; anything else is a caller error."""
         try:
             return cls(value)
@@ -69,7 +70,7 @@ class LogBounds(NamedTuple):
     high_watermark: int
 
     @classmethod
-    def of(cls, log: PartitionLog, isolation: "IsolationLevel | None" = None) -> "LogBounds":
+    def of(cls, log: PartitionLog, isolation: IsolationLevel | None = None) -> LogBounds:
         """One look at `log`; under read_committed the look syncs nothing past the LSO for the reader."""
         return cls._make(log.visible_bounds(committed_only=isolation is IsolationLevel.READ_COMMITTED))
 
@@ -212,7 +213,7 @@ _MIN_READ_BYTES = 64 * 1024
 
 
 def _reads(log: PartitionLog, start_offset: int, upper: int, max_bytes: int,
-           walk: "_Walk") -> Iterator[tuple[int, list[RecordBatch]]]:
+           walk: _Walk) -> Iterator[tuple[int, list[RecordBatch]]]:
     """(offset read from, batches): what one `log.read(start_offset, max_bytes)` returns, in pieces.
 
     A fetch returns at most max_records records but may read max_bytes: with the defaults

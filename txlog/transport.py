@@ -24,23 +24,28 @@ log data).
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from storage.partition_log import AppendResult
 from storage.producer_state import TxnVerifier
 from storage.records import ControlType
 from storage.store import Store
-from txlog.coordinator.transaction_coordinator import TransactionCoordinator
-from txlog.requests import DEFAULT_TRANSACTION_TIMEOUT_MS, ProducerIdAndEpoch
-from txlog.fetch import FetchResult, IsolationLevel, fetch, latest_offset
-from txlog.coordinator.group_coordinator import GroupCoordinator
-from txlog.requests import HeartbeatRequest, HeartbeatResponse, MemberRef
-from txlog.coordinator.group_offsets import GroupOffsets
 from storage.topic_name import CONSUMER_OFFSETS_TOPIC
-from txlog.requests import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
-from txlog.topic_partition import OffsetAndMetadata, TopicPartition
+from txlog.coordinator.group_coordinator import GroupCoordinator
+from txlog.coordinator.group_offsets import GroupOffsets
+from txlog.coordinator.transaction_coordinator import TransactionCoordinator
+from txlog.fetch import FetchResult, IsolationLevel, fetch, latest_offset
+from txlog.requests import (
+    DEFAULT_TRANSACTION_TIMEOUT_MS,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    MemberRef,
+    ProducerIdAndEpoch,
+)
 from txlog.schemas.transaction_log import TxnLogValue
-
+from txlog.topic_partition import OffsetAndMetadata, TopicPartition
 
 
 class Transport:
@@ -79,7 +84,7 @@ class Transport:
         """The replayed `__consumer_offsets` state the group coordinator serves from."""
         return self.group_coordinator.offsets
 
-    def send_markers_through(self, outer: "Transport") -> None:
+    def send_markers_through(self, outer: Transport) -> None:
         """Route the coordinator's marker writes through `outer` (a wrapper of this transport).
 
         A wrapper delegates EndTxn to the transport it wraps, whose coordinator writes the

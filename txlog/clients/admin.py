@@ -10,18 +10,21 @@ from __future__ import annotations
 import bisect
 import os
 import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from storage.records import ControlType
 from storage.store import Store, TopicDescription
+from storage.topic_name import INTERNAL_TOPICS
+from txlog.coordinator.group_coordinator import GroupCoordinator, GroupDescription, GroupState
+from txlog.coordinator.group_offsets import GroupOffsets
 from txlog.coordinator.transaction_coordinator import (
     MAX_TRANSACTION_TIMEOUT_MS,
     TransactionCoordinator,
     TransactionDescription,
 )
-from txlog.requests import DEFAULT_TRANSACTION_TIMEOUT_MS, ProducerIdAndEpoch
 from txlog.errors import (
     GroupNotEmptyError,
     IllegalArgumentError,
@@ -30,11 +33,9 @@ from txlog.errors import (
     UnknownTopicOrPartitionError,
 )
 from txlog.fetch import IsolationLevel, latest_offset
-from txlog.coordinator.group_coordinator import GroupCoordinator, GroupDescription, GroupState
-from txlog.coordinator.group_offsets import GroupOffsets
-from storage.topic_name import INTERNAL_TOPICS
-from txlog.topic_partition import OffsetAndMetadata, TopicPartition
+from txlog.requests import DEFAULT_TRANSACTION_TIMEOUT_MS, ProducerIdAndEpoch
 from txlog.schemas.transaction_log import TxnState
+from txlog.topic_partition import OffsetAndMetadata, TopicPartition
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,7 +191,8 @@ class Admin:
         self.store.create_partitions(name, total)
 
     def list_offsets(self, partitions: Iterable[TopicPartition],
-                     isolation_level: str | IsolationLevel = IsolationLevel.READ_COMMITTED) -> dict[TopicPartition, int]:
+                     isolation_level: str | IsolationLevel = IsolationLevel.READ_COMMITTED,
+                     ) -> dict[TopicPartition, int]:
         """Latest offsets as ListOffsets answers them: the LSO under read_committed, else the log end."""
         isolation = IsolationLevel.parse(isolation_level)
         return {tp: latest_offset(self.store.partition(tp.topic, tp.partition), isolation) for tp in partitions}
@@ -231,7 +233,8 @@ class Admin:
                 for pid, s in sorted(log.producer_states().items())]
 
     def find_hanging_transactions(self, topics: Iterable[str] | None = None,
-                                  max_transaction_timeout_ms: int = MAX_TRANSACTION_TIMEOUT_MS) -> list[HangingTransaction]:
+                                  max_transaction_timeout_ms: int = MAX_TRANSACTION_TIMEOUT_MS,
+                                  ) -> list[HangingTransaction]:
         """Open transactions in partitions that the coordinator does not know as Ongoing there,
         or that stayed open longer than the largest allowed timeout (kafka-transactions find-hanging)."""
         self._sweep()
@@ -324,7 +327,8 @@ class Admin:
                 owner.client_id if owner else None))
         return rows
 
-    def alter_consumer_group_offsets(self, group: str, offsets: Mapping[TopicPartition, OffsetAndMetadata | int]) -> None:
+    def alter_consumer_group_offsets(self, group: str,
+                                     offsets: Mapping[TopicPartition, OffsetAndMetadata | int]) -> None:
         """Reset a group's positions (kafka-consumer-groups --reset-offsets --execute).
 
         Refused while the group has live members, as Kafka refuses it: they would
@@ -403,7 +407,7 @@ class Admin:
         if self._own_store:
             self.store.close()
 
-    def __enter__(self) -> "Admin":
+    def __enter__(self) -> Admin:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -35,16 +35,19 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any
 
 from storage.errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from storage.store import Store
+from txlog.clients.membership import ConsumerGroupMetadata, Membership
 from txlog.consumer_record import ConsumerRecord
 from txlog.errors import (
     FencedMemberEpochError,
     IllegalArgumentError,
     IllegalStateError,
+    InvalidGroupIdError,
     KafkaError,
     NoOffsetForPartitionError,
     StaleMemberEpochError,
@@ -56,13 +59,12 @@ from txlog.requests import (
     DEFAULT_HEARTBEAT_INTERVAL_MS,
     DEFAULT_MAX_POLL_INTERVAL_MS,
     DEFAULT_SESSION_TIMEOUT_MS,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
     check_session_settings,
 )
-from txlog.errors import InvalidGroupIdError
-from txlog.clients.membership import ConsumerGroupMetadata, Membership
 from txlog.topic_partition import OffsetAndMetadata, TopicPartition
 from txlog.transport import Transport
-from txlog.requests import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 
 OFFSET_RESET_POLICIES = ("earliest", "latest", "none")
 _EARLIEST, _LATEST = "earliest", "latest"
@@ -104,7 +106,8 @@ class Consumer:
                       fetch_max_bytes, max_partition_fetch_bytes)
         check_session_settings(session_timeout_ms, max_poll_interval_ms, heartbeat_interval_ms)
         if group_instance_id is not None and (not isinstance(group_instance_id, str) or not group_instance_id):
-            raise IllegalArgumentError(f"group_instance_id must be a non-empty string or None, not {group_instance_id!r}")
+            raise IllegalArgumentError(
+                f"group_instance_id must be a non-empty string or None, not {group_instance_id!r}")
         self._member_settings = dict(instance_id=group_instance_id, session_timeout_ms=session_timeout_ms,
                                      max_poll_interval_ms=max_poll_interval_ms,
                                      heartbeat_interval_ms=heartbeat_interval_ms,
@@ -559,7 +562,8 @@ class Consumer:
         self._check_open()
         return {tp: self._end_offset(tp) for tp in map(_as_tp, partitions)}
 
-    def offsets_for_times(self, timestamps: Mapping[TopicPartition, int]) -> dict[TopicPartition, tuple[int, int] | None]:
+    def offsets_for_times(self, timestamps: Mapping[TopicPartition, int],
+                          ) -> dict[TopicPartition, tuple[int, int] | None]:
         """Per partition, (offset, timestamp) of the first record with timestamp ≥ the one given, or None.
 
         As Kafka's ListOffsets, read_committed only answers with offsets below the LSO.
@@ -590,7 +594,7 @@ class Consumer:
     def commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int] | None = None) -> None:
         """Commit offsets to the group (default: the positions of all assigned partitions)."""
         self._check_open()
-        group = self._require_group()
+        self._require_group()
         if offsets is None:
             offsets = self._consumed()
         if offsets:
@@ -676,7 +680,7 @@ class Consumer:
         if self._closed:
             raise IllegalStateError("this consumer has already been closed")
 
-    def __enter__(self) -> "Consumer":
+    def __enter__(self) -> Consumer:
         return self
 
     def __exit__(self, *exc: object) -> None:

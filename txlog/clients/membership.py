@@ -14,10 +14,11 @@ from __future__ import annotations
 import base64
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from storage.store import Store
+from txlog.member_session import MemberSession
 from txlog.requests import (
     JOIN_EPOCH,
     LEAVE_EPOCH,
@@ -27,7 +28,6 @@ from txlog.requests import (
     MemberRef,
     Partitions,
 )
-from txlog.member_session import MemberSession
 from txlog.transport import Transport
 
 RECONCILE_BEAT_MS = 50  # heartbeat pace while partitions wait to be revoked or released

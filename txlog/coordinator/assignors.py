@@ -16,8 +16,8 @@ every move is a pause in that partition's consumption.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping
 
 from txlog.topic_partition import TopicPartition
 

@@ -32,15 +32,16 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Callable, Iterable, Iterator
 
+import txlog.member_session as member_session
 from storage.errors import CorruptRecordError
 from storage.store import Store
-import txlog.member_session as member_session
 from txlog.coordinator.assignors import ASSIGNORS, DEFAULT_ASSIGNOR, MemberSpec
+from txlog.coordinator.group_offsets import GroupOffsets
 from txlog.errors import (
     FencedInstanceIdError,
     FencedMemberEpochError,
@@ -72,7 +73,6 @@ from txlog.schemas.group_metadata import (
     flatten,
     topic_partitions,
 )
-from txlog.coordinator.group_offsets import GroupOffsets
 from txlog.topic_partition import TopicPartition
 
 

@@ -26,14 +26,18 @@ from __future__ import annotations
 import base64
 import threading
 import time
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from storage.errors import UnknownTopicOrPartitionError
 from storage.partition_log import PartitionLog
 from storage.records import RecordBatch, build_batch
 from storage.store import Store
+from storage.topic_name import CONSUMER_OFFSETS_TOPIC
+from txlog.coordinator.internal_topics import ensure_internal_topic, owner_partition
+from txlog.coordinator.replayed_state import SNAPSHOT_EVERY, ReplayedPartition
 from txlog.errors import (
     GroupIdNotFoundError,
     IllegalArgumentError,
@@ -42,8 +46,6 @@ from txlog.errors import (
     UnstableOffsetCommitError,
 )
 from txlog.schemas.group_metadata import encode_group_metadata_key
-from txlog.coordinator.internal_topics import ensure_internal_topic, owner_partition
-from storage.topic_name import CONSUMER_OFFSETS_TOPIC
 from txlog.schemas.offset_log import (
     GroupMetadataKey,
     OffsetKey,
@@ -53,7 +55,6 @@ from txlog.schemas.offset_log import (
     encode_offset_key,
     encode_offset_value,
 )
-from txlog.coordinator.replayed_state import SNAPSHOT_EVERY, ReplayedPartition
 from txlog.topic_partition import OffsetAndMetadata, TopicPartition
 
 # The file name carries the dump format's version: a process that meets a snapshot of

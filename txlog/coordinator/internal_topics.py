@@ -13,6 +13,7 @@ from __future__ import annotations
 from storage.errors import TopicAlreadyExistsError
 from storage.store import Store
 from storage.topic_name import CONSUMER_OFFSETS_TOPIC, INTERNAL_TOPICS, TRANSACTION_STATE_TOPIC  # noqa: F401 (re-exported)
+
 DEFAULT_PARTITIONS = 8
 # Kafka compacts both topics instead of deleting by age; txlog keeps their history
 # (the Spark `transactions` view reads it) and bounds open cost with state snapshots.

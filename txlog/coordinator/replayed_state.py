@@ -18,7 +18,8 @@ import json
 import os
 import uuid
 import zlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from storage.durable import atomic_write
 from storage.errors import KafkaStorageError, OffsetOutOfRangeError
@@ -135,7 +136,8 @@ def _read_snapshot(path: str) -> dict | None:
     try:
         with open(path, "rb") as f:
             body = json.loads(f.read())
-        if isinstance(body, dict) and isinstance(body.get("offset"), int) and body.get("crc") == _crc(body["offset"], body["state"]):
+        if (isinstance(body, dict) and isinstance(body.get("offset"), int)
+                and body.get("crc") == _crc(body["offset"], body["state"])):
             return body
     except (OSError, ValueError, KeyError):
         pass

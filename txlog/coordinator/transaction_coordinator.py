@@ -32,14 +32,17 @@ syncs no data: its markers' fdatasync covers each partition's file anyway.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Callable, Iterable, Iterator
 
 from storage.errors import KafkaStorageError, UnknownTopicOrPartitionError
 from storage.partition_log import AppendResult, PartitionLog
 from storage.records import ControlType, RecordBatch, build_batch
 from storage.store import Store
+from storage.topic_name import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
+from txlog.coordinator.internal_topics import ensure_internal_topic, owner_partition
+from txlog.coordinator.replayed_state import ReplayedPartition
 from txlog.errors import (
     ConcurrentTransactionsError,
     InvalidProducerIdMappingError,
@@ -50,9 +53,6 @@ from txlog.errors import (
     ProducerFencedError,
     TransactionOutcomeUnknownError,
 )
-from txlog.coordinator.internal_topics import ensure_internal_topic, owner_partition
-from storage.topic_name import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
-from txlog.coordinator.replayed_state import ReplayedPartition
 from txlog.requests import DEFAULT_TRANSACTION_TIMEOUT_MS, ProducerIdAndEpoch
 from txlog.schemas.transaction_log import (
     TxnLogValue,
@@ -345,7 +345,8 @@ class TransactionCoordinator:
 
     # ---- requests -------------------------------------------------------------------------------------------
 
-    def init_producer_id(self, transactional_id: str, timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS) -> ProducerIdAndEpoch:
+    def init_producer_id(self, transactional_id: str,
+                         timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS) -> ProducerIdAndEpoch:
         """InitProducerId: a new epoch that fences every older instance, after finishing what they left."""
         self._check_id(transactional_id)
         if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or not 0 < timeout_ms <= self.max_timeout_ms:
@@ -441,7 +442,8 @@ class TransactionCoordinator:
         return _next_ids(done)
 
     @staticmethod
-    def _completed_retry(value: TxnLogValue | None, producer_id: int, epoch: int, commit: bool) -> ProducerIdAndEpoch | None:
+    def _completed_retry(value: TxnLogValue | None, producer_id: int, epoch: int,
+                         commit: bool) -> ProducerIdAndEpoch | None:
         """A retried EndTxn whose first attempt completed: epoch + 1 is what that end produced (KIP-890)."""
         if value is None or value.state not in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
             return None
@@ -552,9 +554,9 @@ def _is_fenced(value: TxnLogValue, producer_id: int, epoch: int) -> bool:
 
 
 def _next_ids(value: TxnLogValue) -> ProducerIdAndEpoch:
-    if value.state in _PREPARE:  # decided, markers pending: the ids the completion will hand out
-        if value.next_producer_id >= 0:
-            return ProducerIdAndEpoch(value.next_producer_id, _rotated_epoch(value))
+    if value.state in _PREPARE and value.next_producer_id >= 0:
+        # decided, markers pending: the ids the completion will hand out
+        return ProducerIdAndEpoch(value.next_producer_id, _rotated_epoch(value))
     return ProducerIdAndEpoch(value.producer_id, value.producer_epoch)
 
 

@@ -96,7 +96,7 @@ def offsets_parser(record: ParsedRecord) -> tuple[str | None, str | None]:
                 return key_json, "<DELETE>"
             return key_json, compact_json(group_metadata_json(record.value))
         return f"Unknown record type {key_version} at offset {record.offset}, skipping.", None
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001  a record that does not decode is reported in its line, as Kafka does
         return f"Error at offset {record.offset}, skipping. {exc}", None
 
 

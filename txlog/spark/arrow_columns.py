@@ -11,7 +11,7 @@ user-supplied schema prunes the rest), each converted to the type the schema giv
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import pyarrow as pa
 import pyarrow.compute as pc

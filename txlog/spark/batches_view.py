@@ -167,7 +167,7 @@ class _HeaderColumns:
 
     def add(self, segment: int, batch: RecordBatch) -> None:
         control = control_fields(batch)
-        for column, (_, _, value_of) in zip(self.values, _COLUMNS):
+        for column, (_, _, value_of) in zip(self.values, _COLUMNS, strict=True):
             column.append(value_of(segment, batch, control))
         self.rows += 1
 
@@ -177,7 +177,7 @@ class _HeaderColumns:
             "topic": pa.array([self.topic] * n, pa.string()),
             "partition": pa.array([self.partition] * n, pa.int32()),
         }
-        for (name, kind, _), values in zip(_COLUMNS, self.values):
+        for (name, kind, _), values in zip(_COLUMNS, self.values, strict=True):
             arrays[name] = timestamp_array(values) if kind is None else pa.array(values, kind)
         self._reset()
         return pa.RecordBatch.from_arrays([arrays[name] for name in schema.names], schema=schema)

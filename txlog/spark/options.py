@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping, Union
 
 from txlog.errors import IllegalArgumentError
 from txlog.fetch import IsolationLevel
@@ -33,7 +33,7 @@ VIEWS = ("records", "batches", "transactions")
 DEFAULT_MAX_BYTES_PER_PARTITION = 128 << 20
 
 #: "earliest", "latest", or {topic: {partition: offset}} with EARLIEST/LATEST allowed.
-OffsetSpec = Union[str, dict[str, dict[int, int]]]
+OffsetSpec = str | dict[str, dict[int, int]]
 
 
 @dataclass(frozen=True)

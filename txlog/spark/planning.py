@@ -13,8 +13,9 @@ Pure Python: no Spark here, so planning is testable (and reusable) on its own.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
+from itertools import pairwise
 
 from storage.errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from storage.extent import SegmentExtent
@@ -201,7 +202,7 @@ def _segment_pieces(log: PartitionLog, start: int, end: int,
         used += size
     pieces.append(piece)
     edges = [start, *(p[0].base_offset for p in pieces[1:]), end]
-    return [(s, e, tuple(p)) for s, e, p in zip(edges, edges[1:], pieces)]
+    return [(s, e, tuple(p)) for (s, e), p in zip(pairwise(edges), pieces, strict=True)]
 
 
 def _split(span: _Span, parts: int) -> list[_Span]:
@@ -214,7 +215,7 @@ def _split(span: _Span, parts: int) -> list[_Span]:
 def _equal_pieces(start: int, end: int, parts: int) -> list[tuple[int, int]]:
     parts = max(1, min(parts, end - start))
     edges = [start + (end - start) * i // parts for i in range(parts + 1)]
-    return list(zip(edges, edges[1:]))
+    return list(pairwise(edges))
 
 
 def _spread(spans: list, min_partitions: int) -> list:

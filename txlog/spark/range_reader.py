@@ -12,7 +12,7 @@ object per record) and handed to Spark tens of thousands at a time.
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 import pyarrow as pa
 

@@ -15,7 +15,7 @@ partitions) are read from their earliest offset, as the Kafka source does.
 from __future__ import annotations
 
 import math
-from typing import Iterator
+from collections.abc import Iterator
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition

@@ -39,14 +39,14 @@ import pyarrow as pa
 from storage.errors import CorruptRecordError
 from storage.records import Record
 from storage.store import Store
-from txlog.errors import IllegalArgumentError
 from storage.topic_name import TRANSACTION_STATE_TOPIC
+from txlog.errors import IllegalArgumentError
+from txlog.schemas.transaction_log import KEY_VERSION, TxnLogValue, decode_key, decode_value
 from txlog.spark.arrow_columns import timestamp_array
 from txlog.spark.batches_view import LogPart, log_batches, plan_whole_logs
 from txlog.spark.options import SourceOptions
 from txlog.spark.planning import open_store, select_partitions
 from txlog.spark.range_reader import ROWS_PER_ARROW_BATCH
-from txlog.schemas.transaction_log import KEY_VERSION, TxnLogValue, decode_key, decode_value
 
 SCHEMA = (
     "transactionalId string, producerId long, producerEpoch int, state string, transactionTimeoutMs int, "
@@ -120,7 +120,7 @@ def _key_version(key: bytes | None) -> int:
 
 
 def _arrow(rows: list[tuple], log_partition: int, schema: pa.Schema) -> pa.RecordBatch:
-    ids, values, versions, offsets, timestamps = zip(*rows)
+    ids, values, versions, offsets, timestamps = zip(*rows, strict=True)
     n = len(rows)
 
     def column(get) -> list:
@@ -139,7 +139,7 @@ def _arrow(rows: list[tuple], log_partition: int, schema: pa.Schema) -> pa.Recor
         "nextProducerId": pa.array(column(lambda v: v.next_producer_id), pa.int64()),
         "nextProducerEpoch": pa.array(column(lambda v: v.next_producer_epoch), pa.int32()),
         "clientTransactionVersion": pa.array(
-            [_client_transaction_version(v, version) for v, version in zip(values, versions)], pa.int32()
+            [_client_transaction_version(v, version) for v, version in zip(values, versions, strict=True)], pa.int32()
         ),
         "logPartition": pa.array([log_partition] * n, pa.int32()),
         "logOffset": pa.array(offsets, pa.int64()),

@@ -33,8 +33,8 @@ from storage.file_check import (
     read_log_dir_checkpoints,
 )
 from storage.store import Store
-from txlog.coordinator.transaction_coordinator import TransactionCoordinator, TransactionDescription
 from storage.topic_name import TRANSACTION_STATE_TOPIC
+from txlog.coordinator.transaction_coordinator import TransactionCoordinator, TransactionDescription
 
 __all__ = ["StoreCheckReport", "check_store", "Finding", "Severity"]
 

@@ -25,11 +25,13 @@ given, e.g. a fault-injecting one), so every request of the loop crosses one sea
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from storage.store import Store
 from txlog.clients.consumer import Consumer
+from txlog.clients.producer import Producer
 from txlog.consumer_record import ConsumerRecord
 from txlog.errors import (
     KafkaError,
@@ -40,7 +42,6 @@ from txlog.errors import (
     UnstableOffsetCommitError,
 )
 from txlog.fetch import IsolationLevel
-from txlog.clients.producer import Producer
 from txlog.topic_partition import OffsetAndMetadata, TopicPartition
 from txlog.transport import Transport
 
@@ -229,7 +230,7 @@ class TransformLoop:
             if self._own_store:
                 self.store.close()
 
-    def __enter__(self) -> "TransformLoop":
+    def __enter__(self) -> TransformLoop:
         return self
 
     def __exit__(self, *exc: object) -> None:
