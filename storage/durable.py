@@ -106,8 +106,9 @@ def _unlink_quietly(path: str) -> None:
 
 def is_disk_full(exc: BaseException) -> bool:
     """True when an error chain bottoms out in ENOSPC or EDQUOT."""
-    while exc is not None:
-        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+    link: BaseException | None = exc
+    while link is not None:
+        if isinstance(link, OSError) and link.errno in (errno.ENOSPC, errno.EDQUOT):
             return True
-        exc = exc.__cause__
+        link = link.__cause__
     return False

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import struct
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Generic, NamedTuple, TypeVar
 
 from storage.durable import create_durably, fsync_fd, unlink_durably, write_all
 from storage.errors import CorruptIndexError, KafkaStorageError, ReadOnlyStoreError
@@ -74,6 +74,13 @@ class EntryFile:
     Mutating methods assume the caller holds the partition's exclusive lock.
     """
 
+    # the parse cache, reset by _forget
+    _key: tuple[int, int] | None  # (size, mtime_ns) the cache was built from
+    _raw: list[Raw]  # every complete entry
+    _valid: int  # length of the trustworthy prefix of _raw
+    _length: int  # bytes covered by the last parse
+    _last_bytes: bytes  # bytes of the last complete entry, to notice rewrites
+
     def __init__(
         self,
         path: str,
@@ -133,7 +140,7 @@ class EntryFile:
         self._check_open()
         if self._fd is None and not self._open(create=False):
             return 0, None
-        length = os.fstat(self._fd).st_size
+        length = os.fstat(self._opened_fd).st_size
         size = self._layout.size
         whole = length // size * size
         if whole == 0:
@@ -176,11 +183,11 @@ class EntryFile:
         before = self._length
         cache_current = self._key is not None and self._key[0] == before
         try:
-            write_all(self._fd, data)
+            write_all(self._opened_fd, data)
         except KafkaStorageError:
             self._key = None
             try:
-                os.ftruncate(self._fd, before)
+                os.ftruncate(self._opened_fd, before)
             except OSError:
                 pass  # the next prepare_append cuts the torn entry
             raise
@@ -193,7 +200,7 @@ class EntryFile:
             self._last_bytes = data
             if intact:
                 self._extend_valid()
-            st = os.fstat(self._fd)
+            st = os.fstat(self._opened_fd)
             self._key = (st.st_size, st.st_mtime_ns) if st.st_size == self._length else None
         else:
             self._key = None
@@ -230,11 +237,11 @@ class EntryFile:
     # ---- internals -----------------------------------------------------------
 
     def _forget(self) -> None:
-        self._key: tuple[int, int] | None = None  # (size, mtime_ns) the cache was built from
-        self._raw: list[Raw] = []  # every complete entry
-        self._valid = 0  # length of the trustworthy prefix of _raw
-        self._length = 0  # bytes covered by the last parse
-        self._last_bytes = b""  # bytes of the last complete entry, to notice rewrites
+        self._key = None
+        self._raw = []
+        self._valid = 0
+        self._length = 0
+        self._last_bytes = b""
 
     def _check_open(self) -> None:
         if self._closed:
@@ -244,6 +251,13 @@ class EntryFile:
         self._check_open()
         if not self.writable:
             raise ReadOnlyStoreError(f"{self.path}: index was opened read-only")
+
+    @property
+    def _opened_fd(self) -> int:
+        """The descriptor, for the steps that run once `_open` has succeeded."""
+        if self._fd is None:
+            raise KafkaStorageError(f"{self.path} is not open")
+        return self._fd
 
     def _open(self, *, create: bool) -> bool:
         flags = os.O_RDWR | os.O_APPEND if self.writable else os.O_RDONLY
@@ -263,7 +277,7 @@ class EntryFile:
             self._forget()
             return
         try:
-            st = os.fstat(self._fd)
+            st = os.fstat(self._opened_fd)
         except OSError as exc:
             raise KafkaStorageError(f"cannot stat {self.path}: {exc.strerror}") from exc
         key = (st.st_size, st.st_mtime_ns)
@@ -313,7 +327,7 @@ class EntryFile:
         pos = start
         while pos < end:
             try:
-                chunk = os.pread(self._fd, end - pos, pos)
+                chunk = os.pread(self._opened_fd, end - pos, pos)
             except OSError as exc:
                 raise KafkaStorageError(f"cannot read {self.path}: {exc.strerror}") from exc
             if not chunk:
@@ -324,16 +338,19 @@ class EntryFile:
 
     def _ftruncate(self, length: int) -> None:
         try:
-            os.ftruncate(self._fd, length)
+            os.ftruncate(self._opened_fd, length)
         except OSError as exc:
             raise KafkaStorageError(f"cannot truncate {self.path}: {exc.strerror}") from exc
 
 
-class EntryFileIndex:
+EntryT = TypeVar("EntryT")
+
+
+class EntryFileIndex(Generic[EntryT]):
     """What the three index classes share: a base offset, an EntryFile, and its life cycle.
 
-    Subclasses say how a raw entry reads at the API (`_convert`) and add their own
-    lookups, appends and checks.
+    Subclasses say how a raw entry reads at the API (`_convert`, an EntryT) and add their
+    own lookups, appends and checks.
     """
 
     base_offset: int
@@ -343,12 +360,12 @@ class EntryFileIndex:
     def path(self) -> str:
         return self._file.path
 
-    def entries(self) -> list:
+    def entries(self) -> list[EntryT]:
         """Every trustworthy entry, as the index's API presents it."""
         view = self._file.view()
         return [self._convert(raw) for raw in view.entries[: view.valid]]
 
-    def stored_entries(self) -> list:
+    def stored_entries(self) -> list[object]:
         """Every whole entry in the file, trusted or not (a trailing partial entry is not one).
 
         The read-only parse for tools that report what is on disk (the dump tool, the
@@ -361,13 +378,13 @@ class EntryFileIndex:
         """The file's length in bytes as last read (0 when it does not exist)."""
         return self._file.view().length
 
-    def _convert(self, raw: Raw):
+    def _convert(self, raw: Raw) -> EntryT:
         raise NotImplementedError
 
-    def _convert_stored(self, raw: Raw):
+    def _convert_stored(self, raw: Raw) -> object:
         return self._convert(raw)
 
-    def peek_last(self) -> tuple[int, object | None]:
+    def peek_last(self) -> tuple[int, EntryT | None]:
         """(file length, last entry as the API shows it) without parsing the whole file."""
         length, raw = self._file.peek()
         return length, (None if raw is None else self._convert(raw))

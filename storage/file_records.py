@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
+from typing import Literal, overload
 
 from storage.errors import CorruptRecordError, KafkaStorageError
 from storage.legacy_records import MIN_MESSAGE_SIZE, LegacyMessage, is_legacy_message, parse_legacy, refuse
@@ -63,6 +64,10 @@ class FileRecords:
     """
 
     __slots__ = ("path", "_fd", "_owns_fd", "_data")
+    path: str | None  # names the bytes in errors; None for anonymous in-memory bytes
+    _fd: int  # -1 over bytes in memory
+    _owns_fd: bool
+    _data: bytes | bytearray | memoryview | None  # the bytes in memory, or None to read from _fd
 
     def __init__(self, path: str, fd: int | None = None) -> None:
         """Wrap `fd` (borrowed: `close` leaves it open) or, if None, open `path` read-only."""
@@ -131,8 +136,16 @@ class FileRecords:
 
     # ---- batches -------------------------------------------------------------------------
 
+    @overload
     def batches(self, start: int = 0, end: int | None = None, *, verify_crc: bool = True, strict: bool = False,
-                legacy: bool = False) -> Iterator[RecordBatch]:
+                legacy: Literal[False] = False) -> Iterator[RecordBatch]: ...
+
+    @overload
+    def batches(self, start: int = 0, end: int | None = None, *, verify_crc: bool = True, strict: bool = False,
+                legacy: bool) -> Iterator[RecordBatch | LegacyMessage]: ...
+
+    def batches(self, start: int = 0, end: int | None = None, *, verify_crc: bool = True, strict: bool = False,
+                legacy: bool = False) -> Iterator[RecordBatch | LegacyMessage]:
         """Every whole batch in [start, end) in file order; `end` defaults to the file's size now.
 
         `verify_crc=False` skips the CRC (the dump tool, which reports `isvalid` per batch
@@ -319,7 +332,7 @@ class FileRecords:
 
 
 def _walk(buf, off: int, limit: int, origin: int, path: str | None, verify_crc: bool,
-          legacy: bool) -> Iterator[RecordBatch | LegacyMessage]:
+          legacy: bool) -> Generator[RecordBatch | LegacyMessage, None, int]:
     """Yield the whole batches of buf[off:limit]; return the offset where the next one does not fit.
 
     The hot loop of every log read: one length unpack, one magic test and one parse per

@@ -211,7 +211,7 @@ class LogLoader:
                 entries = read_snapshot(path) if location is not None else None
             except (CorruptSnapshotError, FileNotFoundError):
                 entries = None
-            if entries is None:
+            if location is None or entries is None:
                 if repair:
                     delete_snapshot(path)
                 continue

@@ -39,7 +39,7 @@ def _follows(prev: Raw | None, cur: Raw) -> bool:
     return rel > prev[0] and pos > prev[1]
 
 
-class OffsetIndex(EntryFileIndex):
+class OffsetIndex(EntryFileIndex[tuple[int, int]]):
     """The `.index` of one segment, shared by every process that opens the partition."""
 
     ENTRY_SIZE = _ENTRY.size

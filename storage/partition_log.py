@@ -157,7 +157,7 @@ class PartitionLog:
                 self._loader.load(repair=False)
         else:
             os.makedirs(directory, exist_ok=True)
-            with self._mutex, self._lock:
+            with self._mutex, self._writer_lock:
                 self._loader.load(repair=True)
                 self._recover_high_watermark()
 
@@ -345,6 +345,13 @@ class PartitionLog:
 
     # ---- appending -----------------------------------------------------------------------------------
 
+    @property
+    def _writer_lock(self) -> FileLock:
+        """The lock every write holds; a read-only view has none (its writes stop at _check_writable)."""
+        if self._lock is None:
+            raise ReadOnlyStoreError(f"{self.directory} is open read-only")
+        return self._lock
+
     def _check_writable(self) -> None:
         if self.read_only:
             raise ReadOnlyStoreError(f"{self.directory} is open read-only")
@@ -395,7 +402,7 @@ class PartitionLog:
         """
         self._check_writable()
         batches = self._parse_client_batches(data, trusted)
-        with self._mutex, self._lock:
+        with self._mutex, self._writer_lock:
             self._catch_up(repair=True)
             self._check_writable()
             self._maybe_expire_producers()
@@ -464,6 +471,7 @@ class PartitionLog:
                 dup = _duplicate_of(plan, batch)
             except KafkaError:
                 dup = None
+            found: tuple[int, int] | None
             if dup is not None:
                 found = (dup.first_offset, dup.last_offset)
             elif next_base is not None and next_base > 0:
@@ -495,7 +503,7 @@ class PartitionLog:
         the marker without the entry that tells it to skip the aborted data.
         """
         self._check_writable()
-        with self._mutex, self._lock:
+        with self._mutex, self._writer_lock:
             self._catch_up(repair=True)
             self._check_writable()
             plan = ProducerAppend(self._state)
@@ -529,7 +537,7 @@ class PartitionLog:
         made while holding it re-enter the lock.
         """
         self._check_writable()
-        with self._mutex, self._lock:
+        with self._mutex, self._writer_lock:
             self._catch_up(repair=True)
             yield self
 
@@ -584,7 +592,7 @@ class PartitionLog:
         partition of a transaction before writing PREPARE_COMMIT.
         """
         self._check_writable()
-        with self._mutex, self._lock:
+        with self._mutex, self._writer_lock:
             self._catch_up(repair=True)
             self._check_writable()
             return self._sync_locked()
@@ -636,7 +644,7 @@ class PartitionLog:
     def roll(self) -> None:
         """Force a new segment (as `segment.ms` would); a no-op on an empty active segment."""
         self._check_writable()
-        with self._mutex, self._lock:
+        with self._mutex, self._writer_lock:
             self._catch_up(repair=True)
             if self._segments[-1].size > 0:
                 self._roll()
@@ -770,7 +778,7 @@ class PartitionLog:
             if not self._passes_once_caught_up(seg):
                 self._loader.repair_indexes(seg, repair=False)
         else:
-            with self._lock:
+            with self._writer_lock:
                 if not self._passes_once_caught_up(seg):
                     self._loader.repair_indexes(seg, repair=True)
         return seg
@@ -848,7 +856,7 @@ class PartitionLog:
         if self.read_only or self._failed:
             replay = self._txn_check.replace_with_replay(seg, self._loader.state_at_segment_start(seg))
             return replay.advance(seg, readable_end(self._segments, seg))
-        with self._lock:
+        with self._writer_lock:
             self._catch_up(repair=True)
             if seg not in self._segments:  # the view was reloaded meanwhile: check the fresh segment
                 fresh = [s for s in self._segments if s.base_offset == seg.base_offset]
@@ -887,7 +895,7 @@ class PartitionLog:
     def enforce_retention(self) -> int:
         """Delete whole sealed segments past retention.ms / retention.bytes; returns how many."""
         self._check_writable()
-        with self._mutex, self._lock:
+        with self._mutex, self._writer_lock:
             self._catch_up(repair=True)
             return self._enforce_retention_locked(self._clock())
 
@@ -920,7 +928,7 @@ class PartitionLog:
                 return
             try:
                 if not self.read_only and not self._failed and self._loader.corruption is None:
-                    with self._lock:
+                    with self._writer_lock:
                         self._catch_up(repair=True)
                         self._sync_locked()
                         self._segments[-1].seal()

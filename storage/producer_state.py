@@ -339,16 +339,17 @@ class ProducerAppend:
 
     def _check_txn_state(self, producer_id: int, epoch: int, entry: ProducerStateEntry | None,
                          is_transactional: bool) -> None:
-        open_txn = entry is not None and entry.has_open_txn
+        open_epoch = entry.epoch if entry is not None and entry.has_open_txn else None
+        open_txn = open_epoch is not None
         if not is_transactional:
             if open_txn:
                 raise InvalidTxnStateError(
                     f"producer {producer_id} sent a non-transactional batch while its transaction is open"
                 )
             return
-        if open_txn and epoch != entry.epoch:
+        if open_epoch is not None and epoch != open_epoch:
             raise InvalidTxnStateError(
-                f"producer {producer_id}'s transaction of epoch {entry.epoch} is still open; "
+                f"producer {producer_id}'s transaction of epoch {open_epoch} is still open; "
                 f"epoch {epoch} cannot write before its marker"
             )
         if not open_txn and self._verify_txn is not None and not self._verify_txn(producer_id, epoch):

@@ -33,6 +33,7 @@ from storage.sequence import INT32_MAX
 from storage.varint import (
     NULL_LENGTH,
     ONE_BYTE_ZIGZAG,
+    SINGLE_BYTE_ZIGZAG,
     SMALL_LIMIT,
     TWO_BYTE_ZIGZAG,
     VARINT_TABLE,
@@ -119,8 +120,8 @@ def _walk_records(region: bytes, corrupt) -> tuple[int, int]:
     """
     end = len(region)
     pos = seen = 0
-    max_delta = None
-    one = ONE_BYTE_ZIGZAG
+    max_delta: int | None = None
+    one = SINGLE_BYTE_ZIGZAG  # indexed only by bytes below 0x80
     while pos < end:
         b = region[pos]
         if b < 0x80:
@@ -177,8 +178,9 @@ def _decode_records(data: bytes, count: int, base_offset: int, base_timestamp: i
     The fields are decoded inline (table lookups for 1- and 2-byte varints)
     because a function call per field would double the cost of this loop.
     """
-    rows = []
+    rows: list[tuple] = []
     append = rows.append
+    single = SINGLE_BYTE_ZIGZAG  # for a byte already known to be below 0x80
     one = ONE_BYTE_ZIGZAG
     two = TWO_BYTE_ZIGZAG
     varint = decode_varint
@@ -186,12 +188,17 @@ def _decode_records(data: bytes, count: int, base_offset: int, base_timestamp: i
     no_sequence = base_sequence < 0
     wrap_at = INT32_MAX - base_sequence  # offset delta at which the sequence wraps to 0
     pos = 0
+    length: int | None
+    ts_delta: int | None
+    offset_delta: int | None
+    size: int | None
+    headers: list[tuple[str, bytes | None]]
     for _ in range(count):
         # length (usually 2 bytes: records of 64..8191 bytes)
         b = data[pos]
         if b < 0x80:
             pos += 1
-            record_end = pos + one[b]
+            record_end = pos + single[b]
         else:
             length = two[b][data[pos + 1]]
             if length is None:
@@ -208,7 +215,7 @@ def _decode_records(data: bytes, count: int, base_offset: int, base_timestamp: i
         # offsetDelta
         b = data[pos]
         if b < 0x80:
-            offset_delta = one[b]
+            offset_delta = single[b]
             pos += 1
         else:
             offset_delta = two[b][data[pos + 1]]
@@ -219,7 +226,7 @@ def _decode_records(data: bytes, count: int, base_offset: int, base_timestamp: i
         # key
         b = data[pos]
         if b < 0x80:
-            size = one[b]
+            size = single[b]
             pos += 1
         else:
             size = two[b][data[pos + 1]]
@@ -236,7 +243,7 @@ def _decode_records(data: bytes, count: int, base_offset: int, base_timestamp: i
         # value
         b = data[pos]
         if b < 0x80:
-            size = one[b]
+            size = single[b]
             pos += 1
         else:
             size = two[b][data[pos + 1]]

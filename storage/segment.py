@@ -161,7 +161,9 @@ class LogSegment:
         if exc.position is None:
             raise exc
         resync = self.records.next_valid_batch(exc.position, end)
-        base = None if resync is None else self.records.base_offset_at(resync)
+        if resync is None:
+            raise exc
+        base = self.records.base_offset_at(resync)
         if base is None or base > offset:
             raise exc
         return resync

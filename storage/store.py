@@ -105,7 +105,7 @@ class Store:
             raise KafkaStorageError(f"{root} is not empty and is not a txlog store")
         os.makedirs(root, exist_ok=True)
         store = cls(root, read_only=False, kafka_layout=False, clock=clock)
-        with store._lock:
+        with store._writer_lock:
             if not os.path.exists(store._meta_path):
                 store._write_meta({})
         return store
@@ -132,6 +132,13 @@ class Store:
         body = {"format": "txlog", "version": FORMAT_VERSION, "topics": topics}
         atomic_write(self._meta_path, json.dumps(body, indent=2, sort_keys=True).encode() + b"\n")
 
+    @property
+    def _writer_lock(self) -> FileLock:
+        """The lock every write holds; a read-only store has none (its writes stop at _check_writable)."""
+        if self._lock is None:
+            raise ReadOnlyStoreError(f"{self.root} is open read-only; it cannot be written")
+        return self._lock
+
     def _check_writable(self) -> None:
         if self._closed:
             raise KafkaStorageError("store is closed")
@@ -154,7 +161,7 @@ class Store:
         validate_topic_name(name, allow_internal=internal)
         _check_partition_count(partitions)
         overrides = validate_overrides(config or {})
-        with self._lock:
+        with self._writer_lock:
             topics = self._topics()
             if name in topics:
                 raise TopicAlreadyExistsError(f"topic '{name}' already exists")
@@ -238,7 +245,7 @@ class Store:
         unknown = [k for k in delete_configs if k not in CONFIG_NAMES]
         if unknown:
             raise InvalidConfigurationError(f"unknown topic config {', '.join(map(repr, unknown))}")
-        with self._lock:
+        with self._writer_lock:
             topics = self._topics()
             if name not in topics:
                 raise UnknownTopicOrPartitionError(f"topic '{name}' does not exist")
@@ -258,7 +265,7 @@ class Store:
         """Grow a topic to `total` partitions (Kafka never shrinks a topic)."""
         self._check_writable()
         _check_partition_count(total)
-        with self._lock:
+        with self._writer_lock:
             topics = self._topics()
             if name not in topics:
                 raise UnknownTopicOrPartitionError(f"topic '{name}' does not exist")
@@ -274,7 +281,7 @@ class Store:
     def delete_topic(self, name: str) -> None:
         """Forget the topic first (atomic), then remove its directories the way Kafka does."""
         self._check_writable()
-        with self._lock:
+        with self._writer_lock:
             topics = self._topics()
             if name not in topics:
                 raise UnknownTopicOrPartitionError(f"topic '{name}' does not exist")
@@ -322,6 +329,7 @@ class Store:
 
     def allocate_producer_id(self) -> int:
         self._check_writable()
+        assert self._pids is not None, "only a read-only store has no allocator"
         return self._pids.allocate()
 
     def enforce_retention(self) -> int:

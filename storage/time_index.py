@@ -39,7 +39,7 @@ def _follows(prev: Raw | None, cur: Raw) -> bool:
     return ts > prev_ts and rel >= prev_rel
 
 
-class TimeIndex(EntryFileIndex):
+class TimeIndex(EntryFileIndex[tuple[int, int]]):
     """The `.timeindex` of one segment, shared by every process that opens the partition."""
 
     ENTRY_SIZE = _ENTRY.size

@@ -82,7 +82,7 @@ def collect_aborted(entries: Iterable[AbortedTxn], fetch_offset: int,
     return found, False
 
 
-class TransactionIndex(EntryFileIndex):
+class TransactionIndex(EntryFileIndex[AbortedTxn]):
     """The `.txnindex` of one segment, shared by every process that opens the partition."""
 
     ENTRY_SIZE = _ENTRY.size

@@ -49,9 +49,10 @@ def replay_abort(state: ProducerStateManager, batch: RecordBatch) -> AbortedTxn 
     that ends a transaction."""
     lso = _abort_lso(state, batch)
     completed = state.replay_batch(batch)
-    if completed is not None and completed.is_aborted:
-        return AbortedTxn(completed.producer_id, completed.first_offset, completed.last_offset, lso)
-    return None
+    if completed is None or not completed.is_aborted:
+        return None
+    assert lso is not None, "only a marker completes a transaction, and a marker has a producer id"
+    return AbortedTxn(completed.producer_id, completed.first_offset, completed.last_offset, lso)
 
 
 def _abort_lso(state: ProducerStateManager, batch: RecordBatch) -> int | None:

@@ -126,9 +126,12 @@ VARINT_TABLE: tuple[bytes, ...] = tuple(encode_varint(n) for n in range(SMALL_LI
 #: Encoding of -1, the "null" length of keys, values and header values.
 NULL_LENGTH = encode_varint(-1)
 
+#: SINGLE_BYTE_ZIGZAG[b] is the value of the single-byte varint b, for b < 0x80 only
+#: (a decoder that has already tested the continuation bit indexes this one).
+SINGLE_BYTE_ZIGZAG: tuple[int, ...] = tuple((b >> 1) ^ -(b & 1) for b in range(0x80))
 #: ONE_BYTE_ZIGZAG[b] is the value of the single-byte varint b, or None when b has
 #: the continuation bit (b >= 0x80) and the varint is longer.
-ONE_BYTE_ZIGZAG: tuple[int | None, ...] = tuple((b >> 1) ^ -(b & 1) for b in range(0x80)) + (None,) * 0x80
+ONE_BYTE_ZIGZAG: tuple[int | None, ...] = SINGLE_BYTE_ZIGZAG + (None,) * 0x80
 
 def _two_byte_row(first: int) -> tuple[int | None, ...]:
     """Values of the 2-byte varints starting with `first`; None where a third byte follows."""

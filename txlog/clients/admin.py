@@ -163,7 +163,7 @@ class Admin:
     def __init__(self, store: str | os.PathLike | Store, *, clock: Callable[[], int] | None = None,
                  read_only: bool = False):
         self._own_store = not isinstance(store, Store)
-        self.store = Store.open(store, read_only=read_only) if self._own_store else store
+        self.store = store if isinstance(store, Store) else Store.open(store, read_only=read_only)
         self._clock = clock or _now_ms
         self.coordinator = TransactionCoordinator(self.store, clock=clock)
         self.groups = GroupOffsets(self.store, clock=clock)
@@ -184,7 +184,7 @@ class Admin:
         self.store.delete_topic(name)
 
     def alter_topic_config(self, name: str, set_configs: Mapping[str, Any] | None = None,
-                           delete_configs: Iterable[str] = ()) -> None:
+                           delete_configs: list[str] | tuple[str, ...] = ()) -> None:
         self.store.alter_topic_config(name, set_configs, delete_configs)
 
     def create_partitions(self, name: str, total: int) -> None:

@@ -36,8 +36,9 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict, cast, overload
 
 from storage.errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from storage.store import Store
@@ -88,6 +89,17 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+class _MemberSettings(TypedDict):
+    """The consumer's settings a group membership starts with (Membership's keyword arguments)."""
+
+    instance_id: str | None
+    session_timeout_ms: int
+    max_poll_interval_ms: int
+    heartbeat_interval_ms: int
+    assignor: str | None
+    client_id: str
+
+
 class Consumer:
     """Reads assigned partitions in order under an isolation level, committing positions to a group."""
 
@@ -108,10 +120,10 @@ class Consumer:
         if group_instance_id is not None and (not isinstance(group_instance_id, str) or not group_instance_id):
             raise IllegalArgumentError(
                 f"group_instance_id must be a non-empty string or None, not {group_instance_id!r}")
-        self._member_settings = dict(instance_id=group_instance_id, session_timeout_ms=session_timeout_ms,
-                                     max_poll_interval_ms=max_poll_interval_ms,
-                                     heartbeat_interval_ms=heartbeat_interval_ms,
-                                     assignor=group_remote_assignor, client_id=client_id)
+        self._member_settings = _MemberSettings(instance_id=group_instance_id, session_timeout_ms=session_timeout_ms,
+                                                max_poll_interval_ms=max_poll_interval_ms,
+                                                heartbeat_interval_ms=heartbeat_interval_ms,
+                                                assignor=group_remote_assignor, client_id=client_id)
         self._group_id = group_id
         self._reset_policy = auto_offset_reset
         self._auto_commit_interval_ms = auto_commit_interval_ms
@@ -236,7 +248,7 @@ class Consumer:
         if not self._subscribed():
             return
         if self._membership is not None:
-            wanted = sorted(self._subscription) if self._pattern is None else self._matching_topics()
+            wanted = sorted(self._subscription or ()) if self._pattern is None else self._matching_topics()
             self._membership.set_topics(tuple(wanted))
             return
         partitions = [TopicPartition(t, p) for t in self._matching_topics()
@@ -279,9 +291,9 @@ class Consumer:
     def _revoke(self, partitions: set[TopicPartition], *, commit: bool = True) -> None:
         """Give partitions back: commit their positions (auto-commit), tell the listener, drop them."""
         if self._auto_commit and commit:
-            positions = {tp: OffsetAndMetadata(self._assigned[tp].position) for tp in sorted(partitions)
-                         if self._assigned[tp].position is not None
-                         and self._auto_committed.get(tp) != self._assigned[tp].position}
+            positions = {tp: OffsetAndMetadata(position) for tp in sorted(partitions)
+                         if (position := self._assigned[tp].position) is not None
+                         and self._auto_committed.get(tp) != position}
             if positions:
                 self._commit_to_group(positions)
         self._call_listener("on_partitions_revoked", partitions)
@@ -294,7 +306,7 @@ class Consumer:
         if lost:
             self._call_listener("on_partitions_lost", lost)
 
-    def _call_listener(self, name: str, partitions: set[TopicPartition]) -> None:
+    def _call_listener(self, name: str, partitions: AbstractSet[TopicPartition]) -> None:
         callback = getattr(self._listener, name, None)
         if callback is None and name == "on_partitions_lost":
             callback = getattr(self._listener, "on_partitions_revoked", None)  # Kafka's default for lost
@@ -335,8 +347,8 @@ class Consumer:
         isolation (kcat's `-o -N`), clamped into [log start, log end] instead of being left to
         auto_offset_reset; returns the offset chosen."""
         tp = _as_tp(partition)
-        start = self._transport.list_offsets(tp, EARLIEST_TIMESTAMP, self._isolation)[0]
-        log_end = self._transport.list_offsets(tp, LATEST_TIMESTAMP, IsolationLevel.READ_UNCOMMITTED)[0]
+        start = self._boundary_offset(tp, EARLIEST_TIMESTAMP, self._isolation)
+        log_end = self._boundary_offset(tp, LATEST_TIMESTAMP, IsolationLevel.READ_UNCOMMITTED)
         target = min(max(self._end_offset(tp) + offset if offset < 0 else offset, start), log_end)
         self.seek(tp, target)
         return target
@@ -395,16 +407,22 @@ class Consumer:
 
     def _reset_offset(self, tp: TopicPartition, policy: str) -> int:
         if policy == _EARLIEST:
-            return self._transport.list_offsets(tp, EARLIEST_TIMESTAMP, self._isolation)[0]
+            return self._boundary_offset(tp, EARLIEST_TIMESTAMP, self._isolation)
         if policy == _LATEST:
             return self._end_offset(tp)
         raise NoOffsetForPartitionError(
             f"no committed offset for {tp.topic}-{tp.partition} and auto_offset_reset is 'none'"
         )
 
+    def _boundary_offset(self, tp: TopicPartition, timestamp: int, isolation: IsolationLevel) -> int:
+        """ListOffsets for EARLIEST_TIMESTAMP or LATEST_TIMESTAMP, which always answer: the offset."""
+        found = self._transport.list_offsets(tp, timestamp, isolation)
+        assert found is not None, "only a real timestamp can find no offset"
+        return found[0]
+
     def _end_offset(self, tp: TopicPartition) -> int:
         """Kafka's ListOffsets(LATEST) with isolation: the LSO for read_committed, else the log end."""
-        return self._transport.list_offsets(tp, LATEST_TIMESTAMP, self._isolation)[0]
+        return self._boundary_offset(tp, LATEST_TIMESTAMP, self._isolation)
 
     # ---- polling ------------------------------------------------------------------------------
 
@@ -554,7 +572,7 @@ class Consumer:
 
     def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         self._check_open()
-        return {tp: self._transport.list_offsets(tp, EARLIEST_TIMESTAMP, self._isolation)[0]
+        return {tp: self._boundary_offset(tp, EARLIEST_TIMESTAMP, self._isolation)
                 for tp in map(_as_tp, partitions)}
 
     def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
@@ -603,8 +621,15 @@ class Consumer:
     def _commit_to_group(self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int]) -> None:
         """A plain commit, as this consumer's member of the group when it is one (fenced if it is not)."""
         member = self._membership.ref() if self._membership is not None else None
-        self._transport.offset_commit(self._group_id, offsets, member)
+        self._transport.offset_commit(self._require_group(), offsets, member)
         self._auto_committed.update({tp: _offset_of(om) for tp, om in offsets.items()})
+
+    @overload
+    def committed(self, partition: TopicPartition, *, timeout_ms: int = 0) -> OffsetAndMetadata | None: ...
+
+    @overload
+    def committed(self, partition: Iterable[TopicPartition], *, timeout_ms: int = 0
+                  ) -> dict[TopicPartition, OffsetAndMetadata | None]: ...
 
     def committed(self, partition: TopicPartition | Iterable[TopicPartition], *, timeout_ms: int = 0
                   ) -> OffsetAndMetadata | None | dict[TopicPartition, OffsetAndMetadata | None]:
@@ -617,7 +642,10 @@ class Consumer:
         self._check_open()
         group = self._require_group()
         single = _is_single_partition(partition)
-        wanted = [_as_tp(partition)] if single else [_as_tp(tp) for tp in partition]
+        if single:
+            wanted = [_as_tp(partition)]
+        else:  # not a (topic, partition) pair, so a collection of them
+            wanted = [_as_tp(tp) for tp in cast("Iterable[TopicPartition]", partition)]
         stable = self._isolation is IsolationLevel.READ_COMMITTED
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
@@ -704,7 +732,7 @@ def _is_single_partition(value: object) -> bool:
     return isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str)
 
 
-def _as_tp(tp: TopicPartition) -> TopicPartition:
+def _as_tp(tp: Iterable[object]) -> TopicPartition:
     try:
         topic, partition = tp
     except (TypeError, ValueError):

@@ -115,10 +115,9 @@ class Membership:
 
     def heartbeat(self, owned: Partitions | None) -> HeartbeatResponse:
         """Send one heartbeat (joining first if needed); errors leave the member to rejoin."""
-        if self._session is None:
-            self._start_session()
+        session = self._session if self._session is not None else self._start_session()
         now = self._clock()
-        self._session.beat(now, polled=True)
+        session.beat(now, polled=True)
         request = HeartbeatRequest(
             self.group_id, self.member_id, self.epoch, self.instance_id,
             None if self._topics_sent and self.joined else self._topics,
@@ -153,17 +152,17 @@ class Membership:
 
     # ---- the session and its heartbeat thread -----------------------------------------------------------
 
-    def _start_session(self) -> None:
-        self._session = MemberSession(self._store.root, self.group_id, self.member_id)
-        self._session.beat(self._clock(), polled=True)
+    def _start_session(self) -> MemberSession:
+        session = self._session = MemberSession(self._store.root, self.group_id, self.member_id)
+        session.beat(self._clock(), polled=True)
         self._stop.clear()
         period = max(min(self._heartbeat_interval_ms, self._session_timeout_ms // 3), 10) / 1000
-        self._thread = threading.Thread(target=self._beat_forever, args=(period,), daemon=True,
+        self._thread = threading.Thread(target=self._beat_forever, args=(session, period), daemon=True,
                                         name=f"txlog-heartbeat-{self.group_id}")
         self._thread.start()
+        return session
 
-    def _beat_forever(self, period: float) -> None:
-        session = self._session
+    def _beat_forever(self, session: MemberSession, period: float) -> None:
         while not self._stop.wait(period):
             try:
                 session.beat(self._clock())

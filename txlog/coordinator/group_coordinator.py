@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from typing import NoReturn
 
 import txlog.member_session as member_session
 from storage.errors import CorruptRecordError
@@ -436,7 +437,7 @@ def _expired(member: Member, view: member_session.SessionView, now: int) -> bool
     return view.alive and now - view.poll_ms > member.rebalance_timeout_ms
 
 
-def _refuse_unknown(group: Group, member_id: str, instance_id: str | None) -> None:
+def _refuse_unknown(group: Group, member_id: str, instance_id: str | None) -> NoReturn:
     if instance_id is not None and group.by_instance(instance_id) is not None:
         raise FencedInstanceIdError(
             f"static member '{instance_id}' of group '{group.group_id}' was taken over by another instance")

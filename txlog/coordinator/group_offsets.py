@@ -301,7 +301,7 @@ class GroupOffsets:
 
     # ---- writing ----------------------------------------------------------------------------
 
-    def encode_commit(self, group: str, tp: TopicPartition, offset: OffsetAndMetadata,
+    def encode_commit(self, group: str, tp: TopicPartition, offset: OffsetAndMetadata | int,
                       timestamp: int) -> tuple[bytes, bytes]:
         """(key, value) of one offset-commit record, in the versions current Kafka writes.
 

@@ -383,8 +383,8 @@ class TransactionCoordinator:
         for topic, partition in wanted:
             self._check_partition(topic, partition)
         with self._locked(transactional_id) as part:
-            value = self._housekeep(part, transactional_id)
-            self._check_producer(transactional_id, value, producer_id, epoch)
+            value = self._check_producer(transactional_id, self._housekeep(part, transactional_id),
+                                         producer_id, epoch)
             if value.state in _PREPARE:
                 raise ConcurrentTransactionsError(f"transaction '{transactional_id}' is still completing")
             if value.state == TxnState.ONGOING and set(wanted) <= set(value.partitions):
@@ -414,10 +414,11 @@ class TransactionCoordinator:
             value = self._housekeep(part, transactional_id)
             if producer_id is None:
                 return self._forced_end(part, transactional_id, value, commit)
+            assert epoch is not None, "a producer's EndTxn names its epoch"
             retry = self._completed_retry(value, producer_id, epoch, commit)
             if retry is not None:
                 return retry
-            self._check_producer(transactional_id, value, producer_id, epoch)
+            value = self._check_producer(transactional_id, value, producer_id, epoch)
             if value.state != TxnState.ONGOING:
                 if commit:
                     raise InvalidTxnStateError(f"transactional id '{transactional_id}' has no transaction to commit")
@@ -477,9 +478,8 @@ class TransactionCoordinator:
     def check_alive(self, transactional_id: str, producer_id: int, epoch: int) -> TxnLogValue:
         """Raise ProducerFencedError if (pid, epoch) is no longer current, timing the transaction out first."""
         with self._locked(transactional_id) as part:
-            value = self._housekeep(part, transactional_id)
-            self._check_producer(transactional_id, value, producer_id, epoch)
-            return value
+            return self._check_producer(transactional_id, self._housekeep(part, transactional_id),
+                                        producer_id, epoch)
 
     # ---- reading -----------------------------------------------------------------------------------------
 
@@ -500,7 +500,7 @@ class TransactionCoordinator:
         """Every live transactional id, as replayed from every coordinator partition."""
         if not self.store.has_topic(TRANSACTION_STATE_TOPIC):
             return []
-        out = []
+        out: list[TransactionDescription] = []
         for index in self.store.partitions(TRANSACTION_STATE_TOPIC):  # a Kafka log dir may hold only some
             part = self._part(index)
             part.replay.catch_up()
@@ -522,7 +522,8 @@ class TransactionCoordinator:
             raise UnknownTopicOrPartitionError(f"topic '{topic}' has no partition {partition}")
 
     @staticmethod
-    def _check_producer(txn_id: str, value: TxnLogValue | None, producer_id: int, epoch: int) -> None:
+    def _check_producer(txn_id: str, value: TxnLogValue | None, producer_id: int, epoch: int) -> TxnLogValue:
+        """`value` if (producer_id, epoch) is its current instance; a typed refusal otherwise."""
         if value is None:
             raise InvalidProducerIdMappingError(f"transactional id '{txn_id}' is unknown (expired?); init again")
         if producer_id != value.producer_id:
@@ -535,6 +536,7 @@ class TransactionCoordinator:
             raise ProducerFencedError(
                 f"producer {producer_id} epoch {epoch} of '{txn_id}' is fenced by epoch {value.producer_epoch}"
             )
+        return value
 
 
 def _may_complete(prepared: TxnLogValue, producer_id: int, epoch: int) -> bool:

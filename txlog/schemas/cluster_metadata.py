@@ -421,8 +421,10 @@ def java_double(x: float) -> str:
         return "-0.0" if math.copysign(1.0, x) < 0 else "0.0"
     sign = "-" if x < 0 else ""
     exact = Decimal(repr(abs(x))).normalize()  # the shortest digits that round-trip, trailing zeros gone
-    digits = "".join(map(str, exact.as_tuple().digits))
-    point = len(digits) + exact.as_tuple().exponent  # where the decimal point falls within `digits`
+    _, digit_tuple, exponent = exact.as_tuple()
+    assert isinstance(exponent, int), "NaN and the infinities were handled above"
+    digits = "".join(map(str, digit_tuple))
+    point = len(digits) + exponent  # where the decimal point falls within `digits`
     if 1e-3 <= abs(x) < 1e7:
         if point <= 0:
             return f"{sign}0.{'0' * -point}{digits}"

@@ -73,7 +73,7 @@ def _required_string(r: SchemaReader, what: str) -> str:
     return value
 
 
-def decode_key(data: bytes) -> OffsetKey | GroupMetadataKey | OtherKey:
+def decode_key(data: bytes | None) -> OffsetKey | GroupMetadataKey | OtherKey:
     """Classify a `__consumer_offsets` key by its type prefix, decoding the kinds txlog uses."""
     if data is None:
         raise CorruptRecordError("consumer offsets key: null key")

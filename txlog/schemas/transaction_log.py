@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from enum import IntEnum
 from itertools import groupby
+from typing import overload
 
 from storage.errors import CorruptRecordError
 from txlog.schemas.schema_types import SchemaReader, SchemaWriter
@@ -136,7 +137,7 @@ def encode_key(transactional_id: str) -> bytes:
     return w.getvalue()
 
 
-def decode_key(data: bytes) -> str:
+def decode_key(data: bytes | None) -> str:
     """The transactional id of a `__transaction_state` key."""
     if data is None:
         raise CorruptRecordError("transaction log key: null key")
@@ -266,6 +267,14 @@ def _tag_readers(tags: dict[str, int]) -> dict[int, Callable[[SchemaReader], Non
         return read
 
     return {tag: reader(attr, fmt) for tag, attr, fmt, _ in _TAGS}
+
+
+@overload
+def decode_value(data: bytes) -> TxnLogValue: ...
+@overload
+def decode_value(data: None) -> None: ...
+@overload
+def decode_value(data: bytes | None) -> TxnLogValue | None: ...
 
 
 def decode_value(data: bytes | None) -> TxnLogValue | None:

@@ -58,7 +58,7 @@ def pyspark_jars() -> tuple[str, list[str]]:
 
 
 def source_files() -> list[str]:
-    out = []
+    out: list[str] = []
     for directory, _, names in os.walk(SOURCES_DIR):
         out.extend(os.path.join(directory, n) for n in names if n.endswith(".java"))
     return sorted(out)

@@ -59,7 +59,7 @@ def select_partitions(store: Store, options: SourceOptions) -> list[TopicPartiti
     read every topic when no selection is given.
     """
     if options.assign is not None:
-        out = []
+        out: list[TopicPartitionKey] = []
         for topic, parts in options.assign.items():
             count = _partition_count(store, topic)
             missing = [p for p in parts if p >= count]
@@ -192,7 +192,9 @@ def _segment_pieces(log: PartitionLog, start: int, end: int,
     A piece cut at a segment boundary holds whole extents of the span, so each piece
     comes with its own: no second index lookup for them.
     """
-    pieces, piece, used = [], [], 0
+    pieces: list[list[SegmentExtent]] = []
+    piece: list[SegmentExtent] = []
+    used = 0
     for extent in log.extents(start, end):
         size = extent.end_position - extent.start_position
         if piece and used + size > max_bytes and start < extent.base_offset < end:

@@ -110,7 +110,7 @@ def decode_row(part: LogPart, record: Record) -> tuple:
         raise CorruptRecordError(
             f"record at offset {record.offset} of {part.topic}-{part.partition} is not a transaction log record: {exc}"
         ) from None
-    version = None if value is None else _VERSION.unpack_from(record.value)[0]
+    version = None if record.value is None else _VERSION.unpack_from(record.value)[0]  # None: a tombstone
     return transactional_id, value, version, record.offset, record.timestamp
 
 
@@ -154,7 +154,7 @@ def _partition_structs(value: TxnLogValue) -> list[dict]:
 
 def _client_transaction_version(value: TxnLogValue | None, version: int | None) -> int | None:
     """Only a v1 (flexible) value has the field; decode_value's 0 for v0 is a default, not data."""
-    return value.client_transaction_version if value is not None and version >= 1 else None
+    return value.client_transaction_version if value is not None and version is not None and version >= 1 else None
 
 
 def _ms_or_none(ms: int) -> int | None:

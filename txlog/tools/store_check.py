@@ -43,7 +43,7 @@ __all__ = ["StoreCheckReport", "check_store", "Finding", "Severity"]
 class StoreCheckReport:
     """The findings, in the order found, and what was checked."""
 
-    findings: list[Finding]
+    findings: Findings
     partitions: int = 0
     batches: int = 0
     absent: dict[str, list[int]] = field(default_factory=dict)  # partitions a Kafka log dir does not hold
@@ -124,7 +124,7 @@ def _open_transactions(check: PartitionFileCheck, open_txns: dict[int, int],
             check.add(Severity.ERROR, None, first,
                       f"hanging: producer {pid}'s transaction open since offset {first}; no Ongoing coordinator "
                       "transaction lists this partition (`txlog transactions abort --start-offset`)")
-        elif v.start_ms >= 0 and v.is_expired(now):
+        elif d is not None and v.start_ms >= 0 and v.is_expired(now):  # (v is d's state)
             expired.add(d.transactional_id)
             check.add(Severity.ERROR, None, first,
                       f"expired: transaction '{d.transactional_id}' (producer {pid}) open since offset {first} for "

@@ -80,7 +80,7 @@ class TransformLoop:
         if transaction_size < 1:
             raise ValueError("transaction_size must be at least 1")
         self._own_store = not isinstance(store, Store)
-        self.store = Store.open(store) if self._own_store else store
+        self.store = store if isinstance(store, Store) else Store.open(store)
         self.input_topic, self.output_topic, self.group_id = input_topic, output_topic, group_id
         self.transform, self.transaction_size, self.abort_if = transform, transaction_size, abort_if
         self.stats = LoopStats()
@@ -95,7 +95,7 @@ class TransformLoop:
                                  **consumer_config)
         self.producer.init_transactions()  # fences a previous instance and aborts what it left open
         self.grouped = partitions is None
-        if self.grouped:
+        if partitions is None:
             self.consumer.subscribe([input_topic], listener=listener)
         else:
             self.consumer.assign([TopicPartition(input_topic, p) for p in partitions])
@@ -147,8 +147,11 @@ class TransformLoop:
             committed = self.consumer.committed(every)
         except UnstableOffsetCommitError:
             return False
-        return all(self._nothing_left(tp, committed[tp].offset if committed[tp] is not None else starts[tp], ends[tp])
-                   for tp in every)
+        for tp in every:
+            om = committed[tp]
+            if not self._nothing_left(tp, om.offset if om is not None else starts[tp], ends[tp]):
+                return False
+        return True
 
     def _nothing_left(self, tp: TopicPartition, committed: int, end: int) -> bool:
         """No committed record lies between the group's committed offset and the LSO.
