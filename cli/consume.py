@@ -18,7 +18,7 @@ import time
 from datetime import UTC
 from enum import Enum
 from operator import itemgetter
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 
@@ -38,6 +38,11 @@ from cli.record_format import (
     unescape,
     value_text,
 )
+
+if TYPE_CHECKING:  # the CLI imports txlog only when a command runs
+    from txlog.clients.consumer import Consumer
+    from txlog.consumer_record import ConsumerRecord
+    from txlog.topic_partition import TopicPartition
 
 FORMATTER_PROPERTIES = {
     "print.timestamp": "false",
@@ -59,8 +64,11 @@ POLL_RECORDS = 5000
 
 
 # `--output`: Kafka's formatter (text, the default) or structured records; no `-o` (kcat's -o is the offset).
-ConsumeOutputOption = output_option(OutputFormat.text, OutputFormat.jsonl, OutputFormat.json, OutputFormat.csv,
-                                    OutputFormat.table, help="text (Kafka's formatter), jsonl, json, csv or table.")
+if TYPE_CHECKING:  # what the verb receives; the Literal of its choices is built at run time
+    ConsumeOutputOption = OutputFormat
+else:
+    ConsumeOutputOption = output_option(OutputFormat.text, OutputFormat.jsonl, OutputFormat.json, OutputFormat.csv,
+                                        OutputFormat.table, help="text (Kafka's formatter), jsonl, json, csv or table.")
 
 
 class TimestampFormat(str, Enum):
@@ -87,7 +95,7 @@ class _Writer:
         self.out = sys.stdout.buffer
         self.replaced = False  # some key or value was not UTF-8 and was shown with U+FFFD
 
-    def write(self, records: list[Any]) -> None:
+    def write(self, records: list[ConsumerRecord]) -> None:
         raise NotImplementedError
 
     @property
@@ -109,7 +117,7 @@ class _Writer:
     def ts(self, ms: int) -> int | str:
         return iso_timestamp(ms) if self.iso_timestamps else ms
 
-    def obj(self, r: Any) -> dict[str, Any]:
+    def obj(self, r: ConsumerRecord) -> dict[str, Any]:
         return {
             "topic": r.topic,
             "partition": r.partition,
@@ -138,7 +146,7 @@ class _KafkaFormatter(_Writer):
         self.timestamp_kinds = tuple(kind.kafka_name for kind in TimestampType)
         self.value_of = itemgetter(ConsumerRecord._fields.index("value"))
 
-    def write(self, records: list[Any]) -> None:
+    def write(self, records: list[ConsumerRecord]) -> None:
         show_ts, show_p, show_o, show_h, show_k, show_v = self.flags
         if not (show_ts or show_p or show_o or show_h or show_k) and show_v:
             self._write_values(records)
@@ -164,7 +172,7 @@ class _KafkaFormatter(_Writer):
         lines.append(b"")  # the line separator after the last record too
         self.out.write(self.line_sep.join(lines))
 
-    def _write_values(self, records: list[Any]) -> None:
+    def _write_values(self, records: list[ConsumerRecord]) -> None:
         """The default (print.value only): the batch's values joined in one write, no per-record list."""
         null, fmt = self.null, self.value_format
         values = list(map(self.value_of, records))  # by index: a NamedTuple attribute costs 5x more
@@ -218,7 +226,7 @@ class _KcatFormatter(_Writer):
         if literal:
             self.parts.append(bytes(literal))
 
-    def write(self, records: list[Any]) -> None:
+    def write(self, records: list[ConsumerRecord]) -> None:
         fmt = self.value_format
         buf = bytearray()  # the whole batch: one write
         for r in records:
@@ -255,7 +263,7 @@ class _KcatJson(_Writer):
 
     TSTYPES = ("create", "logappend")
 
-    def write(self, records: list[Any]) -> None:
+    def write(self, records: list[ConsumerRecord]) -> None:
         lines = []
         for r in records:
             doc: dict[str, Any] = {"topic": r.topic, "partition": r.partition, "offset": r.offset}
@@ -294,10 +302,10 @@ class _Rows(_Writer):
         self.writer = RowWriter(columns, output, missing="null" if table else "", rendering=RECORDS)
         self.output = output
 
-    def write(self, records: list[Any]) -> None:
+    def write(self, records: list[ConsumerRecord]) -> None:
         self.writer.write(self._row(r) for r in records)
 
-    def _row(self, r: Any) -> dict[str, Any]:
+    def _row(self, r: ConsumerRecord) -> dict[str, Any]:
         o = self.obj(r)
         if self.output is OutputFormat.csv:  # one field: the headers as a JSON array, or empty
             o["headers"] = json.dumps(o["headers"], ensure_ascii=False) if o["headers"] else ""
@@ -335,7 +343,8 @@ def _writer(output: OutputFormat, fmt: str | None, props: dict[str, str], value_
 # ---- where to start -----------------------------------------------------------------------------------
 
 OFFSET_SPEC = "beginning|end|stored|N|-N|s@MS|e@MS"
-Start = str | int | tuple[str, int] | None  # "earliest", "latest", "stored", N, ("time", ms); None: group/earliest
+# "earliest", "latest", "stored", N, ("time", ms); None: group/earliest
+Start = Literal["earliest", "latest", "stored"] | int | tuple[str, int] | None
 
 
 def _parse_offsets(values: list[str] | None) -> tuple[Start, int | None]:
@@ -346,7 +355,8 @@ def _parse_offsets(values: list[str] | None) -> tuple[Start, int | None]:
     """
     start: Start = None
     stop: int | None = None
-    for value in values or []:
+    values = values or []
+    for value in values:
         lowered = value.strip().lower()
         if lowered.startswith("e@"):
             if stop is not None:
@@ -382,7 +392,7 @@ def _timestamp_arg(value: str, digits: str) -> int:
     return int(digits)
 
 
-def _position(consumer: Any, tps: list[Any], where: Start) -> None:
+def _position(consumer: Consumer, tps: list[TopicPartition], where: Start) -> None:
     if where is None or where == "stored":
         return  # the group's committed offset, else auto_offset_reset=earliest
     if where == "earliest":
@@ -411,7 +421,7 @@ def consume(
     topic: Annotated[str, typer.Option(
         "--topic", "-t", metavar="TOPIC", help="Topic to read.", autocompletion=complete_topic_names,
         show_default=False,
-    )] = ...,
+    )] = ...,  # type: ignore[assignment]  # typer's mark of a required option, not a value
     partition: Annotated[int | None, typer.Option(
         "--partition", "-p", help="Read only this partition (default: all).", show_default=False,
     )] = None,
@@ -534,7 +544,7 @@ def consume(
         raise typer.Exit(130)
 
 
-def _loop(consumer: Any, writer: _Writer, group: str | None, *, follow: bool, max_messages: int | None,
+def _loop(consumer: Consumer, writer: _Writer, group: str | None, *, follow: bool, max_messages: int | None,
           timeout_ms: int | None, stop_at: int | None = None, unbuffered: bool = False) -> tuple[int, bool]:
     """Poll and print until the end (or forever with --follow); (records printed, interrupted)."""
     printed = 0
@@ -568,11 +578,11 @@ def _loop(consumer: Any, writer: _Writer, group: str | None, *, follow: bool, ma
         return printed, stop.received
 
 
-def _before(consumer: Any, records: list[Any], stop_at: int) -> list[Any]:
+def _before(consumer: Consumer, records: list[ConsumerRecord], stop_at: int) -> list[ConsumerRecord]:
     """kcat's e@MS: keep records older than MS; a partition that reached MS is rewound to that record
     (a --group commits up to it, not past it) and paused."""
     kept = []
-    reached: set[Any] = set()
+    reached: set[tuple[str, int]] = set()
     for r in records:
         key = (r.topic, r.partition)
         if key in reached:

@@ -11,12 +11,15 @@ import errno
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import typer
 
 if TYPE_CHECKING:  # pragma: no cover
+    from typer._click import Context as ClickContext  # (typer vendors click)
+
     from storage import Store
+    from txlog.clients.admin import Admin
 
 DEFAULT_DATA_DIR = "./txlog-data"
 DATA_DIR_ENV = "TXLOG_DATA_DIR"
@@ -112,7 +115,7 @@ def data_dir_for_completion(ctx: typer.Context) -> str:
     obj = ctx.find_root().obj
     if isinstance(obj, Settings):
         return obj.data_dir
-    context: typer.Context | None = ctx
+    context: ClickContext | None = ctx
     while context is not None:
         value = context.params.get("data_dir") if context.params else None
         if value:
@@ -139,7 +142,7 @@ def complete_topic_names(ctx: typer.Context, incomplete: str) -> list[str]:
         return []
 
 
-def _complete_from_admin(ctx: typer.Context, incomplete: str, names: Callable[[Any], Iterable[str]]) -> list[str]:
+def _complete_from_admin(ctx: typer.Context, incomplete: str, names: Callable[[Admin], Iterable[str]]) -> list[str]:
     """Shell completion of names an Admin lists on the store read-only (nothing swept or written);
     silent on any failure, like complete_topic_names."""
     try:

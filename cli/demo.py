@@ -191,13 +191,15 @@ def run_writer_until_killed(data_dir: str, producer_id: int) -> WriterRun:
         [sys.executable, "-m", "cli._demo_writer", data_dir, DEMO_TOPIC, str(PARTITION), str(producer_id)],
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )
+    stdout = proc.stdout
+    assert stdout is not None, "stdout=PIPE"
     lines: list[str] = []
     ready = threading.Event()
     enough = threading.Event()
     started = [0.0]
 
     def read_stdout() -> None:
-        for line in proc.stdout:  # ends at EOF, i.e. when the writer is dead
+        for line in stdout:  # ends at EOF, i.e. when the writer is dead
             line = line.strip()
             if line == "ready":
                 started[0] = time.monotonic()
@@ -219,7 +221,7 @@ def run_writer_until_killed(data_dir: str, producer_id: int) -> WriterRun:
         proc.wait()
         reader.join(5)
     stderr = proc.stderr.read() if proc.stderr else ""
-    proc.stdout.close()
+    stdout.close()
     if proc.stderr:
         proc.stderr.close()
     acks = {}

@@ -273,12 +273,12 @@ def dump_kraft_snapshot(path: str, opts: Options, problems: Problems) -> Iterato
 
 
 def _dump_batches(path: str, opts: Options, problems: Problems) -> Iterator[dict[str, Any]]:
-    with FileRecords.open(path) as records:
-        end = records.size() if opts.max_bytes == INT32_MAX else min(records.size(), opts.max_bytes)
+    with FileRecords.open(path) as log:
+        end = log.size() if opts.max_bytes == INT32_MAX else min(log.size(), opts.max_bytes)
         valid_bytes = 0
         last_offset = -1
         # CRCs unchecked, as FileRecords.batches() in DumpLogSegments: each batch line says `isvalid:`.
-        for batch in records.batches(0, end, verify_crc=False, legacy=True):
+        for batch in log.batches(0, end, verify_crc=False, legacy=True):
             if isinstance(batch, LegacyMessage):
                 yield legacy_batch_item(batch)
                 if opts.deep:
@@ -297,8 +297,8 @@ def _dump_batches(path: str, opts: Options, problems: Problems) -> Iterator[dict
                 # One item for the batch's records: `text_of` formats them in one go, `expanded`
                 # turns them into one "record" item each for the JSON outputs.
                 records = batch.record_tuples()
-                for record in records:
-                    offset = record[0]
+                for row in records:
+                    offset = row[0]
                     if offset != last_offset + 1 and last_offset != -1:
                         problems._add(problems.non_consecutive, path, (last_offset, offset))
                     last_offset = offset

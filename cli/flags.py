@@ -19,11 +19,19 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
-from typing import Annotated, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
+from typer.core import TyperOption
 
 from cli.context import Settings, settings
+
+if TYPE_CHECKING:  # typer vendors click as typer._click, and types its own API with it
+    from pydantic import ValidationError
+    from typer._click import Command, Context, Parameter
+    from typer._click.exceptions import UsageError
+    from typer.core import TyperGroup
 
 # Global options a user may also give after the verb; none of them is a verb option anywhere.
 GLOBAL_AFTER_VERB = ("--data-dir", "-q", "--quiet")
@@ -75,7 +83,7 @@ def _carrier(
 
 
 @functools.cache
-def _global_params() -> tuple[Any, ...]:
+def _global_params() -> tuple[Parameter, ...]:
     """Built once; click only reads a parameter while parsing, so every verb shares the same two."""
     carrier = typer.Typer()
     carrier.command()(_carrier)
@@ -85,7 +93,7 @@ def _global_params() -> tuple[Any, ...]:
     return tuple(p for p in params if set(p.opts) & set(GLOBAL_AFTER_VERB))
 
 
-def _old_spelling(option: Any, name: str) -> Any:
+def _old_spelling(option: TyperOption, name: str) -> TyperOption:
     """A hidden copy of `option` answering to `name`: same destination, so the parser fills the option itself."""
     alias = copy.copy(option)
     alias.opts, alias.secondary_opts = [name], []
@@ -95,7 +103,7 @@ def _old_spelling(option: Any, name: str) -> Any:
     return alias
 
 
-def add_to_every_verb(command: Any, path: str = "") -> None:
+def add_to_every_verb(command: Command, path: str = "") -> None:
     """Every leaf command below `command` gets the global options after the verb, its old spellings and
     its examples (cli.help_text) as the epilog of its help."""
     subcommands = getattr(command, "commands", None)
@@ -105,8 +113,9 @@ def add_to_every_verb(command: Any, path: str = "") -> None:
         return
     by_name = {name: param for param in command.params for name in getattr(param, "opts", [])}
     for old, current in OLD_SPELLINGS.get(path, {}).items():
-        if old not in by_name and current in by_name:
-            command.params.append(_old_spelling(by_name[current], old))
+        option = by_name.get(current)
+        if old not in by_name and isinstance(option, TyperOption):  # (every renamed spelling is an option's)
+            command.params.append(_old_spelling(option, old))
     if not set(by_name).intersection(GLOBAL_AFTER_VERB):  # a verb using one of these names keeps its meaning
         command.params.extend(_global_params())
     from cli.help_text import SUMMARIES, epilog
@@ -119,38 +128,48 @@ def add_to_every_verb(command: Any, path: str = "") -> None:
 # ---- usage errors: one line ---------------------------------------------------------------------------
 
 # click's usage-error class, reached through typer's public BadParameter (typer vendors click).
-_UsageError = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+if TYPE_CHECKING:
+    _UsageError = UsageError
+else:
+    _UsageError = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
 
 
-class OneLineUsageErrors:
+if TYPE_CHECKING:  # what the mixin is mixed into, so that its super() calls are checked
+    _Group = TyperGroup
+else:
+    _Group = object
+
+
+class OneLineUsageErrors(_Group):
     """A mixin for the root group: a usage error prints one `Error: ...` line naming the option
     (docs/cli-conventions.md §6), not click's usage block and "Try ... for help" line. Help shown
     for a bare group (`txlog topics`) stays as it is."""
 
-    def make_context(self, *args: Any, **kwargs: Any) -> Any:
+    def make_context(self, *args: Any, **kwargs: Any) -> Context:
         try:
-            return super().make_context(*args, **kwargs)  # type: ignore[misc]
+            return super().make_context(*args, **kwargs)
         except _UsageError as exc:
             _one_line(exc)
             raise
 
-    def invoke(self, ctx: Any) -> Any:
+    def invoke(self, ctx: Context) -> Any:
         try:
-            return super().invoke(ctx)  # type: ignore[misc]
+            return super().invoke(ctx)
         except _UsageError as exc:
             _one_line(exc)
             raise
 
 
-def _one_line(exc: Any) -> None:
+def _one_line(exc: UsageError) -> None:
     if type(exc).__name__ != "NoArgsIsHelpError":
         exc.ctx = None  # click prints the usage block only when it knows the context
     cause = exc.__cause__
-    if type(cause).__name__ == "ValidationError" and cause.errors():  # typer converts values with pydantic
-        exc.message = _plain(cause.errors()[0])
+    # typer converts values with pydantic, imported only then: the class is known by its name
+    if type(cause).__name__ == "ValidationError" and cast("ValidationError", cause).errors():
+        exc.message = _plain(cast("ValidationError", cause).errors()[0])
 
 
-def _plain(error: dict[str, Any]) -> str:
+def _plain(error: Mapping[str, object]) -> str:
     """pydantic's wording ("Input should be greater than or equal to 0") as a user's: "must be 0 or more, not -3"."""
     message, value = str(error.get("msg", "")), error.get("input")
     if message.startswith("Value error, "):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -29,7 +29,10 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 
-OutputOption = output_option(*ROW_FORMATS, help=ROW_FORMATS_HELP)
+if TYPE_CHECKING:  # what the verb receives; the Literal of its choices is built at run time
+    OutputOption = OutputFormat
+else:
+    OutputOption = output_option(*ROW_FORMATS, help=ROW_FORMATS_HELP)
 GroupOption = Annotated[str, typer.Option("--group", "-g", metavar="GROUP", help="The consumer group.",
                                           show_default=False, autocompletion=complete_group_ids)]
 TopicsOption = Annotated[list[str] | None, typer.Option(
@@ -72,7 +75,7 @@ def _no_group(group: str) -> CommandError:
 
 def _parse_topics(values: list[str]) -> list[tuple[str, list[int] | None]]:
     """`t` or `t:0,1,2` (kafka-consumer-groups' --topic syntax); None means every partition."""
-    out = []
+    out: list[tuple[str, list[int] | None]] = []
     for value in values:
         name, sep, parts = value.partition(":")
         if not name:

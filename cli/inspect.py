@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -25,8 +25,11 @@ VERIFICATION_FAILED = 3
 
 
 # kafka-dump-log's text lines (the default), one JSON document per file, or JSON lines (one per item).
-InspectOutputOption = output_option(OutputFormat.text, OutputFormat.json, OutputFormat.jsonl,
-                                    help="text (kafka-dump-log lines), json, or jsonl.")
+if TYPE_CHECKING:  # what the verb receives; the Literal of its choices is built at run time
+    InspectOutputOption = OutputFormat
+else:
+    InspectOutputOption = output_option(OutputFormat.text, OutputFormat.json, OutputFormat.jsonl,
+                                        help="text (kafka-dump-log lines), json, or jsonl.")
 
 
 class _Lines:

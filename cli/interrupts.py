@@ -10,7 +10,12 @@ only note the signal; each verb checks the flag at its safe points and may overr
 from __future__ import annotations
 
 import signal
-from typing import Any
+from collections.abc import Callable
+from types import FrameType
+from typing import Self
+
+#: What signal.signal installs and returns: a function, SIG_DFL / SIG_IGN, or None (not set from Python).
+Handler = Callable[[int, FrameType | None], object] | int | None
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -20,7 +25,7 @@ class Interrupts:
 
     def __init__(self) -> None:
         self.signum: int | None = None
-        self._previous: dict[int, Any] = {}
+        self._previous: dict[int, Handler] = {}
 
     @property
     def received(self) -> bool:
@@ -41,10 +46,10 @@ class Interrupts:
             signal.signal(signum, handler)
         self._previous.clear()
 
-    def _handle(self, signum: int, frame: Any) -> None:
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
         self.signum = signum
 
-    def __enter__(self) -> Interrupts:
+    def __enter__(self) -> Self:
         self.install()
         return self
 

@@ -16,7 +16,7 @@ import errno
 import os
 import re
 import sys
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from typer.core import TyperGroup
@@ -25,6 +25,9 @@ from cli import consume, demo, groups, process, produce, sql, topics, transactio
 from cli import inspect as inspect_cmd
 from cli.context import DATA_DIR_ENV, DEFAULT_DATA_DIR, READ_ONLY_HINT, USAGE, CommandError, Settings
 from cli.flags import OneLineUsageErrors
+
+if TYPE_CHECKING:
+    from typer._click import Context  # typer vendors click; a group's invoke takes click's Context
 
 
 class TxlogGroup(OneLineUsageErrors, TyperGroup):
@@ -36,7 +39,7 @@ class TxlogGroup(OneLineUsageErrors, TyperGroup):
 
         add_to_every_verb(self)  # --data-dir and -q after the verb too (docs/cli-conventions.md §1)
 
-    def invoke(self, ctx: typer.Context) -> Any:
+    def invoke(self, ctx: Context) -> Any:
         try:
             return super().invoke(ctx)
         except CommandError as exc:

@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 
@@ -61,9 +61,12 @@ def output_option(*choices: OutputFormat, help: str) -> Any:
 
 
 # The write verbs (produce, commit, abort, topics create): a status line for people, or the result for scripts.
-ResultOutputOption = output_option(OutputFormat.text, OutputFormat.json,
-                                   help="text (a status line on stderr) or json (the result as one JSON object on "
-                                   "stdout, for scripts).")
+if TYPE_CHECKING:  # what the verb receives; the Literal of its choices is built at run time
+    ResultOutputOption = OutputFormat
+else:
+    ResultOutputOption = output_option(OutputFormat.text, OutputFormat.json,
+                                       help="text (a status line on stderr) or json (the result as one JSON object on "
+                                       "stdout, for scripts).")
 
 
 def print_result(output: OutputFormat, result: dict[str, Any]) -> None:

@@ -26,7 +26,7 @@ import select
 import signal
 import sys
 from collections.abc import Callable, Iterator
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -44,6 +44,13 @@ from cli.record_format import (
     parse_properties,
     unescape,
 )
+
+if TYPE_CHECKING:  # the CLI imports storage and txlog only when a command runs
+    from types import FrameType
+
+    from storage.store import Store
+    from txlog.clients.future_record_metadata import FutureProduceMany
+    from txlog.clients.producer import Producer
 
 PRODUCER_PROPERTIES = {
     "parse.key": "false",
@@ -211,6 +218,10 @@ class _Chunk:
     """
 
     def __init__(self) -> None:
+        self._clear()
+
+    def _clear(self) -> None:
+        """Empty the chunk for the next `produce_many` call."""
         self.keys: list[bytes | None] = []
         self.values: list[bytes | None] = []
         self.headers: list[list[tuple[str, bytes | None]]] = []
@@ -227,20 +238,20 @@ class _Chunk:
     def full(self) -> bool:
         return len(self.values) >= CHUNK_RECORDS or self.size >= CHUNK_BYTES
 
-    def send(self, producer: Any, topic: str, partition: int | None, tally: _Tally) -> None:
+    def send(self, producer: Producer, topic: str, partition: int | None, tally: _Tally) -> None:
         """Hand the chunk to the producer (its future goes to the tally) and start a new one."""
         if self.values:
             keys = self.keys if any(k is not None for k in self.keys) else None
             tally.pending.append(producer.produce_many(topic, self.values, keys, partition=partition,
                                                        headers=self.headers if self.any_headers else None))
-        self.__init__()
+        self._clear()
 
 
 class _Tally:
     """Records sent per partition and their offset ranges, from the produce_many futures."""
 
     def __init__(self) -> None:
-        self.pending: list[Any] = []
+        self.pending: list[FutureProduceMany] = []
         self.count = 0
         self.ranges: dict[int, list[int]] = {}
         self.unknown: set[int] = set()  # partitions written with acks=0: no offsets come back
@@ -283,7 +294,7 @@ class _SizeGuard:
 
     SLACK = 1024  # more than a batch header (61 bytes) and a record's varints can add to its bytes
 
-    def __init__(self, store: Any, topic: str, compression: str, transactional: bool, fixed_size: int):
+    def __init__(self, store: Store, topic: str, compression: str, transactional: bool, fixed_size: int):
         from storage.config import TopicConfig
 
         self.topic = topic
@@ -345,7 +356,7 @@ class _Signals(Interrupts):
         super().__init__()
         self.reading = False
 
-    def _handle(self, signum: int, frame: Any) -> None:
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
         super()._handle(signum, frame)
         if self.reading:
             raise _Interrupted()
@@ -363,7 +374,7 @@ def produce(
     topic: Annotated[str, typer.Option(
         "--topic", "-t", metavar="TOPIC", help="Topic to write to.", autocompletion=complete_topic_names,
         show_default=False,
-    )] = ...,
+    )] = ...,  # type: ignore[assignment]  # typer's mark of a required option, not a value
     partition: Annotated[int | None, typer.Option(
         "--partition", "-p", help="Write every record to this partition (default: by key, else sticky).",
         show_default=False,
@@ -467,7 +478,7 @@ def _check_partitioner(name: str | None) -> None:
                            exit_code=USAGE)
 
 
-def _run(ctx: typer.Context, store: Any, parser: _LineParser, fd: int, topic: str, partition: int | None, *,
+def _run(ctx: typer.Context, store: Store, parser: _LineParser, fd: int, topic: str, partition: int | None, *,
          compression: str, acks: str, idempotent: bool, transactional_id: str | None, no_commit: bool,
          transaction_timeout_ms: int, partitioner: str | None, output: OutputFormat = OutputFormat.text,
          progress: bool = False) -> None:
@@ -558,14 +569,15 @@ def _run(ctx: typer.Context, store: Any, parser: _LineParser, fd: int, topic: st
 
 def _result(tally: _Tally, topic: str, transactional_id: str | None, transaction: str) -> dict[str, Any]:
     """`--output json`: what was written, for scripts (offset ranges per partition; null with acks=0)."""
-    partitions = [{"partition": p, "firstOffset": lo, "lastOffset": hi} for p, (lo, hi) in sorted(tally.ranges.items())]
+    partitions: list[dict[str, int | None]] = [{"partition": p, "firstOffset": lo, "lastOffset": hi}
+                                               for p, (lo, hi) in sorted(tally.ranges.items())]
     partitions += [{"partition": p, "firstOffset": None, "lastOffset": None}
                    for p in sorted(tally.unknown - set(tally.ranges))]
     return {"topic": topic, "records": tally.count, "partitions": partitions, "transactionalId": transactional_id,
             "transaction": transaction if transactional_id is not None else None}
 
 
-def _send_quietly(chunk: _Chunk, producer: Any, topic: str, partition: int | None, tally: _Tally) -> None:
+def _send_quietly(chunk: _Chunk, producer: Producer, topic: str, partition: int | None, tally: _Tally) -> None:
     """Hand the lines already read to the producer on the way out; a failure is reported by the close."""
     try:
         chunk.send(producer, topic, partition, tally)
@@ -573,7 +585,7 @@ def _send_quietly(chunk: _Chunk, producer: Any, topic: str, partition: int | Non
         pass
 
 
-def _finish_quietly(producer: Any) -> None:
+def _finish_quietly(producer: Producer) -> None:
     """Close the producer (aborting an open transaction) with SIGINT/SIGTERM held off; never raise over
     the error that brought us here."""
     old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -587,7 +599,7 @@ def _finish_quietly(producer: Any) -> None:
         signal.signal(signal.SIGTERM, old_term)
 
 
-def _stop_at(number: int, exc: _LineError, producer: Any, tally: _Tally, topic: str,
+def _stop_at(number: int, exc: _LineError, producer: Producer, tally: _Tally, topic: str,
              transactional_id: str | None) -> None:
     """Stop at a line that cannot be written: the lines before it are sent first (so the count in the
     message is what is in the log), nothing after it; in a transaction the caller's abort follows."""

@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
-from typing import IO, Annotated, Any
+from typing import IO, TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -60,8 +60,11 @@ _TRACEBACK = "Traceback (most recent call last):"
 INTERRUPTED = "interrupted (SIGINT)"  # as `process` says it: Ctrl-C is the one signal handled here
 
 
-OutputOption = output_option(OutputFormat.table, OutputFormat.csv, OutputFormat.json, OutputFormat.jsonl,
-                             help="table, csv, json or jsonl.")
+if TYPE_CHECKING:  # what the verb receives; the Literal of its choices is built at run time
+    OutputOption = OutputFormat
+else:
+    OutputOption = output_option(OutputFormat.table, OutputFormat.csv, OutputFormat.json, OutputFormat.jsonl,
+                                 help="table, csv, json or jsonl.")
 
 
 class BinaryFormat(str, Enum):

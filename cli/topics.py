@@ -11,7 +11,7 @@ only some partitions of a topic describes those, and says on stderr which are ab
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -50,8 +50,11 @@ TopicArgument = Annotated[
 ExcludeInternal = Annotated[
     bool, typer.Option("--exclude-internal", help="Leave out internal topics (__...).")
 ]
-DescribeOutputOption = output_option(*ROW_FORMATS, help="text (kafka-topics layout), table or csv (a row per "
-                                     "partition), json or jsonl (a document per topic).")
+if TYPE_CHECKING:  # what the verb receives; the Literal of its choices is built at run time
+    DescribeOutputOption = OutputFormat
+else:
+    DescribeOutputOption = output_option(*ROW_FORMATS, help="text (kafka-topics layout), table or csv (a row per "
+                                         "partition), json or jsonl (a document per topic).")
 TABLE_COLUMNS = (("Topic", "topic"), ("Partition", "partition"), ("LogStartOffset", "logStartOffset"),
                  ("LogEndOffset", "logEndOffset"), ("LastStableOffset", "lastStableOffset"), ("Size", "size"),
                  ("Segments", "segments"))
@@ -110,7 +113,10 @@ def create(
 
 LIST_COLUMNS = (("Topic", "topic"), ("PartitionCount", "partitionCount"), ("Size", "size"),
                 ("LogEndOffsets", "logEndOffsets"))
-ListOutputOption = output_option(*ROW_FORMATS, help=ROW_FORMATS_HELP)
+if TYPE_CHECKING:  # what the verb receives; the Literal of its choices is built at run time
+    ListOutputOption = OutputFormat
+else:
+    ListOutputOption = output_option(*ROW_FORMATS, help=ROW_FORMATS_HELP)
 
 
 @app.command("list")

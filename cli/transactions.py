@@ -53,7 +53,10 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 
-OutputOption = output_option(*ROW_FORMATS, help=ROW_FORMATS_HELP)
+if TYPE_CHECKING:  # what the verb receives; the Literal of its choices is built at run time
+    OutputOption = OutputFormat
+else:
+    OutputOption = output_option(*ROW_FORMATS, help=ROW_FORMATS_HELP)
 NoSweepOption = Annotated[bool, typer.Option(
     "--no-sweep", help="Open the store read-only: do not time out expired transactions first.",
 )]
@@ -363,7 +366,7 @@ def abort(
             raise CommandError("give either --transactional-id or --topic/--partition/--start-offset, not both",
                                exit_code=USAGE)
         _end(ctx, transactional_id, commit=False, output=output)
-    elif all(v is not None for v in hanging):
+    elif topic is not None and partition is not None and start_offset is not None:
         _abort_hanging(ctx, topic, partition, start_offset, output)
     else:
         raise CommandError("give --transactional-id ID, or --topic T --partition P --start-offset O",

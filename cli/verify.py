@@ -26,8 +26,11 @@ VERIFICATION_FAILED = 3
 COLUMNS = [("SEVERITY", "severity"), ("TOPIC", "topic"), ("PARTITION", "partition"), ("FILE", "file"),
            ("OFFSET", "offset"), ("FINDING", "finding")]
 # No text layout: no Kafka tool has a verify to copy (the table is its layout).
-VerifyOutputOption = output_option(OutputFormat.table, OutputFormat.json, OutputFormat.jsonl, OutputFormat.csv,
-                                   help="table, json, jsonl or csv.")
+if TYPE_CHECKING:  # what the verb receives; the Literal of its choices is built at run time
+    VerifyOutputOption = OutputFormat
+else:
+    VerifyOutputOption = output_option(OutputFormat.table, OutputFormat.json, OutputFormat.jsonl, OutputFormat.csv,
+                                       help="table, json, jsonl or csv.")
 
 
 def finding_row(f: Finding, consequences: list[Finding] | None = None) -> dict[str, Any]:

@@ -17,6 +17,7 @@ listings, so a group txlog writes reads in Kafka's tools and a Kafka group reads
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import overload
 
 from txlog.schemas.schema_types import SchemaReader, SchemaWriter
 
@@ -119,6 +120,14 @@ def _put_member(w: SchemaWriter, m: MemberMetadata, version: int) -> None:
     else:
         w.bytes_(m.subscription)
         w.bytes_(m.assignment)
+
+
+@overload
+def decode_group_metadata_value(data: bytes) -> tuple[int, GroupMetadataValue]: ...
+@overload
+def decode_group_metadata_value(data: None) -> None: ...
+@overload
+def decode_group_metadata_value(data: bytes | None) -> tuple[int, GroupMetadataValue] | None: ...
 
 
 def decode_group_metadata_value(data: bytes | None) -> tuple[int, GroupMetadataValue] | None:

@@ -13,6 +13,7 @@ are dropped on write (Kafka marks them ignorable) and read back as their default
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import overload
 
 from storage.errors import CorruptRecordError
 from txlog.schemas.schema_types import SchemaReader, SchemaWriter
@@ -117,6 +118,14 @@ def encode_offset_value(value: OffsetValue, version: int = 3) -> bytes:
     if version >= _FLEXIBLE_VALUE_VERSION:
         w.tagged_fields([])
     return w.getvalue()
+
+
+@overload
+def decode_offset_value(data: bytes) -> OffsetValue: ...
+@overload
+def decode_offset_value(data: None) -> None: ...
+@overload
+def decode_offset_value(data: bytes | None) -> OffsetValue | None: ...
 
 
 def decode_offset_value(data: bytes | None) -> OffsetValue | None:
