@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -40,6 +40,11 @@ from cli.demo_exactly_once import (
     show_delivery_semantics,
 )
 from cli.output import error_line, render_table
+
+if TYPE_CHECKING:  # the CLI imports storage only when a command runs
+    from storage.partition_log import AppendResult, PartitionLog
+    from storage.records import RecordBatch
+    from storage.store import Store
 
 DEMO_TOPIC = "txlog-demo"
 PARTITION = 0
@@ -71,7 +76,7 @@ class Narrator:
         """Prose, wrapped for an ordinary terminal."""
         self.say(textwrap.fill(text, width=PROSE_WIDTH))
 
-    def table(self, rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> None:
+    def table(self, rows: Sequence[Sequence[object]], headers: Sequence[str]) -> None:
         if not self.quiet:
             typer.echo(render_table(rows, headers))
 
@@ -101,13 +106,13 @@ def _batch(producer_id: int, epoch: int, sequence: int, *, count: int = RECORDS_
 
 # ---- 1. idempotence ---------------------------------------------------------------------------------
 
-def show_idempotence(n: Narrator, store: Any, log: Any) -> int:
+def show_idempotence(n: Narrator, store: Store, log: PartitionLog) -> int:
     pid = store.allocate_producer_id()
     n.heading("1. Idempotent producer: a retried batch is written once")
     n.para(f"Producer {pid} (epoch 0) sends 3 batches of {RECORDS_PER_BATCH} records, then sends batch 2 "
           "again, as a client does when the acknowledgement of a written batch is lost.")
     rows = []
-    sent: list[tuple[bytes, Any]] = []
+    sent: list[tuple[bytes, AppendResult]] = []
     for i in range(3):
         seq = i * RECORDS_PER_BATCH
         data = _batch(pid, 0, seq)
@@ -133,7 +138,7 @@ def show_idempotence(n: Narrator, store: Any, log: Any) -> int:
 
 # ---- 2. gaps and stale epochs -------------------------------------------------------------------------
 
-def show_rejections(n: Narrator, log: Any, pid: int) -> None:
+def show_rejections(n: Narrator, log: PartitionLog, pid: int) -> None:
     from storage.errors import (
         InvalidProducerEpochError,
         KafkaError,
@@ -231,7 +236,8 @@ def run_writer_until_killed(data_dir: str, producer_id: int) -> WriterRun:
     return WriterRun(proc.pid, acks, proc.returncode, stderr)
 
 
-def show_crash(n: Narrator, reopen: Callable[[], Any], store: Any, log: Any) -> tuple[Any, Any, int]:
+def show_crash(n: Narrator, reopen: Callable[[], Store], store: Store,
+               log: PartitionLog) -> tuple[Store, PartitionLog, int]:
     """Returns the reopened store and log, and how many acknowledged batches survived."""
     from cli._demo_writer import batch as writer_batch
     from storage import Store
@@ -301,8 +307,8 @@ def show_crash(n: Narrator, reopen: Callable[[], Any], store: Any, log: Any) -> 
     return store, log, len(run.acks)
 
 
-def _read_all(log: Any, start: int) -> list[Any]:
-    out = []
+def _read_all(log: PartitionLog, start: int) -> list[RecordBatch]:
+    out: list[RecordBatch] = []
     offset = start
     end = log.log_end_offset
     while offset < end:
@@ -316,7 +322,7 @@ def _read_all(log: Any, start: int) -> list[Any]:
 
 # ---- 4. transactions ---------------------------------------------------------------------------------------
 
-def show_transactions(n: Narrator, store: Any, log: Any) -> None:
+def show_transactions(n: Narrator, store: Store, log: PartitionLog) -> None:
     from storage.records import ControlType
 
     n.heading("4. Transactions: markers, the last stable offset and the .txnindex")
@@ -326,7 +332,7 @@ def show_transactions(n: Narrator, store: Any, log: Any) -> None:
     rows = []
     first_a = log.log_end_offset
 
-    def step(label: str, result: Any) -> None:
+    def step(label: str, result: AppendResult) -> None:
         rows.append((label, span(result.base_offset, result.last_offset), log.log_end_offset, log.last_stable_offset))
 
     step(f"producer {a} begins, writes 2 records", log.append(_batch(a, 0, 0, count=2, transactional=True, tag="txn")))
@@ -356,9 +362,10 @@ def show_transactions(n: Narrator, store: Any, log: Any) -> None:
     for result in (abort, commit):
         batch = next(x for x in log.read(result.base_offset) if x.base_offset == result.base_offset)
         marker = batch.control_marker()
-        markers.append((batch.base_offset, marker.control_type.name, batch.size, batch.producer_id,
+        kind = ControlType(marker.control_type).name  # (an int only for KRaft's control records)
+        markers.append((batch.base_offset, kind, batch.size, batch.producer_id,
                         str(batch.is_transactional).lower(), str(batch.is_control).lower(), marker.coordinator_epoch))
-        n.expect(batch.size == 78, f"a {marker.control_type.name} control batch is 78 bytes (got {batch.size})")
+        n.expect(batch.size == 78, f"a {kind} control batch is 78 bytes (got {batch.size})")
     n.say("")
     n.say("The markers are control batches, 78 bytes each (61-byte header + 17-byte record):")
     n.table(markers, ("offset", "endTxnMarker", "size", "producerId", "isTransactional", "isControl",

@@ -15,13 +15,19 @@ Kafka does; `delete-offsets` writes.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from cli.context import USAGE, CommandError, complete_group_ids, open_store
-from cli.output import ROW_FORMATS, ROW_FORMATS_HELP, OutputFormat, emit, output_option, status
+from cli.output import ROW_FORMATS, ROW_FORMATS_HELP, OutputFormat, TextLayout, emit, output_option, status
+
+if TYPE_CHECKING:  # the CLI imports storage and txlog only when a command runs
+    from storage.store import Store
+    from txlog.clients.admin import Admin, GroupOffsetRow
+    from txlog.coordinator.group_coordinator import GroupDescription
+    from txlog.topic_partition import TopicPartition
 
 app = typer.Typer(
     help="List, describe, reset and delete consumer group offsets (kafka-consumer-groups.sh).",
@@ -63,7 +69,7 @@ STATE_COLUMNS = (
 STATE_VERBOSE_COLUMNS = STATE_COLUMNS + (("GROUP-EPOCH", "groupEpoch"), ("TARGET-ASSIGNMENT-EPOCH", "targetEpoch"))
 
 
-def _admin(store: Any) -> Any:
+def _admin(store: Store) -> Admin:
     from txlog.clients.admin import Admin
 
     return Admin(store)
@@ -160,7 +166,7 @@ def describe(
         _print_offsets(ctx, described, output)
 
 
-def _print_offsets(ctx: typer.Context, described: dict[str, list[Any]], output: OutputFormat) -> None:
+def _print_offsets(ctx: typer.Context, described: dict[str, list[GroupOffsetRow]], output: OutputFormat) -> None:
     by_group = {name: [_describe_row(r) for r in rows] for name, rows in described.items()}
     if output is not OutputFormat.text:
         emit([row for rows in by_group.values() for row in rows], DESCRIBE_COLUMNS, output, text=_offsets_text,
@@ -172,7 +178,8 @@ def _print_offsets(ctx: typer.Context, described: dict[str, list[Any]], output: 
         emit(rows, DESCRIBE_COLUMNS, output, text=_offsets_text, missing="-")
 
 
-def _print_members(ctx: typer.Context, views: dict[str, Any], verbose: bool, output: OutputFormat) -> None:
+def _print_members(ctx: typer.Context, views: dict[str, GroupDescription | None], verbose: bool,
+                   output: OutputFormat) -> None:
     columns = MEMBERS_VERBOSE_COLUMNS if verbose else MEMBERS_COLUMNS
     rows = []
     for name, view in views.items():
@@ -191,7 +198,7 @@ def _print_members(ctx: typer.Context, views: dict[str, Any], verbose: bool, out
         emit(rows, columns, output, text=_auto_text, missing="-")
 
 
-def _state_row(name: str, view: Any, coordinator: int) -> dict[str, Any]:
+def _state_row(name: str, view: GroupDescription | None, coordinator: int) -> dict[str, Any]:
     from storage.topic_name import CONSUMER_OFFSETS_TOPIC
     from txlog.coordinator.group_coordinator import GroupState
 
@@ -204,7 +211,7 @@ def _state_row(name: str, view: Any, coordinator: int) -> dict[str, Any]:
     }
 
 
-def _assignment_text(partitions: Any) -> str:
+def _assignment_text(partitions: Iterable[TopicPartition]) -> str:
     """Kafka's `topic(0,1);other(2)` form; `-` for none."""
     by_topic: dict[str, list[int]] = {}
     for tp in partitions:
@@ -223,7 +230,7 @@ def _auto_text(headers: list[str], rows: list[list[str]]) -> list[str]:
     return lines
 
 
-def _describe_row(r: Any) -> dict[str, Any]:
+def _describe_row(r: GroupOffsetRow) -> dict[str, Any]:
     return {
         "group": r.group, "topic": r.topic, "partition": r.partition,
         "currentOffset": r.current_offset if r.current_offset >= 0 else None,
@@ -247,7 +254,7 @@ def _offsets_text(headers: list[str], rows: list[list[str]]) -> list[str]:
     return lines
 
 
-def _fixed_text(widths: list[int]) -> Any:
+def _fixed_text(widths: list[int]) -> TextLayout:
     def render(headers: list[str], rows: list[list[str]]) -> list[str]:
         return [""] + [" ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in [headers, *rows]]
     return render
@@ -383,7 +390,7 @@ def parse_duration(text: str) -> int:
     return -total if sign == "-" else total
 
 
-def _read_reset_plan(path: str, group: str) -> dict[Any, int]:
+def _read_reset_plan(path: str, group: str) -> dict[TopicPartition, int]:
     """kafka-consumer-groups --from-file: 'topic,partition,offset' lines (or 'group,topic,partition,offset'
     with this group); blank lines skipped. Any other line is one usage error naming file and line."""
     from storage.errors import InvalidTopicError
@@ -392,7 +399,7 @@ def _read_reset_plan(path: str, group: str) -> dict[Any, int]:
 
     with open(path, "rb") as f:
         data = f.read()
-    offsets: dict[Any, int] = {}
+    offsets: dict[TopicPartition, int] = {}
     for number, raw in enumerate(data.splitlines(), 1):
         line = raw.decode("utf-8", "replace").strip()
         if not line:
@@ -420,7 +427,7 @@ def _read_reset_plan(path: str, group: str) -> dict[Any, int]:
     return offsets
 
 
-def _by_topic(offsets: dict[Any, int]) -> list[tuple[str, list[int] | None]]:
+def _by_topic(offsets: dict[TopicPartition, int]) -> list[tuple[str, list[int] | None]]:
     """The plan's partitions as _parse_topics gives them: (topic, [partitions])."""
     topics: dict[str, list[int]] = {}
     for tp in offsets:
@@ -428,8 +435,8 @@ def _by_topic(offsets: dict[Any, int]) -> list[tuple[str, list[int] | None]]:
     return [(name, sorted(parts)) for name, parts in sorted(topics.items())]
 
 
-def _reset_partitions(store: Any, admin: Any, group: str, wanted: list[tuple[str, list[int] | None]],
-                      all_topics: bool) -> Iterator[Any]:
+def _reset_partitions(store: Store, admin: Admin, group: str, wanted: list[tuple[str, list[int] | None]],
+                      all_topics: bool) -> Iterator[TopicPartition]:
     """The partitions --topic/--all-topics name, each checked to exist, sorted.
 
     A generator on purpose: Admin.plan_offset_reset refuses a live group before it asks for

@@ -41,7 +41,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -58,6 +58,13 @@ from cli.interrupts import Interrupts
 from cli.output import status
 from cli.progress import Progress, ProgressOption, count
 
+if TYPE_CHECKING:  # the CLI imports txlog only when a command runs
+    from types import FrameType
+
+    from txlog.consumer_record import ConsumerRecord
+    from txlog.tools.transform_loop import LoopStats
+
+
 _COMMUNICATE_SLICE = 0.1  # how often a running CMD checks for SIGTERM / Ctrl-C
 
 
@@ -68,13 +75,13 @@ class _Interrupted(Exception):
 class _StopFlag(Interrupts):
     """Asks the loop to stop; a second Ctrl-C interrupts at once."""
 
-    def _handle(self, signum: int, frame: Any) -> None:
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self.signum is not None and signum == signal.SIGINT:
             raise KeyboardInterrupt  # impatient second Ctrl-C: the loop still aborts on the way out
         super()._handle(signum, frame)
 
 
-def _encode_input(records: list[Any]) -> bytes:
+def _encode_input(records: list[ConsumerRecord]) -> bytes:
     return b"".join((r.value or b"") + b"\n" for r in records)
 
 
@@ -93,7 +100,7 @@ class ShellTransform:
     def __init__(self, cmd: list[str], stop: _StopFlag):
         self.cmd, self.stop = cmd, stop
 
-    def __call__(self, records: list[Any]) -> list[tuple[Any, bytes]]:
+    def __call__(self, records: list[ConsumerRecord]) -> list[tuple[bytes | None, bytes]]:
         if self.stop:
             raise _Interrupted()
         try:
@@ -265,7 +272,7 @@ def _supervise(workers: int, run: Callable[[int], None]) -> None:
             return
         children.append(pid)
 
-    def forward(signum: int, frame: Any) -> None:
+    def forward(signum: int, frame: FrameType | None) -> None:
         for child in children:
             try:
                 os.kill(child, signal.SIGTERM)
@@ -354,11 +361,12 @@ class _Progress:
     """Counts on stderr as cli.progress shows them (a line redrawn on a terminal, plain lines with
     --progress), and a summary at the end."""
 
-    def __init__(self, ctx: typer.Context, stats: Any, quiet: bool, label: str = "", asked: bool = False):
+    def __init__(self, ctx: typer.Context, stats: LoopStats, quiet: bool, label: str = "", asked: bool = False):
         self.ctx, self.stats, self.quiet, self.label = ctx, stats, quiet, label
         self.started = time.monotonic()
         # workers share the terminal: each prints plain lines rather than redrawing one line
-        self.line = Progress(ctx, f"{label}process", lambda _: self._counts(), asked=asked, redraw=not label)
+        self.line: Progress[int] = Progress(ctx, f"{label}process", lambda _: self._counts(), asked=asked,
+                                            redraw=not label)  # updated with the committed transactions
 
     def _counts(self) -> str:
         s = self.stats

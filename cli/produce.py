@@ -491,7 +491,7 @@ def _run(ctx: typer.Context, store: Store, parser: _LineParser, fd: int, topic: 
     guard = _SizeGuard(store, topic, compression, transactional_id is not None, parser.fixed_size)
     skipped = _Skipped()
     leave_open = False
-    shown = Progress(ctx, "produce", lambda n: count(n, "line"), asked=progress)
+    shown: Progress[int] = Progress(ctx, "produce", lambda n: count(n, "line"), asked=progress)  # lines read
     chunk = _Chunk()
     with _Signals() as signals, shown:
         try:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from typing import Annotated, Any, TextIO
+from typing import Annotated, Generic, Self, TextIO, TypeVar
 
 import typer
 
@@ -30,21 +30,24 @@ ProgressOption = Annotated[bool, typer.Option(
 )]
 
 
-class Progress:
+C = TypeVar("C")  # what `update` is given and `describe` puts in words
+
+
+class Progress(Generic[C]):
     """`update(counts)` as work is done; `close()` once at the end (also on an error: it erases the line).
 
     `describe(counts)` turns the counts into the middle of the line, e.g. "1,200 records".
     `redraw=False` (several processes sharing one terminal) prints plain lines on a terminal too.
     """
 
-    def __init__(self, ctx: typer.Context, label: str, describe: Callable[[Any], str], *, asked: bool = False,
+    def __init__(self, ctx: typer.Context, label: str, describe: Callable[[C], str], *, asked: bool = False,
                  redraw: bool = True, stream: TextIO | None = None):
         self.stream = stream if stream is not None else sys.stderr
         self.label = label
         self.describe = describe
         self.started = time.monotonic()
         self.last = self.started
-        self.counts: Any = None
+        self.counts: C | None = None
         self.drawn = False  # a terminal line is on screen and must be erased
         quiet = settings(ctx).quiet
         tty = _isatty(self.stream)
@@ -55,7 +58,7 @@ class Progress:
     def active(self) -> bool:
         return self.terminal or self.plain
 
-    def update(self, counts: Any) -> None:
+    def update(self, counts: C) -> None:
         self.counts = counts
         if not self.active:
             return
@@ -63,23 +66,23 @@ class Progress:
         if now - self.last < (REDRAW_EVERY_S if self.terminal else PLAIN_EVERY_S):
             return
         self.last = now
-        self._show(now)
+        self._show(now, counts)
 
     def close(self) -> None:
         """Erase the terminal line; with --progress off a terminal, print the final plain line."""
         if self.terminal and self.drawn:
             self._write("\r\x1b[K")
         elif self.plain and self.counts is not None:
-            self._show(time.monotonic(), final=True)
+            self._show(time.monotonic(), self.counts, final=True)
 
-    def __enter__(self) -> Progress:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *_exc: object) -> None:
         self.close()
 
-    def _show(self, now: float, *, final: bool = False) -> None:
-        line = f"{self.label}: {self.describe(self.counts)}, {_elapsed(now - self.started)}"
+    def _show(self, now: float, counts: C, *, final: bool = False) -> None:
+        line = f"{self.label}: {self.describe(counts)}, {_elapsed(now - self.started)}"
         if self.terminal:
             self._write(f"\r\x1b[K{line}")
             self.drawn = True

@@ -450,7 +450,7 @@ class _StartupProgress:
         from cli.progress import Progress
 
         self._stream = os.fdopen(os.dup(fd), "w", encoding="utf-8", errors="replace")
-        self.progress = Progress(ctx, label, lambda _: "the JVM is starting", stream=self._stream)
+        self.progress: Progress[int] = Progress(ctx, label, lambda _: "the JVM is starting", stream=self._stream)
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._tick, name="txlog-sql-progress", daemon=True)
 

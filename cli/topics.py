@@ -33,6 +33,9 @@ from cli.output import (
     status,
 )
 
+if TYPE_CHECKING:  # the CLI imports storage only when a command runs
+    from storage.store import TopicDescription
+
 app = typer.Typer(
     help="Create, list, describe, alter and delete topics (kafka-topics.sh).",
     short_help="Create, list, describe, alter, delete topics (kafka-topics).",
@@ -140,7 +143,7 @@ def list_(
     emit([_list_row(d, human) for d in descriptions], LIST_COLUMNS, output, missing="-", text=_list_text)
 
 
-def _list_row(d: Any, human: bool) -> dict[str, Any]:
+def _list_row(d: TopicDescription, human: bool) -> dict[str, Any]:
     """One topic: its size summed over the readable partitions, end offsets by partition number."""
     size = sum(p.size_bytes for p in d.partitions)
     ends: list[int | None] = [None] * (len(d.partitions) + len(d.absent))
@@ -203,7 +206,7 @@ def format_configs(overrides: dict[str, Any]) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(overrides.items()))
 
 
-def describe_lines(d: Any) -> list[str]:
+def describe_lines(d: TopicDescription) -> list[str]:
     """kafka-topics --describe: a topic line, then one tab-indented line per (readable) partition."""
     count = len(d.partitions) + len(d.absent)
     lines = [
@@ -215,7 +218,7 @@ def describe_lines(d: Any) -> list[str]:
     return lines
 
 
-def _topic_json(d: Any) -> dict[str, Any]:
+def _topic_json(d: TopicDescription) -> dict[str, Any]:
     return {
         "topic": d.name,
         "topicId": d.topic_id,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -43,6 +43,7 @@ from cli.output import (
 
 if TYPE_CHECKING:  # pragma: no cover
     from txlog.clients.admin import Admin
+    from txlog.schemas.transaction_log import TxnState
 
 AMBIGUOUS = 4  # exit code: the transaction's outcome is unknown (docs/reliability-scenarios.md scenario 26)
 BROKER_ID = 0  # the one "broker" of a store
@@ -89,7 +90,7 @@ HANGING_COLUMNS = (
 )
 
 
-def _parse_state(text: str) -> Any:
+def _parse_state(text: str) -> TxnState:
     """A state by Kafka's name or ours, case, `_` and `-` ignored (Ongoing, prepare-commit, COMPLETE_ABORT)."""
     from txlog.schemas.transaction_log import TxnState
 

@@ -19,7 +19,7 @@ from cli.output import OutputFormat, absent_note, emit, error_line, output_optio
 from cli.progress import Progress, ProgressOption, count
 
 if TYPE_CHECKING:  # pragma: no cover
-    from txlog.tools.store_check import Finding
+    from txlog.tools.store_check import Finding, StoreCheckReport
 
 VERIFICATION_FAILED = 3
 
@@ -102,8 +102,10 @@ def verify(
 
             raise UnknownTopicOrPartitionError(f"topic '{topic}' does not exist")  # cli/main.py adds the hint
         total = sum(len(store.partitions(n)) for n in ([topic] if topic else store.list_topics(include_internal=True)))
-        with Progress(ctx, "verify", lambda r: f"{r.partitions}/{total} partitions, "
-                      f"{count(r.batches, 'batch', 'batches')}", asked=progress) as shown:
+        def describe(r: StoreCheckReport) -> str:
+            return f"{r.partitions}/{total} partitions, {count(r.batches, 'batch', 'batches')}"
+
+        with Progress(ctx, "verify", describe, asked=progress) as shown:
             report = check_store(store, topic, progress=shown.update)
     finally:
         store.close()
