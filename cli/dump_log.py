@@ -13,9 +13,9 @@ and the words and lines it prints. `text_line` turns an item into the line kafka
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from storage.compression import Compression
 from storage.errors import CorruptSnapshotError
@@ -42,6 +42,7 @@ from storage.records import (
     TIMESTAMP_TYPE_MASK,
     ControlType,
     Record,
+    RecordBatch,
     TimestampType,
     peek_control_type,
     peek_coordinator_epoch,
@@ -50,6 +51,12 @@ from storage.sequence import INT32_MAX, dec_seq
 from storage.time_index import TimeIndex
 from storage.transaction_index import TransactionIndex
 from txlog.schemas.message_parsers import compact_json
+
+if TYPE_CHECKING:
+    from txlog.schemas.schema_types import SchemaReader
+
+#: What a key/value decoder is given: a v2 record, or a magic 0/1 message.
+DumpedRecord = Record | LegacyMessage
 
 #: The files kafka-dump-log reads (a KRaft `.checkpoint` is record batches, dumped like a `.log`).
 KNOWN_SUFFIXES = (LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, TXN_INDEX_FILE_SUFFIX,
@@ -67,7 +74,7 @@ class Options:
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
     sanity_only: bool = False
     verify_only: bool = False
-    parser: Callable[[Any], tuple[str | None, str | None]] | None = None
+    parser: Callable[[DumpedRecord], tuple[str | None, str | None]] | None = None
 
 
 @dataclass
@@ -135,7 +142,7 @@ def _utf8(data: bytes | None) -> str | None:
     return None if data is None else data.decode("utf-8", errors="replace")
 
 
-def string_parser(record: Any) -> tuple[str | None, str | None]:
+def string_parser(record: DumpedRecord) -> tuple[str | None, str | None]:
     """Kafka's default StringDecoder for keys and values."""
     return _utf8(record.key), _utf8(record.value)
 
@@ -143,7 +150,7 @@ def string_parser(record: Any) -> tuple[str | None, str | None]:
 # ---- .log ---------------------------------------------------------------------------------------
 
 
-def batch_item(batch: Any, valid: bool) -> dict[str, Any]:
+def batch_item(batch: RecordBatch, valid: bool) -> dict[str, Any]:
     return {
         "type": "batch",
         "baseOffset": batch.base_offset,
@@ -168,14 +175,14 @@ def batch_item(batch: Any, valid: bool) -> dict[str, Any]:
     }
 
 
-def legacy_batch_item(m: Any) -> dict[str, Any]:
+def legacy_batch_item(m: LegacyMessage) -> dict[str, Any]:
     """A shallow magic 0/1 entry: Kafka prints only its (last) offset and the common fields."""
     return {"type": "batch", "lastOffset": m.offset, "position": m.position, "timestampType": m.timestamp_type,
             "maxTimestamp": m.timestamp, "size": m.size, "magic": m.magic,
             "compresscodec": Compression.name_of(m.codec), "crc": m.crc, "isvalid": m.valid}
 
 
-def legacy_record_item(m: Any, opts: Options) -> dict[str, Any]:
+def legacy_record_item(m: LegacyMessage, opts: Options) -> dict[str, Any]:
     item: dict[str, Any] = {
         "type": "record", "magic": m.magic, "offset": m.offset, "timestampType": m.timestamp_type,
         "timestamp": m.timestamp, "keySize": -1 if m.key is None else len(m.key),
@@ -188,29 +195,29 @@ def legacy_record_item(m: Any, opts: Options) -> dict[str, Any]:
     return item
 
 
-def _snapshot_header(r: Any) -> dict[str, Any]:
+def _snapshot_header(r: SchemaReader) -> dict[str, Any]:
     return {"version": r.i16("version"), "lastContainedLogTimestamp": r.i64("last contained log timestamp")}
 
 
-def _snapshot_footer(r: Any) -> dict[str, Any]:
+def _snapshot_footer(r: SchemaReader) -> dict[str, Any]:
     return {"version": r.i16("version")}
 
 
-def _kraft_version(r: Any) -> dict[str, Any]:
+def _kraft_version(r: SchemaReader) -> dict[str, Any]:
     return {"version": r.i16("version"), "kRaftVersion": r.i16("kraft version")}
 
 
 # KRaft's control records that DumpLogSegments prints as JSON: type -> (its label, the v0 fields).
 # Each value is a flexible struct whose first field is its own version; the voters record
 # (type 6, Kafka 3.9+) is not decoded here and prints as `controlType: KRAFT_VOTERS(6)`.
-_KRAFT_CONTROL_RECORDS: dict[int, tuple[str, Callable[[Any], dict[str, Any]]]] = {
+_KRAFT_CONTROL_RECORDS: dict[int, tuple[str, Callable[[SchemaReader], dict[str, Any]]]] = {
     3: ("SnapshotHeader", _snapshot_header),
     4: ("SnapshotFooter", _snapshot_footer),
     5: ("KRaftVersion", _kraft_version),
 }
 
 
-def _kraft_control_json(ctype: int, record: Any) -> dict[str, Any]:
+def _kraft_control_json(ctype: int, record: Record) -> dict[str, Any]:
     from storage.errors import CorruptRecordError
     from txlog.schemas.schema_types import SchemaReader
 
@@ -224,7 +231,7 @@ def _kraft_control_json(ctype: int, record: Any) -> dict[str, Any]:
     return fields
 
 
-def record_item(batch: Any, record: Any, opts: Options) -> dict[str, Any]:
+def record_item(batch: RecordBatch, record: Record, opts: Options) -> dict[str, Any]:
     item: dict[str, Any] = {
         "type": "record",
         "offset": record.offset,
@@ -337,7 +344,7 @@ def _log_to_verify_against(path: str, problems: Problems) -> FileRecords | None:
         return None
 
 
-def _first_batch(log: FileRecords, start: int, end: int | None = None) -> Any:
+def _first_batch(log: FileRecords, start: int, end: int | None = None) -> RecordBatch | LegacyMessage | None:
     """The first whole batch (or legacy entry) from byte `start`, CRC unchecked; None if there is none."""
     return next(log.batches(start, end, verify_crc=False, legacy=True), None)
 
@@ -575,7 +582,7 @@ def text_of(item: dict[str, Any], opts: Options) -> str | bytes | None:
     return text_line(item, opts)
 
 
-def _ascii_record_lines(batch: Any, records: list[tuple], opts: Options) -> bytes | None:
+def _ascii_record_lines(batch: RecordBatch, records: list[tuple], opts: Options) -> bytes | None:
     """The record lines of a data batch as bytes, or None when this shortcut does not apply.
 
     It applies to the common case only: the default string decoder, no null key or value,
@@ -592,7 +599,7 @@ def _ascii_record_lines(batch: Any, records: list[tuple], opts: Options) -> byte
     data = opts.print_data
     if data and not (b"".join(keys).isascii() and b"".join(values).isascii()):
         return None
-    columns: list[Any] = []
+    columns: list[Iterable[object]] = []
     template = b""
     if not opts.skip_metadata:
         ts_name = TimestampType(bool(batch.attributes & TIMESTAMP_TYPE_MASK)).kafka_name.encode()
@@ -606,7 +613,7 @@ def _ascii_record_lines(batch: Any, records: list[tuple], opts: Options) -> byte
     return b"\n".join([template % row for row in zip(*columns, strict=True)])
 
 
-def record_lines(batch: Any, records: list[tuple], opts: Options) -> list[str]:
+def record_lines(batch: RecordBatch, records: list[tuple], opts: Options) -> list[str]:
     """`record_line` of each record of a v2 batch, without an item dict per record.
 
     This is `inspect --print-data-log`'s per-record cost, so the common case (a data batch)

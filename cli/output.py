@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
 
 import typer
 
@@ -27,6 +27,8 @@ from cli.context import settings
 TABLE_FORMAT = "simple"
 
 Columns = Sequence[tuple[str, str]]  # (header as Kafka prints it, JSON key)
+#: A value json.dumps prints as it is.
+JsonValue: TypeAlias = None | bool | int | float | str | list["JsonValue"] | dict[str, "JsonValue"]
 TextLayout = Callable[[list[str], list[list[str]]], list[str]]  # (headers, cells) -> lines
 
 
@@ -48,7 +50,7 @@ def _as_format(value: str | OutputFormat | None) -> OutputFormat | None:
     return None if value is None else OutputFormat(value)
 
 
-def output_option(*choices: OutputFormat, help: str) -> Any:
+def output_option(*choices: OutputFormat, help: str) -> object:
     """The `--output` option of a verb offering `choices`, listed in its help in the order given.
 
     A verb offers only the formats it can print (a usage error names them); the value it
@@ -56,7 +58,7 @@ def output_option(*choices: OutputFormat, help: str) -> Any:
     the verbs that used to take `-o FORMAT` still do, as a hidden old spelling (cli.flags).
     """
     names = ("--output",)
-    allowed = Literal[tuple(c.value for c in choices)]  # type: ignore[valid-type]
+    allowed = Literal[tuple(c.value for c in choices)]  # type: ignore[valid-type]  # choices known at run time
     return Annotated[allowed, typer.Option(*names, case_sensitive=False, help=help, callback=_as_format)]
 
 
@@ -101,7 +103,7 @@ def cells(rows: Sequence[dict[str, Any]], columns: Columns, missing: str) -> lis
     return [[_cell(row.get(key), missing) for _, key in columns] for row in rows]
 
 
-def _cell(value: Any, missing: str) -> str:
+def _cell(value: object, missing: str) -> str:
     if value is None:
         return missing
     if isinstance(value, (list, tuple)):
@@ -166,7 +168,7 @@ class RowWriter:
     def flush(self) -> None:
         (sys.stdout.buffer if self.rendering.raw_stdout else sys.stdout).flush()
 
-    def _json(self, value: Any, indent: int | None, separators: tuple[str, str] | None) -> str:
+    def _json(self, value: object, indent: int | None, separators: tuple[str, str] | None) -> str:
         return json.dumps(value, indent=indent, separators=separators, ensure_ascii=self.rendering.ascii_json)
 
     def _csv(self, rows: list[dict[str, Any]]) -> str:
@@ -206,13 +208,13 @@ def pretty_print_table(headers: list[str], rows: list[list[str]]) -> list[str]:
     return ["".join(cell.ljust(w) + "\t" for cell, w in zip(row, widths, strict=True)) for row in [headers, *rows]]
 
 
-def render_table(rows: Iterable[Sequence[Any]], headers: Sequence[str], *, tablefmt: str = TABLE_FORMAT) -> str:
+def render_table(rows: Iterable[Sequence[object]], headers: Sequence[str], *, tablefmt: str = TABLE_FORMAT) -> str:
     from tabulate import tabulate
 
     return tabulate(list(rows), headers=list(headers), tablefmt=tablefmt, disable_numparse=True)
 
 
-def print_json(value: Any) -> None:
+def print_json(value: object) -> None:
     typer.echo(json.dumps(value, indent=2))
 
 

@@ -44,14 +44,26 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Annotated, Any
+from typing import IO, TYPE_CHECKING, Annotated, ParamSpec, TypeVar
 
 import typer
 
 from cli.consume import IsolationChoice
 from cli.context import USAGE, CommandError, open_store, require_java, settings
-from cli.output import OutputFormat, emit, error_line, output_option, status
+from cli.output import JsonValue, OutputFormat, emit, error_line, output_option, status
 from cli.sql_shell import ShellActions, Statement, run_shell, script_statements
+
+if TYPE_CHECKING:  # Spark and Arrow are imported when a statement runs, not when the CLI starts
+    import datetime
+    from types import FrameType
+
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+
+    from cli.interrupts import Handler
+
+T = TypeVar("T")
+P = ParamSpec("P")
 
 BATCHES_VIEW = "txlog_batches"
 TRANSACTIONS_VIEW = "txlog_transactions"
@@ -95,7 +107,7 @@ class _Cells:
         self.binary = binary
         self.hexed = False  # auto mode printed some binary cell as hex
 
-    def json_value(self, value: Any) -> Any:
+    def json_value(self, value: object) -> JsonValue:
         import datetime
         import decimal
         import math
@@ -127,7 +139,7 @@ class _Cells:
             return [self.json_value(item) for item in value]
         return str(value)
 
-    def text(self, value: Any, missing: str) -> str:
+    def text(self, value: object, missing: str) -> str:
         import json
 
         shown = self.json_value(value)
@@ -153,7 +165,7 @@ class _Cells:
             return "0x" + data.hex()
 
 
-def _iso_timestamp(value: Any) -> str:
+def _iso_timestamp(value: datetime.datetime) -> str:
     """ISO-8601 in UTC with a Z; milliseconds (Kafka's precision) unless there are microseconds."""
     import datetime
 
@@ -178,7 +190,7 @@ def _unique(names: list[str]) -> list[str]:
     return out
 
 
-def _print_result(table: Any, output: OutputFormat, binary: BinaryFormat) -> bool:
+def _print_result(table: pa.Table, output: OutputFormat, binary: BinaryFormat) -> bool:
     """Print an Arrow table; True when auto mode had to print some binary cell as hex."""
     names = list(table.column_names)
     columns = [table.column(i).to_pylist() for i in range(table.num_columns)]
@@ -259,7 +271,7 @@ def _quiet_pyspark_loggers() -> None:
         logging.getLogger(name).disabled = True
 
 
-def _session(ctx: typer.Context, master: str, log: IO[bytes], warehouse: str) -> tuple[Any, bool]:
+def _session(ctx: typer.Context, master: str, log: IO[bytes], warehouse: str) -> tuple[SparkSession, bool]:
     """The SparkSession (created here, with the JVM's output sent to `log`) and whether we created it.
 
     'Starting Spark (...)...' goes to stderr first; on a terminal the seconds are counted below it."""
@@ -313,12 +325,12 @@ class _CancelOnSigint:
 
     CANCEL_EVERY_S = 0.5
 
-    def __init__(self, spark: Any, *, impatient: bool):
+    def __init__(self, spark: SparkSession, *, impatient: bool):
         import threading
 
         self.spark, self.impatient = spark, impatient
         self.count = 0
-        self._previous: Any = None
+        self._previous: Handler = None
         self._returned = threading.Event()
         self._canceller: threading.Thread | None = None
 
@@ -343,7 +355,7 @@ class _CancelOnSigint:
         if self._previous is not None:
             signal.signal(signal.SIGINT, self._previous)
 
-    def _handle(self, signum: int, frame: Any) -> None:
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
         import threading
 
         self.count += 1
@@ -360,18 +372,18 @@ class _CancelOnSigint:
             self._returned.wait(self.CANCEL_EVERY_S)
 
 
-def _stop(spark: Any) -> None:
+def _stop(spark: SparkSession) -> None:
     with contextlib.suppress(Exception):  # a JVM that already died must not hide the error that killed it
         spark.stop()
 
 
-def _drop_views(spark: Any, names: list[str]) -> None:
+def _drop_views(spark: SparkSession, names: list[str]) -> None:
     for name in names:
         with contextlib.suppress(Exception):
             spark.catalog.dropTempView(name)
 
 
-def _register(note: Callable[[str], None], spark: Any, path: str, topics: list[str], *, isolation: str,
+def _register(note: Callable[[str], None], spark: SparkSession, path: str, topics: list[str], *, isolation: str,
               include_headers: bool, include_transaction_columns: bool) -> list[str]:
     """Register the topic views and the analysis views; the names registered, as written in a query."""
     from txlog.spark import FORMAT, batches_view, transactions_view
@@ -471,7 +483,7 @@ class _StartupProgress:
             self.progress.update(0)
 
 
-def _spark_call(spark: Any, action: Callable[[], Any], *, impatient: bool) -> Any:
+def _spark_call(spark: SparkSession, action: Callable[[], T], *, impatient: bool) -> T:
     """Run `action` against Spark: its errors become one line (CommandError), and Ctrl-C a
     KeyboardInterrupt once the running jobs are cancelled and the call has come back."""
     from py4j.protocol import Py4JError
@@ -500,11 +512,11 @@ class _Views:
     then, new topics included.
     """
 
-    def __init__(self, ctx: typer.Context, spark: Any, path: str, *, isolation: str, include_headers: bool,
+    def __init__(self, ctx: typer.Context, spark: SparkSession, path: str, *, isolation: str, include_headers: bool,
                  include_transaction_columns: bool):
         self.ctx, self.spark, self.path = ctx, spark, path
-        self.options = {"isolation": isolation, "include_headers": include_headers,
-                        "include_transaction_columns": include_transaction_columns}
+        self.isolation, self.include_headers = isolation, include_headers
+        self.include_transaction_columns = include_transaction_columns
         self.topics: list[str] = []
         self.names: list[str] = []  # as written in a query
 
@@ -514,7 +526,8 @@ class _Views:
                 status(self.ctx, message)
 
         names = _spark_call(self.spark, impatient=impatient, action=lambda: _register(
-            note, self.spark, self.path, topics, **self.options))  # type: ignore[arg-type]
+            note, self.spark, self.path, topics, isolation=self.isolation, include_headers=self.include_headers,
+            include_transaction_columns=self.include_transaction_columns))
         _drop_views(self.spark, [t for t in self.topics if t not in topics])  # deleted since
         self.topics, self.names = topics, names
 
@@ -533,7 +546,7 @@ class _Views:
 class _Session:
     """One Spark session for the whole run: its views, and how a statement's result is printed."""
 
-    def __init__(self, ctx: typer.Context, spark: Any, views: _Views, *, output: OutputFormat,
+    def __init__(self, ctx: typer.Context, spark: SparkSession, views: _Views, *, output: OutputFormat,
                  limit: int | None, binary: BinaryFormat, interactive: bool):
         self.ctx, self.spark, self.views = ctx, spark, views
         self.interactive = interactive  # the shell: Ctrl-C cancels the statement, never the session
@@ -561,8 +574,8 @@ class _Session:
         if self.interactive:
             self.views.refresh()
         ours = {name.lower() for name in [*self.views.topics, BATCHES_VIEW, TRANSACTIONS_VIEW]}
-        created = [quoted(t.name) for t in self._collect(self.spark.catalog.listTables)
-                   if t.isTemporary and t.name.lower() not in ours]
+        listed = _spark_call(self.spark, self.spark.catalog.listTables, impatient=not self.interactive)
+        created = [quoted(t.name) for t in listed if t.isTemporary and t.name.lower() not in ours]
         for name in [*self.views.names, *sorted(created)]:
             typer.echo(name)
 
@@ -570,13 +583,11 @@ class _Session:
         name = view if view.startswith("`") else quoted(view)
         self.run(Statement(f"DESCRIBE {name}", 1))
 
-    def _collect(self, action: Callable[[], Any]) -> Any:
-        """`action`'s result; a DataFrame is run (up to --limit rows) and becomes an Arrow table."""
-        def collected() -> Any:
-            result = action()
-            if hasattr(result, "toArrow"):
-                result = (result if self.limit is None else result.limit(self.limit)).toArrow()
-            return result
+    def _collect(self, query: Callable[[], DataFrame]) -> pa.Table:
+        """`query`'s DataFrame, run (up to --limit rows), as an Arrow table."""
+        def collected() -> pa.Table:
+            frame = query()
+            return (frame if self.limit is None else frame.limit(self.limit)).toArrow()
 
         return _spark_call(self.spark, collected, impatient=not self.interactive)
 
@@ -613,10 +624,10 @@ def _read_line(prompt: str) -> str:
 
 
 def _run_shell(ctx: typer.Context, session: _Session) -> None:
-    def reported(action: Callable[..., None]) -> Callable[..., None]:
-        def run(*args: Any) -> None:
+    def reported(action: Callable[P, None]) -> Callable[P, None]:
+        def run(*args: P.args, **kwargs: P.kwargs) -> None:
             try:
-                action(*args)
+                action(*args, **kwargs)
             except CommandError as exc:
                 error_line(str(exc))
         return run

@@ -17,7 +17,10 @@ import base64
 import json
 import struct
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from txlog.schemas.group_metadata import TopicPartitions
 
 
 class ParsedRecord(Protocol):
@@ -56,7 +59,7 @@ def transaction_log_parser(record: ParsedRecord) -> tuple[str | None, str | None
                  f"txnLastUpdateTimestamp={value.last_update_ms},txnTimeoutMs={value.timeout_ms}")
 
 
-def compact_json(value: Any) -> str:
+def compact_json(value: object) -> str:
     """JSON as Jackson writes it in kafka-dump-log lines: no spaces, non-ASCII kept."""
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
@@ -78,9 +81,9 @@ def offsets_parser(record: ParsedRecord) -> tuple[str | None, str | None]:
         if isinstance(key, OffsetKey):
             key_json = compact_json({"type": str(key_version),
                                  "data": {"group": key.group, "topic": key.topic, "partition": key.partition}})
-            value = decode_offset_value(record.value)
-            if value is None:
+            if record.value is None:
                 return key_json, "<DELETE>"
+            value = decode_offset_value(record.value)
             version = struct.unpack_from(">h", record.value)[0]
             data: dict[str, Any] = {"offset": value.offset}
             if version >= 3:
@@ -120,7 +123,7 @@ def _base64(data: bytes | None) -> str | None:
     return None if data is None else base64.b64encode(data).decode("ascii")
 
 
-def _partitions_json(grouped: Any) -> list[dict[str, Any]]:
+def _partitions_json(grouped: TopicPartitions) -> list[dict[str, Any]]:
     return [{"topic": topic, "partitions": list(ids)} for topic, ids in grouped]
 
 
@@ -148,7 +151,7 @@ def assignment_json(data: bytes) -> dict[str, Any]:
             "userData": _base64(assignment.user_data)}
 
 
-def _decoded_or_bytes(decode: Callable[[bytes], dict[str, Any]], data: bytes) -> Any:
+def _decoded_or_bytes(decode: Callable[[bytes], dict[str, Any]], data: bytes) -> dict[str, Any] | str | None:
     """Kafka swallows a member's undecodable subscription or assignment and keeps the bytes."""
     from storage.errors import KafkaError
 
