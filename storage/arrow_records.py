@@ -9,7 +9,7 @@ the transactional flag, the timestamp type) are broadcast here, once per column.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import storage._native as _native
 from storage.records import RecordBatch, TimestampType
@@ -62,7 +62,7 @@ class RecordColumns:
             built[name] = self._column(pa, cols, rows, name)
         return pa.table(built)
 
-    def _column(self, pa, cols: dict, rows: int, name: str) -> pa.Array:
+    def _column(self, pa, cols: Mapping[str, Any], rows: int, name: str) -> pa.Array:
         if name in ("offset", "timestamp"):
             return pa.Array.from_buffers(pa.int64(), rows, [None, pa.py_buffer(cols[name])])
         if name == "sequence":
@@ -82,11 +82,11 @@ class RecordColumns:
                 "timestamp_type": pa.string()}[name]
         per_batch = [b[field] for b in self._batches]
         if name == "timestamp_type":
-            per_batch = [TimestampType(t).kafka_name for t in per_batch]
+            return pa.array([TimestampType(t).kafka_name for t in per_batch], kind).take(index)
         return pa.array(per_batch, kind).take(index)
 
 
-def _binary(pa, kind, cols: dict, prefix: str, rows: int | None) -> pa.Array:
+def _binary(pa, kind, cols: Mapping[str, Any], prefix: str, rows: int | None) -> pa.Array:
     """A binary/string column from the builder's buffers, zero-copy."""
     offsets = cols[f"{prefix}_offsets"]
     length = len(offsets) // 4 - 1 if rows is None else rows

@@ -21,8 +21,8 @@ reader expects and each reader accepts everything Java's reader accepts:
 The codecs run in the Rust extension (storage/native/src/compression.rs, on the flate2,
 snap, lz4_flex and zstd crates); storage/compression_reference.py is the same rules in
 Python, kept as the readable reference and the test oracle. Anything that cannot be
-inflated becomes CorruptRecordError, so callers only ever see the typed errors of
-storage.errors.
+inflated becomes CorruptRecordError (storage.codec_errors), so callers only ever see the
+typed errors of storage.errors.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ from __future__ import annotations
 from enum import IntEnum
 
 import storage._native as _native
-from storage.errors import CorruptRecordError, UnsupportedCompressionTypeError
+from storage.codec_errors import CodecError, corrupt_record_error
+from storage.errors import UnsupportedCompressionTypeError
 
 __all__ = ["Compression", "XERIAL_HEADER", "XERIAL_MAGIC", "compress", "decompress"]
 
@@ -88,5 +89,5 @@ def decompress(codec: int, data) -> bytes:
         return bytes(data)
     try:
         return _native.decompress(kind, data)
-    except _native.CodecError as exc:
-        raise CorruptRecordError(exc.args[1]) from None
+    except CodecError as exc:
+        raise corrupt_record_error(exc) from None

@@ -11,9 +11,10 @@ two jobs that pull in different directions:
   Python work was the bottleneck. So every per-record loop (header parse and
   CRC, decompression, record decoding into tuples or Arrow columns, the framing
   walk of the append path, batch encoding) runs in the Rust extension
-  `storage._native` (storage/native/src/, safe Rust); this module keeps the
-  orchestration and turns the extension's errors into the typed errors of
-  storage.errors naming the file and the byte. storage/records_reference.py is
+  `storage._native` (storage/native/src/, safe Rust; storage/_native.pyi is its
+  typed interface); this module keeps the orchestration, and turns the
+  extension's errors into the typed errors of storage.errors naming the file and
+  the byte through storage.codec_errors. storage/records_reference.py is
   the same codec in Python: the readable reference and the test oracle, never a
   runtime fallback.
 
@@ -27,9 +28,10 @@ from __future__ import annotations
 import struct
 import time
 from enum import IntEnum
-from typing import Iterator, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Iterator, NamedTuple, Sequence
 
 import storage._native as _native
+from storage.codec_errors import CodecError, corrupt_record_error
 from storage.compression import Compression
 from storage.errors import (
     CorruptRecordError,
@@ -37,6 +39,9 @@ from storage.errors import (
     UnsupportedCompressionTypeError,
 )
 from storage.sequence import inc_seq
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
 
 crc32c = _native.crc32c  # CRC-32C (Castagnoli), `crc32c(data, crc=0)`, as the crc32c package spells it
 
@@ -194,37 +199,30 @@ _new_tuple = tuple.__new__
 # --- the decoded view of one batch -------------------------------------------------
 
 
-class RecordBatch:
+class RecordBatch(_native.BatchHeader):
     """One magic-2 batch inside a buffer, with its header decoded and its CRC checked.
 
-    Header fields are plain attributes set once by `parse`; everything derived
-    is a property, so parsing stays a single `struct` unpack plus a CRC.
+    A RecordBatch is its header: the thirteen header fields (base_offset,
+    batch_length, partition_leader_epoch, magic, crc, attributes,
+    last_offset_delta, base_timestamp, max_timestamp, producer_id,
+    producer_epoch, base_sequence, records_count) are the read-only attributes
+    of its native base class, `_native.BatchHeader`, set once when `parse`
+    constructs it; everything derived is a property, so parsing stays one
+    native call plus a CRC, and the record decoders take the batch itself.
     The records are only decoded by `records()`. `position` is where the batch
     starts in its file (`origin` + its place in the buffer), so a batch read from
     a chunk of a segment, and every error it raises, names its real byte.
+    (storage.records.BatchHeader is the lighter header of the frame walks: no
+    extent or CRC check, no buffer.)
     """
 
-    __slots__ = (
-        "_buf",
-        "_at",
-        "_bytes",
-        "path",
-        "position",
-        "base_offset",
-        "batch_length",
-        "size",
-        "partition_leader_epoch",
-        "magic",
-        "crc",
-        "attributes",
-        "last_offset_delta",
-        "base_timestamp",
-        "max_timestamp",
-        "producer_id",
-        "producer_epoch",
-        "base_sequence",
-        "records_count",
-    )
+    __slots__ = ("_buf", "_at", "_bytes", "path", "position", "size")
+    _buf: ReadableBuffer
+    _at: int  # where the batch starts in _buf
+    _bytes: bytes | None
+    path: str | None
+    position: int
+    size: int  # the whole batch, log overhead included
 
     @classmethod
     def parse(cls, buf, position: int = 0, *, path: str | None = None, verify_crc: bool = True,
@@ -238,32 +236,15 @@ class RecordBatch:
             raise CorruptRecordError(f"need {HEADER_SIZE} bytes for a batch header, 0 available",
                                      path=path, position=origin + position)
         try:
-            (base_offset, batch_length, leader_epoch, magic, crc, attributes, last_offset_delta,
-             base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence,
-             records_count) = _native.parse_header(buf, position, verify_crc)
-        except _native.CodecError as exc:
-            raise CorruptRecordError(exc.args[1], path=path, position=origin + position) from None
-        size = batch_length + LOG_OVERHEAD
-        batch = object.__new__(cls)
+            batch = cls(buf, position, verify_crc)  # the native header parse
+        except CodecError as exc:
+            raise corrupt_record_error(exc, path=path, position=origin + position) from None
         batch._buf = buf
         batch._at = position
         batch._bytes = None
         batch.path = path
         batch.position = origin + position
-        batch.base_offset = base_offset
-        batch.batch_length = batch_length
-        batch.size = size
-        batch.partition_leader_epoch = leader_epoch
-        batch.magic = magic
-        batch.crc = crc
-        batch.attributes = attributes
-        batch.last_offset_delta = last_offset_delta
-        batch.base_timestamp = base_timestamp
-        batch.max_timestamp = max_timestamp
-        batch.producer_id = producer_id
-        batch.producer_epoch = producer_epoch
-        batch.base_sequence = base_sequence
-        batch.records_count = records_count
+        batch.size = batch.batch_length + LOG_OVERHEAD
         return batch
 
     # -- derived header values
@@ -337,14 +318,10 @@ class RecordBatch:
         return CorruptRecordError(f"batch with base offset {self.base_offset}: {detail}",
                                   path=self.path, position=self.position)
 
-    def _codec_error(self, exc: _native.CodecError) -> CorruptRecordError:
-        """The native decoder's error as the CorruptRecordError of this batch (file, batch position)."""
-        kind, message, position = exc.args
-        if kind == "truncated":
-            return self._corrupt(f"records region ends inside a record (expected {self.records_count} records)")
-        if position is not None:
-            return self._corrupt(f"{message} at byte {position} of the records region")
-        return self._corrupt(message)
+    def _codec_error(self, exc: CodecError) -> CorruptRecordError:
+        """The error of a native call on this batch's records region, as this batch's CorruptRecordError."""
+        return corrupt_record_error(exc, context=f"batch with base offset {self.base_offset}",
+                                    records_count=self.records_count, path=self.path, position=self.position)
 
     def records(self) -> list[Record]:
         """Decompress and decode every record, with the Java reader's strictness."""
@@ -358,26 +335,27 @@ class RecordBatch:
         """
         return self._decoded(None)
 
-    def _decode_args(self) -> tuple | None:
-        """The native decoder's arguments for this batch, or None when it holds no record bytes."""
+    def _has_record_bytes(self) -> bool:
+        """Whether the native decoders have a records region to decode; raises for what they must not see.
+
+        The decoders take everything else from the header (region, codec, count, the base
+        offset, timestamp and sequence, LOG_APPEND_TIME's rule).
+        """
         count = self.records_count
         if count < 0:
             raise InvalidRecordError(f"negative record count {count} in batch with base offset "
                                      f"{self.base_offset} at byte {self.position}")
         if count == 0 and self.size == HEADER_SIZE:
-            return None  # emptied by compaction: only the header survives
-        codec = self.compression  # UnsupportedCompressionTypeError for codes 5-7
-        log_append = self.attributes & TIMESTAMP_TYPE_MASK
-        return (self._buf, self._at + HEADER_SIZE, self._at + self.size, codec, count, self.base_offset,
-                self.max_timestamp if log_append else self.base_timestamp, not log_append, self.base_sequence)
+            return False  # emptied by compaction: only the header survives
+        self.compression  # noqa: B018 - UnsupportedCompressionTypeError for codes 5-7
+        return True
 
     def _decoded(self, cls: type | None) -> list:
-        args = self._decode_args()
-        if args is None:
+        if not self._has_record_bytes():
             return []
         try:
-            return _native.decode_records(*args, cls)
-        except _native.CodecError as exc:
+            return _native.decode_records(self._buf, self._at, self, cls)
+        except CodecError as exc:
             raise self._codec_error(exc) from None
 
     def consumer_records(self, cls: type, topic: str, partition: int, start: int, end: int) -> list:
@@ -388,25 +366,23 @@ class RecordBatch:
         producer_id, producer_epoch, sequence, is_transactional), built in one native pass
         with no intermediate tuple per record.
         """
-        args = self._decode_args()
-        if args is None:
+        if not self._has_record_bytes():
             return []
         try:
             return _native.decode_consumer_records(
-                *args, start, end, cls, topic, partition, self.timestamp_type, self.producer_id,
-                self.producer_epoch, self.is_transactional)
-        except _native.CodecError as exc:
+                self._buf, self._at, self, cls=cls, topic=topic, partition=partition,
+                timestamp_type=self.timestamp_type, start_offset=start, end_offset=end)
+        except CodecError as exc:
             raise self._codec_error(exc) from None
 
     def add_columns(self, builder: _native.ColumnBuilder, start: int = -(1 << 63), end: int = (1 << 63) - 1) -> int:
         """Decode the records at offsets in [start, end) into an Arrow column builder (see
         storage.arrow_records); returns the rows added. A corrupt batch adds none."""
-        args = self._decode_args()
-        if args is None:
+        if not self._has_record_bytes():
             return 0
         try:
-            return builder.add(*args, start, end)
-        except _native.CodecError as exc:
+            return builder.add(self._buf, self._at, self, start_offset=start, end_offset=end)
+        except CodecError as exc:
             raise self._codec_error(exc) from None
 
     def __iter__(self) -> Iterator[Record]:
@@ -458,7 +434,7 @@ class RecordBatch:
             return self.max_timestamp
         try:
             seen, max_delta = _native.walk_records(self._buf, self._at + HEADER_SIZE, self._at + self.size)
-        except _native.CodecError as exc:
+        except CodecError as exc:
             raise self._codec_error(exc) from None
         if seen != count:
             raise self._corrupt(f"batch holds {seen} records but its header says {count}")
@@ -735,5 +711,5 @@ def stamp_batch(data: bytearray, producer_id: int, producer_epoch: int, base_seq
         _native.stamp_batch(data, producer_id, producer_epoch, base_sequence)
     except OverflowError as exc:
         raise ValueError(f"producer field out of range: {exc}") from None
-    except _native.CodecError as exc:
-        raise CorruptRecordError(f"cannot stamp the batch: {exc.args[1]}", position=0) from None
+    except CodecError as exc:
+        raise corrupt_record_error(exc, context="cannot stamp the batch", position=0) from None

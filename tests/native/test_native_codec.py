@@ -337,8 +337,14 @@ def test_decoders_accept_any_buffer_and_refuse_a_region_outside_it() -> None:
     for view in (buf, bytearray(buf), memoryview(buf)):
         batch = RecordBatch.parse(view)
         assert batch.records()[0].key == b"k"
-    with pytest.raises(ValueError, match="outside"):
-        _native.decode_records(buf, 0, len(buf) + 1, 0, 1, 0, TS, True, -1)
+    header = _native.BatchHeader(buf, 0)
+    short = buf[:-1]  # a header handed with a buffer that does not hold its whole batch
+    for decode in (lambda: _native.decode_records(short, 0, header),
+                   lambda: _native.decode_consumer_records(short, 0, header, cls=Record, topic="t", partition=0,
+                                                           timestamp_type=0, start_offset=0, end_offset=1),
+                   lambda: _native.ColumnBuilder().add(short, 0, header)):
+        with pytest.raises(ValueError, match="outside"):
+            decode()
 
 
 def test_unknown_codes_and_counts_keep_their_error_types() -> None:
@@ -397,25 +403,40 @@ def test_encoder_takes_what_the_python_encoder_took() -> None:
         build_batch([(b"k", b"v", None, TS)], producer_epoch=1 << 20)
 
 
+class AnyTuple(tuple):
+    """A tuple subclass of no particular size: the native decoders fill any."""
+
+
 def test_hostile_arguments_to_every_native_entry_point_raise_never_crash() -> None:
     """Whatever the arguments, each native function returns or raises a Python exception (a
     crash would take pytest down with it): garbage bytes, regions outside the buffer, counts
     and codes out of range, buffers of every kind."""
     rng = random.Random(31337)
     good = build_batch([(b"k", b"v", [("h", None)], TS)] * 4, compression=Compression.GZIP)
+    headers = []  # of damaged batches with any record count, compression code and timestamp type
+    while len(headers) < 200:
+        buf = bytearray(mutate(rng, good))
+        struct.pack_into(">i", buf, 57, rng.choice((0, 1, 4, -1, 2**31 - 1, -2**31)))
+        buf[22] = (buf[22] & ~0x0F) | rng.randint(0, 15)  # attributes bits 0-3: codec, timestamp type
+        try:
+            headers.append(_native.BatchHeader(buf, 0, False))
+        except _native.CodecError:
+            continue
     for _ in range(3000):
         data = rng.choice((rng.randbytes(rng.randint(0, 120)), good, mutate(rng, good)))
         data = rng.choice((data, bytearray(data), memoryview(data)))
         start, end = rng.randint(-3, 130), rng.randint(-3, 130)
-        count = rng.choice((0, 1, 4, -1, 2**31 - 1, -2**31))
+        header = rng.choice(headers)  # a header with any buffer and any position: it may not fit
         codec = rng.randint(0, 8)
         calls = (
-            lambda: _native.parse_header(data, rng.randint(-1, 100), rng.random() < 0.5),
-            lambda: _native.decode_records(data, start, end, codec, count, rng.choice((0, 2**63 - 1)), TS,
-                                           rng.random() < 0.5, rng.choice((-1, 2**31 - 1)), Record),
+            lambda: _native.BatchHeader(data, rng.randint(-1, 100), rng.random() < 0.5),
+            lambda: _native.decode_records(data, start, header, Record),
+            lambda: _native.decode_consumer_records(data, start, header, cls=AnyTuple, topic="t", partition=0,
+                                                    timestamp_type=0, start_offset=rng.choice((0, -2**63)),
+                                                    end_offset=rng.choice((2, 2**63 - 1))),
             lambda: _native.walk_records(data, start, end),
             lambda: _native.decompress(codec, data),
-            lambda: _native.ColumnBuilder().add(data, start, end, codec, count, 0, TS, True, 0),
+            lambda: _native.ColumnBuilder().add(data, start, header, start_offset=0, end_offset=3),
             lambda: _native.crc32c(data, rng.randint(0, 2**32 - 1)),
         )
         try:

@@ -9,9 +9,23 @@ control batches, the LSO cap, a batch straddling the start) is written out by ha
 
 from __future__ import annotations
 
+import struct
+
 import pytest
 
-from storage.records import ControlType, RecordBatch, build_batch, build_control_batch
+from storage.records import (
+    CRC_COVERED_START,
+    CRC_OFFSET,
+    HEADER_SIZE,
+    LENGTH_OFFSET,
+    LOG_OVERHEAD,
+    RECORDS_COUNT_OFFSET,
+    ControlType,
+    RecordBatch,
+    build_batch,
+    build_control_batch,
+    crc32c,
+)
 from storage.transaction_index import AbortedTxn
 from txlog.fetch import AbortedFilter, IsolationLevel, LogBounds, latest_offset, visible_batches, visible_records
 
@@ -113,8 +127,12 @@ def test_non_transactional_and_idempotent_batches_are_never_skipped():
 
 
 def test_a_control_batch_emptied_by_compaction_ends_nothing():
-    emptied = marker(2, 6, ControlType.ABORT)
-    emptied.records_count = 0  # only the header survives compaction
+    header = bytearray(build_control_batch(ControlType.ABORT, producer_id=6, producer_epoch=1, timestamp=NOW,
+                                           base_offset=2)[:HEADER_SIZE])  # only the header survives compaction
+    struct.pack_into(">i", header, LENGTH_OFFSET, HEADER_SIZE - LOG_OVERHEAD)
+    struct.pack_into(">i", header, RECORDS_COUNT_OFFSET, 0)
+    struct.pack_into(">I", header, CRC_OFFSET, crc32c(header[CRC_COVERED_START:]))
+    emptied = RecordBatch.parse(bytes(header))
     batches = [txn(0, 6), txn(1, 6), emptied, txn(3, 6)]
     assert shown(batches, 0, 4, AbortedFilter([entry(6, 0, 5)])) == []
 

@@ -14,7 +14,7 @@ named choice so that a store written with it keeps its key placement.
 Keyless records are not hashed: the producer keeps a sticky partition per batch
 (txlog/clients/producer.py `_choose_partition`).
 
-`partition_many` places a whole column of keys in one native call (storage._native, the
+`partition_many` places a whole column of keys in one native call (storage.murmur2, the
 same murmur2 in Rust) for the producer's bulk path. The per-key hash below stays pure Python
 (no maintained C build of Kafka's murmur2 is on PyPI), so it is cached per key: a producer
 sends the same keys over and over (user ids, order ids), and a cache hit costs one dict lookup. The cache is bounded (16384 keys of at most 256 bytes, a
@@ -29,7 +29,7 @@ from typing import Callable, Iterable
 
 import mmh3
 
-import storage._native as _native
+from storage.murmur2 import murmur2_partitions
 
 PartitionerFn = Callable[[bytes, int], int]
 """(key bytes, partition count) -> partition; keyless records never reach it."""
@@ -133,7 +133,7 @@ def partition_many(keys: Iterable, count: int, name: str = DEFAULT_PARTITIONER) 
     if isinstance(keys, (str, bytes, bytearray, memoryview)):  # iterable, but as characters or ints
         raise TypeError(f"keys must be a sequence with a key per record, not a single {type(keys).__name__}")
     if name == MURMUR2:
-        return _native.murmur2_partitions(keys, count)
+        return murmur2_partitions(keys, count)
     one = named_partitioner(name)  # murmur3, or the ValueError for an unknown name
     return [NO_PARTITION if key is None else one(_key_bytes(key, index), count) for index, key in enumerate(keys)]
 

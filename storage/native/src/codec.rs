@@ -1,4 +1,4 @@
-//! The RecordBatch v2 codec in safe Rust, free of Python: the Python bindings in lib.rs
+//! The RecordBatch v2 codec in safe Rust, free of Python: the Python bindings (bindings/)
 //! and the property tests both drive it (docs/kafka-formats.md §1, §2).
 //!
 //! Every read is bounds-checked through `Reader`; running off the end of a region is
@@ -6,6 +6,8 @@
 //! position inside the region. Nothing here panics on any input (the proptests feed it
 //! arbitrary bytes), and nothing allocates more than a small multiple of its input
 //! before the input has proven it holds that much.
+
+#![forbid(unsafe_code)] // the core is safe Rust: `unsafe` lives in bindings/ only
 
 use std::fmt;
 
@@ -153,7 +155,9 @@ pub fn parse_header(buf: &[u8], position: usize, verify_crc: bool) -> Result<Hea
     let available = buf.len().saturating_sub(position);
     if available < HEADER_SIZE {
         return Err(CodecError::corrupt(
-            format!("need {HEADER_SIZE} bytes for a batch header, {available} available"), position));
+            format!("need {HEADER_SIZE} bytes for a batch header, {available} available"),
+            position,
+        ));
     }
     let h = &buf[position..position + HEADER_SIZE];
     let header = Header {
@@ -173,25 +177,110 @@ pub fn parse_header(buf: &[u8], position: usize, verify_crc: bool) -> Result<Hea
     };
     if header.magic != MAGIC {
         return Err(CodecError::corrupt(
-            format!("unsupported magic {} (only {MAGIC} is supported)", header.magic), position));
+            format!("unsupported magic {} (only {MAGIC} is supported)", header.magic),
+            position,
+        ));
     }
     if header.batch_length < MIN_BATCH_LENGTH {
         return Err(CodecError::corrupt(
-            format!("batch length {} is below the minimum {MIN_BATCH_LENGTH}", header.batch_length), position));
+            format!("batch length {} is below the minimum {MIN_BATCH_LENGTH}", header.batch_length),
+            position,
+        ));
     }
     let size = header.batch_length as usize + LOG_OVERHEAD;
     if size > available {
         return Err(CodecError::corrupt(
-            format!("batch of {size} bytes but only {available} bytes available"), position));
+            format!("batch of {size} bytes but only {available} bytes available"),
+            position,
+        ));
     }
     if verify_crc {
         let actual = crc32c::crc32c(&buf[position + CRC_COVERED_START..position + size]);
         if actual != header.crc {
             return Err(CodecError::corrupt(
-                format!("CRC mismatch: stored {:#010x}, computed {actual:#010x}", header.crc), position));
+                format!("CRC mismatch: stored {:#010x}, computed {actual:#010x}", header.crc),
+                position,
+            ));
         }
     }
     Ok(header)
+}
+
+/// Attribute bits of the header (docs/kafka-formats.md §1.2).
+pub const COMPRESSION_MASK: i16 = 0x07;
+pub const TIMESTAMP_TYPE_MASK: i16 = 0x08;
+pub const TRANSACTIONAL_MASK: i16 = 0x10;
+
+impl Header {
+    /// The whole batch's size in bytes, its 12-byte log overhead included (parse_header has
+    /// checked batch_length >= MIN_BATCH_LENGTH, so this never wraps).
+    pub fn size(&self) -> usize {
+        self.batch_length.max(0) as usize + LOG_OVERHEAD
+    }
+
+    /// Attribute bits 0-2: the records region's compression code (5-7 name no codec).
+    pub fn compression(&self) -> u8 {
+        (self.attributes & COMPRESSION_MASK) as u8
+    }
+
+    pub fn is_transactional(&self) -> bool {
+        self.attributes & TRANSACTIONAL_MASK != 0
+    }
+
+    /// What every record of this batch takes from the header. With LOG_APPEND_TIME every
+    /// record's timestamp is the header's maxTimestamp, whatever its delta says (§1.2).
+    pub fn record_base(&self) -> RecordBase {
+        let log_append_time = self.attributes & TIMESTAMP_TYPE_MASK != 0;
+        RecordBase {
+            offset: self.base_offset,
+            timestamp: if log_append_time { self.max_timestamp } else { self.base_timestamp },
+            use_deltas: !log_append_time,
+            sequence: self.base_sequence,
+        }
+    }
+}
+
+/// The header fields a record's offset, timestamp and sequence are counted from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordBase {
+    pub offset: i64,
+    /// The base timestamp, or (without `use_deltas`) every record's timestamp.
+    pub timestamp: i64,
+    pub use_deltas: bool,
+    pub sequence: i32,
+}
+
+impl RecordBase {
+    /// The record's offset, exact past 64 bits (a damaged header may hold any base offset): what
+    /// a decoder compares with the offsets a reader asked for.
+    #[inline]
+    pub fn offset_of(&self, rec: &RecordView) -> i128 {
+        self.offset as i128 + rec.offset_delta as i128
+    }
+
+    #[inline]
+    pub fn sequence_of(&self, rec: &RecordView) -> i64 {
+        sequence_of(self.sequence, rec.offset_delta)
+    }
+}
+
+/// `data[start:end]`, or a Value error naming the region (a caller's bug, not damage).
+pub fn region(data: &[u8], start: usize, end: usize) -> Result<&[u8]> {
+    data.get(start..end)
+        .ok_or_else(|| CodecError::Value(format!("region [{start}, {end}) outside a buffer of {} bytes", data.len())))
+}
+
+/// The records region of the batch whose `header` was parsed at `buf[position]`, inflated
+/// into `owned` when the batch is compressed.
+pub fn records_region<'a>(buf: &'a [u8], position: usize, header: &Header, owned: &'a mut Vec<u8>) -> Result<&'a [u8]> {
+    let start = position.saturating_add(HEADER_SIZE);
+    let data = region(buf, start, position.saturating_add(header.size()))?;
+    let codec = header.compression();
+    if codec == crate::compression::NONE {
+        return Ok(data);
+    }
+    *owned = crate::compression::decompress(codec, data)?;
+    Ok(owned.as_slice())
 }
 
 // --- record decoding -------------------------------------------------------------------------
@@ -226,8 +315,7 @@ fn headers<'a>(r: &mut Reader<'a>, record_end: i64) -> Result<Vec<HeaderIn<'a>>>
     }
     let left = record_end - r.pos as i64;
     if count != 0 && count as i64 > left {
-        return Err(CodecError::corrupt(
-            format!("header count {count} exceeds the {} bytes left", left.max(0)), r.pos));
+        return Err(CodecError::corrupt(format!("header count {count} exceeds the {} bytes left", left.max(0)), r.pos));
     }
     let mut out = Vec::with_capacity(count as usize);
     for _ in 0..count {
@@ -260,7 +348,8 @@ pub fn next_record<'a>(r: &mut Reader<'a>) -> Result<RecordView<'a>> {
         if r.pos as i64 != record_end {
             return Err(CodecError::corrupt(
                 format!("record size mismatch: length says it ends at byte {record_end}, fields end at {}", r.pos),
-                r.pos));
+                r.pos,
+            ));
         }
         hs
     };
@@ -268,15 +357,20 @@ pub fn next_record<'a>(r: &mut Reader<'a>) -> Result<RecordView<'a>> {
 }
 
 /// Decode `count` records that must fill `data` exactly, calling `each` per record.
-pub fn for_each_record<'a>(data: &'a [u8], count: i32, mut each: impl FnMut(RecordView<'a>) -> Result<()>)
-                           -> Result<()> {
+pub fn for_each_record<'a>(
+    data: &'a [u8],
+    count: i32,
+    mut each: impl FnMut(RecordView<'a>) -> Result<()>,
+) -> Result<()> {
     let mut r = Reader::new(data);
     for _ in 0..count.max(0) {
         each(next_record(&mut r)?)?;
     }
     if r.pos != data.len() {
         return Err(CodecError::corrupt(
-            format!("{} bytes remain after the last of {count} records", data.len() - r.pos), r.pos));
+            format!("{} bytes remain after the last of {count} records", data.len() - r.pos),
+            r.pos,
+        ));
     }
     Ok(())
 }
@@ -289,7 +383,11 @@ pub fn sequence_of(base_sequence: i32, offset_delta: i32) -> i64 {
     }
     let wrap_at = INT32_MAX - base_sequence as i64;
     let od = offset_delta as i64;
-    if od <= wrap_at { base_sequence as i64 + od } else { od - wrap_at - 1 }
+    if od <= wrap_at {
+        base_sequence as i64 + od
+    } else {
+        od - wrap_at - 1
+    }
 }
 
 /// Count the records tiling `region` exactly and find the largest timestamp delta (the
@@ -301,29 +399,38 @@ pub fn walk_records(region: &[u8]) -> Result<(i64, i64)> {
     while r.pos < region.len() {
         let start = r.pos;
         let length = r.varint().map_err(|e| match e {
-            CodecError::Corrupt { message, .. } =>
-                CodecError::Corrupt { message: format!("length of record {seen}: {message} at byte {start}"), position: None },
-            _ => CodecError::Corrupt { message: format!("length of record {seen}: truncated varint at byte {start}"),
-                                       position: None },
+            CodecError::Corrupt { message, .. } => CodecError::Corrupt {
+                message: format!("length of record {seen}: {message} at byte {start}"),
+                position: None,
+            },
+            _ => CodecError::Corrupt {
+                message: format!("length of record {seen}: truncated varint at byte {start}"),
+                position: None,
+            },
         })?;
         if (length as i64) < MIN_RECORD_BODY {
             return Err(CodecError::Corrupt {
                 message: format!("record {seen} has length {length}, below the minimum {MIN_RECORD_BODY}"),
-                position: None });
+                position: None,
+            });
         }
         let end = r.pos + length as usize;
         if end > region.len() {
             return Err(CodecError::Corrupt {
                 message: format!("record lengths overrun the batch by {} bytes", end - region.len()),
-                position: None });
+                position: None,
+            });
         }
         r.pos += 1; // attributes
         let ts_at = r.pos;
         let delta = r.varlong().map_err(|e| match e {
-            CodecError::Corrupt { message, .. } =>
-                CodecError::Corrupt { message: format!("timestamp delta: {message} at byte {ts_at}"), position: None },
-            _ => CodecError::Corrupt { message: format!("timestamp delta: truncated varlong at byte {ts_at}"),
-                                       position: None },
+            CodecError::Corrupt { message, .. } => {
+                CodecError::Corrupt { message: format!("timestamp delta: {message} at byte {ts_at}"), position: None }
+            }
+            _ => CodecError::Corrupt {
+                message: format!("timestamp delta: truncated varlong at byte {ts_at}"),
+                position: None,
+            },
         })?;
         max_delta = Some(max_delta.map_or(delta, |m| m.max(delta)));
         r.pos = end;
@@ -450,10 +557,19 @@ pub type HeaderIn<'a> = (&'a [u8], Option<&'a [u8]>);
 /// the batch splitter (encoder.rs) and `put_record` both use it, so a split decided on this
 /// size is exactly the bytes written - storage.records.BatchBuilder computes the same number.
 #[inline]
-pub fn record_body_size(offset_delta: i32, timestamp_delta: i64, key: Option<&[u8]>, value: Option<&[u8]>,
-                        headers: &[HeaderIn]) -> usize {
-    let mut body = 1 + size_of_varlong(timestamp_delta) + size_of_varint(offset_delta)
-        + size_of_bytes(key) + size_of_bytes(value) + size_of_varlong(headers.len() as i64);
+pub fn record_body_size(
+    offset_delta: i32,
+    timestamp_delta: i64,
+    key: Option<&[u8]>,
+    value: Option<&[u8]>,
+    headers: &[HeaderIn],
+) -> usize {
+    let mut body = 1
+        + size_of_varlong(timestamp_delta)
+        + size_of_varint(offset_delta)
+        + size_of_bytes(key)
+        + size_of_bytes(value)
+        + size_of_varlong(headers.len() as i64);
     for (name, value) in headers {
         body += size_of_bytes(Some(name)) + size_of_bytes(*value);
     }
@@ -470,8 +586,15 @@ pub fn record_size(body_size: usize) -> usize {
 /// `record_body_size`); attributes are 0 (docs/kafka-formats.md §1.3).
 #[inline]
 #[allow(clippy::too_many_arguments)]
-pub fn put_record(out: &mut impl Sink, offset_delta: i32, timestamp_delta: i64, key: Option<&[u8]>,
-                  value: Option<&[u8]>, headers: &[HeaderIn], body_size: usize) -> Result<()> {
+pub fn put_record(
+    out: &mut impl Sink,
+    offset_delta: i32,
+    timestamp_delta: i64,
+    key: Option<&[u8]>,
+    value: Option<&[u8]>,
+    headers: &[HeaderIn],
+    body_size: usize,
+) -> Result<()> {
     put_varint(out, length_of(body_size, "record")?);
     out.put(0);
     put_varlong(out, timestamp_delta);
@@ -490,7 +613,9 @@ pub fn put_record(out: &mut impl Sink, offset_delta: i32, timestamp_delta: i64, 
 /// against `base_timestamp`.
 pub fn encode_records(out: &mut Vec<u8>, records: &[RecordIn], base_timestamp: i64) -> Result<()> {
     for (index, rec) in records.iter().enumerate() {
-        let delta = rec.timestamp.checked_sub(base_timestamp)
+        let delta = rec
+            .timestamp
+            .checked_sub(base_timestamp)
             .ok_or_else(|| CodecError::Value(format!("timestamp delta out of int64 range: {}", rec.timestamp)))?;
         let offset_delta = length_of(index, "offset delta")?;
         let body = record_body_size(offset_delta, delta, rec.key, rec.value, &rec.headers);
@@ -529,8 +654,8 @@ pub fn fill_header(batch: &mut [u8], count: usize, f: &BatchFields) -> Result<()
     if batch.len() < HEADER_SIZE {
         return Err(CodecError::Value("a batch is at least its 61-byte header".into()));
     }
-    let batch_length = i32::try_from(batch.len() - LOG_OVERHEAD)
-        .map_err(|_| CodecError::Value("batch longer than 2 GiB".into()))?;
+    let batch_length =
+        i32::try_from(batch.len() - LOG_OVERHEAD).map_err(|_| CodecError::Value("batch longer than 2 GiB".into()))?;
     let h = &mut batch[..HEADER_SIZE];
     h[0..8].copy_from_slice(&f.base_offset.to_be_bytes());
     h[8..12].copy_from_slice(&batch_length.to_be_bytes());

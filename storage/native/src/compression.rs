@@ -6,6 +6,8 @@
 //! frames. Writers emit the framing Java expects: for LZ4 independent 64 KiB blocks
 //! without checksums (KafkaLZ4BlockInputStream rejects linked blocks).
 
+#![forbid(unsafe_code)] // the core is safe Rust: `unsafe` lives in bindings/ only
+
 use std::io::{Read, Write};
 
 use crate::codec::{CodecError, Result};
@@ -60,8 +62,10 @@ pub fn compress(codec: u8, data: &[u8]) -> Result<Vec<u8>> {
     match codec {
         NONE => Ok(data.to_vec()),
         GZIP => {
-            let mut enc = flate2::write::GzEncoder::new(Vec::with_capacity(data.len() / 2 + 64),
-                                                        flate2::Compression::new(GZIP_LEVEL));
+            let mut enc = flate2::write::GzEncoder::new(
+                Vec::with_capacity(data.len() / 2 + 64),
+                flate2::Compression::new(GZIP_LEVEL),
+            );
             enc.write_all(data).and_then(|_| enc.finish()).map_err(|e| CodecError::Value(e.to_string()))
         }
         SNAPPY => {
@@ -80,7 +84,8 @@ pub fn compress(codec: u8, data: &[u8]) -> Result<Vec<u8>> {
             out.extend_from_slice(LZ4_FRAME_HEADER);
             for chunk in data.chunks(LZ4_BLOCK) {
                 let block = lz4_flex::block::compress(chunk);
-                if block.len() >= chunk.len() { // incompressible: store the chunk itself
+                if block.len() >= chunk.len() {
+                    // incompressible: store the chunk itself
                     out.extend_from_slice(&(chunk.len() as u32 | LZ4_UNCOMPRESSED).to_le_bytes());
                     out.extend_from_slice(chunk);
                 } else {
@@ -107,7 +112,9 @@ pub fn decompress(codec: u8, data: &[u8]) -> Result<Vec<u8>> {
             }
             lz4_frames_end_exactly(data)?;
             let mut out = Vec::with_capacity(data.len() * 3);
-            lz4_flex::frame::FrameDecoder::new(data).take(MAX_INFLATED + 1).read_to_end(&mut out)
+            lz4_flex::frame::FrameDecoder::new(data)
+                .take(MAX_INFLATED + 1)
+                .read_to_end(&mut out)
                 .map_err(|e| failed(LZ4, e))?;
             within_limit(LZ4, out)
         }
@@ -116,8 +123,11 @@ pub fn decompress(codec: u8, data: &[u8]) -> Result<Vec<u8>> {
                 return Err(failed(ZSTD, "empty stream"));
             }
             let mut out = Vec::with_capacity(data.len() * 3);
-            zstd::stream::read::Decoder::new(data).map_err(|e| failed(ZSTD, e))?
-                .take(MAX_INFLATED + 1).read_to_end(&mut out).map_err(|e| failed(ZSTD, e))?;
+            zstd::stream::read::Decoder::new(data)
+                .map_err(|e| failed(ZSTD, e))?
+                .take(MAX_INFLATED + 1)
+                .read_to_end(&mut out)
+                .map_err(|e| failed(ZSTD, e))?;
             within_limit(ZSTD, out)
         }
         other => Err(CodecError::Value(format!("unknown compression type {other}"))),
@@ -134,8 +144,9 @@ fn gzip(data: &[u8]) -> Result<Vec<u8>> {
         let room = (MAX_INFLATED + 1).saturating_sub(out.len() as u64);
         match (&mut dec).take(room).read_to_end(&mut out) {
             Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof =>
-                return Err(CodecError::Decompress("truncated gzip stream".into())),
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                return Err(CodecError::Decompress("truncated gzip stream".into()))
+            }
             Err(e) => return Err(failed(GZIP, e)),
         }
         if dec.header().is_none() {
@@ -154,8 +165,10 @@ fn gzip(data: &[u8]) -> Result<Vec<u8>> {
 fn snappy_block(block: &[u8], out: &mut Vec<u8>) -> Result<()> {
     let claimed = snap::raw::decompress_len(block).map_err(|e| failed(SNAPPY, e))?;
     if claimed > SNAPPY_MAX_EXPANSION * block.len() + 64 {
-        return Err(CodecError::Decompress(
-            format!("snappy block of {} bytes claims {claimed} uncompressed bytes", block.len())));
+        return Err(CodecError::Decompress(format!(
+            "snappy block of {} bytes claims {claimed} uncompressed bytes",
+            block.len()
+        )));
     }
     let start = out.len();
     out.resize(start + claimed, 0);
@@ -182,7 +195,8 @@ fn snappy(data: &[u8]) -> Result<Vec<u8>> {
             pos += XERIAL_HEADER.len();
             continue;
         }
-        let len_bytes = data.get(pos..pos + 4)
+        let len_bytes = data
+            .get(pos..pos + 4)
             .ok_or_else(|| CodecError::Decompress("truncated xerial snappy block length".into()))?;
         let length = i32::from_be_bytes([len_bytes[0], len_bytes[1], len_bytes[2], len_bytes[3]]);
         pos += 4;
@@ -206,7 +220,8 @@ fn lz4_frames_end_exactly(data: &[u8]) -> Result<()> {
     let mut pos = 0usize;
     while pos < data.len() {
         let magic = u32_at(pos)?;
-        if magic & 0xFFFF_FFF0 == 0x184D_2A50 { // a skippable frame: length + bytes
+        if magic & 0xFFFF_FFF0 == 0x184D_2A50 {
+            // a skippable frame: length + bytes
             pos = pos.checked_add(8 + u32_at(pos + 4)? as usize).ok_or_else(truncated)?;
             continue;
         }
@@ -221,7 +236,8 @@ fn lz4_frames_end_exactly(data: &[u8]) -> Result<()> {
             if size == 0 {
                 break;
             }
-            at = at.checked_add((size & 0x7FFF_FFFF) as usize + if flg & 0x10 != 0 { 4 } else { 0 })
+            at = at
+                .checked_add((size & 0x7FFF_FFFF) as usize + if flg & 0x10 != 0 { 4 } else { 0 })
                 .ok_or_else(truncated)?;
         }
         if flg & 0x04 != 0 {

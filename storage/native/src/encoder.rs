@@ -3,9 +3,11 @@
 //! built batch its producer id, epoch and sequence at send time; Kafka's murmur2 partitioner.
 //!
 //! Why columns: a producer handed 200k records should not pay a Python call, a builder
-//! append and a size computation per record. The bindings in lib.rs turn Python sequences
-//! into the borrowed slices of `Columns` (bytes are not copied) and run `encode_batches`
-//! without the GIL, so the producer's sender thread keeps writing meanwhile.
+//! append and a size computation per record. The bindings (bindings/encode.rs) turn Python
+//! sequences into the borrowed slices of `Columns` (bytes are not copied) and run
+//! `encode_batches` without the GIL, so the producer's sender thread keeps writing meanwhile.
+
+#![forbid(unsafe_code)] // the core is safe Rust: `unsafe` lives in bindings/ only
 
 use crate::codec::{self, BatchFields, CodecError, HeaderIn, Result};
 use crate::compression;
@@ -59,8 +61,15 @@ impl<'a> Columns<'a> {
         let n = self.len();
         let ok = self.keys.is_none_or(|k| k.len() == n)
             && self.header_ends.is_none_or(|h| h.len() == n)
-            && match &self.timestamps { Timestamps::All(_) => true, Timestamps::Each(ts) => ts.len() == n };
-        if ok { Ok(()) } else { Err(CodecError::Value("values, keys, headers and timestamps differ in length".into())) }
+            && match &self.timestamps {
+                Timestamps::All(_) => true,
+                Timestamps::Each(ts) => ts.len() == n,
+            };
+        if ok {
+            Ok(())
+        } else {
+            Err(CodecError::Value("values, keys, headers and timestamps differ in length".into()))
+        }
     }
 }
 
@@ -112,8 +121,13 @@ pub fn plan(cols: &Columns, opts: &EncodeOptions) -> Result<Vec<Span>> {
     let mut i = 0;
     while i < cols.len() {
         let ts = cols.timestamp(i);
-        let span = open.get_or_insert(Span { start: i, end: i, size: codec::HEADER_SIZE, base_timestamp: ts,
-                                             max_timestamp: ts });
+        let span = open.get_or_insert(Span {
+            start: i,
+            end: i,
+            size: codec::HEADER_SIZE,
+            base_timestamp: ts,
+            max_timestamp: ts,
+        });
         let size = codec::record_size(record_body(cols, span, i)?.1);
         if span.end > span.start && (span.size + size) as i64 > opts.max_bytes {
             spans.extend(open.take());
@@ -132,12 +146,16 @@ pub fn plan(cols: &Columns, opts: &EncodeOptions) -> Result<Vec<Span>> {
 #[inline]
 fn record_body(cols: &Columns, span: &Span, i: usize) -> Result<(i32, usize, i64)> {
     let ts = cols.timestamp(i);
-    let delta = ts.checked_sub(span.base_timestamp)
+    let delta = ts
+        .checked_sub(span.base_timestamp)
         .ok_or_else(|| CodecError::Value(format!("timestamp delta out of int64 range: {ts}")))?;
-    let offset_delta = i32::try_from(i - span.start)
-        .map_err(|_| CodecError::Value("too many records for one batch".into()))?;
-    Ok((offset_delta, codec::record_body_size(offset_delta, delta, cols.key(i), cols.values[i], cols.headers(i)),
-        delta))
+    let offset_delta =
+        i32::try_from(i - span.start).map_err(|_| CodecError::Value("too many records for one batch".into()))?;
+    Ok((
+        offset_delta,
+        codec::record_body_size(offset_delta, delta, cols.key(i), cols.values[i], cols.headers(i)),
+        delta,
+    ))
 }
 
 fn fields(span: &Span, opts: &EncodeOptions) -> BatchFields {
@@ -188,16 +206,19 @@ fn put_records(cols: &Columns, span: &Span, out: &mut impl codec::Sink) -> Resul
 #[cfg(test)]
 pub fn encode_batches(cols: &Columns, opts: &EncodeOptions) -> Result<Vec<(Span, Vec<u8>)>> {
     let mut scratch = Vec::new();
-    plan(cols, opts)?.into_iter().map(|span| {
-        let data = if opts.codec == compression::NONE {
-            let mut data = vec![0; span.size];
-            encode_uncompressed(cols, &span, opts, &mut data)?;
-            data
-        } else {
-            encode_compressed(cols, &span, opts, &mut scratch)?
-        };
-        Ok((span, data))
-    }).collect()
+    plan(cols, opts)?
+        .into_iter()
+        .map(|span| {
+            let data = if opts.codec == compression::NONE {
+                let mut data = vec![0; span.size];
+                encode_uncompressed(cols, &span, opts, &mut data)?;
+                data
+            } else {
+                encode_compressed(cols, &span, opts, &mut scratch)?
+            };
+            Ok((span, data))
+        })
+        .collect()
 }
 
 /// Give the single batch `batch` its producer id, epoch and base sequence. The CRC is
@@ -209,7 +230,9 @@ pub fn stamp(batch: &mut [u8], producer_id: i64, producer_epoch: i16, base_seque
     let size = header.batch_length as usize + codec::LOG_OVERHEAD;
     if size != batch.len() {
         return Err(CodecError::Value(format!(
-            "the buffer holds {} bytes but its batch is {size}: stamp one whole batch", batch.len())));
+            "the buffer holds {} bytes but its batch is {size}: stamp one whole batch",
+            batch.len()
+        )));
     }
     codec::restamp_producer(batch, producer_id, producer_epoch, base_sequence);
     Ok(())

@@ -7,8 +7,16 @@ use crate::codec::{self, BatchFields, RecordIn};
 use crate::compression;
 
 fn fields(attributes: i16) -> BatchFields {
-    BatchFields { base_offset: 10, partition_leader_epoch: 0, attributes, base_timestamp: 1_000,
-                  max_timestamp: 1_005, producer_id: 7, producer_epoch: 1, base_sequence: 3 }
+    BatchFields {
+        base_offset: 10,
+        partition_leader_epoch: 0,
+        attributes,
+        base_timestamp: 1_000,
+        max_timestamp: 1_005,
+        producer_id: 7,
+        producer_epoch: 1,
+        base_sequence: 3,
+    }
 }
 
 type Row = (Option<Vec<u8>>, Option<Vec<u8>>, Vec<(Vec<u8>, Option<Vec<u8>>)>, i64);
@@ -17,16 +25,26 @@ fn rows() -> impl Strategy<Value = Vec<Row>> {
     let bytes = proptest::collection::vec(any::<u8>(), 0..40);
     let header = (proptest::collection::vec(any::<u8>(), 0..8), proptest::option::of(bytes.clone()));
     proptest::collection::vec(
-        (proptest::option::of(bytes.clone()), proptest::option::of(bytes),
-         proptest::collection::vec(header, 0..3), 1_000i64..1_005),
-        1..20)
+        (
+            proptest::option::of(bytes.clone()),
+            proptest::option::of(bytes),
+            proptest::collection::vec(header, 0..3),
+            1_000i64..1_005,
+        ),
+        1..20,
+    )
 }
 
 fn encode(rows: &[Row], codec: u8) -> Vec<u8> {
-    let records: Vec<RecordIn> = rows.iter().map(|(k, v, h, t)| RecordIn {
-        key: k.as_deref(), value: v.as_deref(),
-        headers: h.iter().map(|(n, v)| (n.as_slice(), v.as_deref())).collect(), timestamp: *t,
-    }).collect();
+    let records: Vec<RecordIn> = rows
+        .iter()
+        .map(|(k, v, h, t)| RecordIn {
+            key: k.as_deref(),
+            value: v.as_deref(),
+            headers: h.iter().map(|(n, v)| (n.as_slice(), v.as_deref())).collect(),
+            timestamp: *t,
+        })
+        .collect();
     let mut payload = Vec::new();
     codec::encode_records(&mut payload, &records, 1_000).unwrap();
     let payload = compression::compress(codec, &payload).unwrap();
@@ -93,10 +111,34 @@ proptest! {
     }
 }
 
+/// The core is Python-free: only lib.rs and bindings/ may use PyO3, so the codec stays testable
+/// (and reusable) without an interpreter, and every Python conversion lives in one layer.
+#[test]
+fn the_core_never_uses_pyo3() {
+    let core = [
+        ("codec.rs", include_str!("codec.rs")),
+        ("compression.rs", include_str!("compression.rs")),
+        ("encoder.rs", include_str!("encoder.rs")),
+        ("batch_builder.rs", include_str!("batch_builder.rs")),
+        ("columns.rs", include_str!("columns.rs")),
+    ];
+    for (name, source) in core {
+        assert!(!source.contains("pyo3"), "{name} uses pyo3: move the Python part to bindings/");
+    }
+}
+
+/// offset delta, timestamp delta, key, value, headers: a decoded record that owns its bytes.
+type OwnedRecord = (i32, i64, Option<Vec<u8>>, Option<Vec<u8>>, Vec<(Vec<u8>, Option<Vec<u8>>)>);
+
 impl codec::RecordView<'_> {
-    fn into_owned(self) -> (i32, i64, Option<Vec<u8>>, Option<Vec<u8>>, Vec<(Vec<u8>, Option<Vec<u8>>)>) {
-        (self.offset_delta, self.timestamp_delta, self.key.map(<[u8]>::to_vec), self.value.map(<[u8]>::to_vec),
-         self.headers.into_iter().map(|(n, v)| (n.to_vec(), v.map(<[u8]>::to_vec))).collect())
+    fn into_owned(self) -> OwnedRecord {
+        (
+            self.offset_delta,
+            self.timestamp_delta,
+            self.key.map(<[u8]>::to_vec),
+            self.value.map(<[u8]>::to_vec),
+            self.headers.into_iter().map(|(n, v)| (n.to_vec(), v.map(<[u8]>::to_vec))).collect(),
+        )
     }
 }
 
@@ -113,9 +155,14 @@ pub(crate) mod strategies {
         let bytes = proptest::collection::vec(any::<u8>(), 0..200);
         let header = (proptest::collection::vec(any::<u8>(), 0..8), proptest::option::of(bytes.clone()));
         proptest::collection::vec(
-            (proptest::option::of(bytes.clone()), proptest::option::of(bytes),
-             proptest::collection::vec(header, 0..3), -100_000i64..100_000),
-            1..40)
+            (
+                proptest::option::of(bytes.clone()),
+                proptest::option::of(bytes),
+                proptest::collection::vec(header, 0..3),
+                -100_000i64..100_000,
+            ),
+            1..40,
+        )
     }
 }
 
@@ -143,24 +190,39 @@ mod encoder_tests {
             headers.extend(r.2.iter().cloned());
             ends.push(headers.len());
         }
-        Owned { values: recs.iter().map(|r| r.1.clone()).collect(), keys: recs.iter().map(|r| r.0.clone()).collect(),
-                headers, ends, timestamps: recs.iter().map(|r| r.3).collect() }
+        Owned {
+            values: recs.iter().map(|r| r.1.clone()).collect(),
+            keys: recs.iter().map(|r| r.0.clone()).collect(),
+            headers,
+            ends,
+            timestamps: recs.iter().map(|r| r.3).collect(),
+        }
     }
 
     fn with_columns<R>(o: &Owned, f: impl FnOnce(&Columns) -> R) -> R {
         let values: Vec<Option<&[u8]>> = o.values.iter().map(|v| v.as_deref()).collect();
         let keys: Vec<Option<&[u8]>> = o.keys.iter().map(|v| v.as_deref()).collect();
         let headers: Vec<HeaderIn> = o.headers.iter().map(|(n, v)| (n.as_slice(), v.as_deref())).collect();
-        f(&Columns { values: &values, keys: Some(&keys), headers: &headers, header_ends: Some(&o.ends),
-                     timestamps: Timestamps::Each(o.timestamps.clone()) })
+        f(&Columns {
+            values: &values,
+            keys: Some(&keys),
+            headers: &headers,
+            header_ends: Some(&o.ends),
+            timestamps: Timestamps::Each(o.timestamps.clone()),
+        })
     }
 
     /// The records region of recs[start..end] in a batch of its own, by the plain encoder.
     fn region(recs: &[Rec], start: usize, end: usize) -> Vec<u8> {
-        let records: Vec<RecordIn> = recs[start..end].iter().map(|(k, v, h, t)| RecordIn {
-            key: k.as_deref(), value: v.as_deref(),
-            headers: h.iter().map(|(n, v)| (n.as_slice(), v.as_deref())).collect(), timestamp: *t,
-        }).collect();
+        let records: Vec<RecordIn> = recs[start..end]
+            .iter()
+            .map(|(k, v, h, t)| RecordIn {
+                key: k.as_deref(),
+                value: v.as_deref(),
+                headers: h.iter().map(|(n, v)| (n.as_slice(), v.as_deref())).collect(),
+                timestamp: *t,
+            })
+            .collect();
         let mut out = Vec::new();
         codec::encode_records(&mut out, &records, recs[start].3).unwrap();
         out
@@ -243,8 +305,12 @@ mod encoder_tests {
     fn the_exact_fit_stays_and_one_byte_less_splits() {
         let recs: Vec<Rec> = (0..3).map(|_| (None, Some(vec![7u8; 100]), vec![], 5)).collect();
         let o = owned(&recs);
-        let plan = |max_bytes| with_columns(&o, |cols| encoder::plan(cols, &EncodeOptions {
-            max_bytes, codec: 0, is_transactional: false })).unwrap();
+        let plan = |max_bytes| {
+            with_columns(&o, |cols| {
+                encoder::plan(cols, &EncodeOptions { max_bytes, codec: 0, is_transactional: false })
+            })
+            .unwrap()
+        };
         let whole: Vec<Span> = plan(i64::MAX);
         assert_eq!(whole.len(), 1);
         let exact = whole[0].size as i64;
@@ -257,19 +323,24 @@ mod encoder_tests {
     fn columns_of_different_lengths_are_refused() {
         let values: Vec<Option<&[u8]>> = vec![None, None];
         let keys: Vec<Option<&[u8]>> = vec![None];
-        let cols = Columns { values: &values, keys: Some(&keys), headers: &[], header_ends: None,
-                             timestamps: Timestamps::All(0) };
+        let cols = Columns {
+            values: &values,
+            keys: Some(&keys),
+            headers: &[],
+            header_ends: None,
+            timestamps: Timestamps::All(0),
+        };
         let opts = EncodeOptions { max_bytes: 100, codec: 0, is_transactional: false };
         assert!(matches!(encoder::plan(&cols, &opts), Err(codec::CodecError::Value(_))));
-        let cols = Columns { values: &values, keys: None, headers: &[], header_ends: None,
-                             timestamps: Timestamps::All(0) };
+        let cols =
+            Columns { values: &values, keys: None, headers: &[], header_ends: None, timestamps: Timestamps::All(0) };
         assert!(matches!(encoder::plan(&cols, &EncodeOptions { codec: 5, ..opts }), Err(codec::CodecError::Value(_))));
     }
 
     fn one_batch(value: &[u8]) -> Vec<u8> {
         let values: Vec<Option<&[u8]>> = vec![Some(value)];
-        let cols = Columns { values: &values, keys: None, headers: &[], header_ends: None,
-                             timestamps: Timestamps::All(1) };
+        let cols =
+            Columns { values: &values, keys: None, headers: &[], header_ends: None, timestamps: Timestamps::All(1) };
         let opts = EncodeOptions { max_bytes: i64::MAX, codec: 0, is_transactional: false };
         encoder::encode_batches(&cols, &opts).unwrap().remove(0).1
     }
@@ -318,18 +389,122 @@ mod encoder_tests {
     #[test]
     fn murmur2_matches_kafka_utils_test() {
         let cases: [(&[u8], i32); 6] = [
-            (b"21", -973932308), (b"foobar", -790332482), (b"a-little-bit-long-string", -985981536),
+            (b"21", -973932308),
+            (b"foobar", -790332482),
+            (b"a-little-bit-long-string", -985981536),
             (b"a-little-bit-longer-string", -1486304829),
-            (b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8", -58897971), (b"abc", 479470107),
+            (b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8", -58897971),
+            (b"abc", 479470107),
         ];
         for (key, expected) in cases {
             assert_eq!(encoder::murmur2(key), expected, "{key:?}");
         }
         // kafka-python's test_partitioner.py, from Kafka's partitioner: key -> partition among 1000
-        let placed: [(&[u8], u32); 6] = [(b"", 681), (b"a", 524), (b"ab", 434), (b"abc", 107), (b"123456789", 566),
-                                         (b"\x00 ", 742)];
+        let placed: [(&[u8], u32); 6] =
+            [(b"", 681), (b"a", 524), (b"ab", 434), (b"abc", 107), (b"123456789", 566), (b"\x00 ", 742)];
         for (key, partition) in placed {
             assert_eq!(encoder::murmur2_partition(key, 1000), partition, "{key:?}");
         }
+    }
+}
+
+// --- the header's record rules and the Arrow columns (columns.rs) ----------------------------
+
+mod column_tests {
+    use crate::codec::{self, CodecError, RecordIn};
+    use crate::columns::RecordColumns;
+    use crate::compression;
+
+    /// A batch of `count` records (values 0, 1, ...; the second record null-keyed), timestamps
+    /// 1_000 + index, base offset 10, producer sequence 3, and the given attributes.
+    fn batch(count: usize, attributes: i16) -> Vec<u8> {
+        let values: Vec<Vec<u8>> = (0..count).map(|i| vec![i as u8]).collect();
+        let records: Vec<RecordIn> = values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| RecordIn {
+                key: (i != 1).then_some(b"k".as_slice()),
+                value: Some(v),
+                headers: vec![(b"h".as_slice(), None)],
+                timestamp: 1_000 + i as i64,
+            })
+            .collect();
+        let mut payload = Vec::new();
+        codec::encode_records(&mut payload, &records, 1_000).unwrap();
+        let payload = compression::compress((attributes & 7) as u8, &payload).unwrap();
+        let fields = codec::BatchFields {
+            base_offset: 10,
+            partition_leader_epoch: 0,
+            attributes,
+            base_timestamp: 1_000,
+            max_timestamp: 5_000,
+            producer_id: 7,
+            producer_epoch: 1,
+            base_sequence: 3,
+        };
+        codec::assemble(&payload, records.len(), &fields).unwrap()
+    }
+
+    fn int64s(bytes: &[u8]) -> Vec<i64> {
+        bytes.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap())).collect()
+    }
+
+    fn int32s(bytes: &[u8]) -> Vec<i32> {
+        bytes.chunks_exact(4).map(|c| i32::from_le_bytes(c.try_into().unwrap())).collect()
+    }
+
+    #[test]
+    fn log_append_time_gives_every_record_the_max_timestamp() {
+        let create = codec::parse_header(&batch(3, 0), 0, true).unwrap().record_base();
+        assert_eq!((create.timestamp, create.use_deltas), (1_000, true));
+        let appended = codec::parse_header(&batch(3, 0x08), 0, true).unwrap().record_base();
+        assert_eq!((appended.timestamp, appended.use_deltas), (5_000, false));
+        let mut columns = RecordColumns::default();
+        let data = batch(3, 0x08 | compression::GZIP as i16);
+        columns.add(&data, 0, &codec::parse_header(&data, 0, true).unwrap(), i64::MIN, i64::MAX).unwrap();
+        assert_eq!(int64s(columns.timestamp()), vec![5_000; 3]);
+    }
+
+    #[test]
+    fn columns_hold_the_records_between_the_offsets() {
+        let data = batch(4, compression::LZ4 as i16);
+        let header = codec::parse_header(&data, 0, true).unwrap();
+        let mut columns = RecordColumns::default();
+        assert_eq!(columns.add(&data, 0, &header, 11, 13).unwrap(), 2);
+        assert_eq!(int64s(columns.offset()), vec![11, 12]);
+        assert_eq!(int64s(columns.timestamp()), vec![1_001, 1_002]);
+        assert_eq!(int32s(columns.sequence()), vec![4, 5]);
+        assert_eq!(columns.key().validity(), Some([0b10].as_slice())); // offset 11's key is null
+        assert_eq!((columns.key().nulls(), columns.value().data()), (1, [1, 2].as_slice()));
+        assert_eq!(int32s(&columns.header_offsets()), vec![0, 1, 2]);
+        assert_eq!(columns.header_key().data(), b"hh");
+    }
+
+    #[test]
+    fn a_corrupt_batch_adds_nothing_and_is_not_counted() {
+        let good = batch(3, 0);
+        let header = codec::parse_header(&good, 0, true).unwrap();
+        let mut bad = good.clone();
+        let last = bad.len() - 1;
+        bad[last] = 0x7E; // the last record's null header value becomes 63 bytes: past the region's end
+        let mut columns = RecordColumns::default();
+        columns.add(&good, 0, &header, i64::MIN, i64::MAX).unwrap();
+        assert_eq!(columns.add(&bad, 0, &header, i64::MIN, i64::MAX), Err(CodecError::Truncated));
+        columns.add(&good, 0, &header, i64::MIN, i64::MAX).unwrap();
+        assert_eq!((columns.rows(), columns.batches()), (6, 2));
+        assert_eq!(int32s(columns.batch_index()), vec![0, 0, 0, 1, 1, 1]);
+        assert_eq!(int32s(&columns.header_offsets()), vec![0, 1, 2, 3, 4, 5, 6]);
+        assert_eq!(columns.key().validity(), Some([0b101101].as_slice()));
+    }
+
+    #[test]
+    fn a_header_whose_batch_its_buffer_cannot_hold_is_a_value_error() {
+        let data = batch(2, 0);
+        let header = codec::parse_header(&data, 0, true).unwrap();
+        let mut owned = Vec::new();
+        let short = &data[..data.len() - 1];
+        assert!(matches!(codec::records_region(short, 0, &header, &mut owned), Err(CodecError::Value(_))));
+        assert!(matches!(codec::records_region(&data, usize::MAX, &header, &mut owned), Err(CodecError::Value(_))));
+        assert_eq!(codec::records_region(&data, 0, &header, &mut owned).unwrap(), &data[codec::HEADER_SIZE..]);
     }
 }

@@ -1,0 +1,272 @@
+"""The typed interface of `storage._native`, txlog's record codec in Rust (storage/native/src/bindings/).
+
+Private to storage: storage.records, storage.compression, storage.arrow_records, storage.murmur2
+and storage.codec_errors wrap it. `python3 -m mypy.stubtest storage._native` checks this file
+against the built module (.ci/run).
+"""
+
+from collections.abc import Iterable
+from typing import Literal, Self, TypeAlias, TypedDict, TypeVar, final, overload
+
+from _typeshed import ReadableBuffer, WriteableBuffer
+from typing_extensions import Unpack, disjoint_base
+
+__all__ = [
+    "BatchHeader",
+    "CodecError",
+    "ColumnBuilder",
+    "RecordBatchBuilder",
+    "compress",
+    "crc32c",
+    "decode_consumer_records",
+    "decode_records",
+    "decompress",
+    "encode_batch",
+    "encode_batches",
+    "murmur2_partitions",
+    "stamp_batch",
+    "walk_records",
+]
+
+_T = TypeVar("_T", bound=tuple[object, ...])
+
+#: A record's headers as the encoders take them: (name, value) pairs, names as str (UTF-8) or bytes.
+_HeadersIn: TypeAlias = Iterable[tuple[str | ReadableBuffer, ReadableBuffer | str | None]] | None
+
+class CodecError(ValueError):
+    """Bytes that are not a valid batch (storage.codec_errors maps it to CorruptRecordError).
+
+    `args` is (kind, message, position): kind 'corrupt', 'truncated' or 'decompress', position
+    the byte inside the parsed region or None.
+    """
+
+    args: tuple[Literal["corrupt", "truncated", "decompress"], str, int | None]
+
+@disjoint_base
+class BatchHeader:
+    """The 13 fields of a batch's 61 header bytes (read-only), checked when constructed.
+
+    storage.records.RecordBatch subclasses it: a parsed batch is its header.
+    """
+
+    def __new__(cls, buf: ReadableBuffer, position: int, verify_crc: bool = True) -> Self:
+        """The header of the batch at `buf[position]`: magic, length, extent and (optionally) CRC
+        checked; CodecError otherwise."""
+
+    @property
+    def base_offset(self) -> int: ...
+    @property
+    def batch_length(self) -> int: ...
+    @property
+    def partition_leader_epoch(self) -> int: ...
+    @property
+    def magic(self) -> int: ...
+    @property
+    def crc(self) -> int: ...
+    @property
+    def attributes(self) -> int: ...
+    @property
+    def last_offset_delta(self) -> int: ...
+    @property
+    def base_timestamp(self) -> int: ...
+    @property
+    def max_timestamp(self) -> int: ...
+    @property
+    def producer_id(self) -> int: ...
+    @property
+    def producer_epoch(self) -> int: ...
+    @property
+    def base_sequence(self) -> int: ...
+    @property
+    def records_count(self) -> int: ...
+
+#: offset, timestamp, key, value, headers, sequence: storage.records.Record's fields.
+_RecordTuple: TypeAlias = tuple[int, int, bytes | None, bytes | None, list[tuple[str, bytes | None]], int]
+
+@overload
+def decode_records(buf: ReadableBuffer, position: int, header: BatchHeader, cls: None = None) -> list[_RecordTuple]:
+    """The records of the batch `header` (parsed at `buf[position]`), as plain tuples or as
+    instances of the tuple subclass `cls` (storage.records.Record)."""
+
+@overload
+def decode_records(buf: ReadableBuffer, position: int, header: BatchHeader, cls: type[_T]) -> list[_T]: ...
+def decode_consumer_records(
+    buf: ReadableBuffer,
+    position: int,
+    header: BatchHeader,
+    *,
+    cls: type[_T],
+    topic: str,
+    partition: int,
+    timestamp_type: int,
+    start_offset: int,
+    end_offset: int,
+) -> list[_T]:
+    """The records at offsets in [start_offset, end_offset) as `cls` instances of a Consumer's
+    twelve fields (txlog.consumer_record.ConsumerRecord)."""
+
+def walk_records(buf: ReadableBuffer, start: int, end: int) -> tuple[int, int]:
+    """(records seen, largest timestamp delta) of the uncompressed records region buf[start:end]."""
+
+class _ColumnBuffers(TypedDict):
+    rows: int
+    offset: bytes
+    timestamp: bytes
+    sequence: bytes
+    batch_index: bytes
+    key_offsets: bytes
+    key_data: bytes
+    key_validity: bytes | None
+    key_nulls: int
+    value_offsets: bytes
+    value_data: bytes
+    value_validity: bytes | None
+    value_nulls: int
+    header_offsets: bytes
+    header_key_offsets: bytes
+    header_key_data: bytes
+    header_key_validity: bytes | None
+    header_key_nulls: int
+    header_value_offsets: bytes
+    header_value_data: bytes
+    header_value_validity: bytes | None
+    header_value_nulls: int
+
+@final
+class ColumnBuilder:
+    """Decoded records gathered column by column in Arrow's layout (storage.arrow_records)."""
+
+    def __init__(self) -> None: ...
+    def add(
+        self,
+        buf: ReadableBuffer,
+        position: int,
+        header: BatchHeader,
+        *,
+        start_offset: int = -9223372036854775808,
+        end_offset: int = 9223372036854775807,
+    ) -> int:
+        """Append the records of the batch `header` at offsets in [start_offset, end_offset);
+        the rows added. A corrupt batch adds nothing."""
+
+    @property
+    def rows(self) -> int: ...
+    @property
+    def batches(self) -> int:
+        """How many add() calls succeeded: the next batch_index."""
+
+    def finish(self) -> _ColumnBuffers:
+        """The columns as little-endian buffers (see storage/native/src/columns.rs)."""
+
+def compress(codec: int, data: ReadableBuffer) -> bytes:
+    """`data` compressed with `codec` (1-4) in the stream format Kafka's Java client writes."""
+
+def decompress(codec: int, data: ReadableBuffer) -> bytes:
+    """`data` inflated from `codec` (1-4); CodecError for a stream Java's reader refuses."""
+
+def encode_batch(
+    keys: Iterable[ReadableBuffer | None],
+    values: Iterable[ReadableBuffer | None],
+    headers: Iterable[_HeadersIn],
+    timestamps: Iterable[int],
+    *,
+    base_offset: int,
+    partition_leader_epoch: int,
+    attributes: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+) -> bytes:
+    """One whole batch from record columns, compressed per `attributes & 7`, with its CRC."""
+
+def encode_batches(
+    values: Iterable[ReadableBuffer | str | None],
+    keys: Iterable[ReadableBuffer | str | None] | None,
+    headers: Iterable[_HeadersIn] | None,
+    timestamps: Iterable[int | None] | None,
+    *,
+    max_bytes: int,
+    codec: int,
+    is_transactional: bool,
+    now_ms: int,
+    cls: type[_T],
+) -> list[_T]:
+    """Whole batches split as BatchBuilder splits, as `cls` (data: bytearray, record_count,
+    max_timestamp) instances (storage.records.EncodedBatch)."""
+
+def stamp_batch(data: WriteableBuffer, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
+    """Set the producer fields of the one batch in `data` in place, its CRC updated."""
+
+class _BuildOptions(TypedDict, total=False):
+    base_offset: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    is_transactional: bool
+    compression: int
+    timestamp_type: int
+    partition_leader_epoch: int
+    log_append_time: int | None
+
+@disjoint_base
+class RecordBatchBuilder:
+    """One batch encoded a record at a time up to `max_bytes` (storage.records.BatchBuilder)."""
+
+    def __new__(
+        cls,
+        *,
+        max_bytes: int = 16384,
+        base_offset: int = 0,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+        base_sequence: int = -1,
+        is_transactional: bool = False,
+        compression: int = 0,
+        timestamp_type: int = 0,
+        partition_leader_epoch: int = -1,
+        log_append_time: int | None = None,
+    ) -> Self: ...
+    def try_append(
+        self,
+        key: ReadableBuffer | str | None,
+        value: ReadableBuffer | str | None,
+        headers: _HeadersIn = None,
+        timestamp: int | None = None,
+    ) -> int:
+        """The record's index in the batch, or -1 (nothing changed) when closed or full."""
+
+    def append(
+        self,
+        key: ReadableBuffer | str | None,
+        value: ReadableBuffer | str | None,
+        headers: _HeadersIn = None,
+        timestamp: int | None = None,
+    ) -> bool:
+        """Whether the record was added (False, nothing changed, when closed or full)."""
+
+    def close(self) -> None: ...
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def record_count(self) -> int: ...
+    @property
+    def estimated_size(self) -> int:
+        """The exact uncompressed size so far, the 61-byte header included."""
+
+    @property
+    def max_bytes(self) -> int: ...
+    @property
+    def max_timestamp(self) -> int | None: ...
+    def timestamp_at(self, index: int) -> int: ...
+    def key_size_at(self, index: int) -> int: ...
+    def value_size_at(self, index: int) -> int: ...
+    def build(self, **overrides: Unpack[_BuildOptions]) -> bytes:
+        """The batch, with `overrides` replacing constructor options (the builder is unchanged)."""
+
+def crc32c(data: ReadableBuffer, value: int = 0) -> int:
+    """CRC-32C (Castagnoli) of `data`, continuing from `value`."""
+
+def murmur2_partitions(keys: Iterable[ReadableBuffer | str | None], count: int) -> list[int]:
+    """Kafka's murmur2 partition of every key among `count`; -1 for a None key."""
