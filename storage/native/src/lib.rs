@@ -18,6 +18,7 @@ mod compression;
 mod encoder;
 #[cfg(test)]
 mod tests;
+#[cfg(test)] mod golden_tests;
 
 mod columns;
 
