@@ -385,11 +385,12 @@ def _drop_views(spark: SparkSession, names: list[str]) -> None:
 
 def _register(note: Callable[[str], None], spark: SparkSession, path: str, topics: list[str], *, isolation: str,
               include_headers: bool, include_transaction_columns: bool) -> list[str]:
-    """Register the topic views and the analysis views; the names registered, as written in a query."""
-    from txlog.spark import FORMAT, batches_view, transactions_view
-    from txlog.spark.schemas import record_schema
+    """Register the topic views and the analysis views; the names registered, as written in a query.
 
-    schema = record_schema(include_headers=include_headers, include_transaction_columns=include_transaction_columns)
+    txlog.spark.read makes each: a topic's records by the JVM reader when the session has its jar
+    (planned now, so the view is a snapshot), the analysis views by the Python source."""
+    from txlog.spark import read
+
     taken: dict[str, str] = {BATCHES_VIEW: "the analysis view", TRANSACTIONS_VIEW: "the analysis view"}
     registered = []
     for topic in topics:
@@ -399,17 +400,12 @@ def _register(note: Callable[[str], None], spark: SparkSession, path: str, topic
                  "(Spark's view names are case-insensitive).")
             continue
         taken[topic.lower()] = f"topic '{topic}'"
-        df = (spark.read.format(FORMAT).schema(schema)  # the record schema is known: no round trip to Python
-              .option("subscribe", topic)
-              .option("isolation.level", isolation)
-              .option("includeHeaders", str(include_headers).lower())
-              .option("includeTransactionColumns", str(include_transaction_columns).lower())
-              .load(path))
+        df = read(spark, path, subscribe=topic, includeHeaders=include_headers,
+                  includeTransactionColumns=include_transaction_columns, **{"isolation.level": isolation})
         df.createOrReplaceTempView(_backticked(topic))
         registered.append(quoted(topic))
-    for name, view, module in ((BATCHES_VIEW, "batches", batches_view),
-                               (TRANSACTIONS_VIEW, "transactions", transactions_view)):
-        df = spark.read.format(FORMAT).schema(module.SCHEMA).option("view", view).load(path)
+    for name, view in ((BATCHES_VIEW, "batches"), (TRANSACTIONS_VIEW, "transactions")):
+        df = read(spark, path, view=view)
         df.createOrReplaceTempView(name)
         registered.append(name)
     return registered

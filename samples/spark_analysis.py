@@ -44,11 +44,12 @@ def fill(path: str) -> None:
 def main(path: str) -> None:
     fill(path)
     spark = txlog.spark.local_session("local[2]", app_name="txlog-sample")
-    reader = spark.read.format("txlog").option("subscribe", "orders")
-    committed = reader.load(path).count()
-    everything = reader.option("isolation.level", "read_uncommitted").load(path).count()
+    # txlog.spark.read: the records by the JVM reader (format "txlog_jvm") when the session has its jar
+    committed = txlog.spark.read(spark, path, subscribe="orders").count()
+    everything = txlog.spark.read(spark, path, subscribe="orders", **{"isolation.level": "read_uncommitted"}).count()
     print(f"orders: {committed} committed records, {everything} written")
 
+    # the views are the Python source's: format "txlog", which txlog.spark.read uses for them too
     spark.read.format("txlog").option("view", "batches").load(path).createOrReplaceTempView("batches")
     print("abort rate per producer:")
     spark.sql("""

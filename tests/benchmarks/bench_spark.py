@@ -262,16 +262,17 @@ def prepare(workdir: str, args: argparse.Namespace, spark) -> tuple[dict, str]:
 
 
 def txlog_df(spark, root: str, isolation: str, ending: str | None = None, reader_kind: str = "jvm"):
-    """The txlog source's DataFrame, read by the JVM reader ("jvm") or the Python source ("python").
+    """The txlog DataFrame read by the JVM reader ("jvm": txlog.spark.read, which plans and loads
+    format "txlog_jvm") or by the Python source ("python": format "txlog")."""
+    import txlog.spark
 
-    The reader is chosen when `load()` runs (txlog/spark/jvm_reader.py), by the session conf.
-    """
-    from txlog.spark.jvm_reader import READER_CONF
-
-    spark.conf.set(READER_CONF, reader_kind)
-    reader = spark.read.format("txlog").option("subscribe", TOPIC).option("isolation.level", isolation)
-    if ending is not None:
-        reader = reader.option("endingOffsets", ending)
+    options = {"subscribe": TOPIC, "isolation.level": isolation, "endingOffsets": ending}
+    if reader_kind == "jvm":
+        return txlog.spark.read(spark, root, **options)
+    reader = spark.read.format(txlog.spark.FORMAT)
+    for key, value in options.items():
+        if value is not None:
+            reader = reader.option(key, value)
     return reader.load(root)
 
 
@@ -639,10 +640,10 @@ def main() -> None:
 
     import txlog.spark
 
-    from txlog.spark.jvm_reader import READER_CONF
+    from txlog.spark.jvm_reader import jvm_available
 
     spark = txlog.spark.local_session(f"local[{args.cores}]", app_name="bench_spark")
-    if spark.conf.get(READER_CONF, None) != "jvm":
+    if not jvm_available(spark):
         spark.stop()
         raise SystemExit("bench_spark: the JVM reader is not on the session (is a JDK with javac installed?)")
     try:

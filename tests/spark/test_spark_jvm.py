@@ -1,5 +1,5 @@
-"""The JVM reader's own parts: the jar built from the sources, routing, pruning, pushed filters,
-real brokers' directories, damage and data loss after planning.
+"""The JVM reader's own parts: the jar built from the sources, its format name and txlog.spark.read,
+pruning, pushed filters, real brokers' directories, damage and data loss after planning.
 
 The equality matrix against txlog.Consumer (isolation levels, ranges, splits, codecs, headers,
 transaction columns) runs against both readers in tests/spark/test_spark_source.py; the queries here
@@ -20,7 +20,9 @@ from test_spark_source import FULL, MIXED_TPS, RC, RU, collect, expected, load, 
 
 from pyspark.sql import functions as F
 
+import txlog.spark
 from txlog.spark import jvm_build, jvm_reader
+from txlog.spark.options import parse_options
 
 KAFKA_DIRS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "..", "shared", "fixtures",
                           "kafka-dirs")
@@ -28,9 +30,9 @@ KAFKA_DIRS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.pat
 
 @pytest.fixture(scope="module")
 def jvm(spark):
-    """conftest's session with batch reads routed to the JVM reader."""
+    """conftest's session, on which txlog.spark.read reads records with the JVM reader."""
     spark.conf.unset(jvm_reader.READER_CONF)
-    assert jvm_reader.enable(spark), "the JVM reader's jar must be on the test session (a JDK is needed)"
+    assert jvm_reader.jvm_available(spark), "the JVM reader's jar must be on the test session (a JDK is needed)"
     return spark
 
 
@@ -56,6 +58,9 @@ def test_jar_builds_from_the_sources_into_a_cache_keyed_by_them(tmp_path, monkey
     classes = {os.path.relpath(p, jvm_build.SOURCES_DIR).replace(".java", ".class")
                for p in jvm_build.source_files()}
     assert classes <= names, f"classes missing from the jar: {sorted(classes - names)}"
+    with zipfile.ZipFile(jar) as z:  # the provider is registered under its format name
+        services = z.read("META-INF/services/org.apache.spark.sql.sources.DataSourceRegister").decode()
+    assert services.split() == [jvm_build.PROVIDER_CLASS]
     mtime = os.stat(jar).st_mtime_ns
     assert jvm_build.jar_path() == jar and os.stat(jar).st_mtime_ns == mtime, "a cached jar is not rebuilt"
     javac = jvm_build.find_javac()
@@ -85,19 +90,48 @@ def test_a_broken_source_is_a_build_error_naming_javac(tmp_path, monkeypatch):
         jvm_build.jar_path()
 
 
-# ---- routing ------------------------------------------------------------------------------------------------
+def test_the_resources_are_in_the_cache_key(tmp_path, monkeypatch):
+    javac = jvm_build.find_javac() or "javac"
+    before = jvm_build.cache_key("4.3.0", javac)
+    shutil.copytree(jvm_build.RESOURCES_DIR, tmp_path / "resources")
+    service = tmp_path / "resources" / "META-INF" / "services" / "org.apache.spark.sql.sources.DataSourceRegister"
+    service.write_text(service.read_text() + "# changed\n")
+    monkeypatch.setattr(jvm_build, "RESOURCES_DIR", str(tmp_path / "resources"))
+    assert jvm_build.cache_key("4.3.0", javac) != before
 
 
-def test_batch_record_reads_go_to_the_jvm_reader_and_views_stay_python(jvm, mixed):
-    assert "txlog JVM reader" in scan_text(load(jvm, mixed, subscribe="orders"))
-    assert "txlog JVM reader" in scan_text(jvm.read.load(mixed, format="txlog", subscribe="orders"))
-    batches = jvm.read.format("txlog").option("view", "batches").load(mixed)
+# ---- the two format names -----------------------------------------------------------------------------------
+
+
+def test_read_gives_record_reads_to_the_jvm_reader_and_views_to_the_python_source(jvm, mixed):
+    assert "txlog JVM reader" in scan_text(txlog.spark.read(jvm, mixed, subscribe="orders"))
+    batches = txlog.spark.read(jvm, mixed, view="batches")
     assert "txlog JVM reader" not in scan_text(batches) and batches.count() > 0
     jvm.conf.set(jvm_reader.READER_CONF, "python")
     try:
-        assert "txlog JVM reader" not in scan_text(load(jvm, mixed, subscribe="orders"))
+        python = txlog.spark.read(jvm, mixed, subscribe="orders", **FULL)
+        assert "txlog JVM reader" not in scan_text(python)
     finally:
-        jvm.conf.set(jvm_reader.READER_CONF, "jvm")
+        jvm.conf.unset(jvm_reader.READER_CONF)
+    assert collect(python) == collect(txlog.spark.read(jvm, mixed, subscribe="orders", **FULL))
+
+
+def test_format_txlog_is_the_python_source_and_pyspark_is_not_patched(jvm, mixed):
+    from pyspark.sql.readwriter import DataFrameReader
+
+    assert "txlog JVM reader" not in scan_text(jvm.read.format("txlog").option("subscribe", "orders").load(mixed))
+    assert "txlog JVM reader" not in scan_text(jvm.read.load(mixed, format="txlog", subscribe="orders"))
+    assert all(getattr(DataFrameReader, name).__module__.startswith("pyspark.")
+               for name in ("format", "option", "options", "schema", "load"))
+
+
+def test_the_jvm_format_name_loads_the_provider_with_a_plan(jvm, mixed):
+    options = parse_options({"path": mixed, "subscribe": "orders"})
+    df = jvm.read.format(txlog.spark.JVM_FORMAT).option(jvm_reader.PLAN_OPTION, jvm_reader.plan_json(options)).load()
+    assert "txlog JVM reader" in scan_text(df)
+    assert collect(df) == collect(load(jvm, mixed, subscribe="orders"))
+    with pytest.raises(Exception, match="txlog.plan"):
+        jvm.read.format(txlog.spark.JVM_FORMAT).load().collect()
 
 
 # ---- column pruning and pushed filters ---------------------------------------------------------------------
@@ -111,6 +145,18 @@ def test_pruned_columns_equal_the_consumer(jvm, mixed, iso):
     want = sorted((t[1], t[2], t[4]) for t in expected(mixed, MIXED_TPS, iso))
     assert got == want
     assert load(jvm, mixed, subscribe="orders,audit", isolation=iso).count() == len(want)
+
+
+def test_some_of_the_transaction_columns_alone(jvm, mixed):
+    """Pruning may keep any subset of the transaction columns (txlog sql selects producerId alone)."""
+    df = load(jvm, mixed, subscribe="orders,audit", isolation=RU, **FULL).select("partition", "offset", "producerId",
+                                                                               "isTransactional")
+    got = sorted(tuple(r) for r in df.collect())
+    want = sorted((t[1], t[2], t[8], t[11]) for t in expected(mixed, MIXED_TPS, RU))
+    assert got == want
+    sequences = load(jvm, mixed, subscribe="orders", isolation=RU, **FULL).select("offset", "sequence").collect()
+    assert sorted(tuple(r) for r in sequences) == sorted((t[2], t[10]) for t in expected(mixed, MIXED_TPS, RU)
+                                                         if t[0] == "orders")
 
 
 def _filtered(rows, *, topic=None, partitions=None, lo=None, hi=None, min_ms=None):

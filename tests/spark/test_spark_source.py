@@ -3,8 +3,9 @@
 Every test compares the rows of one `collect()` with what txlog.Consumer returns for the
 same store, partitions, offsets and isolation level, record for record and field for
 field. Stores are built once per module and kept small; the session is conftest's.
-Each test runs twice: against the JVM reader (batch reads of a session with its jar) and
-against the Python source (what a session without a JDK reads with).
+Each test runs twice: through txlog.spark.read on a session with the JVM reader's jar (format
+"txlog_jvm") and through spark.read.format("txlog") (the Python source, also what `read` falls
+back to on a session without a JDK).
 tests/spark/test_spark_planning.py covers the options and the planner without Spark;
 tests/spark/test_spark_jvm.py the JVM reader's own parts (the jar, pruning, pushed filters).
 """
@@ -52,11 +53,11 @@ FULL = {"includeHeaders": "true", "includeTransactionColumns": "true"}
 
 @pytest.fixture(scope="module", params=["jvm", "python"])
 def spark(spark, request):
-    """conftest's session, reading batches with the JVM reader or with the Python source."""
+    """conftest's session, on which `load` reads with the JVM reader or with the Python source."""
     saved = spark.conf.get(jvm_reader.READER_CONF, None)
     spark.conf.unset(jvm_reader.READER_CONF)
     if request.param == "jvm":
-        assert jvm_reader.enable(spark), "the JVM reader's jar must be on the test session (a JDK is needed)"
+        assert jvm_reader.jvm_available(spark), "the JVM reader's jar must be on the test session (a JDK is needed)"
     else:
         spark.conf.set(jvm_reader.READER_CONF, "python")
     yield spark
@@ -102,9 +103,13 @@ def full_reads(spark, mixed) -> dict[str, list[tuple]]:
 
 
 def load(spark, path: str, *, isolation: str | None = None, **options):
-    reader = spark.read.format("txlog")
+    """A batch read of `path`: txlog.spark.read (the JVM reader) on the "jvm" session, and
+    spark.read.format("txlog") (the Python source) on the "python" one."""
     if isolation is not None:
-        reader = reader.option("isolation.level", isolation)
+        options["isolation.level"] = isolation
+    if spark.conf.get(jvm_reader.READER_CONF, None) != "python":
+        return jvm_reader.read(spark, path, **options)  # txlog.spark.read
+    reader = spark.read.format("txlog")
     for key, value in options.items():
         reader = reader.option(key, value)
     return reader.load(path)

@@ -1,18 +1,25 @@
-"""txlog logs as Spark DataFrames: the `txlog` data source and a local session to use it.
+"""txlog logs as Spark DataFrames: `read`, the `txlog` data source, and a local session to use them.
 
     import txlog.spark
-    txlog.spark.register(spark)
-    df = spark.read.format("txlog").option("subscribe", "orders").load("/path/to/store")
+    spark = txlog.spark.local_session()        # or your session, then txlog.spark.register(spark)
+    df = txlog.spark.read(spark, "/path/to/store", subscribe="orders")
+
+Two format names, two readers, chosen explicitly (nothing of PySpark is patched):
+
+* `txlog.spark.read(spark, path, **options)`: batch reads. The record view goes to the JVM
+  reader, format "txlog_jvm" (JVM_FORMAT), when the session has its jar on spark.jars
+  (local_session() builds and adds it); the views, and sessions without the jar, to the Python
+  source (txlog/spark/jvm_reader.py plans and chooses, txlog/spark/jvm_build.py builds).
+* `spark.read.format("txlog")` / `spark.readStream.format("txlog")` (FORMAT): the Python data
+  source, for every view, batch and streaming.
 
 Registering is all a session needs for the Python source: its classes are pickled by
 reference and found by module name on the executors, so the txlog package installed there
-is the whole deployment (no files shipped with addPyFile). Batch reads of the records go to
-the JVM reader instead when the session has its jar on spark.jars (local_session() builds
-and adds it; txlog/spark/jvm_reader.py routes, txlog/spark/jvm_build.py builds).
+is the whole deployment (no files shipped with addPyFile).
 
 Needs the `spark` extra (pyspark ≥ 4.2, pyarrow); nothing else in txlog imports Spark,
 and importing this package does not import it either (it is imported when a session is
-built or the source registered).
+built, the source registered or a read made).
 
 This package only names its public entry points; no module of it imports the package
 back (the source takes FORMAT from `options`), so there is no import cycle through it.
@@ -20,7 +27,9 @@ back (the source takes FORMAT from `options`), so there is no import cycle throu
 
 from __future__ import annotations
 
+from txlog.spark.jvm_build import JVM_FORMAT
+from txlog.spark.jvm_reader import read
 from txlog.spark.options import FORMAT
 from txlog.spark.session import local_session, register
 
-__all__ = ["FORMAT", "register", "local_session"]
+__all__ = ["FORMAT", "JVM_FORMAT", "local_session", "read", "register"]

@@ -1,7 +1,9 @@
 """The JVM reader's jar: compiled from the Java sources inside this package on first use, then cached.
 
 The sources (txlog/spark/jvm/src/) are compiled with the JDK's `javac` against the jars of the
-installed pyspark (pyspark/jars/*.jar): no Maven or Gradle, nothing downloaded. The jar is
+installed pyspark (pyspark/jars/*.jar): no Maven or Gradle, nothing downloaded. The files under
+txlog/spark/jvm/resources/ go into the jar as they are: the META-INF/services entry that
+registers the provider under its format name, JVM_FORMAT. The jar is
 built on first use rather than at install time because it belongs to a pair (these sources,
 that pyspark): pip may upgrade pyspark after txlog is installed, and an editable install
 changes the sources under it. Both go into the cache key, so a changed pair gets a fresh jar
@@ -25,7 +27,11 @@ from txlog.errors import IllegalStateError
 
 #: The DataSource V2 provider in the jar (txlog/spark/jvm/src/org/txlog/spark/TxlogJvmSource.java).
 PROVIDER_CLASS = "org.txlog.spark.TxlogJvmSource"
+#: The format name the provider registers (its shortName(), through the jar's META-INF/services):
+#: `spark.read.format(JVM_FORMAT)` is the JVM reader, `format("txlog")` the Python source.
+JVM_FORMAT = "txlog_jvm"
 SOURCES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jvm", "src")
+RESOURCES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jvm", "resources")
 JAR_NAME = "txlog-spark-jvm.jar"
 #: The Java release the classes target: Spark 4 runs on 17 and 21.
 JAVA_RELEASE = "17"
@@ -64,15 +70,24 @@ def source_files() -> list[str]:
     return sorted(out)
 
 
+def resource_files() -> list[str]:
+    """The files copied into the jar as they are, each at its path under RESOURCES_DIR."""
+    out: list[str] = []
+    for directory, _, names in os.walk(RESOURCES_DIR):
+        out.extend(os.path.join(directory, n) for n in names)
+    return sorted(out)
+
+
 def cache_key(pyspark_version: str, javac: str) -> str:
-    """SHA-256 over the sources (path and bytes), pyspark's version and which javac compiles them."""
+    """SHA-256 over the sources and resources (path and bytes), pyspark's version and which javac compiles them."""
     digest = hashlib.sha256()
     digest.update(f"pyspark {pyspark_version}\0javac {os.path.realpath(javac)}\0release {JAVA_RELEASE}\0".encode())
-    for path in source_files():
-        digest.update(os.path.relpath(path, SOURCES_DIR).encode() + b"\0")
-        with open(path, "rb") as f:
-            digest.update(f.read())
-        digest.update(b"\0")
+    for root, paths in ((SOURCES_DIR, source_files()), (RESOURCES_DIR, resource_files())):
+        for path in paths:
+            digest.update(os.path.relpath(path, root).encode() + b"\0")
+            with open(path, "rb") as f:
+                digest.update(f.read())
+            digest.update(b"\0")
     return digest.hexdigest()[:24]
 
 
@@ -117,4 +132,6 @@ def build_jar(target: str, *, javac: str, classpath: list[str]) -> None:
                 for name in sorted(names):
                     path = os.path.join(directory, name)
                     jar.write(path, os.path.relpath(path, classes))
+            for path in resource_files():
+                jar.write(path, os.path.relpath(path, RESOURCES_DIR).replace(os.sep, "/"))
         os.replace(partial, target)

@@ -1,18 +1,25 @@
-"""The JVM reader's Python half: the plan it executes, and routing `format("txlog")` batch reads to it.
+"""`txlog.spark.read`: batch reads of a store, by the JVM reader where the session has it.
 
-One planner: txlog/spark/planning.py decides the ranges, their ends (the LSO under
-read_committed) and the aborted transactions of each, exactly as it does for the Python
-source; `plan_json` hands that plan to the JVM provider (org.txlog.spark.TxlogJvmSource) as
-the option `txlog.plan`. The JVM side only walks the planned bytes, drops control batches and
-skips a transactional batch that one of the plan's aborted transactions spans.
+Two formats, each a reader of its own, and no patch of PySpark:
 
-Why routing lives here, in the driver's Python: the planner is Python, and the Python Data
+* `"txlog"` is the Python data source (txlog/spark/source.py): every view, batch and
+  streaming, on any session where `register()` ran.
+* `"txlog_jvm"` (jvm_build.JVM_FORMAT) is the JVM reader (org.txlog.spark.TxlogJvmSource,
+  registered under that name by the jar's META-INF/services): batch reads of the record view,
+  executing a plan given as the option `txlog.plan`.
+
+`read(spark, path, **options)` takes the `"txlog"` source's options, plans here and loads
+`"txlog_jvm"` with the plan when the session has the jar on its classpath (local_session puts
+it there) and the view is the records; otherwise, or with `spark.txlog.reader=python`, it loads
+`"txlog"`. One planner: txlog/spark/planning.py decides the ranges, their ends (the LSO under
+read_committed) and the aborted transactions of each, exactly as it does for the Python source;
+`plan_json` hands that plan over. The JVM side only walks the planned bytes, drops control
+batches and skips a transactional batch that one of the plan's aborted transactions spans.
+
+Why the plan is made here, in the driver's Python: the planner is Python, and the Python Data
 Source API runs a source's methods in Python workers, which cannot hand a read over to a JVM
-class. So on a session where the jar is loaded, `DataFrameReader.load` of format "txlog"
-(record view, batch query, no user schema) plans here and loads the JVM provider with the
-plan; everything else (streaming, the batches and transactions views, sessions without the
-jar, or `spark.txlog.reader=python`) goes to the Python source untouched. A consequence: the
-plan is fixed when `load()` runs, so one DataFrame reads the same offsets in every action.
+class. A consequence: a DataFrame of the JVM reader has its plan fixed when `read()` runs, so it
+reads the same offsets in every action (the Python source plans again for each action).
 """
 
 from __future__ import annotations
@@ -23,18 +30,58 @@ import warnings
 from typing import Any
 
 from storage.log_files import log_file
-from txlog.spark.jvm_build import PROVIDER_CLASS, JarBuildError, jar_path
+from txlog.spark.jvm_build import JVM_FORMAT, PROVIDER_CLASS, JarBuildError, jar_path
 from txlog.spark.options import FORMAT, SourceOptions, parse_options
 from txlog.spark.planning import OffsetRange, plan_batch
 from txlog.spark.schemas import record_schema
 
-#: Session conf choosing the reader of batch record reads: "jvm" (set by register() when the jar
-#: is on the session) or "python". Set it to "python" to force the Python source.
+#: Session conf choosing the reader of `read()`'s record reads: "jvm" (the default: the JVM
+#: reader when the session has its jar) or "python" (always the Python source).
 READER_CONF = "spark.txlog.reader"
 PLAN_OPTION = "txlog.plan"
 
 _warned = False
 _warn_lock = threading.Lock()
+
+
+def read(spark, path: str | None = None, /, **options: Any):
+    """A batch DataFrame of the store at `path`, with the `"txlog"` source's options (README "Spark").
+
+    Options are keywords as Spark spells them (`subscribe="orders"`, `startingOffsets=...`);
+    names with a dot go through a dict: `**{"isolation.level": "read_uncommitted"}`. Values
+    are passed as PySpark's `option()` passes them (booleans as "true"/"false", None left out).
+    The record view is read by the JVM reader when `jvm_available(spark)`, else, like the
+    batches and transactions views, by the Python source. A bad option raises
+    IllegalArgumentError here, before Spark is asked anything.
+    """
+    text = {str(k): (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in options.items() if v is not None}
+    if path is not None:
+        text["path"] = str(path)
+    parsed = parse_options(text, streaming=False)
+    if parsed.view == "records" and jvm_available(spark):
+        return spark.read.format(JVM_FORMAT).option(PLAN_OPTION, plan_json(parsed)).load()
+    # source.py imports pyspark's data source API: only once there is a session
+    from txlog.spark.source import TxlogDataSource
+
+    schema = TxlogDataSource(text).schema()  # known here: giving it spares Spark a round trip to a Python worker
+    location = text.pop("path")
+    return spark.read.format(FORMAT).schema(schema).options(**text).load(location)
+
+
+def jvm_available(spark) -> bool:
+    """Whether `read()` gives `spark`'s record reads to the JVM reader: its class is loadable
+    and spark.txlog.reader is not "python".
+
+    The jar must be on the session's classpath from its start (spark.jars, as local_session
+    sets it); a session started without it reads with the Python source, with the one warning.
+    """
+    if (spark.conf.get(READER_CONF, None) or "").lower() == "python":
+        return False
+    jvm = spark.sparkContext._jvm
+    if bool(jvm.org.apache.spark.util.Utils.classIsLoadable(PROVIDER_CLASS)):
+        return True
+    warn_python_fallback("the session was started without the jar on spark.jars")
+    return False
 
 
 def plan_json(options: SourceOptions) -> str:
@@ -59,16 +106,16 @@ def _range_json(r: OffsetRange) -> dict[str, Any]:
 
 
 def warn_python_fallback(reason: str) -> None:
-    """Say once per process that batch reads use the (slower) Python source, and why."""
+    """Say once per process that record reads use the (slower) Python source, and why."""
     global _warned
     with _warn_lock:
         if _warned:
             return
         _warned = True
-    warnings.warn(f"txlog: the JVM reader is not available ({reason}); spark.read.format('txlog') uses the "
+    warnings.warn(f"txlog: the JVM reader is not available ({reason}); txlog.spark.read uses the "
                   f"Python source, several times slower. Install a JDK with javac (e.g. openjdk-17-jdk-headless) "
                   f"and start the session with txlog.spark.local_session(), or spark.jars set to "
-                  f"txlog.spark.jvm_build.jar_path()", RuntimeWarning, stacklevel=4)  # the caller of local_session or register
+                  f"txlog.spark.jvm_build.jar_path()", RuntimeWarning, stacklevel=4)  # the caller of local_session, register or read
 
 
 def try_jar_path() -> str | None:
@@ -78,80 +125,3 @@ def try_jar_path() -> str | None:
     except (JarBuildError, OSError) as exc:  # OSError: e.g. a cache directory that cannot be written
         warn_python_fallback(str(exc))
         return None
-
-
-def enable(spark) -> bool:
-    """Route `spark`'s batch record reads to the JVM reader if its class is loaded; True if routed.
-
-    The jar must be on the session's classpath from its start (spark.jars, as local_session
-    sets it); a session started without it keeps the Python source, with the one warning.
-    """
-    if (spark.conf.get(READER_CONF, None) or "").lower() == "python":
-        return False
-    jvm = spark.sparkContext._jvm
-    loadable = bool(jvm.org.apache.spark.util.Utils.classIsLoadable(PROVIDER_CLASS))
-    if not loadable:
-        warn_python_fallback("the session was started without the jar on spark.jars")
-        return False
-    spark.conf.set(READER_CONF, "jvm")
-    install_routing()
-    return True
-
-
-def install_routing() -> None:
-    """Wrap PySpark's DataFrameReader once so `load()` of format "txlog" can go to the JVM reader."""
-    from pyspark.sql.readwriter import DataFrameReader
-
-    if getattr(DataFrameReader, "_txlog_routing", False):
-        return
-    original = {name: getattr(DataFrameReader, name) for name in ("format", "option", "options", "schema", "load")}
-
-    def format(self, source):
-        self.__dict__["_txlog_format"] = source
-        return original["format"](self, source)
-
-    def option(self, key, value):
-        if value is not None:
-            _recorded(self)[key] = value
-        return original["option"](self, key, value)
-
-    def options(self, **opts):
-        _recorded(self).update({k: v for k, v in opts.items() if v is not None})
-        return original["options"](self, **opts)
-
-    def schema(self, schema):
-        self.__dict__["_txlog_schema"] = True  # a user schema: the Python source decides what it means
-        return original["schema"](self, schema)
-
-    def load(self, path=None, format=None, schema=None, **opts):
-        df = _routed(self, path, format, schema, opts)
-        return df if df is not None else original["load"](self, path, format, schema, **opts)
-
-    for name, fn in (("format", format), ("option", option), ("options", options), ("schema", schema),
-                     ("load", load)):
-        fn.__doc__ = original[name].__doc__
-        setattr(DataFrameReader, name, fn)
-    DataFrameReader._txlog_routing = True
-
-
-def _recorded(reader) -> dict:
-    return reader.__dict__.setdefault("_txlog_options", {})
-
-
-def _routed(reader, path, fmt, schema, opts):
-    """The JVM reader's DataFrame for a batch record read of format "txlog" on a routed session, else None."""
-    source = fmt if fmt is not None else reader.__dict__.get("_txlog_format")
-    if source is None or str(source).lower() != FORMAT or isinstance(path, (list, tuple)) \
-            or schema is not None or "_txlog_schema" in reader.__dict__:
-        return None
-    spark = reader._spark
-    if (spark.conf.get(READER_CONF, None) or "").lower() != "jvm":
-        return None
-    given = {**_recorded(reader), **{k: v for k, v in opts.items() if v is not None}}
-    if path is not None:
-        given["path"] = path
-    text = {str(k): (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in given.items()}
-    options = parse_options(text, streaming=False)
-    if options.view != "records":
-        return None
-    return spark.read.format(PROVIDER_CLASS).option(PLAN_OPTION, plan_json(options)).load()

@@ -16,27 +16,29 @@ LOG4J2_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2
 
 
 def register(spark) -> None:
-    """Make `format("txlog")` available in `spark` (a SparkSession); safe to call twice.
+    """Make format "txlog" (the Python source) available in `spark` (a SparkSession); safe to call twice.
 
-    Batch reads of the record view go to the JVM reader when its jar is on the session's
-    classpath (local_session puts it there; elsewhere spark.jars, see README "Spark"), the
-    rest to the Python source; without the jar, one warning says so (txlog/spark/jvm_reader.py).
+    Nothing of PySpark is changed: `txlog.spark.read` is what sends record reads to the JVM
+    reader (format "txlog_jvm", txlog/spark/jvm_reader.py) when its jar is on the session's
+    classpath (local_session puts it there; elsewhere spark.jars, see README "Spark"). Without
+    the jar, one warning says so here, when the session is set up.
     """
-    from txlog.spark.jvm_reader import enable  # imports pyspark: only when a session exists
+    from txlog.spark.jvm_reader import jvm_available  # imports pyspark: only when a session exists
     from txlog.spark.source import TxlogDataSource
 
     spark.dataSource.register(TxlogDataSource)
-    enable(spark)
+    jvm_available(spark)  # for its one warning when the jar is missing: said at set-up, not at the first read
 
 
 def local_session(master: str = "local[2]", *, app_name: str = "txlog", log_level: str = "ERROR",
                   extra_conf: dict[str, str] | None = None):
     """Get or create a local session: UI off, UTC session time zone, txlog registered.
 
-    The JVM reader's jar is built on first use (txlog/spark/jvm_build.py) and put on spark.jars;
-    with no JDK to build it, the Python source reads, and one warning says so.
+    The JVM reader's jar is built on first use (txlog/spark/jvm_build.py) and put on spark.jars,
+    so `txlog.spark.read` reads records with it; with no JDK to build it, the Python source
+    reads, and one warning says so.
     """
-    from txlog.spark.jvm_reader import try_jar_path
+    from txlog.spark.jvm_reader import READER_CONF, try_jar_path
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -52,7 +54,7 @@ def local_session(master: str = "local[2]", *, app_name: str = "txlog", log_leve
         .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{LOG4J2_CONFIG}")
     )
     conf = dict(extra_conf or {})
-    jar = try_jar_path() if conf.get("spark.txlog.reader", "").lower() != "python" else None
+    jar = try_jar_path() if conf.get(READER_CONF, "").lower() != "python" else None
     if jar is not None:
         conf["spark.jars"] = ",".join(filter(None, (conf.get("spark.jars"), jar)))
     for key, value in conf.items():

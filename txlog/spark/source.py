@@ -8,9 +8,9 @@ come out is chosen by the `view` option: the records themselves (Spark's Kafka s
 schema), one row per batch, or the decoded `__transaction_state` history.
 
 The classes live in an importable module and are pickled by reference, so executors
-need nothing but the txlog package installed. On a session with the JVM reader's jar, batch
-reads of the record view never reach this class: txlog/spark/jvm_reader.py sends them to the
-JVM provider with the same planner's plan; streaming and the views always come here.
+need nothing but the txlog package installed. `format("txlog")` always reads here;
+`txlog.spark.read` (txlog/spark/jvm_reader.py) reads the record view with the JVM reader
+instead, format "txlog_jvm", with the same planner's plan, and comes here for the rest.
 """
 
 from __future__ import annotations

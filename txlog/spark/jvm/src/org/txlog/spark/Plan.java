@@ -32,7 +32,7 @@ final class Plan {
         if (json == null) {
             throw new IllegalArgumentException(
                 "the txlog JVM reader needs the option 'txlog.plan' (written by txlog's Python planner: "
-                + "use spark.read.format(\"txlog\") from PySpark with txlog.spark.register(spark))");
+                + "read with txlog.spark.read(spark, path, ...) from PySpark)");
         }
         try {
             JsonNode root = new ObjectMapper().readTree(json);

@@ -294,10 +294,17 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
             if (timestampType != null) {
                 timestampType.appendInt(batch.isLogAppendTime() ? 1 : 0);
             }
+            // each transaction column on its own: a query may select some of them (pruning)
             if (producerId != null) {
                 producerId.appendLong(batch.producerId);
+            }
+            if (producerEpoch != null) {
                 producerEpoch.appendInt(batch.producerEpoch);
+            }
+            if (sequence != null) {
                 sequence.appendInt(sequenceOf(batch.baseSequence, (int) (recordOffset - batch.baseOffset)));
+            }
+            if (isTransactional != null) {
                 isTransactional.appendBoolean(batch.isTransactional());
             }
             rows++;

@@ -15,6 +15,7 @@ import org.apache.spark.sql.connector.read.SupportsPushDownFilters;
 import org.apache.spark.sql.connector.read.SupportsPushDownRequiredColumns;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.sources.And;
+import org.apache.spark.sql.sources.DataSourceRegister;
 import org.apache.spark.sql.sources.EqualTo;
 import org.apache.spark.sql.sources.Filter;
 import org.apache.spark.sql.sources.GreaterThan;
@@ -36,18 +37,27 @@ import java.util.Map;
 import java.util.Set;
 
 /**
- * The JVM half of {@code spark.read.format("txlog")}: a DataSource V2 batch reader executing
- * a plan made by txlog's Python planner (option {@code txlog.plan}, see {@link Plan}).
+ * The JVM reader: a DataSource V2 batch reader of the record view, executing a plan made by
+ * txlog's Python planner (option {@code txlog.plan}, see {@link Plan}).
  *
- * <p>PySpark sessions set up by txlog.spark.register / local_session route batch reads of the
- * record view here (txlog/spark/jvm_reader.py); streaming and the batches/transactions views stay
- * with the Python source. Columns are pruned, and filters on partition, topic, offset and
- * timestamp narrow what is read; every filter is still evaluated by Spark afterwards, so a
- * pushed filter only ever saves work, never decides a row.
+ * <p>It is registered under its own format name, {@value #SHORT_NAME} (META-INF/services in the
+ * jar, see txlog/spark/jvm/resources/), beside the Python source's {@code "txlog"}. From PySpark,
+ * {@code txlog.spark.read(spark, path, ...)} plans the read and loads this format with the plan
+ * (txlog/spark/jvm_reader.py); streaming and the batches/transactions views are the Python
+ * source's. Columns are pruned, and filters on partition, topic, offset and timestamp narrow
+ * what is read; every filter is still evaluated by Spark afterwards, so a pushed filter only
+ * ever saves work, never decides a row.
  */
-public final class TxlogJvmSource implements TableProvider {
+public final class TxlogJvmSource implements TableProvider, DataSourceRegister {
     /** The option carrying the plan, as JSON. */
     public static final String PLAN_OPTION = "txlog.plan";
+    /** The format name: {@code spark.read.format("txlog_jvm")} (txlog/spark/jvm_build.py JVM_FORMAT). */
+    public static final String SHORT_NAME = "txlog_jvm";
+
+    @Override
+    public String shortName() {
+        return SHORT_NAME;
+    }
 
     @Override
     public StructType inferSchema(CaseInsensitiveStringMap options) {
