@@ -1,7 +1,8 @@
 """`txlog sql "SELECT ..."`: Spark SQL over the store, one temporary view per topic.
 
-A local Spark session (`--master`, default local[2]) reads the store through the `txlog`
-data source (`txlog.spark`). It takes 20-40 s to start, so a run starts it once: the
+A local Spark session (`--master`, default local[2]) reads the store through `txlog.spark.read`
+(topics by the JVM reader, the analysis views by the `txlog` data source). It takes 20-40 s to
+start, so a run starts it once: the
 `;`-separated statements of QUERY, of `-f FILE` or of piped stdin run in turn in that one
 session, and with none of those on a terminal the run is an interactive shell
 (cli/sql_shell.py splits statements and reads the shell's lines; this module runs them).
