@@ -77,9 +77,12 @@ impl Json {
     fn bytes(&self) -> Option<Vec<u8>> {
         match self {
             Json::Null => None,
-            Json::Str(hex) => Some((0..hex.len()).step_by(2)
-                .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("manifest: bad hex"))
-                .collect()),
+            Json::Str(hex) => Some(
+                (0..hex.len())
+                    .step_by(2)
+                    .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("manifest: bad hex"))
+                    .collect(),
+            ),
             _ => panic!("manifest: {self:?} is neither hex nor null"),
         }
     }
@@ -267,23 +270,43 @@ fn batch_file(manifest: &Json, entry: &Json) -> Vec<u8> {
 type Row = (i64, i64, Option<Vec<u8>>, Option<Vec<u8>>, Vec<(Vec<u8>, Option<Vec<u8>>)>, i64);
 
 fn expected_rows(entry: &Json) -> Vec<Row> {
-    entry.get("records").list().iter().map(|r| (
-        r.get("offset").int(), r.get("timestamp").int(), r.get("key").bytes(), r.get("value").bytes(),
-        r.get("headers").list().iter()
-            .map(|h| (h.get("key").bytes().expect("a header key is never null"), h.get("value").bytes()))
-            .collect(),
-        r.get("sequence").int(),
-    )).collect()
+    entry
+        .get("records")
+        .list()
+        .iter()
+        .map(|r| {
+            (
+                r.get("offset").int(),
+                r.get("timestamp").int(),
+                r.get("key").bytes(),
+                r.get("value").bytes(),
+                r.get("headers")
+                    .list()
+                    .iter()
+                    .map(|h| (h.get("key").bytes().expect("a header key is never null"), h.get("value").bytes()))
+                    .collect(),
+                r.get("sequence").int(),
+            )
+        })
+        .collect()
 }
 
 fn header_fields(h: &Header) -> Vec<(&'static str, i64)> {
-    vec![("base_offset", h.base_offset), ("batch_length", h.batch_length as i64),
-         ("partition_leader_epoch", h.partition_leader_epoch as i64), ("magic", h.magic as i64),
-         ("crc", h.crc as i64), ("attributes", h.attributes as i64),
-         ("last_offset_delta", h.last_offset_delta as i64), ("base_timestamp", h.base_timestamp),
-         ("max_timestamp", h.max_timestamp), ("producer_id", h.producer_id),
-         ("producer_epoch", h.producer_epoch as i64), ("base_sequence", h.base_sequence as i64),
-         ("records_count", h.records_count as i64)]
+    vec![
+        ("base_offset", h.base_offset),
+        ("batch_length", h.batch_length as i64),
+        ("partition_leader_epoch", h.partition_leader_epoch as i64),
+        ("magic", h.magic as i64),
+        ("crc", h.crc as i64),
+        ("attributes", h.attributes as i64),
+        ("last_offset_delta", h.last_offset_delta as i64),
+        ("base_timestamp", h.base_timestamp),
+        ("max_timestamp", h.max_timestamp),
+        ("producer_id", h.producer_id),
+        ("producer_epoch", h.producer_epoch as i64),
+        ("base_sequence", h.base_sequence as i64),
+        ("records_count", h.records_count as i64),
+    ]
 }
 
 /// Header, flags and records of one valid file; the first difference found, if any.
@@ -291,8 +314,11 @@ fn check_valid(data: &[u8], entry: &Json) -> Result<(), String> {
     let h = codec::parse_header(data, 0, true).map_err(|e| format!("header refused: {e}"))?;
     let size = h.batch_length as usize + codec::LOG_OVERHEAD;
     if size != data.len() || size as i64 != entry.get("size").int() {
-        return Err(format!("batch of {size} bytes in a file of {}, manifest says {}", data.len(),
-                           entry.get("size").int()));
+        return Err(format!(
+            "batch of {size} bytes in a file of {}, manifest says {}",
+            data.len(),
+            entry.get("size").int()
+        ));
     }
     for (name, got) in header_fields(&h) {
         let want = entry.get("header").get(name).int();
@@ -302,10 +328,18 @@ fn check_valid(data: &[u8], entry: &Json) -> Result<(), String> {
     }
     let codec_id = (h.attributes & 0x07) as u8;
     let log_append = h.attributes & 0x08 != 0;
-    let flags = (compression::name(codec_id), if log_append { "LogAppendTime" } else { "CreateTime" },
-                 h.attributes & 0x10 != 0, h.attributes & 0x20 != 0);
-    let want = (entry.get("compression").str(), entry.get("timestamp_type").str(),
-                entry.get("transactional").boolean(), entry.get("control").boolean());
+    let flags = (
+        compression::name(codec_id),
+        if log_append { "LogAppendTime" } else { "CreateTime" },
+        h.attributes & 0x10 != 0,
+        h.attributes & 0x20 != 0,
+    );
+    let want = (
+        entry.get("compression").str(),
+        entry.get("timestamp_type").str(),
+        entry.get("transactional").boolean(),
+        entry.get("control").boolean(),
+    );
     if flags != want {
         return Err(format!("attributes say {flags:?}, manifest says {want:?}"));
     }
@@ -315,12 +349,17 @@ fn check_valid(data: &[u8], entry: &Json) -> Result<(), String> {
     codec::for_each_record(&inflated, h.records_count, |r| {
         // docs/kafka-formats.md §1.2: under LOG_APPEND_TIME every record has the batch's maxTimestamp
         let timestamp = if log_append { h.max_timestamp } else { h.base_timestamp + r.timestamp_delta };
-        rows.push((h.base_offset + r.offset_delta as i64, timestamp, r.key.map(<[u8]>::to_vec),
-                   r.value.map(<[u8]>::to_vec),
-                   r.headers.iter().map(|(k, v)| (k.to_vec(), v.map(<[u8]>::to_vec))).collect(),
-                   codec::sequence_of(h.base_sequence, r.offset_delta)));
+        rows.push((
+            h.base_offset + r.offset_delta as i64,
+            timestamp,
+            r.key.map(<[u8]>::to_vec),
+            r.value.map(<[u8]>::to_vec),
+            r.headers.iter().map(|(k, v)| (k.to_vec(), v.map(<[u8]>::to_vec))).collect(),
+            codec::sequence_of(h.base_sequence, r.offset_delta),
+        ));
         Ok(())
-    }).map_err(|e| format!("records do not decode: {e}"))?;
+    })
+    .map_err(|e| format!("records do not decode: {e}"))?;
     let want = expected_rows(entry);
     if rows.len() != want.len() {
         return Err(format!("{} records, manifest says {}", rows.len(), want.len()));
@@ -338,9 +377,13 @@ fn golden_valid_batches_decode_as_the_manifest_says() {
     let manifest = manifest();
     let valid: Vec<&Json> = manifest.get("batches").list().iter().filter(|b| !b.has("error")).collect();
     assert!(valid.len() >= 10, "the corpus has its valid batches");
-    let failures: Vec<String> = valid.iter()
-        .filter_map(|entry| check_valid(&batch_file(&manifest, entry), entry).err()
-            .map(|why| format!("{}: {why}", entry.get("file").str())))
+    let failures: Vec<String> = valid
+        .iter()
+        .filter_map(|entry| {
+            check_valid(&batch_file(&manifest, entry), entry)
+                .err()
+                .map(|why| format!("{}: {why}", entry.get("file").str()))
+        })
         .collect();
     assert!(failures.is_empty(), "golden batches decoded otherwise than the manifest says:\n{}", failures.join("\n"));
 }
@@ -385,8 +428,9 @@ fn golden_damaged_batches_fail_at_their_stage() {
         let name = entry.get("file").str();
         match failure(&batch_file(&manifest, entry)) {
             None => failures.push(format!("{name}: read without error, manifest says it fails at {want}")),
-            Some((stage, error)) if stage != want || !fits(stage, &error) =>
-                failures.push(format!("{name}: fails at {stage} ({error:?}), manifest says {want}")),
+            Some((stage, error)) if stage != want || !fits(stage, &error) => {
+                failures.push(format!("{name}: fails at {stage} ({error:?}), manifest says {want}"))
+            }
             Some(_) => {}
         }
     }
@@ -395,8 +439,8 @@ fn golden_damaged_batches_fail_at_their_stage() {
 
 #[test]
 fn the_json_reader_reads_what_the_manifest_may_hold() {
-    let doc = JsonReader::parse(r#" {"a": [1, -2, true, false, null], "b": "x\"\u00e9\ud83d\ude00\n", "c": {}} "#)
-        .unwrap();
+    let doc =
+        JsonReader::parse(r#" {"a": [1, -2, true, false, null], "b": "x\"\u00e9\ud83d\ude00\n", "c": {}} "#).unwrap();
     assert_eq!(doc.get("a").list(), &[Json::Int(1), Json::Int(-2), Json::Bool(true), Json::Bool(false), Json::Null]);
     assert_eq!(doc.get("b").str(), "x\"\u{e9}\u{1f600}\n");
     assert_eq!(doc.get("c"), &Json::Object(BTreeMap::new()));

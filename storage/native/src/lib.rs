@@ -9,16 +9,18 @@
 //!
 //! Orchestration stays in Python: storage/records.py wraps the functions here (its RecordBatch
 //! is a subclass of bindings/header.rs's BatchHeader), and storage/codec_errors.py turns
-//! `CodecError` into the typed errors of storage/errors.py, naming the file and the byte. A panic in here would become a Python `PanicException` (PyO3
-//! catches it at the FFI boundary), but the proptests check that no input makes the codec panic.
+//! `CodecError` into the typed errors of storage/errors.py, naming the file and the byte. A panic
+//! in here would become a Python `PanicException` (PyO3 catches it at the FFI boundary), but the
+//! proptests check that no input makes the codec panic.
 
 mod batch_builder;
 mod codec;
 mod compression;
 mod encoder;
 #[cfg(test)]
+mod golden_tests;
+#[cfg(test)]
 mod tests;
-#[cfg(test)] mod golden_tests;
 
 mod columns;
 
