@@ -19,6 +19,7 @@ import time
 
 import pytest
 
+from cli.progress import REDRAW_EVERY_S
 from tests.cli.cli_helpers import ROOT, CliRun, _env, assert_ok, txlog, txlog_process
 
 # The one meaning of each short flag (docs/cli-conventions.md §1a), written out here independently of cli/flags.py.
@@ -255,16 +256,25 @@ def test_usage_errors_are_one_line_naming_the_option(args, names, tmp_path):
 
 # ---- item 10: progress ---------------------------------------------------------------------------------
 
-def run_with_tty_stderr(args: list[str], stdin_data: bytes | None = None, tty_stdin: bool = False,
+def run_with_tty_stderr(args: list[str], stdin_data: bytes | list[bytes] | None = None, tty_stdin: bool = False,
                         timeout: float = 120) -> tuple[int, str]:
-    """Run txlog with stderr (and optionally stdin) on a pseudo-terminal; (exit code, what stderr showed)."""
+    """Run txlog with stderr (and optionally stdin) on a pseudo-terminal; (exit code, what stderr showed).
+
+    A list of `stdin_data` chunks is written with a pause longer than a progress redraw between
+    them, so a test of the progress line does not depend on how fast the machine reads a file.
+    """
     master, slave = pty.openpty()
     stdin = slave if tty_stdin else subprocess.PIPE
     proc = subprocess.Popen([sys.executable, "-m", "cli.main", *args], cwd=ROOT, env=_env(), stdin=stdin,
                             stdout=subprocess.DEVNULL, stderr=slave)
     os.close(slave)
     if stdin_data is not None and not tty_stdin:
-        proc.stdin.write(stdin_data)
+        chunks = stdin_data if isinstance(stdin_data, list) else [stdin_data]
+        for i, piece in enumerate(chunks):
+            if i:
+                time.sleep(REDRAW_EVERY_S * 3)
+            proc.stdin.write(piece)
+            proc.stdin.flush()
         proc.stdin.close()
     elif tty_stdin:
         time.sleep(0.5)
@@ -302,7 +312,9 @@ def test_progress_lines_only_when_asked_off_a_terminal(store):
 def test_progress_on_a_terminal_is_redrawn_and_erased(store, tmp_path):
     big = tmp_path / "big.txt"
     big.write_text("".join(f"{i}\n" for i in range(150_000)))
-    code, shown = run_with_tty_stderr(["--data-dir", store, "produce", "-t", "t", str(big)])
+    # three bursts on a pipe, a pause between them: the progress line is due however fast the machine
+    bursts = ["".join(f"{i}\n" for i in range(start, start + 50_000)).encode() for start in (0, 50_000, 100_000)]
+    code, shown = run_with_tty_stderr(["--data-dir", store, "produce", "-t", "t"], stdin_data=bursts)
     assert code == 0, shown
     assert "\rproduce: " in shown.replace("\x1b[K", "") and " lines, " in shown
     assert shown.rstrip().splitlines()[-1].split("\x1b[K")[-1].startswith("Produced 150000 records")
