@@ -9,7 +9,8 @@ the transactional flag, the timestamp type) are broadcast here, once per column.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import storage._native as _native
 from storage.records import RecordBatch, TimestampType

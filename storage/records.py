@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import struct
 import time
+from collections.abc import Iterator, Sequence
 from enum import IntEnum
-from typing import TYPE_CHECKING, Iterator, NamedTuple, Sequence
+from typing import TYPE_CHECKING, NamedTuple
 
 import storage._native as _native
 from storage.codec_errors import CodecError, corrupt_record_error
@@ -571,7 +572,7 @@ def build_batch(records: Sequence[tuple], *, base_offset: int = 0, producer_id: 
     """
     if not records:
         raise ValueError("a batch needs at least one record")
-    keys, values, headers, timestamps = zip(*records)
+    keys, values, headers, timestamps = zip(*records, strict=True)
     return _build_from_columns(keys, values, headers, timestamps, base_offset=base_offset, producer_id=producer_id,
                                producer_epoch=producer_epoch, base_sequence=base_sequence,
                                is_transactional=is_transactional, compression=compression,

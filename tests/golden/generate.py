@@ -175,7 +175,7 @@ def header_fields(batch: bytes) -> dict[str, int]:
     names = ("base_offset", "batch_length", "partition_leader_epoch", "magic", "crc", "attributes",
              "last_offset_delta", "base_timestamp", "max_timestamp", "producer_id", "producer_epoch",
              "base_sequence", "records_count")
-    return dict(zip(names, HEADER.unpack_from(batch)))
+    return dict(zip(names, HEADER.unpack_from(batch), strict=True))
 
 
 def sequence(base_sequence: int, delta: int) -> int:

@@ -83,7 +83,7 @@ record = st.tuples(payload, payload, st.one_of(st.none(), st.lists(header, max_s
        max_bytes=st.integers(min_value=0, max_value=6_000), is_transactional=st.booleans(),
        columns=st.sets(st.sampled_from(["keys", "headers", "timestamps"])))
 def test_batches_decode_and_split_as_batch_builder(records, codec, max_bytes, is_transactional, columns):
-    keys, values, headers, timestamps = (list(column) for column in zip(*records))
+    keys, values, headers, timestamps = (list(column) for column in zip(*records, strict=True))
     keys = keys if "keys" in columns else [None] * len(values)
     headers = headers if "headers" in columns else [None] * len(values)
     timestamps = timestamps if "timestamps" in columns else [None] * len(values)
@@ -92,7 +92,7 @@ def test_batches_decode_and_split_as_batch_builder(records, codec, max_bytes, is
                              compression=codec, is_transactional=is_transactional, now_ms=NOW)
 
     resolved = [NOW if ts is None else ts for ts in timestamps]
-    expected = [(ts, k, v, list(h or [])) for ts, k, v, h in zip(resolved, keys, values, headers)]
+    expected = [(ts, k, v, list(h or [])) for ts, k, v, h in zip(resolved, keys, values, headers, strict=True)]
     assert [r for b in batches for r in kafka_python_records(b)] == expected
     built = builder_batches(values, keys, headers, resolved, max_bytes=max_bytes, compression=codec,
                             is_transactional=is_transactional)
@@ -269,7 +269,7 @@ def test_stamping_rewrites_only_the_producer_fields_and_the_crc():
     batch, = encode_batches([b"abc", b"de"], max_bytes=100, now_ms=NOW)
     before = bytes(batch.data)
     stamp_batch(batch.data, 1, 2, 3)
-    changed = {i for i, (a, b) in enumerate(zip(before, batch.data)) if a != b}
+    changed = {i for i, (a, b) in enumerate(zip(before, batch.data, strict=True)) if a != b}
     assert changed <= set(range(CRC_OFFSET, CRC_OFFSET + 4)) | set(range(43, 57))
 
 

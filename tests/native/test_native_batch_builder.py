@@ -150,7 +150,8 @@ def expected_records(appended: list[tuple], base_offset: int, log_append_max: in
 raw = st.binary(max_size=300)
 payload = st.one_of(st.none(), raw, raw.map(bytearray), raw.map(memoryview), st.text(max_size=40))
 # names as str or as their UTF-8 (kafka-python, the oracle, decodes names strictly)
-header = st.tuples(st.one_of(st.text(max_size=6), st.text(max_size=6).map(str.encode)), st.one_of(st.none(), st.binary(max_size=20)))
+header = st.tuples(st.one_of(st.text(max_size=6), st.text(max_size=6).map(str.encode)),
+                   st.one_of(st.none(), st.binary(max_size=20)))
 timestamp = st.one_of(st.integers(min_value=NOW - 5_000, max_value=NOW + 5_000),
                       st.integers(min_value=NOW - (1 << 40), max_value=NOW + (1 << 40)))
 record = st.tuples(payload, payload, st.one_of(st.none(), st.lists(header, max_size=3)), timestamp)
@@ -225,7 +226,8 @@ def test_uncompressed_batches_are_the_reference_encoders_bytes(records, base_off
                            producer_epoch=3, base_sequence=sequence)
     for i, rec in enumerate(records):
         assert builder.try_append(*rec) == i
-    keys, values, headers, timestamps = zip(*[(as_bytes(k), as_bytes(v), h, ts) for k, v, h, ts in records])
+    columns = [(as_bytes(k), as_bytes(v), h, ts) for k, v, h, ts in records]
+    keys, values, headers, timestamps = zip(*columns, strict=True)
     assert builder.build() == records_reference.build_batch_from_columns(
         keys, values, headers, timestamps, base_offset=base_offset, partition_leader_epoch=-1, attributes=0,
         base_timestamp=timestamps[0], max_timestamp=max(timestamps), producer_id=producer_id, producer_epoch=3,

@@ -23,7 +23,6 @@ from storage import _native
 from storage import compression_reference as ref_compression
 from storage import records_reference as ref
 from storage.compression import Compression, compress, decompress
-from storage.varint import decode_varint
 from storage.errors import CorruptRecordError, InvalidRecordError, KafkaError, UnsupportedCompressionTypeError
 from storage.records import (
     CONTROL_MASK,
@@ -40,6 +39,7 @@ from storage.records import (
     build_control_batch,
     crc32c,
 )
+from storage.varint import decode_varint
 
 kafka_record = pytest.importorskip("kafka.record")
 default_records = pytest.importorskip("kafka.record.default_records")
@@ -224,7 +224,7 @@ def test_native_batches_are_the_reference_bytes_and_kafka_python_reads_them() ->
                       base_timestamp=rows[0][3], max_timestamp=max(r[3] for r in rows),
                       producer_id=rng.choice((-1, 5)), producer_epoch=rng.choice((-1, 2)),
                       base_sequence=rng.choice((-1, 0, 2**31 - 2)))
-        columns = [list(c) for c in zip(*rows)]
+        columns = [list(c) for c in zip(*rows, strict=True)]
         native = _native.encode_batch(*columns, **fields)
         assert native == ref.build_batch_from_columns(*columns, **fields)
         expected = [(i + fields["base_offset"], rows[i][3] if not fields["attributes"] & TIMESTAMP_TYPE_MASK
@@ -428,18 +428,19 @@ def test_hostile_arguments_to_every_native_entry_point_raise_never_crash() -> No
         start, end = rng.randint(-3, 130), rng.randint(-3, 130)
         header = rng.choice(headers)  # a header with any buffer and any position: it may not fit
         codec = rng.randint(0, 8)
-        calls = (
-            lambda: _native.BatchHeader(data, rng.randint(-1, 100), rng.random() < 0.5),
-            lambda: _native.decode_records(data, start, header, Record),
-            lambda: _native.decode_consumer_records(data, start, header, cls=AnyTuple, topic="t", partition=0,
-                                                    timestamp_type=0, start_offset=rng.choice((0, -2**63)),
-                                                    end_offset=rng.choice((2, 2**63 - 1))),
-            lambda: _native.walk_records(data, start, end),
-            lambda: _native.decompress(codec, data),
-            lambda: _native.ColumnBuilder().add(data, start, header, start_offset=0, end_offset=3),
-            lambda: _native.crc32c(data, rng.randint(0, 2**32 - 1)),
+        calls = (  # (function, arguments, keyword arguments): one is called with this iteration's values
+            (_native.BatchHeader, (data, rng.randint(-1, 100), rng.random() < 0.5), {}),
+            (_native.decode_records, (data, start, header, Record), {}),
+            (_native.decode_consumer_records, (data, start, header),
+             {"cls": AnyTuple, "topic": "t", "partition": 0, "timestamp_type": 0,
+              "start_offset": rng.choice((0, -2**63)), "end_offset": rng.choice((2, 2**63 - 1))}),
+            (_native.walk_records, (data, start, end), {}),
+            (_native.decompress, (codec, data), {}),
+            (_native.ColumnBuilder().add, (data, start, header), {"start_offset": 0, "end_offset": 3}),
+            (_native.crc32c, (data, rng.randint(0, 2**32 - 1)), {}),
         )
+        function, args, kwargs = rng.choice(calls)
         try:
-            rng.choice(calls)()
+            function(*args, **kwargs)
         except (ValueError, OverflowError, TypeError):
             pass  # CodecError is a ValueError

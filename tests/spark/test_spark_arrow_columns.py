@@ -76,7 +76,7 @@ def consumer_rows(root: str, isolation: str, start: int, end: int) -> list[dict]
         while records := consumer.poll(timeout_ms=0):
             out += [r for r in records if r.offset < end]
         return [{"key": r.key, "value": r.value, "topic": r.topic, "partition": r.partition, "offset": r.offset,
-                 "timestamp": dt.datetime.fromtimestamp(r.timestamp / 1000, dt.timezone.utc),
+                 "timestamp": dt.datetime.fromtimestamp(r.timestamp / 1000, dt.UTC),
                  "timestampType": int(r.timestamp_type),
                  "headers": [{"key": k, "value": v} for k, v in r.headers] or None,
                  "producerId": r.producer_id, "producerEpoch": r.producer_epoch, "sequence": r.sequence,

@@ -14,18 +14,16 @@ import warnings
 import zipfile
 
 import pytest
-
+from pyspark.sql import functions as F
 from spark_stores import codec_store, mixed_store, no_fsync
 from test_spark_source import FULL, MIXED_TPS, RC, RU, collect, expected, load, same
-
-from pyspark.sql import functions as F
 
 import txlog.spark
 from txlog.spark import jvm_build, jvm_reader
 from txlog.spark.options import parse_options
 
-KAFKA_DIRS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "..", "shared", "fixtures",
-                          "kafka-dirs")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+KAFKA_DIRS = os.path.join(ROOT, "..", "shared", "fixtures", "kafka-dirs")
 
 
 @pytest.fixture(scope="module")

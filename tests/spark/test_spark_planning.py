@@ -8,12 +8,11 @@ through a SparkSession.
 
 from __future__ import annotations
 
+import itertools
 import pickle
 
 import pyarrow as pa
 import pytest
-
-import txlog
 from spark_stores import (
     add_empty_topic,
     consumer_rows,
@@ -24,6 +23,8 @@ from spark_stores import (
     retention_store,
     spanning_store,
 )
+
+import txlog
 from storage.errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from txlog.errors import IllegalArgumentError
 from txlog.fetch import IsolationLevel
@@ -97,7 +98,7 @@ def _ms(ts) -> int:
     """A timezone-aware datetime from Arrow as epoch milliseconds, exactly (no float rounding)."""
     import datetime as dt
 
-    delta = ts - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+    delta = ts - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
     return (delta.days * 86_400_000_000 + delta.seconds * 1_000_000 + delta.microseconds) // 1000
 
 
@@ -317,7 +318,7 @@ def _assert_tiles(split, whole):
     for tp, (start, end) in spans(whole).items():
         rs = by_partition(split)[tp]
         assert rs[0].start == start and rs[-1].end == end, tp
-        for a, b in zip(rs, rs[1:]):
+        for a, b in itertools.pairwise(rs):
             assert a.end == b.start, f"gap or overlap in {tp}: {a.start}..{a.end} then {b.start}..{b.end}"
         assert all(r.size > 0 for r in rs), tp
 
@@ -545,7 +546,7 @@ def test_store_path_that_is_not_a_store_fails(tmp_path):
 
 
 def _first_difference(got: list, want: list) -> str:
-    for i, (a, b) in enumerate(zip(got, want)):
+    for i, (a, b) in enumerate(zip(got, want, strict=False)):  # the lists may differ in length
         if a != b:
             return f"row {i}: got {a} want {b}"
     return f"lengths differ: got {len(got)} rows, want {len(want)}"

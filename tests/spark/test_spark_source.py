@@ -16,8 +16,7 @@ import hashlib
 import os
 
 import pytest
-
-import txlog
+from pyspark.sql import functions as F  # pyspark is a test dependency: a missing one must fail
 from spark_stores import (
     CODECS,
     EXPLICIT_TIMESTAMPS,
@@ -31,8 +30,7 @@ from spark_stores import (
     retention_store,
 )
 
-from pyspark.sql import functions as F  # pyspark is a test dependency: a missing one must fail
-
+import txlog
 from txlog.spark import jvm_reader
 from txlog.spark.options import parse_options
 from txlog.spark.planning import plan_batch
@@ -158,7 +156,7 @@ def same(got: list[tuple], want: list[tuple]) -> str:
     """'' when equal, else the first difference (for assertion messages)."""
     if got == want:
         return ""
-    for i, (a, b) in enumerate(zip(got, want)):
+    for i, (a, b) in enumerate(zip(got, want, strict=False)):  # the lists may differ in length
         if a != b:
             return f"row {i}: DataFrame {a} != Consumer {b}"
     return f"DataFrame has {len(got)} rows, Consumer {len(want)}"
@@ -355,7 +353,7 @@ def test_open_transaction_holds_read_committed_at_the_lso_until_it_commits(spark
 
     rc = collect(load(spark, path, subscribe="orders,audit", **FULL))
     assert rc == expected(path, MIXED_TPS, RC), same(rc, expected(path, MIXED_TPS, RC))
-    for tp, (_, lso, end) in bounds.items():
+    for tp, (_, lso, _end) in bounds.items():
         offsets = [t[2] for t in rc if (t[0], t[1]) == tp]
         if tp in held:
             assert max(offsets) < lso, f"{tp}: read_committed returned offsets at or past the LSO {lso}"
@@ -423,7 +421,7 @@ def test_timestamps_are_epoch_milliseconds_whatever_the_session_time_zone(spark,
 
 def _snapshot(root: str) -> dict[str, tuple]:
     out = {}
-    for directory, dirs, files in os.walk(root):
+    for directory, _, files in os.walk(root):
         out[os.path.relpath(directory, root)] = ("dir", os.stat(directory).st_mtime_ns)
         for name in files:
             path = os.path.join(directory, name)

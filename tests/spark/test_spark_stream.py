@@ -19,9 +19,9 @@ import time
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
 from pyspark.sql.types import StructType
+from spark_stores import consumer_rows, mixed_store
 
 import txlog
-from spark_stores import consumer_rows, mixed_store
 from txlog.spark.options import parse_options
 from txlog.spark.stream import TxlogStreamReader, from_json_offsets
 

@@ -287,7 +287,7 @@ def test_transactions_columns_of_each_value(spark, handmade):
     df = millis(load(spark, handmade, "transactions"), "transactionStartTimestamp", "transactionLastUpdateTimestamp")
     rows = [r.asDict(recursive=True) for r in df.orderBy("logPartition", "logOffset").collect()]
     assert len(rows) == len(HISTORY) + 1
-    for row, (log_partition, txn_id, value, version, _) in zip(rows, HISTORY):
+    for row, (log_partition, txn_id, value, version, _) in zip(rows[: len(HISTORY)], HISTORY, strict=True):
         assert (row["logPartition"], row["transactionalId"]) == (log_partition, txn_id)
         if value is None:  # a tombstone: the id, and nothing else
             assert {k for k, v in row.items() if v is not None} == {"transactionalId", "logPartition", "logOffset",

@@ -115,7 +115,8 @@ def warn_python_fallback(reason: str) -> None:
     warnings.warn(f"txlog: the JVM reader is not available ({reason}); txlog.spark.read uses the "
                   f"Python source, several times slower. Install a JDK with javac (e.g. openjdk-17-jdk-headless) "
                   f"and start the session with txlog.spark.local_session(), or spark.jars set to "
-                  f"txlog.spark.jvm_build.jar_path()", RuntimeWarning, stacklevel=4)  # the caller of local_session, register or read
+                  f"txlog.spark.jvm_build.jar_path()",
+                  RuntimeWarning, stacklevel=4)  # the caller of local_session, register or read
 
 
 def try_jar_path() -> str | None:
