@@ -178,7 +178,6 @@ def inspect(
         given = [root]
     targets = _expand(given)
     from cli import dump_log  # here, not at import: `txlog --help` must not load storage
-
     from txlog.schemas import message_parsers
 
     parser = None

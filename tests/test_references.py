@@ -13,7 +13,8 @@ import re
 import subprocess
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CITED = re.compile(r"(?<![\w/.-])((?:storage|txlog|cli|tests|samples|docs|compat)/[\w/.-]*\.(?:py|md|rs|java|pyi|json))\b")
+CITED = re.compile(r"(?<![\w/.-])((?:storage|txlog|cli|tests|samples|docs|compat)/[\w/.-]*"
+                   r"\.(?:py|md|rs|java|pyi|json))\b")
 TEXT_SUFFIXES = (".py", ".pyi", ".md", ".rs", ".java", ".toml", ".properties")
 FOREIGN = {
     "tests/benchmarks/bench_x.py",  # a placeholder name in "run python tests/benchmarks/bench_x.py"

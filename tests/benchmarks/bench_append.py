@@ -32,11 +32,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from storage import Store
 from storage.records import BatchBuilder, RecordBatch, build_batch
+
+ROOT = Path(__file__).resolve().parents[2]
 
 MiB = 1 << 20
 KEY_BYTES, VALUE_BYTES = 10, 100

@@ -40,10 +40,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchutil import MiB, ROOT, Sample, fsync_skipped, median_after_cold, scratch_dir, spread  # noqa: E402
+from benchutil import ROOT, MiB, Sample, fsync_skipped, median_after_cold, scratch_dir, spread
 
-from storage.records import build_batch  # noqa: E402
-from storage.store import Store  # noqa: E402
+from storage.records import build_batch
+from storage.store import Store
 
 TOPIC = "bench"
 TS0 = 1_700_000_000_000
@@ -219,17 +219,18 @@ def main() -> None:
         for rep in range(args.reps + 1):
             cold = rep == 0
 
-            def out(label: str) -> str | None:
+            def out(label: str, cold: bool = cold) -> str | None:
                 return os.path.join(workdir, f"{label}.out") if cold else None
 
             variants["raw read"].append(raw_read(segment))
             if floor:
                 variants["C floor"].append(run([floor, segment], out("floor")))
-            for tree, name in zip(trees, names):
+            for tree, name in zip(trees, names, strict=True):
                 env = tree_env(tree)
                 variants[f"startup [{name}]"].append(run([sys.executable, "-c", "import cli.main"], None, tree, env))
                 variants[f"consume [{name}]"].append(
-                    run(cli(tree, "--data-dir", root, "consume", "-t", TOPIC), out(f"consume-{len(digests)}"), tree, env))
+                    run(cli(tree, "--data-dir", root, "consume", "-t", TOPIC), out(f"consume-{len(digests)}"), tree,
+                        env))
                 variants[f"inspect --print-data-log [{name}]"].append(
                     run(cli(tree, "inspect", "--print-data-log", segment), out(f"inspect-{len(digests)}"), tree, env))
                 if cold:
@@ -266,13 +267,15 @@ def main() -> None:
             for name in names:
                 consume, inspect = m[f"consume [{name}]"], m[f"inspect --print-data-log [{name}]"]
                 if raw > 0:
-                    print(f"[{name}] consume / raw read {consume / raw:6.1f}x   inspect / raw read {inspect / raw:6.1f}x")
+                    print(f"[{name}] consume / raw read {consume / raw:6.1f}x   "
+                          f"inspect / raw read {inspect / raw:6.1f}x")
                 if floor and m["C floor"] > 0:  # a child's CPU is counted in 10 ms ticks: tiny runs show 0
                     ratio = consume / m["C floor"]
                     ok = "ok" if ratio <= CONSUME_VS_FLOOR_TARGET else "MISSED"
                     print(f"[{name}] consume / C floor {ratio:6.1f}x (target <= {CONSUME_VS_FLOOR_TARGET}x: {ok})")
                 ok = "ok" if inspect <= INSPECT_TARGET_S else "MISSED"
-                print(f"[{name}] inspect --print-data-log {inspect:.2f} s {kind} (target <= {INSPECT_TARGET_S} s: {ok})")
+                print(f"[{name}] inspect --print-data-log {inspect:.2f} s {kind} "
+                      f"(target <= {INSPECT_TARGET_S} s: {ok})")
 
 
 if __name__ == "__main__":

@@ -49,14 +49,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchutil import Sample, fsync_skipped, median_after_cold, scratch_dir, spread, timed  # noqa: E402
+from benchutil import Sample, fsync_skipped, median_after_cold, scratch_dir, spread, timed
 
-from storage import Store  # noqa: E402
-from storage.records import build_batch  # noqa: E402
+from storage import Store
+from storage.records import build_batch
+from storage.topic_name import TRANSACTION_STATE_TOPIC
 from txlog.coordinator.transaction_coordinator import EXHAUSTED_EPOCH, SNAPSHOT_NAME, TransactionCoordinator
 from txlog.requests import DEFAULT_TRANSACTION_TIMEOUT_MS
-from storage.topic_name import TRANSACTION_STATE_TOPIC  # noqa: E402
-from txlog.schemas.transaction_log import TxnLogValue, TxnState, encode_key, encode_value  # noqa: E402
+from txlog.schemas.transaction_log import TxnLogValue, TxnState, encode_key, encode_value
 
 TOPIC = "t"
 APPEND_BATCHES = 32  # ~4 KB per append: about one index entry per append, as the coordinator's own

@@ -70,7 +70,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchutil import (  # noqa: E402
+from benchutil import (
     FsyncMeter,
     Sample,
     median_after_cold,
@@ -79,11 +79,11 @@ from benchutil import (  # noqa: E402
     timed,
     verdict,
 )
-from kafka.record.default_records import DefaultRecordBatchBuilder  # noqa: E402  (baseline only)
+from kafka.record.default_records import DefaultRecordBatchBuilder  # baseline only
 
-from storage import Store  # noqa: E402
-from storage.file_records import FileRecords  # noqa: E402
-from txlog.clients.producer import Producer  # noqa: E402
+from storage import Store
+from storage.file_records import FileRecords
+from txlog.clients.producer import Producer
 
 TOPIC = "t"
 KEY_BYTES, VALUE_BYTES = 10, 100

@@ -26,8 +26,9 @@ Timings are the median after a dropped cold repetition. By default the page cach
 warm (the files were just written), so these are CPU costs; --cold fsyncs and drops
 every file of the partition from the page cache (posix_fadvise DONTNEED) before each
 timed open. Every timed open starts after os.sync(), so the fsyncs recovery does (the new
-snapshot) do not also pay for writing back the scratch copies. Sealed segments are hard-linked, not copied, into each crash copy: recovery
-never writes a sealed segment (checked at the end).
+snapshot) do not also pay for writing back the scratch copies. Sealed segments are
+hard-linked, not copied, into each crash copy: recovery never writes a sealed segment
+(checked at the end).
 """
 
 from __future__ import annotations
@@ -47,13 +48,14 @@ import time
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from crc32c import crc32c
 
 from storage import Store
 from storage.records import BatchBuilder, build_batch
+
+ROOT = Path(__file__).resolve().parents[2]
 
 MiB = 1 << 20
 TOPIC = "t"
@@ -413,7 +415,8 @@ def report(results: list[dict], args: argparse.Namespace) -> None:
     log_read = median_open(last["clean"]).bytes[".log"]
     rescan = "ok, not rescanned" if log_read < 64 * last["segments"] + 64 * 1024 else "RESCANNED"
     timing = "flat" if growth <= 2 else "GROWS (every segment's indexes are read and checked on open)"
-    print(f"   log grew {size_growth:.1f}x: .log bytes read {fmt_bytes(log_read)} ({rescan}); reopen time {growth:.2f}x ({timing})")
+    print(f"   log grew {size_growth:.1f}x: .log bytes read {fmt_bytes(log_read)} ({rescan}); "
+          f"reopen time {growth:.2f}x ({timing})")
 
     print("\n(b) reopen after SIGKILL: only the tail since the last roll's snapshot should be scanned")
     print(f"{'log MiB':>9}{'tail MiB':>10}{'reopen ms':>11}{'fsync ms':>10}{'rest ms':>9}{'x smallest':>12}"
@@ -434,7 +437,8 @@ def report(results: list[dict], args: argparse.Namespace) -> None:
           "x smallest, ms/MiB (per MiB of tail) and x full (vs full recovery) use it; each column is its own median. "
           f"{'ok (tail only)' if worst < 1.25 else 'SCANS MORE THAN THE TAIL'}")
 
-    print("\n(c) full recovery, every snapshot deleted (worst case); baseline = pread 1 MiB + CRC-32C of the same .log files")
+    print("\n(c) full recovery, every snapshot deleted (worst case); "
+          "baseline = pread 1 MiB + CRC-32C of the same .log files")
     print(f"{'log MiB':>9}{'seconds':>9}{'fsync ms':>10}{'MiB/s':>9}{'ms/MiB':>9}{'.log read':>12}"
           f"{'baseline MiB/s':>16}{'ratio':>8}{'x smallest ms/MiB':>19}")
     base_per_mb = median_time(first["full"], "cpu_seconds") / (first["total"] / MiB)
@@ -445,8 +449,8 @@ def report(results: list[dict], args: argparse.Namespace) -> None:
         o = median_open(r["full"])
         mb = r["total"] / MiB
         rate, floor = mb / rest, mb / r["baseline"]
-        print(f"{mb:>9.1f}{t:>9.3f}{sync * 1e3:>10.1f}{rate:>9.1f}{rest * 1e3 / mb:>9.2f}{fmt_bytes(o.bytes['.log']):>12}"
-              f"{floor:>16.1f}{rate / floor:>8.2f}{rest / mb / base_per_mb:>18.2f}x")
+        print(f"{mb:>9.1f}{t:>9.3f}{sync * 1e3:>10.1f}{rate:>9.1f}{rest * 1e3 / mb:>9.2f}"
+              f"{fmt_bytes(o.bytes['.log']):>12}{floor:>16.1f}{rate / floor:>8.2f}{rest / mb / base_per_mb:>18.2f}x")
     print("   MiB/s, ms/MiB and ratio (recovery rate / baseline rate) leave out the fsync of the final snapshot")
 
     for r in results:
@@ -466,8 +470,10 @@ def main() -> None:
                         help="batch size in KiB (default 64); smaller batches are packed ~64 KB per append call")
     parser.add_argument("--producers", type=int, default=4, help="idempotent producers, round-robin (default 4)")
     parser.add_argument("--reps", type=int, default=9, help="timed opens after the cold one (default 9)")
-    parser.add_argument("--cold", action="store_true", help="drop the partition's files from the page cache before each open")
-    parser.add_argument("--profile", action="store_true", help="cProfile one clean reopen, crash reopen and full recovery of the largest log")
+    parser.add_argument("--cold", action="store_true",
+                        help="drop the partition's files from the page cache before each open")
+    parser.add_argument("--profile", action="store_true",
+                        help="cProfile one clean reopen, crash reopen and full recovery of the largest log")
     parser.add_argument("--dir", help="parent of the scratch directory (default <repo>/.bench-tmp)")
     parser.add_argument("--writer", help=argparse.SUPPRESS)
     parser.add_argument("--log-mb", type=float, help=argparse.SUPPRESS)

@@ -76,12 +76,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchutil import MiB, Sample, fsync_skipped, median_after_cold, scratch_dir, spread, verdict  # noqa: E402
+from benchutil import MiB, Sample, fsync_skipped, median_after_cold, scratch_dir, spread, verdict
 
-from storage import Store  # noqa: E402
-from storage.records import ControlType, build_batch  # noqa: E402
-from txlog.clients.consumer import Consumer  # noqa: E402
-from txlog.topic_partition import TopicPartition  # noqa: E402
+from storage import Store
+from storage.records import ControlType, build_batch
+from txlog.clients.consumer import Consumer
+from txlog.topic_partition import TopicPartition
 
 TOPIC = "bench"
 KEY_BYTES, VALUE_BYTES = 16, 100
@@ -145,7 +145,7 @@ def build_store(root: str, args: argparse.Namespace) -> dict:
                         sizes.append(min(args.txn_records, quota))
                         quota -= sizes[-1]
                     lanes = []
-                    for pid, n in zip(pids, sizes):
+                    for pid, n in zip(pids, sizes, strict=True):
                         batches, seqs[pid] = _batches(source, n, per_batch, producer_id=pid, producer_epoch=EPOCH,
                                                       base_sequence=seqs[pid], is_transactional=True)
                         lanes.append(batches)
@@ -153,7 +153,7 @@ def build_store(root: str, args: argparse.Namespace) -> dict:
                     interleaved = [b for pair in zip_longest(*lanes) for b in pair if b is not None]
                     if interleaved:
                         log.append(b"".join(interleaved))
-                    for pid, n in zip(pids, sizes):
+                    for pid, n in zip(pids, sizes, strict=True):
                         if not n:
                             continue
                         txns += 1
@@ -351,7 +351,7 @@ def timed_query(query: Callable[[], object]) -> tuple[Run, object]:
     result = query()
     wall = time.perf_counter() - start
     after = TreeCpu.reading()
-    return Run(wall, tuple(a - b for a, b in zip(after, before))), result
+    return Run(wall, tuple(a - b for a, b in zip(after, before, strict=True))), result
 
 
 def run_spark(spark, root: str, parquet: str, expected: dict, reps: int) -> tuple[dict, dict]:
@@ -435,8 +435,11 @@ def report_spark(runs: dict[str, list[Run]], rows: dict[str, int], reps: int,
           f"{rate['groupBy txlog RC'] / rate['groupBy txlog RU']:.2f} ({rc_rows:,} vs {ru_rows:,} rows); "
           f"wall RC {rc_wall:.3f} s vs RU {ru_wall:.3f} s (RC/RU {rc_wall / ru_wall:.2f}); CPU s RC/RU "
           f"{rc_cpu / ru_cpu:.2f}, per row {rc_cpu / rc_rows / (ru_cpu / ru_rows):.2f}")
+    def python_twin(name: str) -> str:
+        return name.replace(" txlog RC", " txlog RC py").replace(" txlog RU", " txlog RU py")
+
     print("JVM reader vs Python source, records/s: " + "; ".join(
-        f"{name} {rate[name] / rate[name.replace(' txlog RC', ' txlog RC py').replace(' txlog RU', ' txlog RU py')]:.2f}x"
+        f"{name} {rate[name] / rate[python_twin(name)]:.2f}x"
         for name in runs if "txlog" in name and " py" not in name and "1 offset" not in name))
     print("run-to-run spread (min..max s): " +
           "; ".join(f"{name} {lo:.3f}..{hi:.3f}" for name, (lo, hi) in
@@ -583,10 +586,10 @@ def arrow_pieces(r0) -> None:
             break
     decode_s = _best(lambda: sum(len(b.record_tuples()) for b in batches))  # nothing kept alive: pure decode
     records = [rec for b in batches for rec in b.record_tuples()]
-    cols = list(zip(*records))
+    cols = list(zip(*records, strict=True))
     topic_scalar, int_scalar = pa.scalar(TOPIC, pa.string()), pa.scalar(0, pa.int32())
     pieces = {
-        "zip(*records) (rows to columns)": lambda: list(zip(*records)),
+        "zip(*records) (rows to columns)": lambda: list(zip(*records, strict=True)),
         "pa.array(keys, binary)": lambda: pa.array(cols[2], pa.binary()),
         "pa.array(values, binary)": lambda: pa.array(cols[3], pa.binary()),
         "pa.array(offsets, int64)": lambda: pa.array(cols[0], pa.int64()),
@@ -639,7 +642,6 @@ def main() -> None:
         parser.error("--reuse needs --work-dir (the default scratch directory is removed after each run)")
 
     import txlog.spark
-
     from txlog.spark.jvm_reader import jvm_available
 
     spark = txlog.spark.local_session(f"local[{args.cores}]", app_name="bench_spark")

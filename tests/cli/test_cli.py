@@ -97,7 +97,8 @@ def test_topics_round_trip(data_dir):
 
     proc = txlog("topics", "list", data_dir=data_dir)
     assert_ok(proc)
-    assert proc.stdout.splitlines() == ["Topic  PartitionCount  Size  LogEndOffsets", "t      3               0 B   0,0,0"]
+    assert proc.stdout.splitlines() == ["Topic  PartitionCount  Size  LogEndOffsets",
+                                        "t      3               0 B   0,0,0"]
 
     proc = txlog("topics", "describe", "t", data_dir=data_dir)
     assert_ok(proc)
@@ -434,4 +435,4 @@ def test_produce_codec_choices_are_kafkas_compression_types():
     from cli.produce import CODECS
     from storage.compression import Compression
 
-    assert CODECS == Compression.kafka_names()
+    assert Compression.kafka_names() == CODECS

@@ -140,7 +140,8 @@ def test_kcat_offsets(store):
     assert consume(store, "-p", "0", "-o", "s@0") == ["1", "2", "3", "4", "5", "6"]
     assert consume(store, "-p", "0", "-o", f"s@{int(time.time() * 1000) + 3_600_000}") == []
     assert consume(store, "-p", "0", "-o", "e@0") == []
-    assert consume(store, "-p", "0", "-o", "2", "-o", f"e@{int(time.time() * 1000) + 3_600_000}") == ["3", "4", "5", "6"]
+    in_an_hour = int(time.time() * 1000) + 3_600_000
+    assert consume(store, "-p", "0", "-o", "2", "-o", f"e@{in_an_hour}") == ["3", "4", "5", "6"]
 
 
 def test_kcat_stored_offset_needs_a_group_and_starts_there(store):

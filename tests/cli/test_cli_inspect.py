@@ -245,7 +245,8 @@ def test_verify_index_only_and_sanity_check_pass(store_dir):
         f"Dumping {index}", f"Dumping {timeindex}",
         "Verified 2 index files against their logs: every entry matches."]  # txlog's one-line result
     assert ok_lines(txlog("inspect", "--index-sanity-check", index, timeindex)) == [
-        f"Dumping {index}", f"{index} passed sanity check.", f"Dumping {timeindex}", f"{timeindex} passed sanity check."]
+        f"Dumping {index}", f"{index} passed sanity check.",
+        f"Dumping {timeindex}", f"{timeindex} passed sanity check."]
 
 
 def _copy_partition(store_dir: str, tmp_path) -> str:

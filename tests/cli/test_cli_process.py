@@ -295,8 +295,8 @@ def test_kill_9_at_random_moments_still_gives_exactly_once(data_dir, tmp_path):
             if kills % 2 == 0:  # aim: while CMD runs, i.e. inside an open transaction
                 seen = line_count(calls)
                 try:
-                    wait_for(lambda: line_count(calls) > seen or proc.poll() is not None, timeout=10,
-                             interval=0.002)
+                    wait_for(lambda seen=seen, proc=proc: line_count(calls) > seen or proc.poll() is not None,
+                             timeout=10, interval=0.002)
                 except AssertionError:
                     pass
                 time.sleep(rnd.uniform(0, 0.025))

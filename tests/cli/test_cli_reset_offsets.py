@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -28,7 +28,7 @@ def store(tmp_path) -> str:
         with api.Producer(admin.store) as p:
             for i in range(5):
                 p.send("t", value=b"%d" % i, partition=0, timestamp_ms=NOW_MS - (5 - i) * HOUR)
-            for i in range(3):
+            for _ in range(3):
                 p.send("t", value=b"old", partition=1, timestamp_ms=NOW_MS - 10 * HOUR)
         admin.alter_consumer_group_offsets("g", {TP("t", 0): 1})
     return path
@@ -46,7 +46,7 @@ def committed(path: str) -> dict[tuple[str, int], int]:
 
 def iso(ms: int, zone: str = "Z") -> str:
     """Kafka's 'YYYY-MM-DDTHH:mm:SS.sss' in UTC with a zone suffix."""
-    text = datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3]
+    text = datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3]
     return text + zone
 
 

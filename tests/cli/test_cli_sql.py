@@ -30,12 +30,12 @@ import time
 from collections import Counter
 
 import pytest
-from tests.spark.spark_stores import mixed_store
-from tests.cli.cli_helpers import ROOT, _env, assert_ok, assert_one_error, txlog_process
 
 import txlog as api
 from cli.sql import BinaryFormat, _Cells, _iso_timestamp, _unique, quoted, spark_message
 from cli.sql_shell import Statement, script_statements, split_statements
+from tests.cli.cli_helpers import ROOT, _env, assert_ok, assert_one_error, txlog_process
+from tests.spark.spark_stores import mixed_store
 from txlog.topic_partition import TopicPartition
 
 SPARK_TIMEOUT = 600  # a JVM per run; slow on a loaded two-core machine
@@ -501,8 +501,8 @@ def test_statements_split_at_semicolons_outside_literals_and_comments():
 
 def test_the_shell_loop_without_spark(tmp_path, capsys):
     """run_shell's reading: continuation lines, dot commands, Ctrl-C at the prompt and during a statement."""
-    from cli.sql_shell import CONTINUATION, PROMPT as SHELL_PROMPT
-    from cli.sql_shell import ShellActions, run_shell
+    from cli.sql_shell import CONTINUATION, ShellActions, run_shell
+    from cli.sql_shell import PROMPT as SHELL_PROMPT
 
     typed = iter(["SELECT 1,", "2; SELECT 'x;", "y'; SELECT 3", KeyboardInterrupt, ".tables", ".schema orders",
                   ".schema", ".bogus", "SELECT slow;", "SELECT 4; -- done", ".quit", "never read"])

@@ -12,8 +12,8 @@ import pytest
 
 from cli.topics import human_size
 from storage import Store
-from tests.conftest import SHARED
 from tests.cli.cli_helpers import assert_ok, assert_usage_error, make_store, txlog
+from tests.conftest import SHARED
 
 
 @pytest.fixture
@@ -24,9 +24,9 @@ def data_dir(tmp_path) -> str:
     import txlog as client
 
     with client.Producer(path) as p:
-        for i in range(300):
+        for _ in range(300):
             p.send("orders", value=b"x" * 100, partition=1)
-        for i in range(5):
+        for _ in range(5):
             p.send("orders", value=b"y", partition=2)
     return path
 

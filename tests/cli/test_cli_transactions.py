@@ -85,7 +85,7 @@ def test_open_transaction_listed_described_then_committed(store_dir):
     assert header == ["CoordinatorId", "TransactionalId", "ProducerId", "ProducerEpoch", "TransactionState",
                       "TransactionTimeoutMs", "CurrentTransactionStartTimeMs", "TransactionDurationMs",
                       "TopicPartitions"]
-    d = dict(zip(header, row))
+    d = dict(zip(header, row, strict=True))
     assert (d["TransactionalId"], d["ProducerId"], d["TransactionState"], d["TopicPartitions"]) == \
         ("X", str(pid), "Ongoing", "t-0")
     assert int(d["CurrentTransactionStartTimeMs"]) > 0 and int(d["TransactionDurationMs"]) >= 0
@@ -211,7 +211,7 @@ def test_find_hanging_then_abort_by_start_offset(store_dir):
     header, *rows = _table(proc.stdout)
     assert header == ["ProducerId", "ProducerEpoch", "LatestCoordinatorEpoch", "LastSequence", "LastTimestamp",
                       "CurrentTransactionStartOffset"]
-    mine = [dict(zip(header, r)) for r in rows if r[0] == str(pid)]
+    mine = [dict(zip(header, r, strict=True)) for r in rows if r[0] == str(pid)]
     assert len(mine) == 1
     assert (mine[0]["ProducerEpoch"], mine[0]["LastSequence"], mine[0]["CurrentTransactionStartOffset"]) == \
         ("0", "0", str(start))

@@ -10,12 +10,12 @@ import struct
 import time
 
 import pytest
-from tests.cli.cli_helpers import assert_ok, assert_one_error, tree, txlog
 
 import txlog as api
 from storage import Store
-from storage.records import build_batch
 from storage.log_files import filename_prefix
+from storage.records import build_batch
+from tests.cli.cli_helpers import assert_ok, assert_one_error, tree, txlog
 
 SEG0 = filename_prefix(0)
 

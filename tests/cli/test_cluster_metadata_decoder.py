@@ -23,7 +23,8 @@ import pytest
 from storage.records import build_batch
 from tests.cli.cli_helpers import assert_ok, txlog
 
-FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "..", "shared", "fixtures")
+FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "..",
+                        "shared", "fixtures")
 RAVI = os.path.join(FIXTURES, "kafka-dirs", "ravi-kraft-metadata")
 REAL = os.path.join(FIXTURES, "kafka-real")
 T = 1_700_000_000_000
@@ -94,35 +95,35 @@ NO_TAGS = tags()
 # (value bytes, the payload kafka-dump-log prints for it)
 RECORDS: list[tuple[bytes, str]] = [
     (frame(2, 0) + cstr("orders") + U1 + NO_TAGS,
-     '{"type":"TOPIC_RECORD","version":0,"data":{"name":"orders","topicId":"%s"}}' % U1_TEXT),
+     '{"type":"TOPIC_RECORD","version":0,"data":{"name":"orders","topicId":"' + U1_TEXT + '"}}'),
     (frame(3, 2) + i32(3) + U1 + carr_i32([1, 2, 3]) + carr_i32([1, 2]) + carr_i32([]) + carr_i32([3])
      + i32(1) + i32(7) + i32(9) + carr_uuid([U2]) + tags((0, i8(1)), (1, carr_i32([3]))),
-     '{"type":"PARTITION_RECORD","version":2,"data":{"partitionId":3,"topicId":"%s","replicas":[1,2,3],'
+     '{"type":"PARTITION_RECORD","version":2,"data":{"partitionId":3,"topicId":"' + U1_TEXT + '","replicas":[1,2,3],'
      '"isr":[1,2],"removingReplicas":[],"addingReplicas":[3],"leader":1,"leaderRecoveryState":1,"leaderEpoch":7,'
-     '"partitionEpoch":9,"directories":["%s"],"eligibleLeaderReplicas":[3]}}' % (U1_TEXT, U2_TEXT)),
+     '"partitionEpoch":9,"directories":["' + U2_TEXT + '"],"eligibleLeaderReplicas":[3]}}'),
     (frame(3, 0) + i32(0) + U1 + carr_i32([1]) + carr_i32([1]) + carr_i32([]) + carr_i32([]) + i32(1) + i32(0)
      + i32(0) + NO_TAGS,
-     '{"type":"PARTITION_RECORD","version":0,"data":{"partitionId":0,"topicId":"%s","replicas":[1],"isr":[1],'
-     '"removingReplicas":[],"addingReplicas":[],"leader":1,"leaderEpoch":0,"partitionEpoch":0}}' % U1_TEXT),
+     '{"type":"PARTITION_RECORD","version":0,"data":{"partitionId":0,"topicId":"' + U1_TEXT + '","replicas":[1],'
+     '"isr":[1],"removingReplicas":[],"addingReplicas":[],"leader":1,"leaderEpoch":0,"partitionEpoch":0}}'),
     # tag 30 is no field of the schema: skipped, as Kafka keeps unknown tags aside unprinted
     (frame(5, 0) + i32(0) + U1 + tags((0, carr_i32([1])), (1, i32(2)), (30, b"zz")),
-     '{"type":"PARTITION_CHANGE_RECORD","version":0,"data":{"partitionId":0,"topicId":"%s","isr":[1],"leader":2}}'
-     % U1_TEXT),
+     '{"type":"PARTITION_CHANGE_RECORD","version":0,"data":{"partitionId":0,"topicId":"' + U1_TEXT
+     + '","isr":[1],"leader":2}}'),
     (frame(5, 1) + i32(4) + U1 + tags((1, i32(-1)), (5, i8(0)), (8, carr_uuid([U1, U2]))),
-     '{"type":"PARTITION_CHANGE_RECORD","version":1,"data":{"partitionId":4,"topicId":"%s","leader":-1,'
-     '"leaderRecoveryState":0,"directories":["%s","%s"]}}' % (U1_TEXT, U1_TEXT, U2_TEXT)),
+     '{"type":"PARTITION_CHANGE_RECORD","version":1,"data":{"partitionId":4,"topicId":"' + U1_TEXT + '","leader":-1,'
+     '"leaderRecoveryState":0,"directories":["' + U1_TEXT + '","' + U2_TEXT + '"]}}'),
     (frame(0, 3) + i32(5) + i8(0) + U1 + i64(42)
      + uv(2) + cstr("PLAINTEXT") + cstr("h1") + struct.pack(">H", 65535) + i16(0) + NO_TAGS
      + uv(2) + cstr("metadata.version") + i16(1) + i16(20) + NO_TAGS
      + cstr("r1") + i8(0) + i8(1) + tags((0, carr_uuid([U2]))),
      '{"type":"REGISTER_BROKER_RECORD","version":3,"data":{"brokerId":5,"isMigratingZkBroker":false,'
-     '"incarnationId":"%s","brokerEpoch":42,"endPoints":[{"name":"PLAINTEXT","host":"h1","port":65535,'
+     '"incarnationId":"' + U1_TEXT + '","brokerEpoch":42,"endPoints":[{"name":"PLAINTEXT","host":"h1","port":65535,'
      '"securityProtocol":0}],"features":[{"name":"metadata.version","minSupportedVersion":1,'
-     '"maxSupportedVersion":20}],"rack":"r1","fenced":false,"inControlledShutdown":true,"logDirs":["%s"]}}'
-     % (U1_TEXT, U2_TEXT)),
+     '"maxSupportedVersion":20}],"rack":"r1","fenced":false,"inControlledShutdown":true,"logDirs":["' + U2_TEXT
+     + '"]}}'),
     (frame(0, 0) + i32(1) + U1 + i64(1) + uv(1) + uv(1) + cstr(None) + i8(1) + NO_TAGS,
-     '{"type":"REGISTER_BROKER_RECORD","version":0,"data":{"brokerId":1,"incarnationId":"%s","brokerEpoch":1,'
-     '"endPoints":[],"features":[],"rack":null,"fenced":true}}' % U1_TEXT),
+     '{"type":"REGISTER_BROKER_RECORD","version":0,"data":{"brokerId":1,"incarnationId":"' + U1_TEXT + '",'
+     '"brokerEpoch":1,"endPoints":[],"features":[],"rack":null,"fenced":true}}'),
     (frame(1, 0) + i32(2) + i64(10) + NO_TAGS,
      '{"type":"UNREGISTER_BROKER_RECORD","version":0,"data":{"brokerId":2,"brokerEpoch":10}}'),
     (frame(7, 0) + i32(2) + i64(11) + NO_TAGS, '{"type":"FENCE_BROKER_RECORD","version":0,"data":{"id":2,"epoch":11}}'),
@@ -138,7 +139,7 @@ RECORDS: list[tuple[bytes, str]] = [
     (frame(4, 0) + i8(2) + cstr('t\x1f"x') + cstr("cleanup.policy") + cstr(None) + NO_TAGS,
      '{"type":"CONFIG_RECORD","version":0,"data":{"resourceType":2,"resourceName":"t\\u001F\\"x",'
      '"name":"cleanup.policy","value":null}}'),
-    (frame(9, 0) + U2 + NO_TAGS, '{"type":"REMOVE_TOPIC_RECORD","version":0,"data":{"topicId":"%s"}}' % U2_TEXT),
+    (frame(9, 0) + U2 + NO_TAGS, '{"type":"REMOVE_TOPIC_RECORD","version":0,"data":{"topicId":"' + U2_TEXT + '"}}'),
     (frame(20, 0) + NO_TAGS, '{"type":"NO_OP_RECORD","version":0,"data":{}}'),
     (frame(14, 0) + uv(2) + cstr("user") + cstr(None) + NO_TAGS + cstr("producer_byte_rate")
      + struct.pack(">d", 1.5e7) + i8(1) + NO_TAGS,

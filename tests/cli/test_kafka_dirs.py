@@ -15,15 +15,15 @@ import shutil
 import struct
 
 import pytest
-from tests.cli.cli_helpers import assert_ok, assert_one_error, tree, txlog
 
 import txlog as api
-from storage.records import build_batch
-from txlog.schemas.transaction_log import TxnLogValue, TxnState, decode_value
 from storage.log_files import filename_prefix
+from storage.records import build_batch
+from tests.cli.cli_helpers import assert_ok, assert_one_error, tree, txlog
+from txlog.schemas.transaction_log import TxnLogValue, TxnState, decode_value
 
-KAFKA_DIRS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "..", "shared", "fixtures",
-                          "kafka-dirs")
+KAFKA_DIRS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "..",
+                          "shared", "fixtures", "kafka-dirs")
 SEG0 = filename_prefix(0)
 
 

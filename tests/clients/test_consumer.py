@@ -18,13 +18,18 @@ import pytest
 
 from storage import Store
 from storage.records import ControlType, build_batch
-from tests.txlog.test_fetch import LogWriter, fast_disk  # noqa: F401  (autouse fixture)
 from tests.coordinator.test_group_offsets import TxnOffsets
+from tests.txlog.test_fetch import LogWriter, fast_disk  # noqa: F401  (autouse fixture)
 from txlog.clients.consumer import Consumer, NoOffsetForPartitionError
-from txlog.errors import IllegalStateError, KafkaStorageError, OffsetOutOfRangeError, UnstableOffsetCommitError
-from txlog.fetch import IllegalArgumentError, IsolationLevel, fetch
 from txlog.coordinator.group_offsets import GroupOffsets
-from txlog.errors import InvalidGroupIdError
+from txlog.errors import (
+    IllegalStateError,
+    InvalidGroupIdError,
+    KafkaStorageError,
+    OffsetOutOfRangeError,
+    UnstableOffsetCommitError,
+)
+from txlog.fetch import IllegalArgumentError, IsolationLevel, fetch
 from txlog.topic_partition import OffsetAndMetadata, TopicPartition
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -311,7 +316,8 @@ def test_auto_commit_on_interval(topic):
 
 
 def test_unstable_committed_offset_blocks_only_that_partition(topic):
-    """docs/reliability-scenarios.md scenario 18 through the consumer: wait for the transaction holding the offset to end."""
+    """docs/reliability-scenarios.md scenario 18 through the consumer: wait for the transaction holding the offset
+    to end."""
     writer(topic, T0).plain(5)
     writer(topic, T1).plain(2)
     groups = GroupOffsets(topic)
@@ -498,8 +504,8 @@ def test_errors_do_not_lose_records_already_fetched(topic):
 
 
 def test_blocked_reader_aborts_an_expired_transaction_of_a_dead_producer(store_path):
-    """docs/reliability-scenarios.md scenario 23: no daemon, so a writable read_committed reader stuck at the LSO runs the
-    coordinator's timeout sweep; a read-only reader only sees the LSO pinned."""
+    """docs/reliability-scenarios.md scenario 23: no daemon, so a writable read_committed reader stuck at the LSO
+    runs the coordinator's timeout sweep; a read-only reader only sees the LSO pinned."""
     import time
 
     import txlog

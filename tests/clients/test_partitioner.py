@@ -21,8 +21,8 @@ from storage import Store
 from tests.cli.cli_helpers import CliRun, assert_ok, assert_usage_error, make_store
 from tests.cli.cli_helpers import txlog as run_txlog
 from txlog.clients import partitioner as partitioner_module
-from txlog.errors import InvalidConfigurationError
 from txlog.clients.partitioner import murmur2, murmur2_unsigned, named_partitioner, to_positive
+from txlog.errors import InvalidConfigurationError
 
 # Kafka's clients/src/test/java/org/apache/kafka/common/utils/UtilsTest.java, testMurmur2.
 JAVA_UTILS_MURMUR2 = {

@@ -15,6 +15,8 @@ import pytest
 import txlog
 from storage.high_watermark import HighWatermarkFile
 from storage.records import Compression
+from txlog.clients import producer as producer_module
+from txlog.clients import record_accumulator
 from txlog.errors import (
     IllegalStateError,
     InvalidConfigurationError,
@@ -22,8 +24,6 @@ from txlog.errors import (
     ProducerFencedError,
     RecordTooLargeError,
 )
-from txlog.clients import producer as producer_module
-from txlog.clients import record_accumulator
 from txlog.fetch import IsolationLevel, fetch
 from txlog.transport import Transport
 
@@ -261,7 +261,7 @@ def test_produce_many_places_records_as_send_does(store):
     values = [b"value-%d" % i for i in range(500)]
     by_send = txlog.Producer(store)
     expected = {}
-    for k, v in zip(keys, values):
+    for k, v in zip(keys, values, strict=True):
         expected.setdefault(by_send.send("t", value=v, key=k).get(timeout=30).partition, []).append(v)
     by_send.close()
     store.create_topic("u", 4)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 
 import txlog
-from txlog.coordinator.transaction_coordinator import SWEEP_INTERVAL_MS
 from txlog.coordinator.internal_topics import owner_partition
+from txlog.coordinator.transaction_coordinator import SWEEP_INTERVAL_MS
 from txlog.schemas.transaction_log import TxnState
 
 

@@ -1,4 +1,6 @@
-"""Groups' committed offsets over __consumer_offsets (docs/DESIGN.md §7; docs/reliability-scenarios.md scenarios 10, 11, 18).
+"""Groups' committed offsets over __consumer_offsets.
+
+docs/DESIGN.md §7; docs/reliability-scenarios.md scenarios 10, 11, 18.
 
 Transactional offset commits are written here as the Producer will write them: the
 (key, value) pairs of `encode_commit` in a transactional batch of the producer on the
@@ -14,13 +16,12 @@ import pytest
 
 from storage import Store
 from storage.records import ControlType, TimestampType, build_batch
-from tests.txlog.test_fetch import fast_disk  # noqa: F401  (autouse fixture: no fsync)
-from txlog.errors import GroupIdNotFoundError, UnstableOffsetCommitError
-from txlog.fetch import IllegalArgumentError
-from txlog.coordinator.group_offsets import SNAPSHOT_NAME, GroupOffsets, OffsetMetadataTooLargeError, _PartitionState
-from txlog.errors import InvalidGroupIdError
-from txlog.coordinator.internal_topics import owner_partition
 from storage.topic_name import CONSUMER_OFFSETS_TOPIC
+from tests.txlog.test_fetch import fast_disk  # noqa: F401  (autouse fixture: no fsync)
+from txlog.coordinator.group_offsets import SNAPSHOT_NAME, GroupOffsets, OffsetMetadataTooLargeError, _PartitionState
+from txlog.coordinator.internal_topics import owner_partition
+from txlog.errors import GroupIdNotFoundError, InvalidGroupIdError, UnstableOffsetCommitError
+from txlog.fetch import IllegalArgumentError
 from txlog.schemas.offset_log import OffsetKey, OffsetValue, decode_key, decode_offset_value
 from txlog.topic_partition import OffsetAndMetadata, TopicPartition
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -153,13 +154,13 @@ def test_no_snapshot_until_enough_was_replayed_unless_forced(store) -> None:
     replay.maybe_snapshot()
     assert not os.path.exists(snapshot_path(log))
     replay.maybe_snapshot(force=True)
-    body = json.loads(open(snapshot_path(log), "rb").read())
+    body = json.loads(Path(snapshot_path(log)).read_bytes())
     assert body["offset"] == 3 and set(body["state"]) == {"id0", "id1", "id2"}
     for i in range(3, 8):
         write(log, f"id{i}", value(i, 0))
     replay.catch_up()
     replay.maybe_snapshot()  # 5 batches since the last snapshot: written
-    assert json.loads(open(snapshot_path(log), "rb").read())["offset"] == 8
+    assert json.loads(Path(snapshot_path(log)).read_bytes())["offset"] == 8
 
 
 def test_reopening_loads_the_snapshot_and_replays_only_the_tail(store_dir, store) -> None:
@@ -187,7 +188,7 @@ def test_a_damaged_snapshot_is_ignored_and_the_log_replayed(store, damage) -> No
     replay.catch_up()
     replay.maybe_snapshot(force=True)
     path = snapshot_path(log)
-    raw = open(path, "rb").read()
+    raw = Path(path).read_bytes()
     if damage == "torn":
         raw = raw[: len(raw) // 2]
     elif damage == "crc":

@@ -30,7 +30,9 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from tests.crash.txn_crash_worker import (  # noqa: E402
+from storage import Store
+from storage.records import RecordBatch, build_batch
+from tests.crash.txn_crash_worker import (
     TXN_TOPIC,
     all_batches,
     check_store,
@@ -42,12 +44,12 @@ from tests.crash.txn_crash_worker import (  # noqa: E402
     txn_histories,
     txn_log_records,
 )
-
-from storage import Store  # noqa: E402
-from storage.records import RecordBatch, build_batch  # noqa: E402
-from txlog.clients.consumer import Consumer  # noqa: E402
-from txlog.coordinator.transaction_coordinator import TransactionCoordinator  # noqa: E402
-from txlog.errors import (  # noqa: E402
+from txlog.clients.consumer import Consumer
+from txlog.clients.producer import Producer
+from txlog.coordinator.group_offsets import GroupOffsets
+from txlog.coordinator.internal_topics import owner_partition
+from txlog.coordinator.transaction_coordinator import TransactionCoordinator
+from txlog.errors import (
     ConcurrentTransactionsError,
     CorruptRecordError,
     IllegalStateError,
@@ -61,13 +63,8 @@ from txlog.errors import (  # noqa: E402
     TransactionOutcomeUnknownError,
     UnstableOffsetCommitError,
 )
-from txlog.coordinator.group_offsets import GroupOffsets  # noqa: E402
-from txlog.coordinator.internal_topics import owner_partition  # noqa: E402
-from txlog.clients.producer import Producer  # noqa: E402
-from txlog.topic_partition import TopicPartition  # noqa: E402
-from txlog.schemas.transaction_log import TxnLogValue, TxnState, encode_key, encode_value  # noqa: E402
-from txlog.transport import Transport  # noqa: E402
-from txlog.tools.fault_injection import (  # noqa: E402
+from txlog.schemas.transaction_log import TxnLogValue, TxnState, encode_key, encode_value
+from txlog.tools.fault_injection import (
     Action,
     Crashed,
     Fault,
@@ -76,6 +73,8 @@ from txlog.tools.fault_injection import (  # noqa: E402
     Step,
     StepFault,
 )
+from txlog.topic_partition import TopicPartition
+from txlog.transport import Transport
 
 FENCED = (ProducerFencedError, InvalidProducerEpochError)
 IN0 = TopicPartition("in", 0)
@@ -578,11 +577,11 @@ def test_scenario24_commit_racing_expiry(store_path, template, big):
         deadline = state_of(mine, tid).start_ms + timeout
         stop = threading.Event()
 
-        def sweep():
+        def sweep(stop: threading.Event) -> None:
             while not stop.is_set():
                 sweeper.sweep_all()
 
-        thread = threading.Thread(target=sweep)
+        thread = threading.Thread(target=sweep, args=(stop,))
         thread.start()
         time.sleep(max(0.0, (deadline - now_ms() + rng.uniform(-8, 8)) / 1000))
         try:

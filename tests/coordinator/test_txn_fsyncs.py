@@ -25,10 +25,10 @@ from storage.file_records import FileRecords
 from storage.high_watermark import HighWatermarkFile
 from storage.log_files import log_file
 from storage.records import build_batch
-from txlog.tools.fault_injection import FaultInjectingTransport, FaultPlan
-from txlog.fetch import IsolationLevel, fetch
 from storage.topic_name import TRANSACTION_STATE_TOPIC
+from txlog.fetch import IsolationLevel, fetch
 from txlog.schemas.transaction_log import TxnState
+from txlog.tools.fault_injection import FaultInjectingTransport, FaultPlan
 from txlog.transport import Transport
 
 TOPIC = "data"

@@ -461,7 +461,8 @@ class Worker:
             line = self._q.get(timeout=timeout)
         except queue.Empty:
             self.kill()
-            raise AssertionError(f"worker {self.cmd} produced nothing for {timeout} s (hung?)\n{self.stderr}")
+            # from None: the queue's Empty says nothing the message does not
+            raise AssertionError(f"worker {self.cmd} produced nothing for {timeout} s (hung?)\n{self.stderr}") from None
         if line is not None:
             self.lines.append(line)
         else:
@@ -494,7 +495,7 @@ class Worker:
             self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.kill()
-            raise AssertionError(f"worker {self.cmd} did not finish within {timeout} s\n{self.stderr}")
+            raise AssertionError(f"worker {self.cmd} did not finish within {timeout} s\n{self.stderr}") from None
         return self.drain()
 
     def drain(self) -> list[str]:

@@ -95,26 +95,26 @@ def run_produce(args: argparse.Namespace) -> None:
     store = Store.open(args.store)
     partitions = store.partition_count(args.topic)
     producer = Producer(store, acks=args.acks)  # idempotent with acks=all; acks=1 cannot be (Kafka's rule)
-    out = open(args.log, "w", buffering=1, encoding="ascii")
     rng = random.Random(args.seed)
+    with open(args.log, "w", buffering=1, encoding="ascii") as out:
 
-    def on_ack(value: bytes):
-        def callback(metadata, error) -> None:
-            if error is not None:
-                _say(f"FAIL {type(error).__name__}: {error}")
-                return
-            out.write(_record_line(metadata.partition, metadata.offset, value))
-        return callback
+        def on_ack(value: bytes):
+            def callback(metadata, error) -> None:
+                if error is not None:
+                    _say(f"FAIL {type(error).__name__}: {error}")
+                    return
+                out.write(_record_line(metadata.partition, metadata.offset, value))
+            return callback
 
-    _say("READY")
-    i = 0
-    while True:
-        for _ in range(rng.randint(1, args.burst)):
-            value = crash_worker.expected_value(0, i, rng.randint(8, args.max_size))
-            producer.send(args.topic, value, partition=i % partitions).add_callback(on_ack(value))
-            i += 1
-        if rng.random() < 0.5:
-            time.sleep(rng.uniform(0, args.pause_ms / 1000))  # vary batch sizes: idle gaps, then bursts
+        _say("READY")
+        i = 0
+        while True:
+            for _ in range(rng.randint(1, args.burst)):
+                value = crash_worker.expected_value(0, i, rng.randint(8, args.max_size))
+                producer.send(args.topic, value, partition=i % partitions).add_callback(on_ack(value))
+                i += 1
+            if rng.random() < 0.5:
+                time.sleep(rng.uniform(0, args.pause_ms / 1000))  # vary batch sizes: idle gaps, then bursts
 
 
 def run_read(args: argparse.Namespace) -> None:
@@ -153,8 +153,8 @@ def run_txn(args: argparse.Namespace) -> None:
     durable before PREPARE_COMMIT.
     """
     from storage import Store
-    from txlog.tools.fault_injection import FaultInjectingTransport, FaultPlan
     from txlog.clients.producer import Producer
+    from txlog.tools.fault_injection import FaultInjectingTransport, FaultPlan
     from txlog.transport import Transport
 
     store = Store.open(args.store)

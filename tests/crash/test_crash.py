@@ -10,7 +10,8 @@
 * docs/reliability-scenarios.md scenario 43: torn / zero-filled / garbage tails are cut together with indexes, txn index
   and producer state; an invalid batch followed by valid data, or inside a sealed segment,
   is reported as corruption and never cut.
-* docs/reliability-scenarios.md scenario 45: damaged `.index` / `.timeindex` files never change an offset or timestamp lookup.
+* docs/reliability-scenarios.md scenario 45: damaged `.index` / `.timeindex` files never change an offset or
+  timestamp lookup.
 
 Sizes are small by default; `--big` runs the scenarios' full sizes.
 """
@@ -624,7 +625,8 @@ def _run_damage_case(fill_template, index_answers, tmp_path, shutdown: str, plan
 
     def compare(what: str, offsets: dict, times: dict) -> None:
         if offsets != offsets_before:
-            wrong = [(o, offsets.get(o), offsets_before[o]) for o in offsets_before if offsets.get(o) != offsets_before[o]]
+            wrong = [(o, offsets.get(o), offsets_before[o]) for o in offsets_before
+                     if offsets.get(o) != offsets_before[o]]
             problems.append(f"{what}: offset lookups changed (offset, now, before): {wrong[:4]}")
         wrong = [(f"TS_BASE+{ts - TS_BASE}", times.get(ts), want) for ts, want in times_before.items()
                  if times.get(ts) != want]

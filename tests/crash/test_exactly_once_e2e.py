@@ -1,4 +1,4 @@
-"""docs/reliability-scenarios.md scenario 60 end to end: consume-transform-produce under kill -9, SIGSTOP and power loss.
+"""docs/reliability-scenarios.md scenario 60 end to end: consume-transform-produce under kill -9, SIGSTOP, power loss.
 
 Real processes (tests/crash/eos_worker.py) on one store directory:
 
@@ -50,25 +50,27 @@ from dataclasses import dataclass, field
 
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-for _p in (ROOT, HERE):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
+# the worker script and its sibling test modules are imported by name from this folder, and the
+# repository root makes storage and txlog importable outside pytest too
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import eos_worker as ew
 
+from storage.log_files import segment_filename
 from storage.partition_log import LOCK_FILE
 from storage.store import Store
-from txlog.coordinator.transaction_coordinator import TransactionCoordinator
-from txlog.fetch import IsolationLevel, fetch
-from txlog.coordinator.group_offsets import GroupOffsets
-from txlog.coordinator.internal_topics import owner_partition
 from storage.topic_name import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from txlog.clients.producer import Producer
-from txlog.topic_partition import TopicPartition
+from txlog.coordinator.group_offsets import GroupOffsets
+from txlog.coordinator.internal_topics import owner_partition
+from txlog.coordinator.transaction_coordinator import TransactionCoordinator
+from txlog.fetch import IsolationLevel, fetch
 from txlog.schemas.transaction_log import TxnState
-from storage.log_files import segment_filename
+from txlog.topic_partition import TopicPartition
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
 
 WORKER = os.path.join(HERE, "eos_worker.py")
 GROUP = "g"
@@ -221,7 +223,8 @@ def committed_offset_history(store_path: str, group: str, topic: str = IN) -> di
 
     store = Store.open(store_path, read_only=True)
     try:
-        log = store.partition(CONSUMER_OFFSETS_TOPIC, owner_partition(group, store.partition_count(CONSUMER_OFFSETS_TOPIC)))
+        owner = owner_partition(group, store.partition_count(CONSUMER_OFFSETS_TOPIC))
+        log = store.partition(CONSUMER_OFFSETS_TOPIC, owner)
         history: dict[int, list[int]] = defaultdict(list)
         current: dict[int, tuple[int, int]] = {}  # partition -> (offset, batch offset that wrote it)
         pending: dict[int, dict[int, tuple[int, int]]] = defaultdict(dict)
@@ -352,7 +355,7 @@ def _tail(path: str, n: int = 25) -> str:
 def dump_stacks(*procs: subprocess.Popen | None) -> None:
     """Ask hung workers for their Python stacks (faulthandler on SIGUSR1, into their logs)."""
     live = [p for p in procs if p is not None and p.poll() is None]
-    for sample in range(3 if live else 0):  # a few samples: a busy loop shows up as the same frames
+    for _ in range(3 if live else 0):  # a few samples: a busy loop shows up as the same frames
         for proc in live:
             for sig in (signal.SIGCONT, signal.SIGUSR1):
                 try:
@@ -893,11 +896,13 @@ def kafka_python_scan(store_path: str) -> Counter:
                 where = f"{name}/{seg} at byte {consumed}"
                 assert isinstance(batch, DefaultRecordBatch), f"{where}: not a v2 batch"
                 assert batch.validate_crc(), f"{where}: kafka-python finds a bad CRC"
-                assert batch.base_offset == expected, f"{where}: batch at offset {batch.base_offset}, expected {expected}"
+                assert batch.base_offset == expected, \
+                    f"{where}: batch at offset {batch.base_offset}, expected {expected}"
                 records = list(batch)
                 assert len(records) == batch.last_offset_delta + 1, f"{where}: record count"
                 if batch.is_control_batch:
-                    assert batch.size_in_bytes == CONTROL_BATCH_BYTES, f"{where}: control batch of {batch.size_in_bytes} B"
+                    assert batch.size_in_bytes == CONTROL_BATCH_BYTES, \
+                        f"{where}: control batch of {batch.size_in_bytes} B"
                     assert batch.is_transactional and len(records) == 1, f"{where}: control batch shape"
                     marker = records[0]
                     assert marker.commit != marker.abort, f"{where}: marker is neither COMMIT nor ABORT"

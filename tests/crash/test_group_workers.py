@@ -34,21 +34,23 @@ from dataclasses import dataclass, field
 
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-for _p in (ROOT, HERE):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
+# the worker script and its sibling test modules are imported by name from this folder, and the
+# repository root makes storage and txlog importable outside pytest too
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import eos_worker as ew
 import test_exactly_once_e2e as e2e
 
 from storage.store import Store
+from txlog.coordinator.group_offsets import GroupOffsets
 from txlog.coordinator.transaction_coordinator import TransactionCoordinator
 from txlog.fetch import IsolationLevel
-from txlog.coordinator.group_offsets import GroupOffsets
-from txlog.topic_partition import TopicPartition
 from txlog.schemas.transaction_log import TxnState
+from txlog.topic_partition import TopicPartition
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
 
 GROUP, IN, OUT = e2e.GROUP, e2e.IN, e2e.OUT
 SESSION_MS = 1_500

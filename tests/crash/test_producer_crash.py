@@ -53,8 +53,8 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from crash_worker import HANG_GUARD, parse_value  # noqa: E402
-from producer_crash_worker import (  # noqa: E402
+from crash_worker import HANG_GUARD, parse_value
+from producer_crash_worker import (
     TOPIC,
     TXN_ID,
     Worker,
@@ -64,12 +64,12 @@ from producer_crash_worker import (  # noqa: E402
     segment_bases,
     simulate_power_loss,
 )
-from txn_crash_worker import check_store, clone_store, fetch_all, make_store, partition_dirs  # noqa: E402
+from txn_crash_worker import check_store, clone_store, fetch_all, make_store, partition_dirs
 
-from storage import Store  # noqa: E402
-from txlog.requests import DEFAULT_TRANSACTION_TIMEOUT_MS  # noqa: E402
-from txlog.clients.producer import Producer  # noqa: E402
-from txlog.transport import Transport  # noqa: E402
+from storage import Store
+from txlog.clients.producer import Producer
+from txlog.requests import DEFAULT_TRANSACTION_TIMEOUT_MS
+from txlog.transport import Transport
 
 SEED = int(os.environ.get("TXLOG_CRASH_SEED") or random.randrange(1 << 30))
 PARTITIONS = 3

@@ -1,7 +1,7 @@
 """Transaction crash tests with real processes, a real SIGKILL and a real SIGSTOP.
 
-* docs/reliability-scenarios.md scenarios 28-35 (and 26): `txn_crash_worker.py txn` kills itself with SIGKILL at each step of
-  a commit or abort (after registration, after data, in the middle of writing PREPARE_*,
+* docs/reliability-scenarios.md scenarios 28-35 (and 26): `txn_crash_worker.py txn` kills itself with SIGKILL at
+  each step of a commit or abort (after registration, after data, in the middle of writing PREPARE_*,
   after PREPARE_*, after some markers, after all markers before COMPLETE_*, and with the
   group offsets partition still unmarked). A read-only view then checks what the crash left
   (LSO pinned, nothing of the transaction RC-visible, offsets unchanged), a recovery runs
@@ -12,8 +12,8 @@
   Each point runs twice with random partition sets by default and 100 times with `--big`.
 * docs/reliability-scenarios.md scenario 23: an expired transaction of a killed process pins the LSO for read-only
   readers; the first writer / coordinator invocation aborts it before its own work.
-* docs/reliability-scenarios.md scenario 25: a commit SIGSTOPped on its way to the coordinator arrives after a re-init and
-  is refused by epoch; transaction N+1 is untouched.
+* docs/reliability-scenarios.md scenario 25: a commit SIGSTOPped on its way to the coordinator arrives after a
+  re-init and is refused by epoch; transaction N+1 is untouched.
 * docs/reliability-scenarios.md scenario 38: two processes init the same transactional id at once and both write.
 
 Set TXLOG_TXN_SEED to replay a run's random choices.
@@ -33,7 +33,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from txn_crash_worker import (  # noqa: E402
+from txn_crash_worker import (
     OFFSETS_TOPIC,
     Worker,
     all_batches,
@@ -47,14 +47,14 @@ from txn_crash_worker import (  # noqa: E402
     wait_stopped,
 )
 
-from storage import Store  # noqa: E402
-from txlog.coordinator.transaction_coordinator import TransactionCoordinator  # noqa: E402
-from txlog.errors import InvalidTxnStateError, UnstableOffsetCommitError  # noqa: E402
-from txlog.coordinator.group_offsets import GroupOffsets  # noqa: E402
-from txlog.coordinator.internal_topics import owner_partition  # noqa: E402
-from txlog.clients.producer import Producer  # noqa: E402
-from txlog.topic_partition import TopicPartition  # noqa: E402
-from txlog.schemas.transaction_log import TxnState  # noqa: E402
+from storage import Store
+from txlog.clients.producer import Producer
+from txlog.coordinator.group_offsets import GroupOffsets
+from txlog.coordinator.internal_topics import owner_partition
+from txlog.coordinator.transaction_coordinator import TransactionCoordinator
+from txlog.errors import InvalidTxnStateError, UnstableOffsetCommitError
+from txlog.schemas.transaction_log import TxnState
+from txlog.topic_partition import TopicPartition
 
 ALL_PARTS = [("A", 0), ("A", 1), ("t", 0), ("t", 1), ("t", 2)]  # "A" < "__consumer_offsets" < "t"
 IN0 = TopicPartition("in", 0)

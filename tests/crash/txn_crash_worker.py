@@ -26,7 +26,8 @@ Modes (first argument):
                none          no kill: run to the end
     late     docs/reliability-scenarios.md scenario 25: a transaction whose commit request SIGSTOPs the process just
              before it reaches the coordinator; after SIGCONT it reports what EndTxn said.
-    race     docs/reliability-scenarios.md scenario 38: init on GO, one transaction, then another on GO2, reporting each.
+    race     docs/reliability-scenarios.md scenario 38: init on GO, one transaction, then another on GO2,
+             reporting each.
     recover  a fresh process running one coordinator operation (`--how`) after a crash.
 
 The helpers at the bottom decode a store independently of the code under test: kafka-python
@@ -89,8 +90,8 @@ def _arm(point: str, kill_n: int, torn_frac: float) -> dict:
     `run_txn` (`state["fault"]`); a write inside the coordinator (`prepare*`) is patched here.
     """
     from txlog.coordinator import transaction_coordinator as co
-    from txlog.tools.fault_injection import Action, Step, StepFault
     from txlog.schemas.transaction_log import TxnState
+    from txlog.tools.fault_injection import Action, Step, StepFault
 
     state = {"armed": False, "tear": False, "fault": None, "label": point}
     prepare = (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
@@ -137,8 +138,8 @@ def txn_values(tag: str, parts: list) -> list[tuple[str, int, bytes]]:
 
 def run_txn(args) -> None:
     from storage import Store
-    from txlog.tools.fault_injection import FaultInjectingTransport, FaultPlan
     from txlog.clients.producer import Producer
+    from txlog.tools.fault_injection import FaultInjectingTransport, FaultPlan
     from txlog.topic_partition import TopicPartition
     from txlog.transport import Transport
 
@@ -194,10 +195,11 @@ def run_txn(args) -> None:
 
 
 def run_late(args) -> None:
-    """docs/reliability-scenarios.md scenario 25: EndTxn is held back by a SIGSTOP just before it reaches the coordinator."""
+    """docs/reliability-scenarios.md scenario 25: EndTxn is held back by a SIGSTOP just before it reaches the
+    coordinator."""
     from storage import Store
-    from txlog.errors import KafkaError
     from txlog.clients.producer import Producer
+    from txlog.errors import KafkaError
     from txlog.transport import Transport
 
     class LateEndTxn(Transport):
@@ -240,10 +242,11 @@ def _word(exc: BaseException) -> str:
 
 
 def run_race(args) -> None:
-    """docs/reliability-scenarios.md scenario 38: two of these init the same transactional id at once and each writes."""
+    """docs/reliability-scenarios.md scenario 38: two of these init the same transactional id at once and each
+    writes."""
     from storage import Store
-    from txlog.errors import KafkaError
     from txlog.clients.producer import Producer
+    from txlog.errors import KafkaError
 
     store = Store.open(args.store)
     producer = Producer(store, transactional_id=args.tid, linger_ms=10**9)
@@ -374,8 +377,8 @@ def wait_stopped(pid: int, timeout: float = 30.0) -> None:
 def make_store(root: str, topics: dict[str, int]) -> None:
     """A store with `topics` and both internal topics already created (their default partition counts)."""
     from storage import Store
-    from txlog.coordinator.transaction_coordinator import TransactionCoordinator
     from txlog.coordinator.group_offsets import GroupOffsets
+    from txlog.coordinator.transaction_coordinator import TransactionCoordinator
 
     with Store.open(root) as s:
         for name, count in topics.items():

@@ -14,12 +14,12 @@ import struct
 
 import pytest
 from crc32c import crc32c
-from tests.cli.cli_helpers import assert_ok, txlog
 
 from storage.records import build_batch
+from tests.cli.cli_helpers import assert_ok, txlog
 
-KAFKA_DIRS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "..", "shared", "fixtures",
-                          "kafka-dirs")
+KAFKA_DIRS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "..",
+                          "shared", "fixtures", "kafka-dirs")
 CONTROL = 0x20
 
 

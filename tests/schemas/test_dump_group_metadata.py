@@ -14,9 +14,9 @@ import json
 import os
 import struct
 
-from tests.cli.cli_helpers import assert_ok, txlog
-
+from storage.log_files import filename_prefix
 from storage.records import build_batch
+from tests.cli.cli_helpers import assert_ok, txlog
 from txlog.schemas.group_metadata import (
     ConsumerAssignment,
     ConsumerSubscription,
@@ -27,7 +27,6 @@ from txlog.schemas.group_metadata import (
     encode_group_metadata_value,
     encode_subscription,
 )
-from storage.log_files import filename_prefix
 
 SEG0 = filename_prefix(0)
 

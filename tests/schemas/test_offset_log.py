@@ -70,7 +70,7 @@ def oracle_decode_value(data: bytes) -> OffsetValue:
     version = Int16.decode(io.BytesIO(data[:2]))
     buf = io.BytesIO(data)
     schema = ORACLE_VALUES[version]
-    fields = dict(zip(schema.names, schema.decode(buf)))
+    fields = dict(zip(schema.names, schema.decode(buf), strict=True))
     assert buf.read() == b"", "kafka-python left bytes unread"
     assert fields.get("tags", {}) == {}
     return OffsetValue(

@@ -1,5 +1,5 @@
-"""docs/reliability-scenarios.md scenario 65: a lock-free writable view's log end never goes backwards (the race behind a rare
-tests/txlog/test_multiprocess.py::test_reader_while_writers_append[writable] failure).
+"""docs/reliability-scenarios.md scenario 65: a lock-free writable view's log end never goes backwards (the race
+behind a rare tests/txlog/test_multiprocess.py::test_reader_while_writers_append[writable] failure).
 
 A view that is not holding the writer lock catches up, then gives a segment its first full
 index check. If a writer appends (and adds an offset-index entry) between the two, the

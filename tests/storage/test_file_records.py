@@ -169,7 +169,8 @@ def test_every_truncation_is_a_silent_partial_tail() -> None:
     log = first + second
     for cut in range(len(log) + 1):
         records = FileRecords.in_memory(log[:cut])
-        assert [b.size for b in records.batches()] == [len(first), len(second)][:(cut >= len(first)) + (cut == len(log))]
+        whole_batches = (cut >= len(first)) + (cut == len(log))
+        assert [b.size for b in records.batches()] == [len(first), len(second)][:whole_batches]
         whole = records.batch_at(0)
         assert (whole.size if whole is not None else None) == (len(first) if cut >= len(first) else None)
 
@@ -204,9 +205,8 @@ def test_an_unknown_magic_is_corruption(tmp_path: Path, magic: int) -> None:
     damaged = bytearray(b"".join(batches))
     damaged[len(batches[0]) + MAGIC_OFFSET] = magic
     path = write(tmp_path, bytes(damaged))
-    with FileRecords.open(path) as records:
-        with pytest.raises(CorruptRecordError, match="magic") as info:
-            list(records.batches())
+    with FileRecords.open(path) as records, pytest.raises(CorruptRecordError, match="magic") as info:
+        list(records.batches())
     assert info.value.position == len(batches[0])
 
 

@@ -13,10 +13,10 @@ import zlib
 
 import pytest
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
-from tests.cli.cli_helpers import assert_ok, assert_one_error, txlog
 
 from storage.legacy_records import is_legacy_message, parse_legacy, records_of
 from storage.log_files import filename_prefix
+from tests.cli.cli_helpers import assert_ok, assert_one_error, txlog
 
 SEG0 = filename_prefix(0)
 GZIP = 1

@@ -10,6 +10,7 @@ through the public partition API at the end.
 
 from __future__ import annotations
 
+import itertools
 import os
 
 import pytest
@@ -85,7 +86,7 @@ def test_offset_index_is_sparse_and_never_indexes_the_first_batch(segment) -> No
     entries = segment.offset_index.entries()
     assert entries and all(position > 0 for _, position in entries)
     assert (100, 0) not in entries
-    for (offset, position), (next_offset, next_position) in zip(entries, entries[1:]):
+    for (offset, position), (next_offset, next_position) in itertools.pairwise(entries):
         assert next_offset > offset and next_position - position > 100
     # each entry is keyed by the last offset of the batch that starts at its position
     for offset, position in entries:

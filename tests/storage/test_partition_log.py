@@ -28,6 +28,7 @@ from storage.errors import (
     ReadOnlyStoreError,
     UnknownTopicOrPartitionError,
 )
+from storage.log_files import filename_prefix
 from storage.records import (
     BatchBuilder,
     Compression,
@@ -35,7 +36,6 @@ from storage.records import (
     RecordBatch,
     build_batch,
 )
-from storage.log_files import filename_prefix
 
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
@@ -459,7 +459,7 @@ def sample_records(n: int, ts: int):
 
 def assert_same_records(ours, expected, base_offset):
     assert len(ours) == len(expected)
-    for i, (r, (ts, key, value, headers)) in enumerate(zip(ours, expected)):
+    for i, (r, (ts, key, value, headers)) in enumerate(zip(ours, expected, strict=True)):
         assert r.offset == base_offset + i
         assert r.timestamp == ts
         assert r.key == key
@@ -519,7 +519,7 @@ def test_kafka_python_batches_append_and_read_back(store, store_path, codec, txn
         assert kb.is_transactional == txn
         assert kb.producer_id == pid and kb.producer_epoch == epoch
         assert len(krecs) == len(recs)
-        for i, (kr, (ts_, key, value, headers)) in enumerate(zip(krecs, recs)):
+        for i, (kr, (ts_, key, value, headers)) in enumerate(zip(krecs, recs, strict=True)):
             assert (kr.offset, kr.timestamp, kr.key, kr.value) == (base + i, ts_, key, value)
             assert list(kr.headers) == list(headers)
     if txn:
@@ -557,7 +557,7 @@ def test_every_batch_the_store_writes_parses_with_kafka_python(store_path):
     parsed = kafka_python_parse(partition_dir(store_path))
     assert len(log_files(partition_dir(store_path))) > 1
     assert len(parsed) == len(ours) == 14
-    for (kb, krecs), (b, recs) in zip(parsed, ours):
+    for (kb, krecs), (b, recs) in zip(parsed, ours, strict=True):
         assert kb.base_offset == b.base_offset
         assert kb.last_offset_delta == b.last_offset_delta
         assert kb.crc == b.crc
@@ -582,8 +582,9 @@ def test_every_batch_the_store_writes_parses_with_kafka_python(store_path):
 # ---- a segment written by real Kafka software ---------------------------------------------------------
 
 
-KAFKA_REAL = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))),
-                          "shared", "fixtures", "kafka-real")
+KAFKA_REAL = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))),
+    "shared", "fixtures", "kafka-real")
 
 
 def test_real_kafka_segment_opens_read_only(kafka_real_copy):

@@ -14,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from storage.errors import CorruptSnapshotError, KafkaStorageError
+from storage.log_files import snapshot_filename
 from storage.producer_snapshot import (
     SnapshotEntry,
     decode_snapshot,
@@ -23,7 +24,6 @@ from storage.producer_snapshot import (
     read_snapshot,
     write_snapshot,
 )
-from storage.log_files import snapshot_filename
 
 
 def entry(pid, **fields):

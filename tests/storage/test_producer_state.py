@@ -434,7 +434,8 @@ def test_cap_evicts_the_least_recently_written_producer_without_an_open_transact
 
 
 def test_an_evicted_producer_cannot_slip_a_retry_through() -> None:
-    """docs/reliability-scenarios.md scenario 9: the retry of an evicted producer's batch is refused, not re-appended."""
+    """docs/reliability-scenarios.md scenario 9: the retry of an evicted producer's batch is refused, not
+    re-appended."""
     p = Partition(ProducerStateManager(max_producers=1))
     p.append(PID, 0, 0)
     p.append(PID, 0, 1)

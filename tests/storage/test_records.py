@@ -710,7 +710,8 @@ def test_validate_framing_max_timestamp_over_delta_shapes(deltas) -> None:
 
 def test_validate_framing_sees_a_single_odd_record_in_a_run() -> None:
     """A run of equal records broken by one longer record must still be counted exactly."""
-    records = [(b"k", b"v" * 100, None, TS)] * 300 + [(b"k", b"v" * 101, None, TS + 9)] + [(b"k", b"v" * 100, None, TS)] * 300
+    equal = [(b"k", b"v" * 100, None, TS)] * 300
+    records = equal + [(b"k", b"v" * 101, None, TS + 9)] + equal
     batch = RecordBatch.parse(build_batch(records))
     assert batch.validate_framing() == TS + 9
     shortened = craft(build_batch(records), records_count=600, last_offset_delta=599)

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from storage.file_records import FileRecords
 from storage.records import (
     Compression,
     ControlType,
@@ -19,7 +20,6 @@ from storage.records import (
     build_batch,
     build_control_batch,
 )
-from storage.file_records import FileRecords
 
 kafka_record = pytest.importorskip("kafka.record")
 default_records = pytest.importorskip("kafka.record.default_records")
@@ -28,13 +28,13 @@ DefaultRecordBatchBuilder = default_records.DefaultRecordBatchBuilder
 
 TS = 1_700_000_000_000
 
-SPEC_BATCH = bytes.fromhex("".join("""
+SPEC_BATCH = bytes.fromhex("""
 0000000000000000 00000056 00000000 02 e73a732c 0010 00000002 0000018bcfe56800 0000018bcfe56802
 00000000000003e8 0005 00000000 00000003
 1c 00 00 00 04 6b30 04 7630 02 02 68 02 78
 14 00 02 02 04 6b31 04 7631 00
 14 00 04 04 04 6b32 04 7632 00
-""".split()))
+""")  # fromhex skips whitespace, so the batch keeps its field-per-group layout
 SPEC_RECORDS = [(b"k0", b"v0", [("h", b"x")], TS), (b"k1", b"v1", [], TS + 1), (b"k2", b"v2", [], TS + 2)]
 
 SAMPLE = [

@@ -36,8 +36,8 @@ from storage.errors import (
     TransactionCoordinatorFencedError,
     UnknownProducerIdError,
 )
-from storage.records import Compression, ControlType, build_batch, build_control_batch
 from storage.log_files import segment_filename, snapshot_filename
+from storage.records import Compression, ControlType, build_batch, build_control_batch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 INT32_MAX = 2**31 - 1
@@ -692,7 +692,8 @@ def test_scenario7_power_loss_in_the_active_segment_after_rolls(store_path, seed
 @pytest.mark.parametrize("cut", ["boundary", "inside-marker"])
 def test_scenario7_power_loss_of_an_abort_marker(store_path, shutdown, cut):
     """The ABORT marker was not fsynced: on restart the txn is open again and the txn index is
-    cut to the same point (docs/reliability-scenarios.md rule 7) - no entry may point at a marker that is not in the log."""
+    cut to the same point (docs/reliability-scenarios.md rule 7) - no entry may point at a marker that is not in
+    the log."""
     s = Store.open(store_path)
     s.create_topic("t", partitions=1)
     log = s.partition("t", 0)

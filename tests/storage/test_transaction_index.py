@@ -1,4 +1,7 @@
-"""TransactionIndex: Kafka's 34-byte AbortedTxn entries and the read_committed search (docs/kafka-formats.md §3.5, §5.6)."""
+"""TransactionIndex: Kafka's 34-byte AbortedTxn entries and the read_committed search.
+
+docs/kafka-formats.md §3.5, §5.6.
+"""
 
 from __future__ import annotations
 

@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -101,7 +102,7 @@ def active_txn_index(store_path: str) -> str:
 
 
 def damage(path: str, how: str) -> None:
-    data = open(path, "rb").read()
+    data = Path(path).read_bytes()
     if how == "deleted":
         os.remove(path)
         return
@@ -218,10 +219,10 @@ def test_scenario61_every_txnindex_deleted_cli_consume(store, expected):
 
 def test_scenario61_rebuilt_index_is_the_original(store):
     path = damaged_file(store, "sealed")
-    original = open(path, "rb").read()
+    original = Path(path).read_bytes()
     damage(path, "entry_dropped")
     fetch_all(store, read_only=False)
-    assert open(path, "rb").read() == original
+    assert Path(path).read_bytes() == original
 
 
 def test_scenario61_spark_plan_hands_executors_every_abort(store):

@@ -1,4 +1,4 @@
-"""docs/reliability-scenarios.md scenario 47: a `.txnindex` entry changed to other plausible values is caught and rebuilt.
+"""docs/reliability-scenarios.md scenario 47: a `.txnindex` entry changed to plausible values is caught and rebuilt.
 
 The structural checks (whole 34-byte entries, version 0, first ≤ last, LSO ≤ last + 1,
 last offsets increasing) pass for every damaged file used here: only checking each
@@ -19,11 +19,11 @@ import pytest
 
 from storage import Store
 from storage.errors import CorruptIndexError
+from storage.log_files import segment_filename
 from storage.partition_log import PartitionLog
 from storage.records import ControlType, build_batch
 from storage.transaction_index import TransactionIndex
 from txlog.fetch import IsolationLevel, fetch
-from storage.log_files import segment_filename
 
 TXN_ENTRY = struct.Struct(">hqqqq")  # version, producerId, firstOffset, lastOffset, lastStableOffset
 FIELDS = {"producer_id": 1, "first_offset": 2, "last_offset": 3, "lso": 4}
@@ -140,7 +140,7 @@ def segment_with_entries(directory: str, which: str) -> tuple[int, int, str]:
     s = Store.open(os.path.dirname(directory), read_only=True)
     end = s.partition("t", 0).log_end_offset
     s.close()
-    bounds = list(zip(bases, bases[1:] + [end]))
+    bounds = list(zip(bases, bases[1:] + [end], strict=True))
     candidates = bounds[-1:] if which == "active" else bounds[:-1]
     for base, seg_end in reversed(candidates):
         path = os.path.join(directory, segment_filename(base, ".txnindex"))

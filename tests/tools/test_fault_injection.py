@@ -17,13 +17,14 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from tests.crash.txn_crash_worker import check_store, clone_store, fetch_all, make_store, model, all_batches  # noqa: E402
-
-from storage import Store  # noqa: E402
-from txlog.clients.consumer import Consumer  # noqa: E402
-from txlog.coordinator.transaction_coordinator import TransactionCoordinator  # noqa: E402
-from txlog.errors import RequestTimedOutError, UnstableOffsetCommitError  # noqa: E402
-from txlog.tools.fault_injection import (  # noqa: E402
+from storage import Store
+from tests.crash.txn_crash_worker import all_batches, check_store, clone_store, fetch_all, make_store, model
+from txlog.clients.consumer import Consumer
+from txlog.clients.producer import Producer
+from txlog.coordinator.transaction_coordinator import TransactionCoordinator
+from txlog.errors import RequestTimedOutError, UnstableOffsetCommitError
+from txlog.schemas.transaction_log import TxnState
+from txlog.tools.fault_injection import (
     Action,
     Crashed,
     FaultInjectingTransport,
@@ -31,11 +32,9 @@ from txlog.tools.fault_injection import (  # noqa: E402
     Step,
     StepFault,
 )
-from txlog.clients.producer import Producer  # noqa: E402
-from txlog.topic_partition import OffsetAndMetadata, TopicPartition  # noqa: E402
-from txlog.schemas.transaction_log import TxnState  # noqa: E402
-from txlog.tools.transform_loop import TransformLoop  # noqa: E402
-from txlog.transport import Transport  # noqa: E402
+from txlog.tools.transform_loop import TransformLoop
+from txlog.topic_partition import OffsetAndMetadata, TopicPartition
+from txlog.transport import Transport
 
 T0, T1 = TopicPartition("t", 0), TopicPartition("t", 1)
 NEVER = 10**9  # linger: batches go out on flush/commit only

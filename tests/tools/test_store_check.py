@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import txlog
 from storage.file_check import Finding, Location, Severity
@@ -53,7 +54,7 @@ def test_a_healthy_store_has_no_findings(store):
 def test_a_flipped_byte_in_a_sealed_position_is_an_error_at_its_offset(store):
     _fill(store)
     path = segment_file(store.partition_dir("t", 0), 0, LOG_FILE_SUFFIX)
-    data = bytearray(open(path, "rb").read())
+    data = bytearray(Path(path).read_bytes())
     data[62] ^= 0xFF  # inside the first batch's records: its CRC no longer matches, valid batches follow
     with open(path, "wb") as f:
         f.write(data)

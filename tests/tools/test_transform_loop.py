@@ -10,8 +10,8 @@ import random
 import pytest
 
 import txlog
-from txlog.fetch import IsolationLevel, fetch
 from txlog.coordinator.group_offsets import GroupOffsets
+from txlog.fetch import IsolationLevel, fetch
 from txlog.tools.transform_loop import AbortRequested, TransformLoop
 
 

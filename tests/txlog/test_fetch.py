@@ -26,6 +26,7 @@ from storage.records import ControlType, RecordBatch, TimestampType, build_batch
 from txlog.errors import OffsetOutOfRangeError
 from txlog.fetch import FetchResult, IllegalArgumentError, IsolationLevel, fetch
 
+
 @contextmanager
 def no_fsync():
     """What a reader sees does not depend on fsync (durability is the storage tests' subject);
@@ -105,7 +106,7 @@ class LogWriter:
 
     def _note(self, base: int, vals: list[bytes]) -> list[int]:
         offsets = list(range(base, base + len(vals)))
-        self.values.update(zip(offsets, vals))
+        self.values.update(zip(offsets, vals, strict=True))
         return offsets
 
     # ---- the oracle ------------------------------------------------------------------------

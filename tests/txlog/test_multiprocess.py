@@ -19,6 +19,8 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from storage import Store
+from storage.producer_ids import ProducerIdAllocator
 from tests.crash.crash_worker import (
     TOPIC,
     Worker,
@@ -28,9 +30,6 @@ from tests.crash.crash_worker import (
     parse_acks,
     scan_log,
 )
-
-from storage import Store
-from storage.producer_ids import ProducerIdAllocator
 
 TS_BASE = int(time.time() * 1000) - 60_000
 
@@ -72,7 +71,8 @@ def _kafka_python_parse(path: str) -> int:
         offsets = [r.offset for r in batch]
         assert offsets == list(range(batch.base_offset, batch.base_offset + len(offsets)))
         n += 1
-    assert records.valid_bytes() == len(data), f"{path}: kafka-python stops at byte {records.valid_bytes()} of {len(data)}"
+    assert records.valid_bytes() == len(data), \
+        f"{path}: kafka-python stops at byte {records.valid_bytes()} of {len(data)}"
     return n
 
 

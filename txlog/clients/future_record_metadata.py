@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from txlog.consumer_record import RecordMetadata
 from txlog.topic_partition import TopicPartition
@@ -146,7 +147,7 @@ class FutureRecordMetadata(tuple):
     def exception(self) -> BaseException | None:
         return self[0].result.error
 
-    def add_callback(self, fn: Callback) -> "FutureRecordMetadata":
+    def add_callback(self, fn: Callback) -> FutureRecordMetadata:
         """`fn(metadata, error)` once the batch is acknowledged or has failed (at once if it has)."""
         batch = self[0]
         if not batch.result.add(self[1], fn):
@@ -203,4 +204,4 @@ class FutureProduceMany:
 
     def batches_done(self) -> list[tuple[int, int, int, BaseException | None]]:
         """`batches()` of the batches already settled."""
-        return [row for row, (_, _, result) in zip(self.batches(), self._parts) if result.done]
+        return [row for row, (_, _, result) in zip(self.batches(), self._parts, strict=True) if result.done]

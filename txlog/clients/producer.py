@@ -46,13 +46,20 @@ from __future__ import annotations
 import itertools
 import os
 import time
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from storage.config import TopicConfig
 from storage.errors import KafkaError
 from storage.records import BatchBuilder, Compression, TimestampType, encode_batches
 from storage.store import Store
-from txlog.requests import DEFAULT_TRANSACTION_TIMEOUT_MS
+from storage.topic_name import CONSUMER_OFFSETS_TOPIC
+from txlog.clients.future_record_metadata import FutureProduceMany, FutureRecordMetadata, ProduceRequestResult
+from txlog.clients.membership import ConsumerGroupMetadata
+from txlog.clients.partitioner import DEFAULT_PARTITIONER, PARTITIONER_NAMES, named_partitioner, partition_many
+from txlog.clients.record_accumulator import ProducerBatch, RecordAccumulator
+from txlog.clients.sender import Sender, SenderConfig, retry_timeouts
+from txlog.clients.transaction_manager import FENCING_ERRORS, TransactionManager, TransactionState
 from txlog.errors import (
     IllegalArgumentError,
     InvalidConfigurationError,
@@ -60,14 +67,7 @@ from txlog.errors import (
     TransactionAbortableError,
     UnknownTopicOrPartitionError,
 )
-from txlog.clients.future_record_metadata import FutureProduceMany, FutureRecordMetadata, ProduceRequestResult
-from txlog.requests import MemberRef
-from storage.topic_name import CONSUMER_OFFSETS_TOPIC
-from txlog.clients.membership import ConsumerGroupMetadata
-from txlog.clients.partitioner import DEFAULT_PARTITIONER, PARTITIONER_NAMES, named_partitioner, partition_many
-from txlog.clients.record_accumulator import ProducerBatch, RecordAccumulator
-from txlog.clients.sender import Sender, SenderConfig, retry_timeouts
-from txlog.clients.transaction_manager import FENCING_ERRORS, TransactionManager, TransactionState
+from txlog.requests import DEFAULT_TRANSACTION_TIMEOUT_MS, MemberRef
 from txlog.topic_partition import OffsetAndMetadata, TopicPartition
 from txlog.transport import Transport
 
@@ -506,7 +506,7 @@ class Producer:
         except FENCING_ERRORS:
             pass
 
-    def __enter__(self) -> "Producer":
+    def __enter__(self) -> Producer:
         return self
 
     def __exit__(self, *exc: object) -> None:

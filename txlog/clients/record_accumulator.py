@@ -21,13 +21,12 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from typing import Callable
+from collections.abc import Callable
 
 from storage.records import BatchBuilder, stamp_batch
-from txlog.errors import IllegalStateError, KafkaTimeoutError
 from txlog.clients.future_record_metadata import ProduceRequestResult, run_settled_callbacks
+from txlog.errors import IllegalStateError, KafkaTimeoutError
 from txlog.topic_partition import TopicPartition
-
 
 #: A sender thread with nothing to send for this long stops; the next batch starts another.
 SENDER_IDLE_S = 5.0
@@ -40,7 +39,7 @@ class ProducerBatch:
     __slots__ = ("tp", "builder", "encoded", "record_count", "created", "result", "reserved", "waiter",
                  "max_bytes")
 
-    def __init__(self, tp: TopicPartition, reserved: int, waiter: "RecordAccumulator", *,
+    def __init__(self, tp: TopicPartition, reserved: int, waiter: RecordAccumulator, *,
                  builder: BatchBuilder | None = None, encoded: bytearray | None = None, record_count: int = 0):
         self.tp = tp
         self.waiter = waiter  # what a future's get() waits on

@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 from storage.errors import (
     CorruptRecordError,
@@ -37,9 +38,9 @@ from storage.errors import (
     UnsupportedCompressionTypeError,
 )
 from storage.partition_log import BatchAppendResult
-from txlog.errors import KafkaTimeoutError, RequestTimedOutError
 from txlog.clients.record_accumulator import ProducerBatch, RecordAccumulator
 from txlog.clients.transaction_manager import TransactionManager, increment_sequence
+from txlog.errors import KafkaTimeoutError, RequestTimedOutError
 from txlog.topic_partition import TopicPartition
 from txlog.transport import Transport
 
@@ -143,7 +144,7 @@ class Sender:
             for batch in group:
                 batch.settle(None, error)
             return
-        for batch, result in zip(group, results):
+        for batch, result in zip(group, results, strict=True):  # one result per batch, in order
             # -1: a retried group's batch older than the partition's window (appended, offset unknown)
             batch.settle(result.base_offset if result.base_offset >= 0 else None, None)
 

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from enum import Enum
 
 from storage.store import Store
+from txlog.clients.producer import Producer
 from txlog.errors import KafkaError
 from txlog.fetch import IsolationLevel, fetch
-from txlog.clients.producer import Producer
 from txlog.tools.fault_injection import Fault, FaultInjectingTransport, FaultPlan
 from txlog.transport import Transport
 

@@ -38,19 +38,25 @@ import os
 import random
 import signal
 from collections import deque
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
-from typing import Callable, Iterable, Mapping, TypeVar
+from typing import TypeVar
 
 from storage.errors import KafkaError
 from storage.partition_log import AppendResult
 from storage.records import ControlType
-from txlog.requests import DEFAULT_TRANSACTION_TIMEOUT_MS, ProducerIdAndEpoch
 from txlog.errors import RequestTimedOutError
 from txlog.fetch import FetchResult, IsolationLevel
-from txlog.requests import HeartbeatRequest, HeartbeatResponse, MemberRef
-from txlog.topic_partition import OffsetAndMetadata, TopicPartition
+from txlog.requests import (
+    DEFAULT_TRANSACTION_TIMEOUT_MS,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    MemberRef,
+    ProducerIdAndEpoch,
+)
 from txlog.schemas.transaction_log import TxnLogValue
+from txlog.topic_partition import OffsetAndMetadata, TopicPartition
 from txlog.transport import Transport
 
 T = TypeVar("T")
