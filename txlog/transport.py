@@ -100,7 +100,7 @@ class Transport:
 
     # ---- Produce ----------------------------------------------------------------------------------------
 
-    def produce(self, topic: str, partition: int, data: bytes, transactional_id: str | None = None, *,
+    def produce(self, topic: str, partition: int, data: bytes | bytearray, transactional_id: str | None = None, *,
                 sync: bool = True, trusted: bool = False) -> AppendResult:
         """Produce one request's batches. A transactional batch is verified against its transaction (KIP-890 part 1).
 

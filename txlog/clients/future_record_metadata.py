@@ -76,12 +76,24 @@ class RecordsView(Protocol):
 
 
 class BatchView(Protocol):
-    """What a future holds of its batch (txlog.clients.record_accumulator.ProducerBatch)."""
+    """What a future holds of its batch (txlog.clients.record_accumulator.ProducerBatch).
 
-    tp: TopicPartition
-    result: ProduceRequestResult
-    builder: RecordsView
-    waiter: ResultWaiter
+    Read-only members: a future never assigns them, and a batch's own attributes then match
+    covariantly (its waiter is the accumulator, a ResultWaiter). The builder is None for a
+    batch `produce_many` encoded whole, which has no per-record futures.
+    """
+
+    @property
+    def tp(self) -> TopicPartition: ...
+
+    @property
+    def result(self) -> ProduceRequestResult: ...
+
+    @property
+    def builder(self) -> RecordsView | None: ...
+
+    @property
+    def waiter(self) -> ResultWaiter: ...
 
 
 def run_callback(fn: Callback, metadata: RecordMetadata | None, error: BaseException | None) -> None:
@@ -102,6 +114,7 @@ def record_metadata(batch: BatchView, index: int) -> RecordMetadata | None:
         return None
     offset = -1 if result.base_offset is None else result.base_offset + index
     tp, builder = batch.tp, batch.builder
+    assert builder is not None, "only send() makes per-record futures, and its batches have builders"
     return RecordMetadata(tp.topic, tp.partition, offset, builder.timestamp_at(index), builder.key_size_at(index),
                           builder.value_size_at(index))
 
@@ -115,7 +128,7 @@ def run_settled_callbacks(batch: BatchView, callbacks: dict[int, list[Callback]]
             run_callback(fn, metadata, error)
 
 
-class FutureRecordMetadata(tuple):
+class FutureRecordMetadata(tuple[BatchView, int]):
     """Resolves to the record's RecordMetadata once its batch was acknowledged (per `acks`).
 
     A (batch, index) tuple: `send` makes one per record, and a tuple subclass without its
@@ -125,8 +138,10 @@ class FutureRecordMetadata(tuple):
 
     __slots__ = ()
 
+    # Shadows tuple.index (a search by value), which has no meaning for a future: the tuple is
+    # only how the future is made cheaply, and `index` is the record's position (public API).
     @property
-    def index(self) -> int:
+    def index(self) -> int:  # type: ignore[override]
         """The record's position in its batch."""
         return self[1]
 
@@ -142,7 +157,9 @@ class FutureRecordMetadata(tuple):
             batch.waiter.await_result(batch.tp, result, timeout)
         if result.error is not None:
             raise result.error
-        return record_metadata(batch, self[1])
+        metadata = record_metadata(batch, self[1])
+        assert metadata is not None, "await_result returns only once the batch settled, and it succeeded"
+        return metadata
 
     def exception(self) -> BaseException | None:
         return self[0].result.error

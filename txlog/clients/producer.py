@@ -139,8 +139,9 @@ class Producer:
         _check_config(self.idempotent, compression_type, retries, batch_size, linger_ms, partitioner,
                       max_in_flight_requests_per_connection, delivery_timeout_ms, buffer_memory, max_block_ms,
                       max_request_size)
+        assert delivery_timeout_ms is not None, "_check_config refuses None (it is defaulted above for a valid linger)"
         self._own_store = not isinstance(store, Store)
-        self.store = Store.open(store) if self._own_store else store
+        self.store = store if isinstance(store, Store) else Store.open(store)
         self.transactional_id = transactional_id
         # Kafka's default client.id: producer-N, or the transactional id's (named in the sender thread's name)
         self.client_id = client_id or (f"producer-{transactional_id}" if transactional_id is not None
@@ -220,9 +221,10 @@ class Producer:
         # Lock-free when the partition's open batch takes the record: the builder's
         # try_append is one native call, atomic under the GIL, and a sealed batch's builder
         # refuses it (-1), so a record is never added to a batch the sender has taken.
+        # (An open batch always has a builder: produce_many's encoded batches are queued sealed;
+        # the ignore spares every send a check of it.)
         batch = self._open.get(tp)
-        index = -1 if batch is None else batch.builder.try_append(key, value, hdrs, ts)
-        if index < 0:
+        if batch is None or (index := batch.builder.try_append(key, value, hdrs, ts)) < 0:  # type: ignore[union-attr]
             batch, index = self._append_new(tp, key, value, hdrs, ts)
         # A full batch is sealed by the next send that does not fit (the slow path below), or
         # by linger: a check of the size here on every send cost more than it saved.
@@ -235,11 +237,13 @@ class Producer:
         with self._lock:
             batch = self._open.get(tp)
             if batch is not None:
-                index = batch.builder.try_append(key, value, headers, ts)
+                builder = batch.builder
+                assert builder is not None, "an open batch has a builder (encoded batches are queued sealed)"
+                index = builder.try_append(key, value, headers, ts)
                 if index >= 0:
                     return batch, index
-            batch = self._new_batch(tp)
-            return batch, batch.builder.try_append(key, value, headers, ts)
+            batch, builder = self._new_batch(tp)
+            return batch, builder.try_append(key, value, headers, ts)
 
     def _topic_info(self, topic: str) -> tuple[int, int]:
         """(partition count, largest batch the topic accepts), checked once per topic."""
@@ -287,8 +291,9 @@ class Producer:
         if self._sticky.get(tp.topic) == tp.partition:
             self._sticky.pop(tp.topic, None)
 
-    def _new_batch(self, tp: TopicPartition) -> ProducerBatch:
-        """Open a batch for tp (the caller holds the accumulator's lock); starts the sender on first use."""
+    def _new_batch(self, tp: TopicPartition) -> tuple[ProducerBatch, BatchBuilder]:
+        """Open a batch for tp (the caller holds the accumulator's lock); starts the sender on first use.
+        Returns the batch and its builder."""
         _, max_message = self._topic_info(tp.topic)
         accumulator = self._accumulator
         accumulator.seal(tp)
@@ -300,7 +305,7 @@ class Producer:
         batch = ProducerBatch(tp, size, accumulator, builder=builder)
         accumulator.add_batch(batch, sealed=False)
         self._start_sender()
-        return batch
+        return batch, builder
 
     def _start_sender(self) -> None:
         """A sender thread for the batches just queued, if none is running (the caller holds the
@@ -336,7 +341,7 @@ class Producer:
         return self._tps.get((topic, p)) or self._tps.setdefault((topic, p), TopicPartition(topic, p))
 
     def _rows_by_partition(self, topic: str, keys: Sequence[Any] | None, partition: int | None,
-                           count: int) -> dict[int, range | list[int]]:
+                           count: int) -> Mapping[int, range | list[int]]:
         """Which rows go to which partition, each list in row order."""
         partitions, _ = self._topic_info(topic)
         if partition is not None:
@@ -451,13 +456,14 @@ class Producer:
             return
         ids = txn.producer_id_and_epoch
         data = builder.build(producer_id=ids.producer_id, producer_epoch=ids.epoch, base_sequence=txn.sequence(tp))
+        transactional_id = txn.required_transactional_id()
         try:
             # Registration takes the transaction coordinator's lock, so it happens before the
             # group's lock is taken (inside TxnOffsetCommit): the lock order stays coordinator,
             # then data partitions.
             txn.before_transactional_write([tp], group)
             retry_timeouts(lambda: transport.txn_offset_commit(group, member, tp.topic, tp.partition, data,
-                                                               self.transactional_id), self.retries)
+                                                               transactional_id), self.retries)
         except KafkaError as exc:
             txn.batch_failed(exc)
             raise

@@ -31,6 +31,8 @@ from txlog.topic_partition import TopicPartition
 #: A sender thread with nothing to send for this long stops; the next batch starts another.
 SENDER_IDLE_S = 5.0
 
+WHOLE_OR_BUILT = "a batch without a builder holds the bytes produce_many encoded"
+
 
 class ProducerBatch:
     """One batch of one partition: records in a builder (`send`), or bytes already encoded
@@ -54,7 +56,10 @@ class ProducerBatch:
     @property
     def size(self) -> int:
         """Bytes of the batch (uncompressed, for one still in its builder)."""
-        return self.builder.estimated_size if self.builder is not None else len(self.encoded)
+        if self.builder is not None:
+            return self.builder.estimated_size
+        assert self.encoded is not None, WHOLE_OR_BUILT
+        return len(self.encoded)
 
     @property
     def records(self) -> int:
@@ -66,6 +71,7 @@ class ProducerBatch:
         if self.builder is not None:
             return self.builder.build(producer_id=producer_id, producer_epoch=producer_epoch,
                                       base_sequence=base_sequence)
+        assert self.encoded is not None, WHOLE_OR_BUILT
         stamp_batch(self.encoded, producer_id, producer_epoch, base_sequence)
         return self.encoded
 

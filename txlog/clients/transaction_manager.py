@@ -153,11 +153,16 @@ class TransactionManager:
         with self.lock:
             self._set_ids(self._transport.init_producer_id(None))
 
+    def required_transactional_id(self) -> str:
+        """The transactional id a transactional request names; IllegalStateError without one."""
+        if self.transactional_id is None:
+            raise IllegalStateError("transactional method called on a producer without transactional_id")
+        return self.transactional_id
+
     def ensure_transactional(self) -> None:
         """Raise unless a transactional method may be called: the producer has a transactional id,
         is not closed and is not fenced or dead (that error is raised)."""
-        if self.transactional_id is None:
-            raise IllegalStateError("transactional method called on a producer without transactional_id")
+        self.required_transactional_id()
         if self._state is TransactionState.CLOSED:
             raise IllegalStateError("the producer is closed")
         if self._fatal is not None:
@@ -244,7 +249,7 @@ class TransactionManager:
         """Register new partitions (AddPartitionsToTxn, or AddOffsetsToTxn for `group`'s offsets
         partition), and let the coordinator fence us if our transaction timed out."""
         new = [tp for tp in tps if tp not in self._registered]
-        tid, pid, epoch = self.transactional_id, self._ids.producer_id, self._ids.epoch
+        tid, pid, epoch = self.required_transactional_id(), self._ids.producer_id, self._ids.epoch
         if new:
             if group is None:
                 value = self._retry_concurrent(lambda: self._transport.add_partitions_to_txn(tid, pid, epoch, new))
@@ -329,9 +334,10 @@ class TransactionManager:
             if not self._registered:  # nothing reached the log: there is nothing to mark
                 self._transition(TransactionState.READY)
                 return
+            tid = self.required_transactional_id()
             try:
                 ids = self._retry_concurrent(lambda: self._transport.end_txn(
-                    self.transactional_id, self._ids.producer_id, self._ids.epoch, commit))
+                    tid, self._ids.producer_id, self._ids.epoch, commit))
             except FENCING_ERRORS as exc:
                 fatal = exc if isinstance(exc, ProducerFencedError) else self._fenced(exc)
                 self._transition(TransactionState.FENCED, fatal)

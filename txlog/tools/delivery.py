@@ -19,7 +19,9 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass
 from enum import Enum
+from typing import TypedDict
 
+from storage.partition_log import PartitionLog
 from storage.store import Store
 from txlog.clients.producer import Producer
 from txlog.errors import KafkaError
@@ -38,11 +40,21 @@ class DeliveryMode(str, Enum):
     EXACTLY_ONCE_TRANSACTIONAL = "exactly-once (transactions)"
 
 
-_SETTINGS = {
-    DeliveryMode.AT_MOST_ONCE: dict(enable_idempotence=False, retries=0),
-    DeliveryMode.AT_LEAST_ONCE: dict(enable_idempotence=False, retries=10),
-    DeliveryMode.EXACTLY_ONCE: dict(enable_idempotence=True, retries=10),
-    DeliveryMode.EXACTLY_ONCE_TRANSACTIONAL: dict(retries=10),
+class _ProducerSettings(TypedDict, total=False):
+    """The Producer keywords a mode sets (the rest keep their defaults)."""
+
+    enable_idempotence: bool
+    retries: int
+    linger_ms: int
+    transport: Transport
+    transactional_id: str
+
+
+_SETTINGS: dict[DeliveryMode, _ProducerSettings] = {
+    DeliveryMode.AT_MOST_ONCE: _ProducerSettings(enable_idempotence=False, retries=0),
+    DeliveryMode.AT_LEAST_ONCE: _ProducerSettings(enable_idempotence=False, retries=10),
+    DeliveryMode.EXACTLY_ONCE: _ProducerSettings(enable_idempotence=True, retries=10),
+    DeliveryMode.EXACTLY_ONCE_TRANSACTIONAL: _ProducerSettings(retries=10),
 }
 
 
@@ -64,7 +76,8 @@ def run_mode(store: Store, topic: str, mode: DeliveryMode, records: int, faults:
     run = uuid.uuid4().hex[:8]
     log = store.partition(topic, 0)
     start = log.log_end_offset
-    settings = dict(_SETTINGS[mode], linger_ms=0, transport=FaultInjectingTransport(Transport(store), faults))
+    settings: _ProducerSettings = {**_SETTINGS[mode], "linger_ms": 0,
+                                   "transport": FaultInjectingTransport(Transport(store), faults)}
     if mode is DeliveryMode.EXACTLY_ONCE_TRANSACTIONAL:
         settings["transactional_id"] = f"delivery-{run}"
     acknowledged = 0
@@ -78,14 +91,16 @@ def run_mode(store: Store, topic: str, mode: DeliveryMode, records: int, faults:
             acknowledged += future.exception() is None
         if mode is DeliveryMode.EXACTLY_ONCE_TRANSACTIONAL:
             producer.commit_transaction()
-    copies = Counter(v for v in _values_since(log, start) if v.startswith(f"{run}:".encode()))
+    ours = f"{run}:".encode()  # the topic may hold other runs' records, null values included
+    copies = Counter(v for v in _values_since(log, start) if v is not None and v.startswith(ours))
     written = len(copies)
     return DeliveryReport(mode, records, acknowledged, written, sum(copies.values()) - written,
                           records - written, {f.value: n for f, n in faults.injected.items() if f is not Fault.NONE})
 
 
-def _values_since(log, start: int) -> list[bytes]:
-    values, position = [], start
+def _values_since(log: PartitionLog, start: int) -> list[bytes | None]:
+    values: list[bytes | None] = []
+    position = start
     while True:
         result = fetch(log, position, IsolationLevel.READ_UNCOMMITTED, max_records=10_000)
         values.extend(r.value for r in result.records)
@@ -100,7 +115,7 @@ def compare_delivery_semantics(store: str | os.PathLike | Store, *, records: int
                                modes: tuple[DeliveryMode, ...] = tuple(DeliveryMode)) -> list[DeliveryReport]:
     """Run every mode over the same seeded faults into `topic` (created if missing); one report each."""
     own = not isinstance(store, Store)
-    s = Store.open(store) if own else store
+    s = store if isinstance(store, Store) else Store.open(store)
     try:
         if not s.has_topic(topic):
             try:

@@ -234,7 +234,7 @@ class FaultInjectingTransport(Transport):
 
     # ---- Produce: network faults, then step faults ------------------------------------------------------
 
-    def produce(self, topic: str, partition: int, data: bytes, transactional_id: str | None = None, *,
+    def produce(self, topic: str, partition: int, data: bytes | bytearray, transactional_id: str | None = None, *,
                 sync: bool = True, trusted: bool = False) -> AppendResult:
         return self._through_network(topic, partition, data, transactional_id,
                                      lambda: self._call(Step.PRODUCE, lambda: self.inner.produce(
@@ -254,7 +254,7 @@ class FaultInjectingTransport(Transport):
                                          group, member, topic, partition, data, transactional_id)),
                                      sync=False)  # a late duplicate is written as the original was
 
-    def _through_network(self, topic: str, partition: int, data: bytes, transactional_id: str | None,
+    def _through_network(self, topic: str, partition: int, data: bytes | bytearray, transactional_id: str | None,
                          send: Callable[[], AppendResult], *, sync: bool = True,
                          trusted: bool = False) -> AppendResult:
         if self.crashed:
@@ -263,7 +263,8 @@ class FaultInjectingTransport(Transport):
         if fault is Fault.LOSE_REQUEST:
             raise RequestTimedOutError(f"request to {topic}-{partition} timed out")
         if fault is Fault.DUPLICATE:
-            self._delayed.append((topic, partition, data, transactional_id, sync, trusted))
+            # the late copy is the bytes as sent: a producer's bytearray batch is re-stamped if built again
+            self._delayed.append((topic, partition, bytes(data), transactional_id, sync, trusted))
             raise RequestTimedOutError(f"request to {topic}-{partition} timed out")
         try:
             result = send()
