@@ -99,7 +99,8 @@ def oracle_decode_value(data: bytes) -> TxnLogValue:
     buf = io.BytesIO(data)
     version = Int16.decode(io.BytesIO(data[:2]))
     schema = ORACLE_VALUE_V1 if version == 1 else ORACLE_VALUE_V0
-    fields = dict(zip(schema.names, schema.decode(buf), strict=True))
+    # not strict: kafka-python's decode drops an empty trailing tagged-fields value ("tags" then absent)
+    fields = dict(zip(schema.names, schema.decode(buf), strict=False))
     assert buf.read() == b"", "kafka-python left bytes unread"
     tags = {attr: default for attr, _, default in ORACLE_TAGS.values()}
     for tag, raw in fields.get("tags", {}).items():
@@ -126,7 +127,8 @@ def oracle_decode_value(data: bytes) -> TxnLogValue:
 def oracle_partitions_is_null(data: bytes) -> bool:
     version = Int16.decode(io.BytesIO(data[:2]))
     schema = ORACLE_VALUE_V1 if version == 1 else ORACLE_VALUE_V0
-    return dict(zip(schema.names, schema.decode(io.BytesIO(data)), strict=True))["partitions"] is None
+    # not strict: kafka-python drops an empty trailing tagged-fields value
+    return dict(zip(schema.names, schema.decode(io.BytesIO(data)), strict=False))["partitions"] is None
 
 
 def oracle_encode_value(value: TxnLogValue, version: int, reverse: bool = False) -> bytes:
