@@ -17,15 +17,15 @@ Keyless records are not hashed: the producer keeps a sticky partition per batch
 `partition_many` places a whole column of keys in one native call (storage.murmur2, the
 same murmur2 in Rust) for the producer's bulk path. The per-key hash below stays pure Python
 (no maintained C build of Kafka's murmur2 is on PyPI), so it is cached per key: a producer
-sends the same keys over and over (user ids, order ids), and a cache hit costs one dict lookup. The cache is bounded (16384 keys of at most 256 bytes, a
-few MiB at worst); when full it is cleared, which costs nothing per hit and keeps memory flat
-for streams of unique keys.
+sends the same keys over and over (user ids, order ids), and a cache hit costs one dict lookup.
+The cache is bounded (16384 keys of at most 256 bytes, a few MiB at worst); when full it is
+cleared, which costs nothing per hit and keeps memory flat for streams of unique keys.
 """
 
 from __future__ import annotations
 
 import struct
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 import mmh3
 
