@@ -23,8 +23,7 @@ def batch(producer_id: int, sequence: int) -> bytes:
     from storage.records import build_batch
 
     key, value = record(sequence)
-    return build_batch([(key, value, [], None)], producer_id=producer_id, producer_epoch=0,
-                       base_sequence=sequence)
+    return build_batch([(key, value, [], None)], producer_id=producer_id, producer_epoch=0, base_sequence=sequence)
 
 
 def main(argv: list[str]) -> int:

@@ -67,8 +67,14 @@ POLL_RECORDS = 5000
 if TYPE_CHECKING:  # what the verb receives; the Literal of its choices is built at run time
     ConsumeOutputOption = OutputFormat
 else:
-    ConsumeOutputOption = output_option(OutputFormat.text, OutputFormat.jsonl, OutputFormat.json, OutputFormat.csv,
-                                        OutputFormat.table, help="text (Kafka's formatter), jsonl, json, csv or table.")
+    ConsumeOutputOption = output_option(
+        OutputFormat.text,
+        OutputFormat.jsonl,
+        OutputFormat.json,
+        OutputFormat.csv,
+        OutputFormat.table,
+        help="text (Kafka's formatter), jsonl, json, csv or table.",
+    )
 
 
 class TimestampFormat(str, Enum):
@@ -84,6 +90,7 @@ class IsolationChoice(str, Enum):
 
 
 # ---- writers ------------------------------------------------------------------------------------------
+
 
 class _Writer:
     """Turns records into output; `write` per polled batch, `close` once at the end."""
@@ -161,9 +168,14 @@ class _KafkaFormatter(_Writer):
             if show_o:
                 fields.append(f"Offset:{r.offset}".encode())
             if show_h:
-                fields.append(self.headers_sep.join(
-                    name.encode("utf-8") + b":" + (self.null if value is None else value) for name, value in r.headers
-                ) if r.headers else b"NO_HEADERS")
+                fields.append(
+                    self.headers_sep.join(
+                        name.encode("utf-8") + b":" + (self.null if value is None else value)
+                        for name, value in r.headers
+                    )
+                    if r.headers
+                    else b"NO_HEADERS"
+                )
             if show_k:
                 fields.append(self.null if r.key is None else encode_value(r.key, self.value_format))
             if show_v:
@@ -214,8 +226,8 @@ class _KcatFormatter(_Writer):
                 if nxt in simple:
                     literal += simple[nxt]
                     i += 2
-                elif nxt == "x" and i + 3 < len(fmt) and _is_hex(fmt[i + 2:i + 4]):
-                    literal.append(int(fmt[i + 2:i + 4], 16))
+                elif nxt == "x" and i + 3 < len(fmt) and _is_hex(fmt[i + 2 : i + 4]):
+                    literal.append(int(fmt[i + 2 : i + 4], 16))
                     i += 4
                 else:
                     literal += c.encode("utf-8")
@@ -252,8 +264,9 @@ class _KcatFormatter(_Writer):
                 elif part == "R":
                     buf += (-1 if r.value is None else len(r.value)).to_bytes(4, "big", signed=True)
                 elif part == "h":
-                    buf += b",".join(name.encode("utf-8") + b"=" + (b"NULL" if value is None else value)
-                                     for name, value in r.headers)
+                    buf += b",".join(
+                        name.encode("utf-8") + b"=" + (b"NULL" if value is None else value) for name, value in r.headers
+                    )
         self.out.write(buf)
 
 
@@ -325,8 +338,15 @@ class _Rows(_Writer):
         super().close()
 
 
-def _writer(output: OutputFormat, fmt: str | None, props: dict[str, str], value_format: ValueFormat, *,
-            kcat_json: bool = False, iso_timestamps: bool = False) -> _Writer:
+def _writer(
+    output: OutputFormat,
+    fmt: str | None,
+    props: dict[str, str],
+    value_format: ValueFormat,
+    *,
+    kcat_json: bool = False,
+    iso_timestamps: bool = False,
+) -> _Writer:
     writer: _Writer
     if kcat_json:
         writer = _KcatJson(value_format)
@@ -364,8 +384,10 @@ def _parse_offsets(values: list[str] | None) -> tuple[Start, int | None]:
             stop = _timestamp_arg(value, lowered[2:])
             continue
         if start is not None:
-            raise CommandError(f"-o/--offset gives two start positions ({values[0]!r} and {value!r}); "
-                               "give one, plus e@MS to stop", exit_code=USAGE)
+            raise CommandError(
+                f"-o/--offset gives two start positions ({values[0]!r} and {value!r}); give one, plus e@MS to stop",
+                exit_code=USAGE,
+            )
         start = _start(value, lowered)
     return start, stop
 
@@ -387,8 +409,7 @@ def _start(value: str, lowered: str) -> Start:
 
 def _timestamp_arg(value: str, digits: str) -> int:
     if not digits.isdigit():
-        raise CommandError(f"-o/--offset {value!r}: s@ and e@ take a timestamp in ms since the epoch",
-                           exit_code=USAGE)
+        raise CommandError(f"-o/--offset {value!r}: s@ and e@ take a timestamp in ms since the epoch", exit_code=USAGE)
     return int(digits)
 
 
@@ -416,68 +437,148 @@ def _position(consumer: Consumer, tps: list[TopicPartition], where: Start) -> No
 
 # ---- the command --------------------------------------------------------------------------------------
 
+
 def consume(
     ctx: typer.Context,
-    topic: Annotated[str, typer.Option(
-        "--topic", "-t", metavar="TOPIC", help="Topic to read.", autocompletion=complete_topic_names,
-        show_default=False,
-    )] = ...,  # type: ignore[assignment]  # typer's mark of a required option, not a value
-    partition: Annotated[int | None, typer.Option(
-        "--partition", "-p", help="Read only this partition (default: all).", show_default=False,
-    )] = None,
-    group: Annotated[str | None, typer.Option(
-        "--group", "-g", metavar="GROUP", help="Start at this group's committed offsets and commit what was printed.",
-        autocompletion=complete_group_ids,
-        show_default=False,
-    )] = None,
-    isolation_level: Annotated[IsolationChoice, typer.Option(
-        "--isolation-level", case_sensitive=False, help="read_committed hides open and aborted transactions.",
-    )] = IsolationChoice.read_committed,
-    offset: Annotated[list[str] | None, typer.Option(
-        "--offset", "-o", metavar=OFFSET_SPEC,
-        help="Where to start, as kcat's -o (over the group's offset): beginning (earliest), end (latest), "
-        "stored (the group's offset), offset N, N back from the end (-N), the first record at or after a "
-        "timestamp in ms (s@MS); e@MS (may be given as well) stops before the first record at or after MS.",
-        show_default=False,
-    )] = None,
+    topic: Annotated[
+        str,
+        typer.Option(
+            "--topic",
+            "-t",
+            metavar="TOPIC",
+            help="Topic to read.",
+            autocompletion=complete_topic_names,
+            show_default=False,
+        ),
+    ] = ...,  # type: ignore[assignment]  # typer's mark of a required option, not a value
+    partition: Annotated[
+        int | None,
+        typer.Option(
+            "--partition",
+            "-p",
+            help="Read only this partition (default: all).",
+            show_default=False,
+        ),
+    ] = None,
+    group: Annotated[
+        str | None,
+        typer.Option(
+            "--group",
+            "-g",
+            metavar="GROUP",
+            help="Start at this group's committed offsets and commit what was printed.",
+            autocompletion=complete_group_ids,
+            show_default=False,
+        ),
+    ] = None,
+    isolation_level: Annotated[
+        IsolationChoice,
+        typer.Option(
+            "--isolation-level",
+            case_sensitive=False,
+            help="read_committed hides open and aborted transactions.",
+        ),
+    ] = IsolationChoice.read_committed,
+    offset: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--offset",
+            "-o",
+            metavar=OFFSET_SPEC,
+            help="Where to start, as kcat's -o (over the group's offset): beginning (earliest), end (latest), "
+            "stored (the group's offset), offset N, N back from the end (-N), the first record at or after a "
+            "timestamp in ms (s@MS); e@MS (may be given as well) stops before the first record at or after MS.",
+            show_default=False,
+        ),
+    ] = None,
     from_beginning: Annotated[bool, typer.Option("--from-beginning", help="Same as -o beginning.")] = False,
-    follow: Annotated[bool, typer.Option(
-        "--follow", help="Keep waiting for new records instead of exiting at the end (kcat without -e).",
-    )] = False,
-    exit_at_end: Annotated[bool, typer.Option(
-        "--exit-at-end", "-e", help="Exit at the end of every partition (the default; kcat's -e), saying so on "
-        "stderr as kcat does.",
-    )] = False,
-    max_messages: Annotated[int | None, typer.Option(
-        "--max-messages", "-c", metavar="N", help="Exit after printing N records.", show_default=False,
-    )] = None,
-    timeout_ms: Annotated[int | None, typer.Option(
-        "--timeout-ms", metavar="MS", help="Exit when no record came for this long (also waits this long at the end).",
-        show_default=False,
-    )] = None,
-    prop: Annotated[list[str] | None, typer.Option(
-        "--property", metavar="NAME=VALUE",
-        help="Kafka formatter (repeatable): print.timestamp, print.key, print.offset, print.partition, "
-        "print.headers, print.value, key.separator, line.separator, headers.separator, null.literal.",
-    )] = None,
-    fmt: Annotated[str | None, typer.Option(
-        "--format", "-f", metavar="FMT", help="kcat format, e.g. '%t %p %o %k %s %h %T\\n'.", show_default=False,
-    )] = None,
-    kcat_json: Annotated[bool, typer.Option(
-        "--json-envelope", "-J", help="kcat's -J: one JSON object per record (topic, partition, offset, tstype, "
-        "ts, broker, headers, key, payload).",
-    )] = False,
+    follow: Annotated[
+        bool,
+        typer.Option(
+            "--follow",
+            help="Keep waiting for new records instead of exiting at the end (kcat without -e).",
+        ),
+    ] = False,
+    exit_at_end: Annotated[
+        bool,
+        typer.Option(
+            "--exit-at-end",
+            "-e",
+            help="Exit at the end of every partition (the default; kcat's -e), saying so on stderr as kcat does.",
+        ),
+    ] = False,
+    max_messages: Annotated[
+        int | None,
+        typer.Option(
+            "--max-messages",
+            "-c",
+            metavar="N",
+            help="Exit after printing N records.",
+            show_default=False,
+        ),
+    ] = None,
+    timeout_ms: Annotated[
+        int | None,
+        typer.Option(
+            "--timeout-ms",
+            metavar="MS",
+            help="Exit when no record came for this long (also waits this long at the end).",
+            show_default=False,
+        ),
+    ] = None,
+    prop: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--property",
+            metavar="NAME=VALUE",
+            help="Kafka formatter (repeatable): print.timestamp, print.key, print.offset, print.partition, "
+            "print.headers, print.value, key.separator, line.separator, headers.separator, null.literal.",
+        ),
+    ] = None,
+    fmt: Annotated[
+        str | None,
+        typer.Option(
+            "--format",
+            "-f",
+            metavar="FMT",
+            help="kcat format, e.g. '%t %p %o %k %s %h %T\\n'.",
+            show_default=False,
+        ),
+    ] = None,
+    kcat_json: Annotated[
+        bool,
+        typer.Option(
+            "--json-envelope",
+            "-J",
+            help="kcat's -J: one JSON object per record (topic, partition, offset, tstype, "
+            "ts, broker, headers, key, payload).",
+        ),
+    ] = False,
     output: ConsumeOutputOption = OutputFormat.text,
-    value_format: Annotated[ValueFormat, typer.Option(
-        "--value-format", case_sensitive=False, help=VALUE_FORMAT_HELP,
-    )] = ValueFormat.utf8,
-    timestamp_format: Annotated[TimestampFormat, typer.Option(
-        "--timestamp-format", case_sensitive=False,
-        help="How timestamps print: ms (since the epoch, as Kafka) or iso (ISO 8601, UTC). kcat's -f %T stays ms.",
-    )] = TimestampFormat.ms,
-    unbuffered: Annotated[bool, typer.Option(
-        "--unbuffered", "-u", help="Write each polled batch to stdout at once (kcat's -u), even when piped.",
-    )] = False,
+    value_format: Annotated[
+        ValueFormat,
+        typer.Option(
+            "--value-format",
+            case_sensitive=False,
+            help=VALUE_FORMAT_HELP,
+        ),
+    ] = ValueFormat.utf8,
+    timestamp_format: Annotated[
+        TimestampFormat,
+        typer.Option(
+            "--timestamp-format",
+            case_sensitive=False,
+            help="How timestamps print: ms (since the epoch, as Kafka) or iso (ISO 8601, UTC). kcat's -f %T stays ms.",
+        ),
+    ] = TimestampFormat.ms,
+    unbuffered: Annotated[
+        bool,
+        typer.Option(
+            "--unbuffered",
+            "-u",
+            help="Write each polled batch to stdout at once (kcat's -u), even when piped.",
+        ),
+    ] = False,
 ) -> None:
     """Print records of a topic (kafka-console-consumer, kcat -C).
 
@@ -490,13 +591,15 @@ def consume(
     if exit_at_end and follow:
         raise CommandError("give -e/--exit-at-end or --follow, not both", exit_code=USAGE)
     if kcat_json and (fmt is not None or output is not OutputFormat.text or prop):
-        raise CommandError("-J/--json-envelope cannot be combined with -f/--format, --output or --property",
-                           exit_code=USAGE)
+        raise CommandError(
+            "-J/--json-envelope cannot be combined with -f/--format, --output or --property", exit_code=USAGE
+        )
     if fmt is not None and (output is not OutputFormat.text or prop):
         raise CommandError("-f/--format cannot be combined with --output or --property", exit_code=USAGE)
     if prop and output is not OutputFormat.text:
-        raise CommandError("--property sets Kafka's text formatter; it cannot be combined with --output",
-                           exit_code=USAGE)
+        raise CommandError(
+            "--property sets Kafka's text formatter; it cannot be combined with --output", exit_code=USAGE
+        )
     if max_messages is not None and max_messages < 1:
         raise CommandError(f"--max-messages must be 1 or more, not {max_messages}", exit_code=USAGE)
     if timeout_ms is not None and timeout_ms < 0:
@@ -507,8 +610,9 @@ def consume(
     if where == "stored" and group is None:
         raise CommandError("-o stored starts at the group's committed offset: give -g/--group", exit_code=USAGE)
     props = parse_properties(prop, FORMATTER_PROPERTIES)
-    writer = _writer(output, fmt, props, value_format, kcat_json=kcat_json,
-                     iso_timestamps=timestamp_format is TimestampFormat.iso)
+    writer = _writer(
+        output, fmt, props, value_format, kcat_json=kcat_json, iso_timestamps=timestamp_format is TimestampFormat.iso
+    )
 
     from txlog.clients.consumer import Consumer
     from txlog.topic_partition import TopicPartition
@@ -517,35 +621,63 @@ def consume(
     with open_store(ctx, read_only=group is None) as store:
         count = check_topic(store, topic, partition)
         if group is not None and store.read_only:
-            raise CommandError("this store is read-only (a Kafka data directory): group offsets cannot be "
-                               "committed; drop --group")
-        consumer = Consumer(store, group_id=group, isolation_level=isolation_level.value,
-                            auto_offset_reset="earliest", enable_auto_commit=False)
+            raise CommandError(
+                "this store is read-only (a Kafka data directory): group offsets cannot be committed; drop --group"
+            )
+        consumer = Consumer(
+            store,
+            group_id=group,
+            isolation_level=isolation_level.value,
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+        )
         tps = [TopicPartition(topic, p) for p in ([partition] if partition is not None else store.partitions(topic))]
         if partition is None and len(tps) < count:
             status(ctx, absent_note(topic, store.absent_partitions(topic)))
         consumer.assign(tps)
         _position(consumer, tps, where)
-        printed, interrupted = _loop(consumer, writer, group, follow=follow, max_messages=max_messages,
-                                     timeout_ms=timeout_ms, stop_at=stop_at, unbuffered=unbuffered)
+        printed, interrupted = _loop(
+            consumer,
+            writer,
+            group,
+            follow=follow,
+            max_messages=max_messages,
+            timeout_ms=timeout_ms,
+            stop_at=stop_at,
+            unbuffered=unbuffered,
+        )
         writer.close()
         if exit_at_end and not interrupted and (max_messages is None or printed < max_messages):
             for tp in tps:  # kcat -e's own stderr line
-                status(ctx, f"% Reached end of topic {tp.topic} [{tp.partition}] at offset "
-                            f"{consumer.position(tp)}: exiting")
+                status(
+                    ctx,
+                    f"% Reached end of topic {tp.topic} [{tp.partition}] at offset {consumer.position(tp)}: exiting",
+                )
         if group is not None:
             consumer.commit()  # positions: just past what was printed (and any markers skipped after it)
         consumer.close(autocommit=False)
     if writer.replaced:
-        status(ctx, "Note: some keys or values are not UTF-8 and were shown with U+FFFD; "
-                    "use --value-format base64 or hex for binary data.")
+        status(
+            ctx,
+            "Note: some keys or values are not UTF-8 and were shown with U+FFFD; "
+            "use --value-format base64 or hex for binary data.",
+        )
     status(ctx, f"Processed a total of {printed} messages")
     if interrupted:
         raise typer.Exit(130)
 
 
-def _loop(consumer: Consumer, writer: _Writer, group: str | None, *, follow: bool, max_messages: int | None,
-          timeout_ms: int | None, stop_at: int | None = None, unbuffered: bool = False) -> tuple[int, bool]:
+def _loop(
+    consumer: Consumer,
+    writer: _Writer,
+    group: str | None,
+    *,
+    follow: bool,
+    max_messages: int | None,
+    timeout_ms: int | None,
+    stop_at: int | None = None,
+    unbuffered: bool = False,
+) -> tuple[int, bool]:
     """Poll and print until the end (or forever with --follow); (records printed, interrupted)."""
     printed = 0
     last_record = time.monotonic()

@@ -57,8 +57,10 @@ def settings(ctx: typer.Context) -> Settings:
     return Settings(os.environ.get(DATA_DIR_ENV) or DEFAULT_DATA_DIR)
 
 
-READ_ONLY_HINT = ("verbs that only read work on it: 'consume' without --group, 'inspect', 'verify', "
-                  "'topics list|describe', 'groups list|describe', 'transactions list|describe --no-sweep'")
+READ_ONLY_HINT = (
+    "verbs that only read work on it: 'consume' without --group, 'inspect', 'verify', "
+    "'topics list|describe', 'groups list|describe', 'transactions list|describe --no-sweep'"
+)
 
 
 def open_store(ctx: typer.Context, *, create: bool = False, read_only: bool = False) -> Store:
@@ -80,12 +82,13 @@ def open_store(ctx: typer.Context, *, create: bool = False, read_only: bool = Fa
     except OSError as exc:
         if read_only or exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
             raise
-        raise CommandError(f"cannot write to the store at {os.path.abspath(root)} "
-                           f"({exc.strerror or exc}); {READ_ONLY_HINT}") from None
+        raise CommandError(
+            f"cannot write to the store at {os.path.abspath(root)} ({exc.strerror or exc}); {READ_ONLY_HINT}"
+        ) from None
 
 
 def missing_store_message(root: str) -> str:
-    """"no store at DIR (why)": the one wording for a --data-dir that holds no store."""
+    """ "no store at DIR (why)": the one wording for a --data-dir that holds no store."""
     where = os.path.abspath(root)
     if not os.path.exists(where):
         why = "the directory does not exist; 'txlog topics create TOPIC' makes one"
@@ -105,8 +108,10 @@ def require_java() -> None:
     if (home and os.access(os.path.join(home, "bin", "java"), os.X_OK)) or (not home and shutil.which("java")):
         return
     where = f"JAVA_HOME={home} has no bin/java" if home else "no 'java' on PATH and JAVA_HOME is not set"
-    raise CommandError(f"sql runs Spark, which needs Java 17 or 21, and none was found ({where}); install one "
-                       "(e.g. apt-get install openjdk-17-jre-headless) or point JAVA_HOME at it")
+    raise CommandError(
+        f"sql runs Spark, which needs Java 17 or 21, and none was found ({where}); install one "
+        "(e.g. apt-get install openjdk-17-jre-headless) or point JAVA_HOME at it"
+    )
 
 
 def data_dir_for_completion(ctx: typer.Context) -> str:
@@ -165,5 +170,4 @@ def complete_group_ids(ctx: typer.Context, incomplete: str) -> list[str]:
 
 def complete_transactional_ids(ctx: typer.Context, incomplete: str) -> list[str]:
     """Shell completion of the transactional ids the coordinator knows."""
-    return _complete_from_admin(ctx, incomplete,
-                                lambda admin: (d.transactional_id for d in admin.list_transactions()))
+    return _complete_from_admin(ctx, incomplete, lambda admin: (d.transactional_id for d in admin.list_transactions()))

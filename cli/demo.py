@@ -92,25 +92,42 @@ def span(first: int, last: int) -> str:
 
 
 def _records(producer_id: int, first_sequence: int, count: int, tag: str) -> list[tuple]:
-    return [(f"{tag}-{producer_id}-{s}".encode(), f"{tag} record, sequence {s}".encode(), [], None)
-            for s in range(first_sequence, first_sequence + count)]
+    return [
+        (f"{tag}-{producer_id}-{s}".encode(), f"{tag} record, sequence {s}".encode(), [], None)
+        for s in range(first_sequence, first_sequence + count)
+    ]
 
 
-def _batch(producer_id: int, epoch: int, sequence: int, *, count: int = RECORDS_PER_BATCH,
-           transactional: bool = False, tag: str = "demo") -> bytes:
+def _batch(
+    producer_id: int,
+    epoch: int,
+    sequence: int,
+    *,
+    count: int = RECORDS_PER_BATCH,
+    transactional: bool = False,
+    tag: str = "demo",
+) -> bytes:
     from storage.records import build_batch
 
-    return build_batch(_records(producer_id, sequence, count, tag), producer_id=producer_id,
-                       producer_epoch=epoch, base_sequence=sequence, is_transactional=transactional)
+    return build_batch(
+        _records(producer_id, sequence, count, tag),
+        producer_id=producer_id,
+        producer_epoch=epoch,
+        base_sequence=sequence,
+        is_transactional=transactional,
+    )
 
 
 # ---- 1. idempotence ---------------------------------------------------------------------------------
 
+
 def show_idempotence(n: Narrator, store: Store, log: PartitionLog) -> int:
     pid = store.allocate_producer_id()
     n.heading("1. Idempotent producer: a retried batch is written once")
-    n.para(f"Producer {pid} (epoch 0) sends 3 batches of {RECORDS_PER_BATCH} records, then sends batch 2 "
-          "again, as a client does when the acknowledgement of a written batch is lost.")
+    n.para(
+        f"Producer {pid} (epoch 0) sends 3 batches of {RECORDS_PER_BATCH} records, then sends batch 2 "
+        "again, as a client does when the acknowledgement of a written batch is lost."
+    )
     rows = []
     sent: list[tuple[bytes, AppendResult]] = []
     for i in range(3):
@@ -118,25 +135,43 @@ def show_idempotence(n: Narrator, store: Store, log: PartitionLog) -> int:
         data = _batch(pid, 0, seq)
         result = log.append(data)
         sent.append((data, result))
-        rows.append((f"send batch {i + 1}", span(seq, seq + RECORDS_PER_BATCH - 1), "appended",
-                     span(result.base_offset, result.last_offset), log.log_end_offset, log.size_bytes))
+        rows.append(
+            (
+                f"send batch {i + 1}",
+                span(seq, seq + RECORDS_PER_BATCH - 1),
+                "appended",
+                span(result.base_offset, result.last_offset),
+                log.log_end_offset,
+                log.size_bytes,
+            )
+        )
     end, size = log.log_end_offset, log.size_bytes
     data, original = sent[1]
     retry = log.append(data)  # the very same bytes
     same_offsets = (retry.base_offset, retry.last_offset) == (original.base_offset, original.last_offset)
     unchanged = (log.log_end_offset, log.size_bytes) == (end, size)
-    rows.append(("retry batch 2 (ack lost)", span(RECORDS_PER_BATCH, 2 * RECORDS_PER_BATCH - 1),
-                 "duplicate: nothing written" if retry.duplicate else "APPENDED AGAIN",
-                 span(retry.base_offset, retry.last_offset), log.log_end_offset, log.size_bytes))
+    rows.append(
+        (
+            "retry batch 2 (ack lost)",
+            span(RECORDS_PER_BATCH, 2 * RECORDS_PER_BATCH - 1),
+            "duplicate: nothing written" if retry.duplicate else "APPENDED AGAIN",
+            span(retry.base_offset, retry.last_offset),
+            log.log_end_offset,
+            log.size_bytes,
+        )
+    )
     n.table(rows, ("attempt", "sequences", "result", "offsets", "log end offset", "bytes on disk"))
     n.expect(retry.duplicate and same_offsets, "the retried batch is answered as a duplicate with its original offsets")
     n.expect(unchanged, "the retried batch writes nothing")
-    n.para(f"The retry got offsets {span(retry.base_offset, retry.last_offset)}, those of the first attempt; "
-          "the log end offset and the file size did not move.")
+    n.para(
+        f"The retry got offsets {span(retry.base_offset, retry.last_offset)}, those of the first attempt; "
+        "the log end offset and the file size did not move."
+    )
     return pid
 
 
 # ---- 2. gaps and stale epochs -------------------------------------------------------------------------
+
 
 def show_rejections(n: Narrator, log: PartitionLog, pid: int) -> None:
     from storage.errors import (
@@ -162,15 +197,26 @@ def show_rejections(n: Narrator, log: PartitionLog, pid: int) -> None:
         except KafkaError as exc:
             outcome = f"rejected: {type(exc).__name__}"
             reasons.append(f"  {type(exc).__name__}: {exc}")
-            n.expect(expected is not None and isinstance(exc, expected),
-                     f"{label}: expected {expected.__name__ if expected else 'success'}, got {type(exc).__name__}")
+            n.expect(
+                expected is not None and isinstance(exc, expected),
+                f"{label}: expected {expected.__name__ if expected else 'success'}, got {type(exc).__name__}",
+            )
             n.expect((log.log_end_offset, log.size_bytes) == (end, size), f"{label}: a refused batch writes nothing")
         else:
             outcome = f"appended at {span(result.base_offset, result.last_offset)}"
-            n.expect(expected is None,
-                     f"{label}: expected {expected.__name__ if expected else ''}, but it was appended")
-        rows.append((label, f"{pid}/{epoch}", span(seq, seq + RECORDS_PER_BATCH - 1), outcome,
-                     log.log_end_offset, log.size_bytes))
+            n.expect(
+                expected is None, f"{label}: expected {expected.__name__ if expected else ''}, but it was appended"
+            )
+        rows.append(
+            (
+                label,
+                f"{pid}/{epoch}",
+                span(seq, seq + RECORDS_PER_BATCH - 1),
+                outcome,
+                log.log_end_offset,
+                log.size_bytes,
+            )
+        )
     n.table(rows, ("attempt", "pid/epoch", "sequences", "result", "log end offset", "bytes on disk"))
     n.say("The partition's answers:")
     for reason in reasons:
@@ -178,6 +224,7 @@ def show_rejections(n: Narrator, log: PartitionLog, pid: int) -> None:
 
 
 # ---- 3. kill -9 and a torn write -----------------------------------------------------------------------
+
 
 @dataclass
 class WriterRun:
@@ -194,7 +241,11 @@ def run_writer_until_killed(data_dir: str, producer_id: int) -> WriterRun:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
     proc = subprocess.Popen(
         [sys.executable, "-m", "cli._demo_writer", data_dir, DEMO_TOPIC, str(PARTITION), str(producer_id)],
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
     )
     stdout = proc.stdout
     assert stdout is not None, "stdout=PIPE"
@@ -236,8 +287,9 @@ def run_writer_until_killed(data_dir: str, producer_id: int) -> WriterRun:
     return WriterRun(proc.pid, acks, proc.returncode, stderr)
 
 
-def show_crash(n: Narrator, reopen: Callable[[], Store], store: Store,
-               log: PartitionLog) -> tuple[Store, PartitionLog, int]:
+def show_crash(
+    n: Narrator, reopen: Callable[[], Store], store: Store, log: PartitionLog
+) -> tuple[Store, PartitionLog, int]:
     """Returns the reopened store and log, and how many acknowledged batches survived."""
     from cli._demo_writer import batch as writer_batch
     from storage import Store
@@ -278,17 +330,33 @@ def show_crash(n: Narrator, reopen: Callable[[], Store], store: Store,
     end = log.log_end_offset
 
     rows = [
-        ("writer process", (f"pid {run.process_id}, producer {pid}, "
-                            f"{'killed with SIGKILL' if killed else f'exit status {run.returncode}'} "
-                            f"after {len(run.acks)} acknowledged batches")),
+        (
+            "writer process",
+            (
+                f"pid {run.process_id}, producer {pid}, "
+                f"{'killed with SIGKILL' if killed else f'exit status {run.returncode}'} "
+                f"after {len(run.acks)} acknowledged batches"
+            ),
+        ),
         ("segment file when it died", f"{size_at_kill} bytes ({os.path.basename(segment_path)})"),
         ("torn write appended", f"{len(TORN_BYTES)} garbage bytes -> {size_torn} bytes"),
-        ("reopen: bytes cut by recovery", f"{cut}" + (f" ({len(TORN_BYTES)} garbage + {cut - len(TORN_BYTES)} "
-                                                      "of a half-written batch)" if cut > len(TORN_BYTES) else "")),
+        (
+            "reopen: bytes cut by recovery",
+            f"{cut}"
+            + (
+                f" ({len(TORN_BYTES)} garbage + {cut - len(TORN_BYTES)} of a half-written batch)"
+                if cut > len(TORN_BYTES)
+                else ""
+            ),
+        ),
         ("segment file after recovery", f"{size_after} bytes"),
         ("acknowledged batches in the log", f"{present} of {len(run.acks)}, each at its acknowledged offset"),
-        ("written, never acknowledged", "none" if not unacked else
-            f"{len(unacked)} (sequence {span(unacked[0], unacked[-1])}): it died between the write and the ack"),
+        (
+            "written, never acknowledged",
+            "none"
+            if not unacked
+            else f"{len(unacked)} (sequence {span(unacked[0], unacked[-1])}): it died between the write and the ack",
+        ),
         ("log end offset", f"{end} (was {start} before the writer started)"),
     ]
     n.expect(present == len(run.acks), f"all acknowledged batches survive ({present} of {len(run.acks)})")
@@ -299,9 +367,12 @@ def show_crash(n: Narrator, reopen: Callable[[], Store], store: Store,
         size_before_retry = log.size_bytes
         retry = log.append(writer_batch(pid, last_seq))
         ok = retry.duplicate and retry.base_offset == in_log[last_seq] and log.size_bytes == size_before_retry
-        rows.append((f"the writer's retry of its last batch (seq {last_seq})",
-                     f"duplicate: offset {retry.base_offset} again, nothing written" if ok
-                     else f"NOT a duplicate: {retry}"))
+        rows.append(
+            (
+                f"the writer's retry of its last batch (seq {last_seq})",
+                f"duplicate: offset {retry.base_offset} again, nothing written" if ok else f"NOT a duplicate: {retry}",
+            )
+        )
         n.expect(ok, "the dead writer's retry of its last batch is answered as a duplicate")
     n.table(rows, ("what", "observed"))
     return store, log, len(run.acks)
@@ -322,13 +393,16 @@ def _read_all(log: PartitionLog, start: int) -> list[RecordBatch]:
 
 # ---- 4. transactions ---------------------------------------------------------------------------------------
 
+
 def show_transactions(n: Narrator, store: Store, log: PartitionLog) -> None:
     from storage.records import ControlType
 
     n.heading("4. Transactions: markers, the last stable offset and the .txnindex")
     a, b = store.allocate_producer_id(), store.allocate_producer_id()
-    n.para(f"Producers {a} and {b} each write 2 records in a transaction; {a} aborts, then {b} commits. "
-          "The last stable offset (LSO) is where read_committed readers stop.")
+    n.para(
+        f"Producers {a} and {b} each write 2 records in a transaction; {a} aborts, then {b} commits. "
+        "The last stable offset (LSO) is where read_committed readers stop."
+    )
     rows = []
     first_a = log.log_end_offset
 
@@ -351,28 +425,45 @@ def show_transactions(n: Narrator, store: Store, log: PartitionLog) -> None:
     n.say("")
     if entries:
         path = entries[-1][0]
-        n.say(f"The abort left an AbortedTxn entry in {os.path.basename(path)} "
-              f"({os.path.getsize(path)} bytes, 34 per entry):")
-    n.table([(0, e.producer_id, e.first_offset, e.last_offset, e.last_stable_offset) for _, e in entries],
-            ("version", "producerId", "firstOffset", "lastOffset", "lastStableOffset"))
-    n.expect(any(e.first_offset == first_a and e.last_offset == abort.base_offset for _, e in entries),
-             "the abort is recorded in the .txnindex (firstOffset .. ABORT marker offset)")
+        n.say(
+            f"The abort left an AbortedTxn entry in {os.path.basename(path)} "
+            f"({os.path.getsize(path)} bytes, 34 per entry):"
+        )
+    n.table(
+        [(0, e.producer_id, e.first_offset, e.last_offset, e.last_stable_offset) for _, e in entries],
+        ("version", "producerId", "firstOffset", "lastOffset", "lastStableOffset"),
+    )
+    n.expect(
+        any(e.first_offset == first_a and e.last_offset == abort.base_offset for _, e in entries),
+        "the abort is recorded in the .txnindex (firstOffset .. ABORT marker offset)",
+    )
 
     markers = []
     for result in (abort, commit):
         batch = next(x for x in log.read(result.base_offset) if x.base_offset == result.base_offset)
         marker = batch.control_marker()
         kind = ControlType(marker.control_type).name  # (an int only for KRaft's control records)
-        markers.append((batch.base_offset, kind, batch.size, batch.producer_id,
-                        str(batch.is_transactional).lower(), str(batch.is_control).lower(), marker.coordinator_epoch))
+        markers.append(
+            (
+                batch.base_offset,
+                kind,
+                batch.size,
+                batch.producer_id,
+                str(batch.is_transactional).lower(),
+                str(batch.is_control).lower(),
+                marker.coordinator_epoch,
+            )
+        )
         n.expect(batch.size == 78, f"a {kind} control batch is 78 bytes (got {batch.size})")
     n.say("")
     n.say("The markers are control batches, 78 bytes each (61-byte header + 17-byte record):")
-    n.table(markers, ("offset", "endTxnMarker", "size", "producerId", "isTransactional", "isControl",
-                      "coordinatorEpoch"))
+    n.table(
+        markers, ("offset", "endTxnMarker", "size", "producerId", "isTransactional", "isControl", "coordinatorEpoch")
+    )
 
 
 # ---- the command ---------------------------------------------------------------------------------------------
+
 
 def _command(data_dir: str, *args: str) -> str:
     words = ["txlog"]
@@ -397,8 +488,10 @@ def demo(ctx: typer.Context) -> None:
             store.delete_topic(DEMO_TOPIC)
         store.create_topic(DEMO_TOPIC, 1)
         log = store.partition(DEMO_TOPIC, PARTITION)
-        n.say(f"txlog demo: what the segment store guarantees, on {store.root} "
-              f"(topic {DEMO_TOPIC}, partition {PARTITION}, recreated)")
+        n.say(
+            f"txlog demo: what the segment store guarantees, on {store.root} "
+            f"(topic {DEMO_TOPIC}, partition {PARTITION}, recreated)"
+        )
         pid = show_idempotence(n, store, log)
         show_rejections(n, log, pid)
         store, log, acked = show_crash(n, lambda: open_store(ctx), store, log)
@@ -424,7 +517,9 @@ def demo(ctx: typer.Context) -> None:
             error_line(f"demo check failed: {problem}")
         typer.echo(f"txlog demo: {len(n.problems)} of {n.checks} checks FAILED ({elapsed:.1f}s)")
         raise typer.Exit(3)
-    typer.echo(f"txlog demo: all {n.checks} checks passed in {elapsed:.1f}s: retry deduplicated, gap and "
-               f"stale epoch refused, {acked}/{acked} acknowledged batches survived kill -9 and a torn write, "
-               "LSO followed an abort and a commit, only exactly-once settings neither lost nor duplicated, "
-               "a zombie was fenced, and a commit killed half-way was completed")
+    typer.echo(
+        f"txlog demo: all {n.checks} checks passed in {elapsed:.1f}s: retry deduplicated, gap and "
+        f"stale epoch refused, {acked}/{acked} acknowledged batches survived kill -9 and a torn write, "
+        "LSO followed an abort and a commit, only exactly-once settings neither lost nor duplicated, "
+        "a zombie was fenced, and a commit killed half-way was completed"
+    )

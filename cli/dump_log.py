@@ -59,10 +59,14 @@ if TYPE_CHECKING:
 DumpedRecord = Record | LegacyMessage
 
 #: The files kafka-dump-log reads (a KRaft `.checkpoint` is record batches, dumped like a `.log`).
-KNOWN_SUFFIXES = (LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, TXN_INDEX_FILE_SUFFIX,
-                  PRODUCER_SNAPSHOT_FILE_SUFFIX, KRAFT_SNAPSHOT_FILE_SUFFIX)
-
-
+KNOWN_SUFFIXES = (
+    LOG_FILE_SUFFIX,
+    INDEX_FILE_SUFFIX,
+    TIME_INDEX_FILE_SUFFIX,
+    TXN_INDEX_FILE_SUFFIX,
+    PRODUCER_SNAPSHOT_FILE_SUFFIX,
+    KRAFT_SNAPSHOT_FILE_SUFFIX,
+)
 
 
 @dataclass
@@ -95,8 +99,17 @@ class Problems:
         table.setdefault(os.path.abspath(path), []).insert(0, pair)
 
     def __bool__(self) -> bool:
-        return any((self.index_mismatches, self.time_mismatches, self.out_of_order, self.not_found,
-                    self.non_consecutive, self.other, self.flagged))
+        return any(
+            (
+                self.index_mismatches,
+                self.time_mismatches,
+                self.out_of_order,
+                self.not_found,
+                self.non_consecutive,
+                self.other,
+                self.flagged,
+            )
+        )
 
     def summary_lines(self) -> list[str]:
         """The stderr block DumpLogSegments prints after the last file, in its order and words."""
@@ -177,16 +190,31 @@ def batch_item(batch: RecordBatch, valid: bool) -> dict[str, Any]:
 
 def legacy_batch_item(m: LegacyMessage) -> dict[str, Any]:
     """A shallow magic 0/1 entry: Kafka prints only its (last) offset and the common fields."""
-    return {"type": "batch", "lastOffset": m.offset, "position": m.position, "timestampType": m.timestamp_type,
-            "maxTimestamp": m.timestamp, "size": m.size, "magic": m.magic,
-            "compresscodec": Compression.name_of(m.codec), "crc": m.crc, "isvalid": m.valid}
+    return {
+        "type": "batch",
+        "lastOffset": m.offset,
+        "position": m.position,
+        "timestampType": m.timestamp_type,
+        "maxTimestamp": m.timestamp,
+        "size": m.size,
+        "magic": m.magic,
+        "compresscodec": Compression.name_of(m.codec),
+        "crc": m.crc,
+        "isvalid": m.valid,
+    }
 
 
 def legacy_record_item(m: LegacyMessage, opts: Options) -> dict[str, Any]:
     item: dict[str, Any] = {
-        "type": "record", "magic": m.magic, "offset": m.offset, "timestampType": m.timestamp_type,
-        "timestamp": m.timestamp, "keySize": -1 if m.key is None else len(m.key),
-        "valueSize": -1 if m.value is None else len(m.value), "isValid": m.valid, "crc": m.crc,
+        "type": "record",
+        "magic": m.magic,
+        "offset": m.offset,
+        "timestampType": m.timestamp_type,
+        "timestamp": m.timestamp,
+        "keySize": -1 if m.key is None else len(m.key),
+        "valueSize": -1 if m.value is None else len(m.value),
+        "isValid": m.valid,
+        "crc": m.crc,
     }
     if opts.print_data:
         key, payload = (opts.parser or string_parser)(m)
@@ -274,8 +302,12 @@ def dump_kraft_snapshot(path: str, opts: Options, problems: Problems) -> Iterato
         if snapshot_id is None:
             raise DumpError(f"{path}: not a KRaft snapshot name (<20-digit end offset>-<10-digit epoch>.checkpoint)")
         end_offset, epoch = snapshot_id
-        yield {"type": "snapshotId", "endOffset": end_offset, "epoch": epoch,
-               "text": f"Snapshot end offset: {end_offset}, epoch: {epoch}"}
+        yield {
+            "type": "snapshotId",
+            "endOffset": end_offset,
+            "epoch": epoch,
+            "text": f"Snapshot end offset: {end_offset}, epoch: {epoch}",
+        }
     yield from _dump_batches(path, opts, problems)
 
 
@@ -365,8 +397,11 @@ def dump_index(path: str, opts: Options, problems: Problems) -> Iterator[dict[st
                 return  # the zero-filled tail of a preallocated index
             if log is not None:
                 # DumpLogSegments reads at most max-message-size bytes at the indexed position.
-                first = (_first_batch(log, position, min(log.size(), position + opts.max_message_size))
-                         if position >= 0 else None)
+                first = (
+                    _first_batch(log, position, min(log.size(), position + opts.max_message_size))
+                    if position >= 0
+                    else None
+                )
                 log_offset = first.last_offset if first is not None else -1
                 if log_offset != offset:
                     problems._add(problems.index_mismatches, path, (offset, log_offset))
@@ -404,8 +439,9 @@ def dump_time_index(path: str, opts: Options, problems: Problems) -> Iterator[di
                 return
             if log is not None:
                 start = _lookup(offset_entries, base, offset)
-                found = next((b for b in log.batches(start, verify_crc=False, legacy=True) if b.last_offset >= offset),
-                             None)
+                found = next(
+                    (b for b in log.batches(start, verify_crc=False, legacy=True) if b.last_offset >= offset), None
+                )
                 if found is None:
                     problems._add(problems.not_found, path, (offset, -1))
                 elif found.last_offset != offset:
@@ -434,8 +470,14 @@ def dump_txn_index(path: str, opts: Options, problems: Problems) -> Iterator[dic
         if e.version > 0:
             problems.other.append(f"Unexpected aborted transaction version {e.version} in {path}")
             return
-        yield {"type": "abortedTxn", "version": e.version, "producerId": e.producer_id,
-               "firstOffset": e.first_offset, "lastOffset": e.last_offset, "lastStableOffset": e.last_stable_offset}
+        yield {
+            "type": "abortedTxn",
+            "version": e.version,
+            "producerId": e.producer_id,
+            "firstOffset": e.first_offset,
+            "lastOffset": e.last_offset,
+            "lastStableOffset": e.last_stable_offset,
+        }
 
 
 def dump_high_watermark(path: str, opts: Options, problems: Problems) -> Iterator[dict[str, Any]]:
@@ -459,7 +501,8 @@ def dump_snapshot(path: str, opts: Options, problems: Problems) -> Iterator[dict
         crcs = snapshot_crcs(data)
         if crcs is not None and crcs[0] != crcs[1]:
             problems.other.append(
-                f"Snapshot is corrupt (CRC is no longer valid). Stored crc: {crcs[0]} Computed crc: {crcs[1]}")
+                f"Snapshot is corrupt (CRC is no longer valid). Stored crc: {crcs[0]} Computed crc: {crcs[1]}"
+            )
             return
         problems.other.append(f"{path}: {exc}")
         return
@@ -473,8 +516,13 @@ def dump_snapshot(path: str, opts: Options, problems: Problems) -> Iterator[dict
             "lastTimestamp": e.timestamp,
         }
         if e.last_offset >= 0:  # batch metadata is restored only for a producer with a data batch
-            item.update(firstSequence=dec_seq(e.last_sequence, e.offset_delta), lastSequence=e.last_sequence,
-                        lastOffset=e.last_offset, offsetDelta=e.offset_delta, timestamp=e.timestamp)
+            item.update(
+                firstSequence=dec_seq(e.last_sequence, e.offset_delta),
+                lastSequence=e.last_sequence,
+                lastOffset=e.last_offset,
+                offsetDelta=e.offset_delta,
+                timestamp=e.timestamp,
+            )
         yield item
 
 
@@ -505,16 +553,20 @@ def _bool(value: bool) -> str:
 
 def batch_line(b: dict[str, Any]) -> str:
     if b["magic"] < 2:  # printBatchLevel: a legacy entry shows only its offset before the common fields
-        return (f"offset: {b['lastOffset']} position: {b['position']} {b['timestampType']}: {b['maxTimestamp']} "
-                f"size: {b['size']} magic: {b['magic']} compresscodec: {b['compresscodec']} crc: {b['crc']} "
-                f"isvalid: {_bool(b['isvalid'])}")
-    return (f"baseOffset: {b['baseOffset']} lastOffset: {b['lastOffset']} count: {b['count']} "
-            f"baseSequence: {b['baseSequence']} lastSequence: {b['lastSequence']} producerId: {b['producerId']} "
-            f"producerEpoch: {b['producerEpoch']} partitionLeaderEpoch: {b['partitionLeaderEpoch']} "
-            f"isTransactional: {_bool(b['isTransactional'])} isControl: {_bool(b['isControl'])} "
-            f"deleteHorizonMs: {optional_long(b['deleteHorizonMs'])} position: {b['position']} "
-            f"{b['timestampType']}: {b['maxTimestamp']} size: {b['size']} magic: {b['magic']} "
-            f"compresscodec: {b['compresscodec']} crc: {b['crc']} isvalid: {_bool(b['isvalid'])}")
+        return (
+            f"offset: {b['lastOffset']} position: {b['position']} {b['timestampType']}: {b['maxTimestamp']} "
+            f"size: {b['size']} magic: {b['magic']} compresscodec: {b['compresscodec']} crc: {b['crc']} "
+            f"isvalid: {_bool(b['isvalid'])}"
+        )
+    return (
+        f"baseOffset: {b['baseOffset']} lastOffset: {b['lastOffset']} count: {b['count']} "
+        f"baseSequence: {b['baseSequence']} lastSequence: {b['lastSequence']} producerId: {b['producerId']} "
+        f"producerEpoch: {b['producerEpoch']} partitionLeaderEpoch: {b['partitionLeaderEpoch']} "
+        f"isTransactional: {_bool(b['isTransactional'])} isControl: {_bool(b['isControl'])} "
+        f"deleteHorizonMs: {optional_long(b['deleteHorizonMs'])} position: {b['position']} "
+        f"{b['timestampType']}: {b['maxTimestamp']} size: {b['size']} magic: {b['magic']} "
+        f"compresscodec: {b['compresscodec']} crc: {b['crc']} isvalid: {_bool(b['isvalid'])}"
+    )
 
 
 def record_line(r: dict[str, Any], skip_metadata: bool) -> str:
@@ -524,12 +576,16 @@ def record_line(r: dict[str, Any], skip_metadata: bool) -> str:
     if not skip_metadata and r.get("magic", 2) < 2:
         # Kafka's legacy record line has no sequence or headers, and its format string ends
         # in a stray '}' ("crc: ${r.checksum}}"), printed as is.
-        out += (f"{prefix}offset: {r['offset']} {r['timestampType']}: {r['timestamp']} keySize: {r['keySize']} "
-                f"valueSize: {r['valueSize']} isValid: {_bool(r['isValid'])} crc: {r['crc']}}}")
+        out += (
+            f"{prefix}offset: {r['offset']} {r['timestampType']}: {r['timestamp']} keySize: {r['keySize']} "
+            f"valueSize: {r['valueSize']} isValid: {_bool(r['isValid'])} crc: {r['crc']}}}"
+        )
         prefix = " "
     elif not skip_metadata:
-        out += (f"{prefix}offset: {r['offset']} {r['timestampType']}: {r['timestamp']} keySize: {r['keySize']} "
-                f"valueSize: {r['valueSize']} sequence: {r['sequence']} headerKeys: [{','.join(r['headerKeys'])}]")
+        out += (
+            f"{prefix}offset: {r['offset']} {r['timestampType']}: {r['timestamp']} keySize: {r['keySize']} "
+            f"valueSize: {r['valueSize']} sequence: {r['sequence']} headerKeys: [{','.join(r['headerKeys'])}]"
+        )
         prefix = " "
         if "controlType" in r:
             if "coordinatorEpoch" in r:
@@ -547,12 +603,16 @@ def record_line(r: dict[str, Any], skip_metadata: bool) -> str:
 
 
 def producer_line(p: dict[str, Any]) -> str:
-    line = (f"producerId: {p['producerId']} producerEpoch: {p['producerEpoch']} "
-            f"coordinatorEpoch: {p['coordinatorEpoch']} currentTxnFirstOffset: "
-            f"{optional_long(p['currentTxnFirstOffset'])} lastTimestamp: {p['lastTimestamp']} ")
+    line = (
+        f"producerId: {p['producerId']} producerEpoch: {p['producerEpoch']} "
+        f"coordinatorEpoch: {p['coordinatorEpoch']} currentTxnFirstOffset: "
+        f"{optional_long(p['currentTxnFirstOffset'])} lastTimestamp: {p['lastTimestamp']} "
+    )
     if "lastOffset" in p:
-        line += (f"firstSequence: {p['firstSequence']} lastSequence: {p['lastSequence']} "
-                 f"lastOffset: {p['lastOffset']} offsetDelta: {p['offsetDelta']} timestamp: {p['timestamp']}")
+        line += (
+            f"firstSequence: {p['firstSequence']} lastSequence: {p['lastSequence']} "
+            f"lastOffset: {p['lastOffset']} offsetDelta: {p['offsetDelta']} timestamp: {p['timestamp']}"
+        )
     return line
 
 
@@ -603,10 +663,10 @@ def _ascii_record_lines(batch: RecordBatch, records: list[tuple], opts: Options)
     template = b""
     if not opts.skip_metadata:
         ts_name = TimestampType(bool(batch.attributes & TIMESTAMP_TYPE_MASK)).kafka_name.encode()
-        template = (b"| offset: %d " + ts_name + b": %d keySize: %d valueSize: %d sequence: %d headerKeys: []")
+        template = b"| offset: %d " + ts_name + b": %d keySize: %d valueSize: %d sequence: %d headerKeys: []"
         columns += [offsets, timestamps, map(len, keys), map(len, values), sequences]
     if data:
-        template += (b"| key: %s payload: %s" if opts.skip_metadata else b" key: %s payload: %s")
+        template += b"| key: %s payload: %s" if opts.skip_metadata else b" key: %s payload: %s"
         columns += [keys, values]
     if not columns:
         return b"\n".join([b""] * len(records))  # --skip-record-metadata without data: empty lines
@@ -632,9 +692,11 @@ def record_lines(batch: RecordBatch, records: list[tuple], opts: Options) -> lis
             line = ""
         else:
             header_keys = ",".join([k for k, _ in headers]) if headers else ""
-            line = (f"| offset: {offset} {ts_name}: {timestamp} keySize: {-1 if key is None else len(key)} "
-                    f"valueSize: {-1 if value is None else len(value)} sequence: {sequence} "
-                    f"headerKeys: [{header_keys}]")
+            line = (
+                f"| offset: {offset} {ts_name}: {timestamp} keySize: {-1 if key is None else len(key)} "
+                f"valueSize: {-1 if value is None else len(value)} sequence: {sequence} "
+                f"headerKeys: [{header_keys}]"
+            )
         if print_data:
             if parser is None:  # string_parser, inline
                 if key is not None:
@@ -667,8 +729,10 @@ def text_line(item: dict[str, Any], opts: Options) -> str | None:
     if kind == "timeIndexEntry":
         return f"timestamp: {item['timestamp']} offset: {item['offset']}"
     if kind == "abortedTxn":
-        return (f"version: {item['version']} producerId: {item['producerId']} firstOffset: {item['firstOffset']} "
-                f"lastOffset: {item['lastOffset']} lastStableOffset: {item['lastStableOffset']}")
+        return (
+            f"version: {item['version']} producerId: {item['producerId']} firstOffset: {item['firstOffset']} "
+            f"lastOffset: {item['lastOffset']} lastStableOffset: {item['lastStableOffset']}"
+        )
     if kind == "producer":
         return producer_line(item)
     if kind in ("message", "sanityCheck", "snapshotId"):

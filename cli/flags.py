@@ -36,16 +36,31 @@ if TYPE_CHECKING:  # typer vendors click as typer._click, and types its own API 
 # Global options a user may also give after the verb; none of them is a verb option anywhere.
 GLOBAL_AFTER_VERB = ("--data-dir", "-q", "--quiet")
 
-_OUTPUT_VERBS = ("verify", "inspect", "topics describe", "transactions list", "transactions describe",
-                 "transactions describe-producers", "transactions find-hanging", "groups list", "groups describe",
-                 "groups reset-offsets", "groups delete-offsets")
+_OUTPUT_VERBS = (
+    "verify",
+    "inspect",
+    "topics describe",
+    "transactions list",
+    "transactions describe",
+    "transactions describe-producers",
+    "transactions find-hanging",
+    "groups list",
+    "groups describe",
+    "groups reset-offsets",
+    "groups delete-offsets",
+)
 
 # command path -> {old spelling: the option's current long name}; hidden, working, not in help.
 OLD_SPELLINGS: dict[str, dict[str, str]] = {
     **{verb: {"-o": "--output"} for verb in _OUTPUT_VERBS},  # -o is kcat's offset now
-    "process": {"-o": "--output-topic", "--output": "--output-topic", "--input": "--input-topic",
-                "--topic": "--input-topic", "-t": "--input-topic",
-                "-f": "--follow"},
+    "process": {
+        "-o": "--output-topic",
+        "--output": "--output-topic",
+        "--input": "--input-topic",
+        "--topic": "--input-topic",
+        "-t": "--input-topic",
+        "-f": "--follow",
+    },
     "sql": {"-o": "--output", "-f": "--file"},  # spark-sql's -f FILE
     "topics create": {"-p": "--partitions", "-c": "--config"},
     "topics alter": {"-p": "--partitions", "-c": "--config"},
@@ -72,12 +87,26 @@ def _update(ctx: typer.Context, **changes: Any) -> None:
 
 
 def _carrier(
-    data_dir: Annotated[str | None, typer.Option(
-        "--data-dir", metavar="DIR", hidden=True, callback=_set_data_dir,
-        help="The store directory (also accepted before the verb).")] = None,
-    quiet: Annotated[bool, typer.Option(
-        "--quiet", "-q", hidden=True, callback=_set_quiet,
-        help="Print only data and errors (also accepted before the verb).")] = False,
+    data_dir: Annotated[
+        str | None,
+        typer.Option(
+            "--data-dir",
+            metavar="DIR",
+            hidden=True,
+            callback=_set_data_dir,
+            help="The store directory (also accepted before the verb).",
+        ),
+    ] = None,
+    quiet: Annotated[
+        bool,
+        typer.Option(
+            "--quiet",
+            "-q",
+            hidden=True,
+            callback=_set_quiet,
+            help="Print only data and errors (also accepted before the verb).",
+        ),
+    ] = False,
 ) -> None:
     """Only its options are used: typer builds them (typer vendors its own click)."""
 
@@ -173,12 +202,16 @@ def _plain(error: Mapping[str, object]) -> str:
     """pydantic's wording ("Input should be greater than or equal to 0") as a user's: "must be 0 or more, not -3"."""
     message, value = str(error.get("msg", "")), error.get("input")
     if message.startswith("Value error, "):
-        return message[len("Value error, "):]
+        return message[len("Value error, ") :]
     wanted = message.removeprefix("Input should be ").split(", unable")[0]
-    for words, phrase in (("greater than or equal to ", "{} or more"), ("less than or equal to ", "{} or less"),
-                          ("greater than ", "more than {}"), ("less than ", "less than {}")):
+    for words, phrase in (
+        ("greater than or equal to ", "{} or more"),
+        ("less than or equal to ", "{} or less"),
+        ("greater than ", "more than {}"),
+        ("less than ", "less than {}"),
+    ):
         if wanted.startswith(words):
-            return f"must be {phrase.format(wanted[len(words):])}, not {value}"
+            return f"must be {phrase.format(wanted[len(words) :])}, not {value}"
     if wanted == "a valid integer":
         return f"must be a whole number, not {value!r}"
     return f"{message} (got {value!r})" if value is not None else message

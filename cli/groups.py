@@ -39,32 +39,61 @@ if TYPE_CHECKING:  # what the verb receives; the Literal of its choices is built
     OutputOption = OutputFormat
 else:
     OutputOption = output_option(*ROW_FORMATS, help=ROW_FORMATS_HELP)
-GroupOption = Annotated[str, typer.Option("--group", "-g", metavar="GROUP", help="The consumer group.",
-                                          show_default=False, autocompletion=complete_group_ids)]
-TopicsOption = Annotated[list[str] | None, typer.Option(
-    "--topic", metavar="TOPIC[:P,P...]", help="A topic, optionally with partitions, e.g. orders:0,2 (repeatable).",
-    show_default=False,
-)]
+GroupOption = Annotated[
+    str,
+    typer.Option(
+        "--group",
+        "-g",
+        metavar="GROUP",
+        help="The consumer group.",
+        show_default=False,
+        autocompletion=complete_group_ids,
+    ),
+]
+TopicsOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--topic",
+        metavar="TOPIC[:P,P...]",
+        help="A topic, optionally with partitions, e.g. orders:0,2 (repeatable).",
+        show_default=False,
+    ),
+]
 
 DESCRIBE_COLUMNS = (
-    ("GROUP", "group"), ("TOPIC", "topic"), ("PARTITION", "partition"), ("CURRENT-OFFSET", "currentOffset"),
-    ("LOG-END-OFFSET", "logEndOffset"), ("LAG", "lag"), ("CONSUMER-ID", "consumerId"), ("HOST", "host"),
+    ("GROUP", "group"),
+    ("TOPIC", "topic"),
+    ("PARTITION", "partition"),
+    ("CURRENT-OFFSET", "currentOffset"),
+    ("LOG-END-OFFSET", "logEndOffset"),
+    ("LAG", "lag"),
+    ("CONSUMER-ID", "consumerId"),
+    ("HOST", "host"),
     ("CLIENT-ID", "clientId"),
 )
 RESET_COLUMNS = (("GROUP", "group"), ("TOPIC", "topic"), ("PARTITION", "partition"), ("NEW-OFFSET", "newOffset"))
 DELETE_COLUMNS = (("TOPIC", "topic"), ("PARTITION", "partition"), ("STATUS", "status"))
 LIST_COLUMNS = (("GROUP", "group"), ("STATE", "state"))
 MEMBERS_COLUMNS = (
-    ("GROUP", "group"), ("CONSUMER-ID", "consumerId"), ("GROUP-INSTANCE-ID", "groupInstanceId"), ("HOST", "host"),
-    ("CLIENT-ID", "clientId"), ("#PARTITIONS", "partitions"),
+    ("GROUP", "group"),
+    ("CONSUMER-ID", "consumerId"),
+    ("GROUP-INSTANCE-ID", "groupInstanceId"),
+    ("HOST", "host"),
+    ("CLIENT-ID", "clientId"),
+    ("#PARTITIONS", "partitions"),
 )
 MEMBERS_VERBOSE_COLUMNS = MEMBERS_COLUMNS + (
-    ("CURRENT-EPOCH", "currentEpoch"), ("CURRENT-ASSIGNMENT", "currentAssignment"),
-    ("TARGET-EPOCH", "targetEpoch"), ("TARGET-ASSIGNMENT", "targetAssignment"),
+    ("CURRENT-EPOCH", "currentEpoch"),
+    ("CURRENT-ASSIGNMENT", "currentAssignment"),
+    ("TARGET-EPOCH", "targetEpoch"),
+    ("TARGET-ASSIGNMENT", "targetAssignment"),
 )
 STATE_COLUMNS = (
-    ("GROUP", "group"), ("COORDINATOR (ID)", "coordinator"), ("ASSIGNMENT-STRATEGY", "assignmentStrategy"),
-    ("STATE", "state"), ("#MEMBERS", "members"),
+    ("GROUP", "group"),
+    ("COORDINATOR (ID)", "coordinator"),
+    ("ASSIGNMENT-STRATEGY", "assignmentStrategy"),
+    ("STATE", "state"),
+    ("#MEMBERS", "members"),
 )
 STATE_VERBOSE_COLUMNS = STATE_COLUMNS + (("GROUP-EPOCH", "groupEpoch"), ("TARGET-ASSIGNMENT-EPOCH", "targetEpoch"))
 
@@ -101,6 +130,7 @@ def _parse_topics(values: list[str]) -> list[tuple[str, list[int] | None]]:
 
 # ---- list -------------------------------------------------------------------------------------------
 
+
 @app.command("list")
 def list_(
     ctx: typer.Context,
@@ -111,26 +141,43 @@ def list_(
     with open_store(ctx, read_only=True) as store:  # no store: 'no store at ...', not an empty list
         states = _admin(store).list_consumer_group_states()
     rows = [{"group": n, "state": st.kafka_name} for n, st in states.items()]
-    emit(rows, LIST_COLUMNS, output,
-         text=(lambda h, r: _auto_text(h, r)[1:]) if state else (lambda _h, rows: [r[0] for r in rows]))
+    emit(
+        rows,
+        LIST_COLUMNS,
+        output,
+        text=(lambda h, r: _auto_text(h, r)[1:]) if state else (lambda _h, rows: [r[0] for r in rows]),
+    )
 
 
 # ---- describe ---------------------------------------------------------------------------------------
 
+
 @app.command("describe")
 def describe(
     ctx: typer.Context,
-    group: Annotated[list[str] | None, typer.Option(
-        "--group", "-g", metavar="GROUP", help="A group to describe (repeatable).", show_default=False,
-        autocompletion=complete_group_ids,
-    )] = None,
+    group: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--group",
+            "-g",
+            metavar="GROUP",
+            help="A group to describe (repeatable).",
+            show_default=False,
+            autocompletion=complete_group_ids,
+        ),
+    ] = None,
     all_groups: Annotated[bool, typer.Option("--all-groups", help="Describe every group.")] = False,
-    members: Annotated[bool, typer.Option(
-        "--members", help="One row per member: id, host, client, partitions.")] = False,
+    members: Annotated[
+        bool, typer.Option("--members", help="One row per member: id, host, client, partitions.")
+    ] = False,
     state: Annotated[bool, typer.Option("--state", help="One row per group: assignor, state, member count.")] = False,
-    verbose: Annotated[bool, typer.Option(
-        "--verbose", help="With --members: epochs and assignments; with --state: the group epochs.",
-    )] = False,
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "--verbose",
+            help="With --members: epochs and assignments; with --state: the group epochs.",
+        ),
+    ] = False,
     output: OutputOption = OutputFormat.text,
 ) -> None:
     """Per partition (default), per member (--members) or per group (--state), as kafka-consumer-groups.
@@ -169,8 +216,13 @@ def describe(
 def _print_offsets(ctx: typer.Context, described: dict[str, list[GroupOffsetRow]], output: OutputFormat) -> None:
     by_group = {name: [_describe_row(r) for r in rows] for name, rows in described.items()}
     if output is not OutputFormat.text:
-        emit([row for rows in by_group.values() for row in rows], DESCRIBE_COLUMNS, output, text=_offsets_text,
-             missing="-")
+        emit(
+            [row for rows in by_group.values() for row in rows],
+            DESCRIBE_COLUMNS,
+            output,
+            text=_offsets_text,
+            missing="-",
+        )
         return
     for name, rows in by_group.items():
         if not any(r["consumerId"] for r in rows):
@@ -178,8 +230,9 @@ def _print_offsets(ctx: typer.Context, described: dict[str, list[GroupOffsetRow]
         emit(rows, DESCRIBE_COLUMNS, output, text=_offsets_text, missing="-")
 
 
-def _print_members(ctx: typer.Context, views: dict[str, GroupDescription | None], verbose: bool,
-                   output: OutputFormat) -> None:
+def _print_members(
+    ctx: typer.Context, views: dict[str, GroupDescription | None], verbose: bool, output: OutputFormat
+) -> None:
     columns = MEMBERS_VERBOSE_COLUMNS if verbose else MEMBERS_COLUMNS
     rows = []
     for name, view in views.items():
@@ -188,12 +241,20 @@ def _print_members(ctx: typer.Context, views: dict[str, GroupDescription | None]
                 status(ctx, f"Consumer group '{name}' has no active members.")
             continue
         for m in view.members:
-            rows.append({
-                "group": name, "consumerId": m.member_id, "groupInstanceId": m.instance_id, "host": m.client_host,
-                "clientId": m.client_id, "partitions": len(m.assignment), "currentEpoch": m.member_epoch,
-                "currentAssignment": _assignment_text(m.assignment), "targetEpoch": view.group_epoch,
-                "targetAssignment": _assignment_text(m.target),
-            })
+            rows.append(
+                {
+                    "group": name,
+                    "consumerId": m.member_id,
+                    "groupInstanceId": m.instance_id,
+                    "host": m.client_host,
+                    "clientId": m.client_id,
+                    "partitions": len(m.assignment),
+                    "currentEpoch": m.member_epoch,
+                    "currentAssignment": _assignment_text(m.assignment),
+                    "targetEpoch": view.group_epoch,
+                    "targetAssignment": _assignment_text(m.target),
+                }
+            )
     if rows or output is not OutputFormat.text:
         emit(rows, columns, output, text=_auto_text, missing="-")
 
@@ -203,10 +264,12 @@ def _state_row(name: str, view: GroupDescription | None, coordinator: int) -> di
     from txlog.coordinator.group_coordinator import GroupState
 
     return {
-        "group": name, "coordinator": f"{CONSUMER_OFFSETS_TOPIC}-{coordinator}",
+        "group": name,
+        "coordinator": f"{CONSUMER_OFFSETS_TOPIC}-{coordinator}",
         "assignmentStrategy": view.assignor if view else None,
         "state": (view.state if view else GroupState.EMPTY).kafka_name,
-        "members": len(view.members) if view else 0, "groupEpoch": view.group_epoch if view else None,
+        "members": len(view.members) if view else 0,
+        "groupEpoch": view.group_epoch if view else None,
         "targetEpoch": view.group_epoch if view else None,
     }
 
@@ -232,11 +295,17 @@ def _auto_text(headers: list[str], rows: list[list[str]]) -> list[str]:
 
 def _describe_row(r: GroupOffsetRow) -> dict[str, Any]:
     return {
-        "group": r.group, "topic": r.topic, "partition": r.partition,
+        "group": r.group,
+        "topic": r.topic,
+        "partition": r.partition,
         "currentOffset": r.current_offset if r.current_offset >= 0 else None,
         "logEndOffset": r.log_end_offset if r.log_end_offset >= 0 else None,
-        "lag": r.lag if r.lag >= 0 else None, "consumerId": r.consumer_id, "host": r.host, "clientId": r.client_id,
-        "metadata": r.metadata, "commitTimestamp": r.commit_timestamp,
+        "lag": r.lag if r.lag >= 0 else None,
+        "consumerId": r.consumer_id,
+        "host": r.host,
+        "clientId": r.client_id,
+        "metadata": r.metadata,
+        "commitTimestamp": r.commit_timestamp,
         "pendingProducerId": r.pending_producer_id if r.pending_producer_id >= 0 else None,
     }
 
@@ -244,6 +313,7 @@ def _describe_row(r: GroupOffsetRow) -> dict[str, Any]:
 def _offsets_text(headers: list[str], rows: list[list[str]]) -> list[str]:
     """kafka-consumer-groups --describe: a blank line, then `%-Ns` columns; group, topic,
     consumer-id and host are max(15, len) wide, PARTITION 10, the offsets and LAG 15."""
+
     def width(i: int) -> int:
         return max([15, len(headers[i])] + [len(r[i]) for r in rows])
 
@@ -257,10 +327,12 @@ def _offsets_text(headers: list[str], rows: list[list[str]]) -> list[str]:
 def _fixed_text(widths: list[int]) -> TextLayout:
     def render(headers: list[str], rows: list[list[str]]) -> list[str]:
         return [""] + [" ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in [headers, *rows]]
+
     return render
 
 
 # ---- reset-offsets ----------------------------------------------------------------------------------
+
 
 @app.command("reset-offsets")
 def reset_offsets(
@@ -270,43 +342,82 @@ def reset_offsets(
     all_topics: Annotated[bool, typer.Option("--all-topics", help="Every topic the group has offsets for.")] = False,
     to_earliest: Annotated[bool, typer.Option("--to-earliest", help="Reset to the log start offset.")] = False,
     to_latest: Annotated[bool, typer.Option("--to-latest", help="Reset to the end (the last stable offset).")] = False,
-    to_offset: Annotated[int | None, typer.Option(
-        "--to-offset", metavar="N", help="Reset to offset N (clamped to the log's range).", show_default=False,
-    )] = None,
-    shift_by: Annotated[int | None, typer.Option(
-        "--shift-by", metavar="N", help="Move the committed offset by N (may be negative; clamped).",
-        show_default=False,
-    )] = None,
-    to_datetime: Annotated[str | None, typer.Option(
-        "--to-datetime", metavar="YYYY-MM-DDTHH:mm:SS.sss",
-        help="Reset to the first record at or after this time (local time unless it ends in Z or +hh:mm; "
-        "the end if no record is that recent).", show_default=False,
-    )] = None,
-    by_duration: Annotated[str | None, typer.Option(
-        "--by-duration", metavar="PnDTnHnMnS",
-        help="Reset to the first record at or after now minus this ISO-8601 duration, e.g. PT30M, P1DT12H.",
-        show_default=False,
-    )] = None,
-    to_current: Annotated[bool, typer.Option(
-        "--to-current", help="Reset to the committed offset as it is (the end where there is none).",
-    )] = False,
-    from_file: Annotated[str | None, typer.Option(
-        "--from-file", metavar="CSV",
-        help="Reset each partition to the offset a CSV file gives: lines 'topic,partition,offset' "
-        "(what --export prints); the file names the partitions.", show_default=False,
-    )] = None,
-    export: Annotated[bool, typer.Option(
-        "--export", help="Print the plan as CSV 'topic,partition,offset' lines, for --from-file.",
-    )] = False,
+    to_offset: Annotated[
+        int | None,
+        typer.Option(
+            "--to-offset",
+            metavar="N",
+            help="Reset to offset N (clamped to the log's range).",
+            show_default=False,
+        ),
+    ] = None,
+    shift_by: Annotated[
+        int | None,
+        typer.Option(
+            "--shift-by",
+            metavar="N",
+            help="Move the committed offset by N (may be negative; clamped).",
+            show_default=False,
+        ),
+    ] = None,
+    to_datetime: Annotated[
+        str | None,
+        typer.Option(
+            "--to-datetime",
+            metavar="YYYY-MM-DDTHH:mm:SS.sss",
+            help="Reset to the first record at or after this time (local time unless it ends in Z or +hh:mm; "
+            "the end if no record is that recent).",
+            show_default=False,
+        ),
+    ] = None,
+    by_duration: Annotated[
+        str | None,
+        typer.Option(
+            "--by-duration",
+            metavar="PnDTnHnMnS",
+            help="Reset to the first record at or after now minus this ISO-8601 duration, e.g. PT30M, P1DT12H.",
+            show_default=False,
+        ),
+    ] = None,
+    to_current: Annotated[
+        bool,
+        typer.Option(
+            "--to-current",
+            help="Reset to the committed offset as it is (the end where there is none).",
+        ),
+    ] = False,
+    from_file: Annotated[
+        str | None,
+        typer.Option(
+            "--from-file",
+            metavar="CSV",
+            help="Reset each partition to the offset a CSV file gives: lines 'topic,partition,offset' "
+            "(what --export prints); the file names the partitions.",
+            show_default=False,
+        ),
+    ] = None,
+    export: Annotated[
+        bool,
+        typer.Option(
+            "--export",
+            help="Print the plan as CSV 'topic,partition,offset' lines, for --from-file.",
+        ),
+    ] = False,
     execute: Annotated[bool, typer.Option("--execute", help="Write the new offsets (default: dry run).")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only print the plan (the default).")] = False,
     output: OutputOption = OutputFormat.text,
 ) -> None:
     """Plan (and with --execute, write) new committed offsets: GROUP TOPIC PARTITION NEW-OFFSET."""
-    specs = {"--to-earliest": to_earliest, "--to-latest": to_latest, "--to-offset": to_offset is not None,
-             "--shift-by": shift_by is not None, "--to-datetime": to_datetime is not None,
-             "--by-duration": by_duration is not None, "--to-current": to_current,
-             "--from-file": from_file is not None}
+    specs = {
+        "--to-earliest": to_earliest,
+        "--to-latest": to_latest,
+        "--to-offset": to_offset is not None,
+        "--shift-by": shift_by is not None,
+        "--to-datetime": to_datetime is not None,
+        "--by-duration": by_duration is not None,
+        "--to-current": to_current,
+        "--from-file": from_file is not None,
+    }
     if sum(specs.values()) != 1:
         raise CommandError(f"give exactly one of {', '.join(specs)}", exit_code=USAGE)
     if execute and dry_run:
@@ -325,12 +436,21 @@ def reset_offsets(
         wanted: list[tuple[str, list[int] | None]] = _by_topic(file_offsets)
     else:
         wanted = _parse_topics(topic or [])
-        reset = (OffsetReset.to_earliest() if to_earliest else OffsetReset.to_latest() if to_latest
-                 else OffsetReset.to_offset(to_offset) if to_offset is not None
-                 else OffsetReset.shift_by(shift_by) if shift_by is not None
-                 else OffsetReset.to_datetime(parse_datetime(to_datetime)) if to_datetime is not None
-                 else OffsetReset.by_duration(parse_duration(by_duration)) if by_duration is not None
-                 else OffsetReset.to_current())
+        reset = (
+            OffsetReset.to_earliest()
+            if to_earliest
+            else OffsetReset.to_latest()
+            if to_latest
+            else OffsetReset.to_offset(to_offset)
+            if to_offset is not None
+            else OffsetReset.shift_by(shift_by)
+            if shift_by is not None
+            else OffsetReset.to_datetime(parse_datetime(to_datetime))
+            if to_datetime is not None
+            else OffsetReset.by_duration(parse_duration(by_duration))
+            if by_duration is not None
+            else OffsetReset.to_current()
+        )
     for name, _ in wanted:
         if name in INTERNAL_TOPICS:
             raise CommandError(f"cannot reset offsets of internal topic {name}")
@@ -342,8 +462,9 @@ def reset_offsets(
     if export:  # kafka-consumer-groups --export: the CSV --from-file reads, no header
         typer.echo("".join(f"{tp.topic},{tp.partition},{off}\n" for tp, off in plan.items()), nl=False)
     else:
-        rows = [{"group": group, "topic": tp.topic, "partition": tp.partition, "newOffset": off}
-                for tp, off in plan.items()]
+        rows = [
+            {"group": group, "topic": tp.topic, "partition": tp.partition, "newOffset": off} for tp, off in plan.items()
+        ]
         emit(rows, RESET_COLUMNS, output, text=_fixed_text([30, 30, 10, 15]))
     if execute:
         status(ctx, f"Reset the offsets of group '{group}' for {len(plan)} partition{'s' * (len(plan) != 1)}.")
@@ -363,15 +484,19 @@ def parse_datetime(text: str) -> int:
     try:
         value = datetime.fromisoformat(text)
     except ValueError:
-        raise typer.BadParameter(f"'{text}' is not YYYY-MM-DDTHH:mm:SS.sss[Z|+hh:mm]",
-                                 param_hint="'--to-datetime'") from None
+        raise typer.BadParameter(
+            f"'{text}' is not YYYY-MM-DDTHH:mm:SS.sss[Z|+hh:mm]", param_hint="'--to-datetime'"
+        ) from None
     if value.tzinfo is None:
         value = value.astimezone()  # local time, as Kafka reads a time without a zone
     return int(value.timestamp() * 1000)
 
 
-_DURATION = re.compile(r"([-+]?)P(?:([-+]?\d+)D)?(?:T(?:([-+]?\d+)H)?(?:([-+]?\d+)M)?"
-                       r"(?:([-+]?\d+)(?:[.,](\d{0,9}))?S)?)?", re.IGNORECASE)
+_DURATION = re.compile(
+    r"([-+]?)P(?:([-+]?\d+)D)?(?:T(?:([-+]?\d+)H)?(?:([-+]?\d+)M)?"
+    r"(?:([-+]?\d+)(?:[.,](\d{0,9}))?S)?)?",
+    re.IGNORECASE,
+)
 
 
 def parse_duration(text: str) -> int:
@@ -379,8 +504,9 @@ def parse_duration(text: str) -> int:
     signs allowed), in milliseconds."""
     match = _DURATION.fullmatch(text)
     if match is None or text.upper().endswith("T") or not any(match.group(i) for i in (2, 3, 4, 5)):
-        raise typer.BadParameter(f"'{text}' is not an ISO-8601 duration PnDTnHnMnS (e.g. PT30M, P1DT12H)",
-                                 param_hint="'--by-duration'")
+        raise typer.BadParameter(
+            f"'{text}' is not an ISO-8601 duration PnDTnHnMnS (e.g. PT30M, P1DT12H)", param_hint="'--by-duration'"
+        )
     sign, days, hours, minutes, seconds, fraction = match.groups()
     seconds_ms = int(seconds or 0) * 1000
     if fraction:
@@ -407,8 +533,9 @@ def _read_reset_plan(path: str, group: str) -> dict[TopicPartition, int]:
         fields = [f.strip() for f in line.split(",")]
         if len(fields) == 4:
             if fields[0] != group:
-                raise CommandError(f"{path}, line {number}: the plan is for group '{fields[0]}', not '{group}'",
-                                   exit_code=USAGE)
+                raise CommandError(
+                    f"{path}, line {number}: the plan is for group '{fields[0]}', not '{group}'", exit_code=USAGE
+                )
             fields = fields[1:]
         try:
             name, partition, offset = fields[0], int(fields[1]), int(fields[2])
@@ -416,8 +543,9 @@ def _read_reset_plan(path: str, group: str) -> dict[TopicPartition, int]:
                 raise ValueError
             validate_topic_name(name, allow_internal=True)  # internal topics are refused below, by name
         except (ValueError, IndexError, InvalidTopicError):
-            raise CommandError(f"{path}, line {number}: expected 'topic,partition,offset', got {line[:80]!r}",
-                               exit_code=USAGE) from None
+            raise CommandError(
+                f"{path}, line {number}: expected 'topic,partition,offset', got {line[:80]!r}", exit_code=USAGE
+            ) from None
         tp = TopicPartition(name, partition)
         if tp in offsets and offsets[tp] != offset:
             raise CommandError(f"{path}, line {number}: {name}-{partition} is given twice", exit_code=USAGE)
@@ -435,8 +563,9 @@ def _by_topic(offsets: dict[TopicPartition, int]) -> list[tuple[str, list[int] |
     return [(name, sorted(parts)) for name, parts in sorted(topics.items())]
 
 
-def _reset_partitions(store: Store, admin: Admin, group: str, wanted: list[tuple[str, list[int] | None]],
-                      all_topics: bool) -> Iterator[TopicPartition]:
+def _reset_partitions(
+    store: Store, admin: Admin, group: str, wanted: list[tuple[str, list[int] | None]], all_topics: bool
+) -> Iterator[TopicPartition]:
     """The partitions --topic/--all-topics name, each checked to exist, sorted.
 
     A generator on purpose: Admin.plan_offset_reset refuses a live group before it asks for
@@ -462,14 +591,20 @@ def _reset_partitions(store: Store, admin: Admin, group: str, wanted: list[tuple
 
 # ---- delete-offsets ---------------------------------------------------------------------------------
 
+
 @app.command("delete-offsets")
 def delete_offsets(
     ctx: typer.Context,
     group: GroupOption,
-    topic: Annotated[list[str], typer.Option(
-        "--topic", metavar="TOPIC[:P,P...]", help="A topic, optionally with partitions (repeatable).",
-        show_default=False,
-    )],
+    topic: Annotated[
+        list[str],
+        typer.Option(
+            "--topic",
+            metavar="TOPIC[:P,P...]",
+            help="A topic, optionally with partitions (repeatable).",
+            show_default=False,
+        ),
+    ],
     output: OutputOption = OutputFormat.text,
 ) -> None:
     """Delete the group's committed offsets of some topics or partitions: TOPIC PARTITION STATUS."""

@@ -64,7 +64,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "txlog verify --progress 2> verify.log     # periodic lines when stderr is not a terminal",
     ),
     "sql": (
-        "txlog sql \"SELECT key, count(*) FROM orders GROUP BY key\"",
+        'txlog sql "SELECT key, count(*) FROM orders GROUP BY key"',
         "txlog sql --file report.sql --output csv",
         "txlog sql          # an interactive shell on a terminal",
     ),

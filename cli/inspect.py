@@ -28,8 +28,9 @@ VERIFICATION_FAILED = 3
 if TYPE_CHECKING:  # what the verb receives; the Literal of its choices is built at run time
     InspectOutputOption = OutputFormat
 else:
-    InspectOutputOption = output_option(OutputFormat.text, OutputFormat.json, OutputFormat.jsonl,
-                                        help="text (kafka-dump-log lines), json, or jsonl.")
+    InspectOutputOption = output_option(
+        OutputFormat.text, OutputFormat.json, OutputFormat.jsonl, help="text (kafka-dump-log lines), json, or jsonl."
+    )
 
 
 class _Lines:
@@ -74,6 +75,7 @@ class _Lines:
 def _expand(paths: list[str]) -> list[str]:
     """Files as given; a directory becomes its segment files (recursively: a log dir holds partitions)."""
     from cli import dump_log  # not at import: `txlog --help` must not load storage
+
     out: list[str] = []
     for path in paths:
         if os.path.isdir(path):
@@ -122,42 +124,86 @@ def _file_json(path: str, items: list[dict[str, Any]]) -> dict[str, Any]:
 
 def inspect(
     ctx: typer.Context,
-    paths: Annotated[list[str] | None, typer.Argument(
-        metavar="FILE...|DIR", show_default=False,
-        help="Segment files (.log .index .timeindex .snapshot .txnindex, KRaft .checkpoint) or directories "
-        "(a partition, a store, a Kafka log dir). Default: --data-dir.",
-    )] = None,
-    files: Annotated[str | None, typer.Option(
-        "--files", metavar="F1,F2", help="kafka-dump-log's comma-separated file list (added to FILE...).",
-    )] = None,
-    print_data_log: Annotated[bool, typer.Option(
-        "--print-data-log", help="Print keys and payloads (implies --deep-iteration).")] = False,
-    deep_iteration: Annotated[bool, typer.Option(
-        "--deep-iteration", help="Print a '|' line per record, not just per batch.")] = False,
-    skip_record_metadata: Annotated[bool, typer.Option(
-        "--skip-record-metadata", help="Leave offset, timestamp, sizes, sequence and header keys out of record lines.",
-    )] = False,
-    max_bytes: Annotated[int | None, typer.Option(
-        "--max-bytes", min=0, show_default=False,
-        help="Read only the first N bytes of each .log [default: the whole file].")] = None,
-    max_message_size: Annotated[int | None, typer.Option(
-        "--max-message-size", min=1, show_default=False,
-        help="Bytes read at each .index position when checking it against the log [default: 5242880, as "
-             "kafka-dump-log].",
-    )] = None,
-    transaction_log_decoder: Annotated[bool, typer.Option(
-        "--transaction-log-decoder", help="Decode __transaction_state records (implies --print-data-log).")] = False,
-    offsets_decoder: Annotated[bool, typer.Option(
-        "--offsets-decoder", help="Decode __consumer_offsets records as JSON (implies --print-data-log).")] = False,
-    cluster_metadata_decoder: Annotated[bool, typer.Option(
-        "--cluster-metadata-decoder",
-        help="Decode KRaft metadata records (__cluster_metadata .log, .checkpoint) as JSON (implies --print-data-log).",
-    )] = False,
-    index_sanity_check: Annotated[bool, typer.Option(
-        "--index-sanity-check", help="Only run the broker-startup sanity check of .index/.timeindex files.")] = False,
-    verify_index_only: Annotated[bool, typer.Option(
-        "--verify-index-only", help="Check .index/.timeindex entries against the log without printing them.",
-    )] = False,
+    paths: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="FILE...|DIR",
+            show_default=False,
+            help="Segment files (.log .index .timeindex .snapshot .txnindex, KRaft .checkpoint) or directories "
+            "(a partition, a store, a Kafka log dir). Default: --data-dir.",
+        ),
+    ] = None,
+    files: Annotated[
+        str | None,
+        typer.Option(
+            "--files",
+            metavar="F1,F2",
+            help="kafka-dump-log's comma-separated file list (added to FILE...).",
+        ),
+    ] = None,
+    print_data_log: Annotated[
+        bool, typer.Option("--print-data-log", help="Print keys and payloads (implies --deep-iteration).")
+    ] = False,
+    deep_iteration: Annotated[
+        bool, typer.Option("--deep-iteration", help="Print a '|' line per record, not just per batch.")
+    ] = False,
+    skip_record_metadata: Annotated[
+        bool,
+        typer.Option(
+            "--skip-record-metadata",
+            help="Leave offset, timestamp, sizes, sequence and header keys out of record lines.",
+        ),
+    ] = False,
+    max_bytes: Annotated[
+        int | None,
+        typer.Option(
+            "--max-bytes",
+            min=0,
+            show_default=False,
+            help="Read only the first N bytes of each .log [default: the whole file].",
+        ),
+    ] = None,
+    max_message_size: Annotated[
+        int | None,
+        typer.Option(
+            "--max-message-size",
+            min=1,
+            show_default=False,
+            help="Bytes read at each .index position when checking it against the log [default: 5242880, as "
+            "kafka-dump-log].",
+        ),
+    ] = None,
+    transaction_log_decoder: Annotated[
+        bool,
+        typer.Option(
+            "--transaction-log-decoder", help="Decode __transaction_state records (implies --print-data-log)."
+        ),
+    ] = False,
+    offsets_decoder: Annotated[
+        bool,
+        typer.Option("--offsets-decoder", help="Decode __consumer_offsets records as JSON (implies --print-data-log)."),
+    ] = False,
+    cluster_metadata_decoder: Annotated[
+        bool,
+        typer.Option(
+            "--cluster-metadata-decoder",
+            help="Decode KRaft metadata records (__cluster_metadata .log, .checkpoint) as JSON "
+            "(implies --print-data-log).",
+        ),
+    ] = False,
+    index_sanity_check: Annotated[
+        bool,
+        typer.Option(
+            "--index-sanity-check", help="Only run the broker-startup sanity check of .index/.timeindex files."
+        ),
+    ] = False,
+    verify_index_only: Annotated[
+        bool,
+        typer.Option(
+            "--verify-index-only",
+            help="Check .index/.timeindex entries against the log without printing them.",
+        ),
+    ] = False,
     output: InspectOutputOption = OutputFormat.text,
 ) -> None:
     """Dump log, index and snapshot files (kafka-dump-log.sh).
@@ -168,8 +214,10 @@ def inspect(
     failed sanity check); --verify-index-only ends with a one-line result.
     """
     if transaction_log_decoder + offsets_decoder + cluster_metadata_decoder > 1:
-        raise CommandError("give at most one of --transaction-log-decoder, --offsets-decoder and "
-                           "--cluster-metadata-decoder", exit_code=USAGE)
+        raise CommandError(
+            "give at most one of --transaction-log-decoder, --offsets-decoder and --cluster-metadata-decoder",
+            exit_code=USAGE,
+        )
     given = list(paths or []) + [f for f in (files or "").split(",") if f]
     if not given:
         root = settings(ctx).data_dir
@@ -189,8 +237,12 @@ def inspect(
         parser = message_parsers.cluster_metadata_parser
     print_data = print_data_log or parser is not None
     opts = dump_log.Options(
-        print_data=print_data, deep=deep_iteration or print_data, skip_metadata=skip_record_metadata,
-        sanity_only=index_sanity_check, verify_only=verify_index_only, parser=parser,
+        print_data=print_data,
+        deep=deep_iteration or print_data,
+        skip_metadata=skip_record_metadata,
+        sanity_only=index_sanity_check,
+        verify_only=verify_index_only,
+        parser=parser,
     )
     if max_bytes is not None:
         opts.max_bytes = max_bytes

@@ -74,9 +74,12 @@ def _with_hint(exc: Exception) -> str:
     cause = exc.__cause__
     if isinstance(cause, OSError) and cause.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         message += f" (the store is not writable here; {READ_ONLY_HINT})"
-    if isinstance(exc, UnknownTopicOrPartitionError) and message.startswith("topic '") and \
-            message.endswith("' does not exist"):
-        name = message[len("topic '"):-len("' does not exist")]
+    if (
+        isinstance(exc, UnknownTopicOrPartitionError)
+        and message.startswith("topic '")
+        and message.endswith("' does not exist")
+    ):
+        name = message[len("topic '") : -len("' does not exist")]
         if re.fullmatch(r"[A-Za-z0-9._-]+", name):  # a name `topics create` takes (no quoting needed)
             message += f" (create it with 'txlog topics create {name}'; 'txlog topics list' shows the topics)"
     return message
@@ -110,8 +113,10 @@ def _is_undecodable_argument(exc: Exception) -> bool:
 def _non_utf8_argument_message() -> str:
     bad = [_printable(arg) for arg in sys.argv[1:] if any("\udc80" <= c <= "\udcff" for c in arg)]
     which = f"argument '{bad[0]}'" if bad else "an argument"
-    return (f"{which} is not valid UTF-8, and it is used as text here (topic names, group and transactional ids, "
-            "formats); only produce's -k, -H values and -K take raw bytes")
+    return (
+        f"{which} is not valid UTF-8, and it is used as text here (topic names, group and transactional ids, "
+        "formats); only produce's -k, -H values and -K take raw bytes"
+    )
 
 
 app = typer.Typer(
@@ -143,14 +148,26 @@ def _check_data_dir(value: str) -> str:
 @app.callback()
 def root(
     ctx: typer.Context,
-    data_dir: Annotated[str, typer.Option(
-        "--data-dir", envvar=DATA_DIR_ENV, metavar="DIR", callback=_check_data_dir,
-        help="The store directory (a txlog store, or a Kafka log dir opened read-only).",
-    )] = DEFAULT_DATA_DIR,
+    data_dir: Annotated[
+        str,
+        typer.Option(
+            "--data-dir",
+            envvar=DATA_DIR_ENV,
+            metavar="DIR",
+            callback=_check_data_dir,
+            help="The store directory (a txlog store, or a Kafka log dir opened read-only).",
+        ),
+    ] = DEFAULT_DATA_DIR,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only data and errors, no status lines.")] = False,
-    version: Annotated[bool | None, typer.Option(
-        "--version", callback=_version_callback, is_eager=True, help="Print txlog's version and exit.",
-    )] = None,
+    version: Annotated[
+        bool | None,
+        typer.Option(
+            "--version",
+            callback=_version_callback,
+            is_eager=True,
+            help="Print txlog's version and exit.",
+        ),
+    ] = None,
 ) -> None:
     ctx.obj = Settings(data_dir=data_dir, quiet=quiet)
 

@@ -66,9 +66,11 @@ def output_option(*choices: OutputFormat, help: str) -> object:
 if TYPE_CHECKING:  # what the verb receives; the Literal of its choices is built at run time
     ResultOutputOption = OutputFormat
 else:
-    ResultOutputOption = output_option(OutputFormat.text, OutputFormat.json,
-                                       help="text (a status line on stderr) or json (the result as one JSON object on "
-                                       "stdout, for scripts).")
+    ResultOutputOption = output_option(
+        OutputFormat.text,
+        OutputFormat.json,
+        help="text (a status line on stderr) or json (the result as one JSON object on stdout, for scripts).",
+    )
 
 
 def print_result(output: OutputFormat, result: dict[str, Any]) -> None:
@@ -120,8 +122,16 @@ class RowWriter:
     OutputFormat.text; a verb without a text layout passes none and never offers text.
     """
 
-    def __init__(self, columns: Columns, output: OutputFormat, *, text: TextLayout | None = None,
-                 missing: str = "None", single: bool = False, rendering: Rendering = REPORT):
+    def __init__(
+        self,
+        columns: Columns,
+        output: OutputFormat,
+        *,
+        text: TextLayout | None = None,
+        missing: str = "None",
+        single: bool = False,
+        rendering: Rendering = REPORT,
+    ):
         if output is OutputFormat.text and text is None:
             raise ValueError("this output has no text layout")
         self.columns = columns
@@ -161,8 +171,9 @@ class RowWriter:
             self._print(render_table(cells(self.rows, self.columns, self.missing), self.headers) + "\n")
         elif output is OutputFormat.text:
             assert self.text is not None
-            self._print("".join(line + "\n" for line in self.text(self.headers, cells(self.rows, self.columns,
-                                                                                      self.missing))))
+            self._print(
+                "".join(line + "\n" for line in self.text(self.headers, cells(self.rows, self.columns, self.missing)))
+            )
         self.flush()
 
     def flush(self) -> None:
@@ -193,8 +204,15 @@ class RowWriter:
             typer.echo(text, nl=False)
 
 
-def emit(rows: Sequence[dict[str, Any]], columns: Columns, output: OutputFormat, *,
-         text: TextLayout | None = None, missing: str = "None", single: bool = False) -> None:
+def emit(
+    rows: Sequence[dict[str, Any]],
+    columns: Columns,
+    output: OutputFormat,
+    *,
+    text: TextLayout | None = None,
+    missing: str = "None",
+    single: bool = False,
+) -> None:
     """Print a verb's rows at once (RowWriter's one-shot form)."""
     writer = RowWriter(columns, output, text=text, missing=missing, single=single)
     writer.write(rows)
@@ -229,9 +247,11 @@ def status(ctx: typer.Context, message: str) -> None:
 
 def absent_note(topic: str, absent: list[int]) -> str:
     """The status line naming partitions a Kafka log dir does not hold (a broker of a larger cluster)."""
-    return (f"partition{'s' * (len(absent) != 1)} {', '.join(map(str, absent))} of topic '{topic}' "
-            f"{'are' if len(absent) != 1 else 'is'} not in this log directory (another broker holds "
-            f"{'them' if len(absent) != 1 else 'it'})")
+    return (
+        f"partition{'s' * (len(absent) != 1)} {', '.join(map(str, absent))} of topic '{topic}' "
+        f"{'are' if len(absent) != 1 else 'is'} not in this log directory (another broker holds "
+        f"{'them' if len(absent) != 1 else 'it'})"
+    )
 
 
 def error_line(message: str) -> None:

@@ -107,8 +107,10 @@ class ShellTransform:
             # its own process group, so stopping CMD also stops what it started (`sh -c 'sleep 9; cat'`)
             proc = subprocess.Popen(self.cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, process_group=0)
         except OSError as exc:
-            raise CommandError(f"cannot run CMD {self.cmd[0]!r}: {exc.strerror or exc}; "
-                               "transaction aborted, input offsets not committed") from exc
+            raise CommandError(
+                f"cannot run CMD {self.cmd[0]!r}: {exc.strerror or exc}; "
+                "transaction aborted, input offsets not committed"
+            ) from exc
         out = self._communicate(proc, _encode_input(records))
         if self.stop:
             raise _Interrupted()
@@ -164,55 +166,122 @@ def _stop_group(proc: subprocess.Popen) -> None:
 
 def process(
     ctx: typer.Context,
-    cmd: Annotated[list[str], typer.Argument(
-        metavar="CMD", show_default=False,
-        help="The command run once per transaction: the input values on its stdin, one per line; "
-        "its stdout lines are the output values.",
-    )],
-    input_topic: Annotated[str, typer.Option(
-        "--input-topic", "-i", metavar="TOPIC", help="Topic to read (all partitions, read_committed).",
-        autocompletion=complete_topic_names, show_default=False,
-    )],
-    output_topic: Annotated[str, typer.Option(
-        "--output-topic", metavar="TOPIC", help="Topic to write (must exist).",
-        autocompletion=complete_topic_names, show_default=False,
-    )],
-    group: Annotated[str, typer.Option(
-        "--group", "-g", metavar="GROUP", help="Consumer group whose offsets are committed with the outputs.",
-        autocompletion=complete_group_ids,
-        show_default=False,
-    )],
-    transactional_id: Annotated[str, typer.Option(
-        "--transactional-id", metavar="ID", show_default=False, autocompletion=complete_transactional_ids,
-        help="Transactional id; a restart with the same id fences the old run and aborts what it left open.",
-    )],
-    transaction_size: Annotated[int, typer.Option(
-        "--transaction-size", "-n", min=1, metavar="N", help="Input records per transaction (at most).",
-    )] = 100,
-    follow: Annotated[bool, typer.Option(
-        "--follow", help="Keep polling for new input instead of exiting when caught up.",
-    )] = False,
-    transaction_timeout_ms: Annotated[int, typer.Option(
-        "--transaction-timeout-ms", min=1, metavar="MS",
-        help="The transaction timeout; a CMD run must finish well within it.",
-    )] = 60_000,
-    workers: Annotated[int, typer.Option(
-        "--workers", "-w", min=1, max=64, metavar="N",
-        help="Run N members of the group as child processes (transactional ids ID-0 .. ID-N-1).",
-    )] = 1,
-    session_timeout_ms: Annotated[int, typer.Option(
-        "--session-timeout-ms", min=2, metavar="MS",
-        help="A run that stops heartbeating (paused, hung) this long loses its partitions to the others. "
-        "A run whose process dies loses them at once.",
-    )] = 45_000,
-    heartbeat_interval_ms: Annotated[int, typer.Option(
-        "--heartbeat-interval-ms", min=1, metavar="MS",
-        help="How often a run checks the group for members that came, left or died.",
-    )] = 3_000,
-    group_instance_id: Annotated[str | None, typer.Option(
-        "--group-instance-id", metavar="ID", show_default=False,
-        help="Static membership: a restart within the session timeout gets its partitions back.",
-    )] = None,
+    cmd: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="CMD",
+            show_default=False,
+            help="The command run once per transaction: the input values on its stdin, one per line; "
+            "its stdout lines are the output values.",
+        ),
+    ],
+    input_topic: Annotated[
+        str,
+        typer.Option(
+            "--input-topic",
+            "-i",
+            metavar="TOPIC",
+            help="Topic to read (all partitions, read_committed).",
+            autocompletion=complete_topic_names,
+            show_default=False,
+        ),
+    ],
+    output_topic: Annotated[
+        str,
+        typer.Option(
+            "--output-topic",
+            metavar="TOPIC",
+            help="Topic to write (must exist).",
+            autocompletion=complete_topic_names,
+            show_default=False,
+        ),
+    ],
+    group: Annotated[
+        str,
+        typer.Option(
+            "--group",
+            "-g",
+            metavar="GROUP",
+            help="Consumer group whose offsets are committed with the outputs.",
+            autocompletion=complete_group_ids,
+            show_default=False,
+        ),
+    ],
+    transactional_id: Annotated[
+        str,
+        typer.Option(
+            "--transactional-id",
+            metavar="ID",
+            show_default=False,
+            autocompletion=complete_transactional_ids,
+            help="Transactional id; a restart with the same id fences the old run and aborts what it left open.",
+        ),
+    ],
+    transaction_size: Annotated[
+        int,
+        typer.Option(
+            "--transaction-size",
+            "-n",
+            min=1,
+            metavar="N",
+            help="Input records per transaction (at most).",
+        ),
+    ] = 100,
+    follow: Annotated[
+        bool,
+        typer.Option(
+            "--follow",
+            help="Keep polling for new input instead of exiting when caught up.",
+        ),
+    ] = False,
+    transaction_timeout_ms: Annotated[
+        int,
+        typer.Option(
+            "--transaction-timeout-ms",
+            min=1,
+            metavar="MS",
+            help="The transaction timeout; a CMD run must finish well within it.",
+        ),
+    ] = 60_000,
+    workers: Annotated[
+        int,
+        typer.Option(
+            "--workers",
+            "-w",
+            min=1,
+            max=64,
+            metavar="N",
+            help="Run N members of the group as child processes (transactional ids ID-0 .. ID-N-1).",
+        ),
+    ] = 1,
+    session_timeout_ms: Annotated[
+        int,
+        typer.Option(
+            "--session-timeout-ms",
+            min=2,
+            metavar="MS",
+            help="A run that stops heartbeating (paused, hung) this long loses its partitions to the others. "
+            "A run whose process dies loses them at once.",
+        ),
+    ] = 45_000,
+    heartbeat_interval_ms: Annotated[
+        int,
+        typer.Option(
+            "--heartbeat-interval-ms",
+            min=1,
+            metavar="MS",
+            help="How often a run checks the group for members that came, left or died.",
+        ),
+    ] = 3_000,
+    group_instance_id: Annotated[
+        str | None,
+        typer.Option(
+            "--group-instance-id",
+            metavar="ID",
+            show_default=False,
+            help="Static membership: a restart within the session timeout gets its partitions back.",
+        ),
+    ] = None,
     progress: ProgressOption = False,
 ) -> None:
     """Exactly-once consume-transform-produce through a command.
@@ -241,14 +310,28 @@ def process(
     if heartbeat_interval_ms >= session_timeout_ms:
         raise CommandError("--heartbeat-interval-ms must be lower than --session-timeout-ms", exit_code=USAGE)
     if workers > 1 and group_instance_id is not None:
-        raise CommandError("--group-instance-id names one member; it cannot be used with --workers",
-                           exit_code=USAGE)
-    member = dict(session_timeout_ms=session_timeout_ms, heartbeat_interval_ms=heartbeat_interval_ms,
-                  group_instance_id=group_instance_id)
+        raise CommandError("--group-instance-id names one member; it cannot be used with --workers", exit_code=USAGE)
+    member = dict(
+        session_timeout_ms=session_timeout_ms,
+        heartbeat_interval_ms=heartbeat_interval_ms,
+        group_instance_id=group_instance_id,
+    )
 
     def run(tid: str, label: str) -> None:
-        _run_worker(ctx, cmd, input_topic, output_topic, group, tid, transaction_size, follow,
-                    transaction_timeout_ms, member, label, progress)
+        _run_worker(
+            ctx,
+            cmd,
+            input_topic,
+            output_topic,
+            group,
+            tid,
+            transaction_size,
+            follow,
+            transaction_timeout_ms,
+            member,
+            label,
+            progress,
+        )
 
     if workers == 1:
         run(transactional_id, "")
@@ -296,13 +379,25 @@ def _supervise(workers: int, run: Callable[[int], None]) -> None:
     worst = 130 if 130 in codes else max((c if c >= 0 else 1 for c in codes), default=0)
     if worst:
         failed = sum(1 for c in codes if c)
-        raise CommandError(f"{failed} of {workers} workers failed (exit codes {', '.join(map(str, codes))})",
-                           exit_code=worst)
+        raise CommandError(
+            f"{failed} of {workers} workers failed (exit codes {', '.join(map(str, codes))})", exit_code=worst
+        )
 
 
-def _run_worker(ctx: typer.Context, cmd: list[str], input_topic: str, output_topic: str, group: str,
-                transactional_id: str, transaction_size: int, follow: bool, transaction_timeout_ms: int,
-                member: dict[str, Any], label: str, show_progress: bool = False) -> None:
+def _run_worker(
+    ctx: typer.Context,
+    cmd: list[str],
+    input_topic: str,
+    output_topic: str,
+    group: str,
+    transactional_id: str,
+    transaction_size: int,
+    follow: bool,
+    transaction_timeout_ms: int,
+    member: dict[str, Any],
+    label: str,
+    show_progress: bool = False,
+) -> None:
     """One member of the group: the TransformLoop over CMD until caught up (or stopped)."""
     from storage.errors import UnknownTopicOrPartitionError
     from txlog.tools.transform_loop import TransformLoop
@@ -315,12 +410,23 @@ def _run_worker(ctx: typer.Context, cmd: list[str], input_topic: str, output_top
             for topic in (input_topic, output_topic):
                 if not store.has_topic(topic):
                     raise UnknownTopicOrPartitionError(f"topic '{topic}' does not exist")
-            with TransformLoop(store, input_topic=input_topic, output_topic=output_topic, group_id=group,
-                               transactional_id=transactional_id, transform=ShellTransform(cmd, stop),
-                               transaction_size=transaction_size, transaction_timeout_ms=transaction_timeout_ms,
-                               consumer_config=member, listener=_AssignmentNotes(ctx, label)) as loop:
-                status(ctx, f"{label}Processing {input_topic} -> {output_topic} (group {group}, "
-                            f"transactional id {transactional_id}); the group assigns the partitions")
+            with TransformLoop(
+                store,
+                input_topic=input_topic,
+                output_topic=output_topic,
+                group_id=group,
+                transactional_id=transactional_id,
+                transform=ShellTransform(cmd, stop),
+                transaction_size=transaction_size,
+                transaction_timeout_ms=transaction_timeout_ms,
+                consumer_config=member,
+                listener=_AssignmentNotes(ctx, label),
+            ) as loop:
+                status(
+                    ctx,
+                    f"{label}Processing {input_topic} -> {output_topic} (group {group}, "
+                    f"transactional id {transactional_id}); the group assigns the partitions",
+                )
                 progress = _Progress(ctx, loop.stats, quiet, label, asked=show_progress)
                 try:
                     loop.run(until_caught_up=not follow, should_stop=lambda: progress.tick() or bool(stop))
@@ -332,8 +438,10 @@ def _run_worker(ctx: typer.Context, cmd: list[str], input_topic: str, output_top
     finally:
         stop.restore()
     if stop:
-        raise CommandError(f"{label}interrupted ({stop.name()}); any open transaction was aborted, "
-                           "committed transactions are kept", exit_code=130)
+        raise CommandError(
+            f"{label}interrupted ({stop.name()}); any open transaction was aborted, committed transactions are kept",
+            exit_code=130,
+        )
 
 
 class _AssignmentNotes:
@@ -365,13 +473,16 @@ class _Progress:
         self.ctx, self.stats, self.quiet, self.label = ctx, stats, quiet, label
         self.started = time.monotonic()
         # workers share the terminal: each prints plain lines rather than redrawing one line
-        self.line: Progress[int] = Progress(ctx, f"{label}process", lambda _: self._counts(), asked=asked,
-                                            redraw=not label)  # updated with the committed transactions
+        self.line: Progress[int] = Progress(
+            ctx, f"{label}process", lambda _: self._counts(), asked=asked, redraw=not label
+        )  # updated with the committed transactions
 
     def _counts(self) -> str:
         s = self.stats
-        return (f"{count(s.records_in, 'record')} in, {s.records_out:,} out, in "
-                f"{count(s.transactions_committed, 'committed transaction')} ({s.transactions_aborted:,} aborted)")
+        return (
+            f"{count(s.records_in, 'record')} in, {s.records_out:,} out, in "
+            f"{count(s.transactions_committed, 'committed transaction')} ({s.transactions_aborted:,} aborted)"
+        )
 
     def tick(self) -> bool:
         self.line.update(self.stats.transactions_committed)
@@ -380,7 +491,9 @@ class _Progress:
     def summary(self, *, interrupted: bool) -> None:
         self.line.close()
         if not interrupted:
-            status(self.ctx, f"{self.label}Processed {self._counts()}; caught up after "
-                             f"{time.monotonic() - self.started:.1f}s.")
+            status(
+                self.ctx,
+                f"{self.label}Processed {self._counts()}; caught up after {time.monotonic() - self.started:.1f}s.",
+            )
         elif self.stats.transactions_committed:
             status(self.ctx, f"{self.label}Before the interruption: {self._counts()}.")

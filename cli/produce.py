@@ -99,22 +99,34 @@ def _header_name(name: str, item: str) -> str:
 class _LineParser:
     """One input line (bytes, without its newline) to (key, value, headers)."""
 
-    def __init__(self, props: dict[str, str], value_format: ValueFormat, fixed_key: str | None,
-                 key_delimiter: str | None, fixed_headers: list[str] | None, empty_is_null: bool):
+    def __init__(
+        self,
+        props: dict[str, str],
+        value_format: ValueFormat,
+        fixed_key: str | None,
+        key_delimiter: str | None,
+        fixed_headers: list[str] | None,
+        empty_is_null: bool,
+    ):
         parse_key = parse_bool(props["parse.key"], "parse.key")
         key_separator = unescape(props["key.separator"])
         if key_delimiter is not None:
             parse_key, key_separator = True, unescape(key_delimiter)
         if parse_key and fixed_key is not None:
-            raise CommandError("-k/--key gives every record the same key; it cannot be combined with "
-                               "parsing keys from the input (parse.key, -K)", exit_code=USAGE)
+            raise CommandError(
+                "-k/--key gives every record the same key; it cannot be combined with "
+                "parsing keys from the input (parse.key, -K)",
+                exit_code=USAGE,
+            )
         self.parse_key = parse_key
         self.parse_headers = parse_bool(props["parse.headers"], "parse.headers")
         self.ignore_error = parse_bool(props["ignore.error"], "ignore.error")
-        separators = {"key.separator": key_separator,
-                      "headers.delimiter": unescape(props["headers.delimiter"]),
-                      "headers.separator": unescape(props["headers.separator"]),
-                      "headers.key.separator": unescape(props["headers.key.separator"])}
+        separators = {
+            "key.separator": key_separator,
+            "headers.delimiter": unescape(props["headers.delimiter"]),
+            "headers.separator": unescape(props["headers.separator"]),
+            "headers.key.separator": unescape(props["headers.key.separator"]),
+        }
         for name, sep in separators.items():
             if not sep:
                 raise CommandError(f"{name} must not be empty", exit_code=USAGE)
@@ -127,8 +139,7 @@ class _LineParser:
         self.null_marker = _arg_bytes(marker) if marker else None
         self.value_format = value_format
         self.empty_is_null = empty_is_null
-        self.fixed_key = None if fixed_key is None else decode_value(_arg_bytes(fixed_key), value_format,
-                                                                     "the -k key")
+        self.fixed_key = None if fixed_key is None else decode_value(_arg_bytes(fixed_key), value_format, "the -k key")
         self.fixed_headers: list[tuple[str, bytes | None]] = []
         for item in fixed_headers or []:
             name, sep, value = item.partition("=")
@@ -137,7 +148,8 @@ class _LineParser:
             self.fixed_headers.append((_header_name(name, item), _arg_bytes(value) if sep else None))
         # What -k and -H add to every record beyond the line's own bytes (for _SizeGuard).
         self.fixed_size = len(self.fixed_key or b"") + sum(
-            len(n.encode("utf-8")) + len(v or b"") + 10 for n, v in self.fixed_headers)
+            len(n.encode("utf-8")) + len(v or b"") + 10 for n, v in self.fixed_headers
+        )
 
     def parse(self, line: bytes) -> tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]:
         rest = line
@@ -242,8 +254,11 @@ class _Chunk:
         """Hand the chunk to the producer (its future goes to the tally) and start a new one."""
         if self.values:
             keys = self.keys if any(k is not None for k in self.keys) else None
-            tally.pending.append(producer.produce_many(topic, self.values, keys, partition=partition,
-                                                       headers=self.headers if self.any_headers else None))
+            tally.pending.append(
+                producer.produce_many(
+                    topic, self.values, keys, partition=partition, headers=self.headers if self.any_headers else None
+                )
+            )
         self._clear()
 
 
@@ -303,14 +318,18 @@ class _SizeGuard:
         self.transactional = transactional
         self.threshold = self.limit - self.SLACK - fixed_size
 
-    def check(self, line_size: int, key: bytes | None, value: bytes | None,
-              headers: list[tuple[str, bytes | None]]) -> None:
+    def check(
+        self, line_size: int, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes | None]]
+    ) -> None:
         if line_size < self.threshold:
             return
         size = self.batch_size(key, value, headers)
         if size > self.limit:
-            raise _LineError(f"its record needs a batch of {size} bytes, more than max.message.bytes={self.limit} "
-                             f"of topic '{self.topic}'", needed=size)
+            raise _LineError(
+                f"its record needs a batch of {size} bytes, more than max.message.bytes={self.limit} "
+                f"of topic '{self.topic}'",
+                needed=size,
+            )
 
     def batch_size(self, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes | None]]) -> int:
         from storage.compression import Compression
@@ -368,65 +387,148 @@ class _Signals(Interrupts):
 
 def produce(
     ctx: typer.Context,
-    source: Annotated[str, typer.Argument(
-        metavar="[FILE|-]", help="Input, one record per line (default '-': stdin).", show_default=False,
-    )] = "-",
-    topic: Annotated[str, typer.Option(
-        "--topic", "-t", metavar="TOPIC", help="Topic to write to.", autocompletion=complete_topic_names,
-        show_default=False,
-    )] = ...,  # type: ignore[assignment]  # typer's mark of a required option, not a value
-    partition: Annotated[int | None, typer.Option(
-        "--partition", "-p", help="Write every record to this partition (default: by key, else sticky).",
-        show_default=False,
-    )] = None,
-    partitioner: Annotated[str | None, typer.Option(
-        "--partitioner", metavar="murmur2|murmur3", show_default=False,
-        help="How a key picks its partition: murmur2 (the default) is Kafka's, where the Java producer and "
-        "kcat's murmur2_random put it; murmur3 is txlog's earlier rule. Keyless records stick to a partition "
-        "per batch.",
-    )] = None,
-    prop: Annotated[list[str] | None, typer.Option(
-        "--property", metavar="NAME=VALUE",
-        help="Kafka console-producer line parsing (repeatable): parse.key, key.separator, parse.headers, "
-        "headers.delimiter, headers.separator, headers.key.separator, null.marker, ignore.error.",
-    )] = None,
-    key_delimiter: Annotated[str | None, typer.Option(
-        "-K", metavar="DELIM", help="kcat: each line is KEY<DELIM>VALUE.", show_default=False,
-    )] = None,
-    key: Annotated[str | None, typer.Option(
-        "--key", "-k", metavar="KEY", help="kcat: the same key for every record.", show_default=False,
-    )] = None,
-    header: Annotated[list[str] | None, typer.Option(
-        "--header", "-H", metavar="NAME=VALUE", help="kcat: a header on every record (repeatable; NAME alone: null).",
-    )] = None,
-    empty_is_null: Annotated[bool, typer.Option(
-        "-Z", help="kcat: an empty value is sent as null (a tombstone).",
-    )] = False,
-    value_format: Annotated[ValueFormat, typer.Option(
-        "--value-format", case_sensitive=False, help=VALUE_FORMAT_HELP,
-    )] = ValueFormat.utf8,
-    compression: Annotated[str, typer.Option(
-        "--compression-codec", "-z", metavar="|".join(CODECS), help="Compression of the written batches.",
-    )] = "none",
-    acks: Annotated[str, typer.Option(
-        "--acks", metavar="|".join(ACKS), help="What a record's acknowledgement waits for: all = written "
-        "and fdatasynced (survives power loss), 1 = written, 0 = nothing (offsets unknown); 0 and 1 turn "
-        "idempotence off.")] = "all",
-    no_idempotence: Annotated[bool, typer.Option(
-        "--no-idempotence", help="Send without producer id and sequence numbers.",
-    )] = False,
-    transactional_id: Annotated[str | None, typer.Option(
-        "--transactional-id", metavar="ID", autocompletion=complete_transactional_ids,
-        help="All input is one transaction: committed at end of input, aborted on Ctrl-C or SIGTERM.",
-        show_default=False,
-    )] = None,
-    no_commit: Annotated[bool, typer.Option(
-        "--no-commit", help="With --transactional-id: leave the transaction open for 'txlog commit'/'txlog abort'.",
-    )] = False,
-    transaction_timeout_ms: Annotated[int, typer.Option(
-        "--transaction-timeout-ms", metavar="MS",
-        help="transaction.timeout.ms: an open transaction older than this is aborted by the next sweep.",
-    )] = 60_000,
+    source: Annotated[
+        str,
+        typer.Argument(
+            metavar="[FILE|-]",
+            help="Input, one record per line (default '-': stdin).",
+            show_default=False,
+        ),
+    ] = "-",
+    topic: Annotated[
+        str,
+        typer.Option(
+            "--topic",
+            "-t",
+            metavar="TOPIC",
+            help="Topic to write to.",
+            autocompletion=complete_topic_names,
+            show_default=False,
+        ),
+    ] = ...,  # type: ignore[assignment]  # typer's mark of a required option, not a value
+    partition: Annotated[
+        int | None,
+        typer.Option(
+            "--partition",
+            "-p",
+            help="Write every record to this partition (default: by key, else sticky).",
+            show_default=False,
+        ),
+    ] = None,
+    partitioner: Annotated[
+        str | None,
+        typer.Option(
+            "--partitioner",
+            metavar="murmur2|murmur3",
+            show_default=False,
+            help="How a key picks its partition: murmur2 (the default) is Kafka's, where the Java producer and "
+            "kcat's murmur2_random put it; murmur3 is txlog's earlier rule. Keyless records stick to a partition "
+            "per batch.",
+        ),
+    ] = None,
+    prop: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--property",
+            metavar="NAME=VALUE",
+            help="Kafka console-producer line parsing (repeatable): parse.key, key.separator, parse.headers, "
+            "headers.delimiter, headers.separator, headers.key.separator, null.marker, ignore.error.",
+        ),
+    ] = None,
+    key_delimiter: Annotated[
+        str | None,
+        typer.Option(
+            "-K",
+            metavar="DELIM",
+            help="kcat: each line is KEY<DELIM>VALUE.",
+            show_default=False,
+        ),
+    ] = None,
+    key: Annotated[
+        str | None,
+        typer.Option(
+            "--key",
+            "-k",
+            metavar="KEY",
+            help="kcat: the same key for every record.",
+            show_default=False,
+        ),
+    ] = None,
+    header: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--header",
+            "-H",
+            metavar="NAME=VALUE",
+            help="kcat: a header on every record (repeatable; NAME alone: null).",
+        ),
+    ] = None,
+    empty_is_null: Annotated[
+        bool,
+        typer.Option(
+            "-Z",
+            help="kcat: an empty value is sent as null (a tombstone).",
+        ),
+    ] = False,
+    value_format: Annotated[
+        ValueFormat,
+        typer.Option(
+            "--value-format",
+            case_sensitive=False,
+            help=VALUE_FORMAT_HELP,
+        ),
+    ] = ValueFormat.utf8,
+    compression: Annotated[
+        str,
+        typer.Option(
+            "--compression-codec",
+            "-z",
+            metavar="|".join(CODECS),
+            help="Compression of the written batches.",
+        ),
+    ] = "none",
+    acks: Annotated[
+        str,
+        typer.Option(
+            "--acks",
+            metavar="|".join(ACKS),
+            help="What a record's acknowledgement waits for: all = written "
+            "and fdatasynced (survives power loss), 1 = written, 0 = nothing (offsets unknown); 0 and 1 turn "
+            "idempotence off.",
+        ),
+    ] = "all",
+    no_idempotence: Annotated[
+        bool,
+        typer.Option(
+            "--no-idempotence",
+            help="Send without producer id and sequence numbers.",
+        ),
+    ] = False,
+    transactional_id: Annotated[
+        str | None,
+        typer.Option(
+            "--transactional-id",
+            metavar="ID",
+            autocompletion=complete_transactional_ids,
+            help="All input is one transaction: committed at end of input, aborted on Ctrl-C or SIGTERM.",
+            show_default=False,
+        ),
+    ] = None,
+    no_commit: Annotated[
+        bool,
+        typer.Option(
+            "--no-commit",
+            help="With --transactional-id: leave the transaction open for 'txlog commit'/'txlog abort'.",
+        ),
+    ] = False,
+    transaction_timeout_ms: Annotated[
+        int,
+        typer.Option(
+            "--transaction-timeout-ms",
+            metavar="MS",
+            help="transaction.timeout.ms: an open transaction older than this is aborted by the next sweep.",
+        ),
+    ] = 60_000,
     output: ResultOutputOption = OutputFormat.text,
     progress: ProgressOption = False,
 ) -> None:
@@ -436,8 +538,9 @@ def produce(
     """
     check_partition(partition)
     if compression not in CODECS:
-        raise CommandError(f"--compression-codec must be one of {', '.join(CODECS)}, not {compression!r}",
-                           exit_code=USAGE)
+        raise CommandError(
+            f"--compression-codec must be one of {', '.join(CODECS)}, not {compression!r}", exit_code=USAGE
+        )
     if acks not in ACKS:
         raise CommandError(f"--acks must be one of {', '.join(ACKS)}, not {acks!r}", exit_code=USAGE)
     if transactional_id is not None and no_idempotence:
@@ -459,11 +562,23 @@ def produce(
     try:
         with open_store(ctx) as store:
             check_topic(store, topic, partition)
-            _run(ctx, store, parser, infile.fileno() if infile else sys.stdin.buffer.fileno(), topic, partition,
-                 compression=compression, acks=acks, idempotent=not no_idempotence,
-                 transactional_id=transactional_id, no_commit=no_commit,
-                 transaction_timeout_ms=transaction_timeout_ms, partitioner=partitioner, output=output,
-                 progress=progress)
+            _run(
+                ctx,
+                store,
+                parser,
+                infile.fileno() if infile else sys.stdin.buffer.fileno(),
+                topic,
+                partition,
+                compression=compression,
+                acks=acks,
+                idempotent=not no_idempotence,
+                transactional_id=transactional_id,
+                no_commit=no_commit,
+                transaction_timeout_ms=transaction_timeout_ms,
+                partitioner=partitioner,
+                output=output,
+                progress=progress,
+            )
     finally:
         if infile is not None:
             infile.close()
@@ -474,19 +589,40 @@ def _check_partitioner(name: str | None) -> None:
     from txlog.clients.partitioner import PARTITIONER_NAMES
 
     if name is not None and name not in PARTITIONER_NAMES:
-        raise CommandError(f"--partitioner must be one of {', '.join(PARTITIONER_NAMES)}, not {name!r}",
-                           exit_code=USAGE)
+        raise CommandError(
+            f"--partitioner must be one of {', '.join(PARTITIONER_NAMES)}, not {name!r}", exit_code=USAGE
+        )
 
 
-def _run(ctx: typer.Context, store: Store, parser: _LineParser, fd: int, topic: str, partition: int | None, *,
-         compression: str, acks: str, idempotent: bool, transactional_id: str | None, no_commit: bool,
-         transaction_timeout_ms: int, partitioner: str | None, output: OutputFormat = OutputFormat.text,
-         progress: bool = False) -> None:
+def _run(
+    ctx: typer.Context,
+    store: Store,
+    parser: _LineParser,
+    fd: int,
+    topic: str,
+    partition: int | None,
+    *,
+    compression: str,
+    acks: str,
+    idempotent: bool,
+    transactional_id: str | None,
+    no_commit: bool,
+    transaction_timeout_ms: int,
+    partitioner: str | None,
+    output: OutputFormat = OutputFormat.text,
+    progress: bool = False,
+) -> None:
     from txlog.clients.producer import Producer
 
-    producer = Producer(store, transactional_id=transactional_id, enable_idempotence=None if idempotent else False,
-                        acks=acks, compression_type=None if compression == "none" else compression,
-                        transaction_timeout_ms=transaction_timeout_ms, partitioner=partitioner)
+    producer = Producer(
+        store,
+        transactional_id=transactional_id,
+        enable_idempotence=None if idempotent else False,
+        acks=acks,
+        compression_type=None if compression == "none" else compression,
+        transaction_timeout_ms=transaction_timeout_ms,
+        partitioner=partitioner,
+    )
     tally = _Tally()
     guard = _SizeGuard(store, topic, compression, transactional_id is not None, parser.fixed_size)
     skipped = _Skipped()
@@ -561,20 +697,30 @@ def _run(ctx: typer.Context, store: Store, parser: _LineParser, fd: int, topic: 
     if transactional_id is not None and not leave_open:
         status(ctx, f"Transaction '{transactional_id}' committed.")
     elif leave_open:
-        status(ctx, f"Transaction '{transactional_id}' left open (producer id {producer.producer_id}, epoch "
-                    f"{producer.producer_epoch}); end it with 'txlog commit --transactional-id {transactional_id}' or "
-                    f"'txlog abort --transactional-id {transactional_id}' within "
-                    f"{transaction_timeout_ms} ms, or it is aborted as timed out.")
+        status(
+            ctx,
+            f"Transaction '{transactional_id}' left open (producer id {producer.producer_id}, epoch "
+            f"{producer.producer_epoch}); end it with 'txlog commit --transactional-id {transactional_id}' or "
+            f"'txlog abort --transactional-id {transactional_id}' within "
+            f"{transaction_timeout_ms} ms, or it is aborted as timed out.",
+        )
 
 
 def _result(tally: _Tally, topic: str, transactional_id: str | None, transaction: str) -> dict[str, Any]:
     """`--output json`: what was written, for scripts (offset ranges per partition; null with acks=0)."""
-    partitions: list[dict[str, int | None]] = [{"partition": p, "firstOffset": lo, "lastOffset": hi}
-                                               for p, (lo, hi) in sorted(tally.ranges.items())]
-    partitions += [{"partition": p, "firstOffset": None, "lastOffset": None}
-                   for p in sorted(tally.unknown - set(tally.ranges))]
-    return {"topic": topic, "records": tally.count, "partitions": partitions, "transactionalId": transactional_id,
-            "transaction": transaction if transactional_id is not None else None}
+    partitions: list[dict[str, int | None]] = [
+        {"partition": p, "firstOffset": lo, "lastOffset": hi} for p, (lo, hi) in sorted(tally.ranges.items())
+    ]
+    partitions += [
+        {"partition": p, "firstOffset": None, "lastOffset": None} for p in sorted(tally.unknown - set(tally.ranges))
+    ]
+    return {
+        "topic": topic,
+        "records": tally.count,
+        "partitions": partitions,
+        "transactionalId": transactional_id,
+        "transaction": transaction if transactional_id is not None else None,
+    }
 
 
 def _send_quietly(chunk: _Chunk, producer: Producer, topic: str, partition: int | None, tally: _Tally) -> None:
@@ -599,8 +745,9 @@ def _finish_quietly(producer: Producer) -> None:
         signal.signal(signal.SIGTERM, old_term)
 
 
-def _stop_at(number: int, exc: _LineError, producer: Producer, tally: _Tally, topic: str,
-             transactional_id: str | None) -> None:
+def _stop_at(
+    number: int, exc: _LineError, producer: Producer, tally: _Tally, topic: str, transactional_id: str | None
+) -> None:
     """Stop at a line that cannot be written: the lines before it are sent first (so the count in the
     message is what is in the log), nothing after it; in a transaction the caller's abort follows."""
     if transactional_id is None:
@@ -631,8 +778,10 @@ def _interrupted_message(tally: _Tally, topic: str, transactional_id: str | None
         return tally.summary(topic).replace("Produced", "Interrupted after producing", 1)
     if not tally.count:
         return f"Interrupted: transaction '{transactional_id}' aborted; nothing from this input is visible."
-    return (f"Interrupted: transaction '{transactional_id}' aborted; the {_records(tally.count)} it wrote to "
-            f"{topic} stay in the log as aborted records, invisible to read_committed readers.")
+    return (
+        f"Interrupted: transaction '{transactional_id}' aborted; the {_records(tally.count)} it wrote to "
+        f"{topic} stay in the log as aborted records, invisible to read_committed readers."
+    )
 
 
 def _is_fenced(exc: BaseException) -> bool:
@@ -642,6 +791,8 @@ def _is_fenced(exc: BaseException) -> bool:
 
 
 def _fenced_message(transactional_id: str) -> str:
-    return (f"transactional id '{transactional_id}' was fenced by a newer instance of it (another producer "
-            f"initialized the same transactional id); this producer's transaction was aborted and nothing "
-            f"from this input is visible")
+    return (
+        f"transactional id '{transactional_id}' was fenced by a newer instance of it (another producer "
+        f"initialized the same transactional id); this producer's transaction was aborted and nothing "
+        f"from this input is visible"
+    )

@@ -24,10 +24,14 @@ from cli.context import settings
 REDRAW_EVERY_S = 0.2
 PLAIN_EVERY_S = 5.0
 
-ProgressOption = Annotated[bool, typer.Option(
-    "--progress", help="Print progress lines on stderr even when it is not a terminal (on a terminal progress "
-    "is shown anyway; -q hides it).",
-)]
+ProgressOption = Annotated[
+    bool,
+    typer.Option(
+        "--progress",
+        help="Print progress lines on stderr even when it is not a terminal (on a terminal progress "
+        "is shown anyway; -q hides it).",
+    ),
+]
 
 
 C = TypeVar("C")  # what `update` is given and `describe` puts in words
@@ -40,8 +44,16 @@ class Progress(Generic[C]):
     `redraw=False` (several processes sharing one terminal) prints plain lines on a terminal too.
     """
 
-    def __init__(self, ctx: typer.Context, label: str, describe: Callable[[C], str], *, asked: bool = False,
-                 redraw: bool = True, stream: TextIO | None = None):
+    def __init__(
+        self,
+        ctx: typer.Context,
+        label: str,
+        describe: Callable[[C], str],
+        *,
+        asked: bool = False,
+        redraw: bool = True,
+        stream: TextIO | None = None,
+    ):
         self.stream = stream if stream is not None else sys.stderr
         self.label = label
         self.describe = describe

@@ -85,8 +85,9 @@ def parse_properties(values: list[str] | None, known: dict[str, str], option: st
         if not sep or not name:
             raise typer.BadParameter(f"'{item}' is not NAME=VALUE", param_hint=f"'{option}'")
         if name not in known:
-            raise typer.BadParameter(f"unknown property '{name}' (known: {', '.join(sorted(known))})",
-                                     param_hint=f"'{option}'")
+            raise typer.BadParameter(
+                f"unknown property '{name}' (known: {', '.join(sorted(known))})", param_hint=f"'{option}'"
+            )
         out[name] = value
     return out
 

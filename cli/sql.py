@@ -76,8 +76,9 @@ INTERRUPTED = "interrupted (SIGINT)"  # as `process` says it: Ctrl-C is the one 
 if TYPE_CHECKING:  # what the verb receives; the Literal of its choices is built at run time
     OutputOption = OutputFormat
 else:
-    OutputOption = output_option(OutputFormat.table, OutputFormat.csv, OutputFormat.json, OutputFormat.jsonl,
-                                 help="table, csv, json or jsonl.")
+    OutputOption = output_option(
+        OutputFormat.table, OutputFormat.csv, OutputFormat.json, OutputFormat.jsonl, help="table, csv, json or jsonl."
+    )
 
 
 class BinaryFormat(str, Enum):
@@ -90,6 +91,7 @@ class BinaryFormat(str, Enum):
 
 # ---- names --------------------------------------------------------------------------------------
 
+
 def quoted(name: str) -> str:
     """A view name as it is written in a query: backticks unless it is a plain identifier."""
     return name if _PLAIN_IDENTIFIER.fullmatch(name) else _backticked(name)
@@ -100,6 +102,7 @@ def _backticked(name: str) -> str:
 
 
 # ---- cells --------------------------------------------------------------------------------------
+
 
 class _Cells:
     """Arrow values (as to_pylist gives them) to JSON-ready values and to table/csv text."""
@@ -134,8 +137,11 @@ class _Cells:
         if isinstance(value, dict):
             return {str(k): self.json_value(v) for k, v in value.items()}
         if isinstance(value, (list, tuple)):
-            if value and all(isinstance(item, tuple) and len(item) == 2 for item in value) \
-                    and all(isinstance(k, str) for k, _ in value):
+            if (
+                value
+                and all(isinstance(item, tuple) and len(item) == 2 for item in value)
+                and all(isinstance(k, str) for k, _ in value)
+            ):
                 return {k: self.json_value(v) for k, v in value}  # an Arrow map: [(key, value), ...]
             return [self.json_value(item) for item in value]
         return str(value)
@@ -210,6 +216,7 @@ def _print_result(table: pa.Table, output: OutputFormat, binary: BinaryFormat) -
 
 # ---- Spark --------------------------------------------------------------------------------------
 
+
 @contextmanager
 def _jvm_output(log: IO[bytes]) -> Iterator[int]:
     """While Spark starts, fds 1 and 2 point at `log`: the JVM (and every process it starts)
@@ -248,7 +255,7 @@ def spark_message(exc: BaseException) -> str:
         return type(exc).__name__
     if _TRACEBACK in text:
         # A failure inside a Python worker (the data source): the exception is the traceback's last line.
-        tail = text[text.rindex(_TRACEBACK):].splitlines()
+        tail = text[text.rindex(_TRACEBACK) :].splitlines()
         for line in reversed(tail):
             if line.strip() and not line.startswith((" ", "\t")):
                 name, sep, message = line.strip().partition(": ")
@@ -384,8 +391,16 @@ def _drop_views(spark: SparkSession, names: list[str]) -> None:
             spark.catalog.dropTempView(name)
 
 
-def _register(note: Callable[[str], None], spark: SparkSession, path: str, topics: list[str], *, isolation: str,
-              include_headers: bool, include_transaction_columns: bool) -> list[str]:
+def _register(
+    note: Callable[[str], None],
+    spark: SparkSession,
+    path: str,
+    topics: list[str],
+    *,
+    isolation: str,
+    include_headers: bool,
+    include_transaction_columns: bool,
+) -> list[str]:
     """Register the topic views and the analysis views; the names registered, as written in a query.
 
     txlog.spark.read makes each: a topic's records by the JVM reader when the session has its jar
@@ -397,12 +412,19 @@ def _register(note: Callable[[str], None], spark: SparkSession, path: str, topic
     for topic in topics:
         holder = taken.get(topic.lower())
         if holder is not None:
-            note(f"Note: topic '{topic}' has no view: {holder} has that name "
-                 "(Spark's view names are case-insensitive).")
+            note(
+                f"Note: topic '{topic}' has no view: {holder} has that name (Spark's view names are case-insensitive)."
+            )
             continue
         taken[topic.lower()] = f"topic '{topic}'"
-        df = read(spark, path, subscribe=topic, includeHeaders=include_headers,
-                  includeTransactionColumns=include_transaction_columns, **{"isolation.level": isolation})
+        df = read(
+            spark,
+            path,
+            subscribe=topic,
+            includeHeaders=include_headers,
+            includeTransactionColumns=include_transaction_columns,
+            **{"isolation.level": isolation},
+        )
         df.createOrReplaceTempView(_backticked(topic))
         registered.append(quoted(topic))
     for name, view in ((BATCHES_VIEW, "batches"), (TRANSACTIONS_VIEW, "transactions")):
@@ -413,6 +435,7 @@ def _register(note: Callable[[str], None], spark: SparkSession, path: str, topic
 
 
 # ---- what to run: decided before Spark starts -------------------------------------------------------
+
 
 def _script(query: str | None, file: Path | None) -> list[Statement] | None:
     """The statements to run, or None for the interactive shell; usage mistakes fail here, cheaply."""
@@ -444,6 +467,7 @@ def _read_text(file: Path) -> str:
 
 
 # ---- the session: started once, every statement runs in it -----------------------------------------
+
 
 class _StartupProgress:
     """The elapsed time on a terminal's stderr while Spark starts (cli/progress.py draws the line).
@@ -509,8 +533,16 @@ class _Views:
     then, new topics included.
     """
 
-    def __init__(self, ctx: typer.Context, spark: SparkSession, path: str, *, isolation: str, include_headers: bool,
-                 include_transaction_columns: bool):
+    def __init__(
+        self,
+        ctx: typer.Context,
+        spark: SparkSession,
+        path: str,
+        *,
+        isolation: str,
+        include_headers: bool,
+        include_transaction_columns: bool,
+    ):
         self.ctx, self.spark, self.path = ctx, spark, path
         self.isolation, self.include_headers = isolation, include_headers
         self.include_transaction_columns = include_transaction_columns
@@ -522,9 +554,19 @@ class _Views:
             if notes:
                 status(self.ctx, message)
 
-        names = _spark_call(self.spark, impatient=impatient, action=lambda: _register(
-            note, self.spark, self.path, topics, isolation=self.isolation, include_headers=self.include_headers,
-            include_transaction_columns=self.include_transaction_columns))
+        names = _spark_call(
+            self.spark,
+            impatient=impatient,
+            action=lambda: _register(
+                note,
+                self.spark,
+                self.path,
+                topics,
+                isolation=self.isolation,
+                include_headers=self.include_headers,
+                include_transaction_columns=self.include_transaction_columns,
+            ),
+        )
         _drop_views(self.spark, [t for t in self.topics if t not in topics])  # deleted since
         self.topics, self.names = topics, names
 
@@ -543,8 +585,17 @@ class _Views:
 class _Session:
     """One Spark session for the whole run: its views, and how a statement's result is printed."""
 
-    def __init__(self, ctx: typer.Context, spark: SparkSession, views: _Views, *, output: OutputFormat,
-                 limit: int | None, binary: BinaryFormat, interactive: bool):
+    def __init__(
+        self,
+        ctx: typer.Context,
+        spark: SparkSession,
+        views: _Views,
+        *,
+        output: OutputFormat,
+        limit: int | None,
+        binary: BinaryFormat,
+        interactive: bool,
+    ):
         self.ctx, self.spark, self.views = ctx, spark, views
         self.interactive = interactive  # the shell: Ctrl-C cancels the statement, never the session
         self.output, self.limit, self.binary = output, limit, binary
@@ -561,8 +612,11 @@ class _Session:
             return
         self._separate()
         if _print_result(table, self.output, self.binary):
-            status(self.ctx, "Note: some binary values are not UTF-8 and were shown as 0x-prefixed hex; "
-                             "use --binary-format base64 or hex (or SQL's hex(), base64()) for the exact bytes.")
+            status(
+                self.ctx,
+                "Note: some binary values are not UTF-8 and were shown as 0x-prefixed hex; "
+                "use --binary-format base64 or hex (or SQL's hex(), base64()) for the exact bytes.",
+            )
         rows = table.num_rows
         status(self.ctx, f"{rows} row{'s' * (rows != 1)} ({time.monotonic() - started:.2f} s)")
 
@@ -582,6 +636,7 @@ class _Session:
 
     def _collect(self, query: Callable[[], DataFrame]) -> pa.Table:
         """`query`'s DataFrame, run (up to --limit rows), as an Arrow table."""
+
         def collected() -> pa.Table:
             frame = query()
             return (frame if self.limit is None else frame.limit(self.limit)).toArrow()
@@ -600,8 +655,12 @@ def _run_script(ctx: typer.Context, session: _Session, statements: list[Statemen
     """Each statement in turn; the first failure ends the run, naming the statement when there are several."""
     for number, statement in enumerate(statements, 1):
         several = len(statements) > 1
-        status(ctx, f"Running statement {number} of {len(statements)} (line {statement.line})..."
-               if several else "Running query...")
+        status(
+            ctx,
+            f"Running statement {number} of {len(statements)} (line {statement.line})..."
+            if several
+            else "Running query...",
+        )
         try:
             session.run(statement)
         except CommandError as exc:
@@ -627,55 +686,103 @@ def _run_shell(ctx: typer.Context, session: _Session) -> None:
                 action(*args, **kwargs)
             except CommandError as exc:
                 error_line(str(exc))
+
         return run
 
     status(ctx, "Statements end with ';'; .tables lists the views, .help the commands, Ctrl-D leaves.")
-    run_shell(ShellActions(
-        run=reported(session.run), tables=reported(session.tables), schema=reported(session.schema),
-        error=error_line, interrupted=lambda: error_line(f"{INTERRUPTED}; the statement was cancelled"),
-    ), read_line=_read_line)
+    run_shell(
+        ShellActions(
+            run=reported(session.run),
+            tables=reported(session.tables),
+            schema=reported(session.schema),
+            error=error_line,
+            interrupted=lambda: error_line(f"{INTERRUPTED}; the statement was cancelled"),
+        ),
+        read_line=_read_line,
+    )
 
 
 # ---- the command --------------------------------------------------------------------------------
 
+
 def sql(
     ctx: typer.Context,
-    query: Annotated[str | None, typer.Argument(
-        metavar="QUERY", help="Spark SQL statements separated by ';', e.g. \"SELECT * FROM orders\"; '-' reads "
-        "them from stdin. Without QUERY or --file: an interactive shell on a terminal, else stdin.",
-        show_default=False,
-    )] = None,
-    file: Annotated[Path | None, typer.Option(
-        "--file", metavar="FILE",  # -f too (spark-sql's), hidden: -f is kcat's format elsewhere (cli/flags.py)
-        help="Run the ';'-separated statements of FILE ('-' for stdin).", show_default=False,
-    )] = None,
+    query: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="QUERY",
+            help="Spark SQL statements separated by ';', e.g. \"SELECT * FROM orders\"; '-' reads "
+            "them from stdin. Without QUERY or --file: an interactive shell on a terminal, else stdin.",
+            show_default=False,
+        ),
+    ] = None,
+    file: Annotated[
+        Path | None,
+        typer.Option(
+            "--file",
+            metavar="FILE",  # -f too (spark-sql's), hidden: -f is kcat's format elsewhere (cli/flags.py)
+            help="Run the ';'-separated statements of FILE ('-' for stdin).",
+            show_default=False,
+        ),
+    ] = None,
     output: OutputOption = OutputFormat.table,
-    limit: Annotated[int | None, typer.Option(
-        "--limit", min=0, metavar="N", help="Print at most N rows of each result (default: all).",
-        show_default=False,
-    )] = None,
-    isolation_level: Annotated[IsolationChoice, typer.Option(
-        "--isolation-level", case_sensitive=False,
-        help="For the topic views: read_committed hides open and aborted transactions.",
-    )] = IsolationChoice.read_committed,
-    include_headers: Annotated[bool, typer.Option(
-        "--include-headers", help="Topic views get a `headers` column (array of key, value).",
-    )] = False,
-    include_transaction_columns: Annotated[bool, typer.Option(
-        "--include-transaction-columns",
-        help="Topic views get producerId, producerEpoch, sequence and isTransactional.",
-    )] = False,
-    binary_format: Annotated[BinaryFormat, typer.Option(
-        "--binary-format", case_sensitive=False,
-        help="How binary cells print: auto (UTF-8 text when valid, else 0x-prefixed hex), base64 or hex.",
-    )] = BinaryFormat.auto,
-    master: Annotated[str, typer.Option(
-        "--master", metavar="MASTER", help="Spark master URL.",
-    )] = "local[2]",
-    spark_log: Annotated[str | None, typer.Option(
-        "--spark-log", metavar="FILE", help="Append Spark's own output (JVM log, worker errors) to FILE "
-        "(default: discarded).", show_default=False,
-    )] = None,
+    limit: Annotated[
+        int | None,
+        typer.Option(
+            "--limit",
+            min=0,
+            metavar="N",
+            help="Print at most N rows of each result (default: all).",
+            show_default=False,
+        ),
+    ] = None,
+    isolation_level: Annotated[
+        IsolationChoice,
+        typer.Option(
+            "--isolation-level",
+            case_sensitive=False,
+            help="For the topic views: read_committed hides open and aborted transactions.",
+        ),
+    ] = IsolationChoice.read_committed,
+    include_headers: Annotated[
+        bool,
+        typer.Option(
+            "--include-headers",
+            help="Topic views get a `headers` column (array of key, value).",
+        ),
+    ] = False,
+    include_transaction_columns: Annotated[
+        bool,
+        typer.Option(
+            "--include-transaction-columns",
+            help="Topic views get producerId, producerEpoch, sequence and isTransactional.",
+        ),
+    ] = False,
+    binary_format: Annotated[
+        BinaryFormat,
+        typer.Option(
+            "--binary-format",
+            case_sensitive=False,
+            help="How binary cells print: auto (UTF-8 text when valid, else 0x-prefixed hex), base64 or hex.",
+        ),
+    ] = BinaryFormat.auto,
+    master: Annotated[
+        str,
+        typer.Option(
+            "--master",
+            metavar="MASTER",
+            help="Spark master URL.",
+        ),
+    ] = "local[2]",
+    spark_log: Annotated[
+        str | None,
+        typer.Option(
+            "--spark-log",
+            metavar="FILE",
+            help="Append Spark's own output (JVM log, worker errors) to FILE (default: discarded).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Spark SQL over the store (one Spark start-up per run): statements, a file, or an interactive shell.
 
@@ -707,12 +814,19 @@ def sql(
             spark, created = _session(ctx, master, log, os.path.join(scratch, "warehouse"))
             _python_sigint()  # pyspark's handler calls the JVM from inside the handler; see _CancelOnSigint
             try:
-                views = _Views(ctx, spark, path, isolation=isolation_level.value, include_headers=include_headers,
-                               include_transaction_columns=include_transaction_columns)
+                views = _Views(
+                    ctx,
+                    spark,
+                    path,
+                    isolation=isolation_level.value,
+                    include_headers=include_headers,
+                    include_transaction_columns=include_transaction_columns,
+                )
                 views.register(topics)
                 status(ctx, f"Registered views: {', '.join(views.names)}")
-                session = _Session(ctx, spark, views, output=output, limit=limit, binary=binary_format,
-                                   interactive=statements is None)
+                session = _Session(
+                    ctx, spark, views, output=output, limit=limit, binary=binary_format, interactive=statements is None
+                )
                 if statements is None:
                     _run_shell(ctx, session)
                 else:

@@ -70,7 +70,7 @@ class _Scanner:
                 if not ch.isspace():
                     self._mark(i)
                 i += 1
-        return text[self._start:] if self._first is not None or self._open else ""
+        return text[self._start :] if self._first is not None or self._open else ""
 
     def _mark(self, i: int) -> None:
         if self._first is None:
@@ -78,7 +78,7 @@ class _Scanner:
 
     def _end(self, i: int) -> None:
         if self._first is not None:  # `;;` or a comment alone is no statement
-            body = self.text[self._start:i].strip()
+            body = self.text[self._start : i].strip()
             self.statements.append(Statement(body, self.text.count("\n", 0, self._first) + 1))
         self._start, self._first = i + 1, None
 
@@ -130,6 +130,7 @@ def script_statements(text: str) -> list[Statement]:
 
 # ---- the interactive shell ------------------------------------------------------------------------
 
+
 @dataclass(frozen=True, slots=True)
 class ShellActions:
     """What the shell asks of the Spark side: run a statement, list views, describe one.
@@ -171,8 +172,9 @@ class _History:
             pass  # a read-only home: the session still worked
 
 
-def run_shell(actions: ShellActions, *, read_line: Callable[[str], str] = input,
-              history_file: str = HISTORY_FILE) -> None:
+def run_shell(
+    actions: ShellActions, *, read_line: Callable[[str], str] = input, history_file: str = HISTORY_FILE
+) -> None:
     """Read statements until Ctrl-D or `.quit`; run each as soon as its ';' is typed."""
     history = _History(history_file)
     buffer = ""

@@ -44,23 +44,27 @@ app = typer.Typer(
 
 _CONFIG_HELP = "A topic config override KEY=VALUE (repeatable), e.g. segment.bytes=1048576."
 
-ConfigOption = Annotated[
-    list[str] | None, typer.Option("--config", metavar="KEY=VALUE", help=_CONFIG_HELP)
-]
+ConfigOption = Annotated[list[str] | None, typer.Option("--config", metavar="KEY=VALUE", help=_CONFIG_HELP)]
 TopicArgument = Annotated[
     str, typer.Argument(metavar="NAME", help="Topic name.", autocompletion=complete_topic_names, show_default=False)
 ]
-ExcludeInternal = Annotated[
-    bool, typer.Option("--exclude-internal", help="Leave out internal topics (__...).")
-]
+ExcludeInternal = Annotated[bool, typer.Option("--exclude-internal", help="Leave out internal topics (__...).")]
 if TYPE_CHECKING:  # what the verb receives; the Literal of its choices is built at run time
     DescribeOutputOption = OutputFormat
 else:
-    DescribeOutputOption = output_option(*ROW_FORMATS, help="text (kafka-topics layout), table or csv (a row per "
-                                         "partition), json or jsonl (a document per topic).")
-TABLE_COLUMNS = (("Topic", "topic"), ("Partition", "partition"), ("LogStartOffset", "logStartOffset"),
-                 ("LogEndOffset", "logEndOffset"), ("LastStableOffset", "lastStableOffset"), ("Size", "size"),
-                 ("Segments", "segments"))
+    DescribeOutputOption = output_option(
+        *ROW_FORMATS,
+        help="text (kafka-topics layout), table or csv (a row per partition), json or jsonl (a document per topic).",
+    )
+TABLE_COLUMNS = (
+    ("Topic", "topic"),
+    ("Partition", "partition"),
+    ("LogStartOffset", "logStartOffset"),
+    ("LogEndOffset", "logEndOffset"),
+    ("LastStableOffset", "lastStableOffset"),
+    ("Size", "size"),
+    ("Segments", "segments"),
+)
 
 
 def _parse_configs(values: list[str] | None, option: str) -> dict[str, str]:
@@ -77,17 +81,24 @@ def _parse_configs(values: list[str] | None, option: str) -> dict[str, str]:
 
 # ---- create -----------------------------------------------------------------------------------------
 
+
 @app.command("create")
 def create(
     ctx: typer.Context,
-    name: Annotated[str, typer.Argument(
-        metavar="NAME", help="Topic name: ASCII letters, digits, '.', '_' and '-' (not first), at most 249 characters; "
-        "'__' starts internal names only.", show_default=False,
-    )],
+    name: Annotated[
+        str,
+        typer.Argument(
+            metavar="NAME",
+            help="Topic name: ASCII letters, digits, '.', '_' and '-' (not first), at most 249 characters; "
+            "'__' starts internal names only.",
+            show_default=False,
+        ),
+    ],
     partitions: Annotated[int, typer.Option("--partitions", help="Number of partitions.")] = 1,
     config: ConfigOption = None,
-    if_not_exists: Annotated[bool, typer.Option(
-        "--if-not-exists", help="Succeed quietly if the topic exists.")] = False,
+    if_not_exists: Annotated[
+        bool, typer.Option("--if-not-exists", help="Succeed quietly if the topic exists.")
+    ] = False,
     output: ResultOutputOption = OutputFormat.text,
 ) -> None:
     """Create a topic (its partition directories exist before it is listed)."""
@@ -108,14 +119,19 @@ def create(
             print_result(output, {"topic": name, "created": False})
             return
     status(ctx, f"Created topic {name}.")
-    print_result(output, {"topic": name, "created": True, "partitions": partitions,
-                          "configs": dict(sorted(overrides.items()))})
+    print_result(
+        output, {"topic": name, "created": True, "partitions": partitions, "configs": dict(sorted(overrides.items()))}
+    )
 
 
 # ---- list -------------------------------------------------------------------------------------------
 
-LIST_COLUMNS = (("Topic", "topic"), ("PartitionCount", "partitionCount"), ("Size", "size"),
-                ("LogEndOffsets", "logEndOffsets"))
+LIST_COLUMNS = (
+    ("Topic", "topic"),
+    ("PartitionCount", "partitionCount"),
+    ("Size", "size"),
+    ("LogEndOffsets", "logEndOffsets"),
+)
 if TYPE_CHECKING:  # what the verb receives; the Literal of its choices is built at run time
     ListOutputOption = OutputFormat
 else:
@@ -149,8 +165,12 @@ def _list_row(d: TopicDescription, human: bool) -> dict[str, Any]:
     ends: list[int | None] = [None] * (len(d.partitions) + len(d.absent))
     for p in d.partitions:
         ends[p.partition] = p.log_end_offset
-    return {"topic": d.name, "partitionCount": len(ends), "size": human_size(size) if human else size,
-            "logEndOffsets": ["-" if e is None else e for e in ends] if human else ends}
+    return {
+        "topic": d.name,
+        "partitionCount": len(ends),
+        "size": human_size(size) if human else size,
+        "logEndOffsets": ["-" if e is None else e for e in ends] if human else ends,
+    }
 
 
 def _list_text(headers: list[str], rows: list[list[str]]) -> list[str]:
@@ -176,13 +196,19 @@ def human_size(size: int) -> str:
 
 # ---- describe ---------------------------------------------------------------------------------------
 
+
 @app.command("describe")
 def describe(
     ctx: typer.Context,
-    name: Annotated[str | None, typer.Argument(
-        metavar="NAME", help="Topic to describe (default: all topics).", autocompletion=complete_topic_names,
-        show_default=False,
-    )] = None,
+    name: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="NAME",
+            help="Topic to describe (default: all topics).",
+            autocompletion=complete_topic_names,
+            show_default=False,
+        ),
+    ] = None,
     output: DescribeOutputOption = OutputFormat.text,
     exclude_internal: ExcludeInternal = False,
 ) -> None:
@@ -195,11 +221,19 @@ def describe(
         if d.absent:
             status(ctx, absent_note(d.name, d.absent))
     if output in (OutputFormat.table, OutputFormat.csv):  # a row per partition; the others: a document per topic
-        emit([{"topic": d.name, **row} for d in descriptions for row in _topic_json(d)["partitions"]], TABLE_COLUMNS,
-             output)
+        emit(
+            [{"topic": d.name, **row} for d in descriptions for row in _topic_json(d)["partitions"]],
+            TABLE_COLUMNS,
+            output,
+        )
     else:
-        emit([_topic_json(d) for d in descriptions], (), output, single=name is not None,
-             text=lambda _headers, _cells: [line for d in descriptions for line in describe_lines(d)])
+        emit(
+            [_topic_json(d) for d in descriptions],
+            (),
+            output,
+            single=name is not None,
+            text=lambda _headers, _cells: [line for d in descriptions for line in describe_lines(d)],
+        )
 
 
 def format_configs(overrides: dict[str, Any]) -> str:
@@ -210,8 +244,10 @@ def describe_lines(d: TopicDescription) -> list[str]:
     """kafka-topics --describe: a topic line, then one tab-indented line per (readable) partition."""
     count = len(d.partitions) + len(d.absent)
     lines = [
-        (f"Topic: {d.name}\tTopicId: {d.topic_id or '<none>'}\tPartitionCount: {count}\tReplicationFactor: 1\t"
-         f"Configs: {format_configs(d.overrides)}")
+        (
+            f"Topic: {d.name}\tTopicId: {d.topic_id or '<none>'}\tPartitionCount: {count}\tReplicationFactor: 1\t"
+            f"Configs: {format_configs(d.overrides)}"
+        )
     ]
     for p in d.partitions:
         lines.append(f"\tTopic: {d.name}\tPartition: {p.partition}\tLeader: 0\tReplicas: 0\tIsr: 0")
@@ -245,12 +281,14 @@ def _topic_json(d: TopicDescription) -> dict[str, Any]:
 
 # ---- delete -----------------------------------------------------------------------------------------
 
+
 @app.command("delete")
 def delete(
     ctx: typer.Context,
     name: TopicArgument,
-    if_exists: Annotated[bool, typer.Option(
-        "--if-exists", help="Succeed quietly if the topic does not exist.")] = False,
+    if_exists: Annotated[
+        bool, typer.Option("--if-exists", help="Succeed quietly if the topic does not exist.")
+    ] = False,
 ) -> None:
     """Delete a topic and its files."""
     from storage.errors import UnknownTopicOrPartitionError
@@ -267,17 +305,28 @@ def delete(
 
 # ---- alter ------------------------------------------------------------------------------------------
 
+
 @app.command("alter")
 def alter(
     ctx: typer.Context,
     name: TopicArgument,
-    partitions: Annotated[int | None, typer.Option(
-        "--partitions", help="New (larger) partition count.", show_default=False,
-    )] = None,
+    partitions: Annotated[
+        int | None,
+        typer.Option(
+            "--partitions",
+            help="New (larger) partition count.",
+            show_default=False,
+        ),
+    ] = None,
     config: ConfigOption = None,
-    delete_config: Annotated[list[str] | None, typer.Option(
-        "--delete-config", metavar="KEY", help="A config override to remove (repeatable).",
-    )] = None,
+    delete_config: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--delete-config",
+            metavar="KEY",
+            help="A config override to remove (repeatable).",
+        ),
+    ] = None,
 ) -> None:
     """Add partitions and/or set or remove config overrides."""
     overrides = _parse_configs(config, "--config")

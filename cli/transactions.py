@@ -58,34 +58,67 @@ if TYPE_CHECKING:  # what the verb receives; the Literal of its choices is built
     OutputOption = OutputFormat
 else:
     OutputOption = output_option(*ROW_FORMATS, help=ROW_FORMATS_HELP)
-NoSweepOption = Annotated[bool, typer.Option(
-    "--no-sweep", help="Open the store read-only: do not time out expired transactions first.",
-)]
-TopicOption = Annotated[str, typer.Option(
-    "--topic", "-t", metavar="TOPIC", help="Topic name.", autocompletion=complete_topic_names, show_default=False,
-)]
+NoSweepOption = Annotated[
+    bool,
+    typer.Option(
+        "--no-sweep",
+        help="Open the store read-only: do not time out expired transactions first.",
+    ),
+]
+TopicOption = Annotated[
+    str,
+    typer.Option(
+        "--topic",
+        "-t",
+        metavar="TOPIC",
+        help="Topic name.",
+        autocompletion=complete_topic_names,
+        show_default=False,
+    ),
+]
 PartitionOption = Annotated[int, typer.Option("--partition", "-p", min=0, help="Partition number.", show_default=False)]
-BrokerIdOption = Annotated[int | None, typer.Option(
-    "--broker-id", help="Accepted for kafka-transactions compatibility; txlog's only broker is 0.", show_default=False,
-)]
+BrokerIdOption = Annotated[
+    int | None,
+    typer.Option(
+        "--broker-id",
+        help="Accepted for kafka-transactions compatibility; txlog's only broker is 0.",
+        show_default=False,
+    ),
+]
 
-LIST_COLUMNS = (("TransactionalId", "transactionalId"), ("Coordinator", "coordinator"),
-                ("ProducerId", "producerId"), ("TransactionState", "transactionState"))
+LIST_COLUMNS = (
+    ("TransactionalId", "transactionalId"),
+    ("Coordinator", "coordinator"),
+    ("ProducerId", "producerId"),
+    ("TransactionState", "transactionState"),
+)
 DESCRIBE_COLUMNS = (
-    ("CoordinatorId", "coordinatorId"), ("TransactionalId", "transactionalId"), ("ProducerId", "producerId"),
-    ("ProducerEpoch", "producerEpoch"), ("TransactionState", "transactionState"),
+    ("CoordinatorId", "coordinatorId"),
+    ("TransactionalId", "transactionalId"),
+    ("ProducerId", "producerId"),
+    ("ProducerEpoch", "producerEpoch"),
+    ("TransactionState", "transactionState"),
     ("TransactionTimeoutMs", "transactionTimeoutMs"),
     ("CurrentTransactionStartTimeMs", "currentTransactionStartTimeMs"),
-    ("TransactionDurationMs", "transactionDurationMs"), ("TopicPartitions", "topicPartitions"),
+    ("TransactionDurationMs", "transactionDurationMs"),
+    ("TopicPartitions", "topicPartitions"),
 )
 PRODUCER_COLUMNS = (
-    ("ProducerId", "producerId"), ("ProducerEpoch", "producerEpoch"),
-    ("LatestCoordinatorEpoch", "latestCoordinatorEpoch"), ("LastSequence", "lastSequence"),
-    ("LastTimestamp", "lastTimestamp"), ("CurrentTransactionStartOffset", "currentTransactionStartOffset"),
+    ("ProducerId", "producerId"),
+    ("ProducerEpoch", "producerEpoch"),
+    ("LatestCoordinatorEpoch", "latestCoordinatorEpoch"),
+    ("LastSequence", "lastSequence"),
+    ("LastTimestamp", "lastTimestamp"),
+    ("CurrentTransactionStartOffset", "currentTransactionStartOffset"),
 )
 HANGING_COLUMNS = (
-    ("Topic", "topic"), ("Partition", "partition"), ("ProducerId", "producerId"), ("ProducerEpoch", "producerEpoch"),
-    ("CoordinatorEpoch", "coordinatorEpoch"), ("StartOffset", "startOffset"), ("LastTimestamp", "lastTimestamp"),
+    ("Topic", "topic"),
+    ("Partition", "partition"),
+    ("ProducerId", "producerId"),
+    ("ProducerEpoch", "producerEpoch"),
+    ("CoordinatorEpoch", "coordinatorEpoch"),
+    ("StartOffset", "startOffset"),
+    ("LastTimestamp", "lastTimestamp"),
     ("Duration(min)", "durationMin"),
 )
 
@@ -121,16 +154,26 @@ def _now_ms() -> int:
 
 # ---- list -------------------------------------------------------------------------------------------
 
+
 @app.command("list")
 def list_(
     ctx: typer.Context,
-    state: Annotated[list[str] | None, typer.Option(
-        "--state", metavar="STATE", help="Only transactions in this state (repeatable), e.g. Ongoing.",
-    )] = None,
-    duration_filter: Annotated[int, typer.Option(
-        "--duration-filter", metavar="MS",
-        help="Only transactions open longer than MS milliseconds (< 0: all), as KIP-994.",
-    )] = -1,
+    state: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--state",
+            metavar="STATE",
+            help="Only transactions in this state (repeatable), e.g. Ongoing.",
+        ),
+    ] = None,
+    duration_filter: Annotated[
+        int,
+        typer.Option(
+            "--duration-filter",
+            metavar="MS",
+            help="Only transactions open longer than MS milliseconds (< 0: all), as KIP-994.",
+        ),
+    ] = -1,
     no_sweep: NoSweepOption = False,
     output: OutputOption = OutputFormat.text,
 ) -> None:
@@ -142,23 +185,36 @@ def list_(
         from txlog.schemas.transaction_log import TxnState
 
         now = _now_ms()
-        found = [d for d in found
-                 if d.state.state == TxnState.ONGOING and now - d.state.start_ms >= duration_filter]
-    rows = [{"transactionalId": d.transactional_id, "coordinator": BROKER_ID, "producerId": d.state.producer_id,
-             "transactionState": d.state.state.admin_name, "coordinatorPartition": d.coordinator_partition}
-            for d in found]
+        found = [d for d in found if d.state.state == TxnState.ONGOING and now - d.state.start_ms >= duration_filter]
+    rows = [
+        {
+            "transactionalId": d.transactional_id,
+            "coordinator": BROKER_ID,
+            "producerId": d.state.producer_id,
+            "transactionState": d.state.state.admin_name,
+            "coordinatorPartition": d.coordinator_partition,
+        }
+        for d in found
+    ]
     emit(rows, LIST_COLUMNS, output, text=pretty_print_table)
 
 
 # ---- describe ---------------------------------------------------------------------------------------
 
+
 @app.command("describe")
 def describe(
     ctx: typer.Context,
-    transactional_id: Annotated[str, typer.Option(
-        "--transactional-id", metavar="ID", help="The transactional id to describe.", show_default=False,
-        autocompletion=complete_transactional_ids,
-    )],
+    transactional_id: Annotated[
+        str,
+        typer.Option(
+            "--transactional-id",
+            metavar="ID",
+            help="The transactional id to describe.",
+            show_default=False,
+            autocompletion=complete_transactional_ids,
+        ),
+    ],
     no_sweep: NoSweepOption = False,
     output: OutputOption = OutputFormat.text,
 ) -> None:
@@ -188,6 +244,7 @@ def describe(
 
 # ---- describe-producers -----------------------------------------------------------------------------
 
+
 @app.command("describe-producers")
 def describe_producers(
     ctx: typer.Context,
@@ -202,32 +259,57 @@ def describe_producers(
 
     with _admin(ctx, read_only=True) as admin:
         states = admin.describe_producers(TopicPartition(topic, partition))
-    rows = [{"producerId": s.producer_id, "producerEpoch": s.producer_epoch,
-             "latestCoordinatorEpoch": s.coordinator_epoch if s.coordinator_epoch >= 0 else None,
-             "lastSequence": s.last_sequence, "lastTimestamp": s.last_timestamp,
-             "currentTransactionStartOffset": (s.current_transaction_start_offset
-                                               if s.current_transaction_start_offset >= 0 else None)}
-            for s in states]
+    rows = [
+        {
+            "producerId": s.producer_id,
+            "producerEpoch": s.producer_epoch,
+            "latestCoordinatorEpoch": s.coordinator_epoch if s.coordinator_epoch >= 0 else None,
+            "lastSequence": s.last_sequence,
+            "lastTimestamp": s.last_timestamp,
+            "currentTransactionStartOffset": (
+                s.current_transaction_start_offset if s.current_transaction_start_offset >= 0 else None
+            ),
+        }
+        for s in states
+    ]
     emit(rows, PRODUCER_COLUMNS, output, text=pretty_print_table)
 
 
 # ---- find-hanging -----------------------------------------------------------------------------------
 
+
 @app.command("find-hanging")
 def find_hanging(
     ctx: typer.Context,
-    topic: Annotated[str | None, typer.Option(
-        "--topic", metavar="TOPIC", help="Only this topic (default: every topic).",
-        autocompletion=complete_topic_names, show_default=False,
-    )] = None,
-    partition: Annotated[int | None, typer.Option(
-        "--partition", min=0, help="Only this partition (needs --topic).", show_default=False,
-    )] = None,
+    topic: Annotated[
+        str | None,
+        typer.Option(
+            "--topic",
+            metavar="TOPIC",
+            help="Only this topic (default: every topic).",
+            autocompletion=complete_topic_names,
+            show_default=False,
+        ),
+    ] = None,
+    partition: Annotated[
+        int | None,
+        typer.Option(
+            "--partition",
+            min=0,
+            help="Only this partition (needs --topic).",
+            show_default=False,
+        ),
+    ] = None,
     broker_id: BrokerIdOption = None,
-    max_transaction_timeout: Annotated[int, typer.Option(
-        "--max-transaction-timeout", metavar="MINUTES", min=0,
-        help="A transaction open longer than this is hanging even if its coordinator knows it.",
-    )] = 15,
+    max_transaction_timeout: Annotated[
+        int,
+        typer.Option(
+            "--max-transaction-timeout",
+            metavar="MINUTES",
+            min=0,
+            help="A transaction open longer than this is hanging even if its coordinator knows it.",
+        ),
+    ] = 15,
     no_sweep: NoSweepOption = False,
     output: OutputOption = OutputFormat.text,
 ) -> None:
@@ -236,41 +318,55 @@ def find_hanging(
     if partition is not None and topic is None:
         raise CommandError("--partition needs --topic", exit_code=USAGE)
     with _admin(ctx, read_only=no_sweep) as admin:
-        found = admin.find_hanging_transactions(None if topic is None else [topic],
-                                                max_transaction_timeout * 60_000)
+        found = admin.find_hanging_transactions(None if topic is None else [topic], max_transaction_timeout * 60_000)
         rows = []
         for h in found:
             if partition is not None and h.partition != partition:
                 continue
             state = admin.store.partition(h.topic, h.partition).producer_states().get(h.producer_id, {})
             coordinator_epoch = state.get("coordinator_epoch", -1)
-            rows.append({"topic": h.topic, "partition": h.partition, "producerId": h.producer_id,
-                         "producerEpoch": h.producer_epoch,
-                         "coordinatorEpoch": coordinator_epoch if coordinator_epoch >= 0 else None,
-                         "startOffset": h.start_offset, "lastTimestamp": state.get("last_timestamp"),
-                         "durationMin": h.open_ms // 60_000, "reason": h.reason})
+            rows.append(
+                {
+                    "topic": h.topic,
+                    "partition": h.partition,
+                    "producerId": h.producer_id,
+                    "producerEpoch": h.producer_epoch,
+                    "coordinatorEpoch": coordinator_epoch if coordinator_epoch >= 0 else None,
+                    "startOffset": h.start_offset,
+                    "lastTimestamp": state.get("last_timestamp"),
+                    "durationMin": h.open_ms // 60_000,
+                    "reason": h.reason,
+                }
+            )
     emit(rows, HANGING_COLUMNS, output, text=pretty_print_table)
 
 
 # ---- abort (a hanging transaction) ------------------------------------------------------------------
+
 
 @app.command("abort")
 def abort_hanging(
     ctx: typer.Context,
     topic: TopicOption,
     partition: PartitionOption,
-    start_offset: Annotated[int, typer.Option(
-        "--start-offset", min=0, help="First offset of the hanging transaction (see find-hanging).",
-        show_default=False,
-    )],
+    start_offset: Annotated[
+        int,
+        typer.Option(
+            "--start-offset",
+            min=0,
+            help="First offset of the hanging transaction (see find-hanging).",
+            show_default=False,
+        ),
+    ],
     output: ResultOutputOption = OutputFormat.text,
 ) -> None:
     """Abort a hanging transaction in one partition by writing an ABORT marker for it."""
     _abort_hanging(ctx, topic, partition, start_offset, output)
 
 
-def _abort_hanging(ctx: typer.Context, topic: str, partition: int, start_offset: int,
-                   output: OutputFormat = OutputFormat.text) -> None:
+def _abort_hanging(
+    ctx: typer.Context, topic: str, partition: int, start_offset: int, output: OutputFormat = OutputFormat.text
+) -> None:
     from txlog.errors import InvalidTxnStateError
     from txlog.topic_partition import TopicPartition
 
@@ -279,13 +375,25 @@ def _abort_hanging(ctx: typer.Context, topic: str, partition: int, start_offset:
             marker = admin.abort_hanging_transaction(TopicPartition(topic, partition), start_offset)
         except InvalidTxnStateError as exc:
             raise CommandError(str(exc)) from None
-    status(ctx, f"Aborted the transaction starting at offset {start_offset} of {topic}-{partition} "
-                f"(abort marker at offset {marker}).")
-    print_result(output, {"topic": topic, "partition": partition, "startOffset": start_offset, "result": "aborted",
-                          "abortMarkerOffset": marker})
+    status(
+        ctx,
+        f"Aborted the transaction starting at offset {start_offset} of {topic}-{partition} "
+        f"(abort marker at offset {marker}).",
+    )
+    print_result(
+        output,
+        {
+            "topic": topic,
+            "partition": partition,
+            "startOffset": start_offset,
+            "result": "aborted",
+            "abortMarkerOffset": marker,
+        },
+    )
 
 
 # ---- commit / abort --transactional-id (top-level verbs) --------------------------------------------
+
 
 def _end(ctx: typer.Context, transactional_id: str, commit: bool, output: OutputFormat = OutputFormat.text) -> None:
     from txlog.errors import (
@@ -315,18 +423,32 @@ def _end(ctx: typer.Context, transactional_id: str, commit: bool, output: Output
                 exit_code=AMBIGUOUS,
             ) from None
     done = "Committed" if commit else "Aborted"
-    status(ctx, f"{done} the transaction of '{transactional_id}' (producer id {ids.producer_id}, "
-                f"epoch now {ids.epoch}).")
-    print_result(output, {"transactionalId": transactional_id, "result": done.lower(), "producerId": ids.producer_id,
-                          "producerEpoch": ids.epoch})
+    status(
+        ctx, f"{done} the transaction of '{transactional_id}' (producer id {ids.producer_id}, epoch now {ids.epoch})."
+    )
+    print_result(
+        output,
+        {
+            "transactionalId": transactional_id,
+            "result": done.lower(),
+            "producerId": ids.producer_id,
+            "producerEpoch": ids.epoch,
+        },
+    )
 
 
 def commit(
     ctx: typer.Context,
-    transactional_id: Annotated[str, typer.Option(
-        "--transactional-id", metavar="ID", help="Commit the open transaction of this id.", show_default=False,
-        autocompletion=complete_transactional_ids,
-    )],
+    transactional_id: Annotated[
+        str,
+        typer.Option(
+            "--transactional-id",
+            metavar="ID",
+            help="Commit the open transaction of this id.",
+            show_default=False,
+            autocompletion=complete_transactional_ids,
+        ),
+    ],
     output: ResultOutputOption = OutputFormat.text,
 ) -> None:
     """Commit the open transaction of a transactional id.
@@ -340,19 +462,40 @@ def commit(
 
 def abort(
     ctx: typer.Context,
-    transactional_id: Annotated[str | None, typer.Option(
-        "--transactional-id", metavar="ID", help="Abort the open transaction of this id.", show_default=False,
-        autocompletion=complete_transactional_ids,
-    )] = None,
-    topic: Annotated[str | None, typer.Option(
-        "--topic", "-t", metavar="TOPIC", help="With --partition and --start-offset: abort a hanging transaction.",
-        autocompletion=complete_topic_names, show_default=False,
-    )] = None,
-    partition: Annotated[int | None, typer.Option(
-        "--partition", "-p", min=0, show_default=False, help="The partition of the hanging transaction.")] = None,
-    start_offset: Annotated[int | None, typer.Option(
-        "--start-offset", min=0, show_default=False,
-        help="The first offset of the hanging transaction (see transactions find-hanging).")] = None,
+    transactional_id: Annotated[
+        str | None,
+        typer.Option(
+            "--transactional-id",
+            metavar="ID",
+            help="Abort the open transaction of this id.",
+            show_default=False,
+            autocompletion=complete_transactional_ids,
+        ),
+    ] = None,
+    topic: Annotated[
+        str | None,
+        typer.Option(
+            "--topic",
+            "-t",
+            metavar="TOPIC",
+            help="With --partition and --start-offset: abort a hanging transaction.",
+            autocompletion=complete_topic_names,
+            show_default=False,
+        ),
+    ] = None,
+    partition: Annotated[
+        int | None,
+        typer.Option("--partition", "-p", min=0, show_default=False, help="The partition of the hanging transaction."),
+    ] = None,
+    start_offset: Annotated[
+        int | None,
+        typer.Option(
+            "--start-offset",
+            min=0,
+            show_default=False,
+            help="The first offset of the hanging transaction (see transactions find-hanging).",
+        ),
+    ] = None,
     output: ResultOutputOption = OutputFormat.text,
 ) -> None:
     """Abort an open transaction, by id or where it hangs.
@@ -364,11 +507,11 @@ def abort(
     hanging = (topic, partition, start_offset)
     if transactional_id is not None:
         if any(v is not None for v in hanging):
-            raise CommandError("give either --transactional-id or --topic/--partition/--start-offset, not both",
-                               exit_code=USAGE)
+            raise CommandError(
+                "give either --transactional-id or --topic/--partition/--start-offset, not both", exit_code=USAGE
+            )
         _end(ctx, transactional_id, commit=False, output=output)
     elif topic is not None and partition is not None and start_offset is not None:
         _abort_hanging(ctx, topic, partition, start_offset, output)
     else:
-        raise CommandError("give --transactional-id ID, or --topic T --partition P --start-offset O",
-                           exit_code=USAGE)
+        raise CommandError("give --transactional-id ID, or --topic T --partition P --start-offset O", exit_code=USAGE)

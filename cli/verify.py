@@ -23,14 +23,21 @@ if TYPE_CHECKING:  # pragma: no cover
 
 VERIFICATION_FAILED = 3
 
-COLUMNS = [("SEVERITY", "severity"), ("TOPIC", "topic"), ("PARTITION", "partition"), ("FILE", "file"),
-           ("OFFSET", "offset"), ("FINDING", "finding")]
+COLUMNS = [
+    ("SEVERITY", "severity"),
+    ("TOPIC", "topic"),
+    ("PARTITION", "partition"),
+    ("FILE", "file"),
+    ("OFFSET", "offset"),
+    ("FINDING", "finding"),
+]
 # No text layout: no Kafka tool has a verify to copy (the table is its layout).
 if TYPE_CHECKING:  # what the verb receives; the Literal of its choices is built at run time
     VerifyOutputOption = OutputFormat
 else:
-    VerifyOutputOption = output_option(OutputFormat.table, OutputFormat.json, OutputFormat.jsonl, OutputFormat.csv,
-                                       help="table, json, jsonl or csv.")
+    VerifyOutputOption = output_option(
+        OutputFormat.table, OutputFormat.json, OutputFormat.jsonl, OutputFormat.csv, help="table, json, jsonl or csv."
+    )
 
 
 def finding_row(f: Finding, consequences: list[Finding] | None = None) -> dict[str, Any]:
@@ -40,10 +47,17 @@ def finding_row(f: Finding, consequences: list[Finding] | None = None) -> dict[s
     text = f.message
     if consequences:
         text += f" (this also explains: {'; '.join(_where(c) + c.message for c in consequences)})"
-    return {"severity": f.severity.value, "topic": where.topic, "partition": where.partition, "file": where.file,
-            "offset": where.offset, "finding": text,
-            "consequences": [{"file": c.location.file, "offset": c.location.offset, "finding": c.message}
-                             for c in consequences or []]}
+    return {
+        "severity": f.severity.value,
+        "topic": where.topic,
+        "partition": where.partition,
+        "file": where.file,
+        "offset": where.offset,
+        "finding": text,
+        "consequences": [
+            {"file": c.location.file, "offset": c.location.offset, "finding": c.message} for c in consequences or []
+        ],
+    }
 
 
 def _where(f: Finding) -> str:
@@ -61,7 +75,7 @@ def root_causes(findings: list[Finding]) -> list[tuple[Finding, list[Finding]]]:
     for f in findings:
         name = f.location.file or ""
         if f.severity.value == "error" and name.endswith(DATA_SUFFIX):
-            damaged.setdefault((f.location.topic, f.location.partition, name[:-len(DATA_SUFFIX)]), f)
+            damaged.setdefault((f.location.topic, f.location.partition, name[: -len(DATA_SUFFIX)]), f)
     explained: dict[int, list[Finding]] = {id(f): [] for f in damaged.values()}
     roots: list[tuple[Finding, list[Finding]]] = []
     for f in findings:
@@ -79,10 +93,17 @@ def root_causes(findings: list[Finding]) -> list[tuple[Finding, list[Finding]]]:
 
 def verify(
     ctx: typer.Context,
-    topic: Annotated[str | None, typer.Option(
-        "--topic", "-t", metavar="TOPIC", autocompletion=complete_topic_names, show_default=False,
-        help="Only this topic's partitions (default: every topic, internal ones included).",
-    )] = None,
+    topic: Annotated[
+        str | None,
+        typer.Option(
+            "--topic",
+            "-t",
+            metavar="TOPIC",
+            autocompletion=complete_topic_names,
+            show_default=False,
+            help="Only this topic's partitions (default: every topic, internal ones included).",
+        ),
+    ] = None,
     output: VerifyOutputOption = OutputFormat.table,
     progress: ProgressOption = False,
 ) -> None:
@@ -102,6 +123,7 @@ def verify(
 
             raise UnknownTopicOrPartitionError(f"topic '{topic}' does not exist")  # cli/main.py adds the hint
         total = sum(len(store.partitions(n)) for n in ([topic] if topic else store.list_topics(include_internal=True)))
+
         def describe(r: StoreCheckReport) -> str:
             return f"{r.partitions}/{total} partitions, {count(r.batches, 'batch', 'batches')}"
 
@@ -115,9 +137,12 @@ def verify(
     for name, absent in report.absent.items():
         status(ctx, absent_note(name, absent))
     folded = len(report.findings) - n
-    status(ctx, f"checked {count(report.partitions, 'partition')}, {count(report.batches, 'batch', 'batches')}: "
-                f"{count(n, 'finding')}" + (f" (and {folded} more that {'it explains' if n == 1 else 'they explain'})"
-                                            if folded else ""))
+    status(
+        ctx,
+        f"checked {count(report.partitions, 'partition')}, {count(report.batches, 'batch', 'batches')}: "
+        f"{count(n, 'finding')}"
+        + (f" (and {folded} more that {'it explains' if n == 1 else 'they explain'})" if folded else ""),
+    )
     if report.findings:
         error_line(f"verify found {n} problem{'s' * (n != 1)} (see the table)")
         raise typer.Exit(VERIFICATION_FAILED)

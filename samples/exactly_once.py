@@ -39,9 +39,15 @@ def main(path: str) -> None:
             if topic not in admin.list_topics():
                 admin.create_topic(topic, 2)
     seed(path)
-    with txlog.TransformLoop(path, input_topic="numbers", output_topic="squares", group_id="squarer",
-                             transactional_id="squarer-0", transaction_size=50,
-                             transform=lambda records: [str(int(r.value) ** 2) for r in records]) as loop:
+    with txlog.TransformLoop(
+        path,
+        input_topic="numbers",
+        output_topic="squares",
+        group_id="squarer",
+        transactional_id="squarer-0",
+        transaction_size=50,
+        transform=lambda records: [str(int(r.value) ** 2) for r in records],
+    ) as loop:
         stats = loop.run()
     print(f"this run: {stats.transactions_committed} transactions, {stats.records_out} records written")
     values = committed_values(path, "squares")

@@ -1,6 +1,6 @@
 """The README's Python example, runnable: idempotent appends, a retried batch, reading back.
 
-    python samples/store_basics.py [DATA_DIR]
+python samples/store_basics.py [DATA_DIR]
 """
 
 import sys

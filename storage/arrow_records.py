@@ -21,8 +21,18 @@ if TYPE_CHECKING:
 __all__ = ["COLUMNS", "RecordColumns"]
 
 #: Every column `RecordColumns.table` can return, in this order.
-COLUMNS = ("offset", "timestamp", "timestamp_type", "key", "value", "headers", "producer_id", "producer_epoch",
-           "sequence", "is_transactional")
+COLUMNS = (
+    "offset",
+    "timestamp",
+    "timestamp_type",
+    "key",
+    "value",
+    "headers",
+    "producer_id",
+    "producer_epoch",
+    "sequence",
+    "is_transactional",
+)
 
 
 class RecordColumns:
@@ -42,8 +52,9 @@ class RecordColumns:
         before = self._builder.batches
         added = batch.add_columns(self._builder, start, end)
         if self._builder.batches > before:  # the builder numbered this batch: keep its values at that index
-            self._batches.append((batch.producer_id, batch.producer_epoch, batch.is_transactional,
-                                  int(batch.timestamp_type)))
+            self._batches.append(
+                (batch.producer_id, batch.producer_epoch, batch.is_transactional, int(batch.timestamp_type))
+            )
         return added
 
     def add_all(self, batches: Iterable[RecordBatch], start: int = -(1 << 63), end: int = (1 << 63) - 1) -> int:
@@ -79,8 +90,12 @@ class RecordColumns:
         # per-batch columns, broadcast by the index of the batch each row came from
         index = pa.Array.from_buffers(pa.int32(), rows, [None, pa.py_buffer(cols["batch_index"])])
         field = ("producer_id", "producer_epoch", "is_transactional", "timestamp_type").index(name)
-        kind = {"producer_id": pa.int64(), "producer_epoch": pa.int16(), "is_transactional": pa.bool_(),
-                "timestamp_type": pa.string()}[name]
+        kind = {
+            "producer_id": pa.int64(),
+            "producer_epoch": pa.int16(),
+            "is_transactional": pa.bool_(),
+            "timestamp_type": pa.string(),
+        }[name]
         per_batch = [b[field] for b in self._batches]
         if name == "timestamp_type":
             return pa.array([TimestampType(t).kafka_name for t in per_batch], kind).take(index)
@@ -92,6 +107,13 @@ def _binary(pa, kind, cols: Mapping[str, Any], prefix: str, rows: int | None) ->
     offsets = cols[f"{prefix}_offsets"]
     length = len(offsets) // 4 - 1 if rows is None else rows
     validity = cols[f"{prefix}_validity"]
-    return pa.Array.from_buffers(kind, length, [None if validity is None else pa.py_buffer(validity),
-                                                pa.py_buffer(offsets), pa.py_buffer(cols[f"{prefix}_data"])],
-                                 null_count=cols[f"{prefix}_nulls"])
+    return pa.Array.from_buffers(
+        kind,
+        length,
+        [
+            None if validity is None else pa.py_buffer(validity),
+            pa.py_buffer(offsets),
+            pa.py_buffer(cols[f"{prefix}_data"]),
+        ],
+        null_count=cols[f"{prefix}_nulls"],
+    )

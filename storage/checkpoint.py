@@ -125,7 +125,8 @@ def read_offset_checkpoint(path: str) -> dict[tuple[str, int], int]:
     result: dict[tuple[str, int], int] = {}
     for topic, partition, offset in read_checkpoint(path, fields=3):
         if not (_INT.fullmatch(partition) and _INT.fullmatch(offset)):
-            raise CorruptIndexError(f"malformed checkpoint file {path}: entry {topic} {partition} {offset} "
-                                    "does not end in two integers")
+            raise CorruptIndexError(
+                f"malformed checkpoint file {path}: entry {topic} {partition} {offset} does not end in two integers"
+            )
         result[(topic, int(partition))] = int(offset)
     return result

@@ -16,8 +16,14 @@ from storage.errors import CorruptRecordError
 __all__ = ["CodecError", "corrupt_record_error"]
 
 
-def corrupt_record_error(exc: CodecError, *, context: str | None = None, records_count: int | None = None,
-                         path: str | None = None, position: int | None = None) -> CorruptRecordError:
+def corrupt_record_error(
+    exc: CodecError,
+    *,
+    context: str | None = None,
+    records_count: int | None = None,
+    path: str | None = None,
+    position: int | None = None,
+) -> CorruptRecordError:
     """The CorruptRecordError for `exc`, located at `path` / `position` (in the file).
 
     `records_count` is given for an error inside a batch's records region (the decoders, the

@@ -59,7 +59,7 @@ def _snappy_compress(data) -> bytes:
     compress_raw = cramjam.snappy.compress_raw
     pack = _I32.pack
     for start in range(0, len(view), _XERIAL_BLOCK):
-        block = bytes(compress_raw(view[start:start + _XERIAL_BLOCK]))
+        block = bytes(compress_raw(view[start : start + _XERIAL_BLOCK]))
         parts.append(pack(len(block)))
         parts.append(block)
     return b"".join(parts)
@@ -99,7 +99,7 @@ def _snappy_decompress(data) -> bytes:
         pos += 4
         if length < 0 or pos + length > end:
             raise CorruptRecordError(f"xerial snappy block of {length} bytes overruns the stream")
-        out.append(_snappy_block(data[pos:pos + length]))
+        out.append(_snappy_block(data[pos : pos + length]))
         pos += length
     return b"".join(out)
 
@@ -137,9 +137,7 @@ def _xxh32_short(data: bytes, seed: int = 0) -> int:
 
 
 _LZ4_DESCRIPTOR = bytes((_LZ4_FLG, _LZ4_BD))
-_LZ4_FRAME_HEADER = (
-    _LZ4_MAGIC + _LZ4_DESCRIPTOR + bytes(((_xxh32_short(_LZ4_DESCRIPTOR) >> 8) & 0xFF,))
-)
+_LZ4_FRAME_HEADER = _LZ4_MAGIC + _LZ4_DESCRIPTOR + bytes(((_xxh32_short(_LZ4_DESCRIPTOR) >> 8) & 0xFF,))
 
 
 def _lz4_compress(data) -> bytes:
@@ -148,7 +146,7 @@ def _lz4_compress(data) -> bytes:
     compress_block = cramjam.lz4.compress_block
     pack = _U32LE.pack
     for start in range(0, len(view), _LZ4_BLOCK):
-        chunk = view[start:start + _LZ4_BLOCK]
+        chunk = view[start : start + _LZ4_BLOCK]
         block = bytes(compress_block(chunk, store_size=False))
         if len(block) >= len(chunk):  # incompressible: store the chunk itself
             parts.append(pack(len(chunk) | _LZ4_UNCOMPRESSED))

@@ -122,9 +122,7 @@ class EntryFile:
         if view.valid < len(view.entries):
             i = view.valid
             after = f" after entry {i - 1} {view.entries[i - 1]}" if i else ""
-            raise CorruptIndexError(
-                f"{self.path}: entry {i} {view.entries[i]} is out of order{after} ({self._rule})"
-            )
+            raise CorruptIndexError(f"{self.path}: entry {i} {view.entries[i]} is out of order{after} ({self._rule})")
         return view
 
     @property
@@ -313,8 +311,7 @@ class EntryFile:
     def _extend_valid(self) -> None:
         raw, i = self._raw, self._valid
         prev = raw[i - 1] if i else None
-        if (i < len(raw) and self._run_check is not None and self._follows(prev, raw[i])
-                and self._run_check(raw, i)):
+        if i < len(raw) and self._run_check is not None and self._follows(prev, raw[i]) and self._run_check(raw, i):
             self._valid = len(raw)  # the common case, an intact file: no per-entry Python loop
             return
         while i < len(raw) and self._follows(prev, raw[i]):

@@ -154,4 +154,3 @@ class CorruptIndexError(KafkaError):
 
 class ReadOnlyStoreError(KafkaError):
     """A write was attempted on a store opened read-only (e.g. a real Kafka data directory)."""
-

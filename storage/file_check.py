@@ -81,8 +81,9 @@ class Finding:
 class Findings(list[Finding]):
     """The findings of one check, in the order they were found."""
 
-    def add(self, severity: Severity, topic: str, partition: int | None, file: str | None, offset: int | None,
-            message: str) -> None:
+    def add(
+        self, severity: Severity, topic: str, partition: int | None, file: str | None, offset: int | None, message: str
+    ) -> None:
         name = None if file is None else os.path.basename(file)
         self.append(Finding(severity, Location(topic, partition, name, offset), message))
 
@@ -140,11 +141,15 @@ def offset_index_sanity(path: str, base: int) -> str | None:
     with OffsetIndex(path, base, writable=False) as index:
         entries, length = index.stored_entries(), index.file_length()
     if entries and entries[-1][0] < base:
-        return (f"Corrupt index found, index file ({os.path.abspath(path)}) has non-zero size but the last offset "
-                f"is {entries[-1][0]} which is less than the base offset {base}")
+        return (
+            f"Corrupt index found, index file ({os.path.abspath(path)}) has non-zero size but the last offset "
+            f"is {entries[-1][0]} which is less than the base offset {base}"
+        )
     if length % OffsetIndex.ENTRY_SIZE:
-        return (f"Index file {os.path.abspath(path)} is corrupt, found {length} bytes which is neither positive "
-                f"nor a multiple of {OffsetIndex.ENTRY_SIZE}")
+        return (
+            f"Index file {os.path.abspath(path)} is corrupt, found {length} bytes which is neither positive "
+            f"nor a multiple of {OffsetIndex.ENTRY_SIZE}"
+        )
     return None
 
 
@@ -153,14 +158,20 @@ def time_index_sanity(path: str, base: int) -> str | None:
     with TimeIndex(path, base, writable=False) as index:
         entries, length = index.stored_entries(), index.file_length()
     if entries and entries[-1][0] < entries[0][0]:
-        return (f"Corrupt time index found, time index file ({os.path.abspath(path)}) has non-zero size but the last "
-                f"timestamp is {entries[-1][0]} which is less than the first timestamp {entries[0][0]}")
+        return (
+            f"Corrupt time index found, time index file ({os.path.abspath(path)}) has non-zero size but the last "
+            f"timestamp is {entries[-1][0]} which is less than the first timestamp {entries[0][0]}"
+        )
     if entries and entries[-1][1] < base:
-        return (f"Corrupt time index found, time index file ({os.path.abspath(path)}) has non-zero size but the last "
-                f"offset is {entries[-1][1]} which is less than the first offset {base}")
+        return (
+            f"Corrupt time index found, time index file ({os.path.abspath(path)}) has non-zero size but the last "
+            f"offset is {entries[-1][1]} which is less than the first offset {base}"
+        )
     if length % TimeIndex.ENTRY_SIZE:
-        return (f"Time index file {os.path.abspath(path)} is corrupt, found {length} bytes which is neither "
-                f"positive nor a multiple of {TimeIndex.ENTRY_SIZE}")
+        return (
+            f"Time index file {os.path.abspath(path)} is corrupt, found {length} bytes which is neither "
+            f"positive nor a multiple of {TimeIndex.ENTRY_SIZE}"
+        )
     return None
 
 
@@ -185,15 +196,26 @@ class PartitionFileCheck:
     compare what the partition reports with that.
     """
 
-    def __init__(self, findings: Findings, directory: str, topic: str, partition: int, config: TopicConfig, *,
-                 now: int, gaps_allowed: bool, checkpoints: LogDirCheckpoints | None = None):
+    def __init__(
+        self,
+        findings: Findings,
+        directory: str,
+        topic: str,
+        partition: int,
+        config: TopicConfig,
+        *,
+        now: int,
+        gaps_allowed: bool,
+        checkpoints: LogDirCheckpoints | None = None,
+    ):
         self.findings = findings
         self.directory = directory
         self.topic = topic
         self.partition = partition
         self.now = now
-        self.state = ProducerStateManager(expiration_ms=config.producer_id_expiration_ms,
-                                          max_producers=config.max_producer_ids)
+        self.state = ProducerStateManager(
+            expiration_ms=config.producer_id_expiration_ms, max_producers=config.max_producer_ids
+        )
         self.complete_base = True  # the replay saw (or restored) every producer from offset 0
         self.log_damaged = False
         self.next_offset: int | None = None  # the offset the next batch must have
@@ -275,37 +297,59 @@ class PartitionFileCheck:
                     self._bad_bytes(records, path, end, active, f"{size - end} bytes at the end are not a whole batch")
             for batch in bad_crc:
                 tail = active and records.next_valid_batch(batch.position) is None
-                self.add(Severity.WARNING if tail else Severity.ERROR, path, batch.base_offset,
-                         f"{TORN_TAIL}: batch at byte {batch.position} has an invalid CRC" if tail else
-                         f"batch at byte {batch.position} has an invalid CRC"
-                         + (" in a sealed segment" if not active else "; valid batches follow it"))
+                self.add(
+                    Severity.WARNING if tail else Severity.ERROR,
+                    path,
+                    batch.base_offset,
+                    f"{TORN_TAIL}: batch at byte {batch.position} has an invalid CRC"
+                    if tail
+                    else f"batch at byte {batch.position} has an invalid CRC"
+                    + (" in a sealed segment" if not active else "; valid batches follow it"),
+                )
             self._indexes(records, base, spans)
         self._txn_index(base, aborts, active, self.next_offset)
 
     def _bad_bytes(self, records: FileRecords, path: str, position: int, active: bool, what: str) -> None:
         following = records.next_valid_batch(position)
         if active and following is None:
-            self.add(Severity.WARNING, path, None, f"{TORN_TAIL}: {what} at byte {position} (a writer died "
-                     "mid-write; the next writer cuts it)")
+            self.add(
+                Severity.WARNING,
+                path,
+                None,
+                f"{TORN_TAIL}: {what} at byte {position} (a writer died mid-write; the next writer cuts it)",
+            )
         elif following is not None:
-            self.add(Severity.ERROR, path, None,
-                     f"{what} at byte {position}, followed by a valid batch at byte {following}")
+            self.add(
+                Severity.ERROR, path, None, f"{what} at byte {position}, followed by a valid batch at byte {following}"
+            )
         else:
             self.add(Severity.ERROR, path, None, f"{what} at byte {position} of a sealed segment")
 
     def _check_offsets(self, path: str, base: int, batch: Any) -> None:
         expected = self.next_offset
         if batch.base_offset < base:
-            self.add(Severity.ERROR, path, batch.base_offset,
-                     f"batch at byte {batch.position} starts at offset {batch.base_offset}, "
-                     f"below the segment's base offset {base}")
+            self.add(
+                Severity.ERROR,
+                path,
+                batch.base_offset,
+                f"batch at byte {batch.position} starts at offset {batch.base_offset}, "
+                f"below the segment's base offset {base}",
+            )
         elif expected is not None and batch.base_offset < expected:
-            self.add(Severity.ERROR, path, batch.base_offset,
-                     f"offsets go backwards: batch at byte {batch.position} starts at {batch.base_offset}, "
-                     f"expected {expected}")
+            self.add(
+                Severity.ERROR,
+                path,
+                batch.base_offset,
+                f"offsets go backwards: batch at byte {batch.position} starts at {batch.base_offset}, "
+                f"expected {expected}",
+            )
         elif expected is not None and batch.base_offset > expected and not self.gaps_allowed:
-            self.add(Severity.ERROR, path, expected,
-                     f"offsets {expected}..{batch.base_offset - 1} are missing before byte {batch.position}")
+            self.add(
+                Severity.ERROR,
+                path,
+                expected,
+                f"offsets {expected}..{batch.base_offset - 1} are missing before byte {batch.position}",
+            )
 
     # ---- .index / .timeindex ---------------------------------------------------------------------
 
@@ -319,7 +363,9 @@ class PartitionFileCheck:
         timestamp is the entry's, with timestamps increasing (TimeIndex only appends larger ones).
         """
         sanity_checks: tuple[tuple[str, Callable[[str, int], str | None]], ...] = (
-            (INDEX_FILE_SUFFIX, offset_index_sanity), (TIME_INDEX_FILE_SUFFIX, time_index_sanity))
+            (INDEX_FILE_SUFFIX, offset_index_sanity),
+            (TIME_INDEX_FILE_SUFFIX, time_index_sanity),
+        )
         for suffix, sanity in sanity_checks:
             path = self._path(base, suffix)
             if os.path.exists(path):  # derived data: Kafka and txlog rebuild a missing index
@@ -344,8 +390,16 @@ class PartitionFileCheck:
                 if offset == base and i > 0:
                     break  # the zero-filled tail of a preallocated index
                 # DumpLogSegments reads at most max-message-size bytes at the indexed position.
-                first = (next(records.batches(position, min(size, position + DEFAULT_MAX_MESSAGE_SIZE),
-                                              verify_crc=False, legacy=True), None) if position >= 0 else None)
+                first = (
+                    next(
+                        records.batches(
+                            position, min(size, position + DEFAULT_MAX_MESSAGE_SIZE), verify_crc=False, legacy=True
+                        ),
+                        None,
+                    )
+                    if position >= 0
+                    else None
+                )
                 log_offset = first.last_offset if first is not None else -1
                 if log_offset != offset:
                     mismatches.append((offset, log_offset))
@@ -367,15 +421,27 @@ class PartitionFileCheck:
             at = bisect.bisect_right(starts, offset) - 1
             span = spans[at] if at >= 0 and spans[at].last_offset >= offset else None
             if span is None:
-                self.add(Severity.ERROR, path, offset, f"time index entry ({timestamp}, offset {offset}) names an "
-                         "offset no batch of the segment holds")
+                self.add(
+                    Severity.ERROR,
+                    path,
+                    offset,
+                    f"time index entry ({timestamp}, offset {offset}) names an offset no batch of the segment holds",
+                )
             elif span.max_timestamp != timestamp:
-                self.add(Severity.ERROR, path, offset,
-                         f"time index timestamp {timestamp} for offset {offset}, but the batch holding it (offsets "
-                         f"{span.base_offset}..{span.last_offset}) has max timestamp {span.max_timestamp}")
+                self.add(
+                    Severity.ERROR,
+                    path,
+                    offset,
+                    f"time index timestamp {timestamp} for offset {offset}, but the batch holding it (offsets "
+                    f"{span.base_offset}..{span.last_offset}) has max timestamp {span.max_timestamp}",
+                )
             if previous is not None and timestamp <= previous:
-                self.add(Severity.ERROR, path, offset,
-                         f"time index timestamp {timestamp} is not after the previous {previous}")
+                self.add(
+                    Severity.ERROR,
+                    path,
+                    offset,
+                    f"time index timestamp {timestamp} is not after the previous {previous}",
+                )
             previous = timestamp
 
     # ---- .txnindex against the ABORT markers -----------------------------------------------------
@@ -411,8 +477,13 @@ class PartitionFileCheck:
             abort = by_marker.get(last)
             if abort is None or abort.producer_id != pid:
                 if active and log_end is not None and last >= log_end:
-                    self.add(Severity.WARNING, path, last, f"{desc} lies past the log end: a writer died before its "
-                             "ABORT marker (the next writer drops the entry)")
+                    self.add(
+                        Severity.WARNING,
+                        path,
+                        last,
+                        f"{desc} lies past the log end: a writer died before its "
+                        "ABORT marker (the next writer drops the entry)",
+                    )
                 else:
                     self.add(Severity.ERROR, path, last, f"{desc} does not name an ABORT marker of its producer")
                 continue
@@ -420,28 +491,41 @@ class PartitionFileCheck:
             if abort.first_offset != first:
                 self.add(Severity.ERROR, path, last, f"{desc}: the aborted transaction starts at {abort.first_offset}")
             elif self.complete_base and abort.last_stable_offset != lso:
-                self.add(Severity.ERROR, path, last,
-                         f"{desc} records LSO {lso}; replaying the log gives {abort.last_stable_offset}")
+                self.add(
+                    Severity.ERROR,
+                    path,
+                    last,
+                    f"{desc} records LSO {lso}; replaying the log gives {abort.last_stable_offset}",
+                )
         self._missing_txn_entries(path, aborts, matched, log_end)
 
-    def _missing_txn_entries(self, path: str, aborts: list[AbortedTxn], matched: set[int],
-                             log_end: int | None) -> None:
+    def _missing_txn_entries(self, path: str, aborts: list[AbortedTxn], matched: set[int], log_end: int | None) -> None:
         """A missing entry is only a warning where Kafka rebuilds the index at its next start:
         the index is a cache of the markers."""
         rebuilt_from = self.checkpoints.recovered_from(self.topic, self.partition)
         for a in aborts:
             if a.last_offset in matched:
                 continue
-            what = (f"ABORT marker of producer {a.producer_id} at {a.last_offset} (transaction from "
-                    f"{a.first_offset}) has no .txnindex entry")
+            what = (
+                f"ABORT marker of producer {a.producer_id} at {a.last_offset} (transaction from "
+                f"{a.first_offset}) has no .txnindex entry"
+            )
             if rebuilt_from is not None and log_end is not None and log_end > rebuilt_from:
-                self.add(Severity.WARNING, path, a.last_offset,
-                         f"{what}; the index is rebuilt from the markers when Kafka next starts (no clean "
-                         f"shutdown, segment past the recovery point {rebuilt_from}): a repair, not exposed data")
+                self.add(
+                    Severity.WARNING,
+                    path,
+                    a.last_offset,
+                    f"{what}; the index is rebuilt from the markers when Kafka next starts (no clean "
+                    f"shutdown, segment past the recovery point {rebuilt_from}): a repair, not exposed data",
+                )
             else:
-                self.add(Severity.ERROR, path, a.last_offset,
-                         f"{what}, and Kafka rebuilds nothing before a read: its read_committed readers would "
-                         "see the aborted data (txlog rebuilds the index from the markers first)")
+                self.add(
+                    Severity.ERROR,
+                    path,
+                    a.last_offset,
+                    f"{what}, and Kafka rebuilds nothing before a read: its read_committed readers would "
+                    "see the aborted data (txlog rebuilds the index from the markers first)",
+                )
 
     # ---- what the partition reports, against the scan --------------------------------------------
 
@@ -450,9 +534,13 @@ class PartitionFileCheck:
         for name, meaning in CHECKPOINT_MEANINGS.items():
             offset = self.checkpoints.offsets.get(name, {}).get((self.topic, self.partition))
             if offset is not None and log_end < offset:
-                self.add(Severity.ERROR, None, log_end,
-                         f"the log ends at offset {log_end}, before the {meaning} {offset} that {name} records: "
-                         "the log directory was copied while the broker was writing, or data was lost")
+                self.add(
+                    Severity.ERROR,
+                    None,
+                    log_end,
+                    f"the log ends at offset {log_end}, before the {meaning} {offset} that {name} records: "
+                    "the log directory was copied while the broker was writing, or data was lost",
+                )
 
     def against_the_log(self, log: PartitionLog) -> None:
         """What the partition's view reports (snapshot + catch-up) against what the scan replayed."""
@@ -462,14 +550,26 @@ class PartitionFileCheck:
         if self.log_damaged or self.next_offset is None:
             return  # the view and the scan stop at different places in damaged data: nothing more to compare
         if leo != self.next_offset:
-            self.add(Severity.ERROR, None, leo,
-                     f"log end offset {leo}, but the last whole batch ends before {self.next_offset}")
+            self.add(
+                Severity.ERROR,
+                None,
+                leo,
+                f"log end offset {leo}, but the last whole batch ends before {self.next_offset}",
+            )
         first = self.state.first_unstable_offset()
         want = self.state.last_stable_offset(start, leo)
         if lso != want:
-            self.add(Severity.ERROR, None, lso, f"last stable offset {lso}, but the log says {want} "
-                     + ("(the log end: no transaction is open)" if first is None else
-                        f"(the first open transaction starts at {first})"))
+            self.add(
+                Severity.ERROR,
+                None,
+                lso,
+                f"last stable offset {lso}, but the log says {want} "
+                + (
+                    "(the log end: no transaction is open)"
+                    if first is None
+                    else f"(the first open transaction starts at {first})"
+                ),
+            )
         self._producers_against(log.producer_states())
 
     def _producers_against(self, theirs: dict[int, dict]) -> None:
@@ -478,17 +578,31 @@ class PartitionFileCheck:
             m = mine.get(pid)
             if m is None:
                 if self.complete_base:
-                    self.add(Severity.ERROR, None, None, f"producer {pid}: in the partition's producer state "
-                             f"(epoch {s['producer_epoch']}, last sequence {s['last_sequence']}) but not in the log")
+                    self.add(
+                        Severity.ERROR,
+                        None,
+                        None,
+                        f"producer {pid}: in the partition's producer state "
+                        f"(epoch {s['producer_epoch']}, last sequence {s['last_sequence']}) but not in the log",
+                    )
                 continue
             got = (s["producer_epoch"], s["last_sequence"], s["current_txn_start_offset"])
             replayed = (m.epoch, m.last_seq, m.current_txn_first_offset)
             if got != replayed:
-                self.add(Severity.ERROR, None, None,
-                         f"producer {pid}: producer state says epoch {got[0]}, last sequence {got[1]}, open "
-                         f"transaction at {got[2]}; the log says epoch {replayed[0]}, last sequence {replayed[1]}, "
-                         f"open transaction at {replayed[2]}")
+                self.add(
+                    Severity.ERROR,
+                    None,
+                    None,
+                    f"producer {pid}: producer state says epoch {got[0]}, last sequence {got[1]}, open "
+                    f"transaction at {got[2]}; the log says epoch {replayed[0]}, last sequence {replayed[1]}, "
+                    f"open transaction at {replayed[2]}",
+                )
         for pid, m in sorted(mine.items()):
             if pid not in theirs and (m.has_open_txn or self.now - m.last_timestamp < self.state.expiration_ms):
-                self.add(Severity.ERROR, None, None, f"producer {pid} (epoch {m.epoch}, last sequence {m.last_seq}) "
-                         "is in the log but missing from the partition's producer state")
+                self.add(
+                    Severity.ERROR,
+                    None,
+                    None,
+                    f"producer {pid} (epoch {m.epoch}, last sequence {m.last_seq}) "
+                    "is in the log but missing from the partition's producer state",
+                )

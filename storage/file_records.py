@@ -128,7 +128,7 @@ class FileRecords:
         if position < 0 or length < 0:
             raise ValueError(f"read of {length} bytes at byte {position} of {self.path}")
         if self._data is not None:
-            return bytes(self._data[position:position + length])
+            return bytes(self._data[position : position + length])
         try:
             return os.pread(self._fd, length, position)
         except OSError as exc:
@@ -137,15 +137,30 @@ class FileRecords:
     # ---- batches -------------------------------------------------------------------------
 
     @overload
-    def batches(self, start: int = 0, end: int | None = None, *, verify_crc: bool = True, strict: bool = False,
-                legacy: Literal[False] = False) -> Iterator[RecordBatch]: ...
+    def batches(
+        self,
+        start: int = 0,
+        end: int | None = None,
+        *,
+        verify_crc: bool = True,
+        strict: bool = False,
+        legacy: Literal[False] = False,
+    ) -> Iterator[RecordBatch]: ...
 
     @overload
-    def batches(self, start: int = 0, end: int | None = None, *, verify_crc: bool = True, strict: bool = False,
-                legacy: bool) -> Iterator[RecordBatch | LegacyMessage]: ...
+    def batches(
+        self, start: int = 0, end: int | None = None, *, verify_crc: bool = True, strict: bool = False, legacy: bool
+    ) -> Iterator[RecordBatch | LegacyMessage]: ...
 
-    def batches(self, start: int = 0, end: int | None = None, *, verify_crc: bool = True, strict: bool = False,
-                legacy: bool = False) -> Iterator[RecordBatch | LegacyMessage]:
+    def batches(
+        self,
+        start: int = 0,
+        end: int | None = None,
+        *,
+        verify_crc: bool = True,
+        strict: bool = False,
+        legacy: bool = False,
+    ) -> Iterator[RecordBatch | LegacyMessage]:
         """Every whole batch in [start, end) in file order; `end` defaults to the file's size now.
 
         `verify_crc=False` skips the CRC (the dump tool, which reports `isvalid` per batch
@@ -331,8 +346,9 @@ class FileRecords:
         return f"FileRecords({self.path!r})"
 
 
-def _walk(buf, off: int, limit: int, origin: int, path: str | None, verify_crc: bool,
-          legacy: bool) -> Generator[RecordBatch | LegacyMessage, None, int]:
+def _walk(
+    buf, off: int, limit: int, origin: int, path: str | None, verify_crc: bool, legacy: bool
+) -> Generator[RecordBatch | LegacyMessage, None, int]:
     """Yield the whole batches of buf[off:limit]; return the offset where the next one does not fit.
 
     The hot loop of every log read: one length unpack, one magic test and one parse per
@@ -377,6 +393,7 @@ def _check_frame(buf, off: int, limit: int, origin: int, path: str | None, legac
                 raise refuse(magic, path, origin + off)  # not a torn tail: refuse loudly
             return True
     if length < MIN_BATCH_LENGTH:
-        raise CorruptRecordError(f"batch length {length} is below the minimum {MIN_BATCH_LENGTH}",
-                                 path=path, position=origin + off)
+        raise CorruptRecordError(
+            f"batch length {length} is below the minimum {MIN_BATCH_LENGTH}", path=path, position=origin + off
+        )
     raise CorruptRecordError(f"unsupported magic {magic}", path=path, position=origin + off)

@@ -48,7 +48,7 @@ def decode(data: bytes) -> int:
     """The HW the bytes hold, or UNREADABLE (short, another version, a bad CRC, a negative value)."""
     if len(data) < _SIZE:
         return UNREADABLE
-    body = data[:_BODY.size]
+    body = data[: _BODY.size]
     version, value = _BODY.unpack(body)
     (crc,) = _CRC.unpack_from(data, _BODY.size)
     if version != _VERSION or crc != crc32c(body) or value < 0:

@@ -87,7 +87,7 @@ def is_legacy_message(buf, position: int) -> bool:
     if end > len(buf):
         return False
     stored = struct.unpack_from(">I", buf, position + LOG_OVERHEAD)[0]
-    return zlib.crc32(memoryview(buf)[position + _MAGIC_AT:end]) == stored
+    return zlib.crc32(memoryview(buf)[position + _MAGIC_AT : end]) == stored
 
 
 def refuse(magic: int, path: str | None, position: int) -> UnsupportedForMessageFormatError:
@@ -95,7 +95,8 @@ def refuse(magic: int, path: str | None, position: int) -> UnsupportedForMessage
     where = f" at byte {position}" + (f" of {path}" if path else "")
     return UnsupportedForMessageFormatError(
         f"magic {magic} (pre-0.11) format{where}: txlog reads only RecordBatch v2 (magic 2) here; "
-        "`txlog inspect` prints these messages")
+        "`txlog inspect` prints these messages"
+    )
 
 
 def parse_legacy(buf, position: int, *, path: str | None = None, origin: int = 0) -> LegacyMessage:
@@ -104,6 +105,7 @@ def parse_legacy(buf, position: int, *, path: str | None = None, origin: int = 0
     `origin` is the file position of `buf[0]`: the message's `position` and errors name
     `origin + position`.
     """
+
     def corrupt(what: str) -> CorruptRecordError:
         return CorruptRecordError(f"legacy message: {what}", path=path, position=origin + position)
 
@@ -126,9 +128,10 @@ def parse_legacy(buf, position: int, *, path: str | None = None, origin: int = 0
     value, pos = _read_bytes(buf, pos, end, corrupt, "value")
     if pos != end:
         raise corrupt(f"{end - pos} bytes after the value")
-    valid = zlib.crc32(memoryview(buf)[position + _MAGIC_AT:end]) == crc
-    return LegacyMessage(offset, origin + position, size + LOG_OVERHEAD, magic, attributes, crc, valid,
-                         timestamp, key, value)
+    valid = zlib.crc32(memoryview(buf)[position + _MAGIC_AT : end]) == crc
+    return LegacyMessage(
+        offset, origin + position, size + LOG_OVERHEAD, magic, attributes, crc, valid, timestamp, key, value
+    )
 
 
 def _read_bytes(buf, pos: int, end: int, corrupt, what: str) -> tuple[bytes | None, int]:
@@ -142,7 +145,7 @@ def _read_bytes(buf, pos: int, end: int, corrupt, what: str) -> tuple[bytes | No
         return None, pos
     if length > end - pos:
         raise corrupt(f"{what} of {length} bytes runs past the message")
-    return bytes(buf[pos:pos + length]), pos + length
+    return bytes(buf[pos : pos + length]), pos + length
 
 
 def records_of(message: LegacyMessage, *, path: str | None = None) -> list[LegacyMessage]:
@@ -159,8 +162,9 @@ def records_of(message: LegacyMessage, *, path: str | None = None) -> list[Legac
     while pos < len(data):
         m = parse_legacy(data, pos, path=path)
         if m.codec != 0:
-            raise CorruptRecordError("legacy wrapper nests another compressed message", path=path,
-                                     position=message.position)
+            raise CorruptRecordError(
+                "legacy wrapper nests another compressed message", path=path, position=message.position
+            )
         inner.append(m)
         pos += m.size
     if not inner:

@@ -108,7 +108,7 @@ def offset_of(name: str, suffix: str) -> int | None:
     """The offset of `name` if it is exactly `<digits><suffix>` (no leftover suffix after it), else None."""
     if not name.endswith(suffix):
         return None
-    stem = name[:-len(suffix)]
+    stem = name[: -len(suffix)]
     return int(stem) if stem.isdigit() and stem.isascii() else None
 
 

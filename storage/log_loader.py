@@ -72,9 +72,17 @@ def readable_end(segments: list[LogSegment], seg: LogSegment) -> int:
 class LogLoader:
     """Loads and recovers one partition directory into a shared segment list and producer state."""
 
-    def __init__(self, directory: str, config: TopicConfig, segments: list[LogSegment],
-                 state: ProducerStateManager, txn_check: TxnIndexCheck, *, read_only: bool,
-                 clock: Callable[[], int]):
+    def __init__(
+        self,
+        directory: str,
+        config: TopicConfig,
+        segments: list[LogSegment],
+        state: ProducerStateManager,
+        txn_check: TxnIndexCheck,
+        *,
+        read_only: bool,
+        clock: Callable[[], int],
+    ):
         self.directory = directory
         self.config = config
         self.segments = segments  # the partition log's list, filled here in place
@@ -140,7 +148,7 @@ class LogLoader:
         """
         counts = read_txn_counts(self.directory)
         start_offset = self.state.end_offset
-        for i, seg in enumerate(self.segments[:seg_idx + 1]):
+        for i, seg in enumerate(self.segments[: seg_idx + 1]):
             through, count = counts.get(seg.base_offset, (-1, None))
             needed = start_offset if i == seg_idx else seg.next_offset
             if i == seg_idx and position == 0:
@@ -180,7 +188,7 @@ class LogLoader:
         Retention deletes a segment's `.log` first, so a crash midway leaves such orphans.
         """
         names = os.listdir(self.directory)
-        logs = {n[:-len(LOG_FILE_SUFFIX)] for n in names if n.endswith(LOG_FILE_SUFFIX)}
+        logs = {n[: -len(LOG_FILE_SUFFIX)] for n in names if n.endswith(LOG_FILE_SUFFIX)}
         doomed = []
         for name in names:
             temporary = name.endswith(TEMP_FILE_SUFFIXES)  # `.snapshot.deleted` among them
@@ -292,7 +300,8 @@ class LogLoader:
         if batch.base_offset < self.state.end_offset:
             raise CorruptRecordError(
                 f"batch offset {batch.base_offset} goes backwards (expected >= {self.state.end_offset})",
-                path=seg.log_path, position=position,
+                path=seg.log_path,
+                position=position,
             )
         txn = replay_abort(self.state, batch)
         seg.note_batch(batch, position)
@@ -334,7 +343,8 @@ class LogLoader:
         if valid_after is not None:
             raise CorruptRecordError(
                 f"invalid batch followed by a valid one at byte {valid_after}; refusing to cut acknowledged data",
-                path=seg.log_path, position=position,
+                path=seg.log_path,
+                position=position,
             )
         seg.truncate(position, seg.next_offset)
         delete_snapshots_after(self.directory, seg.next_offset)
@@ -409,6 +419,8 @@ class LogLoader:
         """
         entries = active.txn_index.entries()
         alone = len(entries) < 2 or entries[-2].last_offset < active.next_offset
-        return (alone and last.last_offset == active.next_offset
-                and self.state.open_transactions().get(last.producer_id) == last.first_offset)
-
+        return (
+            alone
+            and last.last_offset == active.next_offset
+            and self.state.open_transactions().get(last.producer_id) == last.first_offset
+        )

@@ -126,6 +126,5 @@ class OffsetIndex(EntryFileIndex[tuple[int, int]]):
         The limit keeps files Kafka-sized."""
         return len(self) >= self.max_entries
 
-
     def _convert(self, raw: Raw) -> tuple[int, int]:
         return (self.base_offset + raw[0], raw[1])

@@ -113,22 +113,33 @@ def _consecutive(batches: list[tuple[RecordBatch, int]]) -> bool:
     """One idempotent producer's batches with consecutive sequences: the shape of a group commit."""
     first = batches[0][0]
     return first.producer_id >= 0 and all(
-        b.producer_id == first.producer_id and b.producer_epoch == first.producer_epoch
+        b.producer_id == first.producer_id
+        and b.producer_epoch == first.producer_epoch
         and b.base_sequence == ((a.last_sequence + 1) & 0x7FFFFFFF)
-        for (a, _), (b, _) in pairwise(batches))
+        for (a, _), (b, _) in pairwise(batches)
+    )
 
 
 def _duplicate_of(plan: ProducerAppend, batch: RecordBatch) -> BatchMetadata | None:
     """The batch's original if it is a retry; raises if the batch must be refused (ProducerAppend.check_data)."""
-    return plan.check_data(batch.producer_id, batch.producer_epoch, batch.base_sequence, batch.last_sequence,
-                           batch.is_transactional)
+    return plan.check_data(
+        batch.producer_id, batch.producer_epoch, batch.base_sequence, batch.last_sequence, batch.is_transactional
+    )
 
 
 class PartitionLog:
     """Append, read, recover and retain one partition directory."""
 
-    def __init__(self, directory: str, topic: str, partition: int, config: TopicConfig, *,
-                 read_only: bool = False, clock: Callable[[], int] = _now_ms):
+    def __init__(
+        self,
+        directory: str,
+        topic: str,
+        partition: int,
+        config: TopicConfig,
+        *,
+        read_only: bool = False,
+        clock: Callable[[], int] = _now_ms,
+    ):
         self.directory = directory
         self.topic = topic
         self.partition = partition
@@ -147,8 +158,9 @@ class PartitionLog:
         # The offset through which this view knows the log is fdatasync'ed (its own syncs, or
         # the HW file's word); the HW readers get is this, capped at the log end.
         self._durable = 0
-        self._loader = LogLoader(directory, config, self._segments, self._state, self._txn_check,
-                                 read_only=read_only, clock=clock)
+        self._loader = LogLoader(
+            directory, config, self._segments, self._state, self._txn_check, read_only=read_only, clock=clock
+        )
         self._failed: str | None = None
         self._last_expiry_check = 0
         self._closed = False
@@ -360,8 +372,9 @@ class PartitionLog:
         if self._loader.corruption is not None:
             raise self._loader.corruption
 
-    def _parse_client_batches(self, data: bytes | bytearray | memoryview,
-                              trusted: bool = False) -> list[tuple[RecordBatch, int]]:
+    def _parse_client_batches(
+        self, data: bytes | bytearray | memoryview, trusted: bool = False
+    ) -> list[tuple[RecordBatch, int]]:
         """Validate a Produce request's bytes before taking any lock; nothing partial gets in.
 
         The request is walked by the one batch reader, strictly: a batch cut short here is a
@@ -388,8 +401,14 @@ class PartitionLog:
             raise InvalidRecordError("append of zero batches")
         return batches
 
-    def append(self, data: bytes | bytearray | memoryview, *, verify_txn: TxnVerifier | None = None,
-               sync: bool = True, trusted: bool = False) -> AppendResult:
+    def append(
+        self,
+        data: bytes | bytearray | memoryview,
+        *,
+        verify_txn: TxnVerifier | None = None,
+        sync: bool = True,
+        trusted: bool = False,
+    ) -> AppendResult:
         """Append a client's RecordBatch v2 bytes (one or more batches); one fdatasync per call when `sync`.
 
         Offsets are assigned here. A retry of one of a producer's last 5 batches is
@@ -422,9 +441,12 @@ class PartitionLog:
                     continue
                 base, last = next_offset, next_offset + batch.last_offset_delta
                 if batch.has_producer_id:
-                    plan.stage_data(batch.producer_id, batch.producer_epoch,
-                                    BatchMetadata(batch.base_sequence, batch.last_sequence, base, last, max_ts),
-                                    batch.is_transactional)
+                    plan.stage_data(
+                        batch.producer_id,
+                        batch.producer_epoch,
+                        BatchMetadata(batch.base_sequence, batch.last_sequence, base, last, max_ts),
+                        batch.is_transactional,
+                    )
                 written.append((size, last, max_ts))
                 parts.append(batch.with_offset(base, LEADER_EPOCH, max_ts))
                 size += batch.size
@@ -434,8 +456,9 @@ class PartitionLog:
                 self._write(parts[0] if len(parts) == 1 else b"".join(parts), written, sync=sync)
             plan.commit()
             self._state.end_offset = self._segments[-1].next_offset
-        return AppendResult(results[0].base_offset, results[-1].last_offset,
-                            all(r.duplicate for r in results), tuple(results))
+        return AppendResult(
+            results[0].base_offset, results[-1].last_offset, all(r.duplicate for r in results), tuple(results)
+        )
 
     def _retried_group(self, plan: ProducerAppend, batches: list[tuple[RecordBatch, int]]) -> AppendResult | None:
         """The answer to a retried group commit, or None if the request is not one (lock held).
@@ -488,13 +511,23 @@ class PartitionLog:
         if base < self._segments[0].base_offset:
             return None
         for found in self.read(base, 1, max_offset=base + 1):
-            if (found.base_offset, found.producer_id, found.producer_epoch, found.base_sequence) == \
-                    (base, batch.producer_id, batch.producer_epoch, batch.base_sequence):
+            if (found.base_offset, found.producer_id, found.producer_epoch, found.base_sequence) == (
+                base,
+                batch.producer_id,
+                batch.producer_epoch,
+                batch.base_sequence,
+            ):
                 return base, found.last_offset
         return None
 
-    def append_marker(self, control_type: ControlType, producer_id: int, producer_epoch: int,
-                      coordinator_epoch: int = 0, timestamp: int | None = None) -> AppendResult:
+    def append_marker(
+        self,
+        control_type: ControlType,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int = 0,
+        timestamp: int | None = None,
+    ) -> AppendResult:
         """Write a COMMIT/ABORT marker as the transaction coordinator does (origin COORDINATOR).
 
         Re-sending the marker that ended the producer's last transaction writes nothing
@@ -513,9 +546,15 @@ class PartitionLog:
             offset = self._segments[-1].next_offset
             lso = self._state.last_stable_offset_for_abort(producer_id, offset)
             completed = plan.stage_marker(producer_id, producer_epoch, control_type, coordinator_epoch, offset, ts)
-            marker = build_control_batch(control_type, producer_id=producer_id, producer_epoch=producer_epoch,
-                                         coordinator_epoch=coordinator_epoch, timestamp=ts,
-                                         base_offset=offset, partition_leader_epoch=LEADER_EPOCH)
+            marker = build_control_batch(
+                control_type,
+                producer_id=producer_id,
+                producer_epoch=producer_epoch,
+                coordinator_epoch=coordinator_epoch,
+                timestamp=ts,
+                base_offset=offset,
+                partition_leader_epoch=LEADER_EPOCH,
+            )
             segment = self._segment_for_write(len(marker), ts, offset)
             if completed is not None and completed.is_aborted:
                 segment.txn_index.truncate_to(offset)
@@ -554,8 +593,9 @@ class PartitionLog:
             self._roll()
         return self._segments[-1]
 
-    def _write(self, chunk: bytes, written: list[tuple[int, int, int]], segment: LogSegment | None = None, *,
-               sync: bool = True) -> None:
+    def _write(
+        self, chunk: bytes, written: list[tuple[int, int, int]], segment: LogSegment | None = None, *, sync: bool = True
+    ) -> None:
         """Write one chunk and (if `sync`) fdatasync it. A failed write is cut back; a failed fsync is fatal."""
         if segment is None:
             segment = self._segment_for_write(len(chunk), max(w[2] for w in written), written[-1][1])
@@ -635,8 +675,9 @@ class PartitionLog:
         base = active.next_offset
         self._state.end_offset = base
         self._loader.snapshot()  # the state at the new base: that segment's rebuild starts there
-        self._segments.append(LogSegment.create(self.directory, base,
-                                                index_interval_bytes=self.config.index_interval_bytes))
+        self._segments.append(
+            LogSegment.create(self.directory, base, index_interval_bytes=self.config.index_interval_bytes)
+        )
         self._txn_check.expect(self._segments[-1], 0, base)
         self._clean_snapshots(keep_latest=False)
         self._enforce_retention_locked(self._clock())
@@ -736,8 +777,11 @@ class PartitionLog:
                 seg = segments[i]
                 if seg.base_offset >= end_offset:
                     break
-                position = (self._indexes_checked_repairing(seg).read_position(start_offset)
-                            if seg.base_offset < start_offset else 0)
+                position = (
+                    self._indexes_checked_repairing(seg).read_position(start_offset)
+                    if seg.base_offset < start_offset
+                    else 0
+                )
                 out.append(SegmentExtent(seg.directory, seg.base_offset, position, readable_end(segments, seg)))
             return out
 
@@ -755,7 +799,7 @@ class PartitionLog:
         with self._mutex:
             self._refresh_segment_list()
             found: list[AbortedTxn] = []
-            for seg in self._segments[segment_index_for(self._segments, start_offset):]:
+            for seg in self._segments[segment_index_for(self._segments, start_offset) :]:
                 entries, complete = collect_aborted(self._aborts_checked_repairing(seg), start_offset, end_offset)
                 found.extend(entries)
                 if complete:
@@ -836,9 +880,16 @@ class PartitionLog:
                 lost = False  # markers past damaged bytes cannot be read: the index is the best word left
         if lost:
             return self._rebuild_txn_index(seg)
-        if self._txn_check.has_unchecked(seg) and self._txn_check.first_mismatch(
-                seg, active=seg is self._segments[-1], log_start=self._segments[0].base_offset,
-                batch_at=self._batch_at_repairing) is not None:
+        if (
+            self._txn_check.has_unchecked(seg)
+            and self._txn_check.first_mismatch(
+                seg,
+                active=seg is self._segments[-1],
+                log_start=self._segments[0].base_offset,
+                batch_at=self._batch_at_repairing,
+            )
+            is not None
+        ):
             return self._rebuild_txn_index(seg)
         return seg.txn_index.entries()
 
@@ -904,9 +955,9 @@ class PartitionLog:
         if not doomed:
             return 0
         # The counts go before the snapshot retention takes (see LogLoader.snapshot).
-        write_txn_counts(self.directory, self._segments[len(doomed):], self._txn_check)
+        write_txn_counts(self.directory, self._segments[len(doomed) :], self._txn_check)
         delete_segments(self.directory, doomed, self._segments[len(doomed)].base_offset, self._state)
-        del self._segments[:len(doomed)]
+        del self._segments[: len(doomed)]
         return len(doomed)
 
     def _clean_snapshots(self, *, keep_latest: bool) -> None:

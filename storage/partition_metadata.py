@@ -54,7 +54,7 @@ def _field(line: str, name: str) -> str:
     prefix = f"{name}: "
     if not line.startswith(prefix):
         raise ValueError(f"line {line[:40]!r} does not start with {prefix!r}")
-    return line[len(prefix):].strip()
+    return line[len(prefix) :].strip()
 
 
 def _check_uuid(text: str) -> None:

@@ -111,13 +111,24 @@ class ProducerStateEntry:
         if self.batches:
             last = self.batches[-1]
             return SnapshotEntry(
-                self.producer_id, self.epoch, last.last_seq, last.last_offset,
-                last.last_offset - last.first_offset, self.last_timestamp,
-                self.coordinator_epoch, self.current_txn_first_offset,
+                self.producer_id,
+                self.epoch,
+                last.last_seq,
+                last.last_offset,
+                last.last_offset - last.first_offset,
+                self.last_timestamp,
+                self.coordinator_epoch,
+                self.current_txn_first_offset,
             )
         return SnapshotEntry(
-            self.producer_id, self.epoch, -1, -1, 0, self.last_timestamp,
-            self.coordinator_epoch, self.current_txn_first_offset,
+            self.producer_id,
+            self.epoch,
+            -1,
+            -1,
+            0,
+            self.last_timestamp,
+            self.coordinator_epoch,
+            self.current_txn_first_offset,
         )
 
     @classmethod
@@ -146,9 +157,7 @@ def check_sequence(entry: ProducerStateEntry | None, epoch: int, first_seq: int)
         return
     if epoch != entry.epoch:
         if first_seq != 0 and entry.epoch != -1:
-            raise OutOfOrderSequenceError(
-                f"new epoch {epoch} must start at sequence 0, got {first_seq}"
-            )
+            raise OutOfOrderSequenceError(f"new epoch {epoch} must start at sequence 0, got {first_seq}")
         return
     last = entry.last_seq
     if first_seq == last + 1 or (first_seq == 0 and last == INT32_MAX):
@@ -194,9 +203,7 @@ class ProducerStateManager:
     def last_stable_offset_for_abort(self, producer_id: int, marker_offset: int) -> int:
         """The LSO recorded in an AbortedTxn entry: earliest open txn of another producer, else marker + 1."""
         firsts = [
-            e.current_txn_first_offset
-            for pid, e in self.producers.items()
-            if e.has_open_txn and pid != producer_id
+            e.current_txn_first_offset for pid, e in self.producers.items() if e.has_open_txn and pid != producer_id
         ]
         return min(firsts) if firsts else marker_offset + 1
 
@@ -219,7 +226,8 @@ class ProducerStateManager:
     def expire(self, now_ms: int) -> list[int]:
         """Forget producers idle for producer.id.expiration.ms; an open transaction pins a producer."""
         gone = [
-            pid for pid, e in self.producers.items()
+            pid
+            for pid, e in self.producers.items()
             if not e.has_open_txn and now_ms - e.last_timestamp >= self.expiration_ms
         ]
         for pid in gone:
@@ -244,9 +252,17 @@ class ProducerStateManager:
 
     # ---- replay (recovery and catching up on other processes' appends): no checks ------------
 
-    def replay_data(self, producer_id: int, epoch: int, base_seq: int, last_seq: int,
-                    first_offset: int, last_offset: int, max_timestamp: int,
-                    is_transactional: bool) -> None:
+    def replay_data(
+        self,
+        producer_id: int,
+        epoch: int,
+        base_seq: int,
+        last_seq: int,
+        first_offset: int,
+        last_offset: int,
+        max_timestamp: int,
+        is_transactional: bool,
+    ) -> None:
         entry = self.producers.pop(producer_id, None) or ProducerStateEntry(producer_id)
         entry.add_batch(
             epoch, BatchMetadata(base_seq, last_seq, first_offset, last_offset, max_timestamp), is_transactional
@@ -266,14 +282,29 @@ class ProducerStateManager:
             if batch.records_count == 0:
                 return None
             marker = batch.control_marker()
-            return self.replay_marker(batch.producer_id, batch.producer_epoch, int(marker.control_type),
-                                      marker.coordinator_epoch, batch.base_offset, batch.max_timestamp)
-        self.replay_data(batch.producer_id, batch.producer_epoch, batch.base_sequence, batch.last_sequence,
-                         batch.base_offset, batch.last_offset, batch.max_timestamp, batch.is_transactional)
+            return self.replay_marker(
+                batch.producer_id,
+                batch.producer_epoch,
+                int(marker.control_type),
+                marker.coordinator_epoch,
+                batch.base_offset,
+                batch.max_timestamp,
+            )
+        self.replay_data(
+            batch.producer_id,
+            batch.producer_epoch,
+            batch.base_sequence,
+            batch.last_sequence,
+            batch.base_offset,
+            batch.last_offset,
+            batch.max_timestamp,
+            batch.is_transactional,
+        )
         return None
 
-    def replay_marker(self, producer_id: int, epoch: int, control_type: int, coordinator_epoch: int,
-                      offset: int, timestamp: int) -> CompletedTxn | None:
+    def replay_marker(
+        self, producer_id: int, epoch: int, control_type: int, coordinator_epoch: int, offset: int, timestamp: int
+    ) -> CompletedTxn | None:
         """Apply a marker read from the log; Kafka-only control types (KRaft) change nothing."""
         if control_type not in (ControlType.ABORT, ControlType.COMMIT):
             return None
@@ -283,8 +314,9 @@ class ProducerStateManager:
         return completed
 
 
-def _complete(entry: ProducerStateEntry, epoch: int, control_type: int, coordinator_epoch: int,
-              offset: int, timestamp: int) -> CompletedTxn | None:
+def _complete(
+    entry: ProducerStateEntry, epoch: int, control_type: int, coordinator_epoch: int, offset: int, timestamp: int
+) -> CompletedTxn | None:
     completed = None
     if entry.has_open_txn:
         completed = CompletedTxn(
@@ -315,8 +347,9 @@ class ProducerAppend:
             self._staged[producer_id] = current.copy() if current is not None else None
         return self._staged[producer_id]
 
-    def check_data(self, producer_id: int, epoch: int, base_seq: int, last_seq: int,
-                   is_transactional: bool) -> BatchMetadata | None:
+    def check_data(
+        self, producer_id: int, epoch: int, base_seq: int, last_seq: int, is_transactional: bool
+    ) -> BatchMetadata | None:
         """Raise if the batch must be refused; return the original batch if it is a retry."""
         if producer_id < 0:
             if is_transactional:
@@ -337,8 +370,9 @@ class ProducerAppend:
         self._check_txn_state(producer_id, epoch, entry, is_transactional)
         return None
 
-    def _check_txn_state(self, producer_id: int, epoch: int, entry: ProducerStateEntry | None,
-                         is_transactional: bool) -> None:
+    def _check_txn_state(
+        self, producer_id: int, epoch: int, entry: ProducerStateEntry | None, is_transactional: bool
+    ) -> None:
         open_epoch = entry.epoch if entry is not None and entry.has_open_txn else None
         open_txn = open_epoch is not None
         if not is_transactional:
@@ -384,8 +418,9 @@ class ProducerAppend:
             )
         return not (epoch == entry.epoch and not entry.has_open_txn and not entry.batches)
 
-    def stage_marker(self, producer_id: int, epoch: int, control_type: int, coordinator_epoch: int,
-                     offset: int, timestamp: int) -> CompletedTxn | None:
+    def stage_marker(
+        self, producer_id: int, epoch: int, control_type: int, coordinator_epoch: int, offset: int, timestamp: int
+    ) -> CompletedTxn | None:
         entry = self._entry(producer_id) or ProducerStateEntry(producer_id)
         completed = _complete(entry, epoch, control_type, coordinator_epoch, offset, timestamp)
         self._staged[producer_id] = entry

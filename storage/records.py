@@ -156,8 +156,15 @@ class ControlType(IntEnum):
 
 # Kafka's ControlRecordType names, the only table of them: 0-1 end transactions; the rest are
 # KRaft's, which txlog reads in a real __cluster_metadata log but never writes.
-_CONTROL_TYPE_NAMES = {0: "ABORT", 1: "COMMIT", 2: "LEADER_CHANGE", 3: "SNAPSHOT_HEADER", 4: "SNAPSHOT_FOOTER",
-                       5: "KRAFT_VERSION", 6: "KRAFT_VOTERS"}
+_CONTROL_TYPE_NAMES = {
+    0: "ABORT",
+    1: "COMMIT",
+    2: "LEADER_CHANGE",
+    3: "SNAPSHOT_HEADER",
+    4: "SNAPSHOT_FOOTER",
+    5: "KRAFT_VERSION",
+    6: "KRAFT_VOTERS",
+}
 
 
 Header = tuple[str, bytes | None]
@@ -226,16 +233,18 @@ class RecordBatch(_native.BatchHeader):
     size: int  # the whole batch, log overhead included
 
     @classmethod
-    def parse(cls, buf, position: int = 0, *, path: str | None = None, verify_crc: bool = True,
-              origin: int = 0) -> RecordBatch:
+    def parse(
+        cls, buf, position: int = 0, *, path: str | None = None, verify_crc: bool = True, origin: int = 0
+    ) -> RecordBatch:
         """Check framing, magic and CRC of the batch at `buf[position]`; CorruptRecordError otherwise.
 
         `origin` is the file position of `buf[0]` (a reader's chunk of a segment): the
         batch's `position` and every error name `origin + position`.
         """
         if position < 0:
-            raise CorruptRecordError(f"need {HEADER_SIZE} bytes for a batch header, 0 available",
-                                     path=path, position=origin + position)
+            raise CorruptRecordError(
+                f"need {HEADER_SIZE} bytes for a batch header, 0 available", path=path, position=origin + position
+            )
         try:
             batch = cls(buf, position, verify_crc)  # the native header parse
         except CodecError as exc:
@@ -294,7 +303,7 @@ class RecordBatch(_native.BatchHeader):
     def is_valid(self) -> bool:
         """Whether the stored CRC matches the bytes: for batches parsed with `verify_crc=False`."""
         at = self._at
-        return crc32c(memoryview(self._buf)[at + CRC_COVERED_START:at + self.size]) == self.crc
+        return crc32c(memoryview(self._buf)[at + CRC_COVERED_START : at + self.size]) == self.crc
 
     @property
     def buffer(self) -> bytes:
@@ -304,25 +313,33 @@ class RecordBatch(_native.BatchHeader):
             if type(buf) is bytes and self._at == 0 and self.size == len(buf):
                 self._bytes = buf
             else:
-                self._bytes = bytes(memoryview(buf)[self._at:self._at + self.size])
+                self._bytes = bytes(memoryview(buf)[self._at : self._at + self.size])
         return self._bytes
 
     def __repr__(self) -> str:
-        return (f"RecordBatch(base_offset={self.base_offset}, last_offset={self.last_offset}, "
-                f"count={self.records_count}, size={self.size}, producer_id={self.producer_id}, "
-                f"epoch={self.producer_epoch}, base_sequence={self.base_sequence}, "
-                f"attributes={self.attributes:#x}, position={self.position})")
+        return (
+            f"RecordBatch(base_offset={self.base_offset}, last_offset={self.last_offset}, "
+            f"count={self.records_count}, size={self.size}, producer_id={self.producer_id}, "
+            f"epoch={self.producer_epoch}, base_sequence={self.base_sequence}, "
+            f"attributes={self.attributes:#x}, position={self.position})"
+        )
 
     # -- records
 
     def _corrupt(self, detail: str) -> CorruptRecordError:
-        return CorruptRecordError(f"batch with base offset {self.base_offset}: {detail}",
-                                  path=self.path, position=self.position)
+        return CorruptRecordError(
+            f"batch with base offset {self.base_offset}: {detail}", path=self.path, position=self.position
+        )
 
     def _codec_error(self, exc: CodecError) -> CorruptRecordError:
         """The error of a native call on this batch's records region, as this batch's CorruptRecordError."""
-        return corrupt_record_error(exc, context=f"batch with base offset {self.base_offset}",
-                                    records_count=self.records_count, path=self.path, position=self.position)
+        return corrupt_record_error(
+            exc,
+            context=f"batch with base offset {self.base_offset}",
+            records_count=self.records_count,
+            path=self.path,
+            position=self.position,
+        )
 
     def records(self) -> list[Record]:
         """Decompress and decode every record, with the Java reader's strictness."""
@@ -344,8 +361,9 @@ class RecordBatch(_native.BatchHeader):
         """
         count = self.records_count
         if count < 0:
-            raise InvalidRecordError(f"negative record count {count} in batch with base offset "
-                                     f"{self.base_offset} at byte {self.position}")
+            raise InvalidRecordError(
+                f"negative record count {count} in batch with base offset {self.base_offset} at byte {self.position}"
+            )
         if count == 0 and self.size == HEADER_SIZE:
             return False  # emptied by compaction: only the header survives
         self.compression  # noqa: B018 - UnsupportedCompressionTypeError for codes 5-7
@@ -371,8 +389,16 @@ class RecordBatch(_native.BatchHeader):
             return []
         try:
             return _native.decode_consumer_records(
-                self._buf, self._at, self, cls=cls, topic=topic, partition=partition,
-                timestamp_type=self.timestamp_type, start_offset=start, end_offset=end)
+                self._buf,
+                self._at,
+                self,
+                cls=cls,
+                topic=topic,
+                partition=partition,
+                timestamp_type=self.timestamp_type,
+                start_offset=start,
+                end_offset=end,
+            )
         except CodecError as exc:
             raise self._codec_error(exc) from None
 
@@ -429,7 +455,8 @@ class RecordBatch(_native.BatchHeader):
         if count <= 0 or count != self.last_offset_delta + 1:
             raise InvalidRecordError(
                 f"batch at byte {self.position}: record count {count} does not match last offset delta "
-                f"{self.last_offset_delta} (must be lastOffsetDelta + 1 > 0)")
+                f"{self.last_offset_delta} (must be lastOffsetDelta + 1 > 0)"
+            )
         if self.attributes & COMPRESSION_MASK:
             self.compression  # noqa: B018 - raises for codes 5-7
             return self.max_timestamp
@@ -443,8 +470,9 @@ class RecordBatch(_native.BatchHeader):
             return self.max_timestamp  # LOG_APPEND_TIME: the header is the only timestamp
         return self.base_timestamp + max_delta
 
-    def with_offset(self, base_offset: int, partition_leader_epoch: int | None = None,
-                    max_timestamp: int | None = None) -> bytes:
+    def with_offset(
+        self, base_offset: int, partition_leader_epoch: int | None = None, max_timestamp: int | None = None
+    ) -> bytes:
         """A copy with baseOffset (and leader epoch) rewritten; neither is under the CRC.
 
         Giving a `max_timestamp` that differs from the header's also rewrites that field
@@ -496,15 +524,22 @@ class BatchHeader(NamedTuple):
         """The header at `buf[position]` (CorruptRecordError if fewer than 61 bytes, a magic other
         than 2 or a batchLength below 49); `origin` is the file position of `buf[0]`."""
         if position < 0 or len(buf) - position < HEADER_SIZE:
-            raise CorruptRecordError(f"need {HEADER_SIZE} bytes for a batch header, "
-                                     f"{max(len(buf) - position, 0)} available", path=path, position=origin + position)
+            raise CorruptRecordError(
+                f"need {HEADER_SIZE} bytes for a batch header, {max(len(buf) - position, 0)} available",
+                path=path,
+                position=origin + position,
+            )
         fields = _HEADER.unpack_from(buf, position)
         if fields[3] != MAGIC:
-            raise CorruptRecordError(f"unsupported magic {fields[3]} (only {MAGIC} is supported)",
-                                     path=path, position=origin + position)
+            raise CorruptRecordError(
+                f"unsupported magic {fields[3]} (only {MAGIC} is supported)", path=path, position=origin + position
+            )
         if fields[1] < MIN_BATCH_LENGTH:
-            raise CorruptRecordError(f"batch length {fields[1]} is below the minimum {MIN_BATCH_LENGTH}",
-                                     path=path, position=origin + position)
+            raise CorruptRecordError(
+                f"batch length {fields[1]} is below the minimum {MIN_BATCH_LENGTH}",
+                path=path,
+                position=origin + position,
+            )
         return _new_tuple(cls, (origin + position, *fields))
 
 
@@ -549,20 +584,31 @@ def _parse_control_record(record: Record, batch: RecordBatch) -> EndTransactionM
 
 
 def _attributes(compression: int, timestamp_type: int, is_transactional: bool, is_control: bool) -> int:
-    return (int(compression) | (TIMESTAMP_TYPE_MASK if timestamp_type else 0)
-            | (TRANSACTIONAL_MASK if is_transactional else 0) | (CONTROL_MASK if is_control else 0))
+    return (
+        int(compression)
+        | (TIMESTAMP_TYPE_MASK if timestamp_type else 0)
+        | (TRANSACTIONAL_MASK if is_transactional else 0)
+        | (CONTROL_MASK if is_control else 0)
+    )
 
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def build_batch(records: Sequence[tuple], *, base_offset: int = 0, producer_id: int = NO_PRODUCER_ID,
-                producer_epoch: int = NO_PRODUCER_EPOCH, base_sequence: int = NO_SEQUENCE,
-                is_transactional: bool = False, compression: Compression | int = Compression.NONE,
-                timestamp_type: TimestampType | int = TimestampType.CREATE_TIME,
-                partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
-                log_append_time: int | None = None) -> bytes:
+def build_batch(
+    records: Sequence[tuple],
+    *,
+    base_offset: int = 0,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+    is_transactional: bool = False,
+    compression: Compression | int = Compression.NONE,
+    timestamp_type: TimestampType | int = TimestampType.CREATE_TIME,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+    log_append_time: int | None = None,
+) -> bytes:
     """One batch from (key, value, headers, timestamp) tuples, laid out as a Kafka producer does.
 
     baseTimestamp is the first record's timestamp and maxTimestamp the
@@ -573,17 +619,39 @@ def build_batch(records: Sequence[tuple], *, base_offset: int = 0, producer_id: 
     if not records:
         raise ValueError("a batch needs at least one record")
     keys, values, headers, timestamps = zip(*records, strict=True)
-    return _build_from_columns(keys, values, headers, timestamps, base_offset=base_offset, producer_id=producer_id,
-                               producer_epoch=producer_epoch, base_sequence=base_sequence,
-                               is_transactional=is_transactional, compression=compression,
-                               timestamp_type=timestamp_type, partition_leader_epoch=partition_leader_epoch,
-                               log_append_time=log_append_time)
+    return _build_from_columns(
+        keys,
+        values,
+        headers,
+        timestamps,
+        base_offset=base_offset,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        is_transactional=is_transactional,
+        compression=compression,
+        timestamp_type=timestamp_type,
+        partition_leader_epoch=partition_leader_epoch,
+        log_append_time=log_append_time,
+    )
 
 
-def _build_from_columns(keys: Sequence, values: Sequence, headers: Sequence, timestamps: Sequence, *,
-                        base_offset: int, producer_id: int, producer_epoch: int, base_sequence: int,
-                        is_transactional: bool, compression: Compression | int, timestamp_type: TimestampType | int,
-                        partition_leader_epoch: int, log_append_time: int | None) -> bytes:
+def _build_from_columns(
+    keys: Sequence,
+    values: Sequence,
+    headers: Sequence,
+    timestamps: Sequence,
+    *,
+    base_offset: int,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    is_transactional: bool,
+    compression: Compression | int,
+    timestamp_type: TimestampType | int,
+    partition_leader_epoch: int,
+    log_append_time: int | None,
+) -> bytes:
     """build_batch of records given column by column (at least one)."""
     try:
         max_timestamp = max(timestamps)
@@ -598,11 +666,20 @@ def _build_from_columns(keys: Sequence, values: Sequence, headers: Sequence, tim
         max_timestamp = log_append_time
     if compression not in Compression._value2member_map_:
         raise UnsupportedCompressionTypeError(f"unknown compression type {compression}")
-    return _encode(keys, values, headers, timestamps, base_offset=base_offset,
-                   partition_leader_epoch=partition_leader_epoch,
-                   attributes=_attributes(compression, timestamp_type, is_transactional, False),
-                   base_timestamp=base_timestamp, max_timestamp=max_timestamp, producer_id=producer_id,
-                   producer_epoch=producer_epoch, base_sequence=base_sequence)
+    return _encode(
+        keys,
+        values,
+        headers,
+        timestamps,
+        base_offset=base_offset,
+        partition_leader_epoch=partition_leader_epoch,
+        attributes=_attributes(compression, timestamp_type, is_transactional, False),
+        base_timestamp=base_timestamp,
+        max_timestamp=max_timestamp,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+    )
 
 
 def _encode(keys: Sequence, values: Sequence, headers: Sequence, timestamps: Sequence[int], **fields: int) -> bytes:
@@ -613,19 +690,36 @@ def _encode(keys: Sequence, values: Sequence, headers: Sequence, timestamps: Seq
         raise ValueError(f"batch header field out of range: {exc}") from None
 
 
-def build_control_batch(control_type: ControlType | int, *, producer_id: int, producer_epoch: int,
-                        coordinator_epoch: int = 0, timestamp: int, base_offset: int = 0,
-                        partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH) -> bytes:
+def build_control_batch(
+    control_type: ControlType | int,
+    *,
+    producer_id: int,
+    producer_epoch: int,
+    coordinator_epoch: int = 0,
+    timestamp: int,
+    base_offset: int = 0,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+) -> bytes:
     """The 78-byte EndTransactionMarker batch a coordinator has the leader write (docs/kafka-formats.md §2)."""
     try:
         key = _CONTROL_KEY.pack(0, int(control_type))
         value = _CONTROL_VALUE.pack(0, coordinator_epoch)
     except struct.error as exc:
         raise ValueError(f"control record field out of range: {exc}") from None
-    return _encode((key,), (value,), (None,), (timestamp,), base_offset=base_offset,
-                   partition_leader_epoch=partition_leader_epoch, attributes=TRANSACTIONAL_MASK | CONTROL_MASK,
-                   base_timestamp=timestamp, max_timestamp=timestamp, producer_id=producer_id,
-                   producer_epoch=producer_epoch, base_sequence=NO_SEQUENCE)
+    return _encode(
+        (key,),
+        (value,),
+        (None,),
+        (timestamp,),
+        base_offset=base_offset,
+        partition_leader_epoch=partition_leader_epoch,
+        attributes=TRANSACTIONAL_MASK | CONTROL_MASK,
+        base_timestamp=timestamp,
+        max_timestamp=timestamp,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=NO_SEQUENCE,
+    )
 
 
 #: Accumulates records for one batch up to `max_bytes`, like a producer's `batch.size`.
@@ -671,10 +765,17 @@ _INT64_MAX = (1 << 63) - 1
 _ONE_ITEM = (str, bytes, bytearray, memoryview)
 
 
-def encode_batches(values: Sequence, keys: Sequence | None = None, headers: Sequence | None = None,
-                   timestamps: Sequence | None = None, *, max_bytes: int,
-                   compression: Compression | int = Compression.NONE, is_transactional: bool = False,
-                   now_ms: int | None = None) -> list[EncodedBatch]:
+def encode_batches(
+    values: Sequence,
+    keys: Sequence | None = None,
+    headers: Sequence | None = None,
+    timestamps: Sequence | None = None,
+    *,
+    max_bytes: int,
+    compression: Compression | int = Compression.NONE,
+    is_transactional: bool = False,
+    now_ms: int | None = None,
+) -> list[EncodedBatch]:
     """Whole batches from record columns, in one native pass (no Python work per record).
 
     values/keys items are bytes, bytearray, memoryview, str (UTF-8) or None; headers items
@@ -692,9 +793,16 @@ def encode_batches(values: Sequence, keys: Sequence | None = None, headers: Sequ
             raise TypeError(f"{name} must be a sequence with an item per record, not a single {type(column).__name__}")
     try:
         return _native.encode_batches(
-            values, keys, headers, timestamps, max_bytes=max(-_INT64_MAX, min(max_bytes, _INT64_MAX)),
-            codec=int(compression), is_transactional=bool(is_transactional),
-            now_ms=_now_ms() if now_ms is None else now_ms, cls=EncodedBatch)
+            values,
+            keys,
+            headers,
+            timestamps,
+            max_bytes=max(-_INT64_MAX, min(max_bytes, _INT64_MAX)),
+            codec=int(compression),
+            is_transactional=bool(is_transactional),
+            now_ms=_now_ms() if now_ms is None else now_ms,
+            cls=EncodedBatch,
+        )
     except OverflowError as exc:
         raise ValueError(f"batch field out of range: {exc}") from None
 

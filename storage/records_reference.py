@@ -63,8 +63,21 @@ def decode_batch(buf: bytes, verify_crc: bool = True) -> list[tuple]:
     """
     if len(buf) < HEADER_SIZE:
         raise CorruptRecordError(f"need {HEADER_SIZE} bytes for a batch header")
-    (base_offset, batch_length, _epoch, magic, crc, attributes, _last_delta, base_timestamp, max_timestamp,
-     _pid, _pepoch, base_sequence, count) = _HEADER.unpack_from(buf)
+    (
+        base_offset,
+        batch_length,
+        _epoch,
+        magic,
+        crc,
+        attributes,
+        _last_delta,
+        base_timestamp,
+        max_timestamp,
+        _pid,
+        _pepoch,
+        base_sequence,
+        count,
+    ) = _HEADER.unpack_from(buf)
     if magic != MAGIC or batch_length < MIN_BATCH_LENGTH or batch_length + 12 > len(buf):
         raise CorruptRecordError("bad batch frame")
     size = batch_length + 12
@@ -80,8 +93,9 @@ def decode_batch(buf: bytes, verify_crc: bool = True) -> list[tuple]:
         data = decompress(codec, data)  # UnsupportedCompressionTypeError for 5-7
     log_append = attributes & TIMESTAMP_TYPE_MASK
     try:
-        return _decode_records(data, count, base_offset, max_timestamp if log_append else base_timestamp,
-                               not log_append, base_sequence)
+        return _decode_records(
+            data, count, base_offset, max_timestamp if log_append else base_timestamp, not log_append, base_sequence
+        )
     except IndexError:
         raise CorruptRecordError("records region ends inside a record") from None
 
@@ -89,23 +103,46 @@ def decode_batch(buf: bytes, verify_crc: bool = True) -> list[tuple]:
 def walk_records(region: bytes) -> tuple[int, int]:
     """(records, largest timestamp delta) of an uncompressed records region; CorruptRecordError if
     the record lengths do not tile it."""
+
     def corrupt(detail: str) -> CorruptRecordError:
         return CorruptRecordError(detail)
+
     return _walk_records(region, corrupt)
 
 
-def build_batch_from_columns(keys: Sequence, values: Sequence, headers: Sequence, timestamps: Sequence[int], *,
-                             base_offset: int, partition_leader_epoch: int, attributes: int, base_timestamp: int,
-                             max_timestamp: int, producer_id: int, producer_epoch: int, base_sequence: int) -> bytes:
+def build_batch_from_columns(
+    keys: Sequence,
+    values: Sequence,
+    headers: Sequence,
+    timestamps: Sequence[int],
+    *,
+    base_offset: int,
+    partition_leader_epoch: int,
+    attributes: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+) -> bytes:
     """The batch storage._native.encode_batch builds from the same arguments, byte for byte
     when uncompressed (compressed streams may differ in their compressed bytes only)."""
     payload = _encode_records(keys, values, headers, timestamps, base_timestamp)
     codec = attributes & COMPRESSION_MASK
     if codec:
         payload = compress(codec, payload)
-    return _assemble(payload, len(keys), base_offset=base_offset, partition_leader_epoch=partition_leader_epoch,
-                     attributes=attributes, base_timestamp=base_timestamp, max_timestamp=max_timestamp,
-                     producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence)
+    return _assemble(
+        payload,
+        len(keys),
+        base_offset=base_offset,
+        partition_leader_epoch=partition_leader_epoch,
+        attributes=attributes,
+        base_timestamp=base_timestamp,
+        max_timestamp=max_timestamp,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+    )
 
 
 # --- the framing walk of the append path ------------------------------------------------
@@ -144,9 +181,9 @@ def _walk_records(region: bytes, corrupt) -> tuple[int, int]:
             firsts = region[pos:stop:stride]
             run = fit - len(firsts.lstrip(firsts[:1]))
             if h == 2:
-                seconds = region[pos + 1:stop:stride]
+                seconds = region[pos + 1 : stop : stride]
                 run = min(run, fit - len(seconds.lstrip(seconds[:1])))
-        deltas = region[pos + h + 1:pos + run * stride:stride]
+        deltas = region[pos + h + 1 : pos + run * stride : stride]
         if deltas.isascii():
             top = max(one[x] for x in set(deltas))
         else:
@@ -168,8 +205,9 @@ def _timestamp_delta(region: bytes, pos: int, corrupt) -> int:
 # --- record decoding (the hot loop) ---------------------------------------------------
 
 
-def _decode_records(data: bytes, count: int, base_offset: int, base_timestamp: int,
-                    use_deltas: bool, base_sequence: int) -> list[tuple]:
+def _decode_records(
+    data: bytes, count: int, base_offset: int, base_timestamp: int, use_deltas: bool, base_sequence: int
+) -> list[tuple]:
     """Decode `count` records that must fill `data` exactly, as tuples in Record's field order.
 
     Structural errors raise CorruptRecordError (position relative to `data`);
@@ -235,7 +273,7 @@ def _decode_records(data: bytes, count: int, base_offset: int, base_timestamp: i
             else:
                 pos += 2
         if size >= 0:
-            key = data[pos:(pos := pos + size)]
+            key = data[pos : (pos := pos + size)]
         elif size == -1:
             key = None
         else:
@@ -252,7 +290,7 @@ def _decode_records(data: bytes, count: int, base_offset: int, base_timestamp: i
             else:
                 pos += 2
         if size >= 0:
-            value = data[pos:(pos := pos + size)]
+            value = data[pos : (pos := pos + size)]
         elif size == -1:
             value = None
         else:
@@ -265,16 +303,22 @@ def _decode_records(data: bytes, count: int, base_offset: int, base_timestamp: i
             headers, pos = _decode_headers(data, pos, record_end)
             if pos != record_end:
                 raise CorruptRecordError(
-                    f"record size mismatch: length says it ends at byte {record_end}, fields end at {pos}",
-                    position=pos)
-        append((base_offset + offset_delta,
+                    f"record size mismatch: length says it ends at byte {record_end}, fields end at {pos}", position=pos
+                )
+        append(
+            (
+                base_offset + offset_delta,
                 base_timestamp + ts_delta if use_deltas else base_timestamp,
-                key, value, headers,
-                -1 if no_sequence else (
-                    base_sequence + offset_delta if offset_delta <= wrap_at else offset_delta - wrap_at - 1)))
+                key,
+                value,
+                headers,
+                -1
+                if no_sequence
+                else (base_sequence + offset_delta if offset_delta <= wrap_at else offset_delta - wrap_at - 1),
+            )
+        )
     if pos != len(data):
-        raise CorruptRecordError(f"{len(data) - pos} bytes remain after the last of {count} records",
-                                 position=pos)
+        raise CorruptRecordError(f"{len(data) - pos} bytes remain after the last of {count} records", position=pos)
     return rows
 
 
@@ -288,17 +332,18 @@ def _decode_headers(data: bytes, pos: int, record_end: int) -> tuple[list[tuple[
     if count < 0:
         raise CorruptRecordError(f"negative header count {count}", position=pos)
     if count and count > record_end - pos:
-        raise CorruptRecordError(f"header count {count} exceeds the {max(record_end - pos, 0)} bytes left",
-                                 position=pos)
+        raise CorruptRecordError(
+            f"header count {count} exceeds the {max(record_end - pos, 0)} bytes left", position=pos
+        )
     headers = []
     for _ in range(count):
         size, pos = decode_varint(data, pos)
         if size < 0:
             raise CorruptRecordError(f"negative header key length {size}", position=pos)
-        name = data[pos:(pos := pos + size)].decode("utf-8", "replace")
+        name = data[pos : (pos := pos + size)].decode("utf-8", "replace")
         size, pos = decode_varint(data, pos)
         if size >= 0:
-            value = data[pos:(pos := pos + size)]
+            value = data[pos : (pos := pos + size)]
         elif size == -1:
             value = None
         else:
@@ -366,8 +411,9 @@ def _timestamp_prefixes(timestamps: Sequence[int], base_timestamp: int) -> Seque
     return [_ZERO + encode_varlong(delta) for delta in deltas]
 
 
-def _encode_records(keys: Sequence, values: Sequence, headers: Sequence, timestamps: Sequence[int],
-                    base_timestamp: int) -> bytes:
+def _encode_records(
+    keys: Sequence, values: Sequence, headers: Sequence, timestamps: Sequence[int], base_timestamp: int
+) -> bytes:
     """The uncompressed records region, built column by column with C-level calls.
 
     offsetDelta is the record's index, timestampDelta is against `base_timestamp`.
@@ -386,8 +432,11 @@ def _encode_records(keys: Sequence, values: Sequence, headers: Sequence, timesta
         header_blocks = [_encode_headers(h) if h else _ZERO for h in headers]
     else:
         header_blocks = repeat(_ZERO, n)
-    bodies = list(map(b"".join, zip(prefixes, offset_deltas, key_lengths, keys,
-                                    value_lengths, values, header_blocks, strict=True)))
+    bodies = list(
+        map(
+            b"".join, zip(prefixes, offset_deltas, key_lengths, keys, value_lengths, values, header_blocks, strict=True)
+        )
+    )
     sizes, _ = _length_prefixed(bodies)
     parts = bodies * 2  # then interleave [size, body, size, body, ...] by slice assignment
     parts[::2] = sizes
@@ -395,13 +444,24 @@ def _encode_records(keys: Sequence, values: Sequence, headers: Sequence, timesta
     return b"".join(parts)
 
 
-def _assemble(payload: bytes, count: int, *, base_offset: int, partition_leader_epoch: int, attributes: int,
-              base_timestamp: int, max_timestamp: int, producer_id: int, producer_epoch: int,
-              base_sequence: int) -> bytes:
+def _assemble(
+    payload: bytes,
+    count: int,
+    *,
+    base_offset: int,
+    partition_leader_epoch: int,
+    attributes: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+) -> bytes:
     """Header + records; the CRC covers attributes through the last record byte."""
     try:
-        covered = _CRC_COVERED_HEADER.pack(attributes, count - 1, base_timestamp, max_timestamp,
-                                           producer_id, producer_epoch, base_sequence, count)
+        covered = _CRC_COVERED_HEADER.pack(
+            attributes, count - 1, base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence, count
+        )
         frame = _FRAME.pack(base_offset, MIN_BATCH_LENGTH + len(payload), partition_leader_epoch, MAGIC)
     except struct.error as exc:
         raise ValueError(f"batch header field out of range: {exc}") from None

@@ -26,8 +26,11 @@ def segments_past_retention(segments: Sequence[LogSegment], config: TopicConfig,
     total = sum(s.size for s in segments)
     doomed: list[LogSegment] = []
     for seg in segments[:-1]:
-        expired = (config.retention_ms >= 0 and now - seg.largest_timestamp() > config.retention_ms
-                   and now - seg.scan_max_timestamp() > config.retention_ms)
+        expired = (
+            config.retention_ms >= 0
+            and now - seg.largest_timestamp() > config.retention_ms
+            and now - seg.scan_max_timestamp() > config.retention_ms
+        )
         oversize = config.retention_bytes >= 0 and total - seg.size >= config.retention_bytes
         if not (expired or oversize):
             break
@@ -36,8 +39,7 @@ def segments_past_retention(segments: Sequence[LogSegment], config: TopicConfig,
     return doomed
 
 
-def delete_segments(directory: str, doomed: Sequence[LogSegment], new_start: int,
-                    state: ProducerStateManager) -> None:
+def delete_segments(directory: str, doomed: Sequence[LogSegment], new_start: int, state: ProducerStateManager) -> None:
     """Delete `doomed` (the segments below `new_start`) and the snapshots below it; caller holds the lock.
 
     A snapshot at the log end is taken first, so producer state outlives the deleted data

@@ -51,8 +51,9 @@ class LogSegment:
         self.records = FileRecords(self.log_path, self.fd)
         # Checked before the index objects create empty files, so recovery can tell a deleted
         # index (to be rebuilt) from an empty one.
-        self.missing_indexes = not (os.path.exists(self._path(INDEX_FILE_SUFFIX))
-                                    and os.path.exists(self._path(TIME_INDEX_FILE_SUFFIX)))
+        self.missing_indexes = not (
+            os.path.exists(self._path(INDEX_FILE_SUFFIX)) and os.path.exists(self._path(TIME_INDEX_FILE_SUFFIX))
+        )
         # False when an index failed its checks and this process may not rebuild it (read-only):
         # lookups then scan the log instead of trusting it.
         self.indexes_trusted = True
@@ -82,8 +83,9 @@ class LogSegment:
     def file_size(self) -> int:
         return self.records.size()
 
-    def iter_batches(self, position: int = 0, end: int | None = None, *,
-                     strict: bool = False) -> Iterator[tuple[int, RecordBatch]]:
+    def iter_batches(
+        self, position: int = 0, end: int | None = None, *, strict: bool = False
+    ) -> Iterator[tuple[int, RecordBatch]]:
         """(file position, batch) for every complete, CRC-valid batch from `position` (FileRecords.batches).
 
         Stops quietly at a partial tail (fewer than 17 bytes left, or a batch running past
@@ -355,5 +357,9 @@ class LogSegment:
 
     def delete_files(self) -> list[str]:
         """Paths of this segment's files, the `.log` first so a crash midway leaves only orphans."""
-        return [self.log_path, self._path(INDEX_FILE_SUFFIX), self._path(TIME_INDEX_FILE_SUFFIX),
-                self._path(TXN_INDEX_FILE_SUFFIX)]
+        return [
+            self.log_path,
+            self._path(INDEX_FILE_SUFFIX),
+            self._path(TIME_INDEX_FILE_SUFFIX),
+            self._path(TXN_INDEX_FILE_SUFFIX),
+        ]

@@ -89,8 +89,7 @@ class Store:
         return os.path.isfile(os.path.join(root, META_FILE)) or _looks_like_kafka_dir(root)
 
     @classmethod
-    def open(cls, path: str | os.PathLike, *, read_only: bool = False,
-             clock: Callable[[], int] | None = None) -> Store:
+    def open(cls, path: str | os.PathLike, *, read_only: bool = False, clock: Callable[[], int] | None = None) -> Store:
         """Open (creating if missing) a store; a real Kafka data directory always opens read-only."""
         root = os.path.abspath(os.fspath(path))
         if os.path.exists(root) and not os.path.isdir(root):
@@ -154,8 +153,9 @@ class Store:
 
     # ---- topics -------------------------------------------------------------------------------------
 
-    def create_topic(self, name: str, partitions: int = 1, config: Mapping[str, Any] | None = None, *,
-                     internal: bool = False) -> None:
+    def create_topic(
+        self, name: str, partitions: int = 1, config: Mapping[str, Any] | None = None, *, internal: bool = False
+    ) -> None:
         """Create a topic; its partition directories and first segments exist before it is listed."""
         self._check_writable()
         validate_topic_name(name, allow_internal=internal)
@@ -230,15 +230,28 @@ class Store:
         parts = []
         for p in self.partitions(name):
             log = self.partition(name, p)
-            parts.append(PartitionDescription(
-                p, log.log_start_offset, log.log_end_offset, log.last_stable_offset,
-                log.size_bytes, len(log.segments),
-            ))
-        return TopicDescription(name, parts, self.topic_config(name).to_dict(), self.topic_overrides(name),
-                                topic_id=self.topic_id(name), absent=self.absent_partitions(name))
+            parts.append(
+                PartitionDescription(
+                    p,
+                    log.log_start_offset,
+                    log.log_end_offset,
+                    log.last_stable_offset,
+                    log.size_bytes,
+                    len(log.segments),
+                )
+            )
+        return TopicDescription(
+            name,
+            parts,
+            self.topic_config(name).to_dict(),
+            self.topic_overrides(name),
+            topic_id=self.topic_id(name),
+            absent=self.absent_partitions(name),
+        )
 
-    def alter_topic_config(self, name: str, set_configs: Mapping[str, Any] | None = None,
-                           delete_configs: list[str] | tuple[str, ...] = ()) -> dict[str, int]:
+    def alter_topic_config(
+        self, name: str, set_configs: Mapping[str, Any] | None = None, delete_configs: list[str] | tuple[str, ...] = ()
+    ) -> dict[str, int]:
         """Change config overrides (as kafka-configs --alter); open partition logs pick them up."""
         self._check_writable()
         updates = validate_overrides(set_configs or {})
@@ -318,7 +331,8 @@ class Store:
             held = ", ".join(map(str, self.partitions(topic)))
             raise UnknownTopicOrPartitionError(
                 f"partition {partition} of topic '{topic}' is not in this Kafka log directory (another broker "
-                f"holds it); partitions here: {held}")
+                f"holds it); partitions here: {held}"
+            )
         if not os.path.isdir(path) and self.read_only:
             raise UnknownTopicOrPartitionError(f"partition directory {path} is missing")
         config = TopicConfig.from_overrides(meta.get("config", {}))
@@ -370,7 +384,8 @@ class Store:
 def _check_partition_count(partitions: int) -> None:
     if isinstance(partitions, bool) or not isinstance(partitions, int) or not 1 <= partitions <= MAX_PARTITIONS:
         raise InvalidPartitionsError(
-            f"partition count must be an integer from 1 to {MAX_PARTITIONS}, got {partitions!r}")
+            f"partition count must be an integer from 1 to {MAX_PARTITIONS}, got {partitions!r}"
+        )
 
 
 def _looks_like_kafka_dir(root: str) -> bool:

@@ -123,6 +123,5 @@ class TimeIndex(EntryFileIndex[tuple[int, int]]):
         """Full one slot early: Kafka keeps the last slot for the entry forced in at roll."""
         return len(self) >= self.max_entries - 1
 
-
     def _convert(self, raw: Raw) -> tuple[int, int]:
         return (raw[0], self.base_offset + raw[1])

@@ -64,8 +64,9 @@ def _txn(raw: Raw) -> AbortedTxn:
     return AbortedTxn(*raw[1:])
 
 
-def collect_aborted(entries: Iterable[AbortedTxn], fetch_offset: int,
-                    upper_bound_offset: int) -> tuple[list[AbortedTxn], bool]:
+def collect_aborted(
+    entries: Iterable[AbortedTxn], fetch_offset: int, upper_bound_offset: int
+) -> tuple[list[AbortedTxn], bool]:
     """Entries overlapping [fetch_offset, upper_bound_offset), for a read_committed fetch.
 
     The flag says the search is complete: an entry whose LSO is already ≥ the upper
@@ -128,9 +129,7 @@ class TransactionIndex(EntryFileIndex[AbortedTxn]):
         if view.valid:
             prev_last = view.entries[view.valid - 1][3]
             if last <= prev_last:
-                raise IndexOrderError(
-                    f"last offset {last} is not after the last indexed abort at {prev_last}"
-                )
+                raise IndexOrderError(f"last offset {last} is not after the last indexed abort at {prev_last}")
         try:
             self._file.append((_VERSION, pid, first, last, lso))
         except struct.error as exc:
@@ -182,4 +181,3 @@ class TransactionIndex(EntryFileIndex[AbortedTxn]):
                 raise CorruptIndexError(
                     f"{self.path}: last offset {raw[3]} of {_txn(raw)} is below the segment base {self.base_offset}"
                 )
-

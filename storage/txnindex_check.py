@@ -62,8 +62,7 @@ def _abort_lso(state: ProducerStateManager, batch: RecordBatch) -> int | None:
     return None
 
 
-def abort_replayer(state: ProducerStateManager,
-                   sink: Callable[[AbortedTxn], None]) -> Callable[[RecordBatch], None]:
+def abort_replayer(state: ProducerStateManager, sink: Callable[[AbortedTxn], None]) -> Callable[[RecordBatch], None]:
     """Recovery's replay of one segment's batches from `state`, handing each abort's entry to `sink`.
 
     Batches below the state's end offset are already in it and are passed over.
@@ -225,8 +224,7 @@ class TxnIndexCheck:
         """Whether `seg`'s `.txnindex` holds entries this view has not checked yet."""
         return self._of(seg).checked < seg.txn_index.stored_count()
 
-    def first_mismatch(self, seg: LogSegment, *, active: bool, log_start: int,
-                       batch_at: BatchLookup) -> str | None:
+    def first_mismatch(self, seg: LogSegment, *, active: bool, log_start: int, batch_at: BatchLookup) -> str | None:
         """Why `seg`'s `.txnindex` disagrees with the log, or None; advances what counts as checked.
 
         Entries past the end of this view's active segment are left unchecked: a writer makes
@@ -251,8 +249,9 @@ class TxnIndexCheck:
         return None
 
 
-def _entry_mismatch(seg: LogSegment, txn: AbortedTxn, previous: int | None, log_start: int,
-                    batch_at: BatchLookup) -> str | None:
+def _entry_mismatch(
+    seg: LogSegment, txn: AbortedTxn, previous: int | None, log_start: int, batch_at: BatchLookup
+) -> str | None:
     """What an entry claims that the batches it names deny, or None.
 
     The ABORT marker of its producer sits at last_offset, in this segment; a
@@ -269,14 +268,14 @@ def _entry_mismatch(seg: LogSegment, txn: AbortedTxn, previous: int | None, log_
         return "overlaps the producer's previous aborted transaction"
     if not _starts_txn(txn.first_offset, txn.producer_id, log_start, batch_at, same_producer=True):
         return "does not start at a transactional batch of its producer"
-    if (txn.last_stable_offset != txn.last_offset + 1
-            and not _starts_txn(txn.last_stable_offset, txn.producer_id, log_start, batch_at, same_producer=False)):
+    if txn.last_stable_offset != txn.last_offset + 1 and not _starts_txn(
+        txn.last_stable_offset, txn.producer_id, log_start, batch_at, same_producer=False
+    ):
         return "records an LSO that is not the start of another producer's transaction"
     return None
 
 
-def _starts_txn(offset: int, producer_id: int, log_start: int, batch_at: BatchLookup, *,
-                same_producer: bool) -> bool:
+def _starts_txn(offset: int, producer_id: int, log_start: int, batch_at: BatchLookup, *, same_producer: bool) -> bool:
     """Whether a transactional data batch of (or, if not same_producer, not of) the producer starts at offset.
 
     Below the log start the batch went with its segment and cannot be checked; a
@@ -285,8 +284,13 @@ def _starts_txn(offset: int, producer_id: int, log_start: int, batch_at: BatchLo
     if offset < log_start:
         return True
     batch = batch_at(offset)
-    return (batch is not None and batch.base_offset == offset and batch.is_transactional
-            and not batch.is_control and (batch.producer_id == producer_id) == same_producer)
+    return (
+        batch is not None
+        and batch.base_offset == offset
+        and batch.is_transactional
+        and not batch.is_control
+        and (batch.producer_id == producer_id) == same_producer
+    )
 
 
 def _entries_below(seg: LogSegment, offset: int) -> int:

@@ -133,6 +133,7 @@ SINGLE_BYTE_ZIGZAG: tuple[int, ...] = tuple((b >> 1) ^ -(b & 1) for b in range(0
 #: the continuation bit (b >= 0x80) and the varint is longer.
 ONE_BYTE_ZIGZAG: tuple[int | None, ...] = SINGLE_BYTE_ZIGZAG + (None,) * 0x80
 
+
 def _two_byte_row(first: int) -> tuple[int | None, ...]:
     """Values of the 2-byte varints starting with `first`; None where a third byte follows."""
     low = first & 0x7F

@@ -17,8 +17,9 @@ if ROOT not in sys.path:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--big", action="store_true", default=False,
-                     help="run soak and crash-matrix tests at full size (slow)")
+    parser.addoption(
+        "--big", action="store_true", default=False, help="run soak and crash-matrix tests at full size (slow)"
+    )
 
 
 @pytest.fixture

@@ -94,8 +94,12 @@ def test_the_cycle_finder_sees_a_cycle():
 
 
 def test_dependencies_point_one_way_storage_txlog_cli():
-    wrong = sorted((module, dep) for module, deps in _graph().items() for dep in deps
-                   if LAYER[dep.split(".")[0]] > LAYER[module.split(".")[0]])
+    wrong = sorted(
+        (module, dep)
+        for module, deps in _graph().items()
+        for dep in deps
+        if LAYER[dep.split(".")[0]] > LAYER[module.split(".")[0]]
+    )
     assert wrong == []
 
 
@@ -138,11 +142,16 @@ def wing_of(module: str) -> str | None:
 
 
 def test_txlog_wings_import_only_what_their_rule_allows():
-    wrong = sorted((module, dep) for module, deps in _graph().items() for dep in deps
-                   if wing_of(module) and wing_of(dep)
-                   and wing_of(dep) != wing_of(module)
-                   and wing_of(dep) not in WING_RULES[wing_of(module)]
-                   and (module, wing_of(dep)) not in EXCEPTIONS)
+    wrong = sorted(
+        (module, dep)
+        for module, deps in _graph().items()
+        for dep in deps
+        if wing_of(module)
+        and wing_of(dep)
+        and wing_of(dep) != wing_of(module)
+        and wing_of(dep) not in WING_RULES[wing_of(module)]
+        and (module, wing_of(dep)) not in EXCEPTIONS
+    )
     assert wrong == []
 
 
@@ -155,8 +164,11 @@ def test_the_wing_rule_sees_a_client_importing_a_coordinator():
 
 
 def test_no_product_module_imports_the_fault_injection_harness():
-    users = sorted(module for module, deps in _graph().items() if FAULT_INJECTION in deps
-                   and not module.startswith("txlog.tools.") and not module.startswith("cli.demo"))
+    users = sorted(
+        module
+        for module, deps in _graph().items()
+        if FAULT_INJECTION in deps and not module.startswith("txlog.tools.") and not module.startswith("cli.demo")
+    )
     assert users == []
 
 
@@ -168,9 +180,13 @@ def test_only_storage_imports_the_native_extension():
         with open(path, encoding="utf-8") as f:
             tree = ast.parse(f.read(), path)
         for node in ast.walk(tree):
-            names = ([node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
-                     if isinstance(node, ast.ImportFrom) else
-                     [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            names = (
+                [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
+                if isinstance(node, ast.ImportFrom)
+                else [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else []
+            )
             if any(name == "storage._native" for name in names):
                 users.append(module)
     assert users == []

@@ -13,8 +13,10 @@ import re
 import subprocess
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CITED = re.compile(r"(?<![\w/.-])((?:storage|txlog|cli|tests|samples|docs|compat)/[\w/.-]*"
-                   r"\.(?:py|md|rs|java|pyi|json))\b")
+CITED = re.compile(
+    r"(?<![\w/.-])((?:storage|txlog|cli|tests|samples|docs|compat)/[\w/.-]*"
+    r"\.(?:py|md|rs|java|pyi|json))\b"
+)
 TEXT_SUFFIXES = (".py", ".pyi", ".md", ".rs", ".java", ".toml", ".properties")
 FOREIGN = {
     "tests/benchmarks/bench_x.py",  # a placeholder name in "run python tests/benchmarks/bench_x.py"
@@ -40,11 +42,16 @@ def citations() -> dict[str, set[str]]:
 
 
 def test_every_cited_path_exists():
-    missing = {cited: sorted(by) for cited, by in citations().items()
-               if cited not in FOREIGN and not os.path.exists(os.path.join(ROOT, cited))}
+    missing = {
+        cited: sorted(by)
+        for cited, by in citations().items()
+        if cited not in FOREIGN and not os.path.exists(os.path.join(ROOT, cited))
+    }
     assert missing == {}
 
 
 def test_the_citation_finder_sees_a_path_in_prose():
     assert CITED.findall("see txlog/clients/producer.py and docs/DESIGN.md §10, not foo/txlog/x.py") == [
-        "txlog/clients/producer.py", "docs/DESIGN.md"]
+        "txlog/clients/producer.py",
+        "docs/DESIGN.md",
+    ]

@@ -36,6 +36,7 @@ from storage.errors import (  # noqa: F401  (re-exported)
 
 class ConcurrentTransactionsError(KafkaError):
     """The transaction has a pending transition (Prepare*); retry once it completes."""
+
     code = 51
     retriable = True
 
@@ -46,17 +47,20 @@ class InvalidTransactionTimeoutError(KafkaError):
 
 class TransactionAbortableError(KafkaError):
     """The transaction can no longer commit; the producer must abort it."""
+
     code = 120
 
 
 class UnstableOffsetCommitError(KafkaError):
     """Offsets of the partition are pending in an open transaction (KIP-447)."""
+
     code = 88
     retriable = True
 
 
 class RequestTimedOutError(KafkaError):
     """No acknowledgement came back: the request may or may not have been applied."""
+
     code = 7
     retriable = True
 
@@ -72,11 +76,13 @@ class GroupIdNotFoundError(KafkaError):
 
 class IllegalStateError(KafkaError):
     """A client call out of order (commit without begin, ...); Kafka's client-side IllegalStateException."""
+
     code = -1
 
 
 class TransactionOutcomeUnknownError(KafkaError):
     """The commit decision may or may not be durable; retry the commit (never abort blindly)."""
+
     code = -1
     retriable = True
 
@@ -88,6 +94,7 @@ class KafkaTimeoutError(KafkaError):
     batch stayed unsent past delivery_timeout_ms, and when flush() or a future's get()
     was given a timeout that passed. The records concerned may still be sent later.
     """
+
     code = -1
     retriable = True
 

@@ -102,8 +102,14 @@ class FetchResult:
     fetched_bytes: int = 0
 
 
-def fetch(log: PartitionLog, start_offset: int, isolation: IsolationLevel | str, *,
-          max_records: int = 500, max_bytes: int = 1 << 20) -> FetchResult:
+def fetch(
+    log: PartitionLog,
+    start_offset: int,
+    isolation: IsolationLevel | str,
+    *,
+    max_records: int = 500,
+    max_bytes: int = 1 << 20,
+) -> FetchResult:
     """Records at offsets ≥ `start_offset` visible under `isolation`, at most `max_records`.
 
     read_committed stops at the LSO, so nothing of an undecided transaction (nor the
@@ -170,8 +176,9 @@ class AbortedFilter:
         return batch.is_control
 
 
-def visible_batches(batches: Iterable[RecordBatch], start: int, end: int,
-                    aborted: AbortedFilter | None) -> Iterator[RecordBatch]:
+def visible_batches(
+    batches: Iterable[RecordBatch], start: int, end: int, aborted: AbortedFilter | None
+) -> Iterator[RecordBatch]:
     """The data batches holding offsets in [start, end) that an isolation level shows, in log order.
 
     `batches` run in log order and may begin before `start` (a read starts at the batch
@@ -212,8 +219,9 @@ _READ_BYTES_PER_RECORD = 256
 _MIN_READ_BYTES = 64 * 1024
 
 
-def _reads(log: PartitionLog, start_offset: int, upper: int, max_bytes: int,
-           walk: _Walk) -> Iterator[tuple[int, list[RecordBatch]]]:
+def _reads(
+    log: PartitionLog, start_offset: int, upper: int, max_bytes: int, walk: _Walk
+) -> Iterator[tuple[int, list[RecordBatch]]]:
     """(offset read from, batches): what one `log.read(start_offset, max_bytes)` returns, in pieces.
 
     A fetch returns at most max_records records but may read max_bytes: with the defaults
@@ -255,8 +263,7 @@ class _Walk:
     Fed the batches of one fetch in log order, possibly over several reads.
     """
 
-    def __init__(self, log: PartitionLog, start_offset: int, end_offset: int, max_records: int,
-                 committed_only: bool):
+    def __init__(self, log: PartitionLog, start_offset: int, end_offset: int, max_records: int, committed_only: bool):
         self.log = log
         self.start_offset = start_offset
         self.end_offset = end_offset

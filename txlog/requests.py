@@ -82,8 +82,11 @@ class MemberRef:
 
 def check_session_settings(session_timeout_ms: int, max_poll_interval_ms: int, heartbeat_interval_ms: int) -> None:
     """The member's timeouts as Kafka's consumer checks them before it joins."""
-    for name, value in (("session_timeout_ms", session_timeout_ms), ("max_poll_interval_ms", max_poll_interval_ms),
-                        ("heartbeat_interval_ms", heartbeat_interval_ms)):
+    for name, value in (
+        ("session_timeout_ms", session_timeout_ms),
+        ("max_poll_interval_ms", max_poll_interval_ms),
+        ("heartbeat_interval_ms", heartbeat_interval_ms),
+    ):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise IllegalArgumentError(f"{name} must be a positive integer, not {value!r}")
     if heartbeat_interval_ms >= session_timeout_ms:

@@ -68,15 +68,17 @@ class Transport:
     @property
     def transaction_coordinator(self) -> TransactionCoordinator:
         if self._txn_coordinator is None:
-            self._txn_coordinator = TransactionCoordinator(self.store, clock=self._clock,
-                                                           write_marker=self._route_marker)
+            self._txn_coordinator = TransactionCoordinator(
+                self.store, clock=self._clock, write_marker=self._route_marker
+            )
         return self._txn_coordinator
 
     @property
     def group_coordinator(self) -> GroupCoordinator:
         if self._group_coordinator is None:
-            self._group_coordinator = GroupCoordinator(self.store, GroupOffsets(self.store, clock=self._clock),
-                                                       clock=self._clock)
+            self._group_coordinator = GroupCoordinator(
+                self.store, GroupOffsets(self.store, clock=self._clock), clock=self._clock
+            )
         return self._group_coordinator
 
     @property
@@ -93,15 +95,32 @@ class Transport:
         """
         self._markers_via = outer
 
-    def _route_marker(self, topic: str, partition: int, control: ControlType, producer_id: int,
-                      producer_epoch: int, coordinator_epoch: int, timestamp: int) -> AppendResult:
-        return self._markers_via.write_txn_markers(topic, partition, control, producer_id, producer_epoch,
-                                                   coordinator_epoch, timestamp)
+    def _route_marker(
+        self,
+        topic: str,
+        partition: int,
+        control: ControlType,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        timestamp: int,
+    ) -> AppendResult:
+        return self._markers_via.write_txn_markers(
+            topic, partition, control, producer_id, producer_epoch, coordinator_epoch, timestamp
+        )
 
     # ---- Produce ----------------------------------------------------------------------------------------
 
-    def produce(self, topic: str, partition: int, data: bytes | bytearray, transactional_id: str | None = None, *,
-                sync: bool = True, trusted: bool = False) -> AppendResult:
+    def produce(
+        self,
+        topic: str,
+        partition: int,
+        data: bytes | bytearray,
+        transactional_id: str | None = None,
+        *,
+        sync: bool = True,
+        trusted: bool = False,
+    ) -> AppendResult:
         """Produce one request's batches. A transactional batch is verified against its transaction (KIP-890 part 1).
 
         `sync=False` writes without fdatasync (readers see the batches once a later sync
@@ -109,7 +128,8 @@ class Transport:
         own encoder built the bytes, so their CRC is not recomputed (`PartitionLog.append`).
         """
         return self.store.partition(topic, partition).append(
-            data, verify_txn=self._verifier(transactional_id, topic, partition), sync=sync, trusted=trusted)
+            data, verify_txn=self._verifier(transactional_id, topic, partition), sync=sync, trusted=trusted
+        )
 
     def sync_partitions(self, partitions: Iterable[tuple[str, int]]) -> None:
         """Make everything written to these partitions durable (one fdatasync each, none if already durable).
@@ -131,12 +151,18 @@ class Transport:
 
     # ---- Fetch and ListOffsets --------------------------------------------------------------------------
 
-    def fetch(self, tp: TopicPartition, offset: int, isolation: IsolationLevel, *, max_records: int,
-              max_bytes: int) -> FetchResult:
+    def fetch(
+        self, tp: TopicPartition, offset: int, isolation: IsolationLevel, *, max_records: int, max_bytes: int
+    ) -> FetchResult:
         """Fetch one partition from `offset` under `isolation` (raises OffsetOutOfRangeError,
         UnknownTopicOrPartitionError)."""
-        return fetch(self.store.partition(tp.topic, tp.partition), offset, isolation,
-                     max_records=max_records, max_bytes=max_bytes)
+        return fetch(
+            self.store.partition(tp.topic, tp.partition),
+            offset,
+            isolation,
+            max_records=max_records,
+            max_bytes=max_bytes,
+        )
 
     def list_offsets(self, tp: TopicPartition, timestamp: int, isolation: IsolationLevel) -> tuple[int, int] | None:
         """ListOffsets: (offset, timestamp) for EARLIEST_TIMESTAMP, LATEST_TIMESTAMP or a time in ms.
@@ -163,8 +189,9 @@ class Transport:
 
     # ---- transactions: the transaction coordinator ----------------------------------------------------------
 
-    def init_producer_id(self, transactional_id: str | None,
-                         timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS) -> ProducerIdAndEpoch:
+    def init_producer_id(
+        self, transactional_id: str | None, timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
+    ) -> ProducerIdAndEpoch:
         """InitProducerId. Without a transactional id (an idempotent producer): a fresh producer id
         at epoch 0. With one: a new epoch fencing older instances; it first rolls a decided
         transaction of the id forward and aborts an open one (writes)."""
@@ -172,8 +199,9 @@ class Transport:
             return ProducerIdAndEpoch(self.store.allocate_producer_id(), 0)
         return self.transaction_coordinator.init_producer_id(transactional_id, timeout_ms)
 
-    def add_partitions_to_txn(self, transactional_id: str, producer_id: int, epoch: int,
-                              partitions: Iterable[tuple[str, int]]) -> TxnLogValue:
+    def add_partitions_to_txn(
+        self, transactional_id: str, producer_id: int, epoch: int, partitions: Iterable[tuple[str, int]]
+    ) -> TxnLogValue:
         """AddPartitionsToTxn: register partitions before the first transactional write to them."""
         return self.transaction_coordinator.add_partitions(transactional_id, producer_id, epoch, partitions)
 
@@ -196,11 +224,20 @@ class Transport:
         transactions forward, abort timed-out ones (markers), tombstone expired ids."""
         self.transaction_coordinator.sweep_all()
 
-    def write_txn_markers(self, topic: str, partition: int, control: ControlType, producer_id: int,
-                          producer_epoch: int, coordinator_epoch: int, timestamp: int) -> AppendResult:
+    def write_txn_markers(
+        self,
+        topic: str,
+        partition: int,
+        control: ControlType,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        timestamp: int,
+    ) -> AppendResult:
         """WriteTxnMarkers for one partition: the coordinator's COMMIT/ABORT marker (idempotent)."""
-        return self.store.partition(topic, partition).append_marker(control, producer_id, producer_epoch,
-                                                                    coordinator_epoch, timestamp)
+        return self.store.partition(topic, partition).append_marker(
+            control, producer_id, producer_epoch, coordinator_epoch, timestamp
+        )
 
     # ---- offsets: the group coordinator -------------------------------------------------------------------
 
@@ -208,13 +245,15 @@ class Transport:
         """The `__consumer_offsets` partition that holds the group (created on a writable store)."""
         return TopicPartition(CONSUMER_OFFSETS_TOPIC, self.group_offsets.partition_for(group))
 
-    def encode_offset_commit(self, group: str, tp: TopicPartition, offset: OffsetAndMetadata,
-                             timestamp: int) -> tuple[bytes, bytes]:
+    def encode_offset_commit(
+        self, group: str, tp: TopicPartition, offset: OffsetAndMetadata, timestamp: int
+    ) -> tuple[bytes, bytes]:
         """(key, value) of one offset-commit record, for a transactional producer's TxnOffsetCommit batch."""
         return self.group_offsets.encode_commit(group, tp, offset, timestamp)
 
-    def txn_offset_commit(self, group: str, member: MemberRef | None, topic: str, partition: int, data: bytes,
-                          transactional_id: str) -> AppendResult:
+    def txn_offset_commit(
+        self, group: str, member: MemberRef | None, topic: str, partition: int, data: bytes, transactional_id: str
+    ) -> AppendResult:
         """TxnOffsetCommit: the producer's batch of offset records, checked against the group's
         membership (KIP-447) and appended while the group is held. Written without fdatasync,
         as the transaction's data is: the commit syncs every partition of the transaction
@@ -222,13 +261,15 @@ class Transport:
         with self.group_coordinator.commit_fence(group, member):
             return self.produce(topic, partition, data, transactional_id, sync=False)
 
-    def offset_commit(self, group: str, offsets: Mapping[TopicPartition, OffsetAndMetadata | int],
-                      member: MemberRef | None) -> None:
+    def offset_commit(
+        self, group: str, offsets: Mapping[TopicPartition, OffsetAndMetadata | int], member: MemberRef | None
+    ) -> None:
         """OffsetCommit outside a transaction, fenced by membership (member id and epoch)."""
         self.group_coordinator.commit_offsets(group, offsets, member)
 
-    def offset_fetch(self, group: str, partitions: Iterable[TopicPartition] | None, *,
-                     require_stable: bool) -> dict[TopicPartition, OffsetAndMetadata]:
+    def offset_fetch(
+        self, group: str, partitions: Iterable[TopicPartition] | None, *, require_stable: bool
+    ) -> dict[TopicPartition, OffsetAndMetadata]:
         """OffsetFetch: the group's committed offsets; with `require_stable` a pending transactional
         commit raises UnstableOffsetCommitError (KIP-447). Writes no log data (see the module
         docstring for the topic it may create and the snapshot it may save)."""

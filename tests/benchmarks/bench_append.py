@@ -54,16 +54,20 @@ def records_per_batch(batch_bytes: int) -> int:
     return builder.record_count
 
 
-def build_batches(count: int, per_batch: int, *, producer_id: int, producer_epoch: int,
-                  idempotent: bool) -> list[bytes]:
+def build_batches(
+    count: int, per_batch: int, *, producer_id: int, producer_epoch: int, idempotent: bool
+) -> list[bytes]:
     """`count` batches a producer would send in order: consecutive sequences when idempotent."""
     ts = int(time.time() * 1000)
     out = []
     for i in range(count):
         records = [(os.urandom(KEY_BYTES), os.urandom(VALUE_BYTES), None, ts + i) for _ in range(per_batch)]
         if idempotent:
-            out.append(build_batch(records, producer_id=producer_id, producer_epoch=producer_epoch,
-                                   base_sequence=i * per_batch))
+            out.append(
+                build_batch(
+                    records, producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=i * per_batch
+                )
+            )
         else:
             out.append(build_batch(records))
     return out
@@ -133,8 +137,9 @@ def main() -> None:
     parser.add_argument("--batch-kb", type=int, default=64, help="batch size in KiB (default 64)")
     parser.add_argument("--reps", type=int, default=5, help="timed repetitions after the cold one (default 5)")
     parser.add_argument("--dir", help="parent of the scratch directory (default <repo>/.bench-tmp)")
-    parser.add_argument("--profile", action="store_true",
-                        help="also cProfile one idempotent run and print the top functions")
+    parser.add_argument(
+        "--profile", action="store_true", help="also cProfile one idempotent run and print the top functions"
+    )
     args = parser.parse_args()
 
     per_batch = records_per_batch(args.batch_kb * 1024)
@@ -168,30 +173,43 @@ def main() -> None:
                 samples[name].append(fn())
 
         base = median_after_cold(samples[variants[0][0]])
-        print(f"{count} append calls x 1 batch of {per_batch} records ({KEY_BYTES} B key, {VALUE_BYTES} B value) "
-              f"= {len(idem[0])} bytes/batch, {total_bytes / MiB:.1f} MiB, {total_records:,} records per run; "
-              f"median of {args.reps} runs after a cold one; dir {workdir}")
+        print(
+            f"{count} append calls x 1 batch of {per_batch} records ({KEY_BYTES} B key, {VALUE_BYTES} B value) "
+            f"= {len(idem[0])} bytes/batch, {total_bytes / MiB:.1f} MiB, {total_records:,} records per run; "
+            f"median of {args.reps} runs after a cold one; dir {workdir}"
+        )
         base_cpu = median_after_cold(samples[variants[0][0]], 1)
-        print(f"{'variant':<32}{'MiB/s':>9}{'records/s':>13}{'us/call':>10}{'CPU us/call':>13}{'CPU x':>7}"
-              f"{'ratio':>8}{'target':>8}")
+        print(
+            f"{'variant':<32}{'MiB/s':>9}{'records/s':>13}{'us/call':>10}{'CPU us/call':>13}{'CPU x':>7}"
+            f"{'ratio':>8}{'target':>8}"
+        )
         for name, _, data, target in variants:
             t = median_after_cold(samples[name])
             cpu = median_after_cold(samples[name], 1)
             nbytes = sum(map(len, data))
             ratio = base / t
             verdict = "" if target is None else (f"{target:>7.2f}  " + ("ok" if ratio >= target else "MISSED"))
-            print(f"{name:<32}{nbytes / MiB / t:>9.1f}{total_records / t:>13,.0f}{t / count * 1e6:>10.0f}"
-                  f"{cpu / count * 1e6:>13.0f}{cpu / base_cpu:>7.1f}{ratio:>8.2f}{verdict:>8}")
-        print("ratio = baseline wall time / variant wall time (the target); CPU = this process's user+sys time, "
-              "which fdatasync latency does not inflate (CPU x = multiple of the baseline's)")
+            print(
+                f"{name:<32}{nbytes / MiB / t:>9.1f}{total_records / t:>13,.0f}{t / count * 1e6:>10.0f}"
+                f"{cpu / count * 1e6:>13.0f}{cpu / base_cpu:>7.1f}{ratio:>8.2f}{verdict:>8}"
+            )
+        print(
+            "ratio = baseline wall time / variant wall time (the target); CPU = this process's user+sys time, "
+            "which fdatasync latency does not inflate (CPU x = multiple of the baseline's)"
+        )
         spread = {name: (min(w for w, _ in s[1:]), max(w for w, _ in s[1:])) for name, s in samples.items()}
-        print("run-to-run spread (min..max seconds): " +
-              "; ".join(f"{n.split(' (')[0]} {lo:.3f}..{hi:.3f}" for n, (lo, hi) in spread.items()))
-        for label, run in (("idempotent, index entry/call", idem_indexed),
-                           ("idempotent, no index entries", idem_unindexed),
-                           ("non-idempotent", plain_indexed)):
-            print(f"{label}: {run.index_entries} .index / {run.time_index_entries} .timeindex entries "
-                  f"for {count} calls")
+        print(
+            "run-to-run spread (min..max seconds): "
+            + "; ".join(f"{n.split(' (')[0]} {lo:.3f}..{hi:.3f}" for n, (lo, hi) in spread.items())
+        )
+        for label, run in (
+            ("idempotent, index entry/call", idem_indexed),
+            ("idempotent, no index entries", idem_unindexed),
+            ("non-idempotent", plain_indexed),
+        ):
+            print(
+                f"{label}: {run.index_entries} .index / {run.time_index_entries} .timeindex entries for {count} calls"
+            )
 
         if args.profile:
             profiler = cProfile.Profile()

@@ -50,9 +50,15 @@ def median_seconds(fn: Callable[[], object], reps: int) -> float:
 def kafka_python_encode(batches: list[list[tuple]]) -> list[bytes]:
     out = []
     for records in batches:
-        builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
-                                            producer_id=-1, producer_epoch=-1, base_sequence=-1,
-                                            batch_size=1 << 24)
+        builder = DefaultRecordBatchBuilder(
+            magic=2,
+            compression_type=0,
+            is_transactional=False,
+            producer_id=-1,
+            producer_epoch=-1,
+            base_sequence=-1,
+            batch_size=1 << 24,
+        )
         for offset, (key, value, _headers, ts) in enumerate(records):
             builder.append(offset, timestamp=ts, key=key, value=value, headers=[])
         out.append(bytes(builder.build()))
@@ -121,8 +127,10 @@ def main() -> None:
     tx = median_seconds(lambda: txlog_decode(log), args.reps)
     rows.append(("decode+iterate", total / kp, total / tx, kp / tx, DECODE_TARGET))
 
-    print(f"{args.batches} batches x {args.records} records (10 B key, 100 B value), "
-          f"{len(ours[0])} bytes per batch; median of {args.reps} runs after a cold one")
+    print(
+        f"{args.batches} batches x {args.records} records (10 B key, 100 B value), "
+        f"{len(ours[0])} bytes per batch; median of {args.reps} runs after a cold one"
+    )
     print(f"{'operation':<16}{'kafka-python rec/s':>20}{'txlog rec/s':>15}{'ratio':>8}{'target':>8}")
     for name, kp_rate, tx_rate, ratio, target in rows:
         verdict = "ok" if ratio >= target else "MISSED"
@@ -130,11 +138,14 @@ def main() -> None:
 
     one = ours[0]
     seconds = median_seconds(lambda: [RecordBatch.parse(one).validate_framing() for _ in range(20)], args.reps) / 20
-    print(f"parse+validate_framing of one {len(one)}-byte batch: {seconds * 1e6:,.1f} us "
-          f"= {len(one) / seconds / 1e6:,.0f} MB/s = {args.records / seconds:,.0f} records/s")
+    print(
+        f"parse+validate_framing of one {len(one)}-byte batch: {seconds * 1e6:,.1f} us "
+        f"= {len(one) / seconds / 1e6:,.0f} MB/s = {args.records / seconds:,.0f} records/s"
+    )
     seconds = median_seconds(lambda: [RecordBatch.parse(one) for _ in range(20)], args.reps) / 20
-    print(f"parse (header + CRC only) of the same batch: {seconds * 1e6:,.1f} us "
-          f"= {len(one) / seconds / 1e6:,.0f} MB/s")
+    print(
+        f"parse (header + CRC only) of the same batch: {seconds * 1e6:,.1f} us = {len(one) / seconds / 1e6:,.0f} MB/s"
+    )
 
 
 if __name__ == "__main__":

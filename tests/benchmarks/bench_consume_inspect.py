@@ -112,9 +112,15 @@ def build_store(root: str, records: int, batch_kb: int) -> str:
             written = 0
             while written < records:
                 n = min(per_batch, records - written)
-                batch = [(f"key-{written + i:06d}".encode()[-KEY_BYTES:],
-                          os.urandom(VALUE_BYTES // 2).hex().encode(), None, TS0 + (written + i) // 64)
-                         for i in range(n)]
+                batch = [
+                    (
+                        f"key-{written + i:06d}".encode()[-KEY_BYTES:],
+                        os.urandom(VALUE_BYTES // 2).hex().encode(),
+                        None,
+                        TS0 + (written + i) // 64,
+                    )
+                    for i in range(n)
+                ]
                 log.append(build_batch(batch))
                 written += n
             assert log.log_end_offset == records
@@ -201,8 +207,10 @@ def main() -> None:
         t0 = time.perf_counter()
         segment = build_store(root, args.records, args.batch_kb)
         size = os.path.getsize(segment)
-        print(f"store: {args.records} records, one segment of {size / MiB:.1f} MiB "
-              f"(built in {time.perf_counter() - t0:.1f} s)")
+        print(
+            f"store: {args.records} records, one segment of {size / MiB:.1f} MiB "
+            f"(built in {time.perf_counter() - t0:.1f} s)"
+        )
         floor = compile_floor(workdir)
         if floor is None:
             print("no C compiler: the C floor is skipped")
@@ -229,10 +237,13 @@ def main() -> None:
                 env = tree_env(tree)
                 variants[f"startup [{name}]"].append(run([sys.executable, "-c", "import cli.main"], None, tree, env))
                 variants[f"consume [{name}]"].append(
-                    run(cli(tree, "--data-dir", root, "consume", "-t", TOPIC), out(f"consume-{len(digests)}"), tree,
-                        env))
+                    run(
+                        cli(tree, "--data-dir", root, "consume", "-t", TOPIC), out(f"consume-{len(digests)}"), tree, env
+                    )
+                )
                 variants[f"inspect --print-data-log [{name}]"].append(
-                    run(cli(tree, "inspect", "--print-data-log", segment), out(f"inspect-{len(digests)}"), tree, env))
+                    run(cli(tree, "inspect", "--print-data-log", segment), out(f"inspect-{len(digests)}"), tree, env)
+                )
                 if cold:
                     i = len(digests)
                     digests[name] = (digest(out(f"consume-{i}")), digest(out(f"inspect-{i}")))
@@ -267,15 +278,17 @@ def main() -> None:
             for name in names:
                 consume, inspect = m[f"consume [{name}]"], m[f"inspect --print-data-log [{name}]"]
                 if raw > 0:
-                    print(f"[{name}] consume / raw read {consume / raw:6.1f}x   "
-                          f"inspect / raw read {inspect / raw:6.1f}x")
+                    print(
+                        f"[{name}] consume / raw read {consume / raw:6.1f}x   inspect / raw read {inspect / raw:6.1f}x"
+                    )
                 if floor and m["C floor"] > 0:  # a child's CPU is counted in 10 ms ticks: tiny runs show 0
                     ratio = consume / m["C floor"]
                     ok = "ok" if ratio <= CONSUME_VS_FLOOR_TARGET else "MISSED"
                     print(f"[{name}] consume / C floor {ratio:6.1f}x (target <= {CONSUME_VS_FLOOR_TARGET}x: {ok})")
                 ok = "ok" if inspect <= INSPECT_TARGET_S else "MISSED"
-                print(f"[{name}] inspect --print-data-log {inspect:.2f} s {kind} "
-                      f"(target <= {INSPECT_TARGET_S} s: {ok})")
+                print(
+                    f"[{name}] inspect --print-data-log {inspect:.2f} s {kind} (target <= {INSPECT_TARGET_S} s: {ok})"
+                )
 
 
 if __name__ == "__main__":

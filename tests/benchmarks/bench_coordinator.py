@@ -79,9 +79,15 @@ def synthesize(store: Store, coordinator: TransactionCoordinator, ids: list[str]
     for txn_id in ids:
         index = coordinator.partition_for(txn_id)
         logs[index] = store.partition(TRANSACTION_STATE_TOPIC, index)
-        state[txn_id] = TxnLogValue(producer_id=store.allocate_producer_id(), producer_epoch=0,
-                                    timeout_ms=DEFAULT_TRANSACTION_TIMEOUT_MS, state=TxnState.EMPTY,
-                                    partitions=(), last_update_ms=now, start_ms=-1)
+        state[txn_id] = TxnLogValue(
+            producer_id=store.allocate_producer_id(),
+            producer_epoch=0,
+            timeout_ms=DEFAULT_TRANSACTION_TIMEOUT_MS,
+            state=TxnState.EMPTY,
+            partitions=(),
+            last_update_ms=now,
+            start_ms=-1,
+        )
         _queue(pending, logs, index, txn_id, state[txn_id], now)
     per_id = -(-transactions // len(ids))
     assert per_id < EXHAUSTED_EPOCH, "more transactions per id than epochs: use more --ids"
@@ -90,8 +96,13 @@ def synthesize(store: Store, coordinator: TransactionCoordinator, ids: list[str]
         index = coordinator.partition_for(txn_id)
         value = state[txn_id]
         ongoing = replace(value, state=TxnState.ONGOING, partitions=((TOPIC, 0),), last_update_ms=now, start_ms=now)
-        prepared = replace(ongoing, producer_epoch=value.producer_epoch + 1, next_producer_id=-1,
-                           state=TxnState.PREPARE_COMMIT, last_update_ms=now)
+        prepared = replace(
+            ongoing,
+            producer_epoch=value.producer_epoch + 1,
+            next_producer_id=-1,
+            state=TxnState.PREPARE_COMMIT,
+            last_update_ms=now,
+        )
         done = replace(prepared, state=TxnState.COMPLETE_COMMIT, partitions=(), last_update_ms=now)
         for step in (ongoing, prepared, done):
             _queue(pending, logs, index, txn_id, step, now)
@@ -100,8 +111,7 @@ def synthesize(store: Store, coordinator: TransactionCoordinator, ids: list[str]
         _flush(pending, logs, index)
 
 
-def _queue(pending: dict[int, list[bytes]], logs: dict, index: int, txn_id: str, value: TxnLogValue,
-           now: int) -> None:
+def _queue(pending: dict[int, list[bytes]], logs: dict, index: int, txn_id: str, value: TxnLogValue, now: int) -> None:
     batches = pending.setdefault(index, [])
     batches.append(build_batch([(encode_key(txn_id), encode_value(value), None, now)]))
     if len(batches) >= APPEND_BATCHES:
@@ -201,10 +211,14 @@ def main() -> None:
     parser.add_argument("--long", type=int, default=100_000, help="transactions in the long history (default 100000)")
     parser.add_argument("--short", type=int, default=2_000, help="transactions in the short history (default 2000)")
     parser.add_argument("--ids", type=int, default=4, help="transactional ids (default 4)")
-    parser.add_argument("--tail", type=int, default=200,
-                        help="transactions run through the coordinator after the bulk (default 200)")
-    parser.add_argument("--real-history", action="store_true",
-                        help="run every transaction through the coordinator (slow: minutes for 100000)")
+    parser.add_argument(
+        "--tail", type=int, default=200, help="transactions run through the coordinator after the bulk (default 200)"
+    )
+    parser.add_argument(
+        "--real-history",
+        action="store_true",
+        help="run every transaction through the coordinator (slow: minutes for 100000)",
+    )
     parser.add_argument("--reps", type=int, default=9, help="timed repetitions after the cold one (default 9)")
     parser.add_argument("--dir", help="parent of the scratch directory (default <repo>/.bench-tmp)")
     parser.add_argument("--profile", action="store_true", help="also cProfile one 'open + describe' of each store")
@@ -214,10 +228,13 @@ def main() -> None:
     with scratch_dir(args.dir, "bench-coordinator-") as workdir:
         roots = {"short": os.path.join(workdir, "short"), "long": os.path.join(workdir, "long")}
         sizes = {"short": args.short, "long": args.long}
-        build_s = {name: write_history(root, ids, sizes[name], args.tail, args.real_history)
-                   for name, root in roots.items()}
+        build_s = {
+            name: write_history(root, ids, sizes[name], args.tail, args.real_history) for name, root in roots.items()
+        }
         ops: dict[str, Callable[[str, list[str]], None]] = {
-            "open + describe": open_describe, "open + list": open_list, "open + init": open_init,
+            "open + describe": open_describe,
+            "open + list": open_list,
+            "open + init": open_init,
         }
         samples: dict[tuple[str, str], list[Sample]] = {(op, name): [] for op in ops for name in roots}
         for _ in range(args.reps + 1):
@@ -228,15 +245,21 @@ def main() -> None:
                     samples[op, name].append(sample[0])
 
         how = "all through the coordinator" if args.real_history else "bulk written directly, then the tail"
-        print(f"{args.ids} transactional ids; histories of {args.short:,} and {args.long:,} committed transactions "
-              f"+ {args.tail} through the coordinator ({how}); median of {args.reps} opens after a cold one")
+        print(
+            f"{args.ids} transactional ids; histories of {args.short:,} and {args.long:,} committed transactions "
+            f"+ {args.tail} through the coordinator ({how}); median of {args.reps} opens after a cold one"
+        )
         for name, root in roots.items():
             tail, offset, end = replay_tail(root, ids)
-            print(f"  {name:<5} {sizes[name]:>8,} txns: coordinator logs {coordinator_bytes(root) / 2**20:6.1f} MiB, "
-                  f"partition of '{ids[0]}' ends at offset {end:,}, snapshot at {offset:,}: an open replays "
-                  f"{tail} batches; built in {build_s[name]:.1f} s")
-        print(f"{'operation':<18}{'short ms':>10}{'long ms':>10}{'long/short':>12}{'target':>9}        "
-              f"{'CPU ms short':>13}{'long':>7}{'ratio':>7}   wall spread (short | long)")
+            print(
+                f"  {name:<5} {sizes[name]:>8,} txns: coordinator logs {coordinator_bytes(root) / 2**20:6.1f} MiB, "
+                f"partition of '{ids[0]}' ends at offset {end:,}, snapshot at {offset:,}: an open replays "
+                f"{tail} batches; built in {build_s[name]:.1f} s"
+            )
+        print(
+            f"{'operation':<18}{'short ms':>10}{'long ms':>10}{'long/short':>12}{'target':>9}        "
+            f"{'CPU ms short':>13}{'long':>7}{'ratio':>7}   wall spread (short | long)"
+        )
         for op in ops:
             short, long_ = median_after_cold(samples[op, "short"]), median_after_cold(samples[op, "long"])
             cpu_s, cpu_l = median_after_cold(samples[op, "short"], "cpu"), median_after_cold(samples[op, "long"], "cpu")
@@ -244,11 +267,15 @@ def main() -> None:
             ok = "ok" if ratio <= FLAT_TOLERANCE else "MISSED"
             s_lo, s_hi = spread(samples[op, "short"])
             l_lo, l_hi = spread(samples[op, "long"])
-            print(f"{op:<18}{short * 1e3:>10.2f}{long_ * 1e3:>10.2f}{ratio:>12.2f}{'~1.0':>9} {ok:<7}"
-                  f"{cpu_s * 1e3:>13.2f}{cpu_l * 1e3:>7.2f}{cpu_l / cpu_s:>7.2f}   "
-                  f"{s_lo * 1e3:.1f}..{s_hi * 1e3:.1f} | {l_lo * 1e3:.1f}..{l_hi * 1e3:.1f} ms")
-        print(f"verdict: ok when long/short <= {FLAT_TOLERANCE} (open cost does not grow with the history); "
-              f"CPU = this process's CPU time, which disk and scheduler waits do not inflate")
+            print(
+                f"{op:<18}{short * 1e3:>10.2f}{long_ * 1e3:>10.2f}{ratio:>12.2f}{'~1.0':>9} {ok:<7}"
+                f"{cpu_s * 1e3:>13.2f}{cpu_l * 1e3:>7.2f}{cpu_l / cpu_s:>7.2f}   "
+                f"{s_lo * 1e3:.1f}..{s_hi * 1e3:.1f} | {l_lo * 1e3:.1f}..{l_hi * 1e3:.1f} ms"
+            )
+        print(
+            f"verdict: ok when long/short <= {FLAT_TOLERANCE} (open cost does not grow with the history); "
+            f"CPU = this process's CPU time, which disk and scheduler waits do not inflate"
+        )
 
         if args.profile:
             for name, root in roots.items():

@@ -163,10 +163,32 @@ def throughput(workdir: str, records: int, workers: int) -> float:
     seed(path, records)
     worker = os.path.join(os.path.dirname(HERE), "eos_worker.py")
     start = time.perf_counter()
-    procs = [subprocess.Popen([sys.executable, worker, "member", "--store", path, "--transactional-id", f"w{i}",
-                               "--group", "g", "--txn-size", "500", "--abort-p", "0", "--session-timeout-ms",
-                               str(SESSION_MS), "--heartbeat-interval-ms", "200"],
-                              stdout=subprocess.DEVNULL, cwd=ROOT) for i in range(workers)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                worker,
+                "member",
+                "--store",
+                path,
+                "--transactional-id",
+                f"w{i}",
+                "--group",
+                "g",
+                "--txn-size",
+                "500",
+                "--abort-p",
+                "0",
+                "--session-timeout-ms",
+                str(SESSION_MS),
+                "--heartbeat-interval-ms",
+                "200",
+            ],
+            stdout=subprocess.DEVNULL,
+            cwd=ROOT,
+        )
+        for i in range(workers)
+    ]
     for proc in procs:
         if proc.wait(timeout=600) != 0:
             raise RuntimeError(f"worker exited {proc.returncode}")
@@ -187,10 +209,21 @@ def main() -> None:
     ap.add_argument("--pending-only", action="store_true", help="only the loop-pending failover, no throughput")
     args = ap.parse_args()
     with scratch_dir(args.dir, "bench-groups-") as workdir:
-        print(f"heartbeat.interval.ms={HEARTBEAT_MS} session.timeout.ms={SESSION_MS} "
-              f"transaction.timeout.ms={TXN_TIMEOUT_MS}; median of {args.reps - 1} after a cold run")
-        kinds = [("loop-pending", "kill")] if args.pending_only else [
-            ("consumer", "kill"), ("consumer", "close"), ("loop", "kill"), ("loop", "close"), ("loop-pending", "kill")]
+        print(
+            f"heartbeat.interval.ms={HEARTBEAT_MS} session.timeout.ms={SESSION_MS} "
+            f"transaction.timeout.ms={TXN_TIMEOUT_MS}; median of {args.reps - 1} after a cold run"
+        )
+        kinds = (
+            [("loop-pending", "kill")]
+            if args.pending_only
+            else [
+                ("consumer", "kill"),
+                ("consumer", "close"),
+                ("loop", "kill"),
+                ("loop", "close"),
+                ("loop-pending", "kill"),
+            ]
+        )
         for kind, how in kinds:
             times = [failover(workdir, 2_000, kind=kind, how=how) for _ in range(args.reps)]
             med, lo, hi = _median(times)
@@ -205,8 +238,10 @@ def main() -> None:
         base, _, _ = _median(rates[1])
         for n in counts:
             med, lo, hi = _median(rates[n])
-            print(f"throughput {n} member{'s' if n > 1 else ' '}: {med:9.0f} records/s  "
-                  f"({lo:.0f}..{hi:.0f})  ratio to 1 member {med / base:.2f}x")
+            print(
+                f"throughput {n} member{'s' if n > 1 else ' '}: {med:9.0f} records/s  "
+                f"({lo:.0f}..{hi:.0f})  ratio to 1 member {med / base:.2f}x"
+            )
 
 
 if __name__ == "__main__":

@@ -105,8 +105,9 @@ def make_records(count: int, distinct_keys: int = 0) -> Records:
     """
     ts = int(time.time() * 1000)
     pool = [os.urandom(KEY_BYTES) for _ in range(distinct_keys)]
-    return [(pool[i % distinct_keys] if pool else os.urandom(KEY_BYTES), os.urandom(VALUE_BYTES), ts)
-            for i in range(count)]
+    return [
+        (pool[i % distinct_keys] if pool else os.urandom(KEY_BYTES), os.urandom(VALUE_BYTES), ts) for i in range(count)
+    ]
 
 
 # ---- part 1: send + flush ---------------------------------------------------------------------------
@@ -116,8 +117,15 @@ def kafka_python_encode(records: Records, batch_size: int) -> tuple[Sample, int]
     """Encode every record into idempotent batches of `batch_size` bytes; (sample, batches)."""
 
     def builder(sequence: int) -> DefaultRecordBatchBuilder:
-        return DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=1000,
-                                         producer_epoch=0, base_sequence=sequence, batch_size=batch_size)
+        return DefaultRecordBatchBuilder(
+            magic=2,
+            compression_type=0,
+            is_transactional=False,
+            producer_id=1000,
+            producer_epoch=0,
+            base_sequence=sequence,
+            batch_size=batch_size,
+        )
 
     batches = sequence = 0
     with timed() as sample:
@@ -145,9 +153,16 @@ def count_batches(store: Store, topic: str) -> int:
     return total
 
 
-def txlog_send(workdir: str, records: Records, batch_size: int, linger_ms: int,
-               profiler: cProfile.Profile | None = None, partitions: int = 1,
-               partitioner: str = "murmur2", bulk: bool = False) -> tuple[Sample, int]:
+def txlog_send(
+    workdir: str,
+    records: Records,
+    batch_size: int,
+    linger_ms: int,
+    profiler: cProfile.Profile | None = None,
+    partitions: int = 1,
+    partitioner: str = "murmur2",
+    bulk: bool = False,
+) -> tuple[Sample, int]:
     """send() every record then flush(), on a fresh store; (sample, batches written).
 
     `bulk` makes it one produce_many() call of the keys and values as two columns instead.
@@ -182,8 +197,9 @@ def txlog_send(workdir: str, records: Records, batch_size: int, linger_ms: int,
 # ---- part 2: transactions ---------------------------------------------------------------------------
 
 
-def txlog_transactions(workdir: str, records: Records, per_txn: int, batch_size: int,
-                       profiler: cProfile.Profile | None = None) -> Sample:
+def txlog_transactions(
+    workdir: str, records: Records, per_txn: int, batch_size: int, profiler: cProfile.Profile | None = None
+) -> Sample:
     """begin / `per_txn` sends / commit until every record is sent, on a fresh store.
 
     per_txn = 0 means the idempotent, non-transactional baseline (one flush at the end).
@@ -198,7 +214,7 @@ def txlog_transactions(workdir: str, records: Records, per_txn: int, batch_size:
         else:
             producer = Producer(store, transactional_id="bench-txn", batch_size=batch_size)
             producer.init_transactions()  # creates __transaction_state: not part of the rate
-            chunks = [records[i:i + per_txn] for i in range(0, len(records), per_txn)]
+            chunks = [records[i : i + per_txn] for i in range(0, len(records), per_txn)]
         send = producer.send
         if profiler is not None:
             profiler.enable()
@@ -225,8 +241,9 @@ def txlog_transactions(workdir: str, records: Records, per_txn: int, batch_size:
         shutil.rmtree(root)
 
 
-def txlog_for_duration(workdir: str, records: Records, seconds: float, commit_ms: int, batch_size: int,
-                       transactional: bool) -> tuple[int, int, Sample]:
+def txlog_for_duration(
+    workdir: str, records: Records, seconds: float, commit_ms: int, batch_size: int, transactional: bool
+) -> tuple[int, int, Sample]:
     """Send `records` round and round for `seconds` (checked every 64 sends), committing every
     `commit_ms` when `transactional` (a stream processor's commit.interval.ms), else one flush
     at the end; (records sent, commits, sample)."""
@@ -234,8 +251,7 @@ def txlog_for_duration(workdir: str, records: Records, seconds: float, commit_ms
     store = Store.open(root)
     try:
         store.create_topic(TOPIC, 1)
-        producer = Producer(store, batch_size=batch_size,
-                            transactional_id="bench-timed" if transactional else None)
+        producer = Producer(store, batch_size=batch_size, transactional_id="bench-timed" if transactional else None)
         if transactional:
             producer.init_transactions()
         send, interval, clock = producer.send, commit_ms / 1000, time.perf_counter
@@ -245,7 +261,7 @@ def txlog_for_duration(workdir: str, records: Records, seconds: float, commit_ms
                 producer.begin_transaction()
             started = last_commit = clock()
             while True:
-                for key, value, _ in records[:64 * (len(records) // 64)]:
+                for key, value, _ in records[: 64 * (len(records) // 64)]:
                     send(TOPIC, value, key)
                     sent += 1
                     if sent & 63 == 0:
@@ -281,12 +297,16 @@ def print_timed(rows: dict[bool, list[tuple[int, int, Sample]]], seconds: float,
     commits = statistics.median(c for _, c, _ in rows[True][1:] or rows[True])
     fsyncs = statistics.median(sample.fsyncs for _, _, sample in rows[True][1:] or rows[True])
     idem, txn = rate(False), rate(True)
-    print(f"\nPart 2b: {seconds:g} s of sends, a commit every {commit_ms} ms against an idempotent producer "
-          f"(no commits); median of {reps} runs after a cold one")
+    print(
+        f"\nPart 2b: {seconds:g} s of sends, a commit every {commit_ms} ms against an idempotent producer "
+        f"(no commits); median of {reps} runs after a cold one"
+    )
     print(f"{'':<26}{'records/s':>12}{'commits':>9}{'fsyncs/commit':>15}{'ratio':>7}{'target':>8}")
     print(f"{'idempotent':<26}{idem:>12,.0f}{'-':>9}{'-':>15}{1:>7.2f}")
-    print(f"{'transactional':<26}{txn:>12,.0f}{commits:>9.0f}{fsyncs / max(commits, 1):>15.1f}{txn / idem:>7.2f}"
-          f"{TXN_TARGET:>6.2f} {verdict(txn / idem, TXN_TARGET)}")
+    print(
+        f"{'transactional':<26}{txn:>12,.0f}{commits:>9.0f}{fsyncs / max(commits, 1):>15.1f}{txn / idem:>7.2f}"
+        f"{TXN_TARGET:>6.2f} {verdict(txn / idem, TXN_TARGET)}"
+    )
 
 
 # ---- part 3: txlog produce ----------------------------------------------------------------------------
@@ -299,8 +319,10 @@ def write_lines(path: str, records: Records) -> None:
             f.write(key.hex().encode() + b":" + value.hex().encode() + b"\n")
 
 
-PLAIN_LOOP = ("import sys\nn = 0\nfor line in sys.stdin.buffer:\n"
-              "    key, _, value = line.rstrip(b'\\n').partition(b':')\n    n += 1\nprint(n)")
+PLAIN_LOOP = (
+    "import sys\nn = 0\nfor line in sys.stdin.buffer:\n"
+    "    key, _, value = line.rstrip(b'\\n').partition(b':')\n    n += 1\nprint(n)"
+)
 
 
 def run_with_input(argv: list[str], path: str, env: dict[str, str] | None = None) -> Sample:
@@ -323,8 +345,9 @@ def cli_produce(workdir: str, path: str) -> Sample:
         store.close()
         repo = str(Path(__file__).resolve().parents[2])
         env = {**os.environ, "PYTHONPATH": repo + os.pathsep + os.environ.get("PYTHONPATH", "")}
-        return run_with_input([sys.executable, "-m", "cli.main", "--data-dir", root, "produce", "-t", TOPIC,
-                               "-K", ":"], path, env)
+        return run_with_input(
+            [sys.executable, "-m", "cli.main", "--data-dir", root, "produce", "-t", TOPIC, "-K", ":"], path, env
+        )
     finally:
         shutil.rmtree(root)
 
@@ -361,10 +384,14 @@ def parse_sizes(text: str) -> list[tuple[int, int]]:
 
 
 def print_send(rows: list[SendRow], count: int, reps: int) -> None:
-    print(f"Part 1: send+flush of {count:,} records ({KEY_BYTES} B key, {VALUE_BYTES} B value), idempotent, "
-          f"acknowledged when fsynced; median of {reps} runs after a cold one")
-    print(f"{'batch.size:linger':<19}{'rec/batch kp|tx':>16}{'kafka-python rec/s':>20}{'txlog rec/s':>13}"
-          f"{'ratio':>7}{'target':>8}    {'fsync ms':>9}{'txlog w/o fsync':>17}{'ratio':>7}{'CPU us/rec':>12}")
+    print(
+        f"Part 1: send+flush of {count:,} records ({KEY_BYTES} B key, {VALUE_BYTES} B value), idempotent, "
+        f"acknowledged when fsynced; median of {reps} runs after a cold one"
+    )
+    print(
+        f"{'batch.size:linger':<19}{'rec/batch kp|tx':>16}{'kafka-python rec/s':>20}{'txlog rec/s':>13}"
+        f"{'ratio':>7}{'target':>8}    {'fsync ms':>9}{'txlog w/o fsync':>17}{'ratio':>7}{'CPU us/rec':>12}"
+    )
     for row in rows:
         kp, tx = median_after_cold(row.kp), median_after_cold(row.tx)
         tx_nofsync = median_after_cold(row.tx, "without_fsync")
@@ -373,38 +400,52 @@ def print_send(rows: list[SendRow], count: int, reps: int) -> None:
         ratio = kp / tx
         label = f"{row.batch_size}:{row.linger_ms}"
         per_batch = f"{count / row.kp_batches:.0f}|{count / row.tx_batches:.0f}"
-        print(f"{label:<19}{per_batch:>16}{count / kp:>20,.0f}{count / tx:>13,.0f}{ratio:>6.2f}x"
-              f"{SEND_TARGET:>6.1f}x {verdict(ratio, SEND_TARGET):<6}{fsync * 1e3:>6.0f}"
-              f"{count / tx_nofsync:>17,.0f}{kp / tx_nofsync:>6.2f}x{cpu / count * 1e6:>12.2f}")
-    print("ratio = kafka-python encode time / txlog send+flush time; 'w/o fsync' removes the time txlog spent "
-          "inside fdatasync (fsync ms, one per group-commit append) - the disk's share, not the code's")
-    print(f"\n{'produce_many':<19}{'':>16}{'kafka-python rec/s':>20}{'txlog rec/s':>13}{'ratio':>7}{'target':>8}    "
-          f"{'fsync ms':>9}{'fsyncs':>8}{'CPU us/rec':>12}")
+        print(
+            f"{label:<19}{per_batch:>16}{count / kp:>20,.0f}{count / tx:>13,.0f}{ratio:>6.2f}x"
+            f"{SEND_TARGET:>6.1f}x {verdict(ratio, SEND_TARGET):<6}{fsync * 1e3:>6.0f}"
+            f"{count / tx_nofsync:>17,.0f}{kp / tx_nofsync:>6.2f}x{cpu / count * 1e6:>12.2f}"
+        )
+    print(
+        "ratio = kafka-python encode time / txlog send+flush time; 'w/o fsync' removes the time txlog spent "
+        "inside fdatasync (fsync ms, one per group-commit append) - the disk's share, not the code's"
+    )
+    print(
+        f"\n{'produce_many':<19}{'':>16}{'kafka-python rec/s':>20}{'txlog rec/s':>13}{'ratio':>7}{'target':>8}    "
+        f"{'fsync ms':>9}{'fsyncs':>8}{'CPU us/rec':>12}"
+    )
     for row in rows:
         kp, many = median_after_cold(row.kp), median_after_cold(row.many)
         ratio = kp / many
         label = f"{row.batch_size}:{row.linger_ms}"
-        print(f"{label:<19}{'':>16}{count / kp:>20,.0f}{count / many:>13,.0f}{ratio:>6.2f}x"
-              f"{MANY_TARGET:>6.1f}x {verdict(ratio, MANY_TARGET):<6}{median_after_cold(row.many, 'fsync') * 1e3:>6.0f}"
-              f"{median_after_cold(row.many, 'fsyncs'):>8.0f}{median_after_cold(row.many, 'cpu') / count * 1e6:>12.2f}")
+        print(
+            f"{label:<19}{'':>16}{count / kp:>20,.0f}{count / many:>13,.0f}{ratio:>6.2f}x"
+            f"{MANY_TARGET:>6.1f}x {verdict(ratio, MANY_TARGET):<6}{median_after_cold(row.many, 'fsync') * 1e3:>6.0f}"
+            f"{median_after_cold(row.many, 'fsyncs'):>8.0f}{median_after_cold(row.many, 'cpu') / count * 1e6:>12.2f}"
+        )
     for row in rows:
         lo, hi = spread(row.tx)
         fs = median_after_cold(row.tx, "fsyncs")
         fsync = median_after_cold(row.tx, "fsync")
         floor = count / fsync if fsync else float("inf")
-        print(f"  {row.batch_size}:{row.linger_ms}: txlog spread {lo:.3f}..{hi:.3f} s, {fs:.0f} fsyncs "
-              f"({fsync / max(fs, 1) * 1e3:.2f} ms each): fsync alone caps txlog at {floor:,.0f} rec/s "
-              f"= {floor * median_after_cold(row.kp) / count:.2f}x kafka-python")
+        print(
+            f"  {row.batch_size}:{row.linger_ms}: txlog spread {lo:.3f}..{hi:.3f} s, {fs:.0f} fsyncs "
+            f"({fsync / max(fs, 1) * 1e3:.2f} ms each): fsync alone caps txlog at {floor:,.0f} rec/s "
+            f"= {floor * median_after_cold(row.kp) / count:.2f}x kafka-python"
+        )
 
 
 def print_transactions(samples: dict[int, list[Sample]], counts: dict[int, int], batch_size: int, reps: int) -> None:
     base = samples[0]
     base_rate = counts[0] / median_after_cold(base)
     base_rate_nofsync = counts[0] / median_after_cold(base, "without_fsync")
-    print(f"\nPart 2: transactions, batch.size {batch_size}, {KEY_BYTES} B key / {VALUE_BYTES} B value; "
-          f"median of {reps} runs after a cold one")
-    print(f"{'records/txn':<22}{'records':>9}{'records/s':>12}{'txn/s':>9}{'ratio':>7}{'target':>8}    "
-          f"{'fsyncs/txn':>11}{'fsync share':>12}{'ratio w/o fsync':>16}")
+    print(
+        f"\nPart 2: transactions, batch.size {batch_size}, {KEY_BYTES} B key / {VALUE_BYTES} B value; "
+        f"median of {reps} runs after a cold one"
+    )
+    print(
+        f"{'records/txn':<22}{'records':>9}{'records/s':>12}{'txn/s':>9}{'ratio':>7}{'target':>8}    "
+        f"{'fsyncs/txn':>11}{'fsync share':>12}{'ratio w/o fsync':>16}"
+    )
     for size, rows in samples.items():
         wall = median_after_cold(rows)
         nofsync = median_after_cold(rows, "without_fsync")
@@ -418,25 +459,37 @@ def print_transactions(samples: dict[int, list[Sample]], counts: dict[int, int],
         label = "idempotent (baseline)" if size == 0 else str(size)
         per_txn = f"{fsyncs / txns:.1f}" if txns else "-"
         txn_rate = f"{txns / wall:,.1f}" if txns else "-"
-        print(f"{label:<22}{counts[size]:>9,}{rate:>12,.0f}{txn_rate:>9}{ratio:>7.2f}{target:<12}"
-              f"{per_txn:>11}{share:>11.0%}{ratio_nofsync:>16.2f}")
-    print("ratio = records/s against the idempotent producer's; 'w/o fsync' compares the rates with the time "
-          "inside fsync/fdatasync removed from both")
+        print(
+            f"{label:<22}{counts[size]:>9,}{rate:>12,.0f}{txn_rate:>9}{ratio:>7.2f}{target:<12}"
+            f"{per_txn:>11}{share:>11.0%}{ratio_nofsync:>16.2f}"
+        )
+    print(
+        "ratio = records/s against the idempotent producer's; 'w/o fsync' compares the rates with the time "
+        "inside fsync/fdatasync removed from both"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=200_000, help="records per send+flush run (default 200000)")
-    parser.add_argument("--sizes", default="16384:5,1048576:100",
-                        help="batch_size:linger_ms pairs for part 1 (default 16384:5,1048576:100)")
-    parser.add_argument("--txn-sizes", default="1,10,100,1000,10000",
-                        help="records per transaction (default 1,10,100,1000,10000)")
-    parser.add_argument("--txn-records", type=int, default=50_000,
-                        help="records per transactional run, at most --max-txns transactions (default 50000)")
-    parser.add_argument("--commit-ms", type=int, default=100,
-                        help="part 2b commits this often (default 100; 0 skips part 2b)")
-    parser.add_argument("--commit-seconds", type=float, default=3.0,
-                        help="how long part 2b sends, per run (default 3)")
+    parser.add_argument(
+        "--sizes",
+        default="16384:5,1048576:100",
+        help="batch_size:linger_ms pairs for part 1 (default 16384:5,1048576:100)",
+    )
+    parser.add_argument(
+        "--txn-sizes", default="1,10,100,1000,10000", help="records per transaction (default 1,10,100,1000,10000)"
+    )
+    parser.add_argument(
+        "--txn-records",
+        type=int,
+        default=50_000,
+        help="records per transactional run, at most --max-txns transactions (default 50000)",
+    )
+    parser.add_argument(
+        "--commit-ms", type=int, default=100, help="part 2b commits this often (default 100; 0 skips part 2b)"
+    )
+    parser.add_argument("--commit-seconds", type=float, default=3.0, help="how long part 2b sends, per run (default 3)")
     parser.add_argument("--lines", type=int, default=200_000, help="lines for part 3 (default 200000)")
     parser.add_argument("--skip-cli", action="store_true", help="skip part 3")
     parser.add_argument("--max-txns", type=int, default=200, help="transactions per run at most (default 200)")
@@ -445,21 +498,30 @@ def main() -> None:
     parser.add_argument("--dir", help="parent of the scratch directory (default <repo>/.bench-tmp)")
     parser.add_argument("--skip-send", action="store_true", help="skip part 1")
     parser.add_argument("--skip-txn", action="store_true", help="skip part 2")
-    parser.add_argument("--partitions", type=int, default=1,
-                        help="partitions of part 1's topic (default 1: no key is hashed)")
-    parser.add_argument("--partitioner", default="murmur2", choices=["murmur2", "murmur3"],
-                        help="the producer's key partitioner in part 1 (default murmur2)")
-    parser.add_argument("--distinct-keys", type=int, default=0,
-                        help="draw keys from this many (default 0: every key distinct)")
-    parser.add_argument("--profile", action="store_true",
-                        help="also cProfile one send+flush run (first --sizes entry) and one run at 1000 records/txn")
+    parser.add_argument(
+        "--partitions", type=int, default=1, help="partitions of part 1's topic (default 1: no key is hashed)"
+    )
+    parser.add_argument(
+        "--partitioner",
+        default="murmur2",
+        choices=["murmur2", "murmur3"],
+        help="the producer's key partitioner in part 1 (default murmur2)",
+    )
+    parser.add_argument(
+        "--distinct-keys", type=int, default=0, help="draw keys from this many (default 0: every key distinct)"
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="also cProfile one send+flush run (first --sizes entry) and one run at 1000 records/txn",
+    )
     args = parser.parse_args()
 
     FsyncMeter.install()
     sizes = parse_sizes(args.sizes)
     txn_sizes = [int(s) for s in args.txn_sizes.split(",")]
     records = make_records(max(args.records, args.txn_records), args.distinct_keys)
-    send_records = records[:args.records]
+    send_records = records[: args.records]
     counts = {0: args.txn_records, **{k: min(args.txn_records, k * args.max_txns) for k in txn_sizes}}
 
     with scratch_dir(args.dir, "bench-producer-") as workdir:
@@ -469,28 +531,52 @@ def main() -> None:
                 for row in rows:
                     sample, row.kp_batches = kafka_python_encode(send_records, row.batch_size)
                     row.kp.append(sample)
-                    sample, row.tx_batches = txlog_send(workdir, send_records, row.batch_size, row.linger_ms,
-                                                        partitions=args.partitions, partitioner=args.partitioner)
+                    sample, row.tx_batches = txlog_send(
+                        workdir,
+                        send_records,
+                        row.batch_size,
+                        row.linger_ms,
+                        partitions=args.partitions,
+                        partitioner=args.partitioner,
+                    )
                     row.tx.append(sample)
-                    row.many.append(txlog_send(workdir, send_records, row.batch_size, row.linger_ms,
-                                               partitions=args.partitions, partitioner=args.partitioner,
-                                               bulk=True)[0])
+                    row.many.append(
+                        txlog_send(
+                            workdir,
+                            send_records,
+                            row.batch_size,
+                            row.linger_ms,
+                            partitions=args.partitions,
+                            partitioner=args.partitioner,
+                            bulk=True,
+                        )[0]
+                    )
             print_send(rows, len(send_records), args.reps)
-            print(f"txlog wrote to {args.partitions} partition(s) with partitioner {args.partitioner}, keys "
-                  f"{'from ' + format(args.distinct_keys, ',') if args.distinct_keys else 'all distinct'}")
+            print(
+                f"txlog wrote to {args.partitions} partition(s) with partitioner {args.partitioner}, keys "
+                f"{'from ' + format(args.distinct_keys, ',') if args.distinct_keys else 'all distinct'}"
+            )
 
         if not args.skip_txn:
             samples: dict[int, list[Sample]] = {size: [] for size in counts}
             for _ in range(args.reps + 1):
                 for size, rows in samples.items():
-                    rows.append(txlog_transactions(workdir, records[:counts[size]], size, args.txn_batch_size))
+                    rows.append(txlog_transactions(workdir, records[: counts[size]], size, args.txn_batch_size))
             print_transactions(samples, counts, args.txn_batch_size, args.reps)
             if args.commit_ms > 0:
                 timed_rows: dict[bool, list[tuple[int, int, Sample]]] = {False: [], True: []}
                 for _ in range(args.reps + 1):
                     for transactional in (False, True):
-                        timed_rows[transactional].append(txlog_for_duration(
-                            workdir, records, args.commit_seconds, args.commit_ms, args.txn_batch_size, transactional))
+                        timed_rows[transactional].append(
+                            txlog_for_duration(
+                                workdir,
+                                records,
+                                args.commit_seconds,
+                                args.commit_ms,
+                                args.txn_batch_size,
+                                transactional,
+                            )
+                        )
                 print_timed(timed_rows, args.commit_seconds, args.commit_ms, args.reps)
 
         if not args.skip_cli:
@@ -509,8 +595,13 @@ def main() -> None:
             print(f"\ncProfile of one send+flush run (batch_size {size}, linger_ms {linger}), top 25 by own time:")
             pstats.Stats(profiler, stream=sys.stdout).strip_dirs().sort_stats("tottime").print_stats(25)
             profiler = cProfile.Profile()
-            txlog_transactions(workdir, records[:counts.get(TXN_TARGET_AT, args.txn_records)], TXN_TARGET_AT,
-                               args.txn_batch_size, profiler)
+            txlog_transactions(
+                workdir,
+                records[: counts.get(TXN_TARGET_AT, args.txn_records)],
+                TXN_TARGET_AT,
+                args.txn_batch_size,
+                profiler,
+            )
             print(f"cProfile of one transactional run ({TXN_TARGET_AT} records/txn), top 25 by own time:")
             pstats.Stats(profiler, stream=sys.stdout).strip_dirs().sort_stats("tottime").print_stats(25)
 

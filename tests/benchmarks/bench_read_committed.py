@@ -157,8 +157,11 @@ def main() -> None:
     parser.add_argument("--abort-every", type=int, default=10, help="abort every A-th transaction (default 10)")
     parser.add_argument("--reps", type=int, default=5, help="timed repetitions after the cold one (default 5)")
     parser.add_argument("--dir", help="parent of the scratch directory (default <repo>/.bench-tmp)")
-    parser.add_argument("--profile", action="store_true",
-                        help="also cProfile one chained read_committed fetch and one read_committed poll run")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="also cProfile one chained read_committed fetch and one read_committed poll run",
+    )
     args = parser.parse_args()
 
     with scratch_dir(args.dir, "bench-read-committed-") as workdir:
@@ -171,8 +174,13 @@ def main() -> None:
             log = store.partition(TOPIC, 0)
             buffers = segment_bytes(log)
             data = counts["committed"] + counts["aborted"]
-            expected = {"fetch RU": data, "fetch RC": counts["committed"], "poll RU": data,
-                        "poll RC": counts["committed"], "kafka-python": counts["log_end"]}
+            expected = {
+                "fetch RU": data,
+                "fetch RC": counts["committed"],
+                "poll RU": data,
+                "poll RC": counts["committed"],
+                "kafka-python": counts["log_end"],
+            }
             readers: dict[str, Callable[[], int]] = {
                 "kafka-python": lambda: read_kafka_python(buffers),
                 "fetch RU": lambda: read_fetch(log, RU),
@@ -199,32 +207,47 @@ def main() -> None:
             store.close()
 
 
-def report(counts: dict[str, int], nbytes: int, written_s: float, samples: dict[str, list[Sample]],
-           expected: dict[str, int], args: argparse.Namespace) -> None:
-    print(f"log: {counts['log_end']:,} offsets in {nbytes / 2**20:.1f} MiB = {counts['committed']:,} committed + "
-          f"{counts['aborted']:,} aborted records + {counts['transactions']:,} markers; {counts['transactions']} "
-          f"transactions of {args.txn_records} records from {args.producers} interleaved producers, "
-          f"{counts['aborted_transactions']} aborted ({counts['aborted_transactions'] / counts['transactions']:.0%}); "
-          f"written in {written_s:.1f} s")
+def report(
+    counts: dict[str, int],
+    nbytes: int,
+    written_s: float,
+    samples: dict[str, list[Sample]],
+    expected: dict[str, int],
+    args: argparse.Namespace,
+) -> None:
+    print(
+        f"log: {counts['log_end']:,} offsets in {nbytes / 2**20:.1f} MiB = {counts['committed']:,} committed + "
+        f"{counts['aborted']:,} aborted records + {counts['transactions']:,} markers; {counts['transactions']} "
+        f"transactions of {args.txn_records} records from {args.producers} interleaved producers, "
+        f"{counts['aborted_transactions']} aborted ({counts['aborted_transactions'] / counts['transactions']:.0%}); "
+        f"written in {written_s:.1f} s"
+    )
     print(f"median of {args.reps} reads after a cold one; records/s = records returned / second")
     rate = {name: expected[name] / median_after_cold(rows) for name, rows in samples.items()}
     kp = rate["kafka-python"]
-    print(f"{'reader':<14}{'records':>10}{'seconds':>9}{'records/s':>12}{'CPU s':>7}{'vs RU':>7}{'target':>8}"
-          f"{'':<8}{'vs kafka-python':>16}{'target':>8}")
+    print(
+        f"{'reader':<14}{'records':>10}{'seconds':>9}{'records/s':>12}{'CPU s':>7}{'vs RU':>7}{'target':>8}"
+        f"{'':<8}{'vs kafka-python':>16}{'target':>8}"
+    )
     for name, rows in samples.items():
         wall, cpu = median_after_cold(rows), median_after_cold(rows, "cpu")
         line = f"{name:<14}{expected[name]:>10,}{wall:>9.3f}{rate[name]:>12,.0f}{cpu:>7.3f}"
         if name.endswith("RC"):
             vs_ru = rate[name] / rate[name.replace("RC", "RU")]
             vs_kp = rate[name] / kp
-            line += (f"{vs_ru:>7.2f}{RC_VS_RU_TARGET:>7.2f} {verdict(vs_ru, RC_VS_RU_TARGET):<7}"
-                     f"{vs_kp:>15.2f}x{RC_VS_KP_TARGET:>6.1f}x {verdict(vs_kp, RC_VS_KP_TARGET)}")
+            line += (
+                f"{vs_ru:>7.2f}{RC_VS_RU_TARGET:>7.2f} {verdict(vs_ru, RC_VS_RU_TARGET):<7}"
+                f"{vs_kp:>15.2f}x{RC_VS_KP_TARGET:>6.1f}x {verdict(vs_kp, RC_VS_KP_TARGET)}"
+            )
         elif name.endswith("RU"):
             line += f"{'':>30}{rate[name] / kp:>15.2f}x"
         print(line)
-    print("run-to-run spread (min..max s): " +
-          "; ".join(f"{name} {lo:.3f}..{hi:.3f}" for name, (lo, hi) in
-                    ((n, spread(rows)) for n, rows in samples.items())))
+    print(
+        "run-to-run spread (min..max s): "
+        + "; ".join(
+            f"{name} {lo:.3f}..{hi:.3f}" for name, (lo, hi) in ((n, spread(rows)) for n, rows in samples.items())
+        )
+    )
 
 
 if __name__ == "__main__":

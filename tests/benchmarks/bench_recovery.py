@@ -106,6 +106,7 @@ class ReadCounter:
                     sync(fd)
                 finally:
                     self.sync_seconds += time.perf_counter() - start
+
             return wrapper
 
         os.pread, os.read, os.close = pread, read, close
@@ -197,17 +198,35 @@ def writer(args: argparse.Namespace) -> None:
     body = append_until(int(args.log_mb * MiB))
     log.roll()
     tail = append_until(int(args.tail_mb * MiB))
-    info = {"end_offset": log.log_end_offset, "body_bytes": body, "tail_bytes": tail,
-            "segments": len(log.segments), "calls": calls}
+    info = {
+        "end_offset": log.log_end_offset,
+        "body_bytes": body,
+        "tail_bytes": tail,
+        "segments": len(log.segments),
+        "calls": calls,
+    }
     print(json.dumps(info), flush=True)
     while True:  # never closes: the parent kills us
         time.sleep(3600)
 
 
 def build_crashed_log(directory: str, log_mb: float, args: argparse.Namespace) -> dict:
-    cmd = [sys.executable, os.path.abspath(__file__), "--writer", directory, "--log-mb", str(log_mb),
-           "--tail-mb", str(args.tail_mb), "--segment-mb", str(args.segment_mb),
-           "--producers", str(args.producers), "--batch-kb", str(args.batch_kb)]
+    cmd = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--writer",
+        directory,
+        "--log-mb",
+        str(log_mb),
+        "--tail-mb",
+        str(args.tail_mb),
+        "--segment-mb",
+        str(args.segment_mb),
+        "--producers",
+        str(args.producers),
+        "--batch-kb",
+        str(args.batch_kb),
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()
@@ -273,8 +292,7 @@ def delete_snapshots(store_root: str) -> None:
 class Open:
     """One timed Store.open + partition(); the close afterwards is not timed."""
 
-    def __init__(self, store_root: str, expected_end: int, cold: bool,
-                 profiler: cProfile.Profile | None = None):
+    def __init__(self, store_root: str, expected_end: int, cold: bool, profiler: cProfile.Profile | None = None):
         os.sync()  # the copy / the deleted snapshots must not be flushed by the fsyncs being timed
         if cold:
             drop_page_cache(store_root)
@@ -384,8 +402,18 @@ def measure_size(parent: str, log_mb: float, args: argparse.Namespace) -> dict:
             raise AssertionError(f"recovery modified the sealed segment {path}")
     shutil.rmtree(clean_root)
     shutil.rmtree(crashed)
-    return {"log_mb": log_mb, "total": total, "tail": tail, "segments": len(logs), "info": info,
-            "crash": crash, "clean": clean, "full": full, "baseline": baseline, "profiles": profiles}
+    return {
+        "log_mb": log_mb,
+        "total": total,
+        "tail": tail,
+        "segments": len(logs),
+        "info": info,
+        "crash": crash,
+        "clean": clean,
+        "full": full,
+        "baseline": baseline,
+        "profiles": profiles,
+    }
 
 
 # ---- report ------------------------------------------------------------------------------------------------
@@ -394,33 +422,43 @@ def measure_size(parent: str, log_mb: float, args: argparse.Namespace) -> dict:
 def report(results: list[dict], args: argparse.Namespace) -> None:
     first = results[0]
     sizes = ", ".join(f"{r['log_mb']:g}" for r in results)
-    print(f"log sizes {sizes} MiB, each + a {args.tail_mb:g} MiB tail "
-          f"after the last roll; segment.bytes {args.segment_mb:g} MiB; {args.producers} idempotent producers, "
-          f"{args.batch_kb:g} KiB batches, ~64 KB per append call; {'COLD' if args.cold else 'warm'} page cache; "
-          f"median of {args.reps} opens after a cold one")
+    print(
+        f"log sizes {sizes} MiB, each + a {args.tail_mb:g} MiB tail "
+        f"after the last roll; segment.bytes {args.segment_mb:g} MiB; {args.producers} idempotent producers, "
+        f"{args.batch_kb:g} KiB batches, ~64 KB per append call; {'COLD' if args.cold else 'warm'} page cache; "
+        f"median of {args.reps} opens after a cold one"
+    )
 
     print("\n(a) reopen after a clean close (snapshot at the log end): must be flat in log size")
-    print(f"{'log MiB':>9}{'segs':>6}{'reopen ms':>11}{'x smallest':>12}{'.log read':>12}"
-          f"{'index read':>12}{'rchar':>12}{'.log preads':>13}")
+    print(
+        f"{'log MiB':>9}{'segs':>6}{'reopen ms':>11}{'x smallest':>12}{'.log read':>12}"
+        f"{'index read':>12}{'rchar':>12}{'.log preads':>13}"
+    )
     base_t = median_time(first["clean"])
     for r in results:
         t = median_time(r["clean"])
         o = median_open(r["clean"])
         idx = o.bytes[".index"] + o.bytes[".timeindex"] + o.bytes[".txnindex"]
-        print(f"{r['total'] / MiB:>9.1f}{r['segments']:>6}{t * 1e3:>11.2f}{t / base_t:>11.2f}x"
-              f"{fmt_bytes(o.bytes['.log']):>12}{fmt_bytes(idx):>12}{fmt_bytes(o.rchar):>12}{o.calls['.log']:>13}")
+        print(
+            f"{r['total'] / MiB:>9.1f}{r['segments']:>6}{t * 1e3:>11.2f}{t / base_t:>11.2f}x"
+            f"{fmt_bytes(o.bytes['.log']):>12}{fmt_bytes(idx):>12}{fmt_bytes(o.rchar):>12}{o.calls['.log']:>13}"
+        )
     last = results[-1]
     growth = median_time(last["clean"]) / base_t
     size_growth = last["total"] / first["total"]
     log_read = median_open(last["clean"]).bytes[".log"]
     rescan = "ok, not rescanned" if log_read < 64 * last["segments"] + 64 * 1024 else "RESCANNED"
     timing = "flat" if growth <= 2 else "GROWS (every segment's indexes are read and checked on open)"
-    print(f"   log grew {size_growth:.1f}x: .log bytes read {fmt_bytes(log_read)} ({rescan}); "
-          f"reopen time {growth:.2f}x ({timing})")
+    print(
+        f"   log grew {size_growth:.1f}x: .log bytes read {fmt_bytes(log_read)} ({rescan}); "
+        f"reopen time {growth:.2f}x ({timing})"
+    )
 
     print("\n(b) reopen after SIGKILL: only the tail since the last roll's snapshot should be scanned")
-    print(f"{'log MiB':>9}{'tail MiB':>10}{'reopen ms':>11}{'fsync ms':>10}{'rest ms':>9}{'x smallest':>12}"
-          f"{'.log read':>12}{'read/tail':>11}{'ms/MiB':>9}{'x full':>8}")
+    print(
+        f"{'log MiB':>9}{'tail MiB':>10}{'reopen ms':>11}{'fsync ms':>10}{'rest ms':>9}{'x smallest':>12}"
+        f"{'.log read':>12}{'read/tail':>11}{'ms/MiB':>9}{'x full':>8}"
+    )
     base_rest = median_time(first["crash"], "cpu_seconds")
     worst = 0.0
     for r in results:
@@ -430,17 +468,25 @@ def report(results: list[dict], args: argparse.Namespace) -> None:
         scanned = median_open(r["crash"]).bytes[".log"]
         full_rest = median_time(r["full"], "cpu_seconds")
         worst = max(worst, scanned / r["tail"])
-        print(f"{r['total'] / MiB:>9.1f}{r['tail'] / MiB:>10.1f}{t * 1e3:>11.1f}{sync * 1e3:>10.1f}{rest * 1e3:>9.1f}"
-              f"{rest / base_rest:>11.2f}x{fmt_bytes(scanned):>12}{scanned / r['tail']:>11.2f}"
-              f"{rest * 1e3 / (r['tail'] / MiB):>9.2f}{rest / full_rest:>8.2f}")
-    print("   rest = reopen time outside fsync (the new snapshot's fsyncs wait on the disk, not on the scan); "
-          "x smallest, ms/MiB (per MiB of tail) and x full (vs full recovery) use it; each column is its own median. "
-          f"{'ok (tail only)' if worst < 1.25 else 'SCANS MORE THAN THE TAIL'}")
+        print(
+            f"{r['total'] / MiB:>9.1f}{r['tail'] / MiB:>10.1f}{t * 1e3:>11.1f}{sync * 1e3:>10.1f}{rest * 1e3:>9.1f}"
+            f"{rest / base_rest:>11.2f}x{fmt_bytes(scanned):>12}{scanned / r['tail']:>11.2f}"
+            f"{rest * 1e3 / (r['tail'] / MiB):>9.2f}{rest / full_rest:>8.2f}"
+        )
+    print(
+        "   rest = reopen time outside fsync (the new snapshot's fsyncs wait on the disk, not on the scan); "
+        "x smallest, ms/MiB (per MiB of tail) and x full (vs full recovery) use it; each column is its own median. "
+        f"{'ok (tail only)' if worst < 1.25 else 'SCANS MORE THAN THE TAIL'}"
+    )
 
-    print("\n(c) full recovery, every snapshot deleted (worst case); "
-          "baseline = pread 1 MiB + CRC-32C of the same .log files")
-    print(f"{'log MiB':>9}{'seconds':>9}{'fsync ms':>10}{'MiB/s':>9}{'ms/MiB':>9}{'.log read':>12}"
-          f"{'baseline MiB/s':>16}{'ratio':>8}{'x smallest ms/MiB':>19}")
+    print(
+        "\n(c) full recovery, every snapshot deleted (worst case); "
+        "baseline = pread 1 MiB + CRC-32C of the same .log files"
+    )
+    print(
+        f"{'log MiB':>9}{'seconds':>9}{'fsync ms':>10}{'MiB/s':>9}{'ms/MiB':>9}{'.log read':>12}"
+        f"{'baseline MiB/s':>16}{'ratio':>8}{'x smallest ms/MiB':>19}"
+    )
     base_per_mb = median_time(first["full"], "cpu_seconds") / (first["total"] / MiB)
     for r in results:
         t = median_time(r["full"])
@@ -449,8 +495,10 @@ def report(results: list[dict], args: argparse.Namespace) -> None:
         o = median_open(r["full"])
         mb = r["total"] / MiB
         rate, floor = mb / rest, mb / r["baseline"]
-        print(f"{mb:>9.1f}{t:>9.3f}{sync * 1e3:>10.1f}{rate:>9.1f}{rest * 1e3 / mb:>9.2f}"
-              f"{fmt_bytes(o.bytes['.log']):>12}{floor:>16.1f}{rate / floor:>8.2f}{rest / mb / base_per_mb:>18.2f}x")
+        print(
+            f"{mb:>9.1f}{t:>9.3f}{sync * 1e3:>10.1f}{rate:>9.1f}{rest * 1e3 / mb:>9.2f}"
+            f"{fmt_bytes(o.bytes['.log']):>12}{floor:>16.1f}{rate / floor:>8.2f}{rest / mb / base_per_mb:>18.2f}x"
+        )
     print("   MiB/s, ms/MiB and ratio (recovery rate / baseline rate) leave out the fsync of the final snapshot")
 
     for r in results:
@@ -466,14 +514,22 @@ def main() -> None:
     sizes.add_argument("--size-mb", type=float, help="a single log size in MiB")
     parser.add_argument("--segment-mb", type=float, default=64, help="segment.bytes in MiB (default 64)")
     parser.add_argument("--tail-mb", type=float, default=8, help="MiB appended after the last roll (default 8)")
-    parser.add_argument("--batch-kb", type=float, default=64,
-                        help="batch size in KiB (default 64); smaller batches are packed ~64 KB per append call")
+    parser.add_argument(
+        "--batch-kb",
+        type=float,
+        default=64,
+        help="batch size in KiB (default 64); smaller batches are packed ~64 KB per append call",
+    )
     parser.add_argument("--producers", type=int, default=4, help="idempotent producers, round-robin (default 4)")
     parser.add_argument("--reps", type=int, default=9, help="timed opens after the cold one (default 9)")
-    parser.add_argument("--cold", action="store_true",
-                        help="drop the partition's files from the page cache before each open")
-    parser.add_argument("--profile", action="store_true",
-                        help="cProfile one clean reopen, crash reopen and full recovery of the largest log")
+    parser.add_argument(
+        "--cold", action="store_true", help="drop the partition's files from the page cache before each open"
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="cProfile one clean reopen, crash reopen and full recovery of the largest log",
+    )
     parser.add_argument("--dir", help="parent of the scratch directory (default <repo>/.bench-tmp)")
     parser.add_argument("--writer", help=argparse.SUPPRESS)
     parser.add_argument("--log-mb", type=float, help=argparse.SUPPRESS)

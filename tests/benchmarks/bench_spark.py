@@ -107,8 +107,10 @@ class _Records:
     def take(self, n: int) -> list[tuple]:
         i, blob, span = self.next, self._blob, self._span
         self.next += n
-        return [(b"key-%012d" % j, blob[(o := j * 7919 % span):o + VALUE_BYTES], None, TS0 + j // 64)
-                for j in range(i, i + n)]
+        return [
+            (b"key-%012d" % j, blob[(o := j * 7919 % span) : o + VALUE_BYTES], None, TS0 + j // 64)
+            for j in range(i, i + n)
+        ]
 
 
 def _batches(source: _Records, n: int, per_batch: int, **fields) -> tuple[list[bytes], int]:
@@ -146,8 +148,15 @@ def build_store(root: str, args: argparse.Namespace) -> dict:
                         quota -= sizes[-1]
                     lanes = []
                     for pid, n in zip(pids, sizes, strict=True):
-                        batches, seqs[pid] = _batches(source, n, per_batch, producer_id=pid, producer_epoch=EPOCH,
-                                                      base_sequence=seqs[pid], is_transactional=True)
+                        batches, seqs[pid] = _batches(
+                            source,
+                            n,
+                            per_batch,
+                            producer_id=pid,
+                            producer_epoch=EPOCH,
+                            base_sequence=seqs[pid],
+                            is_transactional=True,
+                        )
                         lanes.append(batches)
                     # the two producers' batches interleaved, as concurrent producers would leave them
                     interleaved = [b for pair in zip_longest(*lanes) for b in pair if b is not None]
@@ -158,8 +167,12 @@ def build_store(root: str, args: argparse.Namespace) -> dict:
                             continue
                         txns += 1
                         abort = txns % args.abort_every == 0
-                        log.append_marker(ControlType.ABORT if abort else ControlType.COMMIT, pid, EPOCH,
-                                          timestamp=TS0 + source.next // 64)
+                        log.append_marker(
+                            ControlType.ABORT if abort else ControlType.COMMIT,
+                            pid,
+                            EPOCH,
+                            timestamp=TS0 + source.next // 64,
+                        )
                         c["aborted" if abort else "committed"] += n
                         c["aborted_txns"] += abort
                         c["markers"] += 1
@@ -193,8 +206,7 @@ def check_store(root: str, expected: dict) -> tuple[int, float]:
             log = store.partition(TOPIC, p)
             assert log.log_end_offset == log.last_stable_offset == want["log_end"], (p, log, want)
             assert len(log.aborted_transactions(0, want["log_end"])) == want["aborted_txns"], p
-        consumer = Consumer(store, isolation_level="read_committed", enable_auto_commit=False,
-                            max_poll_records=10_000)
+        consumer = Consumer(store, isolation_level="read_committed", enable_auto_commit=False, max_poll_records=10_000)
         try:
             consumer.assign([TopicPartition(TOPIC, p) for p in range(len(expected["partitions"]))])
             seen, per_partition, last_offset, keys = 0, {}, {}, set()
@@ -219,8 +231,14 @@ def check_store(root: str, expected: dict) -> tuple[int, float]:
 
 
 def build_params(args: argparse.Namespace) -> dict:
-    return {"version": BUILD_VERSION, "records": args.records, "partitions": args.partitions,
-            "txn_records": args.txn_records, "abort_every": args.abort_every, "batch_kb": args.batch_kb}
+    return {
+        "version": BUILD_VERSION,
+        "records": args.records,
+        "partitions": args.partitions,
+        "txn_records": args.txn_records,
+        "abort_every": args.abort_every,
+        "batch_kb": args.batch_kb,
+    }
 
 
 def prepare(workdir: str, args: argparse.Namespace, spark) -> tuple[dict, str]:
@@ -311,8 +329,8 @@ class TreeCpu:
                     stat = f.read().decode("ascii", "replace")
             except OSError:
                 continue
-            comm = stat[stat.index("(") + 1:stat.rindex(")")]
-            fields = stat[stat.rindex(")") + 2:].split()
+            comm = stat[stat.index("(") + 1 : stat.rindex(")")]
+            fields = stat[stat.rindex(")") + 2 :].split()
             procs[int(name)] = (int(fields[1]), comm, sum(map(int, fields[11:15])))
         me = os.getpid()
         children: dict[int, list[int]] = {}
@@ -375,8 +393,10 @@ def run_spark(spark, root: str, parquet: str, expected: dict, reps: int) -> tupl
         "select3 txlog RC py": (total["visible"], lambda: select3(txlog_df(spark, root, rc, reader_kind="python"))),
         "select3 Parquet": (total["visible"], lambda: select3(spark.read.parquet(parquet))),
         "groupBy txlog RU, 1 offset": (partitions, lambda: group_by(txlog_df(spark, root, ru, tiny))),
-        "groupBy txlog RU py, 1 offset": (partitions,
-                                          lambda: group_by(txlog_df(spark, root, ru, tiny, reader_kind="python"))),
+        "groupBy txlog RU py, 1 offset": (
+            partitions,
+            lambda: group_by(txlog_df(spark, root, ru, tiny, reader_kind="python")),
+        ),
     }
     runs: dict[str, list[Run]] = {name: [] for name in variants}
     results: dict[str, object] = {}
@@ -397,22 +417,32 @@ def run_spark(spark, root: str, parquet: str, expected: dict, reps: int) -> tupl
     return runs, {name: rows for name, (rows, _) in variants.items()}
 
 
-def report_spark(runs: dict[str, list[Run]], rows: dict[str, int], reps: int,
-                 cores: int) -> tuple[dict[str, float], dict[str, tuple[float, ...]]]:
+def report_spark(
+    runs: dict[str, list[Run]], rows: dict[str, int], reps: int, cores: int
+) -> tuple[dict[str, float], dict[str, tuple[float, ...]]]:
     """Print the Spark table; returns each query's records/s and medians (wall, CPU, JVM, workers, others)."""
-    print(f"\nSpark local[{cores}]: median of {reps} queries after a cold one; records/s = rows the query covers / "
-          f"wall second. CPU s = driver + JVM + Python\nworkers; 'others' = CPU s other processes took meanwhile "
-          f"(the machine has {os.cpu_count()} cores); 'per CPU s' rates are less disturbed by them than wall "
-          f"rates.\nVerdicts use wall rates.")
+    print(
+        f"\nSpark local[{cores}]: median of {reps} queries after a cold one; records/s = rows the query covers / "
+        f"wall second. CPU s = driver + JVM + Python\nworkers; 'others' = CPU s other processes took meanwhile "
+        f"(the machine has {os.cpu_count()} cores); 'per CPU s' rates are less disturbed by them than wall "
+        f"rates.\nVerdicts use wall rates."
+    )
     rate, cpu_rate, med = {}, {}, {}
     for name, rs in runs.items():
         rest = rs[1:] or rs
         wall, cpu = median_after_cold([r.sample for r in rs]), median_after_cold([r.sample for r in rs], "cpu")
-        med[name] = (wall, cpu, statistics.median(r.jvm for r in rest), statistics.median(r.workers for r in rest),
-                     statistics.median(r.others for r in rest))
+        med[name] = (
+            wall,
+            cpu,
+            statistics.median(r.jvm for r in rest),
+            statistics.median(r.workers for r in rest),
+            statistics.median(r.others for r in rest),
+        )
         rate[name], cpu_rate[name] = rows[name] / wall, rows[name] / cpu
-    print(f"{'query':<28}{'records':>11}{'seconds':>9}{'records/s':>12}{'vs Parquet':>11}{'target':>8}{'':<8}"
-          f"{'CPU s':>7}{'JVM':>6}{'py':>6}{'others':>7}{'per CPU s':>11}{'vs Parquet':>11}")
+    print(
+        f"{'query':<28}{'records':>11}{'seconds':>9}{'records/s':>12}{'vs Parquet':>11}{'target':>8}{'':<8}"
+        f"{'CPU s':>7}{'JVM':>6}{'py':>6}{'others':>7}{'per CPU s':>11}{'vs Parquet':>11}"
+    )
     for name in runs:
         wall, cpu, jvm, py, others = med[name]
         base = name.split()[0] + " Parquet"
@@ -431,19 +461,31 @@ def report_spark(runs: dict[str, list[Run]], rows: dict[str, int], reps: int,
         print(line)
     (rc_wall, rc_cpu, *_), (ru_wall, ru_cpu, *_) = med["groupBy txlog RC"], med["groupBy txlog RU"]
     rc_rows, ru_rows = rows["groupBy txlog RC"], rows["groupBy txlog RU"]
-    print(f"read_committed vs read_uncommitted (groupBy): records/s RC/RU "
-          f"{rate['groupBy txlog RC'] / rate['groupBy txlog RU']:.2f} ({rc_rows:,} vs {ru_rows:,} rows); "
-          f"wall RC {rc_wall:.3f} s vs RU {ru_wall:.3f} s (RC/RU {rc_wall / ru_wall:.2f}); CPU s RC/RU "
-          f"{rc_cpu / ru_cpu:.2f}, per row {rc_cpu / rc_rows / (ru_cpu / ru_rows):.2f}")
+    print(
+        f"read_committed vs read_uncommitted (groupBy): records/s RC/RU "
+        f"{rate['groupBy txlog RC'] / rate['groupBy txlog RU']:.2f} ({rc_rows:,} vs {ru_rows:,} rows); "
+        f"wall RC {rc_wall:.3f} s vs RU {ru_wall:.3f} s (RC/RU {rc_wall / ru_wall:.2f}); CPU s RC/RU "
+        f"{rc_cpu / ru_cpu:.2f}, per row {rc_cpu / rc_rows / (ru_cpu / ru_rows):.2f}"
+    )
+
     def python_twin(name: str) -> str:
         return name.replace(" txlog RC", " txlog RC py").replace(" txlog RU", " txlog RU py")
 
-    print("JVM reader vs Python source, records/s: " + "; ".join(
-        f"{name} {rate[name] / rate[python_twin(name)]:.2f}x"
-        for name in runs if "txlog" in name and " py" not in name and "1 offset" not in name))
-    print("run-to-run spread (min..max s): " +
-          "; ".join(f"{name} {lo:.3f}..{hi:.3f}" for name, (lo, hi) in
-                    ((n, spread([r.sample for r in rs])) for n, rs in runs.items())))
+    print(
+        "JVM reader vs Python source, records/s: "
+        + "; ".join(
+            f"{name} {rate[name] / rate[python_twin(name)]:.2f}x"
+            for name in runs
+            if "txlog" in name and " py" not in name and "1 offset" not in name
+        )
+    )
+    print(
+        "run-to-run spread (min..max s): "
+        + "; ".join(
+            f"{name} {lo:.3f}..{hi:.3f}"
+            for name, (lo, hi) in ((n, spread([r.sample for r in rs])) for n, rs in runs.items())
+        )
+    )
     return rate, med
 
 
@@ -486,8 +528,9 @@ def median_of(step: Callable[[], int], rows: int, runs: int = 4) -> tuple[float,
     return statistics.median(walls[1:]), statistics.median(gcs[1:])
 
 
-def profile_read(spark, root: str, expected: dict, spark_rate: dict[str, float], spark_cpu: dict[str, tuple],
-                 cores: int, top: int) -> None:
+def profile_read(
+    spark, root: str, expected: dict, spark_rate: dict[str, float], spark_cpu: dict[str, tuple], cores: int, top: int
+) -> None:
     from pyspark.sql.pandas.types import to_arrow_schema
 
     from txlog.spark.options import parse_options
@@ -515,14 +558,18 @@ def profile_read(spark, root: str, expected: dict, spark_rate: dict[str, float],
         finally:
             gc.enable()
 
-    print("\nIn-process executor read, no Spark: every partition in turn in this process, page cache warm, "
-          "median of 3 after a cold one,\nin CPU seconds (records/s = records per CPU second). Each stage includes "
-          "the ones above it; 'own' is what it adds, as a share of\nthe whole read_range; GC s = CPU seconds inside "
-          "the cyclic garbage collector.")
+    print(
+        "\nIn-process executor read, no Spark: every partition in turn in this process, page cache warm, "
+        "median of 3 after a cold one,\nin CPU seconds (records/s = records per CPU second). Each stage includes "
+        "the ones above it; 'own' is what it adds, as a share of\nthe whole read_range; GC s = CPU seconds inside "
+        "the cyclic garbage collector."
+    )
     print(f"{'stage':<52}{'records':>11}{'CPU s':>8}{'records/s':>12}{'own':>6}{'GC s':>7}")
     in_process = {}
-    for label, isolation, rows in (("RC", "read_committed", expected["total"]["visible"]),
-                                   ("RU", "read_uncommitted", expected["total"]["data"])):
+    for label, isolation, rows in (
+        ("RC", "read_committed", expected["total"]["visible"]),
+        ("RU", "read_uncommitted", expected["total"]["data"]),
+    ):
         start = time.process_time()
         ranges = plan(isolation)
         print(f"{label + ' plan_batch (driver side, once per query)':<52}{'':>11}{time.process_time() - start:>8.3f}")
@@ -540,20 +587,24 @@ def profile_read(spark, root: str, expected: dict, spark_rate: dict[str, float],
             previous = seconds
             print(f"{label + ' ' + name:<52}{rows:>11,}{seconds:>8.3f}{rows / seconds:>12,.0f}{own}{gc_seconds:>7.3f}")
         nogc = times["read_range with the GC disabled"][0]
-        print(f"{'':<4}=> the cyclic GC costs {whole - nogc:.3f} s = {(whole - nogc) / whole:.0%} of read_range "
-              f"({times['  + gather columns + Arrow (read_range)'][1]:.3f} s measured inside collections)")
+        print(
+            f"{'':<4}=> the cyclic GC costs {whole - nogc:.3f} s = {(whole - nogc) / whole:.0%} of read_range "
+            f"({times['  + gather columns + Arrow (read_range)'][1]:.3f} s measured inside collections)"
+        )
         in_process[label] = (rows, whole, nogc)
     print("Against Spark's groupBy of the same rows through the Python source (Spark CPU from the table above):")
     for label, query in (("RC", "groupBy txlog RC py"), ("RU", "groupBy txlog RU py")):
         rows, whole, nogc = in_process[label]
         wall, cpu, jvm, py, others = spark_cpu[query]
         ceiling = rows / whole * min(cores, len(expected["partitions"]))
-        print(f"  {label}: read_range alone {rows / whole:,.0f} records/s per core ({rows / nogc:,.0f} with the GC "
-              f"off), so a {cores}-core ceiling of {ceiling:,.0f}; Spark reached {spark_rate[query]:,.0f} records/s "
-              f"= {spark_rate[query] / ceiling:.0%} of it.\n"
-              f"      Spark spent {py:.2f} CPU s in Python workers (read_range alone: {whole:.2f}) and {jvm:.2f} in "
-              f"the JVM: {cpu:.2f} CPU s over {wall:.2f} s wall on {cores} cores = {cpu / wall / cores:.0%} busy "
-              f"(other processes took {others:.2f} CPU s meanwhile).")
+        print(
+            f"  {label}: read_range alone {rows / whole:,.0f} records/s per core ({rows / nogc:,.0f} with the GC "
+            f"off), so a {cores}-core ceiling of {ceiling:,.0f}; Spark reached {spark_rate[query]:,.0f} records/s "
+            f"= {spark_rate[query] / ceiling:.0%} of it.\n"
+            f"      Spark spent {py:.2f} CPU s in Python workers (read_range alone: {whole:.2f}) and {jvm:.2f} in "
+            f"the JVM: {cpu:.2f} CPU s over {wall:.2f} s wall on {cores} cores = {cpu / wall / cores:.0%} busy "
+            f"(other processes took {others:.2f} CPU s meanwhile)."
+        )
 
     r0 = plan("read_committed")[0]
     arrow_pieces(r0)
@@ -566,9 +617,11 @@ def profile_read(spark, root: str, expected: dict, spark_rate: dict[str, float],
     out = io.StringIO()
     pstats.Stats(profiler, stream=out).strip_dirs().sort_stats("tottime").print_stats(top)
     text = out.getvalue()
-    print(f"\ncProfile of read_range over partition {r0.partition} (read_committed, {n:,} records), "
-          f"top {top} by own time (GC time lands in whichever function allocated):")
-    print(text[text.index("   ncalls"):].rstrip() if "   ncalls" in text else text)
+    print(
+        f"\ncProfile of read_range over partition {r0.partition} (read_committed, {n:,} records), "
+        f"top {top} by own time (GC time lands in whichever function allocated):"
+    )
+    print(text[text.index("   ncalls") :].rstrip() if "   ncalls" in text else text)
 
 
 def arrow_pieces(r0) -> None:
@@ -600,8 +653,10 @@ def arrow_pieces(r0) -> None:
         "alternative: pa.repeat(string scalar, n)": lambda: pa.repeat(topic_scalar, n),
         "alternative: pa.repeat(int32 scalar, n)": lambda: pa.repeat(int_scalar, n),
     }
-    print(f"\nread_range's flush() taken apart, on the first {n:,} visible records of partition {r0.partition} "
-          f"(one flush's worth; least CPU of 3); decode for comparison:")
+    print(
+        f"\nread_range's flush() taken apart, on the first {n:,} visible records of partition {r0.partition} "
+        f"(one flush's worth; least CPU of 3); decode for comparison:"
+    )
     print(f"  {'decode (batch.record_tuples())':<42}{decode_s * 1e3:>8.1f} ms {decode_s / n * 1e9:>7.0f} ns/record")
     for name, fn in pieces.items():
         seconds = _best(fn)
@@ -623,18 +678,28 @@ def _best(fn: Callable[[], object], runs: int = 3) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", type=int, default=2_000_000,
-                        help="data records written, committed + aborted + plain (default 2000000)")
+    parser.add_argument(
+        "--records",
+        type=int,
+        default=2_000_000,
+        help="data records written, committed + aborted + plain (default 2000000)",
+    )
     parser.add_argument("--partitions", type=int, default=4, help="partitions of the topic (default 4)")
     parser.add_argument("--txn-records", type=int, default=500, help="records per transaction (default 500)")
     parser.add_argument("--abort-every", type=int, default=10, help="abort every A-th transaction (default 10)")
     parser.add_argument("--batch-kb", type=int, default=16, help="record batch size in KiB (default 16)")
     parser.add_argument("--reps", type=int, default=3, help="timed repetitions after the cold one (default 3)")
     parser.add_argument("--cores", type=int, default=2, help="Spark master local[N] (default 2)")
-    parser.add_argument("--work-dir", help="keep the store and its Parquet copy here (default: a scratch "
-                                           "directory under <repo>/.bench-tmp, removed at the end)")
-    parser.add_argument("--reuse", action="store_true",
-                        help="with --work-dir: skip building when it holds a store built with the same parameters")
+    parser.add_argument(
+        "--work-dir",
+        help="keep the store and its Parquet copy here (default: a scratch "
+        "directory under <repo>/.bench-tmp, removed at the end)",
+    )
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="with --work-dir: skip building when it holds a store built with the same parameters",
+    )
     parser.add_argument("--skip-profile", action="store_true", help="skip the in-process profile of read_range")
     parser.add_argument("--top", type=int, default=20, help="functions shown by the cProfile (default 20)")
     args = parser.parse_args()
@@ -663,16 +728,20 @@ def run(spark, workdir: str, args: argparse.Namespace) -> None:
     manifest, root = prepare(workdir, args, spark)
     expected, total = manifest["expected"], manifest["expected"]["total"]
     parquet = os.path.join(workdir, "parquet")
-    store_bytes = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(root) for f in fs
-                      if f.endswith(".log"))
-    parquet_bytes = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(parquet) for f in fs
-                        if f.endswith(".parquet"))
-    print(f"store: topic '{TOPIC}', {len(expected['partitions'])} partitions, {total['data']:,} data records "
-          f"({KEY_BYTES}-byte key, {VALUE_BYTES}-byte value) = {total['committed']:,} committed + "
-          f"{total['aborted']:,} aborted + {total['plain']:,} plain, {total['markers']:,} markers; "
-          f"{total['transactions']:,} transactions of ≤{args.txn_records} records, {total['aborted_txns']:,} "
-          f"aborted; ~{total['records_per_batch']} records per batch; .log files {store_bytes / MiB:.1f} MiB, "
-          f"Parquet {parquet_bytes / MiB:.1f} MiB")
+    store_bytes = sum(
+        os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(root) for f in fs if f.endswith(".log")
+    )
+    parquet_bytes = sum(
+        os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(parquet) for f in fs if f.endswith(".parquet")
+    )
+    print(
+        f"store: topic '{TOPIC}', {len(expected['partitions'])} partitions, {total['data']:,} data records "
+        f"({KEY_BYTES}-byte key, {VALUE_BYTES}-byte value) = {total['committed']:,} committed + "
+        f"{total['aborted']:,} aborted + {total['plain']:,} plain, {total['markers']:,} markers; "
+        f"{total['transactions']:,} transactions of ≤{args.txn_records} records, {total['aborted_txns']:,} "
+        f"aborted; ~{total['records_per_batch']} records per batch; .log files {store_bytes / MiB:.1f} MiB, "
+        f"Parquet {parquet_bytes / MiB:.1f} MiB"
+    )
     runs, rows = run_spark(spark, root, parquet, expected, args.reps)
     rate, med = report_spark(runs, rows, args.reps, args.cores)
     if not args.skip_profile:

@@ -91,8 +91,14 @@ class _TimedOut(BaseException):
     """Raised by SIGALRM inside the command; a BaseException, so the CLI's `except Exception` lets it through."""
 
 
-def txlog(*args: Arg, data_dir: Arg | None = None, env: Mapping[str, str | None] | None = None,
-          timeout: float = 60, input: str | bytes | None = None, text: bool = True) -> CliRun:
+def txlog(
+    *args: Arg,
+    data_dir: Arg | None = None,
+    env: Mapping[str, str | None] | None = None,
+    timeout: float = 60,
+    input: str | bytes | None = None,
+    text: bool = True,
+) -> CliRun:
     """`txlog [--data-dir DIR] ARGS` in this process; stdout/stderr as text (bytes with text=False)."""
     argv = _argv(args, data_dir)
     overrides = _in_process_env(env)
@@ -110,8 +116,13 @@ def txlog(*args: Arg, data_dir: Arg | None = None, env: Mapping[str, str | None]
         _fail_on_a_bug(argv, result)
         _fail_on_threads_left(argv, before)
     out, err = result.stdout_bytes, result.stderr_bytes
-    return CliRun(argv, result.exit_code, _text(out) if text else out, _text(err) if text else err,
-                  result.exception if isinstance(result.exception, SystemExit) else None)
+    return CliRun(
+        argv,
+        result.exit_code,
+        _text(out) if text else out,
+        _text(err) if text else err,
+        result.exception if isinstance(result.exception, SystemExit) else None,
+    )
 
 
 def _app() -> Any:
@@ -130,11 +141,13 @@ def _in_process_env(extra: Mapping[str, str | None] | None) -> dict[str, str | N
     """The variables to set (None: unset) so that the command sees a subprocess's environment."""
     unknown = sorted(set(extra or {}) - IN_PROCESS_ENV)
     if unknown:
-        raise ValueError(f"{unknown} cannot be set in-process (a process reads them at start-up); "
-                         "use txlog_process")
-    env: dict[str, str | None] = {"TXLOG_DATA_DIR": None, "NO_COLOR": "1",
-                                  # without a terminal a process wraps help at COLUMNS, else at 80
-                                  "COLUMNS": os.environ.get("COLUMNS") or "80"}
+        raise ValueError(f"{unknown} cannot be set in-process (a process reads them at start-up); use txlog_process")
+    env: dict[str, str | None] = {
+        "TXLOG_DATA_DIR": None,
+        "NO_COLOR": "1",
+        # without a terminal a process wraps help at COLUMNS, else at 80
+        "COLUMNS": os.environ.get("COLUMNS") or "80",
+    }
     env.update(extra or {})
     return env
 
@@ -186,7 +199,7 @@ def _feed(fd: int, data: bytes) -> None:
     try:
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
     except BrokenPipeError:
         pass  # the command stopped reading, as a process may
     finally:
@@ -232,8 +245,10 @@ def _fail_on_a_bug(argv: list[str], result: Any) -> None:
         if exc is not None and not isinstance(exc.code, (int, type(None))):
             raise AssertionError(f"txlog {argv} exited with {exc.code!r}, not an exit code")
         return
-    raise AssertionError(f"txlog {argv} raised {type(exc).__name__} (a process would print a traceback); "
-                         f"stderr so far: {result.stderr_bytes.decode('utf-8', 'replace')!r}") from exc
+    raise AssertionError(
+        f"txlog {argv} raised {type(exc).__name__} (a process would print a traceback); "
+        f"stderr so far: {result.stderr_bytes.decode('utf-8', 'replace')!r}"
+    ) from exc
 
 
 def _fail_on_threads_left(argv: list[str], before: set[threading.Thread]) -> None:
@@ -251,9 +266,14 @@ def _fail_on_threads_left(argv: list[str], before: set[threading.Thread]) -> Non
 # ---- a real process ---------------------------------------------------------------------------------
 
 
-def txlog_process(*args: Arg, data_dir: Arg | None = None, env: Mapping[str, str] | None = None,
-                  timeout: float = 60, input: str | bytes | None = None,
-                  text: bool = True) -> subprocess.CompletedProcess:
+def txlog_process(
+    *args: Arg,
+    data_dir: Arg | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 60,
+    input: str | bytes | None = None,
+    text: bool = True,
+) -> subprocess.CompletedProcess:
     """`python -m cli.main [--data-dir DIR] ARGS` as a subprocess; stdin inherited unless `input` is given."""
     cmd: list[Arg] = [sys.executable, "-m", "cli.main"]
     if data_dir is not None:
@@ -261,22 +281,31 @@ def txlog_process(*args: Arg, data_dir: Arg | None = None, env: Mapping[str, str
     cmd += list(args)
     if isinstance(input, str) and not text:
         input = input.encode()
-    return subprocess.run(cmd, check=False, cwd=ROOT, env=_env(env), capture_output=True, text=text,
-                          timeout=timeout, input=input)
+    return subprocess.run(
+        cmd, check=False, cwd=ROOT, env=_env(env), capture_output=True, text=text, timeout=timeout, input=input
+    )
 
 
 def python(code: str, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess:
     """`python -c CODE` with the repository importable (for what only a fresh interpreter shows)."""
-    return subprocess.run([sys.executable, "-c", code], check=False, cwd=ROOT, env=_env(env), capture_output=True,
-                          text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-c", code], check=False, cwd=ROOT, env=_env(env), capture_output=True, text=True, timeout=60
+    )
 
 
 def _complete(words: str, cword: int, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess:
     """typer's bash completion protocol, as the shell drives it: a process reading COMP_WORDS/COMP_CWORD."""
     extra = {"_TXLOG_COMPLETE": "complete_bash", "COMP_WORDS": words, "COMP_CWORD": str(cword)}
     extra.update(env or {})
-    return subprocess.run([sys.executable, "-m", "cli.main"], check=False, cwd=ROOT, env=_env(extra),
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "cli.main"],
+        check=False,
+        cwd=ROOT,
+        env=_env(extra),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 # ---- what the tests assert ----------------------------------------------------------------------------
@@ -294,7 +323,7 @@ def assert_one_error(proc: Ran, code: int = 1) -> str:
     assert proc.stdout == ""
     lines = proc.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: "), proc.stderr
-    return lines[0][len("Error: "):]
+    return lines[0][len("Error: ") :]
 
 
 def assert_usage_error(proc: Ran) -> None:

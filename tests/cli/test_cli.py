@@ -34,6 +34,7 @@ def data_dir(tmp_path) -> str:
 
 # ---- global options -----------------------------------------------------------------------------------
 
+
 def test_version_prints_the_package_version_and_nothing_else():
     from txlog import __version__
 
@@ -86,9 +87,20 @@ def test_empty_data_dir_is_a_usage_error(tmp_path):
 
 # ---- topics round trip ----------------------------------------------------------------------------------
 
+
 def test_topics_round_trip(data_dir):
-    proc = txlog("topics", "create", "t", "--partitions", "3", "--config", "segment.bytes=1000",
-                 "-c", "retention.ms=5000", data_dir=data_dir)
+    proc = txlog(
+        "topics",
+        "create",
+        "t",
+        "--partitions",
+        "3",
+        "--config",
+        "segment.bytes=1000",
+        "-c",
+        "retention.ms=5000",
+        data_dir=data_dir,
+    )
     assert_ok(proc)
     assert proc.stdout == ""
     assert proc.stderr == "Created topic t.\n"
@@ -97,14 +109,18 @@ def test_topics_round_trip(data_dir):
 
     proc = txlog("topics", "list", data_dir=data_dir)
     assert_ok(proc)
-    assert proc.stdout.splitlines() == ["Topic  PartitionCount  Size  LogEndOffsets",
-                                        "t      3               0 B   0,0,0"]
+    assert proc.stdout.splitlines() == [
+        "Topic  PartitionCount  Size  LogEndOffsets",
+        "t      3               0 B   0,0,0",
+    ]
 
     proc = txlog("topics", "describe", "t", data_dir=data_dir)
     assert_ok(proc)
     assert proc.stdout.splitlines() == [
-        ("Topic: t\tTopicId: <none>\tPartitionCount: 3\tReplicationFactor: 1\t"
-         "Configs: retention.ms=5000,segment.bytes=1000"),
+        (
+            "Topic: t\tTopicId: <none>\tPartitionCount: 3\tReplicationFactor: 1\t"
+            "Configs: retention.ms=5000,segment.bytes=1000"
+        ),
         "\tTopic: t\tPartition: 0\tLeader: 0\tReplicas: 0\tIsr: 0",
         "\tTopic: t\tPartition: 1\tLeader: 0\tReplicas: 0\tIsr: 0",
         "\tTopic: t\tPartition: 2\tLeader: 0\tReplicas: 0\tIsr: 0",
@@ -118,19 +134,43 @@ def test_topics_round_trip(data_dir):
     assert doc["partitionCount"] == 3 and doc["replicationFactor"] == 1
     assert doc["configs"] == {"retention.ms": 5000, "segment.bytes": 1000}
     assert doc["partitions"][2] == {
-        "partition": 2, "leader": 0, "replicas": [0], "isr": [0], "logStartOffset": 0, "logEndOffset": 0,
-        "lastStableOffset": 0, "size": 0, "segments": 1,
+        "partition": 2,
+        "leader": 0,
+        "replicas": [0],
+        "isr": [0],
+        "logStartOffset": 0,
+        "logEndOffset": 0,
+        "lastStableOffset": 0,
+        "size": 0,
+        "segments": 1,
     }
 
     proc = txlog("topics", "describe", "t", "-o", "table", data_dir=data_dir)
     assert_ok(proc)
     lines = proc.stdout.splitlines()
-    assert lines[0].split() == ["Topic", "Partition", "LogStartOffset", "LogEndOffset", "LastStableOffset",
-                                "Size", "Segments"]
+    assert lines[0].split() == [
+        "Topic",
+        "Partition",
+        "LogStartOffset",
+        "LogEndOffset",
+        "LastStableOffset",
+        "Size",
+        "Segments",
+    ]
     assert [line.split() for line in lines[2:]] == [["t", str(p), "0", "0", "0", "0", "1"] for p in range(3)]
 
-    proc = txlog("topics", "alter", "t", "--partitions", "4", "--config", "segment.bytes=2000",
-                 "--delete-config", "retention.ms", data_dir=data_dir)
+    proc = txlog(
+        "topics",
+        "alter",
+        "t",
+        "--partitions",
+        "4",
+        "--config",
+        "segment.bytes=2000",
+        "--delete-config",
+        "retention.ms",
+        data_dir=data_dir,
+    )
     assert_ok(proc)
     assert proc.stdout == ""
     assert proc.stderr == "Topic t now has 4 partitions.\nCompleted updating config for topic t.\n"
@@ -179,8 +219,15 @@ def test_describe_reports_offsets_of_written_data(data_dir):
     with Store.open(data_dir) as s:
         log = s.partition("t", 1)
         log.append(build_batch([(b"k", b"v", [], 1000)] * 5))
-        log.append(build_batch([(None, b"w", [], 1001)], producer_id=s.allocate_producer_id(),
-                               producer_epoch=0, base_sequence=0, is_transactional=True))
+        log.append(
+            build_batch(
+                [(None, b"w", [], 1001)],
+                producer_id=s.allocate_producer_id(),
+                producer_epoch=0,
+                base_sequence=0,
+                is_transactional=True,
+            )
+        )
     doc = json.loads(txlog("topics", "describe", "t", "-o", "json", data_dir=data_dir).stdout)
     p1 = doc["partitions"][1]
     assert (p1["logStartOffset"], p1["logEndOffset"], p1["lastStableOffset"], p1["segments"]) == (0, 6, 5, 1)
@@ -218,14 +265,18 @@ def test_read_commands_do_not_create_a_store(tmp_path):
 
 # ---- bad input: usage errors vs. errors -------------------------------------------------------------------
 
-@pytest.mark.parametrize("args", [
-    ["topics", "create", "t", "--config", "segment.bytes"],
-    ["topics", "create", "t", "--config", "=5"],
-    ["topics", "alter", "t", "--config", "noequals"],
-    ["topics", "create", "t", "--partitions", "x"],
-    ["topics", "create", "t", "--no-such-option"],
-    ["topics", "describe", "t", "--output", "xml"],
-])
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["topics", "create", "t", "--config", "segment.bytes"],
+        ["topics", "create", "t", "--config", "=5"],
+        ["topics", "alter", "t", "--config", "noequals"],
+        ["topics", "create", "t", "--partitions", "x"],
+        ["topics", "create", "t", "--no-such-option"],
+        ["topics", "describe", "t", "--output", "xml"],
+    ],
+)
 def test_usage_errors_exit_2(data_dir, args):
     make_store(data_dir, t=1)
     before = tree(data_dir)
@@ -238,15 +289,18 @@ def test_alter_with_nothing_to_do_is_a_usage_error(data_dir):
     assert "nothing to alter" in assert_one_error(txlog("topics", "alter", "t", data_dir=data_dir), code=2)
 
 
-@pytest.mark.parametrize("args, phrase", [
-    (["topics", "create", "u", "--config", "no.such.config=1"], "unknown topic config"),
-    (["topics", "create", "u", "--config", "segment.bytes=abc"], "not an integer"),
-    (["topics", "create", "u", "--config", "segment.bytes=1"], "outside"),
-    (["topics", "alter", "t", "--delete-config", "no.such.config"], "unknown topic config"),
-    (["topics", "alter", "t", "--partitions", "3", "--config", "segment.bytes=1"], "outside"),
-    (["topics", "alter", "t", "--partitions", "2"], "must be larger"),
-    (["topics", "alter", "t", "--partitions", "1", "--config", "segment.bytes=5000"], "must be larger"),
-])
+@pytest.mark.parametrize(
+    "args, phrase",
+    [
+        (["topics", "create", "u", "--config", "no.such.config=1"], "unknown topic config"),
+        (["topics", "create", "u", "--config", "segment.bytes=abc"], "not an integer"),
+        (["topics", "create", "u", "--config", "segment.bytes=1"], "outside"),
+        (["topics", "alter", "t", "--delete-config", "no.such.config"], "unknown topic config"),
+        (["topics", "alter", "t", "--partitions", "3", "--config", "segment.bytes=1"], "outside"),
+        (["topics", "alter", "t", "--partitions", "2"], "must be larger"),
+        (["topics", "alter", "t", "--partitions", "1", "--config", "segment.bytes=5000"], "must be larger"),
+    ],
+)
 def test_rejected_changes_change_nothing(data_dir, args, phrase):
     make_store(data_dir, t=2)
     before = tree(data_dir)
@@ -257,10 +311,12 @@ def test_rejected_changes_change_nothing(data_dir, args, phrase):
 def test_scenario_56_unknown_topic_and_bad_partition_counts(data_dir):
     assert_ok(txlog("topics", "create", "t", "-p", "3", data_dir=data_dir))
     before = tree(data_dir)
-    for args in (["topics", "describe", "nosuch"],
-                 ["topics", "delete", "nosuch"],
-                 ["topics", "alter", "nosuch", "--partitions", "5"],
-                 ["topics", "alter", "nosuch", "--config", "retention.ms=1000"]):
+    for args in (
+        ["topics", "describe", "nosuch"],
+        ["topics", "delete", "nosuch"],
+        ["topics", "alter", "nosuch", "--partitions", "5"],
+        ["topics", "alter", "nosuch", "--config", "retention.ms=1000"],
+    ):
         message = assert_one_error(txlog(*args, data_dir=data_dir))
         assert "nosuch" in message and "does not exist" in message
     assert tree(data_dir) == before
@@ -274,11 +330,37 @@ def test_scenario_56_unknown_topic_and_bad_partition_counts(data_dir):
     assert topic_names(txlog("topics", "list", data_dir=data_dir)) == ["t"]
 
 
-@pytest.mark.parametrize("name", [
-    "../x", "a/b", "..", ".", "", "a" * 250, "../../escaped", "/tmp/absolute", "x y", "caf\u00e9",
-    "__internal", "-x",
-], ids=["dotdot-x", "slash", "dotdot", "dot", "empty", "250-chars", "dotdot-dotdot", "absolute", "space",
-        "non-ascii", "internal-prefix", "leading-dash"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "../x",
+        "a/b",
+        "..",
+        ".",
+        "",
+        "a" * 250,
+        "../../escaped",
+        "/tmp/absolute",
+        "x y",
+        "caf\u00e9",
+        "__internal",
+        "-x",
+    ],
+    ids=[
+        "dotdot-x",
+        "slash",
+        "dotdot",
+        "dot",
+        "empty",
+        "250-chars",
+        "dotdot-dotdot",
+        "absolute",
+        "space",
+        "non-ascii",
+        "internal-prefix",
+        "leading-dash",
+    ],
+)
 def test_scenario_57_hostile_topic_names(tmp_path, name):
     data_dir = tmp_path / "data"
     make_store(data_dir, ok=1)
@@ -305,6 +387,7 @@ def test_249_character_name_is_accepted(data_dir):
 
 
 # ---- storage and OS errors end as one line ------------------------------------------------------------------
+
 
 def test_damaged_store_metadata_is_one_error_line(data_dir):
     os.makedirs(data_dir)
@@ -339,6 +422,7 @@ def test_keyboard_interrupt_exits_130(data_dir, monkeypatch):
 
 
 # ---- shell completion ---------------------------------------------------------------------------------------
+
 
 def test_topic_names_are_completed_from_the_store(data_dir):
     for name in ("alpha", "beta", "albatross"):
@@ -397,8 +481,7 @@ def test_demo_twice_in_a_row(data_dir):
             assert phrase in proc.stdout, phrase
         last = proc.stdout.splitlines()[-1]
         assert last.startswith("txlog demo: all ") and "checks passed" in last
-        markers = [line.split() for line in proc.stdout.splitlines()
-                   if line.split()[1:2] in (["ABORT"], ["COMMIT"])]
+        markers = [line.split() for line in proc.stdout.splitlines() if line.split()[1:2] in (["ABORT"], ["COMMIT"])]
         assert [m[1:3] for m in markers] == [["ABORT", "78"], ["COMMIT", "78"]]
     assert topic_names(txlog("topics", "list", data_dir=data_dir)) == DEMO_TOPICS
     doc = json.loads(txlog("topics", "describe", "txlog-demo", "-o", "json", data_dir=data_dir).stdout)

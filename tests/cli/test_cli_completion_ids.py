@@ -38,18 +38,31 @@ def completions(words: str) -> list[str]:
     return sorted(proc.stdout.split())
 
 
-@pytest.mark.parametrize("verb", [
-    "groups describe --group", "groups reset-offsets --group", "groups delete-offsets -g", "consume -t t -g",
-    "process --input t --output t -g",
-])
+@pytest.mark.parametrize(
+    "verb",
+    [
+        "groups describe --group",
+        "groups reset-offsets --group",
+        "groups delete-offsets -g",
+        "consume -t t -g",
+        "process --input t --output t -g",
+    ],
+)
 def test_group_ids_complete_where_a_verb_takes_one(store, verb):
     assert completions(f"txlog --data-dir {store} {verb} b") == ["billing", "bizops"]
     assert completions(f"txlog --data-dir {store} {verb} ") == ["audit", "billing", "bizops"]
 
 
-@pytest.mark.parametrize("verb", [
-    "transactions describe", "commit", "abort", "produce -t t", "process --input t --output t -g g",
-])
+@pytest.mark.parametrize(
+    "verb",
+    [
+        "transactions describe",
+        "commit",
+        "abort",
+        "produce -t t",
+        "process --input t --output t -g g",
+    ],
+)
 def test_transactional_ids_complete_where_a_verb_takes_one(store, verb):
     assert completions(f"txlog --data-dir {store} {verb} --transactional-id lo") == ["loader-1", "loader-2"]
 

@@ -24,11 +24,26 @@ from tests.cli.cli_helpers import ROOT, CliRun, _env, assert_ok, txlog, txlog_pr
 
 # The one meaning of each short flag (docs/cli-conventions.md §1a), written out here independently of cli/flags.py.
 SHORT_FLAGS = {
-    "-t": {"--topic"}, "-p": {"--partition"}, "-g": {"--group"}, "-c": {"--max-messages"}, "-o": {"--offset"},
-    "-f": {"--format"}, "-e": {"--exit-at-end"}, "-J": {"--json-envelope"}, "-u": {"--unbuffered"},
-    "-k": {"--key"}, "-K": set(), "-H": {"--header"}, "-Z": set(), "-z": {"--compression-codec"},
-    "-i": {"--input-topic"}, "-n": {"--transaction-size"}, "-w": {"--workers"}, "-h": {"--help"},
+    "-t": {"--topic"},
+    "-p": {"--partition"},
+    "-g": {"--group"},
+    "-c": {"--max-messages"},
+    "-o": {"--offset"},
+    "-f": {"--format"},
+    "-e": {"--exit-at-end"},
+    "-J": {"--json-envelope"},
+    "-u": {"--unbuffered"},
+    "-k": {"--key"},
+    "-K": set(),
+    "-H": {"--header"},
+    "-Z": set(),
+    "-z": {"--compression-codec"},
+    "-i": {"--input-topic"},
+    "-n": {"--transaction-size"},
+    "-w": {"--workers"},
+    "-h": {"--help"},
 }
+
 
 def _describe(cmd, path: list[str], out: dict) -> None:
     """Every leaf command below `cmd`, with its visible options, short flags and epilog, as the built app has them."""
@@ -37,11 +52,14 @@ def _describe(cmd, path: list[str], out: dict) -> None:
         for name, sub in subs.items():
             _describe(sub, path + [name], out)
         return
-    params = [p for p in cmd.params
-              if not getattr(p, "hidden", False) and getattr(p, "param_type_name", "") != "argument"]
-    out[" ".join(path)] = {"options": [{"opts": list(p.opts) + list(p.secondary_opts), "help": p.help or ""}
-                                       for p in params] + [{"opts": ["-h", "--help"], "help": "help"}],
-                           "epilog": cmd.epilog or ""}
+    params = [
+        p for p in cmd.params if not getattr(p, "hidden", False) and getattr(p, "param_type_name", "") != "argument"
+    ]
+    out[" ".join(path)] = {
+        "options": [{"opts": list(p.opts) + list(p.secondary_opts), "help": p.help or ""} for p in params]
+        + [{"opts": ["-h", "--help"], "help": "help"}],
+        "epilog": cmd.epilog or "",
+    }
 
 
 @pytest.fixture(scope="module")
@@ -79,6 +97,7 @@ def one_usage_error(proc: CliRun) -> str:
 
 # ---- item 8: global options after the verb --------------------------------------------------------
 
+
 def test_global_options_after_the_verb(store, tmp_path):
     proc = txlog("consume", "-t", "t", "-p", "0", "--data-dir", store)
     assert_ok(proc)
@@ -99,6 +118,7 @@ def test_global_options_after_the_verb(store, tmp_path):
 
 
 # ---- item 8: one meaning per short flag --------------------------------------------------------------
+
 
 def test_each_short_flag_means_one_thing_in_every_verb(commands):
     seen: dict[str, set[str]] = {}
@@ -125,6 +145,7 @@ def test_old_spellings_keep_working(store):
 
 
 # ---- item 8: kcat's consume flags --------------------------------------------------------------------
+
 
 def consume(store: str, *args: str) -> list[str]:
     proc = txlog("consume", "-t", "t", "-q", *args, data_dir=store)
@@ -163,8 +184,9 @@ def test_kcat_e_and_offset_errors(store):
 def test_kcat_json_envelope(store):
     lines = consume(store, "-p", "1", "-J")
     docs = [json.loads(line) for line in lines]
-    assert [list(d) for d in docs] == [["topic", "partition", "offset", "tstype", "ts", "broker", "headers", "key",
-                                        "payload"]] * 2
+    assert [list(d) for d in docs] == [
+        ["topic", "partition", "offset", "tstype", "ts", "broker", "headers", "key", "payload"]
+    ] * 2
     assert docs[0]["headers"] == ["h", "x"] and docs[0]["key"] == "k1" and docs[0]["payload"] == "v1"
     assert docs[1]["offset"] == 1 and docs[1]["tstype"] == "create" and isinstance(docs[1]["ts"], int)
     assert lines[0].startswith('{"topic":"t","partition":1,"offset":0,')  # kcat's compact form
@@ -181,10 +203,18 @@ def test_unbuffered_and_iso_timestamps(store):
 
 # ---- item 8: --output on every verb that prints rows, JSON from the write verbs -----------------------
 
-@pytest.mark.parametrize("verb", [
-    ("consume", "-t", "t"), ("verify",), ("topics", "describe"), ("topics", "list"), ("transactions", "list"),
-    ("groups", "list"),
-])
+
+@pytest.mark.parametrize(
+    "verb",
+    [
+        ("consume", "-t", "t"),
+        ("verify",),
+        ("topics", "describe"),
+        ("topics", "list"),
+        ("transactions", "list"),
+        ("groups", "list"),
+    ],
+)
 @pytest.mark.parametrize("output", ["table", "json", "jsonl", "csv"])
 def test_every_row_verb_offers_the_same_formats(store, verb, output):
     proc = txlog(*verb, "--output", output, data_dir=store)
@@ -203,19 +233,40 @@ def test_write_verbs_print_json_results(store):
     again = txlog("topics", "create", "w", "--if-not-exists", "--output", "json", data_dir=store)
     assert json.loads(again.stdout) == {"topic": "w", "created": False}
     # --no-commit leaves its producer to the process's exit: real processes
-    produced = json.loads(txlog_process("produce", "-t", "w", "-p", "1", "--transactional-id", "x", "--no-commit",
-                                        "--output", "json", data_dir=store, input="a\nb\nc\n").stdout)
-    assert produced == {"topic": "w", "records": 3, "partitions": [{"partition": 1, "firstOffset": 0, "lastOffset": 2}],
-                        "transactionalId": "x", "transaction": "open"}
+    produced = json.loads(
+        txlog_process(
+            "produce",
+            "-t",
+            "w",
+            "-p",
+            "1",
+            "--transactional-id",
+            "x",
+            "--no-commit",
+            "--output",
+            "json",
+            data_dir=store,
+            input="a\nb\nc\n",
+        ).stdout
+    )
+    assert produced == {
+        "topic": "w",
+        "records": 3,
+        "partitions": [{"partition": 1, "firstOffset": 0, "lastOffset": 2}],
+        "transactionalId": "x",
+        "transaction": "open",
+    }
     committed = json.loads(txlog("commit", "--transactional-id", "x", "--output", "json", data_dir=store).stdout)
     assert committed["transactionalId"] == "x" and committed["result"] == "committed"
-    assert_ok(txlog_process("produce", "-t", "w", "--transactional-id", "x", "--no-commit", data_dir=store,
-                            input="d\n"))
+    assert_ok(
+        txlog_process("produce", "-t", "w", "--transactional-id", "x", "--no-commit", data_dir=store, input="d\n")
+    )
     aborted = json.loads(txlog("abort", "--transactional-id", "x", "--output", "json", data_dir=store).stdout)
     assert aborted["result"] == "aborted" and aborted["producerId"] == committed["producerId"]
 
 
 # ---- item 9: help --------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("group", [(), ("topics",), ("transactions",), ("groups",)])
 def test_command_summaries_are_whole_on_one_line(group):
@@ -242,14 +293,17 @@ def test_help_and_validation_agree_on_topic_names(tmp_path):
     assert proc.returncode != 0 and "cannot start with '-'" in proc.stderr
 
 
-@pytest.mark.parametrize("args, names", [
-    (("consume", "--bogus"), "--bogus"),
-    (("--bogus",), "--bogus"),
-    (("consume", "-t", "t", "-p", "x"), "'--partition'"),
-    (("abort", "-t", "t", "-p", "-3", "--start-offset", "1"), "must be 0 or more, not -3"),
-    (("verify", "--output", "xml"), "'xml' is not one of"),
-    (("consume",), "'--topic'"),
-])
+@pytest.mark.parametrize(
+    "args, names",
+    [
+        (("consume", "--bogus"), "--bogus"),
+        (("--bogus",), "--bogus"),
+        (("consume", "-t", "t", "-p", "x"), "'--partition'"),
+        (("abort", "-t", "t", "-p", "-3", "--start-offset", "1"), "must be 0 or more, not -3"),
+        (("verify", "--output", "xml"), "'xml' is not one of"),
+        (("consume",), "'--topic'"),
+    ],
+)
 def test_usage_errors_are_one_line_naming_the_option(args, names, tmp_path):
     line = one_usage_error(txlog(*args, data_dir=str(tmp_path)))
     assert names in line and "Input should be" not in line and "Value error" not in line
@@ -257,8 +311,10 @@ def test_usage_errors_are_one_line_naming_the_option(args, names, tmp_path):
 
 # ---- item 10: progress ---------------------------------------------------------------------------------
 
-def run_with_tty_stderr(args: list[str], stdin_data: bytes | list[bytes] | None = None, tty_stdin: bool = False,
-                        timeout: float = 120) -> tuple[int, str]:
+
+def run_with_tty_stderr(
+    args: list[str], stdin_data: bytes | list[bytes] | None = None, tty_stdin: bool = False, timeout: float = 120
+) -> tuple[int, str]:
     """Run txlog with stderr (and optionally stdin) on a pseudo-terminal; (exit code, what stderr showed).
 
     A list of `stdin_data` chunks is written with a pause longer than a progress redraw between
@@ -266,8 +322,14 @@ def run_with_tty_stderr(args: list[str], stdin_data: bytes | list[bytes] | None 
     """
     master, slave = pty.openpty()
     stdin = slave if tty_stdin else subprocess.PIPE
-    proc = subprocess.Popen([sys.executable, "-m", "cli.main", *args], cwd=ROOT, env=_env(), stdin=stdin,
-                            stdout=subprocess.DEVNULL, stderr=slave)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cli.main", *args],
+        cwd=ROOT,
+        env=_env(),
+        stdin=stdin,
+        stdout=subprocess.DEVNULL,
+        stderr=slave,
+    )
     os.close(slave)
     if stdin_data is not None and not tty_stdin:
         chunks = stdin_data if isinstance(stdin_data, list) else [stdin_data]
@@ -332,6 +394,7 @@ def test_produce_from_a_terminal_says_how_to_finish(store):
 
 # ---- item 11: verify's root causes, inspect --verify-index-only's result ------------------------------
 
+
 def test_verify_reports_one_row_per_root_cause(tmp_path):
     d = str(tmp_path / "s")
     assert_ok(txlog("topics", "create", "a", "--config", "segment.bytes=20000", data_dir=d))
@@ -350,7 +413,7 @@ def test_verify_reports_one_row_per_root_cause(tmp_path):
     rows = json.loads(proc.stdout)
     damaged = [r for r in rows if r["file"] == second]
     assert len(damaged) == 1 and "CRC" in damaged[0]["finding"], rows
-    stem = second[:-len(".log")]
+    stem = second[: -len(".log")]
     # nothing the damaged .log explains is a row of its own: its index files' findings are folded under it
     assert not [r for r in rows if r["file"] and r["file"].startswith(stem) and r["file"] != second], rows
     for c in damaged[0]["consequences"]:

@@ -32,8 +32,14 @@ def store(tmp_path):
 
 
 def _live_member(path, instance=None):
-    c = api.Consumer(path, group_id="g", enable_auto_commit=False, heartbeat_interval_ms=50,
-                     group_instance_id=instance, client_id="cli-test")
+    c = api.Consumer(
+        path,
+        group_id="g",
+        enable_auto_commit=False,
+        heartbeat_interval_ms=50,
+        group_instance_id=instance,
+        client_id="cli-test",
+    )
     c.subscribe(["in"])
     c.poll(timeout_ms=0)
     assert c.assignment() == {TP("in", p) for p in range(4)}
@@ -48,13 +54,20 @@ def test_describe_members_state_and_offsets_of_a_live_group(store):
         proc = txlog_process("groups", "describe", "--group", "g", "--members", data_dir=store)
         assert_ok(proc)
         lines = proc.stdout.splitlines()
-        assert lines[0] == "" and lines[1].split() == ["GROUP", "CONSUMER-ID", "GROUP-INSTANCE-ID", "HOST",
-                                                      "CLIENT-ID", "#PARTITIONS"]
+        assert lines[0] == "" and lines[1].split() == [
+            "GROUP",
+            "CONSUMER-ID",
+            "GROUP-INSTANCE-ID",
+            "HOST",
+            "CLIENT-ID",
+            "#PARTITIONS",
+        ]
         row = lines[2].split()
         assert row[0] == "g" and row[1] == member_id and row[2] == "static-1" and row[4:] == ["cli-test", "4"]
 
-        proc = txlog_process("groups", "describe", "--group", "g", "--members", "--verbose", "-o", "json",
-                             data_dir=store)
+        proc = txlog_process(
+            "groups", "describe", "--group", "g", "--members", "--verbose", "-o", "json", data_dir=store
+        )
         [m] = json.loads(proc.stdout)
         assert m["currentAssignment"] == m["targetAssignment"] == "in(0,1,2,3)"
         assert m["currentEpoch"] == m["targetEpoch"] == c.group_metadata().generation_id
@@ -67,16 +80,24 @@ def test_describe_members_state_and_offsets_of_a_live_group(store):
 
         proc = txlog_process("groups", "describe", "--group", "g", "-o", "json", data_dir=store)
         rows = json.loads(proc.stdout)
-        assert [(r["partition"], r["currentOffset"], r["consumerId"]) for r in rows] == \
-            [(0, 2, member_id), (1, None, member_id), (2, None, member_id), (3, None, member_id)]
+        assert [(r["partition"], r["currentOffset"], r["consumerId"]) for r in rows] == [
+            (0, 2, member_id),
+            (1, None, member_id),
+            (2, None, member_id),
+            (3, None, member_id),
+        ]
 
         proc = txlog_process("groups", "list", "--state", data_dir=store)
         assert proc.stdout.splitlines()[1].split() == ["g", "Stable"]
-        assert json.loads(txlog_process("groups", "list", "-o", "json", data_dir=store).stdout) == \
-            [{"group": "g", "state": "Stable"}]
+        assert json.loads(txlog_process("groups", "list", "-o", "json", data_dir=store).stdout) == [
+            {"group": "g", "state": "Stable"}
+        ]
 
-        message = assert_one_error(txlog_process("groups", "reset-offsets", "--group", "g", "--topic", "in",
-                                                 "--to-earliest", "--execute", data_dir=store))
+        message = assert_one_error(
+            txlog_process(
+                "groups", "reset-offsets", "--group", "g", "--topic", "in", "--to-earliest", "--execute", data_dir=store
+            )
+        )
         assert "inactive" in message and "Stable" in message
     finally:
         c.close()
@@ -92,9 +113,29 @@ def test_describe_members_state_and_offsets_of_a_live_group(store):
 
 
 def test_process_workers_split_the_input_and_emit_each_record_once(store):
-    proc = txlog_process("process", "-i", "in", "-o", "out", "-g", "up", "--transactional-id", "up", "--workers",
-                         "3", "--heartbeat-interval-ms", "100", "-n", "3", "--", "tr", "a-z", "A-Z", data_dir=store,
-                         timeout=120)
+    proc = txlog_process(
+        "process",
+        "-i",
+        "in",
+        "-o",
+        "out",
+        "-g",
+        "up",
+        "--transactional-id",
+        "up",
+        "--workers",
+        "3",
+        "--heartbeat-interval-ms",
+        "100",
+        "-n",
+        "3",
+        "--",
+        "tr",
+        "a-z",
+        "A-Z",
+        data_dir=store,
+        timeout=120,
+    )
     assert_ok(proc)
     assert proc.stderr.count("Processed") == 3  # one summary per worker
     assert "[worker 0]" in proc.stderr and "[worker 2]" in proc.stderr
@@ -104,14 +145,37 @@ def test_process_workers_split_the_input_and_emit_each_record_once(store):
     reader.close()
     assert sorted(values) == sorted(b"V%d" % i for i in range(20))
     with api.Admin(store) as admin:
-        assert {tp.partition: om.offset for tp, om in admin.list_consumer_group_offsets("up").items()} == \
-            {0: 5, 1: 5, 2: 5, 3: 5}
+        assert {tp.partition: om.offset for tp, om in admin.list_consumer_group_offsets("up").items()} == {
+            0: 5,
+            1: 5,
+            2: 5,
+            3: 5,
+        }
         assert admin.list_consumer_group_states()["up"] == "Empty"  # every worker left when it was done
 
 
 def test_process_rejects_a_static_id_for_several_workers(store):
-    assert_one_error(txlog("process", "-i", "in", "-o", "out", "-g", "up", "--transactional-id", "up", "--workers",
-                           "2", "--group-instance-id", "a", "--", "cat", data_dir=store), code=2)
+    assert_one_error(
+        txlog(
+            "process",
+            "-i",
+            "in",
+            "-o",
+            "out",
+            "-g",
+            "up",
+            "--transactional-id",
+            "up",
+            "--workers",
+            "2",
+            "--group-instance-id",
+            "a",
+            "--",
+            "cat",
+            data_dir=store,
+        ),
+        code=2,
+    )
 
 
 def test_a_damaged_group_record_lists_as_unknown_and_describes_as_one_error(store):
@@ -125,4 +189,5 @@ def test_a_damaged_group_record_lists_as_unknown_and_describes_as_one_error(stor
     assert_ok(proc)
     assert ["bad", "Unknown"] in [line.split() for line in proc.stdout.splitlines()]
     assert "truncated generation" in assert_one_error(
-        txlog("groups", "describe", "--group", "bad", "--members", data_dir=store))
+        txlog("groups", "describe", "--group", "bad", "--members", data_dir=store)
+    )

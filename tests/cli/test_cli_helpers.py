@@ -17,14 +17,17 @@ from tests.cli.cli_helpers import (
 )
 
 
-@pytest.mark.parametrize("args", [
-    ("--help",),
-    ("topics", "create", "--help"),
-    ("consume", "--bogus"),
-    ("topics", "create", b"\xfft"),
-    ("consume", "-t", "t", "-g", b"g\xff"),  # the message names the argument as typed, read from sys.argv
-    ("produce", "-t", "t", "-k", b"k\xff"),
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--help",),
+        ("topics", "create", "--help"),
+        ("consume", "--bogus"),
+        ("topics", "create", b"\xfft"),
+        ("consume", "-t", "t", "-g", b"g\xff"),  # the message names the argument as typed, read from sys.argv
+        ("produce", "-t", "t", "-k", b"k\xff"),
+    ],
+)
 def test_in_process_and_process_print_the_same(tmp_path, args):
     make_store(tmp_path / "here", t=1)
     make_store(tmp_path / "there", t=1)

@@ -41,21 +41,55 @@ def build(root: str) -> None:
         store.create_topic("orders", 1, {"index.interval.bytes": 0})  # index every batch after the first
         log = store.partition("orders", 0)
         log.append(build_batch([(b"k1", b"hello", [("h1", b"x"), ("h2", None)], T0), (None, b"world", None, T0 + 5)]))
-        log.append(build_batch([(b"a", b"aborted", None, T0 + 10)], producer_id=7, producer_epoch=0,
-                               base_sequence=0, is_transactional=True))
+        log.append(
+            build_batch(
+                [(b"a", b"aborted", None, T0 + 10)],
+                producer_id=7,
+                producer_epoch=0,
+                base_sequence=0,
+                is_transactional=True,
+            )
+        )
         log.append_marker(ControlType.ABORT, 7, 0, coordinator_epoch=0, timestamp=T0 + 20)
-        log.append(build_batch([(None, b"c1", None, T0 + 30), (None, b"c2", None, T0 + 31)], producer_id=8,
-                               producer_epoch=1, base_sequence=0, is_transactional=True))
+        log.append(
+            build_batch(
+                [(None, b"c1", None, T0 + 30), (None, b"c2", None, T0 + 31)],
+                producer_id=8,
+                producer_epoch=1,
+                base_sequence=0,
+                is_transactional=True,
+            )
+        )
         log.append_marker(ControlType.COMMIT, 8, 1, coordinator_epoch=3, timestamp=T0 + 40)
         store.create_topic("internal", 1)
         log = store.partition("internal", 0)
-        value = TxnLogValue(producer_id=5, producer_epoch=2, timeout_ms=60000, state=TxnState.ONGOING,
-                            partitions=(("orders", 0), ("orders", 1)), last_update_ms=T0 + 50, start_ms=T0 + 45)
-        log.append(build_batch([(encode_key("tx-1"), encode_value(value), None, T0 + 50),
-                                (encode_key("tx-2"), None, None, T0 + 51)]))
-        log.append(build_batch([(encode_offset_key(OffsetKey("g1", "orders", 0)),
-                                 encode_offset_value(OffsetValue(42, "", T0 + 60, 1)), None, T0 + 60),
-                                (encode_offset_key(OffsetKey("g1", "orders", 1)), None, None, T0 + 61)]))
+        value = TxnLogValue(
+            producer_id=5,
+            producer_epoch=2,
+            timeout_ms=60000,
+            state=TxnState.ONGOING,
+            partitions=(("orders", 0), ("orders", 1)),
+            last_update_ms=T0 + 50,
+            start_ms=T0 + 45,
+        )
+        log.append(
+            build_batch(
+                [(encode_key("tx-1"), encode_value(value), None, T0 + 50), (encode_key("tx-2"), None, None, T0 + 51)]
+            )
+        )
+        log.append(
+            build_batch(
+                [
+                    (
+                        encode_offset_key(OffsetKey("g1", "orders", 0)),
+                        encode_offset_value(OffsetValue(42, "", T0 + 60, 1)),
+                        None,
+                        T0 + 60,
+                    ),
+                    (encode_offset_key(OffsetKey("g1", "orders", 1)), None, None, T0 + 61),
+                ]
+            )
+        )
     finally:
         store.close()
 
@@ -71,34 +105,49 @@ def seg(store_dir: str, topic: str, suffix: str, base: int = 0) -> str:
     return os.path.join(store_dir, f"{topic}-0", segment_filename(base, suffix))
 
 
-B0 = ("baseOffset: 0 lastOffset: 1 count: 2 baseSequence: -1 lastSequence: -1 producerId: -1 producerEpoch: -1 "
-      "partitionLeaderEpoch: 0 isTransactional: false isControl: false deleteHorizonMs: OptionalLong.empty "
-      "position: 0 CreateTime: 1700000000005 size: 96 magic: 2 compresscodec: none crc: 2554458834 isvalid: true")
-B2 = ("baseOffset: 2 lastOffset: 2 count: 1 baseSequence: 0 lastSequence: 0 producerId: 7 producerEpoch: 0 "
-      "partitionLeaderEpoch: 0 isTransactional: true isControl: false deleteHorizonMs: OptionalLong.empty "
-      "position: 96 CreateTime: 1700000000010 size: 76 magic: 2 compresscodec: none crc: 2822438010 isvalid: true")
-B3 = ("baseOffset: 3 lastOffset: 3 count: 1 baseSequence: -1 lastSequence: -1 producerId: 7 producerEpoch: 0 "
-      "partitionLeaderEpoch: 0 isTransactional: true isControl: true deleteHorizonMs: OptionalLong.empty "
-      "position: 172 CreateTime: 1700000000020 size: 78 magic: 2 compresscodec: none crc: 2046167063 isvalid: true")
-B4 = ("baseOffset: 4 lastOffset: 5 count: 2 baseSequence: 0 lastSequence: 1 producerId: 8 producerEpoch: 1 "
-      "partitionLeaderEpoch: 0 isTransactional: true isControl: false deleteHorizonMs: OptionalLong.empty "
-      "position: 250 CreateTime: 1700000000031 size: 79 magic: 2 compresscodec: none crc: 2131165459 isvalid: true")
-B6 = ("baseOffset: 6 lastOffset: 6 count: 1 baseSequence: -1 lastSequence: -1 producerId: 8 producerEpoch: 1 "
-      "partitionLeaderEpoch: 0 isTransactional: true isControl: true deleteHorizonMs: OptionalLong.empty "
-      "position: 329 CreateTime: 1700000000040 size: 78 magic: 2 compresscodec: none crc: 1443809995 isvalid: true")
+B0 = (
+    "baseOffset: 0 lastOffset: 1 count: 2 baseSequence: -1 lastSequence: -1 producerId: -1 producerEpoch: -1 "
+    "partitionLeaderEpoch: 0 isTransactional: false isControl: false deleteHorizonMs: OptionalLong.empty "
+    "position: 0 CreateTime: 1700000000005 size: 96 magic: 2 compresscodec: none crc: 2554458834 isvalid: true"
+)
+B2 = (
+    "baseOffset: 2 lastOffset: 2 count: 1 baseSequence: 0 lastSequence: 0 producerId: 7 producerEpoch: 0 "
+    "partitionLeaderEpoch: 0 isTransactional: true isControl: false deleteHorizonMs: OptionalLong.empty "
+    "position: 96 CreateTime: 1700000000010 size: 76 magic: 2 compresscodec: none crc: 2822438010 isvalid: true"
+)
+B3 = (
+    "baseOffset: 3 lastOffset: 3 count: 1 baseSequence: -1 lastSequence: -1 producerId: 7 producerEpoch: 0 "
+    "partitionLeaderEpoch: 0 isTransactional: true isControl: true deleteHorizonMs: OptionalLong.empty "
+    "position: 172 CreateTime: 1700000000020 size: 78 magic: 2 compresscodec: none crc: 2046167063 isvalid: true"
+)
+B4 = (
+    "baseOffset: 4 lastOffset: 5 count: 2 baseSequence: 0 lastSequence: 1 producerId: 8 producerEpoch: 1 "
+    "partitionLeaderEpoch: 0 isTransactional: true isControl: false deleteHorizonMs: OptionalLong.empty "
+    "position: 250 CreateTime: 1700000000031 size: 79 magic: 2 compresscodec: none crc: 2131165459 isvalid: true"
+)
+B6 = (
+    "baseOffset: 6 lastOffset: 6 count: 1 baseSequence: -1 lastSequence: -1 producerId: 8 producerEpoch: 1 "
+    "partitionLeaderEpoch: 0 isTransactional: true isControl: true deleteHorizonMs: OptionalLong.empty "
+    "position: 329 CreateTime: 1700000000040 size: 78 magic: 2 compresscodec: none crc: 1443809995 isvalid: true"
+)
 
 R0 = "| offset: 0 CreateTime: 1700000000000 keySize: 2 valueSize: 5 sequence: -1 headerKeys: [h1,h2]"
 R1 = "| offset: 1 CreateTime: 1700000000005 keySize: -1 valueSize: 5 sequence: -1 headerKeys: []"
 R2 = "| offset: 2 CreateTime: 1700000000010 keySize: 1 valueSize: 7 sequence: 0 headerKeys: []"
-R3 = ("| offset: 3 CreateTime: 1700000000020 keySize: 4 valueSize: 6 sequence: -1 headerKeys: [] "
-      "endTxnMarker: ABORT coordinatorEpoch: 0")
+R3 = (
+    "| offset: 3 CreateTime: 1700000000020 keySize: 4 valueSize: 6 sequence: -1 headerKeys: [] "
+    "endTxnMarker: ABORT coordinatorEpoch: 0"
+)
 R4 = "| offset: 4 CreateTime: 1700000000030 keySize: -1 valueSize: 2 sequence: 0 headerKeys: []"
 R5 = "| offset: 5 CreateTime: 1700000000031 keySize: -1 valueSize: 2 sequence: 1 headerKeys: []"
-R6 = ("| offset: 6 CreateTime: 1700000000040 keySize: 4 valueSize: 6 sequence: -1 headerKeys: [] "
-      "endTxnMarker: COMMIT coordinatorEpoch: 3")
+R6 = (
+    "| offset: 6 CreateTime: 1700000000040 keySize: 4 valueSize: 6 sequence: -1 headerKeys: [] "
+    "endTxnMarker: COMMIT coordinatorEpoch: 3"
+)
 
 
 # ---- .log -----------------------------------------------------------------------------------------
+
 
 def test_log_batch_lines_only(store_dir):
     path = seg(store_dir, "orders", ".log")
@@ -108,18 +157,40 @@ def test_log_batch_lines_only(store_dir):
 def test_log_deep_iteration_without_data(store_dir):
     path = seg(store_dir, "orders", ".log")
     assert ok_lines(txlog("inspect", path, "--deep-iteration")) == [
-        f"Dumping {path}", "Log starting offset: 0", B0, R0, R1, B2, R2, B3, R3, B4, R4, R5, B6, R6]
+        f"Dumping {path}",
+        "Log starting offset: 0",
+        B0,
+        R0,
+        R1,
+        B2,
+        R2,
+        B3,
+        R3,
+        B4,
+        R4,
+        R5,
+        B6,
+        R6,
+    ]
 
 
 def test_log_print_data_log(store_dir):
     path = seg(store_dir, "orders", ".log")
     assert ok_lines(txlog("inspect", "--print-data-log", path)) == [
-        f"Dumping {path}", "Log starting offset: 0",
-        B0, R0 + " key: k1 payload: hello", R1 + " payload: world",
-        B2, R2 + " key: a payload: aborted",
-        B3, R3,
-        B4, R4 + " payload: c1", R5 + " payload: c2",
-        B6, R6,
+        f"Dumping {path}",
+        "Log starting offset: 0",
+        B0,
+        R0 + " key: k1 payload: hello",
+        R1 + " payload: world",
+        B2,
+        R2 + " key: a payload: aborted",
+        B3,
+        R3,
+        B4,
+        R4 + " payload: c1",
+        R5 + " payload: c2",
+        B6,
+        R6,
     ]
 
 
@@ -127,12 +198,20 @@ def test_log_skip_record_metadata_quirks(store_dir):
     """Kafka's quirks: a null key leaves ` payload: v` with no '|'; a control record prints an empty line."""
     path = seg(store_dir, "orders", ".log")
     assert ok_lines(txlog("inspect", "--print-data-log", "--skip-record-metadata", path)) == [
-        f"Dumping {path}", "Log starting offset: 0",
-        B0, "| key: k1 payload: hello", " payload: world",
-        B2, "| key: a payload: aborted",
-        B3, "",
-        B4, " payload: c1", " payload: c2",
-        B6, "",
+        f"Dumping {path}",
+        "Log starting offset: 0",
+        B0,
+        "| key: k1 payload: hello",
+        " payload: world",
+        B2,
+        "| key: a payload: aborted",
+        B3,
+        "",
+        B4,
+        " payload: c1",
+        " payload: c2",
+        B6,
+        "",
     ]
 
 
@@ -140,10 +219,16 @@ def test_log_max_bytes_stops_at_last_whole_batch(store_dir):
     path = seg(store_dir, "orders", ".log")
     # 250 bytes hold the first three batches; the trailing-bytes check is skipped with --max-bytes.
     assert ok_lines(txlog("inspect", "--max-bytes", "260", path)) == [
-        f"Dumping {path}", "Log starting offset: 0", B0, B2, B3]
+        f"Dumping {path}",
+        "Log starting offset: 0",
+        B0,
+        B2,
+        B3,
+    ]
 
 
 # ---- .index, .timeindex, .txnindex, .snapshot ----------------------------------------------------
+
 
 def test_index_timeindex_txnindex_and_snapshot_dump_lines(store_dir):
     index, timeindex = seg(store_dir, "orders", ".index"), seg(store_dir, "orders", ".timeindex")
@@ -162,27 +247,38 @@ def test_index_timeindex_txnindex_and_snapshot_dump_lines(store_dir):
         f"Dumping {txnindex}",
         "version: 0 producerId: 7 firstOffset: 2 lastOffset: 3 lastStableOffset: 4",
         f"Dumping {snapshot}",
-        ("producerId: 7 producerEpoch: 0 coordinatorEpoch: 0 currentTxnFirstOffset: OptionalLong.empty "
-        "lastTimestamp: 1700000000020 firstSequence: 0 lastSequence: 0 lastOffset: 2 offsetDelta: 0 "
-        "timestamp: 1700000000020"),
-        ("producerId: 8 producerEpoch: 1 coordinatorEpoch: 3 currentTxnFirstOffset: OptionalLong.empty "
-        "lastTimestamp: 1700000000040 firstSequence: 0 lastSequence: 1 lastOffset: 5 offsetDelta: 1 "
-        "timestamp: 1700000000040"),
+        (
+            "producerId: 7 producerEpoch: 0 coordinatorEpoch: 0 currentTxnFirstOffset: OptionalLong.empty "
+            "lastTimestamp: 1700000000020 firstSequence: 0 lastSequence: 0 lastOffset: 2 offsetDelta: 0 "
+            "timestamp: 1700000000020"
+        ),
+        (
+            "producerId: 8 producerEpoch: 1 coordinatorEpoch: 3 currentTxnFirstOffset: OptionalLong.empty "
+            "lastTimestamp: 1700000000040 firstSequence: 0 lastSequence: 1 lastOffset: 5 offsetDelta: 1 "
+            "timestamp: 1700000000040"
+        ),
     ]
 
 
 def test_snapshot_open_transaction_and_no_batch(tmp_path):
     from storage.producer_snapshot import SnapshotEntry, write_snapshot
 
-    path = write_snapshot(str(tmp_path), 12, [SnapshotEntry(1004, 0, 371, 371, 1, T0, -1, 5),
-                                              SnapshotEntry(3, 2, -1, -1, 0, T0 + 1, 4, -1)])
+    path = write_snapshot(
+        str(tmp_path),
+        12,
+        [SnapshotEntry(1004, 0, 371, 371, 1, T0, -1, 5), SnapshotEntry(3, 2, -1, -1, 0, T0 + 1, 4, -1)],
+    )
     assert ok_lines(txlog("inspect", path)) == [
         f"Dumping {path}",
-        ("producerId: 3 producerEpoch: 2 coordinatorEpoch: 4 currentTxnFirstOffset: OptionalLong.empty "
-        "lastTimestamp: 1700000000001 "),
-        ("producerId: 1004 producerEpoch: 0 coordinatorEpoch: -1 currentTxnFirstOffset: OptionalLong[5] "
-        "lastTimestamp: 1700000000000 firstSequence: 370 lastSequence: 371 lastOffset: 371 offsetDelta: 1 "
-        "timestamp: 1700000000000"),
+        (
+            "producerId: 3 producerEpoch: 2 coordinatorEpoch: 4 currentTxnFirstOffset: OptionalLong.empty "
+            "lastTimestamp: 1700000000001 "
+        ),
+        (
+            "producerId: 1004 producerEpoch: 0 coordinatorEpoch: -1 currentTxnFirstOffset: OptionalLong[5] "
+            "lastTimestamp: 1700000000000 firstSequence: 370 lastSequence: 371 lastOffset: 371 offsetDelta: 1 "
+            "timestamp: 1700000000000"
+        ),
     ]
 
 
@@ -197,23 +293,33 @@ def test_empty_index_and_unknown_file(store_dir):
 
 # ---- decoders -------------------------------------------------------------------------------------
 
-I0 = ("baseOffset: 0 lastOffset: 1 count: 2 baseSequence: -1 lastSequence: -1 producerId: -1 producerEpoch: -1 "
-      "partitionLeaderEpoch: 0 isTransactional: false isControl: false deleteHorizonMs: OptionalLong.empty "
-      "position: 0 CreateTime: 1700000000051 size: 148 magic: 2 compresscodec: none crc: 1425873168 isvalid: true")
-I2 = ("baseOffset: 2 lastOffset: 3 count: 2 baseSequence: -1 lastSequence: -1 producerId: -1 producerEpoch: -1 "
-      "partitionLeaderEpoch: 0 isTransactional: false isControl: false deleteHorizonMs: OptionalLong.empty "
-      "position: 148 CreateTime: 1700000000061 size: 135 magic: 2 compresscodec: none crc: 1308927012 isvalid: true")
+I0 = (
+    "baseOffset: 0 lastOffset: 1 count: 2 baseSequence: -1 lastSequence: -1 producerId: -1 producerEpoch: -1 "
+    "partitionLeaderEpoch: 0 isTransactional: false isControl: false deleteHorizonMs: OptionalLong.empty "
+    "position: 0 CreateTime: 1700000000051 size: 148 magic: 2 compresscodec: none crc: 1425873168 isvalid: true"
+)
+I2 = (
+    "baseOffset: 2 lastOffset: 3 count: 2 baseSequence: -1 lastSequence: -1 producerId: -1 producerEpoch: -1 "
+    "partitionLeaderEpoch: 0 isTransactional: false isControl: false deleteHorizonMs: OptionalLong.empty "
+    "position: 148 CreateTime: 1700000000061 size: 135 magic: 2 compresscodec: none crc: 1308927012 isvalid: true"
+)
 
 
 def test_transaction_log_decoder(store_dir):
     path = seg(store_dir, "internal", ".log")
     assert ok_lines(txlog("inspect", "--transaction-log-decoder", "--max-bytes", "148", path)) == [
-        f"Dumping {path}", "Log starting offset: 0", I0,
-        ("| offset: 0 CreateTime: 1700000000050 keySize: 8 valueSize: 56 sequence: -1 headerKeys: [] "
-        "key: transaction_metadata::transactionalId=tx-1 payload: producerId:5,producerEpoch:2,state=Ongoing,"
-        "partitions=[orders-0,orders-1],txnLastUpdateTimestamp=1700000000050,txnTimeoutMs=60000"),
-        ("| offset: 1 CreateTime: 1700000000051 keySize: 8 valueSize: -1 sequence: -1 headerKeys: [] "
-        "key: transaction_metadata::transactionalId=tx-2 payload: <DELETE>"),
+        f"Dumping {path}",
+        "Log starting offset: 0",
+        I0,
+        (
+            "| offset: 0 CreateTime: 1700000000050 keySize: 8 valueSize: 56 sequence: -1 headerKeys: [] "
+            "key: transaction_metadata::transactionalId=tx-1 payload: producerId:5,producerEpoch:2,state=Ongoing,"
+            "partitions=[orders-0,orders-1],txnLastUpdateTimestamp=1700000000050,txnTimeoutMs=60000"
+        ),
+        (
+            "| offset: 1 CreateTime: 1700000000051 keySize: 8 valueSize: -1 sequence: -1 headerKeys: [] "
+            "key: transaction_metadata::transactionalId=tx-2 payload: <DELETE>"
+        ),
     ]
 
 
@@ -223,11 +329,16 @@ def test_offsets_decoder_prints_commits_as_kafka_json(store_dir):
     assert lines[:3] == [f"Dumping {path}", "Log starting offset: 0", I0]
     assert lines[-3:] == [
         I2,
-        ("| offset: 2 CreateTime: 1700000000060 keySize: 18 valueSize: 24 sequence: -1 headerKeys: [] "
-        'key: {"type":"1","data":{"group":"g1","topic":"orders","partition":0}} '
-        'payload: {"version":"3","data":{"offset":42,"leaderEpoch":1,"metadata":"","commitTimestamp":1700000000060}}'),
-        ("| offset: 3 CreateTime: 1700000000061 keySize: 18 valueSize: -1 sequence: -1 headerKeys: [] "
-        'key: {"type":"1","data":{"group":"g1","topic":"orders","partition":1}} payload: <DELETE>'),
+        (
+            "| offset: 2 CreateTime: 1700000000060 keySize: 18 valueSize: 24 sequence: -1 headerKeys: [] "
+            'key: {"type":"1","data":{"group":"g1","topic":"orders","partition":0}} '
+            'payload: {"version":"3","data":{"offset":42,"leaderEpoch":1,"metadata":"",'
+            '"commitTimestamp":1700000000060}}'
+        ),
+        (
+            "| offset: 3 CreateTime: 1700000000061 keySize: 18 valueSize: -1 sequence: -1 headerKeys: [] "
+            'key: {"type":"1","data":{"group":"g1","topic":"orders","partition":1}} payload: <DELETE>'
+        ),
     ]
 
 
@@ -239,14 +350,20 @@ def test_two_decoders_is_a_usage_error(store_dir):
 
 # ---- verification ---------------------------------------------------------------------------------
 
+
 def test_verify_index_only_and_sanity_check_pass(store_dir):
     index, timeindex = seg(store_dir, "orders", ".index"), seg(store_dir, "orders", ".timeindex")
     assert ok_lines(txlog("inspect", "--verify-index-only", index, timeindex)) == [
-        f"Dumping {index}", f"Dumping {timeindex}",
-        "Verified 2 index files against their logs: every entry matches."]  # txlog's one-line result
+        f"Dumping {index}",
+        f"Dumping {timeindex}",
+        "Verified 2 index files against their logs: every entry matches.",
+    ]  # txlog's one-line result
     assert ok_lines(txlog("inspect", "--index-sanity-check", index, timeindex)) == [
-        f"Dumping {index}", f"{index} passed sanity check.",
-        f"Dumping {timeindex}", f"{timeindex} passed sanity check."]
+        f"Dumping {index}",
+        f"{index} passed sanity check.",
+        f"Dumping {timeindex}",
+        f"{timeindex} passed sanity check.",
+    ]
 
 
 def _copy_partition(store_dir: str, tmp_path) -> str:
@@ -300,7 +417,8 @@ def test_corrupt_time_index_and_failed_sanity_check_exit_3(store_dir, tmp_path):
     assert proc.stdout.splitlines() == [f"Dumping {index}"]
     assert proc.stderr.splitlines()[0] == (
         f"{index} failed sanity check: Index file {os.path.abspath(index)} is corrupt, found 35 bytes which is "
-        "neither positive nor a multiple of 8")
+        "neither positive nor a multiple of 8"
+    )
 
 
 def test_corrupt_snapshot_exits_3(store_dir, tmp_path):
@@ -329,13 +447,15 @@ def test_trailing_garbage_is_reported_and_exits_3(store_dir, tmp_path):
 
 # ---- directories, real Kafka files, JSON ----------------------------------------------------------
 
+
 def test_directory_and_default_data_dir(store_dir):
     lines = ok_lines(txlog("inspect", data_dir=store_dir))
-    dumped = [line[len("Dumping "):] for line in lines if line.startswith("Dumping ")]
-    assert dumped == [seg(store_dir, "internal", s) for s in (".index", ".log", ".timeindex")] + \
-        [seg(store_dir, "internal", ".snapshot", 4)] + \
-        [seg(store_dir, "orders", s) for s in (".index", ".log", ".timeindex", ".txnindex")] + \
-        [seg(store_dir, "orders", ".snapshot", 7)]
+    dumped = [line[len("Dumping ") :] for line in lines if line.startswith("Dumping ")]
+    assert dumped == [seg(store_dir, "internal", s) for s in (".index", ".log", ".timeindex")] + [
+        seg(store_dir, "internal", ".snapshot", 4)
+    ] + [seg(store_dir, "orders", s) for s in (".index", ".log", ".timeindex", ".txnindex")] + [
+        seg(store_dir, "orders", ".snapshot", 7)
+    ]
 
 
 def _digest(root: str) -> dict[str, str]:
@@ -354,13 +474,17 @@ def test_real_kafka_dir_read_only(kafka_real_copy):
     assert ok_lines(txlog("inspect", "--deep-iteration", kafka_real_copy)) == [
         f"Dumping {path}",
         "Log starting offset: 0",
-        ("baseOffset: 1 lastOffset: 1 count: 1 baseSequence: -1 lastSequence: -1 producerId: -1 producerEpoch: -1 "
-        "partitionLeaderEpoch: 1 isTransactional: false isControl: false deleteHorizonMs: OptionalLong.empty "
-        "position: 0 CreateTime: 1726045943832 size: 91 magic: 2 compresscodec: none crc: 2959689084 isvalid: true"),
+        (
+            "baseOffset: 1 lastOffset: 1 count: 1 baseSequence: -1 lastSequence: -1 producerId: -1 producerEpoch: -1 "
+            "partitionLeaderEpoch: 1 isTransactional: false isControl: false deleteHorizonMs: OptionalLong.empty "
+            "position: 0 CreateTime: 1726045943832 size: 91 magic: 2 compresscodec: none crc: 2959689084 isvalid: true"
+        ),
         "| offset: 1 CreateTime: 1726045943832 keySize: -1 valueSize: 23 sequence: -1 headerKeys: []",
-        ("baseOffset: 2 lastOffset: 3 count: 2 baseSequence: -1 lastSequence: -1 producerId: -1 producerEpoch: -1 "
-        "partitionLeaderEpoch: 1 isTransactional: false isControl: false deleteHorizonMs: OptionalLong.empty "
-        "position: 91 CreateTime: 1726045957397 size: 167 magic: 2 compresscodec: none crc: 204248102 isvalid: true"),
+        (
+            "baseOffset: 2 lastOffset: 3 count: 2 baseSequence: -1 lastSequence: -1 producerId: -1 producerEpoch: -1 "
+            "partitionLeaderEpoch: 1 isTransactional: false isControl: false deleteHorizonMs: OptionalLong.empty "
+            "position: 91 CreateTime: 1726045957397 size: 167 magic: 2 compresscodec: none crc: 204248102 isvalid: true"
+        ),
         "| offset: 2 CreateTime: 1726045957397 keySize: -1 valueSize: 25 sequence: -1 headerKeys: []",
         "| offset: 3 CreateTime: 1726045957397 keySize: -1 valueSize: 65 sequence: -1 headerKeys: []",
     ]
@@ -374,13 +498,32 @@ def test_json_and_jsonl(store_dir):
     batches = doc[0]["batches"]
     assert [b["baseOffset"] for b in batches] == [0, 2, 3, 4, 6]
     assert batches[2]["isControl"] is True and batches[2]["size"] == 78
-    assert batches[2]["records"] == [{
-        "offset": 3, "timestampType": "CreateTime", "timestamp": T0 + 20, "keySize": 4, "valueSize": 6,
-        "sequence": -1, "headerKeys": [], "controlType": "ABORT", "controlTypeId": 0, "coordinatorEpoch": 0}]
+    assert batches[2]["records"] == [
+        {
+            "offset": 3,
+            "timestampType": "CreateTime",
+            "timestamp": T0 + 20,
+            "keySize": 4,
+            "valueSize": 6,
+            "sequence": -1,
+            "headerKeys": [],
+            "controlType": "ABORT",
+            "controlTypeId": 0,
+            "coordinatorEpoch": 0,
+        }
+    ]
     lines = ok_lines(txlog("inspect", "--output", "jsonl", seg(store_dir, "orders", ".txnindex")))
-    assert [json.loads(line) for line in lines] == [{
-        "file": seg(store_dir, "orders", ".txnindex"), "type": "abortedTxn", "version": 0, "producerId": 7,
-        "firstOffset": 2, "lastOffset": 3, "lastStableOffset": 4}]
+    assert [json.loads(line) for line in lines] == [
+        {
+            "file": seg(store_dir, "orders", ".txnindex"),
+            "type": "abortedTxn",
+            "version": 0,
+            "producerId": 7,
+            "firstOffset": 2,
+            "lastOffset": 3,
+            "lastStableOffset": 4,
+        }
+    ]
 
 
 def ok_lines_text(proc: Ran) -> str:

@@ -27,12 +27,27 @@ def _argv(data_dir: str, *args: str) -> list[str]:
 
 
 def _process_args(*cmd: str, size: int = 10, group: str = GROUP, extra: tuple[str, ...] = ()) -> tuple[str, ...]:
-    return ("process", "--input", "in", "--output", "out", "--group", group, "--transactional-id", TXN_ID,
-            "--transaction-size", str(size), *extra, "--", *cmd)
+    return (
+        "process",
+        "--input",
+        "in",
+        "--output",
+        "out",
+        "--group",
+        group,
+        "--transactional-id",
+        TXN_ID,
+        "--transaction-size",
+        str(size),
+        *extra,
+        "--",
+        *cmd,
+    )
 
 
-def seed(data_dir: str, records: list[tuple[bytes | None, bytes | None]], *, partitions: int = 2,
-         out_partitions: int = 2) -> None:
+def seed(
+    data_dir: str, records: list[tuple[bytes | None, bytes | None]], *, partitions: int = 2, out_partitions: int = 2
+) -> None:
     """Create `in` and `out` if needed and append `records` (key, value) to `in`."""
     import txlog as api
     from storage import Store
@@ -92,8 +107,9 @@ def assert_nothing_open(data_dir: str) -> None:
     with Store.open(data_dir, read_only=True) as store:
         description = api.Admin(store).describe_transaction(TXN_ID)
         if description is not None:
-            assert description.state.state in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT), \
+            assert description.state.state in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT), (
                 description
+            )
         for p in range(store.partition_count("out")):
             log = store.partition("out", p)
             assert log.last_stable_offset == log.log_end_offset, (p, log.last_stable_offset, log.log_end_offset)
@@ -125,6 +141,7 @@ def _values(n: int, start: int = 0) -> list[tuple[bytes, bytes]]:
 
 
 # ---- the happy path --------------------------------------------------------------------------------------
+
 
 def test_process_upper_cases_each_record_once_keeping_keys(data_dir):
     records = _values(25)
@@ -159,15 +176,29 @@ def test_cmd_changing_the_line_count_gives_null_keys(data_dir):
 
 def test_options_may_come_before_cmd_without_double_dash(data_dir):
     seed(data_dir, [(None, b"abc"), (None, None)], partitions=1, out_partitions=1)
-    proc = txlog("-q", "process", "--input", "in", "--output", "out", "--group", GROUP, "--transactional-id",
-                 TXN_ID, sys.executable, "-c", "import sys; sys.stdout.write(sys.stdin.read()[::-1])",
-                 data_dir=data_dir)
+    proc = txlog(
+        "-q",
+        "process",
+        "--input",
+        "in",
+        "--output",
+        "out",
+        "--group",
+        GROUP,
+        "--transactional-id",
+        TXN_ID,
+        sys.executable,
+        "-c",
+        "import sys; sys.stdout.write(sys.stdin.read()[::-1])",
+        data_dir=data_dir,
+    )
     assert proc.returncode == 0, proc.stderr
     # input "abc\n\n" (a null value is an empty line) reversed: "\n\ncba" -> lines "", "", "cba" (3 lines)
     assert committed_view(data_dir) == [(None, b""), (None, b""), (None, b"cba")]
 
 
 # ---- failures -------------------------------------------------------------------------------------------
+
 
 def test_failing_cmd_aborts_and_commits_no_offsets(data_dir):
     seed(data_dir, _values(20))
@@ -193,13 +224,29 @@ def test_failing_cmd_aborts_and_commits_no_offsets(data_dir):
     assert group_offsets(data_dir) == input_end_offsets(data_dir)
 
 
-@pytest.mark.parametrize("args", [
-    ("process", "--input", "in", "--output", "out", "--group", "g", "--transactional-id", "t"),  # no CMD
-    ("process", "--input", "in", "--output", "in", "--group", "g", "--transactional-id", "t", "--", "cat"),
-    ("process", "--input", "in", "--output", "out", "--transactional-id", "t", "--", "cat"),  # no group
-    ("process", "--input", "in", "--output", "out", "--group", "g", "--transactional-id", "t",
-     "--transaction-size", "0", "--", "cat"),
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("process", "--input", "in", "--output", "out", "--group", "g", "--transactional-id", "t"),  # no CMD
+        ("process", "--input", "in", "--output", "in", "--group", "g", "--transactional-id", "t", "--", "cat"),
+        ("process", "--input", "in", "--output", "out", "--transactional-id", "t", "--", "cat"),  # no group
+        (
+            "process",
+            "--input",
+            "in",
+            "--output",
+            "out",
+            "--group",
+            "g",
+            "--transactional-id",
+            "t",
+            "--transaction-size",
+            "0",
+            "--",
+            "cat",
+        ),
+    ],
+)
 def test_usage_errors_exit_2(data_dir, args):
     seed(data_dir, [])
     proc = txlog(*args, data_dir=data_dir)
@@ -209,10 +256,13 @@ def test_usage_errors_exit_2(data_dir, args):
         assert_usage_error(proc)
 
 
-@pytest.mark.parametrize("args, phrase", [
-    (("--output", "nope", "--", "cat"), "'nope'"),
-    (("--output", "out", "--", "no-such-command-txlog"), "CMD not found: no-such-command-txlog"),
-])
+@pytest.mark.parametrize(
+    "args, phrase",
+    [
+        (("--output", "nope", "--", "cat"), "'nope'"),
+        (("--output", "out", "--", "no-such-command-txlog"), "CMD not found: no-such-command-txlog"),
+    ],
+)
 def test_expected_errors_are_one_line(data_dir, args, phrase):
     seed(data_dir, _values(3))
     proc = txlog("process", "--input", "in", "--group", "g", "--transactional-id", "t", *args, data_dir=data_dir)
@@ -227,12 +277,19 @@ def test_missing_store_is_one_error_line(tmp_path):
 
 # ---- signals ----------------------------------------------------------------------------------------------
 
+
 def test_sigterm_during_cmd_aborts_and_exits_130(data_dir, tmp_path):
     seed(data_dir, _values(10))
     calls = str(tmp_path / "calls")
     cmd = ("sh", "-c", f"echo x >> {calls}; sleep 30; cat")
-    proc = subprocess.Popen(_argv(data_dir, "-q", *_process_args(*cmd)), cwd=ROOT, env=_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        _argv(data_dir, "-q", *_process_args(*cmd)),
+        cwd=ROOT,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         wait_for(lambda: line_count(calls) >= 1)
         began = time.monotonic()
@@ -254,8 +311,14 @@ def test_sigterm_during_cmd_aborts_and_exits_130(data_dir, tmp_path):
 
 def test_follow_picks_up_new_input_until_ctrl_c(data_dir):
     seed(data_dir, _values(5))
-    proc = subprocess.Popen(_argv(data_dir, *_process_args("tr", "a-z", "A-Z", extra=("--follow",))),
-                            cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        _argv(data_dir, *_process_args("tr", "a-z", "A-Z", extra=("--follow",))),
+        cwd=ROOT,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         wait_for(lambda: len(committed_view(data_dir)) == 5)
         seed(data_dir, _values(6, start=5))
@@ -277,6 +340,7 @@ def test_follow_picks_up_new_input_until_ctrl_c(data_dir):
 
 # ---- kill -9 at random moments ------------------------------------------------------------------------------
 
+
 def test_kill_9_at_random_moments_still_gives_exactly_once(data_dir, tmp_path):
     records = _values(300)
     seed(data_dir, records, partitions=1)  # one input partition: every round reads exactly 10 records
@@ -289,14 +353,22 @@ def test_kill_9_at_random_moments_still_gives_exactly_once(data_dir, tmp_path):
     while True:
         runs += 1
         assert time.monotonic() < deadline, f"not done after {runs} runs"
-        proc = subprocess.Popen(_argv(data_dir, "-q", *_process_args(*cmd, size=10)), cwd=ROOT, env=_env(),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc = subprocess.Popen(
+            _argv(data_dir, "-q", *_process_args(*cmd, size=10)),
+            cwd=ROOT,
+            env=_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         if kills < 6:
             if kills % 2 == 0:  # aim: while CMD runs, i.e. inside an open transaction
                 seen = line_count(calls)
                 try:
-                    wait_for(lambda seen=seen, proc=proc: line_count(calls) > seen or proc.poll() is not None,
-                             timeout=10, interval=0.002)
+                    wait_for(
+                        lambda seen=seen, proc=proc: line_count(calls) > seen or proc.poll() is not None,
+                        timeout=10,
+                        interval=0.002,
+                    )
                 except AssertionError:
                     pass
                 time.sleep(rnd.uniform(0, 0.025))

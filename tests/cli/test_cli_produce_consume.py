@@ -28,14 +28,16 @@ from tests.cli.cli_helpers import (
 )
 
 
-def run(*args: str, data_dir: str, stdin: str | bytes | None = None, timeout: float = 60,
-        process: bool = False) -> CliRun:
+def run(
+    *args: str, data_dir: str, stdin: str | bytes | None = None, timeout: float = 60, process: bool = False
+) -> CliRun:
     """`txlog --data-dir DIR ARGS` with `stdin` (empty if None); streams decoded leniently (values may be binary).
     `process`: a real process, for a command that leaves its producer to the process's exit (--no-commit)."""
     launch = txlog_process if process else txlog
     proc = launch(*args, data_dir=data_dir, input=stdin if stdin is not None else b"", timeout=timeout, text=False)
-    return CliRun(list(proc.args), proc.returncode, proc.stdout.decode("utf-8", "replace"),
-                  proc.stderr.decode("utf-8", "replace"))
+    return CliRun(
+        list(proc.args), proc.returncode, proc.stdout.decode("utf-8", "replace"), proc.stderr.decode("utf-8", "replace")
+    )
 
 
 def offsets(data_dir: str, topic: str, partition: int = 0) -> tuple[int, int]:
@@ -59,11 +61,23 @@ def jsonl(proc: CliRun) -> list[dict]:
 
 # ---- round trips ----------------------------------------------------------------------------------------
 
+
 def test_round_trip_keys_headers_and_null_marker(data_dir):
     make_store(data_dir, t=1)
     lines = "h1:a,h2:NULL\tk1\tv1\nNULL\tk2\tNULL\nh3:c\tNULL\tv3\n"
-    proc = run("produce", "-t", "t", "--property", "parse.key=true", "--property", "parse.headers=true",
-               "--property", "null.marker=NULL", data_dir=data_dir, stdin=lines)
+    proc = run(
+        "produce",
+        "-t",
+        "t",
+        "--property",
+        "parse.key=true",
+        "--property",
+        "parse.headers=true",
+        "--property",
+        "null.marker=NULL",
+        data_dir=data_dir,
+        stdin=lines,
+    )
     assert_ok(proc)
     assert proc.stdout == ""
     assert proc.stderr == "Produced 3 records to t: partition 0 offsets 0-2.\n"
@@ -77,8 +91,18 @@ def test_round_trip_keys_headers_and_null_marker(data_dir):
     assert [(r["topic"], r["partition"], r["offset"]) for r in recs] == [("t", 0, 0), ("t", 0, 1), ("t", 0, 2)]
     assert all(isinstance(r["timestamp"], int) and r["timestamp"] > 0 for r in recs)
 
-    proc = run("consume", "-t", "t", "--property", "print.key=true", "--property", "print.headers=true",
-               "--property", "print.offset=true", data_dir=data_dir)
+    proc = run(
+        "consume",
+        "-t",
+        "t",
+        "--property",
+        "print.key=true",
+        "--property",
+        "print.headers=true",
+        "--property",
+        "print.offset=true",
+        data_dir=data_dir,
+    )
     assert_ok(proc)
     assert proc.stdout.splitlines() == [
         "Offset:0\th1:a,h2:null\tk1\tv1",
@@ -100,10 +124,13 @@ def test_kcat_key_delimiter_fixed_key_and_headers(data_dir):
     ]
 
 
-@pytest.mark.parametrize("fmt, encode", [
-    ("base64", lambda b: base64.b64encode(b).decode()),
-    ("hex", lambda b: b.hex()),
-])
+@pytest.mark.parametrize(
+    "fmt, encode",
+    [
+        ("base64", lambda b: base64.b64encode(b).decode()),
+        ("hex", lambda b: b.hex()),
+    ],
+)
 def test_binary_values_round_trip(data_dir, fmt, encode):
     make_store(data_dir, t=1)
     values = [bytes(range(256)), b"\x00\xff\n\r\t", b""]
@@ -116,16 +143,28 @@ def test_binary_values_round_trip(data_dir, fmt, encode):
     proc = run("consume", "-t", "t", "--value-format", fmt, "--property", "print.key=true", data_dir=data_dir)
     assert_ok(proc)
     make_store(data_dir, u=1)
-    assert_ok(run("produce", "-t", "u", "--value-format", fmt, "--property", "parse.key=true",
-                  data_dir=data_dir, stdin=proc.stdout))
+    assert_ok(
+        run(
+            "produce",
+            "-t",
+            "u",
+            "--value-format",
+            fmt,
+            "--property",
+            "parse.key=true",
+            data_dir=data_dir,
+            stdin=proc.stdout,
+        )
+    )
     again = jsonl(run("consume", "-t", "u", "--output", "jsonl", "--value-format", fmt, data_dir=data_dir))
     assert [(r["key"], r["value"]) for r in again] == [(r["key"], r["value"]) for r in recs]
 
 
 def test_bad_base64_line_is_one_error(data_dir):
     make_store(data_dir, t=1)
-    message = assert_one_error(run("produce", "-t", "t", "--value-format", "base64", data_dir=data_dir,
-                                   stdin="aGk=\n!!!\n"))
+    message = assert_one_error(
+        run("produce", "-t", "t", "--value-format", "base64", data_dir=data_dir, stdin="aGk=\n!!!\n")
+    )
     assert message.startswith("line 2: the value is not valid base64")
     assert "1 record before it was written" in message
 
@@ -134,8 +173,9 @@ def test_produce_from_file_and_partition(data_dir, tmp_path):
     make_store(data_dir, t=3)
     src = tmp_path / "in.txt"
     src.write_text("a\nb\nc")  # no newline at the end: the last line still counts
-    proc = run("produce", "-t", "t", "-p", "2", "--compression-codec", "gzip", "--acks", "1", os.fspath(src),
-               data_dir=data_dir)
+    proc = run(
+        "produce", "-t", "t", "-p", "2", "--compression-codec", "gzip", "--acks", "1", os.fspath(src), data_dir=data_dir
+    )
     assert_ok(proc)
     assert proc.stderr == "Produced 3 records to t: partition 2 offsets 0-2.\n"
     proc = run("consume", "-t", "t", "-p", "2", data_dir=data_dir)
@@ -146,14 +186,17 @@ def test_produce_from_file_and_partition(data_dir, tmp_path):
 
 # ---- output formats -------------------------------------------------------------------------------------
 
+
 def test_consume_output_json_csv_table_kcat_format_and_properties(data_dir):
     make_store(data_dir, t=1)
-    assert_ok(run("produce", "-t", "t", "-K", "=", "-H", "h=1", data_dir=data_dir, stdin="k=a,b\nk2=\"q\"\n"))
+    assert_ok(run("produce", "-t", "t", "-K", "=", "-H", "h=1", data_dir=data_dir, stdin='k=a,b\nk2="q"\n'))
 
     doc = json.loads(run("consume", "-t", "t", "--output", "json", data_dir=data_dir).stdout)
     assert [list(d) for d in doc] == [["topic", "partition", "offset", "timestamp", "key", "value", "headers"]] * 2
-    assert [(d["key"], d["value"], d["headers"]) for d in doc] == [("k", "a,b", [["h", "1"]]),
-                                                                  ("k2", '"q"', [["h", "1"]])]
+    assert [(d["key"], d["value"], d["headers"]) for d in doc] == [
+        ("k", "a,b", [["h", "1"]]),
+        ("k2", '"q"', [["h", "1"]]),
+    ]
 
     rows = list(csv.reader(io.StringIO(run("consume", "-t", "t", "--output", "csv", data_dir=data_dir).stdout)))
     assert rows[0] == ["topic", "partition", "offset", "timestamp", "key", "value", "headers"]
@@ -169,12 +212,25 @@ def test_consume_output_json_csv_table_kcat_format_and_properties(data_dir):
     assert_ok(proc)
     assert proc.stdout.splitlines()[0] == f"t 0 0 k a,b h=1 {ts} 1 3 %"
 
-    proc = run("consume", "-t", "t", "--property", "print.timestamp=true", "--property", "print.partition=true",
-               "--property", "key.separator=|", "--property", "print.key=true", data_dir=data_dir)
+    proc = run(
+        "consume",
+        "-t",
+        "t",
+        "--property",
+        "print.timestamp=true",
+        "--property",
+        "print.partition=true",
+        "--property",
+        "key.separator=|",
+        "--property",
+        "print.key=true",
+        data_dir=data_dir,
+    )
     assert proc.stdout.splitlines()[0] == f"CreateTime:{ts}|Partition:0|k|a,b"
 
     assert "Unsupported formatter: %x" in assert_one_error(
-        run("consume", "-t", "t", "-f", "%x", data_dir=data_dir), code=2)
+        run("consume", "-t", "t", "-f", "%x", data_dir=data_dir), code=2
+    )
     assert_usage_error(run("consume", "-t", "t", "--output", "xml", data_dir=data_dir))
     assert_usage_error(run("consume", "-t", "t", "--property", "print.nothing=true", data_dir=data_dir))
     assert_one_error(run("consume", "-t", "t", "-f", "%s", "--output", "json", data_dir=data_dir), code=2)
@@ -194,10 +250,10 @@ def test_offsets_and_max_messages(data_dir):
 
 # ---- groups ---------------------------------------------------------------------------------------------
 
+
 def test_group_offsets_are_committed_for_what_was_printed(data_dir):
     make_store(data_dir, t=2)
-    assert_ok(run("produce", "-t", "t", "-K", ":", data_dir=data_dir,
-                  stdin="".join(f"k{i}:v{i}\n" for i in range(6))))
+    assert_ok(run("produce", "-t", "t", "-K", ":", data_dir=data_dir, stdin="".join(f"k{i}:v{i}\n" for i in range(6))))
     first = run("consume", "-t", "t", "--group", "g", "--max-messages", "2", data_dir=data_dir)
     assert_ok(first)
     assert len(first.stdout.splitlines()) == 2
@@ -216,10 +272,12 @@ def test_group_offsets_are_committed_for_what_was_printed(data_dir):
 
 # ---- transactions ---------------------------------------------------------------------------------------
 
+
 def test_transaction_spanning_shell_commands(data_dir):
     make_store(data_dir, t=1)
-    proc = run("produce", "-t", "t", "--transactional-id", "X", "--no-commit", data_dir=data_dir, stdin="a\nb\n",
-               process=True)
+    proc = run(
+        "produce", "-t", "t", "--transactional-id", "X", "--no-commit", data_dir=data_dir, stdin="a\nb\n", process=True
+    )
     assert_ok(proc)
     assert "Produced 2 records to t: partition 0 offsets 0-1." in proc.stderr
     assert "left open" in proc.stderr
@@ -242,7 +300,8 @@ def test_scenario58_oversized_record_through_the_cli(data_dir):
     assert too_big.returncode == 1
     assert [ln for ln in too_big.stderr.splitlines() if ln.startswith("Error:")] == [
         "Error: line 1: its record needs a batch of 370 bytes, more than max.message.bytes=200 of topic 'big'; "
-        "nothing was written; raise the limit with 'txlog topics alter big --config max.message.bytes=370'"]
+        "nothing was written; raise the limit with 'txlog topics alter big --config max.message.bytes=370'"
+    ]
     assert offsets(data_dir, "big") == (0, 0)
     # 61-byte header + a 139-byte record (1-byte length, 136 bytes of body) = exactly 200 bytes
     at_limit = "y" * 130
@@ -253,8 +312,9 @@ def test_scenario58_oversized_record_through_the_cli(data_dir):
     with_limit = Store.open(data_dir, read_only=True)
     assert [b.size for b in with_limit.partition("big", 0).read(0)] == [200]
     with_limit.close()
-    inside_txn = run("produce", "-t", "big", "--transactional-id", "T58", data_dir=data_dir,
-                     stdin="ok\n" + "z" * 300 + "\n")
+    inside_txn = run(
+        "produce", "-t", "big", "--transactional-id", "T58", data_dir=data_dir, stdin="ok\n" + "z" * 300 + "\n"
+    )
     assert inside_txn.returncode == 1
     assert run("consume", "-t", "big", data_dir=data_dir).stdout == at_limit + "\n"  # none of it committed
 
@@ -263,16 +323,29 @@ def test_transactional_produce_commits_at_end_of_input(data_dir):
     make_store(data_dir, t=1)
     proc = run("produce", "-t", "t", "--transactional-id", "Y", data_dir=data_dir, stdin="a\nb\n")
     assert_ok(proc)
-    assert proc.stderr.splitlines() == ["Produced 2 records to t: partition 0 offsets 0-1.",
-                                        "Transaction 'Y' committed."]
+    assert proc.stderr.splitlines() == [
+        "Produced 2 records to t: partition 0 offsets 0-1.",
+        "Transaction 'Y' committed.",
+    ]
     assert run("consume", "-t", "t", data_dir=data_dir).stdout == "a\nb\n"
     assert offsets(data_dir, "t") == (3, 3)
 
 
 def test_bad_line_aborts_the_transaction(data_dir):
     make_store(data_dir, t=1)
-    message = assert_one_error(run("produce", "-t", "t", "--transactional-id", "Z", "-K", ":", data_dir=data_dir,
-                                   stdin="k:a\n" * 20000 + "no-separator\n"))
+    message = assert_one_error(
+        run(
+            "produce",
+            "-t",
+            "t",
+            "--transactional-id",
+            "Z",
+            "-K",
+            ":",
+            data_dir=data_dir,
+            stdin="k:a\n" * 20000 + "no-separator\n",
+        )
+    )
     assert message == "line 20001: no key separator found; transaction 'Z' aborted: nothing from this input is visible"
     lso, leo = offsets(data_dir, "t")
     assert lso == leo > 0
@@ -282,8 +355,9 @@ def test_bad_line_aborts_the_transaction(data_dir):
 def test_sigterm_during_transactional_produce_aborts(data_dir):
     make_store(data_dir, t=1)
     cmd = [sys.executable, "-m", "cli.main", "--data-dir", data_dir, "produce", "-t", "t", "--transactional-id", "S"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env=_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     try:
         proc.stdin.write(b"a\nb\nc\n")
         proc.stdin.flush()
@@ -310,23 +384,28 @@ def test_sigterm_during_transactional_produce_aborts(data_dir):
 
 # ---- bad input: nothing created -------------------------------------------------------------------------
 
+
 def test_scenario_56_through_produce_and_consume(data_dir):
     make_store(data_dir, t=3)
     before = tree(data_dir)
     for verb in ("produce", "consume"):
         message = assert_one_error(run(verb, "-t", "nosuch", data_dir=data_dir, stdin="x\n"))
         assert "nosuch" in message and "does not exist" in message
-        message = assert_one_error(run(verb, "-t", "nosuch", "--transactional-id", "T", data_dir=data_dir,
-                                       stdin="x\n") if verb == "produce" else
-                                   run(verb, "-t", "nosuch", "--group", "g", data_dir=data_dir))
+        message = assert_one_error(
+            run(verb, "-t", "nosuch", "--transactional-id", "T", data_dir=data_dir, stdin="x\n")
+            if verb == "produce"
+            else run(verb, "-t", "nosuch", "--group", "g", data_dir=data_dir)
+        )
         assert "does not exist" in message
         assert "no partition 3" in assert_one_error(run(verb, "-t", "t", "-p", "3", data_dir=data_dir, stdin="x\n"))
-        assert "no partition 3" in assert_one_error(run(verb, "-t", "t", "-p", "3", "-g", "g", data_dir=data_dir)
-                                                    if verb == "consume" else
-                                                    run(verb, "-t", "t", "-p", "3", "--transactional-id", "T",
-                                                        data_dir=data_dir, stdin="x\n"))
-        assert "--partition" in assert_one_error(run(verb, "-t", "t", "-p", "-1", data_dir=data_dir, stdin="x\n"),
-                                                 code=2)
+        assert "no partition 3" in assert_one_error(
+            run(verb, "-t", "t", "-p", "3", "-g", "g", data_dir=data_dir)
+            if verb == "consume"
+            else run(verb, "-t", "t", "-p", "3", "--transactional-id", "T", data_dir=data_dir, stdin="x\n")
+        )
+        assert "--partition" in assert_one_error(
+            run(verb, "-t", "t", "-p", "-1", data_dir=data_dir, stdin="x\n"), code=2
+        )
         assert_usage_error(run(verb, "-t", "t", "-p", "x", data_dir=data_dir, stdin="x\n"))
     assert tree(data_dir) == before
 
@@ -338,15 +417,18 @@ def test_missing_store_is_not_created(tmp_path):
     assert not missing.exists()
 
 
-@pytest.mark.parametrize("args", [
-    ["--no-commit"],
-    ["--transactional-id", "X", "--no-idempotence"],
-    ["--acks", "2"],
-    ["--compression-codec", "brotli"],
-    ["-k", "a", "-K", ":"],
-    ["--property", "parse.key"],
-    ["--property", "no.such=1"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--no-commit"],
+        ["--transactional-id", "X", "--no-idempotence"],
+        ["--acks", "2"],
+        ["--compression-codec", "brotli"],
+        ["-k", "a", "-K", ":"],
+        ["--property", "parse.key"],
+        ["--property", "no.such=1"],
+    ],
+)
 def test_produce_usage_errors_write_nothing(data_dir, args):
     make_store(data_dir, t=1)
     before = tree(data_dir)

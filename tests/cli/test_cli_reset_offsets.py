@@ -53,8 +53,19 @@ def iso(ms: int, zone: str = "Z") -> str:
 def test_to_datetime_finds_the_first_record_at_or_after_the_time(store):
     before = tree(store)
     at = NOW_MS - 3 * HOUR - 60_000  # just before the record of offset 2
-    proc = txlog("groups", "reset-offsets", "-g", "g", "--topic", "t", "--to-datetime", iso(at), "--output", "json",
-                 data_dir=store)
+    proc = txlog(
+        "groups",
+        "reset-offsets",
+        "-g",
+        "g",
+        "--topic",
+        "t",
+        "--to-datetime",
+        iso(at),
+        "--output",
+        "json",
+        data_dir=store,
+    )
     assert plan(proc) == {("t", 0): 2, ("t", 1): 3}  # t-1 has nothing that recent: its end, as Kafka
     assert "Dry run" in proc.stderr
     assert tree(store) == before
@@ -65,29 +76,65 @@ def test_to_datetime_without_a_zone_is_local_time(store):
     at = NOW_MS - 3 * HOUR - 60_000
     local = datetime.fromtimestamp(at / 1000, tz=ZoneInfo("America/New_York")).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3]
     # a process: the C library reads TZ when it starts
-    proc = txlog_process("groups", "reset-offsets", "-g", "g", "--topic", "t:0", "--to-datetime", local,
-                         "--output", "json", data_dir=store, env={"TZ": "America/New_York"})
+    proc = txlog_process(
+        "groups",
+        "reset-offsets",
+        "-g",
+        "g",
+        "--topic",
+        "t:0",
+        "--to-datetime",
+        local,
+        "--output",
+        "json",
+        data_dir=store,
+        env={"TZ": "America/New_York"},
+    )
     assert plan(proc) == {("t", 0): 2}
 
 
 def test_by_duration_looks_back_from_now(store):
-    proc = txlog("groups", "reset-offsets", "-g", "g", "--topic", "t:0", "--by-duration", "PT2H30M",
-                 "--output", "json", data_dir=store)
+    proc = txlog(
+        "groups",
+        "reset-offsets",
+        "-g",
+        "g",
+        "--topic",
+        "t:0",
+        "--by-duration",
+        "PT2H30M",
+        "--output",
+        "json",
+        data_dir=store,
+    )
     assert plan(proc) == {("t", 0): 3}  # 2.5 hours ago: the record stamped 2 hours ago
-    proc = txlog("groups", "reset-offsets", "-g", "g", "--topic", "t:0", "--by-duration", "P1D",
-                 "--output", "json", data_dir=store)
+    proc = txlog(
+        "groups",
+        "reset-offsets",
+        "-g",
+        "g",
+        "--topic",
+        "t:0",
+        "--by-duration",
+        "P1D",
+        "--output",
+        "json",
+        data_dir=store,
+    )
     assert plan(proc) == {("t", 0): 0}
 
 
 def test_to_current_keeps_committed_offsets_and_takes_the_end_elsewhere(store):
-    proc = txlog("groups", "reset-offsets", "-g", "g", "--topic", "t", "--to-current", "--output", "json",
-                 data_dir=store)
+    proc = txlog(
+        "groups", "reset-offsets", "-g", "g", "--topic", "t", "--to-current", "--output", "json", data_dir=store
+    )
     assert plan(proc) == {("t", 0): 1, ("t", 1): 3}
 
 
 def test_export_then_from_file_round_trip(store, tmp_path):
-    proc = txlog("groups", "reset-offsets", "-g", "g", "--topic", "t", "--by-duration", "PT3H30M", "--export",
-                 data_dir=store)
+    proc = txlog(
+        "groups", "reset-offsets", "-g", "g", "--topic", "t", "--by-duration", "PT3H30M", "--export", data_dir=store
+    )
     assert_ok(proc)
     assert proc.stdout == "t,0,2\nt,1,3\n"  # Kafka's CSV: no header, one partition a line
     csv_file = tmp_path / "plan.csv"
@@ -99,8 +146,9 @@ def test_export_then_from_file_round_trip(store, tmp_path):
     assert [line.split() for line in proc.stdout.splitlines()[2:]] == [["g", "t", "0", "2"], ["g", "t", "1", "3"]]
     assert tree(store) == before  # still a dry run
 
-    proc = txlog("groups", "reset-offsets", "-g", "g", "--from-file", str(csv_file), "--execute", "--export",
-                 data_dir=store)
+    proc = txlog(
+        "groups", "reset-offsets", "-g", "g", "--from-file", str(csv_file), "--execute", "--export", data_dir=store
+    )
     assert_ok(proc)
     assert proc.stdout == "t,0,2\nt,1,3\n"
     assert committed(store) == {("t", 0): 2, ("t", 1): 3}
@@ -109,27 +157,30 @@ def test_export_then_from_file_round_trip(store, tmp_path):
 def test_from_file_accepts_the_group_column_and_clamps(store, tmp_path):
     csv_file = tmp_path / "plan.csv"
     csv_file.write_text("g,t,1,1\n\ng,t,0,99\n")
-    proc = txlog("groups", "reset-offsets", "-g", "g", "--from-file", str(csv_file), "--output", "json",
-                 data_dir=store)
+    proc = txlog("groups", "reset-offsets", "-g", "g", "--from-file", str(csv_file), "--output", "json", data_dir=store)
     assert plan(proc) == {("t", 0): 5, ("t", 1): 1}
 
 
-@pytest.mark.parametrize(("content", "phrase"), [
-    ("t,0\n", "line 1"),
-    ("t,0,1\nt,zero,1\n", "line 2"),
-    ("t,0,-1\n", "line 1"),
-    ("other,t,0,1\n", "group 'other'"),
-    ("\n\n", "holds no"),
-    ("t,0,1\nt,0,2\n", "given twice"),
-    ("t,0,1,2,3\n", "line 1"),
-    ("bad/name,0,1\n", "line 1"),
-])
+@pytest.mark.parametrize(
+    ("content", "phrase"),
+    [
+        ("t,0\n", "line 1"),
+        ("t,0,1\nt,zero,1\n", "line 2"),
+        ("t,0,-1\n", "line 1"),
+        ("other,t,0,1\n", "group 'other'"),
+        ("\n\n", "holds no"),
+        ("t,0,1\nt,0,2\n", "given twice"),
+        ("t,0,1,2,3\n", "line 1"),
+        ("bad/name,0,1\n", "line 1"),
+    ],
+)
 def test_a_bad_plan_file_is_one_usage_error_and_writes_nothing(store, tmp_path, content, phrase):
     csv_file = tmp_path / "plan.csv"
     csv_file.write_text(content)
     before = tree(store)
-    message = assert_one_error(txlog("groups", "reset-offsets", "-g", "g", "--from-file", str(csv_file), "--execute",
-                                     data_dir=store), code=2)
+    message = assert_one_error(
+        txlog("groups", "reset-offsets", "-g", "g", "--from-file", str(csv_file), "--execute", data_dir=store), code=2
+    )
     assert phrase in message
     assert tree(store) == before
 
@@ -138,24 +189,29 @@ def test_a_plan_file_naming_a_missing_partition_is_refused(store, tmp_path):
     csv_file = tmp_path / "plan.csv"
     csv_file.write_text("t,7,0\n")
     assert "no partition 7" in assert_one_error(
-        txlog("groups", "reset-offsets", "-g", "g", "--from-file", str(csv_file), "--execute", data_dir=store))
+        txlog("groups", "reset-offsets", "-g", "g", "--from-file", str(csv_file), "--execute", data_dir=store)
+    )
     assert committed(store) == {("t", 0): 1}
 
 
 def test_a_missing_plan_file_is_one_error(store, tmp_path):
-    assert_one_error(txlog("groups", "reset-offsets", "-g", "g", "--from-file", str(tmp_path / "nope.csv"),
-                           data_dir=store))
+    assert_one_error(
+        txlog("groups", "reset-offsets", "-g", "g", "--from-file", str(tmp_path / "nope.csv"), data_dir=store)
+    )
 
 
-@pytest.mark.parametrize("args", [
-    ["--topic", "t", "--to-datetime", "2026-01-01"],               # no 'T'
-    ["--topic", "t", "--to-datetime", "yesterdayT10"],
-    ["--topic", "t", "--by-duration", "1H"],
-    ["--topic", "t", "--by-duration", "PT"],
-    ["--topic", "t", "--to-current", "--to-earliest"],             # two scenarios
-    ["--topic", "t", "--from-file", "x.csv"],                      # the file names its partitions
-    ["--to-current"],                                              # no scope
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--topic", "t", "--to-datetime", "2026-01-01"],  # no 'T'
+        ["--topic", "t", "--to-datetime", "yesterdayT10"],
+        ["--topic", "t", "--by-duration", "1H"],
+        ["--topic", "t", "--by-duration", "PT"],
+        ["--topic", "t", "--to-current", "--to-earliest"],  # two scenarios
+        ["--topic", "t", "--from-file", "x.csv"],  # the file names its partitions
+        ["--to-current"],  # no scope
+    ],
+)
 def test_usage_errors(store, args):
     before = tree(store)
     assert_usage_error(txlog("groups", "reset-offsets", "-g", "g", *args, data_dir=store))

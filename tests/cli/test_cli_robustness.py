@@ -34,8 +34,9 @@ EXIT_CODES = {0, 1, 2, 3, 4}  # 130 only on a signal, which these runs never sen
 Arg = str | bytes
 
 
-def run(*args: Arg, data_dir: Arg | None = None, stdin: bytes = b"", timeout: float = 120,
-        env: dict[str, str] | None = None) -> CliRun:
+def run(
+    *args: Arg, data_dir: Arg | None = None, stdin: bytes = b"", timeout: float = 120, env: dict[str, str] | None = None
+) -> CliRun:
     """`txlog ARGS` with bytes in and out: arguments may be any bytes, as a shell passes them."""
     return txlog(*args, data_dir=data_dir, input=stdin, timeout=timeout, env=env, text=False)
 
@@ -54,7 +55,7 @@ def one_error(proc: Ran, code: int = 1) -> str:
     _ended_as_the_cli_ends(proc)
     lines = [line for line in err.splitlines() if line.startswith("Error: ")]
     assert len(lines) == 1, err
-    return lines[0][len("Error: "):]
+    return lines[0][len("Error: ") :]
 
 
 def ok(proc: Ran) -> str:
@@ -105,11 +106,19 @@ def store(template, tmp_path) -> str:
 # ---- a missing, mistyped or foreign --data-dir: every verb says "no store at ..." ---------------------------
 
 VERBS = [
-    ["topics", "list"], ["topics", "describe", "t"], ["topics", "alter", "t", "--partitions", "3"],
-    ["topics", "delete", "t"], ["produce", "-t", "t"], ["consume", "-t", "t"], ["transactions", "list"],
-    ["transactions", "describe", "--transactional-id", "tx"], ["groups", "list"],
-    ["groups", "describe", "--group", "g1"], ["commit", "--transactional-id", "tx"],
-    ["abort", "--transactional-id", "tx"], ["verify"],
+    ["topics", "list"],
+    ["topics", "describe", "t"],
+    ["topics", "alter", "t", "--partitions", "3"],
+    ["topics", "delete", "t"],
+    ["produce", "-t", "t"],
+    ["consume", "-t", "t"],
+    ["transactions", "list"],
+    ["transactions", "describe", "--transactional-id", "tx"],
+    ["groups", "list"],
+    ["groups", "describe", "--group", "g1"],
+    ["commit", "--transactional-id", "tx"],
+    ["abort", "--transactional-id", "tx"],
+    ["verify"],
 ]
 
 
@@ -140,6 +149,7 @@ def test_a_store_path_that_is_a_file_is_named_as_such(tmp_path):
 
 # ---- arguments and stdin that are not UTF-8 ----------------------------------------------------------------
 
+
 def test_byte_options_take_the_bytes_typed(store):
     """kcat's -k, -H values and -K take raw bytes: what the shell passed is what the record holds."""
     ok(run("produce", "-t", "t", "-p", "0", "-k", b"k\xff", "-H", b"h=\xfe\x01", data_dir=store, stdin=b"v\n"))
@@ -152,12 +162,21 @@ def test_byte_options_take_the_bytes_typed(store):
     assert proc.stdout == b"key|val\n", proc.stdout
 
 
-@pytest.mark.parametrize("args", [
-    ["produce", "-t", b"t\xff"], ["consume", "-t", b"\xff"], ["topics", "create", b"\xfft"],
-    ["consume", "-t", "t", "-g", b"g\xff"], ["transactions", "describe", "--transactional-id", b"\xff"],
-    ["produce", "-t", "t", "-H", b"\xff=1"], ["produce", "-t", "t", "--transactional-id", b"\xfe"],
-    ["topics", "describe", b"\xff"], ["inspect", "--files", b"/tmp/\xff.log"], ["produce", "-t", "t", b"/no/\xff"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["produce", "-t", b"t\xff"],
+        ["consume", "-t", b"\xff"],
+        ["topics", "create", b"\xfft"],
+        ["consume", "-t", "t", "-g", b"g\xff"],
+        ["transactions", "describe", "--transactional-id", b"\xff"],
+        ["produce", "-t", "t", "-H", b"\xff=1"],
+        ["produce", "-t", "t", "--transactional-id", b"\xfe"],
+        ["topics", "describe", b"\xff"],
+        ["inspect", "--files", b"/tmp/\xff.log"],
+        ["produce", "-t", "t", b"/no/\xff"],
+    ],
+)
 def test_names_that_are_not_utf8_are_one_error_line(store, args):
     before = tree(store)
     proc = run(*args, data_dir=store, stdin=b"x\n")
@@ -200,8 +219,20 @@ def test_the_suggested_limit_is_enough(store):
 def test_ignore_error_skips_each_bad_line_with_one_stderr_line(store, transactional):
     before = values("t", store)
     extra = ["--transactional-id", "skipper"] if transactional else []
-    proc = run("produce", "-t", "t", "-p", "1", "--property", "ignore.error=true", "--property", "parse.headers=true",
-               *extra, data_dir=store, stdin=b"\tl1\n" + BIG + b"\n:\tbad-header\n\tl4\n" + b"\t" + BIG + b"\n")
+    proc = run(
+        "produce",
+        "-t",
+        "t",
+        "-p",
+        "1",
+        "--property",
+        "ignore.error=true",
+        "--property",
+        "parse.headers=true",
+        *extra,
+        data_dir=store,
+        stdin=b"\tl1\n" + BIG + b"\n:\tbad-header\n\tl4\n" + b"\t" + BIG + b"\n",
+    )
     err = ok(proc)
     skipped = [line for line in err.splitlines() if line.startswith("Skipped line ")]
     assert [s.split(":")[0] for s in skipped] == ["Skipped line 2", "Skipped line 3", "Skipped line 5"], err
@@ -211,8 +242,9 @@ def test_ignore_error_skips_each_bad_line_with_one_stderr_line(store, transactio
 
 def test_an_oversized_line_in_a_transaction_aborts_it_and_nothing_is_visible(store):
     before = values("t", store)
-    message = one_error(run("produce", "-t", "t", "--transactional-id", "big", data_dir=store,
-                            stdin=b"l1\nl2\n" + BIG + b"\nl4\n"))
+    message = one_error(
+        run("produce", "-t", "t", "--transactional-id", "big", data_dir=store, stdin=b"l1\nl2\n" + BIG + b"\nl4\n")
+    )
     assert message.startswith("line 3: ")
     assert "transaction 'big' aborted: nothing from this input is visible" in message
     assert values("t", store) == before
@@ -224,13 +256,30 @@ def test_a_compressed_record_that_fits_is_not_refused(store):
 
 # ---- interrupted and fenced transactional produce (items 6, 7) ------------------------------------------------
 
+
 def test_interrupted_transactional_produce_reports_exactly_what_it_aborted(store, tmp_path):
     lines = tmp_path / "lines.txt"
     lines.write_bytes(b"".join(b"%d\n" % i for i in range(3_000_000)))
     before = len(values("t", store, "read_uncommitted"))
-    proc = subprocess.Popen([sys.executable, "-m", "cli.main", "--data-dir", store, "produce", "-t", "t",
-                             "--transactional-id", "slow", str(lines)], cwd=ROOT, env=_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "cli.main",
+            "--data-dir",
+            store,
+            "produce",
+            "-t",
+            "t",
+            "--transactional-id",
+            "slow",
+            str(lines),
+        ],
+        cwd=ROOT,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     time.sleep(3)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
@@ -248,9 +297,25 @@ def test_interrupted_transactional_produce_reports_exactly_what_it_aborted(store
 def test_a_fenced_producer_says_a_newer_instance_took_over(store, tmp_path):
     fifo = str(tmp_path / "in")
     os.mkfifo(fifo)
-    first = subprocess.Popen([sys.executable, "-m", "cli.main", "--data-dir", store, "produce", "-t", "t",
-                              "--transactional-id", "dup", fifo], cwd=ROOT, env=_env(),
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "cli.main",
+            "--data-dir",
+            store,
+            "produce",
+            "-t",
+            "t",
+            "--transactional-id",
+            "dup",
+            fifo,
+        ],
+        cwd=ROOT,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     with open(fifo, "wb", buffering=0) as feed:
         feed.write(b"old-1\n")
         time.sleep(2)  # the first instance has begun its transaction and written old-1
@@ -265,6 +330,7 @@ def test_a_fenced_producer_says_a_newer_instance_took_over(store, tmp_path):
 
 # ---- a read-only store, a missing Java --------------------------------------------------------------------------
 
+
 def _on_a_read_only_mount(store: str, tmp_path, commands: list[list[str]]) -> list[tuple[int, str]]:
     """Run each `txlog` command against `store` seen through a read-only bind mount (a private mount
     namespace: `unshare -m`, root only), so that even root cannot write it; (exit code, stderr) each."""
@@ -275,10 +341,18 @@ def _on_a_read_only_mount(store: str, tmp_path, commands: list[list[str]]) -> li
     script = [f"mount --bind {store} {mount} && mount -o remount,bind,ro {mount} || exit 99"]
     for i, cmd in enumerate(commands):
         args = " ".join(f"'{a}'" for a in cmd)
-        script.append(f"{sys.executable} -m cli.main --data-dir {mount} {args} </dev/null >/dev/null "
-                      f"2>{tmp_path}/err{i}; echo $? >{tmp_path}/rc{i}")
-    proc = subprocess.run(["unshare", "-m", "bash", "-c", "\n".join(script)], cwd=ROOT, env=_env(),
-                          capture_output=True, timeout=300, check=False)
+        script.append(
+            f"{sys.executable} -m cli.main --data-dir {mount} {args} </dev/null >/dev/null "
+            f"2>{tmp_path}/err{i}; echo $? >{tmp_path}/rc{i}"
+        )
+    proc = subprocess.run(
+        ["unshare", "-m", "bash", "-c", "\n".join(script)],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        timeout=300,
+        check=False,
+    )
     if proc.returncode == 99:
         pytest.skip(f"no read-only bind mount here: {proc.stderr.decode(errors='replace')}")
     return [(int((tmp_path / f"rc{i}").read_text()), (tmp_path / f"err{i}").read_text()) for i in range(len(commands))]
@@ -287,8 +361,15 @@ def _on_a_read_only_mount(store: str, tmp_path, commands: list[list[str]]) -> li
 def test_a_read_only_store_names_what_still_works(store, tmp_path):
     before = tree(store)
     (produce_rc, produce_err), (list_rc, list_err), (ro_rc, _), (consume_rc, _) = _on_a_read_only_mount(
-        store, tmp_path, [["produce", "-t", "t"], ["transactions", "list"], ["transactions", "list", "--no-sweep"],
-                          ["consume", "-t", "t", "-q"]])
+        store,
+        tmp_path,
+        [
+            ["produce", "-t", "t"],
+            ["transactions", "list"],
+            ["transactions", "list", "--no-sweep"],
+            ["consume", "-t", "t", "-q"],
+        ],
+    )
     for rc, err in ((produce_rc, produce_err), (list_rc, list_err)):
         assert rc == 1 and "Traceback" not in err and len(err.splitlines()) == 1, err
         assert "not writable" in err and "--no-sweep" in err, err
@@ -305,8 +386,14 @@ def test_sql_without_java_says_which_java_to_install(store, tmp_path):
                 (bin_dir / name).symlink_to(os.path.join(d, name))
     path = os.pathsep.join([str(bin_dir), os.path.dirname(sys.executable)])
     env = {k: v for k, v in _env({"PATH": path}).items() if k != "JAVA_HOME"}
-    proc = subprocess.run([sys.executable, "-m", "cli.main", "--data-dir", store, "sql", "SELECT 1"], cwd=ROOT,
-                          env=env, capture_output=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cli.main", "--data-dir", store, "sql", "SELECT 1"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
     message = one_error(proc)
     assert "Java 17 or 21" in message and "install" in message
     assert proc.stderr.decode().count("\n") == 1  # no "Starting Spark" first: Spark never starts
@@ -315,16 +402,64 @@ def test_sql_without_java_says_which_java_to_install(store, tmp_path):
 # ---- the property: random bytes and option values at every verb ---------------------------------------------
 
 TEXT = st.one_of(
-    st.sampled_from(["t", "tx", "g1", "0", "-1", "1", "earliest", "latest", "", "-", "x=y", "__consumer_offsets",
-                     "none", "gzip", "all", "json", "table", "csv", "jsonl", "hex", "base64", "99999999999"]),
+    st.sampled_from(
+        [
+            "t",
+            "tx",
+            "g1",
+            "0",
+            "-1",
+            "1",
+            "earliest",
+            "latest",
+            "",
+            "-",
+            "x=y",
+            "__consumer_offsets",
+            "none",
+            "gzip",
+            "all",
+            "json",
+            "table",
+            "csv",
+            "jsonl",
+            "hex",
+            "base64",
+            "99999999999",
+        ]
+    ),
     st.binary(max_size=12).map(lambda b: b.replace(b"\0", b"")),  # argv cannot hold NUL
     st.text(max_size=12).map(lambda t: t.replace("\0", "")),
 )
 OPTIONS = {
-    "produce": ["-t", "-p", "--property", "-K", "-k", "-H", "-Z", "--value-format", "-z", "--acks",
-                "--transactional-id", "--no-commit", "--transaction-timeout-ms", "--no-idempotence"],
-    "consume": ["-t", "-p", "--offset", "-c", "--from-beginning", "--isolation-level", "--property", "-f",
-                "--timeout-ms", "--output"],
+    "produce": [
+        "-t",
+        "-p",
+        "--property",
+        "-K",
+        "-k",
+        "-H",
+        "-Z",
+        "--value-format",
+        "-z",
+        "--acks",
+        "--transactional-id",
+        "--no-commit",
+        "--transaction-timeout-ms",
+        "--no-idempotence",
+    ],
+    "consume": [
+        "-t",
+        "-p",
+        "--offset",
+        "-c",
+        "--from-beginning",
+        "--isolation-level",
+        "--property",
+        "-f",
+        "--timeout-ms",
+        "--output",
+    ],
     "topics list": ["--exclude-internal", "--output"],
     "topics describe": ["--output"],
     "topics create": ["--partitions", "--config", "--if-not-exists"],
@@ -344,9 +479,23 @@ OPTIONS = {
 }
 # Verbs that only read (with these options): whatever their exit code, the store must not change.
 READ_ONLY = {"consume", "topics list", "topics describe", "groups list", "groups describe", "inspect", "verify"}
-FLAGS = {"-Z", "--no-commit", "--no-idempotence", "--from-beginning", "--exclude-internal", "--if-not-exists",
-         "--if-exists", "--no-sweep", "--all-groups", "--members", "--state", "--to-earliest", "--execute",
-         "--print-data-log", "--deep-iteration"}
+FLAGS = {
+    "-Z",
+    "--no-commit",
+    "--no-idempotence",
+    "--from-beginning",
+    "--exclude-internal",
+    "--if-not-exists",
+    "--if-exists",
+    "--no-sweep",
+    "--all-groups",
+    "--members",
+    "--state",
+    "--to-earliest",
+    "--execute",
+    "--print-data-log",
+    "--deep-iteration",
+}
 
 
 @st.composite
@@ -360,8 +509,10 @@ def invocations(draw) -> tuple[str, list[Arg], bytes | str, str]:
         if option not in FLAGS or option == "--state" and verb == "transactions list":
             args.append(draw(TEXT))
     if draw(st.booleans()):
-        args.insert(0 if draw(st.booleans()) else len(args),
-                    draw(st.binary(min_size=1, max_size=8).map(lambda b: b.replace(b"\0", b"\xff"))))
+        args.insert(
+            0 if draw(st.booleans()) else len(args),
+            draw(st.binary(min_size=1, max_size=8).map(lambda b: b.replace(b"\0", b"\xff"))),
+        )
     stdin = draw(st.one_of(st.binary(max_size=64), st.just(b""), st.just(HUGE)))  # HUGE: named, not printed
     data_dir = draw(st.sampled_from(["store", "store", "store", "missing", "file"]))
     return verb, args, stdin, data_dir
@@ -371,8 +522,12 @@ def _max_examples() -> int:
     return 300 if "--big" in sys.argv else 12
 
 
-@settings(max_examples=_max_examples(), deadline=None, derandomize="--big" not in sys.argv,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=_max_examples(),
+    deadline=None,
+    derandomize="--big" not in sys.argv,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(invocations())
 def test_no_input_makes_a_traceback_or_an_undocumented_exit_code(template, case):
     verb, args, stdin, kind = case
@@ -384,8 +539,7 @@ def test_no_input_makes_a_traceback_or_an_undocumented_exit_code(template, case)
             with open(where, "w") as f:
                 f.write("x")
         before = tree(store)
-        proc = run(*args, data_dir=where, stdin=b"\xff\xff\n" + BIG + b"\nz\n" if stdin == HUGE else stdin,
-                   timeout=60)
+        proc = run(*args, data_dir=where, stdin=b"\xff\xff\n" + BIG + b"\nz\n" if stdin == HUGE else stdin, timeout=60)
         err = proc.stderr.decode("utf-8", "replace")
         assert b"Traceback" not in proc.stderr, (args, err)
         _ended_as_the_cli_ends(proc)

@@ -111,8 +111,9 @@ def _partition_counts(path: str, isolation: str) -> dict[int, int]:
 def _sql(store: str, *args: str, quiet: bool = False, stdin: str = ""):
     """`txlog sql ARGS` with `stdin` piped in (not a terminal: a script, never the shell)."""
     cmd = [sys.executable, "-m", "cli.main", "--data-dir", store, *(["-q"] if quiet else []), "sql", *args]
-    return subprocess.run(cmd, check=False, cwd=ROOT, env=_env(), capture_output=True, text=True, input=stdin,
-                          timeout=SPARK_TIMEOUT)
+    return subprocess.run(
+        cmd, check=False, cwd=ROOT, env=_env(), capture_output=True, text=True, input=stdin, timeout=SPARK_TIMEOUT
+    )
 
 
 def _no_jvm_noise(stderr: str) -> None:
@@ -155,13 +156,22 @@ def test_a_script_runs_every_statement_in_one_spark_session_and_stops_at_the_fir
     assert err.count("Starting Spark (local[2])...") == 1 and err[0] == "Starting Spark (local[2])..."
     views = next(line for line in err if line.startswith("Registered views: "))
     assert views.removeprefix("Registered views: ").split(", ") == [
-        "__consumer_offsets", "__transaction_state", "audit", "orders", f"`{DASHED}`",
-        "txlog_batches", "txlog_transactions",
+        "__consumer_offsets",
+        "__transaction_state",
+        "audit",
+        "orders",
+        f"`{DASHED}`",
+        "txlog_batches",
+        "txlog_transactions",
     ]
     running = [line for line in err if line.startswith("Running statement ")]
-    assert running == ["Running statement 1 of 5 (line 2)...", "Running statement 2 of 5 (line 3)...",
-                       "Running statement 3 of 5 (line 4)...", "Running statement 4 of 5 (line 5)...",
-                       "Running statement 5 of 5 (line 6)..."]
+    assert running == [
+        "Running statement 1 of 5 (line 2)...",
+        "Running statement 2 of 5 (line 3)...",
+        "Running statement 3 of 5 (line 4)...",
+        "Running statement 4 of 5 (line 5)...",
+        "Running statement 5 of 5 (line 6)...",
+    ]
     assert [line.split(" (")[0] for line in err if line.endswith(" s)")] == ["1 row", "3 rows", "OK", "1 row"]
     assert err[-1].startswith("Error: statement 5 (line 6): [TABLE_OR_VIEW_NOT_FOUND]") and "odrers" in err[-1]
     assert "Starting Spark" not in proc.stdout and "Registered views" not in proc.stdout
@@ -197,8 +207,15 @@ def _batches(path: str):
 
 def test_statements_on_stdin_csv_read_uncommitted_and_the_analysis_views(store):
     """Piped stdin is a script; -q leaves stderr empty; two csv results, a blank line apart."""
-    proc = _sql(store, "--output", "csv", "--isolation-level", "read_uncommitted", quiet=True,
-                stdin=f"{COUNT_QUERY};\n{ANALYSIS_QUERY};\n")
+    proc = _sql(
+        store,
+        "--output",
+        "csv",
+        "--isolation-level",
+        "read_uncommitted",
+        quiet=True,
+        stdin=f"{COUNT_QUERY};\n{ANALYSIS_QUERY};\n",
+    )
     assert_ok(proc)
     assert proc.stderr == ""
     counts, analysis = (list(csv.reader(io.StringIO(block))) for block in proc.stdout.split("\n\n"))
@@ -222,8 +239,10 @@ def test_statements_on_stdin_csv_read_uncommitted_and_the_analysis_views(store):
 
 
 def test_json_of_a_dashed_topic_matches_the_consumer(store):
-    query = (f"SELECT partition, offset, key, value, timestamp, headers, producerId, isTransactional "
-             f"FROM `{DASHED}` ORDER BY partition, offset")
+    query = (
+        f"SELECT partition, offset, key, value, timestamp, headers, producerId, isTransactional "
+        f"FROM `{DASHED}` ORDER BY partition, offset"
+    )
     proc = _sql(store, query, "--output", "json", "--include-headers", "--include-transaction-columns")
     assert_ok(proc)
     got = json.loads(proc.stdout)
@@ -240,12 +259,19 @@ def test_json_of_a_dashed_topic_matches_the_consumer(store):
     def iso(ms):
         return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
-    assert got == [{
-        "partition": r.partition, "offset": r.offset, "key": shown(r.key), "value": shown(r.value),
-        "timestamp": iso(r.timestamp),  # no headers: null, as Spark's Kafka source
-        "headers": [{"key": k, "value": shown(v)} for k, v in r.headers] or None,
-        "producerId": r.producer_id, "isTransactional": r.is_transactional,
-    } for r in records]
+    assert got == [
+        {
+            "partition": r.partition,
+            "offset": r.offset,
+            "key": shown(r.key),
+            "value": shown(r.value),
+            "timestamp": iso(r.timestamp),  # no headers: null, as Spark's Kafka source
+            "headers": [{"key": k, "value": shown(v)} for k, v in r.headers] or None,
+            "producerId": r.producer_id,
+            "isTransactional": r.is_transactional,
+        }
+        for r in records
+    ]
     assert b"aborted" not in [r.value for r in records] and len(got) == 5  # read_committed by default
     assert {"value": "0x" + NOT_UTF8.hex(), "timestamp": "2023-11-14T22:13:20.123Z"}.items() <= got[1].items()
     assert "some binary values are not UTF-8" in proc.stderr  # the note about the 0x cells
@@ -279,16 +305,16 @@ class _Terminal:
 
         deadline = time.monotonic() + timeout
         while (found := self.output.find(text.encode(), self._seen)) < 0:
-            assert time.monotonic() < deadline, f"no {text!r} in {self.output[self._seen:]!r}"
+            assert time.monotonic() < deadline, f"no {text!r} in {self.output[self._seen :]!r}"
             ready, _, _ = select.select([self.fd], [], [], 1.0)
             if ready:
                 try:
                     data = os.read(self.fd, 65536)
                 except OSError:  # EIO: the child closed the terminal
                     data = b""
-                assert data, f"txlog ended before {text!r}: {self.output[self._seen:]!r}"
+                assert data, f"txlog ended before {text!r}: {self.output[self._seen :]!r}"
                 self.output += data
-        between = self.output[self._seen:found].decode(errors="replace")
+        between = self.output[self._seen : found].decode(errors="replace")
         self._seen = found + len(text)
         return between.replace("\r\n", "\n")
 
@@ -335,7 +361,7 @@ def test_the_interactive_shell(store, tmp_path):
     term.send("FROM orders GROUP BY partition ORDER BY partition;\n")
     lines = term.expect(PROMPT).splitlines()
     header = lines.index("partition    n")
-    assert _counts(lines[header + 2:header + 2 + 3]) == _partition_counts(store, "read_committed")
+    assert _counts(lines[header + 2 : header + 2 + 3]) == _partition_counts(store, "read_committed")
     assert re.fullmatch(r"3 rows \(\d+\.\d\d s\)", lines[-1]), lines
 
     term.send("SELEC 1;\n")  # a syntax error: one line, and the shell goes on
@@ -346,8 +372,15 @@ def test_the_interactive_shell(store, tmp_path):
     assert re.search(r"^OK \(\d+\.\d\d s\)$", term.expect(PROMPT), re.MULTILINE)
     term.send(".tables\n")
     assert term.expect(PROMPT).split()[1:] == [
-        "__consumer_offsets", "__transaction_state", "audit", "orders", f"`{DASHED}`",
-        "txlog_batches", "txlog_transactions", "mine"]
+        "__consumer_offsets",
+        "__transaction_state",
+        "audit",
+        "orders",
+        f"`{DASHED}`",
+        "txlog_batches",
+        "txlog_transactions",
+        "mine",
+    ]
     with api.Admin(store) as admin:  # a topic and records that came after the shell started
         admin.create_topic("late", 1)
     with api.Producer(store) as producer:
@@ -394,9 +427,15 @@ def test_the_interactive_shell(store, tmp_path):
 
 
 def test_ctrl_c_cancels_the_running_statement_and_exits_130(store):
-    proc = subprocess.Popen([sys.executable, "-m", "cli.main", "--data-dir", store, "sql", LONG_QUERY],
-                            cwd=ROOT, env=_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cli.main", "--data-dir", store, "sql", LONG_QUERY],
+        cwd=ROOT,
+        env=_env(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         lines = []
         while (line := proc.stderr.readline()) and line.strip() != "Running query...":
@@ -413,6 +452,7 @@ def test_ctrl_c_cancels_the_running_statement_and_exits_130(store):
 
 
 # ---- before Spark: argument mistakes cost nothing ----------------------------------------------------
+
 
 def test_argument_mistakes_are_reported_before_spark_starts(store, tmp_path):
     for args, message in (
@@ -437,6 +477,7 @@ def test_a_missing_store_is_one_error_line(tmp_path):
 
 
 # ---- in process: names, cells, messages ------------------------------------------------------------
+
 
 def test_view_names_as_written_in_a_query():
     assert quoted("orders") == "orders"
@@ -471,14 +512,19 @@ def test_spark_messages_are_one_line():
 
     first = "[PARSE_SYNTAX_ERROR] Syntax error at or near 'SELEC'. SQLSTATE: 42601 (line 1, pos 0)"
     assert spark_message(Fake(f"\n{first}\n\n== SQL ==\nSELEC 1\n^^^\n")) == first
-    wrapped = ("An error occurred while calling o42.collectToPython.\n: org.apache.spark.SparkException: "
-               "Exception thrown in awaitResult:\n\tat org.apache.spark.util.X(X.scala:1)\n"
-               "Caused by: java.io.IOException: disk full\n\tat y")
-    assert spark_message(Fake(wrapped)) == ("org.apache.spark.SparkException: Exception thrown in awaitResult: "
-                                            "java.io.IOException: disk full")
-    worker = ("[PYTHON_EXCEPTION] An exception was thrown from the Python worker: Traceback (most recent call last):\n"
-              '  File "x.py", line 1, in f\n    raise X\nstorage.errors.CorruptRecordError: CRC mismatch at byte 172\n'
-              " SQLSTATE: 38000")
+    wrapped = (
+        "An error occurred while calling o42.collectToPython.\n: org.apache.spark.SparkException: "
+        "Exception thrown in awaitResult:\n\tat org.apache.spark.util.X(X.scala:1)\n"
+        "Caused by: java.io.IOException: disk full\n\tat y"
+    )
+    assert spark_message(Fake(wrapped)) == (
+        "org.apache.spark.SparkException: Exception thrown in awaitResult: java.io.IOException: disk full"
+    )
+    worker = (
+        "[PYTHON_EXCEPTION] An exception was thrown from the Python worker: Traceback (most recent call last):\n"
+        '  File "x.py", line 1, in f\n    raise X\nstorage.errors.CorruptRecordError: CRC mismatch at byte 172\n'
+        " SQLSTATE: 38000"
+    )
     assert spark_message(Fake(worker)) == "CorruptRecordError: CRC mismatch at byte 172"
     assert spark_message(Fake("")) == "Fake"
 
@@ -504,8 +550,22 @@ def test_the_shell_loop_without_spark(tmp_path, capsys):
     from cli.sql_shell import CONTINUATION, ShellActions, run_shell
     from cli.sql_shell import PROMPT as SHELL_PROMPT
 
-    typed = iter(["SELECT 1,", "2; SELECT 'x;", "y'; SELECT 3", KeyboardInterrupt, ".tables", ".schema orders",
-                  ".schema", ".bogus", "SELECT slow;", "SELECT 4; -- done", ".quit", "never read"])
+    typed = iter(
+        [
+            "SELECT 1,",
+            "2; SELECT 'x;",
+            "y'; SELECT 3",
+            KeyboardInterrupt,
+            ".tables",
+            ".schema orders",
+            ".schema",
+            ".bogus",
+            "SELECT slow;",
+            "SELECT 4; -- done",
+            ".quit",
+            "never read",
+        ]
+    )
     prompts, done = [], []
 
     def read_line(prompt: str) -> str:
@@ -520,12 +580,27 @@ def test_the_shell_loop_without_spark(tmp_path, capsys):
             raise KeyboardInterrupt
         done.append(statement.text)
 
-    run_shell(ShellActions(run=run, tables=lambda: done.append(".tables"), schema=lambda v: done.append(f"schema {v}"),
-                           error=lambda m: done.append(f"error {m}"), interrupted=lambda: done.append("interrupted")),
-              read_line=read_line, history_file=str(tmp_path / "history"))
-    assert done == ["SELECT 1,\n2", "SELECT 'x;\ny'", ".tables", "schema orders",
-                    "error .schema needs a view name, e.g. .schema orders",
-                    "error unknown command '.bogus'; .help lists the commands", "interrupted", "SELECT 4"]
+    run_shell(
+        ShellActions(
+            run=run,
+            tables=lambda: done.append(".tables"),
+            schema=lambda v: done.append(f"schema {v}"),
+            error=lambda m: done.append(f"error {m}"),
+            interrupted=lambda: done.append("interrupted"),
+        ),
+        read_line=read_line,
+        history_file=str(tmp_path / "history"),
+    )
+    assert done == [
+        "SELECT 1,\n2",
+        "SELECT 'x;\ny'",
+        ".tables",
+        "schema orders",
+        "error .schema needs a view name, e.g. .schema orders",
+        "error unknown command '.bogus'; .help lists the commands",
+        "interrupted",
+        "SELECT 4",
+    ]
     assert prompts[:4] == [SHELL_PROMPT, CONTINUATION, CONTINUATION, CONTINUATION]  # "SELECT 3" waits for its ';'
     assert prompts[4] == SHELL_PROMPT  # Ctrl-C dropped it
     assert next(typed) == "never read"  # .quit left

@@ -66,9 +66,11 @@ def test_machine_formats_give_bytes_and_offset_lists(data_dir):
     lines = txlog("topics", "list", "--output", "jsonl", data_dir=data_dir).stdout.splitlines()
     assert [json.loads(line) for line in lines] == doc
     rows = list(csv.reader(io.StringIO(txlog("topics", "list", "--output", "csv", data_dir=data_dir).stdout)))
-    assert rows == [["Topic", "PartitionCount", "Size", "LogEndOffsets"],
-                    ["empty", "1", str(truth["empty"][0]), "0"],
-                    ["orders", "3", str(truth["orders"][0]), "0,300,5"]]
+    assert rows == [
+        ["Topic", "PartitionCount", "Size", "LogEndOffsets"],
+        ["empty", "1", str(truth["empty"][0]), "0"],
+        ["orders", "3", str(truth["orders"][0]), "0,300,5"],
+    ]
 
 
 def test_table_format_and_exclude_internal(data_dir):
@@ -93,10 +95,18 @@ def test_unknown_output_is_a_usage_error(data_dir):
     assert_usage_error(txlog("topics", "list", "--output", "xml", data_dir=data_dir))
 
 
-@pytest.mark.parametrize(("size", "text"), [
-    (0, "0 B"), (1023, "1023 B"), (1024, "1.0 KiB"), (1536, "1.5 KiB"), (20 * 1024 * 1024, "20.0 MiB"),
-    (3 * 1024 ** 3, "3.0 GiB"), (5 * 1024 ** 5, "5120.0 TiB"),
-])
+@pytest.mark.parametrize(
+    ("size", "text"),
+    [
+        (0, "0 B"),
+        (1023, "1023 B"),
+        (1024, "1.0 KiB"),
+        (1536, "1.5 KiB"),
+        (20 * 1024 * 1024, "20.0 MiB"),
+        (3 * 1024**3, "3.0 GiB"),
+        (5 * 1024**5, "5120.0 TiB"),
+    ],
+)
 def test_human_size(size, text):
     assert human_size(size) == text
 
@@ -122,4 +132,5 @@ def test_a_real_kafka_log_dir_missing_a_partition(tmp_path):
     assert "partition 0 of topic 'test' is not in this log directory" in proc.stderr
     doc = json.loads(txlog("topics", "list", "--output", "json", data_dir=copy).stdout)
     assert [d for d in doc if d["topic"] == "test"] == [
-        {"topic": "test", "partitionCount": 2, "size": size, "logEndOffsets": [None, end]}]
+        {"topic": "test", "partitionCount": 2, "size": size, "logEndOffsets": [None, end]}
+    ]

@@ -48,8 +48,11 @@ def _hanging_transaction(path, topic="h"):
         log = store.partition(topic, 0)
         log.append(build_batch([(None, b"plain", None, None)]))
         pid = store.allocate_producer_id()
-        result = log.append(build_batch([(None, b"hang", None, None)], producer_id=pid, producer_epoch=0,
-                                        base_sequence=0, is_transactional=True))
+        result = log.append(
+            build_batch(
+                [(None, b"hang", None, None)], producer_id=pid, producer_epoch=0, base_sequence=0, is_transactional=True
+            )
+        )
         return pid, result.base_offset
 
 
@@ -71,23 +74,38 @@ def store_dir(tmp_path) -> str:
 
 # ---- transactions list / describe / commit --------------------------------------------------------------
 
+
 def test_open_transaction_listed_described_then_committed(store_dir):
     pid = _open_transaction(store_dir)
 
     proc = txlog("transactions", "list", data_dir=store_dir)
     assert_ok(proc)
-    assert _table(proc.stdout) == [["TransactionalId", "Coordinator", "ProducerId", "TransactionState"],
-                                   ["X", "0", str(pid), "Ongoing"]]
+    assert _table(proc.stdout) == [
+        ["TransactionalId", "Coordinator", "ProducerId", "TransactionState"],
+        ["X", "0", str(pid), "Ongoing"],
+    ]
 
     proc = txlog("transactions", "describe", "--transactional-id", "X", data_dir=store_dir)
     assert_ok(proc)
     header, row = _table(proc.stdout)
-    assert header == ["CoordinatorId", "TransactionalId", "ProducerId", "ProducerEpoch", "TransactionState",
-                      "TransactionTimeoutMs", "CurrentTransactionStartTimeMs", "TransactionDurationMs",
-                      "TopicPartitions"]
+    assert header == [
+        "CoordinatorId",
+        "TransactionalId",
+        "ProducerId",
+        "ProducerEpoch",
+        "TransactionState",
+        "TransactionTimeoutMs",
+        "CurrentTransactionStartTimeMs",
+        "TransactionDurationMs",
+        "TopicPartitions",
+    ]
     d = dict(zip(header, row, strict=True))
-    assert (d["TransactionalId"], d["ProducerId"], d["TransactionState"], d["TopicPartitions"]) == \
-        ("X", str(pid), "Ongoing", "t-0")
+    assert (d["TransactionalId"], d["ProducerId"], d["TransactionState"], d["TopicPartitions"]) == (
+        "X",
+        str(pid),
+        "Ongoing",
+        "t-0",
+    )
     assert int(d["CurrentTransactionStartTimeMs"]) > 0 and int(d["TransactionDurationMs"]) >= 0
 
     proc = txlog("transactions", "describe", "--transactional-id", "X", "-o", "json", data_dir=store_dir)
@@ -146,8 +164,10 @@ def test_list_filters_and_formats(store_dir):
     assert [r[0] for r in rows[1:]] == ["a"]
 
     proc = txlog("transactions", "list", "-o", "json", data_dir=store_dir)
-    assert [(d["transactionalId"], d["transactionState"]) for d in json.loads(proc.stdout)] == \
-        [("a", "Ongoing"), ("b", "CompleteCommit")]
+    assert [(d["transactionalId"], d["transactionState"]) for d in json.loads(proc.stdout)] == [
+        ("a", "Ongoing"),
+        ("b", "CompleteCommit"),
+    ]
 
     proc = txlog("transactions", "list", "--duration-filter", "3600000", "-o", "json", data_dir=store_dir)
     assert json.loads(proc.stdout) == []
@@ -169,9 +189,11 @@ def test_no_sweep_opens_read_only(store_dir):
 
 def test_describe_unknown_id_and_missing_store(store_dir, tmp_path):
     assert "not found" in assert_one_error(
-        txlog("transactions", "describe", "--transactional-id", "zz", data_dir=store_dir))
+        txlog("transactions", "describe", "--transactional-id", "zz", data_dir=store_dir)
+    )
     assert "no store" in assert_one_error(
-        txlog("transactions", "describe", "--transactional-id", "zz", data_dir=tmp_path / "absent"))
+        txlog("transactions", "describe", "--transactional-id", "zz", data_dir=tmp_path / "absent")
+    )
 
 
 def test_ambiguous_commit_exits_4(store_dir, monkeypatch):
@@ -196,29 +218,48 @@ def test_ambiguous_commit_exits_4(store_dir, monkeypatch):
 
 # ---- hanging transactions -------------------------------------------------------------------------------
 
+
 def test_find_hanging_then_abort_by_start_offset(store_dir):
     pid, start = _hanging_transaction(store_dir)
 
     proc = txlog("transactions", "find-hanging", "--topic", "h", data_dir=store_dir)
     assert_ok(proc)
     header, *rows = _table(proc.stdout)
-    assert header == ["Topic", "Partition", "ProducerId", "ProducerEpoch", "CoordinatorEpoch", "StartOffset",
-                      "LastTimestamp", "Duration(min)"]
+    assert header == [
+        "Topic",
+        "Partition",
+        "ProducerId",
+        "ProducerEpoch",
+        "CoordinatorEpoch",
+        "StartOffset",
+        "LastTimestamp",
+        "Duration(min)",
+    ]
     assert [r[:4] + [r[5]] for r in rows] == [["h", "0", str(pid), "0", str(start)]]
 
     proc = txlog("transactions", "describe-producers", "--topic", "h", "--partition", "0", data_dir=store_dir)
     assert_ok(proc)
     header, *rows = _table(proc.stdout)
-    assert header == ["ProducerId", "ProducerEpoch", "LatestCoordinatorEpoch", "LastSequence", "LastTimestamp",
-                      "CurrentTransactionStartOffset"]
+    assert header == [
+        "ProducerId",
+        "ProducerEpoch",
+        "LatestCoordinatorEpoch",
+        "LastSequence",
+        "LastTimestamp",
+        "CurrentTransactionStartOffset",
+    ]
     mine = [dict(zip(header, r, strict=True)) for r in rows if r[0] == str(pid)]
     assert len(mine) == 1
-    assert (mine[0]["ProducerEpoch"], mine[0]["LastSequence"], mine[0]["CurrentTransactionStartOffset"]) == \
-        ("0", "0", str(start))
+    assert (mine[0]["ProducerEpoch"], mine[0]["LastSequence"], mine[0]["CurrentTransactionStartOffset"]) == (
+        "0",
+        "0",
+        str(start),
+    )
 
     # the wrong offset is refused; nothing written
     assert "offset 0" in assert_one_error(
-        txlog("abort", "--topic", "h", "--partition", "0", "--start-offset", "0", data_dir=store_dir))
+        txlog("abort", "--topic", "h", "--partition", "0", "--start-offset", "0", data_dir=store_dir)
+    )
 
     proc = txlog("abort", "--topic", "h", "--partition", "0", "--start-offset", str(start), data_dir=store_dir)
     assert_ok(proc)
@@ -228,22 +269,35 @@ def test_find_hanging_then_abort_by_start_offset(store_dir):
     proc = txlog("transactions", "find-hanging", "-o", "json", data_dir=store_dir)
     assert_ok(proc)
     assert json.loads(proc.stdout) == []
-    proc = txlog("transactions", "describe-producers", "--topic", "h", "--partition", "0", "-o", "json",
-                 data_dir=store_dir)
+    proc = txlog(
+        "transactions", "describe-producers", "--topic", "h", "--partition", "0", "-o", "json", data_dir=store_dir
+    )
     [doc] = [d for d in json.loads(proc.stdout) if d["producerId"] == pid]
     assert doc["currentTransactionStartOffset"] is None
 
     # aborting again: nothing open there any more
-    assert_one_error(txlog("transactions", "abort", "--topic", "h", "--partition", "0", "--start-offset", str(start),
-                           data_dir=store_dir))
+    assert_one_error(
+        txlog(
+            "transactions",
+            "abort",
+            "--topic",
+            "h",
+            "--partition",
+            "0",
+            "--start-offset",
+            str(start),
+            data_dir=store_dir,
+        )
+    )
 
 
 def test_live_transaction_is_not_aborted_as_hanging(store_dir):
     _open_transaction(store_dir)
     proc = txlog("transactions", "find-hanging", "-o", "json", data_dir=store_dir)
     assert json.loads(proc.stdout) == []
-    msg = assert_one_error(txlog("transactions", "abort", "--topic", "t", "--partition", "0", "--start-offset", "0",
-                                 data_dir=store_dir))
+    msg = assert_one_error(
+        txlog("transactions", "abort", "--topic", "t", "--partition", "0", "--start-offset", "0", data_dir=store_dir)
+    )
     assert "'X'" in msg
 
 
@@ -257,6 +311,7 @@ def test_abort_needs_one_form(store_dir):
 
 
 # ---- consumer groups ------------------------------------------------------------------------------------
+
 
 @pytest.fixture
 def group_store(tmp_path) -> str:
@@ -285,10 +340,21 @@ def test_groups_list_and_describe(group_store):
     assert_ok(proc)
     lines = proc.stdout.splitlines()
     assert lines[0] == ""  # Kafka's output starts with a blank line
-    assert lines[1].split() == ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
-                                "CONSUMER-ID", "HOST", "CLIENT-ID"]
-    assert [line.split() for line in lines[2:]] == [["g", "t", "0", "3", "5", "2", "-", "-", "-"],
-                                                    ["g", "t", "1", "5", "5", "0", "-", "-", "-"]]
+    assert lines[1].split() == [
+        "GROUP",
+        "TOPIC",
+        "PARTITION",
+        "CURRENT-OFFSET",
+        "LOG-END-OFFSET",
+        "LAG",
+        "CONSUMER-ID",
+        "HOST",
+        "CLIENT-ID",
+    ]
+    assert [line.split() for line in lines[2:]] == [
+        ["g", "t", "0", "3", "5", "2", "-", "-", "-"],
+        ["g", "t", "1", "5", "5", "0", "-", "-", "-"],
+    ]
     assert proc.stderr == "Consumer group 'g' has no active members.\n"
 
     proc = txlog("groups", "describe", "--all-groups", "-o", "csv", data_dir=group_store)
@@ -309,24 +375,59 @@ def test_groups_reset_offsets_dry_run_then_execute(group_store):
     assert "Dry run" in proc.stderr
     assert tree(group_store) == before  # a dry run writes nothing
 
-    proc = txlog("groups", "reset-offsets", "--group", "g", "--topic", "t:1", "--shift-by", "-2", "-o", "json",
-                 data_dir=group_store)
+    proc = txlog(
+        "groups",
+        "reset-offsets",
+        "--group",
+        "g",
+        "--topic",
+        "t:1",
+        "--shift-by",
+        "-2",
+        "-o",
+        "json",
+        data_dir=group_store,
+    )
     assert json.loads(proc.stdout) == [{"group": "g", "topic": "t", "partition": 1, "newOffset": 3}]
 
-    proc = txlog("groups", "reset-offsets", "--group", "g", "--topic", "t:0", "--to-offset", "99", "--execute",
-                 data_dir=group_store)
+    proc = txlog(
+        "groups",
+        "reset-offsets",
+        "--group",
+        "g",
+        "--topic",
+        "t:0",
+        "--to-offset",
+        "99",
+        "--execute",
+        data_dir=group_store,
+    )
     assert_ok(proc)
     assert [line.split() for line in proc.stdout.splitlines()[2:]] == [["g", "t", "0", "5"]]  # clamped to the end
     proc = txlog("groups", "describe", "--group", "g", "-o", "json", data_dir=group_store)
     assert [(r["partition"], r["currentOffset"], r["lag"]) for r in json.loads(proc.stdout)] == [(0, 5, 0), (1, 5, 0)]
 
     assert_one_error(txlog("groups", "reset-offsets", "--group", "g", "--topic", "t", data_dir=group_store), code=2)
-    assert_one_error(txlog("groups", "reset-offsets", "--group", "g", "--topic", "t", "--to-latest", "--to-earliest",
-                           data_dir=group_store), code=2)
-    assert_one_error(txlog("groups", "reset-offsets", "--group", "g", "--topic", "t:7", "--to-latest",
-                           data_dir=group_store))
-    assert_one_error(txlog("groups", "reset-offsets", "--group", "g", "--topic", "nosuch", "--to-latest",
-                           data_dir=group_store))
+    assert_one_error(
+        txlog(
+            "groups",
+            "reset-offsets",
+            "--group",
+            "g",
+            "--topic",
+            "t",
+            "--to-latest",
+            "--to-earliest",
+            data_dir=group_store,
+        ),
+        code=2,
+    )
+    assert_one_error(
+        txlog("groups", "reset-offsets", "--group", "g", "--topic", "t:7", "--to-latest", data_dir=group_store)
+    )
+    assert_one_error(
+        txlog("groups", "reset-offsets", "--group", "g", "--topic", "nosuch", "--to-latest", data_dir=group_store)
+    )
 
 
 def test_groups_delete_offsets(group_store):

@@ -52,8 +52,9 @@ def _findings(path: str, *args: str) -> tuple[int, list[dict], str]:
 
 
 def _has(rows: list[dict], severity: str, phrase: str, file: str | None = None) -> bool:
-    return any(r["severity"] == severity and phrase in r["finding"] and (file is None or r["file"] == file)
-               for r in rows)
+    return any(
+        r["severity"] == severity and phrase in r["finding"] and (file is None or r["file"] == file) for r in rows
+    )
 
 
 def test_clean_store_verifies_and_writes_nothing(clean):
@@ -114,8 +115,9 @@ def test_rewritten_txnindex_last_offset(clean):
     code, rows, _ = _findings(clean)
     assert code == 3
     assert _has(rows, "error", f"last {last - 1}) does not name an ABORT marker", SEG0 + ".txnindex"), rows
-    assert _has(rows, "error", f"ABORT marker of producer {pid} at {last} (transaction from {first}) has no "
-                ".txnindex entry"), rows
+    assert _has(
+        rows, "error", f"ABORT marker of producer {pid} at {last} (transaction from {first}) has no .txnindex entry"
+    ), rows
 
 
 def test_transaction_open_past_its_timeout_is_expired(clean):
@@ -137,8 +139,15 @@ def test_transaction_open_past_its_timeout_is_expired(clean):
 def test_transactional_batch_behind_the_coordinators_back_is_hanging(clean):
     with Store.open(clean) as store:
         log = store.partition("t", 0)
-        result = log.append(build_batch([(None, b"hang", None, None)], producer_id=store.allocate_producer_id(),
-                                        producer_epoch=0, base_sequence=0, is_transactional=True))
+        result = log.append(
+            build_batch(
+                [(None, b"hang", None, None)],
+                producer_id=store.allocate_producer_id(),
+                producer_epoch=0,
+                base_sequence=0,
+                is_transactional=True,
+            )
+        )
     code, rows, _ = _findings(clean)
     assert code == 3
     hanging = [r for r in rows if r["finding"].startswith("hanging:")]

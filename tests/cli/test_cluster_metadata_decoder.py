@@ -23,8 +23,9 @@ import pytest
 from storage.records import build_batch
 from tests.cli.cli_helpers import assert_ok, txlog
 
-FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "..",
-                        "shared", "fixtures")
+FIXTURES = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "..", "shared", "fixtures"
+)
 RAVI = os.path.join(FIXTURES, "kafka-dirs", "ravi-kraft-metadata")
 REAL = os.path.join(FIXTURES, "kafka-real")
 T = 1_700_000_000_000
@@ -94,67 +95,152 @@ NO_TAGS = tags()
 
 # (value bytes, the payload kafka-dump-log prints for it)
 RECORDS: list[tuple[bytes, str]] = [
-    (frame(2, 0) + cstr("orders") + U1 + NO_TAGS,
-     '{"type":"TOPIC_RECORD","version":0,"data":{"name":"orders","topicId":"' + U1_TEXT + '"}}'),
-    (frame(3, 2) + i32(3) + U1 + carr_i32([1, 2, 3]) + carr_i32([1, 2]) + carr_i32([]) + carr_i32([3])
-     + i32(1) + i32(7) + i32(9) + carr_uuid([U2]) + tags((0, i8(1)), (1, carr_i32([3]))),
-     '{"type":"PARTITION_RECORD","version":2,"data":{"partitionId":3,"topicId":"' + U1_TEXT + '","replicas":[1,2,3],'
-     '"isr":[1,2],"removingReplicas":[],"addingReplicas":[3],"leader":1,"leaderRecoveryState":1,"leaderEpoch":7,'
-     '"partitionEpoch":9,"directories":["' + U2_TEXT + '"],"eligibleLeaderReplicas":[3]}}'),
-    (frame(3, 0) + i32(0) + U1 + carr_i32([1]) + carr_i32([1]) + carr_i32([]) + carr_i32([]) + i32(1) + i32(0)
-     + i32(0) + NO_TAGS,
-     '{"type":"PARTITION_RECORD","version":0,"data":{"partitionId":0,"topicId":"' + U1_TEXT + '","replicas":[1],'
-     '"isr":[1],"removingReplicas":[],"addingReplicas":[],"leader":1,"leaderEpoch":0,"partitionEpoch":0}}'),
+    (
+        frame(2, 0) + cstr("orders") + U1 + NO_TAGS,
+        '{"type":"TOPIC_RECORD","version":0,"data":{"name":"orders","topicId":"' + U1_TEXT + '"}}',
+    ),
+    (
+        frame(3, 2)
+        + i32(3)
+        + U1
+        + carr_i32([1, 2, 3])
+        + carr_i32([1, 2])
+        + carr_i32([])
+        + carr_i32([3])
+        + i32(1)
+        + i32(7)
+        + i32(9)
+        + carr_uuid([U2])
+        + tags((0, i8(1)), (1, carr_i32([3]))),
+        '{"type":"PARTITION_RECORD","version":2,"data":{"partitionId":3,"topicId":"' + U1_TEXT + '","replicas":[1,2,3],'
+        '"isr":[1,2],"removingReplicas":[],"addingReplicas":[3],"leader":1,"leaderRecoveryState":1,"leaderEpoch":7,'
+        '"partitionEpoch":9,"directories":["' + U2_TEXT + '"],"eligibleLeaderReplicas":[3]}}',
+    ),
+    (
+        frame(3, 0)
+        + i32(0)
+        + U1
+        + carr_i32([1])
+        + carr_i32([1])
+        + carr_i32([])
+        + carr_i32([])
+        + i32(1)
+        + i32(0)
+        + i32(0)
+        + NO_TAGS,
+        '{"type":"PARTITION_RECORD","version":0,"data":{"partitionId":0,"topicId":"' + U1_TEXT + '","replicas":[1],'
+        '"isr":[1],"removingReplicas":[],"addingReplicas":[],"leader":1,"leaderEpoch":0,"partitionEpoch":0}}',
+    ),
     # tag 30 is no field of the schema: skipped, as Kafka keeps unknown tags aside unprinted
-    (frame(5, 0) + i32(0) + U1 + tags((0, carr_i32([1])), (1, i32(2)), (30, b"zz")),
-     '{"type":"PARTITION_CHANGE_RECORD","version":0,"data":{"partitionId":0,"topicId":"' + U1_TEXT
-     + '","isr":[1],"leader":2}}'),
-    (frame(5, 1) + i32(4) + U1 + tags((1, i32(-1)), (5, i8(0)), (8, carr_uuid([U1, U2]))),
-     '{"type":"PARTITION_CHANGE_RECORD","version":1,"data":{"partitionId":4,"topicId":"' + U1_TEXT + '","leader":-1,'
-     '"leaderRecoveryState":0,"directories":["' + U1_TEXT + '","' + U2_TEXT + '"]}}'),
-    (frame(0, 3) + i32(5) + i8(0) + U1 + i64(42)
-     + uv(2) + cstr("PLAINTEXT") + cstr("h1") + struct.pack(">H", 65535) + i16(0) + NO_TAGS
-     + uv(2) + cstr("metadata.version") + i16(1) + i16(20) + NO_TAGS
-     + cstr("r1") + i8(0) + i8(1) + tags((0, carr_uuid([U2]))),
-     '{"type":"REGISTER_BROKER_RECORD","version":3,"data":{"brokerId":5,"isMigratingZkBroker":false,'
-     '"incarnationId":"' + U1_TEXT + '","brokerEpoch":42,"endPoints":[{"name":"PLAINTEXT","host":"h1","port":65535,'
-     '"securityProtocol":0}],"features":[{"name":"metadata.version","minSupportedVersion":1,'
-     '"maxSupportedVersion":20}],"rack":"r1","fenced":false,"inControlledShutdown":true,"logDirs":["' + U2_TEXT
-     + '"]}}'),
-    (frame(0, 0) + i32(1) + U1 + i64(1) + uv(1) + uv(1) + cstr(None) + i8(1) + NO_TAGS,
-     '{"type":"REGISTER_BROKER_RECORD","version":0,"data":{"brokerId":1,"incarnationId":"' + U1_TEXT + '",'
-     '"brokerEpoch":1,"endPoints":[],"features":[],"rack":null,"fenced":true}}'),
-    (frame(1, 0) + i32(2) + i64(10) + NO_TAGS,
-     '{"type":"UNREGISTER_BROKER_RECORD","version":0,"data":{"brokerId":2,"brokerEpoch":10}}'),
+    (
+        frame(5, 0) + i32(0) + U1 + tags((0, carr_i32([1])), (1, i32(2)), (30, b"zz")),
+        '{"type":"PARTITION_CHANGE_RECORD","version":0,"data":{"partitionId":0,"topicId":"'
+        + U1_TEXT
+        + '","isr":[1],"leader":2}}',
+    ),
+    (
+        frame(5, 1) + i32(4) + U1 + tags((1, i32(-1)), (5, i8(0)), (8, carr_uuid([U1, U2]))),
+        '{"type":"PARTITION_CHANGE_RECORD","version":1,"data":{"partitionId":4,"topicId":"' + U1_TEXT + '","leader":-1,'
+        '"leaderRecoveryState":0,"directories":["' + U1_TEXT + '","' + U2_TEXT + '"]}}',
+    ),
+    (
+        frame(0, 3)
+        + i32(5)
+        + i8(0)
+        + U1
+        + i64(42)
+        + uv(2)
+        + cstr("PLAINTEXT")
+        + cstr("h1")
+        + struct.pack(">H", 65535)
+        + i16(0)
+        + NO_TAGS
+        + uv(2)
+        + cstr("metadata.version")
+        + i16(1)
+        + i16(20)
+        + NO_TAGS
+        + cstr("r1")
+        + i8(0)
+        + i8(1)
+        + tags((0, carr_uuid([U2]))),
+        '{"type":"REGISTER_BROKER_RECORD","version":3,"data":{"brokerId":5,"isMigratingZkBroker":false,'
+        '"incarnationId":"' + U1_TEXT + '","brokerEpoch":42,"endPoints":[{"name":"PLAINTEXT","host":"h1","port":65535,'
+        '"securityProtocol":0}],"features":[{"name":"metadata.version","minSupportedVersion":1,'
+        '"maxSupportedVersion":20}],"rack":"r1","fenced":false,"inControlledShutdown":true,"logDirs":["'
+        + U2_TEXT
+        + '"]}}',
+    ),
+    (
+        frame(0, 0) + i32(1) + U1 + i64(1) + uv(1) + uv(1) + cstr(None) + i8(1) + NO_TAGS,
+        '{"type":"REGISTER_BROKER_RECORD","version":0,"data":{"brokerId":1,"incarnationId":"' + U1_TEXT + '",'
+        '"brokerEpoch":1,"endPoints":[],"features":[],"rack":null,"fenced":true}}',
+    ),
+    (
+        frame(1, 0) + i32(2) + i64(10) + NO_TAGS,
+        '{"type":"UNREGISTER_BROKER_RECORD","version":0,"data":{"brokerId":2,"brokerEpoch":10}}',
+    ),
     (frame(7, 0) + i32(2) + i64(11) + NO_TAGS, '{"type":"FENCE_BROKER_RECORD","version":0,"data":{"id":2,"epoch":11}}'),
-    (frame(8, 0) + i32(2) + i64(12) + NO_TAGS,
-     '{"type":"UNFENCE_BROKER_RECORD","version":0,"data":{"id":2,"epoch":12}}'),
+    (
+        frame(8, 0) + i32(2) + i64(12) + NO_TAGS,
+        '{"type":"UNFENCE_BROKER_RECORD","version":0,"data":{"id":2,"epoch":12}}',
+    ),
     # Fenced (tag 0) is non-default and printed; InControlledShutdown (tag 1) = 0 is its default and is not
-    (frame(17, 1) + i32(1) + i64(6) + tags((0, i8(1)), (1, i8(0))),
-     '{"type":"BROKER_REGISTRATION_CHANGE_RECORD","version":1,"data":{"brokerId":1,"brokerEpoch":6,"fenced":1}}'),
-    (frame(12, 0) + cstr("metadata.version") + i16(20) + NO_TAGS,
-     '{"type":"FEATURE_LEVEL_RECORD","version":0,"data":{"name":"metadata.version","featureLevel":20}}'),
-    (frame(15, 0) + i32(1) + i64(-1) + i64(5000) + NO_TAGS,
-     '{"type":"PRODUCER_IDS_RECORD","version":0,"data":{"brokerId":1,"brokerEpoch":-1,"nextProducerId":5000}}'),
-    (frame(4, 0) + i8(2) + cstr('t\x1f"x') + cstr("cleanup.policy") + cstr(None) + NO_TAGS,
-     '{"type":"CONFIG_RECORD","version":0,"data":{"resourceType":2,"resourceName":"t\\u001F\\"x",'
-     '"name":"cleanup.policy","value":null}}'),
+    (
+        frame(17, 1) + i32(1) + i64(6) + tags((0, i8(1)), (1, i8(0))),
+        '{"type":"BROKER_REGISTRATION_CHANGE_RECORD","version":1,"data":{"brokerId":1,"brokerEpoch":6,"fenced":1}}',
+    ),
+    (
+        frame(12, 0) + cstr("metadata.version") + i16(20) + NO_TAGS,
+        '{"type":"FEATURE_LEVEL_RECORD","version":0,"data":{"name":"metadata.version","featureLevel":20}}',
+    ),
+    (
+        frame(15, 0) + i32(1) + i64(-1) + i64(5000) + NO_TAGS,
+        '{"type":"PRODUCER_IDS_RECORD","version":0,"data":{"brokerId":1,"brokerEpoch":-1,"nextProducerId":5000}}',
+    ),
+    (
+        frame(4, 0) + i8(2) + cstr('t\x1f"x') + cstr("cleanup.policy") + cstr(None) + NO_TAGS,
+        '{"type":"CONFIG_RECORD","version":0,"data":{"resourceType":2,"resourceName":"t\\u001F\\"x",'
+        '"name":"cleanup.policy","value":null}}',
+    ),
     (frame(9, 0) + U2 + NO_TAGS, '{"type":"REMOVE_TOPIC_RECORD","version":0,"data":{"topicId":"' + U2_TEXT + '"}}'),
     (frame(20, 0) + NO_TAGS, '{"type":"NO_OP_RECORD","version":0,"data":{}}'),
-    (frame(14, 0) + uv(2) + cstr("user") + cstr(None) + NO_TAGS + cstr("producer_byte_rate")
-     + struct.pack(">d", 1.5e7) + i8(1) + NO_TAGS,
-     '{"type":"CLIENT_QUOTA_RECORD","version":0,"data":{"entity":[{"entityType":"user","entityName":null}],'
-     '"key":"producer_byte_rate","value":1.5E7,"remove":true}}'),
-    (frame(14, 0) + uv(2) + cstr("client-id") + cstr("c1") + NO_TAGS + cstr("request_percentage")
-     + struct.pack(">d", 1048576.0) + i8(0) + NO_TAGS,
-     '{"type":"CLIENT_QUOTA_RECORD","version":0,"data":{"entity":[{"entityType":"client-id","entityName":"c1"}],'
-     '"key":"request_percentage","value":1048576.0,"remove":false}}'),
-    (frame(11, 0) + cstr("alice") + i8(1) + cbytes(b"\x00\x01") + cbytes(b"abc") + cbytes(b"") + i32(4096) + NO_TAGS,
-     '{"type":"USER_SCRAM_CREDENTIAL_RECORD","version":0,"data":{"name":"alice","mechanism":1,"salt":"AAE=",'
-     '"storedKey":"YWJj","serverKey":"","iterations":4096}}'),
+    (
+        frame(14, 0)
+        + uv(2)
+        + cstr("user")
+        + cstr(None)
+        + NO_TAGS
+        + cstr("producer_byte_rate")
+        + struct.pack(">d", 1.5e7)
+        + i8(1)
+        + NO_TAGS,
+        '{"type":"CLIENT_QUOTA_RECORD","version":0,"data":{"entity":[{"entityType":"user","entityName":null}],'
+        '"key":"producer_byte_rate","value":1.5E7,"remove":true}}',
+    ),
+    (
+        frame(14, 0)
+        + uv(2)
+        + cstr("client-id")
+        + cstr("c1")
+        + NO_TAGS
+        + cstr("request_percentage")
+        + struct.pack(">d", 1048576.0)
+        + i8(0)
+        + NO_TAGS,
+        '{"type":"CLIENT_QUOTA_RECORD","version":0,"data":{"entity":[{"entityType":"client-id","entityName":"c1"}],'
+        '"key":"request_percentage","value":1048576.0,"remove":false}}',
+    ),
+    (
+        frame(11, 0) + cstr("alice") + i8(1) + cbytes(b"\x00\x01") + cbytes(b"abc") + cbytes(b"") + i32(4096) + NO_TAGS,
+        '{"type":"USER_SCRAM_CREDENTIAL_RECORD","version":0,"data":{"name":"alice","mechanism":1,"salt":"AAE=",'
+        '"storedKey":"YWJj","serverKey":"","iterations":4096}}',
+    ),
     (frame(21, 0) + i8(0) + NO_TAGS, '{"type":"ZK_MIGRATION_STATE_RECORD","version":0,"data":{"zkMigrationState":0}}'),
-    (frame(23, 0) + tags((0, cstr("Bootstrap records"))),
-     '{"type":"BEGIN_TRANSACTION_RECORD","version":0,"data":{"name":"Bootstrap records"}}'),
+    (
+        frame(23, 0) + tags((0, cstr("Bootstrap records"))),
+        '{"type":"BEGIN_TRANSACTION_RECORD","version":0,"data":{"name":"Bootstrap records"}}',
+    ),
     (frame(24, 0) + NO_TAGS, '{"type":"END_TRANSACTION_RECORD","version":0,"data":{}}'),
     (frame(25, 0) + NO_TAGS, '{"type":"ABORT_TRANSACTION_RECORD","version":0,"data":{}}'),
 ]
@@ -163,20 +249,31 @@ RECORDS: list[tuple[bytes, str]] = [
 DAMAGED: list[tuple[bytes, str]] = [
     (frame(99, 0) + NO_TAGS, "Unknown metadata id 99 (unknown record type 99)"),
     (frame(2, 5) + NO_TAGS, "Failed to deserialize record with type 2: Can't read version 5 of TopicRecord"),
-    (frame(2, 0) + cstr("orders") + U1[:10],
-     "Failed to deserialize record with type 2 (TopicRecord v0): truncated topicId at byte 10"),
+    (
+        frame(2, 0) + cstr("orders") + U1[:10],
+        "Failed to deserialize record with type 2 (TopicRecord v0): truncated topicId at byte 10",
+    ),
     (b"\xff\xff\xff\xff\xff\xff", "Error while reading frame version: unsigned varint longer than 5 bytes at byte 0"),
-    (frame(3, 0) + i32(0) + U1 + b"\xff\xff\xff",
-     "Failed to deserialize record with type 3 (PartitionRecord v0): truncated unsigned varint at byte 23"),
+    (
+        frame(3, 0) + i32(0) + U1 + b"\xff\xff\xff",
+        "Failed to deserialize record with type 3 (PartitionRecord v0): truncated unsigned varint at byte 23",
+    ),
     (frame(20, 0) + NO_TAGS + b"\x07\x07", "Found 2 byte(s) of garbage after 20"),
-    (frame(2, 0) + cstr(None) + U1 + NO_TAGS,
-     "Failed to deserialize record with type 2 (TopicRecord v0): non-nullable field name was serialized as null "
-     "at byte 3"),
-    (frame(17, 0) + i32(1) + i64(6) + tags((1, i8(1))),
-     "Failed to deserialize record with type 17 (BrokerRegistrationChangeRecord v0): Tag 1 is not valid for "
-     "version 0 at byte 18"),
-    (uv(0) + uv(2) + uv(0), "Could not deserialize metadata record with frame version 0. Note that upgrades from "
-     "the preview release of KRaft in 2.8 to newer versions are not supported."),
+    (
+        frame(2, 0) + cstr(None) + U1 + NO_TAGS,
+        "Failed to deserialize record with type 2 (TopicRecord v0): non-nullable field name was serialized as null "
+        "at byte 3",
+    ),
+    (
+        frame(17, 0) + i32(1) + i64(6) + tags((1, i8(1))),
+        "Failed to deserialize record with type 17 (BrokerRegistrationChangeRecord v0): Tag 1 is not valid for "
+        "version 0 at byte 18",
+    ),
+    (
+        uv(0) + uv(2) + uv(0),
+        "Could not deserialize metadata record with frame version 0. Note that upgrades from "
+        "the preview release of KRaft in 2.8 to newer versions are not supported.",
+    ),
 ]
 
 
@@ -190,8 +287,10 @@ def write_log(tmp_path, values: list[bytes]) -> str:
 
 
 def record_line(offset: int, value: bytes, payload: str) -> str:
-    return (f"| offset: {offset} CreateTime: {T} keySize: -1 valueSize: {len(value)} sequence: -1 headerKeys: [] "
-            f"payload: {payload}")
+    return (
+        f"| offset: {offset} CreateTime: {T} keySize: -1 valueSize: {len(value)} sequence: -1 headerKeys: [] "
+        f"payload: {payload}"
+    )
 
 
 def payloads(stdout: str) -> list[str]:
@@ -245,11 +344,22 @@ def test_only_one_decoder_at_a_time(tmp_path):
     assert proc.returncode == 2 and proc.stdout == "" and proc.stderr.startswith("Error: ")
 
 
-@pytest.mark.parametrize(("value", "text"), [
-    (1e7, "1.0E7"), (9999999.0, "9999999.0"), (0.001, "0.001"), (0.0001, "1.0E-4"), (123456789.0, "1.23456789E8"),
-    (-2.5, "-2.5"), (100.0, "100.0"), (0.0, "0.0"), (-0.0, "-0.0"), (0.1, "0.1"),
-    (1.7976931348623157e308, "1.7976931348623157E308"),
-])
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (1e7, "1.0E7"),
+        (9999999.0, "9999999.0"),
+        (0.001, "0.001"),
+        (0.0001, "1.0E-4"),
+        (123456789.0, "1.23456789E8"),
+        (-2.5, "-2.5"),
+        (100.0, "100.0"),
+        (0.0, "0.0"),
+        (-0.0, "-0.0"),
+        (0.1, "0.1"),
+        (1.7976931348623157e308, "1.7976931348623157E308"),
+    ],
+)
 def test_doubles_print_as_java_does(value, text):
     from txlog.schemas.cluster_metadata import java_double
 
@@ -286,13 +396,22 @@ def test_real_metadata_log_decodes_every_record(tmp_path):
     assert len(found) == _record_count(proc.stdout) > 29_000
     assert not [p for p in found if not p.startswith("{")]  # no error payloads at all
     # The types this log holds (every one of them in Kafka's schema set, so none prints as unknown).
-    assert _types(proc.stdout) == Counter({
-        ("NO_OP_RECORD", 0): 29672, ("PARTITION_CHANGE_RECORD", 0): 318, ("PARTITION_RECORD", 0): 53,
-        ("BROKER_REGISTRATION_CHANGE_RECORD", 0): 7, ("BROKER_REGISTRATION_CHANGE_RECORD", 1): 2,
-        ("REGISTER_BROKER_RECORD", 2): 3, ("CONFIG_RECORD", 0): 3, ("TOPIC_RECORD", 0): 2,
-        ("FEATURE_LEVEL_RECORD", 0): 1, ("ZK_MIGRATION_STATE_RECORD", 0): 1, ("BEGIN_TRANSACTION_RECORD", 0): 1,
-        ("END_TRANSACTION_RECORD", 0): 1,
-    })
+    assert _types(proc.stdout) == Counter(
+        {
+            ("NO_OP_RECORD", 0): 29672,
+            ("PARTITION_CHANGE_RECORD", 0): 318,
+            ("PARTITION_RECORD", 0): 53,
+            ("BROKER_REGISTRATION_CHANGE_RECORD", 0): 7,
+            ("BROKER_REGISTRATION_CHANGE_RECORD", 1): 2,
+            ("REGISTER_BROKER_RECORD", 2): 3,
+            ("CONFIG_RECORD", 0): 3,
+            ("TOPIC_RECORD", 0): 2,
+            ("FEATURE_LEVEL_RECORD", 0): 1,
+            ("ZK_MIGRATION_STATE_RECORD", 0): 1,
+            ("BEGIN_TRANSACTION_RECORD", 0): 1,
+            ("END_TRANSACTION_RECORD", 0): 1,
+        }
+    )
     data = [json.loads(p) for p in found]
 
     # Topic names and ids agree with the topics' own partition.metadata files.
@@ -304,8 +423,11 @@ def test_real_metadata_log_decodes_every_record(tmp_path):
     # order_created has 3 partitions (the fixture kept the directories of 0 and 1);
     # __consumer_offsets has Kafka's default offsets.topic.num.partitions, 50.
     assert partitions == {topics["order_created"]: 3, topics["__consumer_offsets"]: 50}
-    ids = {d["data"]["partitionId"] for d in data
-           if d["type"] == "PARTITION_RECORD" and d["data"]["topicId"] == topics["order_created"]}
+    ids = {
+        d["data"]["partitionId"]
+        for d in data
+        if d["type"] == "PARTITION_RECORD" and d["data"]["topicId"] == topics["order_created"]
+    }
     assert ids == {0, 1, 2}
 
     # The only broker is the node of meta.properties.
@@ -316,15 +438,19 @@ def test_real_metadata_log_decodes_every_record(tmp_path):
 def test_real_snapshots_and_bootstrap_decode(tmp_path):
     root = _copy(RAVI, tmp_path, "ravi")
     meta = root / "__cluster_metadata-0"
-    files = [root / "bootstrap.checkpoint", meta / "00000000000000007260-0000000001.checkpoint",
-             meta / "00000000000000024828-0000000003.checkpoint"]
+    files = [
+        root / "bootstrap.checkpoint",
+        meta / "00000000000000007260-0000000001.checkpoint",
+        meta / "00000000000000024828-0000000003.checkpoint",
+    ]
     proc = txlog("inspect", "--cluster-metadata-decoder", *map(str, files))
     assert_ok(proc)
     found = payloads(proc.stdout)
     assert len(found) == _record_count(proc.stdout) == 1 + 2 * 61
     assert all(p.startswith('{"type":') for p in found)
-    assert found[0] == ('{"type":"FEATURE_LEVEL_RECORD","version":0,"data":{"name":"metadata.version",'
-                        '"featureLevel":14}}')
+    assert found[0] == (
+        '{"type":"FEATURE_LEVEL_RECORD","version":0,"data":{"name":"metadata.version","featureLevel":14}}'
+    )
     assert sum('SnapshotHeader {"version":0' in line for line in proc.stdout.splitlines()) == 3
     assert _types(proc.stdout)[("PARTITION_RECORD", 0)] == 2 * 53
 
@@ -364,7 +490,7 @@ def test_every_cut_or_flipped_real_record_is_a_clean_error(tmp_path):
                 decode_metadata_record(value[:cut])
         for i in range(len(value)):
             for bad in (0x00, 0xFF, 0x80):
-                flipped = value[:i] + bytes([bad]) + value[i + 1:]
+                flipped = value[:i] + bytes([bad]) + value[i + 1 :]
                 try:
                     decode_metadata_record(flipped)
                 except MetadataRecordError:

@@ -22,8 +22,13 @@ from storage.records import build_batch
 from tests.cli.cli_helpers import assert_ok, assert_one_error, tree, txlog
 from txlog.schemas.transaction_log import TxnLogValue, TxnState, decode_value
 
-KAFKA_DIRS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "..",
-                          "shared", "fixtures", "kafka-dirs")
+KAFKA_DIRS = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+    "..",
+    "shared",
+    "fixtures",
+    "kafka-dirs",
+)
 SEG0 = filename_prefix(0)
 
 
@@ -74,18 +79,36 @@ def test_transaction_log_decoder_prints_partitions_in_stored_order(tmp_path):
     root = kafka_dir(tmp_path / "kafka", {"__transaction_state-0": build_batch([(key, value, [], 1)])})
     proc = txlog("inspect", "--transaction-log-decoder", os.path.join(root, "__transaction_state-0", SEG0 + ".log"))
     assert_ok(proc)
-    assert ("| offset: 0 CreateTime: 1 keySize: 9 valueSize: 70 sequence: -1 headerKeys: [] "
-            "key: transaction_metadata::transactionalId=app-7 payload: producerId:4001,producerEpoch:3,"
-            "state=Ongoing,partitions=[zeta-2,zeta-0,alpha-1],txnLastUpdateTimestamp=1700000000500,"
-            "txnTimeoutMs=60000") in proc.stdout.splitlines()
+    assert (
+        "| offset: 0 CreateTime: 1 keySize: 9 valueSize: 70 sequence: -1 headerKeys: [] "
+        "key: transaction_metadata::transactionalId=app-7 payload: producerId:4001,producerEpoch:3,"
+        "state=Ongoing,partitions=[zeta-2,zeta-0,alpha-1],txnLastUpdateTimestamp=1700000000500,"
+        "txnTimeoutMs=60000"
+    ) in proc.stdout.splitlines()
     # The order is kept, but it is no part of the state: equal states compare equal whatever it is.
     decoded = decode_value(value)
     assert decoded.partitions == (("zeta", 2), ("zeta", 0), ("alpha", 1))
-    reordered = TxnLogValue(4001, 3, 60000, TxnState.ONGOING, (("alpha", 1), ("zeta", 0), ("zeta", 2)),
-                            1_700_000_000_500, 1_700_000_000_000, client_transaction_version=0)
+    reordered = TxnLogValue(
+        4001,
+        3,
+        60000,
+        TxnState.ONGOING,
+        (("alpha", 1), ("zeta", 0), ("zeta", 2)),
+        1_700_000_000_500,
+        1_700_000_000_000,
+        client_transaction_version=0,
+    )
     assert decoded == reordered and hash(decoded) == hash(reordered)
-    assert decoded != TxnLogValue(4001, 3, 60000, TxnState.ONGOING, (("alpha", 1),), 1_700_000_000_500,
-                                  1_700_000_000_000, client_transaction_version=0)
+    assert decoded != TxnLogValue(
+        4001,
+        3,
+        60000,
+        TxnState.ONGOING,
+        (("alpha", 1),),
+        1_700_000_000_500,
+        1_700_000_000_000,
+        client_transaction_version=0,
+    )
 
 
 # ---- item 3: a time index may point inside a batch ------------------------------------------------
@@ -117,8 +140,10 @@ def test_verify_still_finds_wrong_time_index_entries(timed):
     code, rows, _ = verify_rows(timed)
     assert code == 3
     findings = [(r["offset"], r["finding"]) for r in rows]
-    assert (1, "time index timestamp 301 for offset 1, but the batch holding it (offsets 0..2) has max "
-               "timestamp 300") in findings
+    assert (
+        1,
+        "time index timestamp 301 for offset 1, but the batch holding it (offsets 0..2) has max timestamp 300",
+    ) in findings
     assert (9, "time index entry (600, offset 9) names an offset no batch of the segment holds") in findings
     assert len(findings) == 2
     _time_index(timed, [(500, 4), (300, 1)])
@@ -199,10 +224,13 @@ def test_topic_id_comes_from_partition_metadata(tmp_path):
         _partition_metadata(root, name, "version: 0\ntopic_id: q78Hxe0QSZyFQ2Zdyc-gIA")
     proc = txlog("topics", "describe", "t", data_dir=root)
     assert_ok(proc)
-    assert proc.stdout.splitlines()[0] == ("Topic: t\tTopicId: q78Hxe0QSZyFQ2Zdyc-gIA\tPartitionCount: 2\t"
-                                           "ReplicationFactor: 1\tConfigs: ")
-    assert json.loads(txlog("topics", "describe", "t", "-o", "json", data_dir=root).stdout)["topicId"] == \
-        "q78Hxe0QSZyFQ2Zdyc-gIA"
+    assert proc.stdout.splitlines()[0] == (
+        "Topic: t\tTopicId: q78Hxe0QSZyFQ2Zdyc-gIA\tPartitionCount: 2\tReplicationFactor: 1\tConfigs: "
+    )
+    assert (
+        json.loads(txlog("topics", "describe", "t", "-o", "json", data_dir=root).stdout)["topicId"]
+        == "q78Hxe0QSZyFQ2Zdyc-gIA"
+    )
     _partition_metadata(root, "t-1", "version: 0\ntopic_id: AAAAAAAAAAAAAAAAAAAAAQ\n")
     assert "record different topic ids" in assert_one_error(txlog("topics", "describe", "t", data_dir=root))
     _partition_metadata(root, "t-1", "version: 0\ntopic_id: not-a-uuid\n")
@@ -224,18 +252,25 @@ def test_verify_reports_a_log_ending_before_its_checkpointed_offsets(tmp_path):
     code, rows, _ = verify_rows(root)
     assert code == 3
     assert [(r["offset"], r["finding"]) for r in rows] == [
-        (3, "the log ends at offset 3, before the recovery point (flushed to disk) 5 that "
+        (
+            3,
+            "the log ends at offset 3, before the recovery point (flushed to disk) 5 that "
             "recovery-point-offset-checkpoint records: the log directory was copied while the broker was "
-            "writing, or data was lost"),
-        (3, "the log ends at offset 3, before the high watermark (acknowledged, visible to consumers) 7 that "
+            "writing, or data was lost",
+        ),
+        (
+            3,
+            "the log ends at offset 3, before the high watermark (acknowledged, visible to consumers) 7 that "
             "replication-offset-checkpoint records: the log directory was copied while the broker was "
-            "writing, or data was lost"),
+            "writing, or data was lost",
+        ),
     ]
     with open(os.path.join(root, "log-start-offset-checkpoint"), "w") as f:
         f.write("0\n2\nt 0 0\n")  # says two entries, holds one
     code, rows, _ = verify_rows(root)
-    assert any(r["file"] == "log-start-offset-checkpoint" and "expected 2 entries, found 1" in r["finding"]
-               for r in rows)
+    assert any(
+        r["file"] == "log-start-offset-checkpoint" and "expected 2 entries, found 1" in r["finding"] for r in rows
+    )
 
 
 @pytest.fixture
@@ -264,9 +299,11 @@ def test_missing_txnindex_entry_is_a_repair_where_kafka_rebuilds_the_index(abort
     write_checkpoint(aborted, "recovery-point-offset-checkpoint", [("t", 0, 0)])
     code, rows, _ = verify_rows(aborted)
     assert code == 3 and [r["severity"] for r in rows] == ["warning"]
-    assert rows[0]["finding"].endswith("has no .txnindex entry; the index is rebuilt from the markers when Kafka "
-                                       "next starts (no clean shutdown, segment past the recovery point 0): a "
-                                       "repair, not exposed data")
+    assert rows[0]["finding"].endswith(
+        "has no .txnindex entry; the index is rebuilt from the markers when Kafka "
+        "next starts (no clean shutdown, segment past the recovery point 0): a "
+        "repair, not exposed data"
+    )
 
 
 def test_missing_txnindex_entry_after_a_clean_shutdown_exposes_aborted_data(aborted):
@@ -274,8 +311,10 @@ def test_missing_txnindex_entry_after_a_clean_shutdown_exposes_aborted_data(abor
     open(os.path.join(aborted, ".kafka_cleanshutdown"), "w").close()
     code, rows, _ = verify_rows(aborted)
     assert code == 3 and [r["severity"] for r in rows] == ["error"]
-    assert "Kafka rebuilds nothing before a read: its read_committed readers would see the aborted data" in \
-        rows[0]["finding"]
+    assert (
+        "Kafka rebuilds nothing before a read: its read_committed readers would see the aborted data"
+        in rows[0]["finding"]
+    )
 
 
 # ---- the real brokers' directories ----------------------------------------------------------------

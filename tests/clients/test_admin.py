@@ -63,8 +63,11 @@ def test_hanging_transaction_found_and_aborted_by_start_offset(store):
     log = store.partition("t", 0)
     log.append(build_batch([(None, b"plain", None, None)]))
     pid = store.allocate_producer_id()
-    log.append(build_batch([(None, b"hang", None, None)], producer_id=pid, producer_epoch=3, base_sequence=0,
-                           is_transactional=True))
+    log.append(
+        build_batch(
+            [(None, b"hang", None, None)], producer_id=pid, producer_epoch=3, base_sequence=0, is_transactional=True
+        )
+    )
     assert log.last_stable_offset == 1
     hanging = admin.find_hanging_transactions()
     assert [(h.topic, h.partition, h.producer_id, h.start_offset) for h in hanging] == [("t", 0, pid, 1)]

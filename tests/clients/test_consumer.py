@@ -87,8 +87,9 @@ def test_poll_round_robins_partitions_and_honours_max_records(topic):
         assert {r.partition for r in first + second} == {0, 1}
         rest = drain(c, max_records=1)
         assert len(rest) == 4
-        assert sorted((r.partition, r.offset) for r in first + second + rest) == \
-            [(p, o) for p in (0, 1) for o in range(6)]
+        assert sorted((r.partition, r.offset) for r in first + second + rest) == [
+            (p, o) for p in (0, 1) for o in range(6)
+        ]
 
 
 def test_poll_waits_for_data_up_to_the_timeout(topic):
@@ -256,8 +257,9 @@ def test_offsets_for_times(topic):
     log = topic.partition("t", 0)
     for i, ts in enumerate((100, 200, 300)):
         log.append(build_batch([(None, b"x%d" % i, [], ts)]))
-    log.append(build_batch([(None, b"open", [], 400)], producer_id=4, producer_epoch=0, base_sequence=0,
-                           is_transactional=True))
+    log.append(
+        build_batch([(None, b"open", [], 400)], producer_id=4, producer_epoch=0, base_sequence=0, is_transactional=True)
+    )
     with Consumer(topic) as c, Consumer(topic, isolation_level="read_uncommitted") as ru:
         assert c.offsets_for_times({T0: 150, T1: 0}) == {T0: (1, 200), T1: None}
         assert c.offsets_for_times({T0: 301}) == {T0: None}  # only the open txn's record is later
@@ -440,8 +442,9 @@ WRITER = textwrap.dedent("""
 
 
 def test_scenario_39_reader_during_writer(topic):
-    proc = subprocess.Popen([sys.executable, "-c", WRITER, topic.root, ROOT, "39", "300"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WRITER, topic.root, ROOT, "39", "300"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     log = topic.partition("t", 0)
     seen, positions, raw_position = [], [0], 0
     with Consumer(topic, max_poll_records=7) as c:

@@ -90,8 +90,12 @@ def settle(*consumers, rounds=60):
         time.sleep(0.02)
         metas = [c.group_metadata() for c in consumers]
         owned = [tp for c in consumers for tp in c.assignment()]
-        if len({m.generation_id for m in metas}) == 1 and len(owned) == len(set(owned)) and \
-                all(m.generation_id > 0 for m in metas) and _stable(consumers[0]):
+        if (
+            len({m.generation_id for m in metas}) == 1
+            and len(owned) == len(set(owned))
+            and all(m.generation_id > 0 for m in metas)
+            and _stable(consumers[0])
+        ):
             return
     raise AssertionError("the group did not settle")
 
@@ -274,7 +278,7 @@ def test_listener_order_through_a_rebalance_and_a_close(path):
     b_assigned = events.index(("b", "assigned", 2))
     assert a_revoked < b_assigned
     b_revoked = events.index(("b", "revoked", 2))  # close() revokes before leaving
-    assert events[b_revoked + 1:] == [("a", "assigned", 2), ("a", "revoked", 4)]
+    assert events[b_revoked + 1 :] == [("a", "assigned", 2), ("a", "revoked", 4)]
 
 
 def test_static_member_restart_within_the_session_timeout_keeps_its_assignment(path):
@@ -375,8 +379,10 @@ def test_range_gives_contiguous_blocks_then_keeps_them():
     first = range_(members, {"t": 5, "u": 2})
     assert first["a"] == {TP("t", 0), TP("t", 1), TP("t", 2), TP("u", 0)}
     assert first["b"] == {TP("t", 3), TP("t", 4), TP("u", 1)}
-    members = {"b": MemberSpec(frozenset({"t", "u"}), frozenset(first["b"])),
-               "c": MemberSpec(frozenset({"t", "u"}), frozenset())}
+    members = {
+        "b": MemberSpec(frozenset({"t", "u"}), frozenset(first["b"])),
+        "c": MemberSpec(frozenset({"t", "u"}), frozenset()),
+    }
     second = range_(members, {"t": 5, "u": 2})
     assert first["b"] <= second["b"]
 
@@ -391,13 +397,25 @@ def _kafka_python_group_value():
     except ImportError:  # kafka-python 3.x moved the hand-written types
         from kafka.protocol.old.types import Array, Bytes, Int16, Int32, Int64, Schema, String
 
-    member_schema = Schema(("member_id", String("utf-8")), ("group_instance_id", String("utf-8")),
-                           ("client_id", String("utf-8")), ("client_host", String("utf-8")),
-                           ("rebalance_timeout", Int32), ("session_timeout", Int32),
-                           ("subscription", Bytes), ("assignment", Bytes))
-    return Schema(("version", Int16), ("protocol_type", String("utf-8")), ("generation", Int32),
-                  ("protocol", String("utf-8")), ("leader", String("utf-8")),
-                  ("current_state_timestamp", Int64), ("members", Array(member_schema)))
+    member_schema = Schema(
+        ("member_id", String("utf-8")),
+        ("group_instance_id", String("utf-8")),
+        ("client_id", String("utf-8")),
+        ("client_host", String("utf-8")),
+        ("rebalance_timeout", Int32),
+        ("session_timeout", Int32),
+        ("subscription", Bytes),
+        ("assignment", Bytes),
+    )
+    return Schema(
+        ("version", Int16),
+        ("protocol_type", String("utf-8")),
+        ("generation", Int32),
+        ("protocol", String("utf-8")),
+        ("leader", String("utf-8")),
+        ("current_state_timestamp", Int64),
+        ("members", Array(member_schema)),
+    )
 
 
 def _kafka_python_consumer_protocol():

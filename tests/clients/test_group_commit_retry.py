@@ -53,8 +53,15 @@ def test_older_batches_not_where_the_group_puts_them_are_duplicates_of_unknown_o
     log = store.partition("t", 0)
     parts = batches(0, 7)
     log.append(parts[0])
-    other = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=99,
-                                      producer_epoch=0, base_sequence=0, batch_size=1 << 20)
+    other = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=0,
+        is_transactional=False,
+        producer_id=99,
+        producer_epoch=0,
+        base_sequence=0,
+        batch_size=1 << 20,
+    )
     other.append(0, 1_700_000_000_000, b"x", b"other producer", [])
     log.append(bytes(other.build()))
     for part in parts[1:]:

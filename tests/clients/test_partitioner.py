@@ -89,7 +89,7 @@ def test_partition_matches_kafka_python_for_any_count(key, count):
 
 def test_to_positive_clears_the_sign_bit_as_kafka_does_not_abs():
     assert to_positive(-1) == 0x7FFFFFFF  # abs would give 1
-    assert to_positive(-(1 << 31)) == 0   # abs overflows in Java
+    assert to_positive(-(1 << 31)) == 0  # abs overflows in Java
     assert to_positive(479470107) == 479470107
 
 
@@ -167,11 +167,14 @@ def _partitions_by_key(data_dir: str, topic: str, count: int) -> dict[bytes, set
     return found
 
 
-@pytest.mark.parametrize(("option", "expected"), [
-    ((), kafka_python_partition),
-    (("--partitioner", "murmur2"), kafka_python_partition),
-    (("--partitioner", "murmur3"), lambda key, count: mmh3.hash(key, signed=False) % count),
-])
+@pytest.mark.parametrize(
+    ("option", "expected"),
+    [
+        ((), kafka_python_partition),
+        (("--partitioner", "murmur2"), kafka_python_partition),
+        (("--partitioner", "murmur3"), lambda key, count: mmh3.hash(key, signed=False) % count),
+    ],
+)
 def test_txlog_produce_places_keys(tmp_path, option, expected):
     data_dir = str(tmp_path / "data")
     make_store(data_dir, t=6)

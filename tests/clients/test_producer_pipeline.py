@@ -89,6 +89,7 @@ def test_callbacks_run_in_record_order_on_the_sender_thread(store):
             assert error is None
             threads.add(threading.current_thread().name)
             seen.append((metadata.partition, metadata.offset, i))
+
         return callback
 
     for i in range(300):
@@ -126,8 +127,11 @@ def test_flush_waits_for_every_batch_and_times_out_on_a_stuck_sender(store):
     transport.hold.set()
     p.flush()
     assert all(f.done() and f.exception() is None for f in futures)
-    assert [_values(store, "t", part) for part in range(3)] == [[b"0", b"3", b"6"], [b"1", b"4", b"7"],
-                                                                 [b"2", b"5", b"8"]]
+    assert [_values(store, "t", part) for part in range(3)] == [
+        [b"0", b"3", b"6"],
+        [b"1", b"4", b"7"],
+        [b"2", b"5", b"8"],
+    ]
 
 
 def test_an_oversized_batch_in_a_group_fails_alone(store):
@@ -228,9 +232,15 @@ def test_acks_decide_what_the_future_reports(store, acks, offset):
 def test_configuration_follows_kafka(store):
     store.create_topic("t", 1)
     assert not txlog.Producer(store, acks=1).idempotent  # idempotence left unset: off with acks=1
-    for bad in (dict(acks=1, enable_idempotence=True), dict(acks=0, transactional_id="t"),
-                dict(max_in_flight_requests_per_connection=6), dict(max_in_flight_requests_per_connection=0),
-                dict(linger_ms=10, delivery_timeout_ms=5), dict(buffer_memory=-1), dict(max_block_ms="x")):
+    for bad in (
+        dict(acks=1, enable_idempotence=True),
+        dict(acks=0, transactional_id="t"),
+        dict(max_in_flight_requests_per_connection=6),
+        dict(max_in_flight_requests_per_connection=0),
+        dict(linger_ms=10, delivery_timeout_ms=5),
+        dict(buffer_memory=-1),
+        dict(max_block_ms="x"),
+    ):
         with pytest.raises(InvalidConfigurationError):
             txlog.Producer(store, **bad)
     assert txlog.Producer(store, enable_idempotence=False, max_in_flight_requests_per_connection=10)

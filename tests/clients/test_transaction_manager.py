@@ -79,6 +79,7 @@ def idempotent(transport) -> TransactionManager:
 
 # ---- the transactional state machine ------------------------------------------------------------------------
 
+
 def test_a_transaction_goes_uninitialized_ready_in_transaction_ready(transport):
     tm = transactional(transport)
     assert tm.state is TransactionState.UNINITIALIZED and not tm.sendable
@@ -159,6 +160,7 @@ def test_closed_refuses_everything(transport):
 
 # ---- errors reported by the sender --------------------------------------------------------------------------
 
+
 def test_a_failed_write_makes_the_transaction_abortable_until_it_is_aborted(transport):
     tm = in_transaction(transport)
     error = RecordTooLargeError("too large")
@@ -237,6 +239,7 @@ def test_a_dead_sender_kills_the_producer_and_the_first_death_counts(transport):
 
 # ---- KIP-360: an unknown outcome bumps the epoch -----------------------------------------------------------
 
+
 def test_an_unknown_outcome_bumps_an_idempotent_producers_epoch_and_restarts_sequences(transport):
     tm = idempotent(transport)
     pid = tm.producer_id_and_epoch.producer_id
@@ -280,6 +283,7 @@ def test_without_idempotence_an_unknown_outcome_changes_nothing(transport):
 
 # ---- sequences and unsynced partitions ---------------------------------------------------------------------
 
+
 def test_sequences_are_per_partition_and_wrap_at_two_to_the_31(transport):
     tm = idempotent(transport)
     assert tm.sequence(T0) == 0
@@ -316,6 +320,7 @@ def test_unsynced_partitions_are_forgotten_once_synced_or_the_transaction_ends(t
 
 
 # ---- coordinator requests ------------------------------------------------------------------------------------
+
 
 def test_a_busy_coordinator_is_asked_again(store):
     store.create_topic("t", 2)

@@ -17,8 +17,7 @@ def test_an_expired_transaction_of_another_coordinator_partition_is_aborted(stor
     admin = txlog.Admin(store_path)
     admin.create_topic("out", 1)
     clock = [int(time.time() * 1000)]
-    dead = txlog.Producer(store_path, transactional_id="copier-0", transaction_timeout_ms=100,
-                          clock=lambda: clock[0])
+    dead = txlog.Producer(store_path, transactional_id="copier-0", transaction_timeout_ms=100, clock=lambda: clock[0])
     dead.init_transactions()
     dead.begin_transaction()
     dead.send("out", value=b"zombie")

@@ -38,10 +38,14 @@ class TxnOffsets:
         self.epoch, self.seq = 0, 0
 
     def send(self, offsets: dict[TopicPartition, int]) -> None:
-        records = [(*self.groups.encode_commit(self.group, tp, OffsetAndMetadata(o), TS), [], TS)
-                   for tp, o in offsets.items()]
-        self.log.append(build_batch(records, producer_id=self.pid, producer_epoch=self.epoch,
-                                    base_sequence=self.seq, is_transactional=True))
+        records = [
+            (*self.groups.encode_commit(self.group, tp, OffsetAndMetadata(o), TS), [], TS) for tp, o in offsets.items()
+        ]
+        self.log.append(
+            build_batch(
+                records, producer_id=self.pid, producer_epoch=self.epoch, base_sequence=self.seq, is_transactional=True
+            )
+        )
         self.seq += len(records)
 
     def end(self, control: ControlType) -> None:
@@ -129,8 +133,9 @@ def test_group_and_other_records_in_the_topic_are_ignored(store, groups):
     log = offsets_log(store, groups)
     group_metadata_key = struct.pack(">h", 2) + struct.pack(">h", 1) + b"g"
     consumer_group_key = struct.pack(">h", 5) + b"\x00\x01g"
-    log.append(build_batch([(group_metadata_key, b"\x00\x03whatever", [], TS),
-                            (consumer_group_key, b"opaque", [], TS)]))
+    log.append(
+        build_batch([(group_metadata_key, b"\x00\x03whatever", [], TS), (consumer_group_key, b"opaque", [], TS)])
+    )
     assert groups.committed("g") == {IN0: OffsetAndMetadata(3)}
     assert GroupOffsets(store).committed("g") == {IN0: OffsetAndMetadata(3)}
 
@@ -272,7 +277,7 @@ def test_corrupted_snapshot_is_ignored(store_path, monkeypatch):
     with open(snapshot, "r+b") as f:
         data = bytearray(f.read())
         at = data.index(b'"g"')
-        data[at + 1:at + 2] = b"x"  # still valid JSON, wrong content: the CRC must catch it
+        data[at + 1 : at + 2] = b"x"  # still valid JSON, wrong content: the CRC must catch it
         f.seek(0)
         f.write(data)
     applied = _count_applies(monkeypatch)

@@ -57,8 +57,9 @@ class CoordinatorState:
 
 def replayed(log, *, snapshot_every: int = 1000) -> tuple[ReplayedPartition, CoordinatorState]:
     state = CoordinatorState()
-    return ReplayedPartition(log, NAME, apply=state.apply, dump=state.dump, load=state.load,
-                             snapshot_every=snapshot_every), state
+    return ReplayedPartition(
+        log, NAME, apply=state.apply, dump=state.dump, load=state.load, snapshot_every=snapshot_every
+    ), state
 
 
 def write(log, txn_id: str, v: TxnLogValue | None) -> int:

@@ -194,6 +194,7 @@ def crash_at_marker(n: int = 1) -> FaultPlan:
 # B. transactions, isolation, fencing
 # =====================================================================================================
 
+
 def test_scenario10_commit_across_partitions_with_offsets(store, store_path):
     """10: a,b -> P0, c -> P1 and offsets {in-0: 10} for g; visible in RC only after the markers."""
     groups = GroupOffsets(store)
@@ -251,7 +252,8 @@ def test_scenario11_abort(store, store_path):
     for part, end in ((0, 3), (1, 2)):
         log = store.partition("t", part)
         assert [(a.producer_id, a.first_offset, a.last_offset) for a in log.aborted_transactions(0, end)] == [
-            (pid, 0, end - 1)]
+            (pid, 0, end - 1)
+        ]
         assert log.last_stable_offset == end  # past the marker
     assert groups.committed("g", [IN0], require_stable=True)[IN0].offset == 3
     assert groups.pending("g") == {}
@@ -356,11 +358,17 @@ def test_scenario38_append_racing_the_fence_is_told_it_is_fenced(store, store_pa
     class Racing(Transport):  # A's append lands while B's init writes its first fencing marker
         def write_txn_markers(self, *args):
             if not raced:
-                data = build_batch([(None, b"zombie", None, now_ms())], producer_id=pid, producer_epoch=epoch,
-                                   base_sequence=0, is_transactional=True)
+                data = build_batch(
+                    [(None, b"zombie", None, now_ms())],
+                    producer_id=pid,
+                    producer_epoch=epoch,
+                    base_sequence=0,
+                    is_transactional=True,
+                )
                 with pytest.raises(ProducerFencedError):
                     store.partition("t", 1).append(
-                        data, verify_txn=lambda p_, e_: coordinator.verify("x", p_, e_, "t", 1))
+                        data, verify_txn=lambda p_, e_: coordinator.verify("x", p_, e_, "t", 1)
+                    )
                 raced.append(True)
             return super().write_txn_markers(*args)
 
@@ -379,10 +387,16 @@ def test_scenario17_write_to_an_unregistered_partition(store, store_path):
     coordinator.add_partitions("x", pid, epoch, [("t", 0)])
 
     def append(part, seq=0, e=epoch):
-        data = build_batch([(None, b"z%d" % part, None, now_ms())], producer_id=pid, producer_epoch=e,
-                           base_sequence=seq, is_transactional=True)
+        data = build_batch(
+            [(None, b"z%d" % part, None, now_ms())],
+            producer_id=pid,
+            producer_epoch=e,
+            base_sequence=seq,
+            is_transactional=True,
+        )
         return store.partition("t", part).append(
-            data, verify_txn=lambda p_, e_: coordinator.verify("x", p_, e_, "t", part))
+            data, verify_txn=lambda p_, e_: coordinator.verify("x", p_, e_, "t", part)
+        )
 
     before = log_files(store_path)
     with pytest.raises(InvalidTxnStateError):
@@ -514,6 +528,7 @@ def test_scenario21_abort_does_not_rewind_the_consumer(store, store_path):
 # C. timeouts and late actors
 # =====================================================================================================
 
+
 def test_scenario22_expiry_fences_the_producer(store, store_path):
     """22: timeout 100 ms, write "1", wait 600 ms, write "2": fenced; RU "1", RC nothing, epoch bumped.
 
@@ -521,8 +536,7 @@ def test_scenario22_expiry_fences_the_producer(store, store_path):
     `swept` finds it already aborted by another process's sweep.
     """
     own_tid = "own"
-    swept_tid = next(f"swept{i}" for i in range(1000)
-                     if owner_partition(f"swept{i}", 8) != owner_partition(own_tid, 8))
+    swept_tid = next(f"swept{i}" for i in range(1000) if owner_partition(f"swept{i}", 8) != owner_partition(own_tid, 8))
     producers = {}
     for part, tid in enumerate((own_tid, swept_tid)):
         p = producer(store, tid, transaction_timeout_ms=100)
@@ -597,8 +611,12 @@ def test_scenario24_commit_racing_expiry(store_path, template, big):
             ends = [m for m in markers(mine, p=part) if m[0] == pid and m[1] > epoch]
             assert [m[2] for m in ends] == [result], (tid, part, ends)
             assert (f"{tid}:{part}".encode() in rc(mine, p=part)) == (result == "COMMIT")
-        ends = [v.state for v in txn_histories(mine)[tid] if v.state in (
-            TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)]
+        ends = [
+            v.state
+            for v in txn_histories(mine)[tid]
+            if v.state
+            in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
+        ]
         kind = TxnState.PREPARE_COMMIT if result == "COMMIT" else TxnState.PREPARE_ABORT
         assert ends == [kind, kind + 2], (tid, ends)
         p.close()
@@ -648,13 +666,16 @@ def test_scenario26_ambiguous_commit_converges_to_the_txn_log(store, store_path,
     check_store(store_path)
 
 
-@pytest.mark.parametrize("timeout,tid,error", [
-    (900_001, "x", InvalidTransactionTimeoutError),
-    (0, "x", InvalidTransactionTimeoutError),
-    (-1, "x", InvalidTransactionTimeoutError),
-    (10**12, "x", InvalidTransactionTimeoutError),
-    (60_000, "", InvalidRequestError),
-])
+@pytest.mark.parametrize(
+    "timeout,tid,error",
+    [
+        (900_001, "x", InvalidTransactionTimeoutError),
+        (0, "x", InvalidTransactionTimeoutError),
+        (-1, "x", InvalidTransactionTimeoutError),
+        (10**12, "x", InvalidTransactionTimeoutError),
+        (60_000, "", InvalidRequestError),
+    ],
+)
 def test_scenario27_timeout_bounds_and_empty_id(store, store_path, timeout, tid, error):
     """27: timeout above 900000 or <= 0, empty transactional id: refused at init, nothing persisted."""
     before = log_files(store_path)
@@ -677,6 +698,7 @@ def test_scenario27_timeout_bounds_and_empty_id(store, store_path, timeout, tid,
 # A.8 epoch exhaustion
 # =====================================================================================================
 
+
 def force_state(store, tid: str, value: TxnLogValue) -> None:
     """Write a coordinator record for `tid` with the storage API, as a long history would have left it."""
     coordinator = TransactionCoordinator(store)
@@ -686,8 +708,15 @@ def force_state(store, tid: str, value: TxnLogValue) -> None:
 
 
 def forced(pid: int, epoch: int, state=TxnState.EMPTY) -> TxnLogValue:
-    return TxnLogValue(producer_id=pid, producer_epoch=epoch, timeout_ms=60_000, state=state, partitions=(),
-                       last_update_ms=now_ms(), start_ms=-1)
+    return TxnLogValue(
+        producer_id=pid,
+        producer_epoch=epoch,
+        timeout_ms=60_000,
+        state=state,
+        partitions=(),
+        last_update_ms=now_ms(),
+        start_ms=-1,
+    )
 
 
 def assert_no_wrapped_epoch(store_path) -> None:
@@ -820,6 +849,7 @@ def test_scenario8_timeout_fence_at_the_exhausted_epoch_still_fences(store, stor
 # F. coordinator log damage and full disks
 # =====================================================================================================
 
+
 def test_scenario49a_torn_tail_of_the_coordinator_log(store, store_path):
     """49a: PREPARE_COMMIT torn (cut inside the last batch): the tail is cut, the txn is Ongoing
     again, and the next init aborts it; RC never shows the data."""
@@ -876,8 +906,11 @@ def test_scenario49b_bit_flip_inside_the_coordinator_log(store, store_path):
     size = os.path.getsize(path)
     fresh = Store.open(store_path)
     coordinator = TransactionCoordinator(fresh)
-    for op in (coordinator.sweep_all, lambda: coordinator.init_producer_id("x"),
-               lambda: coordinator.end_transaction("x", None, None, commit=False)):
+    for op in (
+        coordinator.sweep_all,
+        lambda: coordinator.init_producer_id("x"),
+        lambda: coordinator.end_transaction("x", None, None, commit=False),
+    ):
         with pytest.raises((CorruptRecordError, KafkaStorageError)):
             op()
     with pytest.raises((CorruptRecordError, KafkaStorageError)):
@@ -981,6 +1014,7 @@ def test_scenario52_disk_full_writing_markers(store, store_path, monkeypatch, co
 # =====================================================================================================
 # idempotence and retries through the transport
 # =====================================================================================================
+
 
 def test_exactly_once_through_lost_acks_and_late_duplicates(store, store_path):
     """Lost acknowledgements and late duplicate deliveries on every produce request (data and

@@ -50,8 +50,13 @@ class _Txn:
 
     def send(self, partition: int, value: bytes) -> None:
         seq = self.seq.get(partition, 0)
-        data = build_batch([(None, value, None, None)], producer_id=self.pid, producer_epoch=self.epoch,
-                           base_sequence=seq, is_transactional=True)
+        data = build_batch(
+            [(None, value, None, None)],
+            producer_id=self.pid,
+            producer_epoch=self.epoch,
+            base_sequence=seq,
+            is_transactional=True,
+        )
         self.transport.produce(TOPIC, partition, data, TXN_ID, sync=False)
         self.seq[partition] = seq + 1
 

@@ -84,16 +84,28 @@ def batch_shape(pid: int, seq: int, min_size: int, max_size: int, max_records: i
     return [min_size + _h(pid, seq, i, h) % span for i in range(count)]
 
 
-def make_batch(pid: int, seq: int, *, epoch: int = 0, ts_base: int, min_size: int = 50, max_size: int = 400,
-               max_records: int = 3, transactional: bool = False) -> tuple[bytes, int]:
+def make_batch(
+    pid: int,
+    seq: int,
+    *,
+    epoch: int = 0,
+    ts_base: int,
+    min_size: int = 50,
+    max_size: int = 400,
+    max_records: int = 3,
+    transactional: bool = False,
+) -> tuple[bytes, int]:
     """(batch bytes, record count) of the batch (pid, seq); record i has timestamp ts_base + seq + i."""
     from storage.records import build_batch
 
     sizes = batch_shape(pid, seq, min_size, max_size, max_records)
-    records = [(b"k%d" % (seq + i), expected_value(pid, seq + i, size), None, ts_base + seq + i)
-               for i, size in enumerate(sizes)]
-    data = build_batch(records, producer_id=pid, producer_epoch=epoch, base_sequence=seq,
-                       is_transactional=transactional)
+    records = [
+        (b"k%d" % (seq + i), expected_value(pid, seq + i, size), None, ts_base + seq + i)
+        for i, size in enumerate(sizes)
+    ]
+    data = build_batch(
+        records, producer_id=pid, producer_epoch=epoch, base_sequence=seq, is_transactional=transactional
+    )
     return data, len(sizes)
 
 
@@ -101,21 +113,26 @@ def check_batch(batch) -> list[tuple[int, int, int]]:
     """Decode and check a data batch read back; returns [(offset, pid, seq)] of its records."""
     records = batch.records()
     if len(records) != batch.last_offset - batch.base_offset + 1:
-        raise AssertionError(f"batch at {batch.base_offset} holds {len(records)} records for offsets "
-                             f"{batch.base_offset}..{batch.last_offset}")
+        raise AssertionError(
+            f"batch at {batch.base_offset} holds {len(records)} records for offsets "
+            f"{batch.base_offset}..{batch.last_offset}"
+        )
     out = []
     for i, rec in enumerate(records):
         if rec.offset != batch.base_offset + i:
             raise AssertionError(f"record {i} of batch {batch.base_offset} has offset {rec.offset}")
         pid, seq = parse_value(rec.value)
         if pid != batch.producer_id or seq != batch.base_sequence + i:
-            raise AssertionError(f"record at offset {rec.offset} is ({pid}, {seq}) inside batch of producer "
-                                 f"{batch.producer_id} base sequence {batch.base_sequence}")
+            raise AssertionError(
+                f"record at offset {rec.offset} is ({pid}, {seq}) inside batch of producer "
+                f"{batch.producer_id} base sequence {batch.base_sequence}"
+            )
         out.append((rec.offset, pid, seq))
     return out
 
 
 # ---- the worker side -------------------------------------------------------------------------------------
+
 
 def _say(line: str) -> None:
     sys.stdout.write(line + "\n")
@@ -186,8 +203,15 @@ def run_append(args) -> None:
     seq = args.seq
     done = 0
     while args.count <= 0 or done < args.count:
-        data, nrec = make_batch(pid, seq, epoch=args.epoch, ts_base=args.ts_base, min_size=args.min_size,
-                                max_size=args.max_size, max_records=args.max_records)
+        data, nrec = make_batch(
+            pid,
+            seq,
+            epoch=args.epoch,
+            ts_base=args.ts_base,
+            min_size=args.min_size,
+            max_size=args.max_size,
+            max_records=args.max_records,
+        )
         state["seq"] = seq
         if args.hang != "none" and done == args.hang_after:
             state["armed"] = True
@@ -211,8 +235,12 @@ def run_fill(args) -> None:
     t = store.allocate_producer_id()
     _say(f"PID {p}")
     _say(f"PID {t}")
-    kw = {"ts_base": args.ts_base, "min_size": args.min_size, "max_size": args.max_size,
-          "max_records": args.max_records}
+    kw = {
+        "ts_base": args.ts_base,
+        "min_size": args.min_size,
+        "max_size": args.max_size,
+        "max_records": args.max_records,
+    }
     p_seq = 0
     t_epoch = 0
     txns = 0
@@ -427,8 +455,14 @@ class Worker:
         cmd = [sys.executable, self.SCRIPT, mode, "--store", store, *map(str, args)]
         self.cmd = cmd
         self.proc = subprocess.Popen(
-            cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL, text=True, bufsize=1, env=self._env(),
+            cmd,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+            text=True,
+            bufsize=1,
+            env=self._env(),
         )
         self.pid = self.proc.pid
         self.lines: list[str] = []
@@ -475,8 +509,10 @@ class Worker:
             line = self.next_line(timeout)
             if line is None:
                 self.proc.wait()
-                raise AssertionError(f"worker exited ({self.proc.returncode}) before printing {prefix!r}; "
-                                     f"stdout tail {self.lines[-5:]}\nstderr:\n{self.stderr}")
+                raise AssertionError(
+                    f"worker exited ({self.proc.returncode}) before printing {prefix!r}; "
+                    f"stdout tail {self.lines[-5:]}\nstderr:\n{self.stderr}"
+                )
             if line.startswith(prefix):
                 return line
 
@@ -526,6 +562,7 @@ def parse_acks(lines: list[str]) -> list[tuple[int, int, int, int, int, bool]]:
 
 # ---- verification helpers used by the tests ---------------------------------------------------------------
 
+
 def scan_log(log, start: int | None = None) -> list:
     """Every batch from `start` (default: log start) to the log end via read(); offsets must be dense."""
     pos = log.log_start_offset if start is None else start
@@ -551,7 +588,7 @@ def segment_file_batches(path: str) -> tuple[list[tuple[int, object]], int]:
     pos = 0
     out = []
     while len(data) - pos >= 61:
-        length = int.from_bytes(data[pos + 8:pos + 12], "big", signed=True)
+        length = int.from_bytes(data[pos + 8 : pos + 12], "big", signed=True)
         if length < 49 or pos + 12 + length > len(data):
             break
         try:
@@ -581,7 +618,8 @@ def check_segment_files(log, *, allow_torn_tail: bool = False) -> int:
             expected = b.last_offset + 1
         if not last_seg:
             assert expected == segs[i + 1].base_offset, (
-                f"{seg.log_path} ends at offset {expected}, the next segment starts at {segs[i + 1].base_offset}")
+                f"{seg.log_path} ends at offset {expected}, the next segment starts at {segs[i + 1].base_offset}"
+            )
         total += len(batches)
     return total
 
@@ -597,7 +635,8 @@ def check_segment_indexes(log) -> None:
             b = by_pos.get(pos)
             assert b is not None, f"{seg.offset_index.path}: entry ({off}, {pos}) is not a batch start"
             assert b.base_offset <= off <= b.last_offset, (
-                f"{seg.offset_index.path}: entry ({off}, {pos}) points at batch {b.base_offset}..{b.last_offset}")
+                f"{seg.offset_index.path}: entry ({off}, {pos}) points at batch {b.base_offset}..{b.last_offset}"
+            )
         running = -1
         max_upto = []  # (last offset, running max timestamp) per batch
         for _, b in batches:
@@ -609,7 +648,8 @@ def check_segment_indexes(log) -> None:
             assert match, f"{seg.time_index.path}: entry ({ts}, {off}) is not the last offset of a batch"
             assert match[0][1] == ts == match[0][2], (
                 f"{seg.time_index.path}: entry ({ts}, {off}) but the batch max is {match[0][1]} "
-                f"and the running max {match[0][2]}")
+                f"and the running max {match[0][2]}"
+            )
         for txn in seg.txn_index.entries():
             assert seg.base_offset <= txn.last_offset < end, f"{seg.txn_index.path}: {txn} outside the segment"
             marker = [b for _, b in batches if b.base_offset == txn.last_offset]

@@ -90,10 +90,22 @@ def run_copy(args: argparse.Namespace) -> int:
         _say(f"ROUND {records[0].offset} {records[-1].offset} {'abort' if abort else 'commit'}")
         return abort
 
-    return _drive(lambda: TransformLoop(
-        args.store, input_topic=args.input_topic, output_topic=args.output_topic, group_id=args.group,
-        transactional_id=args.transactional_id, transform=identity, transaction_size=args.txn_size,
-        partitions=args.partition, transaction_timeout_ms=args.txn_timeout_ms, abort_if=abort_if), holder, 100)
+    return _drive(
+        lambda: TransformLoop(
+            args.store,
+            input_topic=args.input_topic,
+            output_topic=args.output_topic,
+            group_id=args.group,
+            transactional_id=args.transactional_id,
+            transform=identity,
+            transaction_size=args.txn_size,
+            partitions=args.partition,
+            transaction_timeout_ms=args.txn_timeout_ms,
+            abort_if=abort_if,
+        ),
+        holder,
+        100,
+    )
 
 
 def _drive(make_loop, holder: dict, poll_timeout_ms: int) -> int:
@@ -105,8 +117,9 @@ def _drive(make_loop, holder: dict, poll_timeout_ms: int) -> int:
         loop = holder["loop"] = make_loop()
         _say(f"INIT {loop.producer.producer_id} {loop.producer.producer_epoch}")
         stats = loop.run(until_caught_up=True, poll_timeout_ms=poll_timeout_ms)
-        _say(f"STATS {stats.transactions_committed} {stats.transactions_aborted} {stats.records_in} "
-             f"{stats.records_out}")
+        _say(
+            f"STATS {stats.transactions_committed} {stats.transactions_aborted} {stats.records_in} {stats.records_out}"
+        )
         loop.close()
         _say("DONE")
         return 0
@@ -159,17 +172,31 @@ def run_member(args: argparse.Namespace) -> int:
         if args.delay_ms > 0:
             time.sleep(args.delay_ms / 1000)
         abort = rng.random() < args.abort_p
-        _say(f"ROUND {records[0].partition} {records[0].offset} {records[-1].offset} "
-             f"{'abort' if abort else 'commit'}")
+        _say(f"ROUND {records[0].partition} {records[0].offset} {records[-1].offset} {'abort' if abort else 'commit'}")
         return abort
 
-    member = {"session_timeout_ms": args.session_timeout_ms, "heartbeat_interval_ms": args.heartbeat_interval_ms,
-              "group_instance_id": args.instance_id}
-    return _drive(lambda: TransformLoop(
-        args.store, input_topic=args.input_topic, output_topic=args.output_topic, group_id=args.group,
-        transactional_id=args.transactional_id, transform=identity, transaction_size=args.txn_size,
-        transaction_timeout_ms=args.txn_timeout_ms, abort_if=abort_if, consumer_config=member,
-        listener=_SayListener()), holder, 50)
+    member = {
+        "session_timeout_ms": args.session_timeout_ms,
+        "heartbeat_interval_ms": args.heartbeat_interval_ms,
+        "group_instance_id": args.instance_id,
+    }
+    return _drive(
+        lambda: TransformLoop(
+            args.store,
+            input_topic=args.input_topic,
+            output_topic=args.output_topic,
+            group_id=args.group,
+            transactional_id=args.transactional_id,
+            transform=identity,
+            transaction_size=args.txn_size,
+            transaction_timeout_ms=args.txn_timeout_ms,
+            abort_if=abort_if,
+            consumer_config=member,
+            listener=_SayListener(),
+        ),
+        holder,
+        50,
+    )
 
 
 def _close_quietly(loop) -> None:
@@ -191,8 +218,9 @@ def run_read(args: argparse.Namespace) -> int:
     from txlog.topic_partition import TopicPartition
 
     store = Store.open(args.store, read_only=True)
-    consumer = Consumer(store, group_id=None, isolation_level="read_committed", enable_auto_commit=False,
-                        auto_offset_reset="earliest")
+    consumer = Consumer(
+        store, group_id=None, isolation_level="read_committed", enable_auto_commit=False, auto_offset_reset="earliest"
+    )
     tps = [TopicPartition(args.topic, p) for p in range(store.partition_count(args.topic))]
     consumer.assign(tps)
     polls = 0
@@ -214,8 +242,10 @@ def run_read(args: argparse.Namespace) -> int:
             if drain_deadline is None:
                 drain_deadline = time.monotonic() + args.drain_timeout
             logs = {tp: store.partition(*tp) for tp in tps}
-            state = {tp.partition: (consumer.position(tp), logs[tp].last_stable_offset, logs[tp].log_end_offset)
-                     for tp in tps}
+            state = {
+                tp.partition: (consumer.position(tp), logs[tp].last_stable_offset, logs[tp].log_end_offset)
+                for tp in tps
+            }
             if all(pos >= end and lso == end for pos, lso, end in state.values()):
                 _say(f"DONE polls={polls} state={state}")
                 return 0

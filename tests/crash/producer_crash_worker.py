@@ -62,6 +62,7 @@ TXN_ID = "crash-tx"
 # the worker side
 # =====================================================================================================
 
+
 def _say(line: str) -> None:
     sys.stdout.write(line + "\n")
     sys.stdout.flush()
@@ -104,6 +105,7 @@ def run_produce(args: argparse.Namespace) -> None:
                     _say(f"FAIL {type(error).__name__}: {error}")
                     return
                 out.write(_record_line(metadata.partition, metadata.offset, value))
+
             return callback
 
         _say("READY")
@@ -124,8 +126,9 @@ def run_read(args: argparse.Namespace) -> None:
     from txlog.topic_partition import TopicPartition
 
     store = Store.open(args.store, read_only=True)  # a reader never repairs (or syncs for) the writer
-    consumer = Consumer(store, group_id=None, isolation_level=args.isolation, enable_auto_commit=False,
-                        auto_offset_reset="earliest")
+    consumer = Consumer(
+        store, group_id=None, isolation_level=args.isolation, enable_auto_commit=False, auto_offset_reset="earliest"
+    )
     consumer.assign([TopicPartition(args.topic, p) for p in range(store.partition_count(args.topic))])
     with open(args.log, "w", buffering=1, encoding="ascii") as out:
         _say("READY")
@@ -301,7 +304,8 @@ def cut_at_offset(directory: str, offset: int) -> int:
                 break
             assert header.last_offset < offset, (
                 f"{path}: the durable watermark {offset} falls inside the batch "
-                f"{header.base_offset}..{header.last_offset}")
+                f"{header.base_offset}..{header.last_offset}"
+            )
             position = header.position + header.size
     size = os.path.getsize(path)
     os.truncate(path, position)
@@ -317,8 +321,9 @@ def simulate_power_loss(root: str) -> dict[tuple[str, int], tuple[int, int]]:
     for topic, p, directory in txn_crash_worker.partition_dirs(root):
         hw = durable_watermark(directory)
         if hw is None:
-            written = sum(os.path.getsize(os.path.join(directory, n)) for n in os.listdir(directory)
-                          if n.endswith(".log"))
+            written = sum(
+                os.path.getsize(os.path.join(directory, n)) for n in os.listdir(directory) if n.endswith(".log")
+            )
             assert written == 0, f"{directory}: {written} bytes of log but no HW file: what is durable?"
             continue
         out[(topic, p)] = (hw, cut_at_offset(directory, hw))

@@ -75,6 +75,7 @@ def _sha(path: str) -> str:
 # (1) the SIGKILL loop
 # =====================================================================================================
 
+
 def _verify_after_kill(store_path: str, pid: int, acked: dict, *, writable: bool) -> dict[int, tuple[int, int]]:
     """Open the store (read-only, or writable = recovery in this process) and check the invariants.
 
@@ -90,12 +91,14 @@ def _verify_after_kill(store_path: str, pid: int, acked: dict, *, writable: bool
             assert b.producer_id == pid, f"batch at {b.base_offset} from unknown producer {b.producer_id}"
             assert b.base_sequence not in present, f"sequence {b.base_sequence} is in the log twice"
             assert b.base_sequence == next_seq, (
-                f"batch at {b.base_offset} has sequence {b.base_sequence}, expected {next_seq} (send order)")
+                f"batch at {b.base_offset} has sequence {b.base_sequence}, expected {next_seq} (send order)"
+            )
             present[b.base_sequence] = (b.base_offset, b.last_offset)
             next_seq = b.base_sequence + b.records_count
         for seq, (_, base, last) in acked.items():
             assert present.get(seq) == (base, last), (
-                f"acknowledged batch seq {seq} at {base}..{last} is {present.get(seq)} in the log")
+                f"acknowledged batch seq {seq} at {base}..{last} is {present.get(seq)} in the log"
+            )
         assert check_segment_files(log, allow_torn_tail=not writable) == len(present)
         if writable:
             check_segment_indexes(log)
@@ -137,7 +140,8 @@ def test_sigkill_loop(store_path, big):
             if i == 0 and landed is not None:
                 assert dup and (base, last) == landed, (
                     f"[seed {seed}] round {rnd}: the retry of seq {seq}, which had landed at {landed} before "
-                    f"the kill, was answered {(base, last, dup)} instead of a duplicate with its offsets")
+                    f"the kill, was answered {(base, last, dup)} instead of a duplicate with its offsets"
+                )
                 stats["retry_duplicate"] += 1
             else:
                 assert not dup, f"[seed {seed}] round {rnd}: seq {seq} answered duplicate but it never landed"
@@ -152,7 +156,8 @@ def test_sigkill_loop(store_path, big):
         extra = {s: v for s, v in present.items() if s not in acked}
         assert set(extra) <= {next_seq}, (
             f"[seed {seed}] round {rnd}: unacknowledged batches {sorted(extra)} in the log; only seq {next_seq} "
-            "was in flight")
+            "was in flight"
+        )
         landed = extra.get(next_seq)
         end = landed[1] + 1 if landed else end
 
@@ -185,6 +190,7 @@ def test_sigkill_loop(store_path, big):
 # =====================================================================================================
 # (2) docs/reliability-scenarios.md scenario 40: the lock holder dies mid-append
 # =====================================================================================================
+
 
 def _lock_is_free(lock_path: str) -> bool:
     fd = os.open(lock_path, os.O_RDWR)
@@ -241,7 +247,8 @@ def test_lock_holder_killed_mid_append(store_path, hang):
     expected_b_base = a_end + nrec_hung if in_flight_landed else a_end
     assert acks_b[0][3] == expected_b_base, (
         f"B appended at {acks_b[0][3]}; A's acknowledged data ends at {a_end} and its in-flight batch "
-        f"({'whole' if in_flight_landed else 'torn'}) should {'stay' if in_flight_landed else 'be cut'}")
+        f"({'whole' if in_flight_landed else 'torn'}) should {'stay' if in_flight_landed else 'be cut'}"
+    )
 
     # A restarts and re-sends the batch that was in flight.
     c = Worker("append", store_path, "--pid", pid_a, "--seq", hung_seq, "--count", 2, *sizes)
@@ -290,10 +297,28 @@ def fill_template(tmp_path_factory):
         if key not in cache:
             path = str(tmp_path_factory.mktemp(f"fill-{end}-{shutdown}") / "store")
             _create(path, FILL_CONFIG)
-            w = Worker("fill", path, "--count", 60, "--txn-every", 6, "--settle", 4, "--end", end, "--exit",
-                       "crash" if shutdown == "crash" else "close", "--ts-base", TS_BASE,
-                       "--min-size", FILL_SIZES["min_size"], "--max-size", FILL_SIZES["max_size"],
-                       "--max-records", FILL_SIZES["max_records"])
+            w = Worker(
+                "fill",
+                path,
+                "--count",
+                60,
+                "--txn-every",
+                6,
+                "--settle",
+                4,
+                "--end",
+                end,
+                "--exit",
+                "crash" if shutdown == "crash" else "close",
+                "--ts-base",
+                TS_BASE,
+                "--min-size",
+                FILL_SIZES["min_size"],
+                "--max-size",
+                FILL_SIZES["max_size"],
+                "--max-records",
+                FILL_SIZES["max_records"],
+            )
             cache[key] = (path, w.check_ok())
         return cache[key]
 
@@ -317,6 +342,7 @@ def _file_view(store_path: str) -> list[tuple[str, list[tuple[int, object]]]]:
 # =====================================================================================================
 # (3) docs/reliability-scenarios.md scenario 43: torn tail, zero-filled tail, garbage tail; corruption in the middle
 # =====================================================================================================
+
 
 @pytest.mark.parametrize("damage", ["cut", "zeros", "random", "cut+zeros", "cut+random"])
 @pytest.mark.parametrize("end", ["data", "abort"], ids=["last-is-data", "last-is-abort-marker"])
@@ -416,8 +442,7 @@ def test_torn_tail_is_cut_everywhere(fill_template, tmp_path, damage, end, shutd
     try:
         log = store.partition(TOPIC, 0)
         batches = scan_log(log)
-        assert [(b.base_offset, b.last_offset) for b in batches[:len(originals)]] == \
-            [(o[0], o[1]) for o in originals]
+        assert [(b.base_offset, b.last_offset) for b in batches[: len(originals)]] == [(o[0], o[1]) for o in originals]
         check_segment_indexes(log)
     finally:
         store.close()
@@ -495,8 +520,11 @@ def test_invalid_batch_before_valid_data_is_corruption(fill_template, tmp_path, 
                 except (CorruptRecordError, OffsetOutOfRangeError):
                     continue
                 if got:
-                    assert (got[0].base_offset, got[0].last_offset, got[0].crc) == \
-                        (orig.base_offset, orig.last_offset, orig.crc), f"read({o}) served a different batch"
+                    assert (got[0].base_offset, got[0].last_offset, got[0].crc) == (
+                        orig.base_offset,
+                        orig.last_offset,
+                        orig.crc,
+                    ), f"read({o}) served a different batch"
                     assert got[0].crc != bad.crc or orig is not bad
     finally:
         store.close()
@@ -506,6 +534,7 @@ def test_invalid_batch_before_valid_data_is_corruption(fill_template, tmp_path, 
 # =====================================================================================================
 # (4) docs/reliability-scenarios.md scenario 45: damaged offset and time indexes
 # =====================================================================================================
+
 
 def _lookups(log) -> tuple[dict, dict]:
     start, end = log.log_start_offset, log.log_end_offset
@@ -577,12 +606,12 @@ def _damage_index(path: str, damage: str, rng: random.Random, *, log_size: int, 
         os.unlink(path)
     elif damage == "swap":
         i, j = 0, n - 1
-        ents = [data[k * esize:(k + 1) * esize] for k in range(n)]
+        ents = [data[k * esize : (k + 1) * esize] for k in range(n)]
         ents[i], ents[j] = ents[j], ents[i]
         with open(path, "r+b") as f:
             f.write(b"".join(ents))
     elif damage == "out-of-bounds":
-        last = data[(n - 1) * esize:n * esize]
+        last = data[(n - 1) * esize : n * esize]
         if esize == 8:
             rel, _ = struct.unpack(">ii", last)
             new = struct.pack(">ii", rel + 1, log_size + 1000)
@@ -604,8 +633,14 @@ def _apply_damage(path: str, view, plan, seed: str) -> None:
     for i, suffix, damage in plan:
         log_path, batches = view[i]
         log_path = os.path.join(path, _pdir_rel(log_path))
-        _damage_index(log_path[:-4] + suffix, damage, rng, log_size=os.path.getsize(log_path),
-                      seg_base=batches[0][1].base_offset, seg_end=batches[-1][1].last_offset + 1)
+        _damage_index(
+            log_path[:-4] + suffix,
+            damage,
+            rng,
+            log_size=os.path.getsize(log_path),
+            seg_base=batches[0][1].base_offset,
+            seg_end=batches[-1][1].last_offset + 1,
+        )
 
 
 def _pdir_rel(log_path: str) -> str:
@@ -625,11 +660,15 @@ def _run_damage_case(fill_template, index_answers, tmp_path, shutdown: str, plan
 
     def compare(what: str, offsets: dict, times: dict) -> None:
         if offsets != offsets_before:
-            wrong = [(o, offsets.get(o), offsets_before[o]) for o in offsets_before
-                     if offsets.get(o) != offsets_before[o]]
+            wrong = [
+                (o, offsets.get(o), offsets_before[o]) for o in offsets_before if offsets.get(o) != offsets_before[o]
+            ]
             problems.append(f"{what}: offset lookups changed (offset, now, before): {wrong[:4]}")
-        wrong = [(f"TS_BASE+{ts - TS_BASE}", times.get(ts), want) for ts, want in times_before.items()
-                 if times.get(ts) != want]
+        wrong = [
+            (f"TS_BASE+{ts - TS_BASE}", times.get(ts), want)
+            for ts, want in times_before.items()
+            if times.get(ts) != want
+        ]
         if wrong:
             problems.append(f"{what}: {len(wrong)} timestamp lookups changed (ts, now, before): {wrong[:4]}")
 

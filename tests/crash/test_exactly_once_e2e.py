@@ -88,17 +88,17 @@ CONTROL_BATCH_BYTES = 78
 # =====================================================================================================
 
 ANOMALIES = (
-    ":duplicate",             # a value twice in the final RC output, or given twice to the reader
-    ":lost-write",            # an input value missing from the final RC output
-    ":phantom-write",         # a final RC value that was never an input
-    ":unseen",                # in the final RC output, but the reader never got it (after its final drain)
+    ":duplicate",  # a value twice in the final RC output, or given twice to the reader
+    ":lost-write",  # an input value missing from the final RC output
+    ":phantom-write",  # a final RC value that was never an input
+    ":unseen",  # in the final RC output, but the reader never got it (after its final drain)
     ":inconsistent-offsets",  # the reader got value v at (p, o), the final log has another value there
-    ":nonmonotonic-poll",     # the reader's offsets in a partition did not strictly increase
-    ":poll-skip",             # the reader got offsets a then c in a partition; a committed b lies between
-    ":G1a",                   # the reader got a record that is not in the final RC output (aborted read)
-    ":precommitted-read",     # the reader got an offset ≥ the partition's LSO at that poll
-    ":nonmonotonic-send",     # in an output partition, one input partition's records out of input order
-    ":offset-regression",     # the group's committed offset of an input partition moved backwards
+    ":nonmonotonic-poll",  # the reader's offsets in a partition did not strictly increase
+    ":poll-skip",  # the reader got offsets a then c in a partition; a committed b lies between
+    ":G1a",  # the reader got a record that is not in the final RC output (aborted read)
+    ":precommitted-read",  # the reader got an offset ≥ the partition's LSO at that poll
+    ":nonmonotonic-send",  # in an output partition, one input partition's records out of input order
+    ":offset-regression",  # the group's committed offset of an input partition moved backwards
 )
 
 Final = Mapping[int, Sequence[tuple[int, bytes]]]  # output partition -> [(offset, value)] in offset order
@@ -106,8 +106,13 @@ Read = tuple[int, int, int, bytes]  # (poll number, partition, offset, value), i
 Commits = Mapping[int, Sequence[int]]  # input partition -> the group's committed offsets, in the order they took effect
 
 
-def check_history(inputs: Mapping[bytes, tuple[int, int]], final: Final, reads: Sequence[Read],
-                  lsos: Mapping[tuple[int, int], int], commits: Commits | None = None) -> dict[str, list]:
+def check_history(
+    inputs: Mapping[bytes, tuple[int, int]],
+    final: Final,
+    reads: Sequence[Read],
+    lsos: Mapping[tuple[int, int], int],
+    commits: Commits | None = None,
+) -> dict[str, list]:
     """Every anomaly found, by name (ANOMALIES); all lists empty means exactly-once held.
 
     `inputs` maps each input value to its (input partition, offset); `final` is the final
@@ -136,8 +141,9 @@ def check_history(inputs: Mapping[bytes, tuple[int, int]], final: Final, reads: 
             ip, ioff = inputs[value]
             prev = last_input.get(ip)
             if prev is not None and ioff <= prev[1]:
-                found[":nonmonotonic-send"].append({"partition": p, "offsets": (prev[0], off),
-                                                    "input": (ip, prev[1], ioff)})
+                found[":nonmonotonic-send"].append(
+                    {"partition": p, "offsets": (prev[0], off), "input": (ip, prev[1], ioff)}
+                )
             last_input[ip] = (off, ioff)
     for value, places in where.items():
         if len(places) > 1:
@@ -193,10 +199,12 @@ def test_checker_finds_each_anomaly():
     def names(found):
         return {n for n, items in found.items() if items}
 
-    assert names(check_history(inputs, {0: [(0, b"a"), (2, b"c"), (4, b"b"), (6, b"a")], 1: [(1, b"d")]},
-                               reads, lsos)) == {":duplicate", ":nonmonotonic-send"}
-    assert names(check_history(inputs, {0: [(0, b"a"), (2, b"c"), (4, b"b")], 1: []},
-                               reads[:1] + reads[2:], lsos)) == {":lost-write"}
+    assert names(
+        check_history(inputs, {0: [(0, b"a"), (2, b"c"), (4, b"b"), (6, b"a")], 1: [(1, b"d")]}, reads, lsos)
+    ) == {":duplicate", ":nonmonotonic-send"}
+    assert names(check_history(inputs, {0: [(0, b"a"), (2, b"c"), (4, b"b")], 1: []}, reads[:1] + reads[2:], lsos)) == {
+        ":lost-write"
+    }
     assert names(check_history(inputs, final, reads[:3], lsos)) == {":unseen"}
     assert names(check_history(inputs, final, reads[:1] + [(1, 0, 1, b"x")] + reads[1:], lsos)) == {":G1a"}
     assert names(check_history(inputs, final, [(1, 0, 0, b"c")] + reads[1:], lsos)) >= {":inconsistent-offsets"}
@@ -282,12 +290,32 @@ class Profile:
     sweep_every_s: float
 
 
-CI = Profile(records=2_000, deadline_s=90, kill_every=(0.2, 1.0), stop_for=(0.2, 0.6), stop_share=0.25,
-             min_short_stops=2, txn_timeout_ms=2_000, long_stop_extra_s=1.0, delay_ms=100,
-             min_life=(0.05, 0.6), sweep_every_s=0.2)
-BIG = Profile(records=20_000, deadline_s=900, kill_every=(1.0, 5.0), stop_for=(2.0, 10.0), stop_share=0.2,
-              min_short_stops=3, txn_timeout_ms=15_000, long_stop_extra_s=3.0, delay_ms=20,
-              min_life=(0.05, 1.5), sweep_every_s=0.5)
+CI = Profile(
+    records=2_000,
+    deadline_s=90,
+    kill_every=(0.2, 1.0),
+    stop_for=(0.2, 0.6),
+    stop_share=0.25,
+    min_short_stops=2,
+    txn_timeout_ms=2_000,
+    long_stop_extra_s=1.0,
+    delay_ms=100,
+    min_life=(0.05, 0.6),
+    sweep_every_s=0.2,
+)
+BIG = Profile(
+    records=20_000,
+    deadline_s=900,
+    kill_every=(1.0, 5.0),
+    stop_for=(2.0, 10.0),
+    stop_share=0.2,
+    min_short_stops=3,
+    txn_timeout_ms=15_000,
+    long_stop_extra_s=3.0,
+    delay_ms=20,
+    min_life=(0.05, 1.5),
+    sweep_every_s=0.5,
+)
 
 
 # =====================================================================================================
@@ -295,8 +323,9 @@ BIG = Profile(records=20_000, deadline_s=900, kill_every=(1.0, 5.0), stop_for=(2
 # =====================================================================================================
 
 
-def seed_input(store_path: str, records: int, in_partitions: int, out_partitions: int,
-               rng: random.Random) -> tuple[dict[bytes, tuple[int, int]], dict[int, int]]:
+def seed_input(
+    store_path: str, records: int, in_partitions: int, out_partitions: int, rng: random.Random
+) -> tuple[dict[bytes, tuple[int, int]], dict[int, int]]:
     """Create the topics and write `records` unique integers with an idempotent producer.
 
     Returns value -> (input partition, offset) and each input partition's end offset.
@@ -308,7 +337,7 @@ def seed_input(store_path: str, records: int, in_partitions: int, out_partitions
         producer = Producer(store)  # idempotent by default
         assert producer.idempotent and producer.producer_id >= 0
         sent = []
-        for i, n in enumerate(rng.sample(range(10 ** 12), records)):
+        for i, n in enumerate(rng.sample(range(10**12), records)):
             value = str(n).encode()
             sent.append((value, producer.send(IN, value=value, key=value, partition=i % in_partitions)))
         producer.flush()
@@ -409,7 +438,7 @@ def tear_tail(store_path: str, topic: str, partition: int, rng: random.Random) -
         batches = []
         pos = 0
         while len(data) - pos >= 12:
-            size = int.from_bytes(data[pos + 8:pos + 12], "big", signed=True) + 12
+            size = int.from_bytes(data[pos + 8 : pos + 12], "big", signed=True) + 12
             if size < 61 or pos + size > len(data):
                 break
             batches.append((pos, size))
@@ -417,7 +446,7 @@ def tear_tail(store_path: str, topic: str, partition: int, rng: random.Random) -
         kind = rng.choice(["partial-batch", "random", "zeros"]) if batches else rng.choice(["random", "zeros"])
         if kind == "partial-batch":
             start, size = rng.choice(batches)
-            junk = data[start:start + rng.randint(1, size - 1)]
+            junk = data[start : start + rng.randint(1, size - 1)]
         elif kind == "random":
             junk = rng.randbytes(rng.randint(1, 400))
         else:
@@ -518,8 +547,9 @@ class Slot:
 class Scenario60:
     """Runs the copiers, the reader, the sweeper and the chaos until the group has committed everything."""
 
-    def __init__(self, tmp_path, profile: Profile, *, in_partitions: int, out_partitions: int,
-                 power_loss: bool, seed: int):
+    def __init__(
+        self, tmp_path, profile: Profile, *, in_partitions: int, out_partitions: int, power_loss: bool, seed: int
+    ):
         self.profile = profile
         self.in_partitions, self.out_partitions = in_partitions, out_partitions
         self.power_loss = power_loss
@@ -567,17 +597,40 @@ class Scenario60:
 
     def _popen(self, args: list[str], log_path: str) -> subprocess.Popen:
         with open(log_path, "w") as log:
-            return subprocess.Popen([sys.executable, WORKER, *args], cwd=ROOT, stdout=log,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            return subprocess.Popen(
+                [sys.executable, WORKER, *args],
+                cwd=ROOT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
 
     def spawn(self, slot: Slot, committed: dict[int, int]) -> None:
         slot.incarnation += 1
         slot.log_path = os.path.join(self.logs, f"{slot.tid}.{slot.incarnation}.log")
-        args = ["copy", "--store", self.store_path, "--transactional-id", slot.tid,
-                "--input-topic", IN, "--output-topic", OUT, "--group", GROUP,
-                "--txn-size", str(TXN_SIZE), "--abort-p", repr(ABORT_P),
-                "--txn-timeout-ms", str(self.profile.txn_timeout_ms), "--delay-ms", str(self.profile.delay_ms),
-                "--seed", str(self.rng.randrange(1 << 30))]
+        args = [
+            "copy",
+            "--store",
+            self.store_path,
+            "--transactional-id",
+            slot.tid,
+            "--input-topic",
+            IN,
+            "--output-topic",
+            OUT,
+            "--group",
+            GROUP,
+            "--txn-size",
+            str(TXN_SIZE),
+            "--abort-p",
+            repr(ABORT_P),
+            "--txn-timeout-ms",
+            str(self.profile.txn_timeout_ms),
+            "--delay-ms",
+            str(self.profile.delay_ms),
+            "--seed",
+            str(self.rng.randrange(1 << 30)),
+        ]
         for p in slot.partitions:
             args += ["--partition", str(p)]
         slot.proc = self._popen(args, slot.log_path)
@@ -595,9 +648,22 @@ class Scenario60:
 
     def start_reader(self) -> None:
         log = os.path.join(self.logs, "reader.log")
-        self.reader = self._popen(["read", "--store", self.store_path, "--topic", OUT,
-                                   "--history", self.history_path, "--stop-file", self.stop_file,
-                                   "--drain-timeout", "60"], log)
+        self.reader = self._popen(
+            [
+                "read",
+                "--store",
+                self.store_path,
+                "--topic",
+                OUT,
+                "--history",
+                self.history_path,
+                "--stop-file",
+                self.stop_file,
+                "--drain-timeout",
+                "60",
+            ],
+            log,
+        )
         deadline = time.monotonic() + 60
         while not any(line.startswith("READY") for line in _log_lines(log)):
             if self.reader.poll() is not None or time.monotonic() > deadline:
@@ -628,8 +694,9 @@ class Scenario60:
 
     def run(self) -> dict:
         t0 = time.monotonic()
-        self.inputs, self.ends = seed_input(self.store_path, self.profile.records, self.in_partitions,
-                                            self.out_partitions, self.rng)
+        self.inputs, self.ends = seed_input(
+            self.store_path, self.profile.records, self.in_partitions, self.out_partitions, self.rng
+        )
         self.mon_store = Store.open(self.store_path, read_only=True)
         self.mon_groups = GroupOffsets(self.mon_store)
         self.mon_coord = TransactionCoordinator(self.mon_store)
@@ -645,11 +712,13 @@ class Scenario60:
             now = time.monotonic()
             if now > deadline:
                 dump_stacks(self.reader, *(s.proc for s in self.slots))
-                raise AssertionError(f"[seed {self.seed}] not done after {self.profile.deadline_s} s: "
-                                     f"{self.describe_state()}")
+                raise AssertionError(
+                    f"[seed {self.seed}] not done after {self.profile.deadline_s} s: {self.describe_state()}"
+                )
             if self.reader.poll() is not None:
-                raise AssertionError(f"the reader died (rc {self.reader.returncode}):\n"
-                                     f"{_tail(os.path.join(self.logs, 'reader.log'))}")
+                raise AssertionError(
+                    f"the reader died (rc {self.reader.returncode}):\n{_tail(os.path.join(self.logs, 'reader.log'))}"
+                )
             self.reap()
             if all(s.done for s in self.slots):
                 break
@@ -673,18 +742,32 @@ class Scenario60:
             rc = self.reader.wait(timeout=90)
         except subprocess.TimeoutExpired:
             dump_stacks(self.reader)
-            raise AssertionError("the reader did not finish its final drain:\n"
-                                 f"{_tail(os.path.join(self.logs, 'reader.log'), 60)}") from None
+            raise AssertionError(
+                f"the reader did not finish its final drain:\n{_tail(os.path.join(self.logs, 'reader.log'), 60)}"
+            ) from None
         assert rc == 0, f"reader exit {rc}:\n{_tail(os.path.join(self.logs, 'reader.log'))}"
         return {"chaos_s": round(chaos_s, 1)}
 
     def describe_state(self) -> str:
         committed = self.committed()
-        return json.dumps({s.tid: {"committed": self.slot_committed(s, committed), "of": self.slot_total(s),
-                                   "alive": s.alive(), "incarnation": s.incarnation, "kills": s.kills,
-                                   "counted": s.counted_kills, "zombie": s.zombie, "exits": s.exits[-10:],
-                                   "log": _tail(s.log_path, 8)} for s in self.slots}
-                          | {"long_stop": self.long_stop_state}, indent=1)
+        return json.dumps(
+            {
+                s.tid: {
+                    "committed": self.slot_committed(s, committed),
+                    "of": self.slot_total(s),
+                    "alive": s.alive(),
+                    "incarnation": s.incarnation,
+                    "kills": s.kills,
+                    "counted": s.counted_kills,
+                    "zombie": s.zombie,
+                    "exits": s.exits[-10:],
+                    "log": _tail(s.log_path, 8),
+                }
+                for s in self.slots
+            }
+            | {"long_stop": self.long_stop_state},
+            indent=1,
+        )
 
     def reap(self) -> None:
         """Handle copiers that exited: check how, tear a tail (power loss), restart unless finished."""
@@ -700,16 +783,20 @@ class Scenario60:
                 self.long_stop_current["log"] = [ln for ln in _log_lines(slot.log_path) if ln.startswith("FENCED")]
                 self.long_stops.append(self.long_stop_current)
                 if rc != ew.EXIT_FENCED:
-                    self.problems.append(f"{slot.tid}#{slot.incarnation} resumed after its transaction timed out "
-                                         f"and exited {rc}, not with ProducerFencedError:\n{_tail(slot.log_path)}")
+                    self.problems.append(
+                        f"{slot.tid}#{slot.incarnation} resumed after its transaction timed out "
+                        f"and exited {rc}, not with ProducerFencedError:\n{_tail(slot.log_path)}"
+                    )
                 ok = self.long_stop_current["fenced_while_stopped"] or len(self.long_stops) >= 3
                 self.long_stop_state = "done" if ok else "idle"
                 slot.zombie = None
             elif rc == ew.EXIT_FENCED:
                 self.fenced_other += 1
             elif rc not in (0, -signal.SIGKILL):
-                raise AssertionError(f"[seed {self.seed}] {slot.tid}#{slot.incarnation} failed with exit {rc}:\n"
-                                     f"{_tail(slot.log_path, 40)}")
+                raise AssertionError(
+                    f"[seed {self.seed}] {slot.tid}#{slot.incarnation} failed with exit {rc}:\n"
+                    f"{_tail(slot.log_path, 40)}"
+                )
             if self.power_loss and rc == -signal.SIGKILL:
                 self.tear(slot)
             now_committed = self.slot_committed(slot, committed)
@@ -718,18 +805,25 @@ class Scenario60:
                 slot.done, slot.proc = True, None
             else:
                 if rc == 0:
-                    self.problems.append(f"{slot.tid}#{slot.incarnation} exited 0 with {now_committed} of "
-                                         f"{self.slot_total(slot)} committed")
+                    self.problems.append(
+                        f"{slot.tid}#{slot.incarnation} exited 0 with {now_committed} of "
+                        f"{self.slot_total(slot)} committed"
+                    )
                 self.spawn(slot, committed)
 
     def tear(self, slot: Slot) -> None:
         targets = [(OUT, p) for p in range(self.out_partitions)]
         if self.mon_store.has_topic(CONSUMER_OFFSETS_TOPIC):
-            targets.append((CONSUMER_OFFSETS_TOPIC,
-                            owner_partition(GROUP, self.mon_store.partition_count(CONSUMER_OFFSETS_TOPIC))))
+            targets.append(
+                (CONSUMER_OFFSETS_TOPIC, owner_partition(GROUP, self.mon_store.partition_count(CONSUMER_OFFSETS_TOPIC)))
+            )
         if self.mon_store.has_topic(TRANSACTION_STATE_TOPIC):
-            targets.append((TRANSACTION_STATE_TOPIC,
-                            owner_partition(slot.tid, self.mon_store.partition_count(TRANSACTION_STATE_TOPIC))))
+            targets.append(
+                (
+                    TRANSACTION_STATE_TOPIC,
+                    owner_partition(slot.tid, self.mon_store.partition_count(TRANSACTION_STATE_TOPIC)),
+                )
+            )
         self.rng.shuffle(targets)
         for topic, partition in targets:  # the first whose lock is free (a stopped copier may hold one)
             done = tear_tail(self.store_path, topic, partition, self.rng)
@@ -744,9 +838,14 @@ class Scenario60:
         Random ticks also wait out the life's `min_life`; urgent kills do not (a life that already
         committed is old enough), or a fast copier on a loaded machine could finish short of its quota.
         """
-        return (slot.alive() and not slot.done and slot.stopped_until is None and slot.zombie is None
-                and (not min_life or now - slot.started >= slot.min_life)
-                and (slot.prev_life_progressed or self.slot_committed(slot, committed) > slot.committed_at_start))
+        return (
+            slot.alive()
+            and not slot.done
+            and slot.stopped_until is None
+            and slot.zombie is None
+            and (not min_life or now - slot.started >= slot.min_life)
+            and (slot.prev_life_progressed or self.slot_committed(slot, committed) > slot.committed_at_start)
+        )
 
     def tick(self, now: float, committed: dict[int, int]) -> None:
         """The watchdog: SIGKILL a random live copier, or now and then SIGSTOP it for a while."""
@@ -756,8 +855,9 @@ class Scenario60:
         self.ticks += 1
         slot = self.rng.choice(candidates)
         short_stops = sum(s.short_stops for s in self.slots)
-        stop = (short_stops < self.profile.min_short_stops and self.ticks % 2 == 1) \
-            or self.rng.random() < self.profile.stop_share
+        stop = (
+            short_stops < self.profile.min_short_stops and self.ticks % 2 == 1
+        ) or self.rng.random() < self.profile.stop_share
         if stop:
             self.short_stop(slot, now)
         else:
@@ -772,9 +872,12 @@ class Scenario60:
     def urgent_kills(self, now: float, committed: dict[int, int]) -> None:
         """Until a copier has KILL_QUOTA kills past 20 % progress, kill each life soon after its first commit."""
         for slot in self.slots:
-            if (slot.counted_kills >= KILL_QUOTA or not self.eligible(slot, now, committed, min_life=False)
-                    or self.progress(slot, committed) < QUOTA_PROGRESS
-                    or self.slot_committed(slot, committed) <= slot.committed_at_start):
+            if (
+                slot.counted_kills >= KILL_QUOTA
+                or not self.eligible(slot, now, committed, min_life=False)
+                or self.progress(slot, committed) < QUOTA_PROGRESS
+                or self.slot_committed(slot, committed) <= slot.committed_at_start
+            ):
                 continue
             if slot.urgent_at is None:
                 slot.urgent_at = now + self.rng.uniform(0, 0.15)  # somewhere in the next transaction
@@ -808,9 +911,13 @@ class Scenario60:
             if now < self.next_probe:
                 return
             self.next_probe = now + 0.05
-            candidates = [s for s in self.slots if self.eligible(s, now, committed)
-                          and self.progress(s, committed) >= QUOTA_PROGRESS
-                          and any(ln.startswith("INIT ") for ln in _log_lines(s.log_path))]
+            candidates = [
+                s
+                for s in self.slots
+                if self.eligible(s, now, committed)
+                and self.progress(s, committed) >= QUOTA_PROGRESS
+                and any(ln.startswith("INIT ") for ln in _log_lines(s.log_path))
+            ]
             if not candidates:
                 return
             slot = min(candidates, key=lambda s: self.progress(s, committed))
@@ -826,7 +933,9 @@ class Scenario60:
                 return
             self.long_stop_state, slot.zombie = "stopped", "stopped"
             self.long_stop_current = {
-                "tid": slot.tid, "incarnation": slot.incarnation, "slot": slot.index,
+                "tid": slot.tid,
+                "incarnation": slot.incarnation,
+                "slot": slot.index,
                 "producer": (desc.state.producer_id, desc.state.producer_epoch),
                 "stopped_at": now,
                 "cont_at": now + self.profile.txn_timeout_ms / 1000 + self.profile.long_stop_extra_s,
@@ -838,8 +947,9 @@ class Scenario60:
             slot = self.slots[cur["slot"]]
             desc = self.mon_coord.describe(slot.tid)
             cur["state_at_cont"] = (desc.state.state.name, desc.state.producer_id, desc.state.producer_epoch)
-            cur["fenced_while_stopped"] = (desc.state.state != TxnState.ONGOING
-                                           and desc.state.producer_epoch >= cur["producer"][1] + 2)
+            cur["fenced_while_stopped"] = (
+                desc.state.state != TxnState.ONGOING and desc.state.producer_epoch >= cur["producer"][1] + 2
+            )
             cur["stopped_s"] = round(now - cur["stopped_at"], 2)
             os.kill(slot.proc.pid, signal.SIGCONT)
             cur["wait_until"] = now + 30
@@ -847,8 +957,10 @@ class Scenario60:
         elif self.long_stop_state == "waiting" and now > self.long_stop_current["wait_until"]:
             slot = self.slots[self.long_stop_current["slot"]]
             dump_stacks(slot.proc)
-            raise AssertionError(f"{slot.tid} kept running 30 s after resuming from a stop that outlived "
-                                 f"its transaction timeout:\n{_tail(slot.log_path, 60)}")
+            raise AssertionError(
+                f"{slot.tid} kept running 30 s after resuming from a stop that outlived "
+                f"its transaction timeout:\n{_tail(slot.log_path, 60)}"
+            )
 
     def final_recovery(self) -> None:
         """What the next start after the run does: open every partition (recovery), sweep once."""
@@ -896,13 +1008,15 @@ def kafka_python_scan(store_path: str) -> Counter:
                 where = f"{name}/{seg} at byte {consumed}"
                 assert isinstance(batch, DefaultRecordBatch), f"{where}: not a v2 batch"
                 assert batch.validate_crc(), f"{where}: kafka-python finds a bad CRC"
-                assert batch.base_offset == expected, \
+                assert batch.base_offset == expected, (
                     f"{where}: batch at offset {batch.base_offset}, expected {expected}"
+                )
                 records = list(batch)
                 assert len(records) == batch.last_offset_delta + 1, f"{where}: record count"
                 if batch.is_control_batch:
-                    assert batch.size_in_bytes == CONTROL_BATCH_BYTES, \
+                    assert batch.size_in_bytes == CONTROL_BATCH_BYTES, (
                         f"{where}: control batch of {batch.size_in_bytes} B"
+                    )
                     assert batch.is_transactional and len(records) == 1, f"{where}: control batch shape"
                     marker = records[0]
                     assert marker.commit != marker.abort, f"{where}: marker is neither COMMIT nor ABORT"
@@ -924,8 +1038,11 @@ def verify(sc: Scenario60) -> dict:
         coordinator = TransactionCoordinator(store)
         coordinator.sweep_all()
         txns = coordinator.list_transactions()
-        unfinished = [(d.transactional_id, d.state.state.name) for d in txns
-                      if d.state.state in (TxnState.ONGOING, TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)]
+        unfinished = [
+            (d.transactional_id, d.state.state.name)
+            for d in txns
+            if d.state.state in (TxnState.ONGOING, TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
+        ]
         assert not unfinished, f"transactions left open: {unfinished}"
         pinned = []
         for topic in store.list_topics():
@@ -936,11 +1053,16 @@ def verify(sc: Scenario60) -> dict:
         assert not pinned, f"partitions with LSO < log end: {pinned}"
         committed = GroupOffsets(store).committed(GROUP)
         assert {tp: om.offset for tp, om in committed.items()} == {TopicPartition(IN, p): e for p, e in ends.items()}, (
-            f"group {GROUP} committed {committed}, input ends {ends}")
-        final = {p: read_view(store.partition(OUT, p), IsolationLevel.READ_COMMITTED)
-                 for p in range(store.partition_count(OUT))}
-        ru_records = sum(len(read_view(store.partition(OUT, p), IsolationLevel.READ_UNCOMMITTED))
-                         for p in range(store.partition_count(OUT)))
+            f"group {GROUP} committed {committed}, input ends {ends}"
+        )
+        final = {
+            p: read_view(store.partition(OUT, p), IsolationLevel.READ_COMMITTED)
+            for p in range(store.partition_count(OUT))
+        }
+        ru_records = sum(
+            len(read_view(store.partition(OUT, p), IsolationLevel.READ_UNCOMMITTED))
+            for p in range(store.partition_count(OUT))
+        )
     finally:
         store.close()
     counts = kafka_python_scan(sc.store_path)
@@ -948,13 +1070,15 @@ def verify(sc: Scenario60) -> dict:
     values = [v for recs in final.values() for _, v in recs]
     assert len(values) == len(set(values)), f"{len(values) - len(set(values))} duplicates in the final RC output"
     assert Counter(values) == Counter(inputs.keys()), (
-        f"final RC output != input: {len(set(inputs) - set(values))} missing, {len(set(values) - set(inputs))} extra")
+        f"final RC output != input: {len(set(inputs) - set(values))} missing, {len(set(values) - set(inputs))} extra"
+    )
 
     reads, lsos = parse_history(sc.history_path)
     seen = [v for _, _, _, v in reads]
     assert len(seen) == len(set(seen)), f"the concurrent reader got {len(seen) - len(set(seen))} duplicates"
     assert set(seen) == set(inputs), (
-        f"reader set != input: {len(set(inputs) - set(seen))} unseen, {len(set(seen) - set(inputs))} extra")
+        f"reader set != input: {len(set(inputs) - set(seen))} unseen, {len(set(seen) - set(inputs))} extra"
+    )
     per_partition: dict[int, list[int]] = defaultdict(list)
     for _, p, off, _ in reads:
         per_partition[p].append(off)
@@ -969,8 +1093,9 @@ def verify(sc: Scenario60) -> dict:
         assert [v for _, v in final[0]] == in_order, "1 -> 1 copy: output is not the input in order"
         assert seen == [v for _, v in final[0]], "1 -> 1 copy: the reader's sequence is not the output"
 
-    assert_no_anomalies(check_history(inputs, final, reads, lsos, committed_offset_history(sc.store_path, GROUP)),
-                        f"[seed {sc.seed}] ")
+    assert_no_anomalies(
+        check_history(inputs, final, reads, lsos, committed_offset_history(sc.store_path, GROUP)), f"[seed {sc.seed}] "
+    )
     return {
         "records": len(inputs),
         "out_data_batches": counts[(OUT, "data-batches")],
@@ -1009,27 +1134,35 @@ def test_scenario60_consume_transform_produce_under_kill9(tmp_path, big, variant
     # The chaos the scenario asks for really happened.
     for slot in sc.slots:
         assert slot.counted_kills >= KILL_QUOTA, (
-            f"[seed {seed}] {slot.tid}: only {slot.counted_kills} kills after {QUOTA_PROGRESS:.0%} progress")
+            f"[seed {seed}] {slot.tid}: only {slot.counted_kills} kills after {QUOTA_PROGRESS:.0%} progress"
+        )
     assert sum(s.short_stops for s in sc.slots) >= profile.min_short_stops
     assert sc.long_stops and all(ls["exit"] == ew.EXIT_FENCED for ls in sc.long_stops), sc.long_stops
     assert any(ls["fenced_while_stopped"] for ls in sc.long_stops), (
-        f"the coordinator never timed out a stopped copier's transaction: {sc.long_stops}")
+        f"the coordinator never timed out a stopped copier's transaction: {sc.long_stops}"
+    )
     if sc.power_loss:
         assert len(sc.tears) >= KILL_QUOTA * len(sc.slots), sc.tears
 
     numbers = verify(sc)
     summary = {
-        "variant": variant, "seed": seed, "big": big, **timing,
+        "variant": variant,
+        "seed": seed,
+        "big": big,
+        **timing,
         "total_s": round(time.monotonic() - started, 1),
         "kills": {s.tid: s.kills for s in sc.slots},
         "kills_after_20pct": {s.tid: s.counted_kills for s in sc.slots},
         "short_stops": {s.tid: s.short_stops for s in sc.slots},
-        "long_stops": [{k: ls[k] for k in ("tid", "producer", "state_at_cont", "fenced_while_stopped",
-                                           "stopped_s", "exit")} for ls in sc.long_stops],
+        "long_stops": [
+            {k: ls[k] for k in ("tid", "producer", "state_at_cont", "fenced_while_stopped", "stopped_s", "exit")}
+            for ls in sc.long_stops
+        ],
         "long_stop_probes": sc.long_stop_probes,
         "other_fenced_exits": sc.fenced_other,
         "incarnations": {s.tid: s.incarnation for s in sc.slots},
-        "torn_tails": len(sc.tears), "tear_skipped": sc.tear_skipped,
+        "torn_tails": len(sc.tears),
+        "tear_skipped": sc.tear_skipped,
         "sweeps": sc.sweeper.sweeps,
         **numbers,
     }

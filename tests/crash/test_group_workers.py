@@ -61,6 +61,7 @@ TXN_TIMEOUT_MS = 4_000
 @dataclass
 class Stop:
     """One SIGSTOP past the session timeout: what the worker held, and where the others' logs stood."""
+
     incarnation: int
     owned: set[int]
     at_stop: dict[str, tuple[int, int]]  # other worker -> (incarnation, lines in its log)
@@ -98,8 +99,7 @@ def owned_partitions_of(lines: list[str]) -> set[int]:
     owned: set[int] = set()
     for line in lines:
         word, _, rest = line.partition(" ")
-        numbers = {int(p.rsplit("-", 1)[-1]) for p in rest.replace(",", " ").split()
-                   if p.rsplit("-", 1)[-1].isdigit()}
+        numbers = {int(p.rsplit("-", 1)[-1]) for p in rest.replace(",", " ").split() if p.rsplit("-", 1)[-1].isdigit()}
         if word in ("ASSIGNED", "Assigned"):
             owned |= numbers
         elif word in ("REVOKED", "Revoked"):
@@ -112,8 +112,18 @@ def owned_partitions_of(lines: list[str]) -> set[int]:
 class GroupChaos:
     """Workers, reader, sweeper and chaos until the group has committed the whole input."""
 
-    def __init__(self, tmp_path, *, workers: int, in_partitions: int, records: int, cli: bool, seed: int,
-                 kills: int, long_stops: int):
+    def __init__(
+        self,
+        tmp_path,
+        *,
+        workers: int,
+        in_partitions: int,
+        records: int,
+        cli: bool,
+        seed: int,
+        kills: int,
+        long_stops: int,
+    ):
         self.tmp = tmp_path
         self.store_path = str(tmp_path / "store")
         self.rng = random.Random(seed)
@@ -130,15 +140,59 @@ class GroupChaos:
 
     def _command(self, w: Worker) -> list[str]:
         if self.cli:
-            return [sys.executable, "-m", "cli.main", "--data-dir", self.store_path, "process", "-i", IN, "-o", OUT,
-                    "-g", GROUP, "--transactional-id", w.tid, "-n", "50", "--session-timeout-ms", str(SESSION_MS),
-                    "--heartbeat-interval-ms", str(HEARTBEAT_MS), "--transaction-timeout-ms", str(TXN_TIMEOUT_MS),
-                    "--", "sh", "-c", "sleep 0.1; cat"]
-        return [sys.executable, os.path.join(HERE, "eos_worker.py"), "member", "--store", self.store_path,
-                "--transactional-id", w.tid, "--group", GROUP, "--txn-size", "50", "--abort-p", "0.25",
-                "--txn-timeout-ms", str(TXN_TIMEOUT_MS), "--delay-ms", "100",
-                "--session-timeout-ms", str(SESSION_MS), "--heartbeat-interval-ms", str(HEARTBEAT_MS),
-                "--seed", str(self.rng.randrange(1 << 30))]
+            return [
+                sys.executable,
+                "-m",
+                "cli.main",
+                "--data-dir",
+                self.store_path,
+                "process",
+                "-i",
+                IN,
+                "-o",
+                OUT,
+                "-g",
+                GROUP,
+                "--transactional-id",
+                w.tid,
+                "-n",
+                "50",
+                "--session-timeout-ms",
+                str(SESSION_MS),
+                "--heartbeat-interval-ms",
+                str(HEARTBEAT_MS),
+                "--transaction-timeout-ms",
+                str(TXN_TIMEOUT_MS),
+                "--",
+                "sh",
+                "-c",
+                "sleep 0.1; cat",
+            ]
+        return [
+            sys.executable,
+            os.path.join(HERE, "eos_worker.py"),
+            "member",
+            "--store",
+            self.store_path,
+            "--transactional-id",
+            w.tid,
+            "--group",
+            GROUP,
+            "--txn-size",
+            "50",
+            "--abort-p",
+            "0.25",
+            "--txn-timeout-ms",
+            str(TXN_TIMEOUT_MS),
+            "--delay-ms",
+            "100",
+            "--session-timeout-ms",
+            str(SESSION_MS),
+            "--heartbeat-interval-ms",
+            str(HEARTBEAT_MS),
+            "--seed",
+            str(self.rng.randrange(1 << 30)),
+        ]
 
     def start(self, w: Worker) -> None:
         w.incarnation += 1
@@ -152,9 +206,24 @@ class GroupChaos:
         self.reader_log = str(self.tmp / "reader.log")
         with open(self.reader_log, "w") as log:
             self.reader = subprocess.Popen(
-                [sys.executable, os.path.join(HERE, "eos_worker.py"), "read", "--store", self.store_path,
-                 "--topic", OUT, "--history", self.history_path, "--stop-file", self.stop_file,
-                 "--drain-timeout", "30"], stdout=log, stderr=subprocess.STDOUT)
+                [
+                    sys.executable,
+                    os.path.join(HERE, "eos_worker.py"),
+                    "read",
+                    "--store",
+                    self.store_path,
+                    "--topic",
+                    OUT,
+                    "--history",
+                    self.history_path,
+                    "--stop-file",
+                    self.stop_file,
+                    "--drain-timeout",
+                    "30",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
 
     def committed_total(self) -> int:
         with Store.open(self.store_path, read_only=True) as store:
@@ -225,8 +294,9 @@ class GroupChaos:
         nothing), and a resumed worker gets time to learn that the group replaced it.
         """
         now = time.monotonic()
-        settled = [w for w in self.workers if w.alive() and w.stopped_until is None
-                   and now - max(w.started, w.resumed) > 1.0]
+        settled = [
+            w for w in self.workers if w.alive() and w.stopped_until is None and now - max(w.started, w.resumed) > 1.0
+        ]
         if not settled:
             return
         owners = [w for w in settled if owned_partitions(w.log_path)]
@@ -250,8 +320,11 @@ class GroupChaos:
         return str(self.tmp / f"{w.tid}.{incarnation}.log")
 
     def _log_marks(self, stopped: Worker) -> dict[str, tuple[int, int]]:
-        return {w.tid: (w.incarnation, len(e2e._log_lines(w.log_path))) for w in self.workers
-                if w is not stopped and w.incarnation}
+        return {
+            w.tid: (w.incarnation, len(e2e._log_lines(w.log_path)))
+            for w in self.workers
+            if w is not stopped and w.incarnation
+        }
 
     def lines_between(self, w: Worker, start: tuple[int, int] | None, end: tuple[int, int]) -> list[str]:
         """What `w` logged between two marks (its logs across restarts in between)."""
@@ -260,7 +333,7 @@ class GroupChaos:
         for incarnation in range(first, end[0] + 1):
             got = e2e._log_lines(self._log_path(w, incarnation))
             stop = end[1] if incarnation == end[0] else len(got)
-            lines += got[skip if incarnation == first else 0:stop]
+            lines += got[skip if incarnation == first else 0 : stop]
         return lines
 
     def unreported_replacements(self) -> list[str]:
@@ -275,21 +348,37 @@ class GroupChaos:
             for stop in w.stops:
                 if stop.incarnation in w.killed or not stop.at_resume:
                     continue
-                told = [line for line in e2e._log_lines(self._log_path(w, stop.incarnation))
-                        if line.startswith(("LOST", "Lost", "FENCED")) or "fenced" in line.lower()]
+                told = [
+                    line
+                    for line in e2e._log_lines(self._log_path(w, stop.incarnation))
+                    if line.startswith(("LOST", "Lost", "FENCED")) or "fenced" in line.lower()
+                ]
                 if told:
                     continue
-                others = [line for o in self.workers if o is not w and o.tid in stop.at_resume
-                          for line in self.lines_between(o, stop.at_stop.get(o.tid), stop.at_resume[o.tid])]
-                taken = stop.owned & {p for line in others if line.startswith(("ASSIGNED", "Assigned"))
-                                      for p in owned_partitions_of([line])}
+                others = [
+                    line
+                    for o in self.workers
+                    if o is not w and o.tid in stop.at_resume
+                    for line in self.lines_between(o, stop.at_stop.get(o.tid), stop.at_resume[o.tid])
+                ]
+                taken = stop.owned & {
+                    p
+                    for line in others
+                    if line.startswith(("ASSIGNED", "Assigned"))
+                    for p in owned_partitions_of([line])
+                }
                 if taken:
                     unreported.append(f"{w.tid}.{stop.incarnation} lost {sorted(taken)} while stopped, never told")
         return unreported
 
     def _state(self) -> str:
-        return json.dumps({w.tid: {"alive": w.alive(), "done": w.done, "exits": w.exits,
-                                   "tail": e2e._tail(w.log_path, 6)} for w in self.workers}, indent=1)
+        return json.dumps(
+            {
+                w.tid: {"alive": w.alive(), "done": w.done, "exits": w.exits, "tail": e2e._tail(w.log_path, 6)}
+                for w in self.workers
+            },
+            indent=1,
+        )
 
     def kill_everything(self) -> None:
         for w in self.workers:
@@ -319,24 +408,39 @@ def verify(sc: GroupChaos) -> dict:
     with Store.open(sc.store_path) as store:
         coordinator = TransactionCoordinator(store)
         coordinator.sweep_all()
-        unfinished = [(d.transactional_id, d.state.state.name) for d in coordinator.list_transactions()
-                      if d.state.state in (TxnState.ONGOING, TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)]
+        unfinished = [
+            (d.transactional_id, d.state.state.name)
+            for d in coordinator.list_transactions()
+            if d.state.state in (TxnState.ONGOING, TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
+        ]
         assert not unfinished, f"transactions left open: {unfinished}"
         committed = GroupOffsets(store).committed(GROUP)
-        assert {tp: om.offset for tp, om in committed.items()} == \
-            {TopicPartition(IN, p): end for p, end in sc.ends.items()}, f"committed {committed}, ends {sc.ends}"
-        final = {p: e2e.read_view(store.partition(OUT, p), IsolationLevel.READ_COMMITTED)
-                 for p in range(store.partition_count(OUT))}
-    lost = sum(1 for w in sc.workers for i in range(1, w.incarnation + 1)
-               for line in e2e._log_lines(sc._log_path(w, i)) if line.startswith(("LOST", "Lost")))
+        assert {tp: om.offset for tp, om in committed.items()} == {
+            TopicPartition(IN, p): end for p, end in sc.ends.items()
+        }, f"committed {committed}, ends {sc.ends}"
+        final = {
+            p: e2e.read_view(store.partition(OUT, p), IsolationLevel.READ_COMMITTED)
+            for p in range(store.partition_count(OUT))
+        }
+    lost = sum(
+        1
+        for w in sc.workers
+        for i in range(1, w.incarnation + 1)
+        for line in e2e._log_lines(sc._log_path(w, i))
+        if line.startswith(("LOST", "Lost"))
+    )
     assert not sc.unreported_replacements(), sc.unreported_replacements()
     reads, lsos = e2e.parse_history(sc.history_path)
     commits = e2e.committed_offset_history(sc.store_path, GROUP)
     e2e.assert_no_anomalies(e2e.check_history(sc.inputs, final, reads, lsos, commits), f"[seed {sc.seed}] ")
     counts = e2e.kafka_python_scan(sc.store_path)
-    return {"records": len(sc.inputs), "reader_polls": max((r[0] for r in reads), default=0),
-            "out_abort_markers": counts[(OUT, "abort")], "offset_commits": sum(len(v) for v in commits.values()),
-            "replaced_members_told": lost}
+    return {
+        "records": len(sc.inputs),
+        "reader_polls": max((r[0] for r in reads), default=0),
+        "out_abort_markers": counts[(OUT, "abort")],
+        "offset_commits": sum(len(v) for v in commits.values()),
+        "replaced_members_told": lost,
+    }
 
 
 CASES = {
@@ -351,18 +455,32 @@ CASES = {
 def test_group_workers_stay_exactly_once_under_kills_and_stops(tmp_path, big, case):
     seed = int(os.environ.get("TXLOG_E2E_SEED") or random.randrange(1 << 30))
     per_partition = 2_500 if big else 750
-    sc = GroupChaos(tmp_path, records=per_partition * CASES[case]["in_partitions"], seed=seed, kills=12 if big else 3,
-                    long_stops=4 if big else 1, **CASES[case])
+    sc = GroupChaos(
+        tmp_path,
+        records=per_partition * CASES[case]["in_partitions"],
+        seed=seed,
+        kills=12 if big else 3,
+        long_stops=4 if big else 1,
+        **CASES[case],
+    )
     started = time.monotonic()
     sc.run(deadline_s=600 if big else 150)
     sc.finish_reader()
     assert not sc.problems, f"[seed {seed}] " + "\n\n".join(sc.problems)
     assert sum(w.kills for w in sc.workers) >= 1 and sum(w.long_stops for w in sc.workers) >= 1, sc._state()
     numbers = verify(sc)
-    print(f"\ngroup workers {case} " + json.dumps({"seed": seed, "s": round(time.monotonic() - started, 1),
-                                                   "kills": sum(w.kills for w in sc.workers),
-                                                   "long_stops": sum(w.long_stops for w in sc.workers),
-                                                   **numbers}))
+    print(
+        f"\ngroup workers {case} "
+        + json.dumps(
+            {
+                "seed": seed,
+                "s": round(time.monotonic() - started, 1),
+                "kills": sum(w.kills for w in sc.workers),
+                "long_stops": sum(w.long_stops for w in sc.workers),
+                **numbers,
+            }
+        )
+    )
 
 
 def test_a_paused_zombie_is_fenced(tmp_path):
@@ -377,10 +495,31 @@ def test_a_paused_zombie_is_fenced(tmp_path):
         log_path = str(tmp_path / f"{tid}.log")
         with open(log_path, "w") as log:
             proc = subprocess.Popen(
-                [sys.executable, os.path.join(HERE, "eos_worker.py"), "member", "--store", store_path,
-                 "--transactional-id", tid, "--group", GROUP, "--txn-size", "20", "--abort-p", "0",
-                 "--txn-timeout-ms", "60000", "--session-timeout-ms", "1000", "--heartbeat-interval-ms", "50",
-                 *extra], stdout=log, stderr=subprocess.STDOUT)
+                [
+                    sys.executable,
+                    os.path.join(HERE, "eos_worker.py"),
+                    "member",
+                    "--store",
+                    store_path,
+                    "--transactional-id",
+                    tid,
+                    "--group",
+                    GROUP,
+                    "--txn-size",
+                    "20",
+                    "--abort-p",
+                    "0",
+                    "--txn-timeout-ms",
+                    "60000",
+                    "--session-timeout-ms",
+                    "1000",
+                    "--heartbeat-interval-ms",
+                    "50",
+                    *extra,
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         return proc, log_path
 
     def wait_for(log_path: str, word: str, timeout: float = 30) -> str:

@@ -117,15 +117,18 @@ def _segment_count(root: str) -> int:
 def _check_present(what: str, records: list[Record], log: dict[tuple[int, int], bytes]) -> None:
     for p, offset, value in records:
         assert log.get((p, offset)) == value, (
-            f"{what} record {value!r} at {p}/{offset} is {log.get((p, offset))!r} after the power loss")
+            f"{what} record {value!r} at {p}/{offset} is {log.get((p, offset))!r} after the power loss"
+        )
 
 
 # =====================================================================================================
 # (1) group commit: acks=all survives kill -9 plus power loss
 # =====================================================================================================
 
-def _check_group_commit(partitions: int, log: dict[int, list[tuple[int, bytes]]], acked: list[Record],
-                        seen: list[Record]) -> None:
+
+def _check_group_commit(
+    partitions: int, log: dict[int, list[tuple[int, bytes]]], acked: list[Record], seen: list[Record]
+) -> None:
     """Each partition p holds records p, p+P, p+2P, ... (the worker's round-robin) at offsets 0, 1, 2, ...:
     no gap, no duplicate, send order kept; every acknowledged and every seen record is there."""
     by_offset = {}
@@ -134,15 +137,17 @@ def _check_group_commit(partitions: int, log: dict[int, list[tuple[int, bytes]]]
             assert offset == expected, f"partition {p}: offset {offset} where {expected} was expected"
             _, number = parse_value(value)  # the bytes are intact
             assert number == p + expected * partitions, (
-                f"partition {p} offset {offset} holds record {number}, expected {p + expected * partitions}")
+                f"partition {p} offset {offset} holds record {number}, expected {p + expected * partitions}"
+            )
             by_offset[(p, offset)] = value
     assert len({(p, off) for p, off, _ in acked}) == len(acked), "an offset was acknowledged twice"
     _check_present("acknowledged", acked, by_offset)
     _check_present("read_uncommitted-seen", seen, by_offset)
 
 
-def _group_commit_round(root: str, rng: random.Random, partitions: int, max_delay: float,
-                        segment_bytes: int | None, acks: str) -> dict:
+def _group_commit_round(
+    root: str, rng: random.Random, partitions: int, max_delay: float, segment_bytes: int | None, acks: str
+) -> dict:
     """One producer run killed at random; with acks=all a power loss follows the kill."""
     with Store.open(root) as s:
         s.create_topic(TOPIC, partitions=partitions, config={"segment.bytes": segment_bytes} if segment_bytes else None)
@@ -159,8 +164,13 @@ def _group_commit_round(root: str, rng: random.Random, partitions: int, max_dela
     log = _records_after_recovery(root, "read_uncommitted")
     check_store(root)  # kafka-python parses every batch; indexes agree with the cut logs
     _check_group_commit(partitions, log, acked, seen)
-    return {"acked": len(acked), "seen": len(seen), "kept": sum(map(len, log.values())),
-            "bytes_cut": sum(c for _, c in cut.values()), "segments": _segment_count(root)}
+    return {
+        "acked": len(acked),
+        "seen": len(seen),
+        "kept": sum(map(len, log.values())),
+        "bytes_cut": sum(c for _, c in cut.values()),
+        "segments": _segment_count(root),
+    }
 
 
 def _run_group_commit(tmp_path, rounds: int, partitions: int, max_delay: float, acks: str) -> list[dict]:
@@ -169,8 +179,7 @@ def _run_group_commit(tmp_path, rounds: int, partitions: int, max_delay: float, 
     for r in range(rounds):
         try:
             segment_bytes = SMALL_SEGMENT if r % 3 == 2 else None  # rolls: the cut may drop whole segments
-            stats.append(_group_commit_round(str(tmp_path / f"r{r}"), rng, partitions, max_delay, segment_bytes,
-                                             acks))
+            stats.append(_group_commit_round(str(tmp_path / f"r{r}"), rng, partitions, max_delay, segment_bytes, acks))
         except AssertionError as exc:
             raise AssertionError(f"[TXLOG_CRASH_SEED={SEED} acks={acks} round {r}] {exc}") from exc
     return stats
@@ -193,6 +202,7 @@ def test_acks1_acknowledged_records_survive_kill(tmp_path, big):
 # =====================================================================================================
 # (2) transactions: all or nothing, returned commits durable, nothing left open
 # =====================================================================================================
+
 
 @pytest.fixture(scope="module")
 def txn_template(tmp_path_factory) -> str:
@@ -229,7 +239,8 @@ def _assert_whole_once(what: str, n: int, parts: list[tuple[int, int]]) -> None:
     """Transaction n's records are all there (i = 0..k-1 of its k), each once."""
     k = parts[0][1] if parts else 0
     assert parts and sorted(parts) == [(i, k) for i in range(k)], (
-        f"{what} transaction {n} is not whole once: {sorted(parts)}")
+        f"{what} transaction {n} is not whole once: {sorted(parts)}"
+    )
 
 
 def _txn_lines(lines: list[str]) -> tuple[dict[int, str], set[int], set[int], int | None]:
@@ -255,7 +266,8 @@ def _check_transactions(rc: dict[int, list[tuple[int, bytes]]], lines: list[str]
     unreturned = set(visible) - committed
     assert unreturned <= may_show, (
         f"transactions {sorted(unreturned)} are visible without a returned commit; in flight at the kill: "
-        f"{in_flight} ({intent.get(in_flight)})")
+        f"{in_flight} ({intent.get(in_flight)})"
+    )
     _check_present("read_committed-seen", seen, {(p, off): v for p, recs in rc.items() for off, v in recs})
     return set(visible)
 
@@ -280,8 +292,18 @@ def _txn_round(template: str, root: str, rng: random.Random, step: StepKill | No
     args: list = ["--seed", rng.randrange(1 << 30), "--abort-p", 0.25]
     kill_txn = rng.randint(0, 2)
     if step is not None:
-        args += ["--kill-step", step[0], "--kill-action", step[1], "--kill-n", step[2], "--kill-end", step[3],
-                 "--kill-txn", kill_txn]
+        args += [
+            "--kill-step",
+            step[0],
+            "--kill-action",
+            step[1],
+            "--kill-n",
+            step[2],
+            "--kill-end",
+            step[3],
+            "--kill-txn",
+            kill_txn,
+        ]
     producer = Worker("txn", root, *args)
     producer.expect("READY")
     if step is None:
@@ -306,9 +328,13 @@ def _txn_round(template: str, root: str, rng: random.Random, step: StepKill | No
         # once PREPARE_COMMIT is durable (its data synced first) the commit must roll forward whole.
         decided_commit = step[3] == "commit" and step[:2] != ("END_TXN", "KILL_BEFORE")
         assert (in_flight in visible) == decided_commit, (step, settle, in_flight, sorted(visible))
-    return {"settle": settle, "lines": len(producer.lines), "seen": len(seen),
-            "in_flight_visible": in_flight in visible,
-            "bytes_cut": sum(c for _, c in cut.values())}
+    return {
+        "settle": settle,
+        "lines": len(producer.lines),
+        "seen": len(seen),
+        "in_flight_visible": in_flight in visible,
+        "bytes_cut": sum(c for _, c in cut.values()),
+    }
 
 
 def _run_txn_rounds(template: str, tmp_path, cases: list, max_delay: float) -> list[dict]:
@@ -328,10 +354,11 @@ def test_transactions_survive_random_kill_and_power_loss(txn_template, tmp_path,
     print(f"transactions seed={SEED} rounds={stats}")
 
 
-STEP_KILLS: list[StepKill] = [("END_TXN", action, 1, end) for action in ("KILL_BEFORE", "KILL_AFTER")
-                               for end in ("commit", "abort")] + [
-    ("WRITE_TXN_MARKERS", action, n, "commit") for action in ("KILL_BEFORE", "KILL_AFTER") for n in (1, PARTITIONS)
-] + [("WRITE_TXN_MARKERS", "KILL_AFTER", 1, "abort")]
+STEP_KILLS: list[StepKill] = (
+    [("END_TXN", action, 1, end) for action in ("KILL_BEFORE", "KILL_AFTER") for end in ("commit", "abort")]
+    + [("WRITE_TXN_MARKERS", action, n, "commit") for action in ("KILL_BEFORE", "KILL_AFTER") for n in (1, PARTITIONS)]
+    + [("WRITE_TXN_MARKERS", "KILL_AFTER", 1, "abort")]
+)
 
 
 @pytest.mark.parametrize("step", STEP_KILLS, ids=["-".join(map(str, s)) for s in STEP_KILLS])

@@ -128,25 +128,60 @@ def plan_case(name: str, round_: int, rng: random.Random) -> dict:
         if which == "some" and total < 2 or which == "before-offsets" and a_parts == 0:
             continue
         break
-    kill_n = {"some": rng.randint(1, total - 1) if which == "some" else 0, "all": total,
-              "before-offsets": a_parts, None: 0}[which]
+    kill_n = {
+        "some": rng.randint(1, total - 1) if which == "some" else 0,
+        "all": total,
+        "before-offsets": a_parts,
+        None: 0,
+    }[which]
     decided = kill in ("prepare", "markers")
-    hows = DECIDED_HOWS if decided else UNDECIDED_HOWS[:5 if kill == "prepare-torn" else 3]
+    hows = DECIDED_HOWS if decided else UNDECIDED_HOWS[: 5 if kill == "prepare-torn" else 3]
     return {
-        "name": name, "end": end, "kill": kill, "kill_n": kill_n, "parts": parts, "offsets": offsets,
-        "decided": decided, "tid": rng.choice(TIDS), "warmup": rng.randint(0, 1) + (rng.random() < 0.2),
+        "name": name,
+        "end": end,
+        "kill": kill,
+        "kill_n": kill_n,
+        "parts": parts,
+        "offsets": offsets,
+        "decided": decided,
+        "tid": rng.choice(TIDS),
+        "warmup": rng.randint(0, 1) + (rng.random() < 0.2),
         "seed": rng.randrange(1 << 30),
-        "torn_frac": rng.uniform(0.02, 0.98), "how": hows[(round_ + list(POINTS).index(name)) % len(hows)],
-        "fresh_process": rng.random() < 0.35, "new_offset": 1000 + round_,
+        "torn_frac": rng.uniform(0.02, 0.98),
+        "how": hows[(round_ + list(POINTS).index(name)) % len(hows)],
+        "fresh_process": rng.random() < 0.35,
+        "new_offset": 1000 + round_,
     }
 
 
 def spawn(root: str, case: dict) -> Worker:
     offsets = {"group": GROUP, "tp": list(IN0), "offset": case["new_offset"], "warm": [100, 101, 102]}
-    return Worker("txn", root, "--tid", case["tid"], "--tag", "target", "--parts", json.dumps(case["parts"]),
-                  "--warm-parts", json.dumps(ALL_PARTS), "--offsets", json.dumps(offsets) if case["offsets"] else "",
-                  "--end", case["end"], "--kill", case["kill"], "--kill-n", case["kill_n"],
-                  "--torn-frac", case["torn_frac"], "--warmup", case["warmup"], "--seed", case["seed"])
+    return Worker(
+        "txn",
+        root,
+        "--tid",
+        case["tid"],
+        "--tag",
+        "target",
+        "--parts",
+        json.dumps(case["parts"]),
+        "--warm-parts",
+        json.dumps(ALL_PARTS),
+        "--offsets",
+        json.dumps(offsets) if case["offsets"] else "",
+        "--end",
+        case["end"],
+        "--kill",
+        case["kill"],
+        "--kill-n",
+        case["kill_n"],
+        "--torn-frac",
+        case["torn_frac"],
+        "--warmup",
+        case["warmup"],
+        "--seed",
+        case["seed"],
+    )
 
 
 def committed_offset_before(lines: list[str]) -> int:
@@ -164,7 +199,7 @@ def check_after_kill(root: str, case: dict, pid: int, epoch: int, old_offset: in
     """What the crash left, seen by a read-only process: nothing decided is guessed."""
     kill, end = case["kill"], case["end"]
     registered = sorted(case["parts"] + ([OFFSETS_PART] if case["offsets"] and kill != "register" else []))
-    marked = registered[:case["kill_n"]] if kill == "markers" else []
+    marked = registered[: case["kill_n"]] if kill == "markers" else []
     with read_only(root) as ro:
         last = last_state(ro, case["tid"])
         if case["decided"]:
@@ -205,8 +240,12 @@ def recover(root: str, case: dict, pid: int, epoch: int) -> str:
     decided_kind = "COMMIT" if commit else "ABORT"
     outcome = decided_kind if case["decided"] or how in ("retry", "forced") else "ABORT"
     if case["fresh_process"] and how in ("sweep", "init", "retry", "forced"):
-        args = {"sweep": ["--clock-offset-ms", 120_000], "init": [], "forced": [],
-                "retry": ["--pid", pid, "--epoch", epoch]}[how]
+        args = {
+            "sweep": ["--clock-offset-ms", 120_000],
+            "init": [],
+            "forced": [],
+            "retry": ["--pid", pid, "--epoch", epoch],
+        }[how]
         w = Worker("recover", root, "--how", case["end"] if how in ("retry", "forced") else how, "--tid", tid, *args)
         lines = w.finish()
         assert w.proc.returncode == 0 and any(line.startswith("RESULT ok") for line in lines), (lines, w.stderr)
@@ -298,7 +337,6 @@ def check_case(root: str, case: dict, w: Worker) -> None:
         raise AssertionError(f"{exc}\n{context}") from exc
 
 
-
 def test_scenarios28_29_killed_before_the_decision(template, tmp_path, big):
     """28 (after registration, before data) and 29 (after data, before EndTxn): Ongoing after the
     kill, LSO pinned at the data, aborted by the next init / a sweep past the timeout."""
@@ -314,14 +352,19 @@ def test_scenario30_torn_prepare(template, tmp_path, big):
 def test_scenarios31_32_33_decided_commit_rolls_forward(template, tmp_path, big):
     """31 (PREPARE_COMMIT durable, no marker), 32 (some markers), 33 (all markers, no COMPLETE):
     every recovery rolls the commit forward, one COMMIT per partition, never an abort (26)."""
-    run_points(["31-after-prepare-commit", "32-after-some-commit-markers", "33-after-all-commit-markers"],
-               template, tmp_path, big)
+    run_points(
+        ["31-after-prepare-commit", "32-after-some-commit-markers", "33-after-all-commit-markers"],
+        template,
+        tmp_path,
+        big,
+    )
 
 
 def test_scenario34_decided_abort_rolls_forward(template, tmp_path, big):
     """34: the same points for PREPARE_ABORT: rolled forward to aborted, the aborted index complete."""
-    run_points(["34-after-prepare-abort", "34-after-some-abort-markers", "34-after-all-abort-markers"],
-               template, tmp_path, big)
+    run_points(
+        ["34-after-prepare-abort", "34-after-some-abort-markers", "34-after-all-abort-markers"], template, tmp_path, big
+    )
 
 
 def test_scenario35_offsets_partition_in_the_middle(template, tmp_path, big):
@@ -334,6 +377,7 @@ def test_scenario35_offsets_partition_in_the_middle(template, tmp_path, big):
 # =====================================================================================================
 # C. expiry with no process running, late EndTxn
 # =====================================================================================================
+
 
 def same_coordinator_partition(tid: str) -> str:
     """Another transactional id owned by the same `__transaction_state` partition."""
@@ -356,8 +400,23 @@ def test_scenario23_expired_transaction_left_by_a_killed_process(template, tmp_p
     for writer in WRITERS:
         roots[writer] = str(tmp_path / writer)
         clone_store(template, roots[writer])
-    workers = {writer: Worker("txn", root, "--tid", "tx", "--tag", "target", "--parts", json.dumps(parts),
-                              "--kill", "data", "--timeout-ms", 300) for writer, root in roots.items()}
+    workers = {
+        writer: Worker(
+            "txn",
+            root,
+            "--tid",
+            "tx",
+            "--tag",
+            "target",
+            "--parts",
+            json.dumps(parts),
+            "--kill",
+            "data",
+            "--timeout-ms",
+            300,
+        )
+        for writer, root in roots.items()
+    }
     deadline = 0
     for writer, w in workers.items():
         lines = w.finish()
@@ -387,7 +446,8 @@ def test_scenario23_expired_transaction_left_by_a_killed_process(template, tmp_p
                     log = s.partition("t", part)
                     assert log.last_stable_offset == log.log_end_offset
                 assert TransactionCoordinator(s).describe("tx").state.state == (
-                    TxnState.EMPTY if tid == "tx" else TxnState.COMPLETE_ABORT)
+                    TxnState.EMPTY if tid == "tx" else TxnState.COMPLETE_ABORT
+                )
                 p.begin_transaction()
                 p.send("t", b"writer", partition=0)
                 p.commit_transaction()
@@ -410,8 +470,7 @@ def test_scenario25_late_end_txn_after_reinit(template, tmp_path, end, next_txn)
     by epoch and txn N+1 is neither committed nor aborted by it."""
     root = str(tmp_path / "store")
     clone_store(template, root)
-    a = Worker("late", root, "--tid", "tx", "--tag", "A", "--parts", json.dumps([["t", 0], ["t", 1]]),
-               "--end", end)
+    a = Worker("late", root, "--tid", "tx", "--tag", "A", "--parts", json.dumps([["t", 0], ["t", 1]]), "--end", end)
     a.expect("ENDING")
     wait_stopped(a.pid)
     with Store.open(root) as s:
@@ -432,7 +491,8 @@ def test_scenario25_late_end_txn_after_reinit(template, tmp_path, end, next_txn)
         a.finish()
         assert txn_log.log_end_offset == size and coordinator.describe("tx").state == before
         assert [v for _, v in fetch_all(s.partition("t", 0), "read_committed")] == (
-            [b"B"] if next_txn == "committed" else [])
+            [b"B"] if next_txn == "committed" else []
+        )
         if next_txn == "open":
             b.commit_transaction()
         b.close()
@@ -446,6 +506,7 @@ def test_scenario25_late_end_txn_after_reinit(template, tmp_path, end, next_txn)
 # E. the same transactional id started by two processes at once
 # =====================================================================================================
 
+
 def test_scenario38_same_transactional_id_started_concurrently(template, tmp_path, big):
     """38: two processes init id X at the same time and each writes (two transactions each):
     epochs strictly increase in the txn log, exactly one ends current, the other is fenced from
@@ -457,8 +518,7 @@ def test_scenario38_same_transactional_id_started_concurrently(template, tmp_pat
         clone_store(template, root)
         workers = {}
         for name, parts in (("A", [["t", 0], ["t", 1]]), ("B", [["t", 1], ["t", 2]])):
-            workers[name] = Worker("race", root, "--tid", "X", "--tag", name, "--parts", json.dumps(parts),
-                                   stdin=True)
+            workers[name] = Worker("race", root, "--tid", "X", "--tag", name, "--parts", json.dumps(parts), stdin=True)
         everything.append((root, workers))
     for _, workers in everything:
         for w in workers.values():
@@ -485,14 +545,18 @@ def test_scenario38_same_transactional_id_started_concurrently(template, tmp_pat
                 words = [x[1] for x in res]
                 assert set(words) <= {"ok", "fenced"}, res
                 if "fenced" in words:  # once fenced, fenced for good
-                    assert words[words.index("fenced"):] == ["fenced"] * (len(words) - words.index("fenced"))
+                    assert words[words.index("fenced") :] == ["fenced"] * (len(words) - words.index("fenced"))
                 for round_, x in enumerate(res, 1):
                     if x[1] == "ok":
-                        ok_values |= {f"{name}-{round_}:{t}-{p}".encode() for t, p in
-                                      ([("t", 0), ("t", 1)] if name == "A" else [("t", 1), ("t", 2)])}
+                        ok_values |= {
+                            f"{name}-{round_}:{t}-{p}".encode()
+                            for t, p in ([("t", 0), ("t", 1)] if name == "A" else [("t", 1), ("t", 2)])
+                        }
                 last_ok = [x for x in res if x[1] == "ok"]
                 if words[-1] == "ok" and (int(last_ok[-1][2]), int(last_ok[-1][3])) == (
-                        current.producer_id, current.producer_epoch):
+                    current.producer_id,
+                    current.producer_epoch,
+                ):
                     current_owners.append(name)
             assert len(current_owners) == 1, (results, current)
             other = "B" if current_owners == ["A"] else "A"

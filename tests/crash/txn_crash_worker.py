@@ -63,6 +63,7 @@ CONTROL_BATCH_SIZE = 78
 # the worker side
 # =====================================================================================================
 
+
 def _say(line: str) -> None:
     sys.stdout.write(line + "\n")
     sys.stdout.flush()
@@ -151,8 +152,9 @@ def run_txn(args) -> None:
     store = Store.open(args.store)
     plan = FaultPlan()
     transport = FaultInjectingTransport(Transport(store), plan, kill=lambda fault: _die(state["label"]))
-    producer = Producer(store, transactional_id=args.tid, transaction_timeout_ms=args.timeout_ms,
-                        linger_ms=10**9, transport=transport)
+    producer = Producer(
+        store, transactional_id=args.tid, transaction_timeout_ms=args.timeout_ms, linger_ms=10**9, transport=transport
+    )
     producer.init_transactions()
     _say(f"IDS {producer.producer_id} {producer.producer_epoch}")
     for i in range(args.warmup):
@@ -176,8 +178,7 @@ def run_txn(args) -> None:
     producer.flush()
     _say("DATA")
     if offsets:
-        producer.send_offsets_to_transaction({TopicPartition(*offsets["tp"]): offsets["offset"]},
-                                             offsets["group"])
+        producer.send_offsets_to_transaction({TopicPartition(*offsets["tp"]): offsets["offset"]}, offsets["group"])
         _say("OFFSETS")
     if args.kill == "data":
         _die("data")
@@ -293,8 +294,12 @@ def run_recover(args) -> None:
             ids = coordinator.init_producer_id(args.tid, args.timeout_ms)
             _say(f"RESULT ok {ids.producer_id} {ids.epoch}")
         elif args.how in ("commit", "abort"):
-            ids = coordinator.end_transaction(args.tid, args.pid if args.pid >= 0 else None,
-                                              args.epoch if args.pid >= 0 else None, args.how == "commit")
+            ids = coordinator.end_transaction(
+                args.tid,
+                args.pid if args.pid >= 0 else None,
+                args.epoch if args.pid >= 0 else None,
+                args.how == "commit",
+            )
             _say(f"RESULT ok {ids.producer_id} {ids.epoch}")
     except KafkaError as exc:
         _say(f"RESULT {_word(exc)} {type(exc).__name__}")
@@ -312,8 +317,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--warm-parts", default="")
     ap.add_argument("--offsets", default="", help='JSON {"group", "tp": [t, p], "offset", "warm": [...]}')
     ap.add_argument("--end", choices=["commit", "abort", "none"], default="commit")
-    ap.add_argument("--kill", default="none",
-                    choices=["none", "register", "data", "prepare", "prepare-torn", "markers"])
+    ap.add_argument(
+        "--kill", default="none", choices=["none", "register", "data", "prepare", "prepare-torn", "markers"]
+    )
     ap.add_argument("--kill-n", type=int, default=1)
     ap.add_argument("--torn-frac", type=float, default=0.5)
     ap.add_argument("--warmup", type=int, default=0)
@@ -374,6 +380,7 @@ def wait_stopped(pid: int, timeout: float = 30.0) -> None:
 # independent checks of a store
 # =====================================================================================================
 
+
 def make_store(root: str, topics: dict[str, int]) -> None:
     """A store with `topics` and both internal topics already created (their default partition counts)."""
     from storage import Store
@@ -427,10 +434,10 @@ def kafka_python_batches(directory: str, *, allow_torn_tail: bool = False) -> li
         while pos < len(data):
             if len(data) - pos < 61:
                 break
-            length = int.from_bytes(data[pos + 8:pos + 12], "big", signed=True)
+            length = int.from_bytes(data[pos + 8 : pos + 12], "big", signed=True)
             if pos + 12 + length > len(data):
                 break
-            b = DefaultRecordBatch(data[pos:pos + 12 + length])
+            b = DefaultRecordBatch(data[pos : pos + 12 + length])
             where = f"{directory}/{name}@{pos}"
             assert b.magic == 2, f"{where}: magic {b.magic}"
             assert b.validate_crc(), f"{where}: CRC mismatch"
@@ -446,7 +453,8 @@ def kafka_python_batches(directory: str, *, allow_torn_tail: bool = False) -> li
             pos += 12 + length
         rest = len(data) - pos
         assert rest == 0 or (allow_torn_tail and i == len(logs) - 1), (
-            f"{directory}/{name}: {rest} bytes after the last batch")
+            f"{directory}/{name}: {rest} bytes after the last batch"
+        )
     return out
 
 
@@ -496,8 +504,15 @@ def model(batches: list) -> dict:
         ru.extend(values)
         if b.last_offset < lso and (not b.is_transactional or fate.get(b.base_offset) == "COMMIT"):
             rc.extend(values)
-    return {"ru": ru, "rc": rc, "lso": lso, "end": end, "markers": markers, "aborted": aborted,
-            "open": {pid: txn[0].base_offset for pid, txn in open_txn.items()}}
+    return {
+        "ru": ru,
+        "rc": rc,
+        "lso": lso,
+        "end": end,
+        "markers": markers,
+        "aborted": aborted,
+        "open": {pid: txn[0].base_offset for pid, txn in open_txn.items()},
+    }
 
 
 def fetch_all(log, isolation: str) -> list[tuple[int, bytes]]:
@@ -571,17 +586,21 @@ def txn_histories(store) -> dict[str, list]:
             name = "TOMBSTONE" if v is None else v.state.name
             # the first record may be any state: compaction (or a test) can start a history anywhere
             assert i == 0 or (None if prev is None else prev.state.name) in _LEGAL_FROM[name], (
-                f"{tid}: illegal transition {None if prev is None else prev.state.name} -> {name}")
+                f"{tid}: illegal transition {None if prev is None else prev.state.name} -> {name}"
+            )
             if v is not None and prev is not None:
                 if v.producer_id == prev.producer_id:
                     assert v.producer_epoch >= prev.producer_epoch, (
-                        f"{tid}: epoch went down {prev.producer_epoch} -> {v.producer_epoch}")
+                        f"{tid}: epoch went down {prev.producer_epoch} -> {v.producer_epoch}"
+                    )
                 else:
                     assert v.producer_id == prev.next_producer_id or v.previous_producer_id == prev.producer_id, (
-                        f"{tid}: producer id {prev.producer_id} -> {v.producer_id} without a rotation")
+                        f"{tid}: producer id {prev.producer_id} -> {v.producer_id} without a rotation"
+                    )
             if v is not None and v.state == TxnState.EMPTY:
                 assert last_init.get(v.producer_id, -1) < v.producer_epoch, (
-                    f"{tid}: init epoch {v.producer_epoch} not above {last_init.get(v.producer_id)}")
+                    f"{tid}: init epoch {v.producer_epoch} not above {last_init.get(v.producer_id)}"
+                )
                 last_init[v.producer_id] = v.producer_epoch
             if v is not None:
                 prev = v
@@ -639,7 +658,8 @@ def check_store(root: str, *, settled: bool = True, allow_torn: bool = False) ->
                 seen_decisions.setdefault((pid, epoch), set()).add(kind)
                 assert decided.get((pid, epoch)) == kind, (
                     f"{topic}-{p}: {kind} marker of ({pid}, {epoch}) at {offset}, the txn log decided "
-                    f"{decided.get((pid, epoch))}")
+                    f"{decided.get((pid, epoch))}"
+                )
             indexed = {(a.producer_id, a.first_offset, a.last_offset) for a in log.aborted_transactions(0, m["end"])}
             for entry in m["aborted"]:
                 assert entry in indexed, f"{topic}-{p}: aborted txn {entry} missing from the txn index {indexed}"
@@ -655,7 +675,10 @@ def check_store(root: str, *, settled: bool = True, allow_torn: bool = False) ->
             for tid, values in hist.items():
                 last = values[-1]
                 assert last is None or last.state not in (
-                    TxnState.ONGOING, TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT), f"{tid} left {last}"
+                    TxnState.ONGOING,
+                    TxnState.PREPARE_COMMIT,
+                    TxnState.PREPARE_ABORT,
+                ), f"{tid} left {last}"
         out["_txn"] = hist
         return out
     finally:

@@ -81,11 +81,18 @@ PLAIN_ROWS = (
 )
 #: Repetitive values, so every codec shrinks them (kafka-python sends a batch uncompressed when
 #: compressing does not pay, and a codec batch must really be compressed).
-CODEC_ROWS = tuple(Row(f"order-{i:04d}".encode(), b"status=shipped;warehouse=north;" * 4, T + i * 10,
-                       (("source", b"batch"),) if i % 3 == 0 else ())
-                   for i in range(8))
-SMALL_ROWS = tuple(Row(f"k{i}".encode(), f"v{i}".encode(), T + i, (("h", f"{i}".encode()),) if i == 0 else ())
-                   for i in range(3))
+CODEC_ROWS = tuple(
+    Row(
+        f"order-{i:04d}".encode(),
+        b"status=shipped;warehouse=north;" * 4,
+        T + i * 10,
+        (("source", b"batch"),) if i % 3 == 0 else (),
+    )
+    for i in range(8)
+)
+SMALL_ROWS = tuple(
+    Row(f"k{i}".encode(), f"v{i}".encode(), T + i, (("h", f"{i}".encode()),) if i == 0 else ()) for i in range(3)
+)
 #: 130 records: offset deltas past 63 and timestamp deltas past 63 need two- and three-byte varints.
 MANY_ROWS = tuple(Row(None, str(i).encode(), T + i * 1000) for i in range(130))
 
@@ -93,27 +100,42 @@ MANY_ROWS = tuple(Row(None, str(i).encode(), T + i * 1000) for i in range(130))
 # --- writers -----------------------------------------------------------------------------------------------
 
 
-def kafka_python_batch(rows: tuple[Row, ...], *, codec: str = "none", base_offset: int = 0,
-                       producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
-                       transactional: bool = False) -> bytes:
+def kafka_python_batch(
+    rows: tuple[Row, ...],
+    *,
+    codec: str = "none",
+    base_offset: int = 0,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    transactional: bool = False,
+) -> bytes:
     """The batch kafka-python's producer would send for `rows`, at `base_offset` as a leader would place it.
 
     baseOffset is outside the CRC (docs/kafka-formats.md §1.2), so setting it leaves the
     writer's CRC as it was.
     """
-    builder = DefaultRecordBatchBuilder(magic=2, compression_type=CODECS[codec], is_transactional=transactional,
-                                        producer_id=producer_id, producer_epoch=producer_epoch,
-                                        base_sequence=base_sequence, batch_size=1 << 20)
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=CODECS[codec],
+        is_transactional=transactional,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        batch_size=1 << 20,
+    )
     for delta, row in enumerate(rows):
-        if builder.append(delta, timestamp=row.timestamp, key=row.key, value=row.value,
-                          headers=list(row.headers)) is None:
+        if (
+            builder.append(delta, timestamp=row.timestamp, key=row.key, value=row.value, headers=list(row.headers))
+            is None
+        ):
             raise AssertionError("a golden batch must fit kafka-python's batch_size")
     out = bytearray(builder.build())
     if (out[ATTRIBUTES_AT + 1] & 0x07) != CODECS[codec]:
         raise AssertionError(f"kafka-python sent the {codec} rows uncompressed: make them more repetitive")
     out[0:8] = struct.pack(">q", base_offset)
     if codec == "gzip":
-        out[HEADER_SIZE + GZIP_MTIME.start:HEADER_SIZE + GZIP_MTIME.stop] = bytes(4)
+        out[HEADER_SIZE + GZIP_MTIME.start : HEADER_SIZE + GZIP_MTIME.stop] = bytes(4)
         restamp_crc(out)
     return bytes(out)
 
@@ -123,13 +145,38 @@ def restamp_crc(batch: bytearray) -> None:
     struct.pack_into(">I", batch, CRC_AT, crc32c(bytes(batch[CRC_COVERED_START:])))
 
 
-def hand_batch(records: bytes, count: int, *, base_offset: int, attributes: int, last_offset_delta: int,
-               base_timestamp: int, max_timestamp: int, producer_id: int = -1, producer_epoch: int = -1,
-               base_sequence: int = -1, partition_leader_epoch: int = 0) -> bytes:
+def hand_batch(
+    records: bytes,
+    count: int,
+    *,
+    base_offset: int,
+    attributes: int,
+    last_offset_delta: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    partition_leader_epoch: int = 0,
+) -> bytes:
     """A batch assembled field by field (docs/kafka-formats.md §1.1) around a records region."""
-    out = bytearray(HEADER.pack(base_offset, HEADER_SIZE - LOG_OVERHEAD + len(records), partition_leader_epoch, 2, 0,
-                                attributes, last_offset_delta, base_timestamp, max_timestamp, producer_id,
-                                producer_epoch, base_sequence, count))
+    out = bytearray(
+        HEADER.pack(
+            base_offset,
+            HEADER_SIZE - LOG_OVERHEAD + len(records),
+            partition_leader_epoch,
+            2,
+            0,
+            attributes,
+            last_offset_delta,
+            base_timestamp,
+            max_timestamp,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            count,
+        )
+    )
     out += records
     restamp_crc(out)
     return bytes(out)
@@ -151,15 +198,30 @@ def record(body: bytes) -> bytes:
     return zigzag(len(body)) + body
 
 
-def control_batch(control_type: int, *, base_offset: int, producer_id: int, producer_epoch: int,
-                  coordinator_epoch: int, timestamp: int) -> bytes:
+def control_batch(
+    control_type: int,
+    *,
+    base_offset: int,
+    producer_id: int,
+    producer_epoch: int,
+    coordinator_epoch: int,
+    timestamp: int,
+) -> bytes:
     """An EndTransactionMarker batch (docs/kafka-formats.md §2): 78 bytes, one record, no headers."""
     key = struct.pack(">hh", 0, control_type)
     value = struct.pack(">hi", 0, coordinator_epoch)
     body = b"\x00" + zigzag(0) + zigzag(0) + zigzag(len(key)) + key + zigzag(len(value)) + value + zigzag(0)
-    batch = hand_batch(record(body), 1, base_offset=base_offset, attributes=TRANSACTIONAL | CONTROL,
-                       last_offset_delta=0, base_timestamp=timestamp, max_timestamp=timestamp,
-                       producer_id=producer_id, producer_epoch=producer_epoch)
+    batch = hand_batch(
+        record(body),
+        1,
+        base_offset=base_offset,
+        attributes=TRANSACTIONAL | CONTROL,
+        last_offset_delta=0,
+        base_timestamp=timestamp,
+        max_timestamp=timestamp,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+    )
     assert len(batch) == 78
     return batch
 
@@ -172,9 +234,21 @@ def _hex(b: bytes | None) -> str | None:
 
 
 def header_fields(batch: bytes) -> dict[str, int]:
-    names = ("base_offset", "batch_length", "partition_leader_epoch", "magic", "crc", "attributes",
-             "last_offset_delta", "base_timestamp", "max_timestamp", "producer_id", "producer_epoch",
-             "base_sequence", "records_count")
+    names = (
+        "base_offset",
+        "batch_length",
+        "partition_leader_epoch",
+        "magic",
+        "crc",
+        "attributes",
+        "last_offset_delta",
+        "base_timestamp",
+        "max_timestamp",
+        "producer_id",
+        "producer_epoch",
+        "base_sequence",
+        "records_count",
+    )
     return dict(zip(names, HEADER.unpack_from(batch), strict=True))
 
 
@@ -197,14 +271,17 @@ def expected_decode(batch: bytes, rows: tuple[Row, ...], *, log_append_time: int
         "timestamp_type": "LogAppendTime" if attributes & LOG_APPEND_TIME else "CreateTime",
         "transactional": bool(attributes & TRANSACTIONAL),
         "control": bool(attributes & CONTROL),
-        "records": [{
-            "offset": header["base_offset"] + delta,
-            "timestamp": row.timestamp if log_append_time is None else log_append_time,
-            "key": _hex(row.key),
-            "value": _hex(row.value),
-            "headers": [{"key": name.encode().hex(), "value": _hex(value)} for name, value in row.headers],
-            "sequence": sequence(header["base_sequence"], delta),
-        } for delta, row in enumerate(rows)],
+        "records": [
+            {
+                "offset": header["base_offset"] + delta,
+                "timestamp": row.timestamp if log_append_time is None else log_append_time,
+                "key": _hex(row.key),
+                "value": _hex(row.value),
+                "headers": [{"key": name.encode().hex(), "value": _hex(value)} for name, value in row.headers],
+                "sequence": sequence(header["base_sequence"], delta),
+            }
+            for delta, row in enumerate(rows)
+        ],
     }
 
 
@@ -224,49 +301,106 @@ def valid_entries() -> list[Entry]:
         expected = expected_decode(batch, rows, log_append_time=extra.pop("log_append_time", None))
         entries.append(Entry(name, batch, description, {**expected, **extra}))
 
-    add("none.bin", kafka_python_batch(PLAIN_ROWS, base_offset=100), PLAIN_ROWS,
+    add(
+        "none.bin",
+        kafka_python_batch(PLAIN_ROWS, base_offset=100),
+        PLAIN_ROWS,
         "kafka-python, uncompressed, no producer id: null key, null value, empty key and value, "
-        "headers (a null value, a non-ASCII name), a 200-byte value, timestamps out of order")
+        "headers (a null value, a non-ASCII name), a 200-byte value, timestamps out of order",
+    )
     for offset, codec in enumerate(("gzip", "snappy", "lz4", "zstd")):
-        add(f"{codec}.bin", kafka_python_batch(CODEC_ROWS, codec=codec, base_offset=1000 * (offset + 1)), CODEC_ROWS,
+        add(
+            f"{codec}.bin",
+            kafka_python_batch(CODEC_ROWS, codec=codec, base_offset=1000 * (offset + 1)),
+            CODEC_ROWS,
             f"kafka-python, {codec}-compressed records region"
-            + (" (gzip header MTIME set to 0, batch CRC recomputed)" if codec == "gzip" else ""))
-    add("idempotent.bin", kafka_python_batch(SMALL_ROWS, base_offset=7, producer_id=4242, producer_epoch=3,
-                                             base_sequence=17), SMALL_ROWS,
-        "kafka-python, idempotent (producer id 4242, epoch 3, base sequence 17), not transactional")
-    add("idempotent-sequence-wrap.bin",
+            + (" (gzip header MTIME set to 0, batch CRC recomputed)" if codec == "gzip" else ""),
+        )
+    add(
+        "idempotent.bin",
+        kafka_python_batch(SMALL_ROWS, base_offset=7, producer_id=4242, producer_epoch=3, base_sequence=17),
+        SMALL_ROWS,
+        "kafka-python, idempotent (producer id 4242, epoch 3, base sequence 17), not transactional",
+    )
+    add(
+        "idempotent-sequence-wrap.bin",
         kafka_python_batch(SMALL_ROWS, base_offset=10, producer_id=4242, producer_epoch=3, base_sequence=2**31 - 2),
-        SMALL_ROWS, "kafka-python, idempotent with base sequence 2147483646: the third record's sequence wraps to 0")
-    add("transactional.bin", kafka_python_batch(SMALL_ROWS, base_offset=3, producer_id=1000, producer_epoch=5,
-                                                base_sequence=0, transactional=True), SMALL_ROWS,
-        "kafka-python, transactional (producer id 1000, epoch 5) - the batch of docs/kafka-formats.md §7 at offset 3")
-    add("many-records.bin", kafka_python_batch(MANY_ROWS, base_offset=5000), MANY_ROWS,
-        "kafka-python, 130 records with null keys: multi-byte offset and timestamp delta varints")
+        SMALL_ROWS,
+        "kafka-python, idempotent with base sequence 2147483646: the third record's sequence wraps to 0",
+    )
+    add(
+        "transactional.bin",
+        kafka_python_batch(
+            SMALL_ROWS, base_offset=3, producer_id=1000, producer_epoch=5, base_sequence=0, transactional=True
+        ),
+        SMALL_ROWS,
+        "kafka-python, transactional (producer id 1000, epoch 5) - the batch of docs/kafka-formats.md §7 at offset 3",
+    )
+    add(
+        "many-records.bin",
+        kafka_python_batch(MANY_ROWS, base_offset=5000),
+        MANY_ROWS,
+        "kafka-python, 130 records with null keys: multi-byte offset and timestamp delta varints",
+    )
 
     appended = T + 60_000
     stamped = bytearray(kafka_python_batch(SMALL_ROWS, base_offset=20))
     struct.pack_into(">h", stamped, ATTRIBUTES_AT, LOG_APPEND_TIME)
     struct.pack_into(">q", stamped, MAX_TIMESTAMP_AT, appended)
     restamp_crc(stamped)
-    add("log-append-time.bin", bytes(stamped), SMALL_ROWS,
+    add(
+        "log-append-time.bin",
+        bytes(stamped),
+        SMALL_ROWS,
         "kafka-python's batch as a LOG_APPEND_TIME leader stamps it (attribute bit 3, maxTimestamp = append time, "
-        "CRC recomputed): every record's timestamp is the batch's maxTimestamp", log_append_time=appended)
+        "CRC recomputed): every record's timestamp is the batch's maxTimestamp",
+        log_append_time=appended,
+    )
 
-    for name, control_type, pid, epoch, coordinator_epoch, base in (("control-commit.bin", 1, 1000, 5, 7, 6),
-                                                                   ("control-abort.bin", 0, 2000, 0, 0, 9)):
-        batch = control_batch(control_type, base_offset=base, producer_id=pid, producer_epoch=epoch,
-                              coordinator_epoch=coordinator_epoch, timestamp=T + 100)
+    for name, control_type, pid, epoch, coordinator_epoch, base in (
+        ("control-commit.bin", 1, 1000, 5, 7, 6),
+        ("control-abort.bin", 0, 2000, 0, 0, 9),
+    ):
+        batch = control_batch(
+            control_type,
+            base_offset=base,
+            producer_id=pid,
+            producer_epoch=epoch,
+            coordinator_epoch=coordinator_epoch,
+            timestamp=T + 100,
+        )
         marker = "COMMIT" if control_type else "ABORT"
         key, value = struct.pack(">hh", 0, control_type), struct.pack(">hi", 0, coordinator_epoch)
         expected = expected_decode(batch, (Row(key, value, T + 100),))
         expected["marker"] = {"type": marker, "coordinator_epoch": coordinator_epoch}
-        entries.append(Entry(name, batch, f"hand-assembled {marker} marker (docs/kafka-formats.md §2): producer id "
-                             f"{pid}, epoch {epoch}, coordinator epoch {coordinator_epoch}", expected))
+        entries.append(
+            Entry(
+                name,
+                batch,
+                f"hand-assembled {marker} marker (docs/kafka-formats.md §2): producer id "
+                f"{pid}, epoch {epoch}, coordinator epoch {coordinator_epoch}",
+                expected,
+            )
+        )
 
-    empty = hand_batch(b"", 0, base_offset=30, attributes=0, last_offset_delta=2, base_timestamp=-1,
-                       max_timestamp=T + 2, producer_id=4242, producer_epoch=3, base_sequence=20)
-    add("empty-compacted.bin", empty, (),
-        "hand-assembled header of a batch emptied by compaction: records count 0, lastOffsetDelta 2 kept, no records")
+    empty = hand_batch(
+        b"",
+        0,
+        base_offset=30,
+        attributes=0,
+        last_offset_delta=2,
+        base_timestamp=-1,
+        max_timestamp=T + 2,
+        producer_id=4242,
+        producer_epoch=3,
+        base_sequence=20,
+    )
+    add(
+        "empty-compacted.bin",
+        empty,
+        (),
+        "hand-assembled header of a batch emptied by compaction: records count 0, lastOffsetDelta 2 kept, no records",
+    )
     return entries
 
 
@@ -287,55 +421,109 @@ def damaged_entries(valid: dict[str, bytes]) -> list[Entry]:
 
     length = HEADER.unpack_from(plain)[1]
     add("damaged-short-header.bin", plain[:40], "the first 40 bytes of none.bin: less than a header", "frame")
-    add("damaged-truncated.bin", plain[:-10], "none.bin without its last 10 bytes: the batch runs past the file",
-        "frame")
-    add("damaged-length-beyond-file.bin", patched(plain, LENGTH_AT, ">i", length + 100, fix_crc=False),
-        "none.bin with batchLength 100 more than the file holds", "frame")
-    add("damaged-length-below-minimum.bin", patched(plain, LENGTH_AT, ">i", 40, fix_crc=False),
-        "none.bin with batchLength 40, below the 49 of an empty batch", "frame")
-    add("damaged-length-short.bin", patched(plain, LENGTH_AT, ">i", length - 7, fix_crc=False),
-        "none.bin with batchLength 7 short: a whole frame, but the CRC is then taken over the wrong bytes", "crc")
-    add("damaged-bad-magic.bin", patched(plain, MAGIC_AT, ">b", 1, fix_crc=False),
-        "none.bin with magic 1 (outside the CRC)", "frame")
+    add(
+        "damaged-truncated.bin",
+        plain[:-10],
+        "none.bin without its last 10 bytes: the batch runs past the file",
+        "frame",
+    )
+    add(
+        "damaged-length-beyond-file.bin",
+        patched(plain, LENGTH_AT, ">i", length + 100, fix_crc=False),
+        "none.bin with batchLength 100 more than the file holds",
+        "frame",
+    )
+    add(
+        "damaged-length-below-minimum.bin",
+        patched(plain, LENGTH_AT, ">i", 40, fix_crc=False),
+        "none.bin with batchLength 40, below the 49 of an empty batch",
+        "frame",
+    )
+    add(
+        "damaged-length-short.bin",
+        patched(plain, LENGTH_AT, ">i", length - 7, fix_crc=False),
+        "none.bin with batchLength 7 short: a whole frame, but the CRC is then taken over the wrong bytes",
+        "crc",
+    )
+    add(
+        "damaged-bad-magic.bin",
+        patched(plain, MAGIC_AT, ">b", 1, fix_crc=False),
+        "none.bin with magic 1 (outside the CRC)",
+        "frame",
+    )
     flipped = bytearray(plain)
     flipped[-5] ^= 0x01
-    add("damaged-crc.bin", flipped, "none.bin with one bit of the last record's value flipped; CRC as written",
-        "crc")
-    add("damaged-count-too-large.bin", patched(plain, RECORDS_COUNT_AT, ">i", 1000, fix_crc=True),
-        "none.bin saying 1000 records (it holds 5), CRC recomputed: the records end first", "records")
-    add("damaged-count-too-small.bin", patched(plain, RECORDS_COUNT_AT, ">i", 2, fix_crc=True),
-        "none.bin saying 2 records (it holds 5), CRC recomputed: bytes remain after the last", "records")
-    add("damaged-count-negative.bin", patched(plain, RECORDS_COUNT_AT, ">i", -1, fix_crc=True),
-        "none.bin saying -1 records, CRC recomputed", "records", "InvalidRecordError")
+    add("damaged-crc.bin", flipped, "none.bin with one bit of the last record's value flipped; CRC as written", "crc")
+    add(
+        "damaged-count-too-large.bin",
+        patched(plain, RECORDS_COUNT_AT, ">i", 1000, fix_crc=True),
+        "none.bin saying 1000 records (it holds 5), CRC recomputed: the records end first",
+        "records",
+    )
+    add(
+        "damaged-count-too-small.bin",
+        patched(plain, RECORDS_COUNT_AT, ">i", 2, fix_crc=True),
+        "none.bin saying 2 records (it holds 5), CRC recomputed: bytes remain after the last",
+        "records",
+    )
+    add(
+        "damaged-count-negative.bin",
+        patched(plain, RECORDS_COUNT_AT, ">i", -1, fix_crc=True),
+        "none.bin saying -1 records, CRC recomputed",
+        "records",
+        "InvalidRecordError",
+    )
 
     def one_record(body: bytes) -> bytes:
-        return hand_batch(record(body), 1, base_offset=0, attributes=0, last_offset_delta=0, base_timestamp=T,
-                          max_timestamp=T)
+        return hand_batch(
+            record(body), 1, base_offset=0, attributes=0, last_offset_delta=0, base_timestamp=T, max_timestamp=T
+        )
 
     fields = b"\x00" + zigzag(0) + zigzag(0)  # attributes, timestampDelta, offsetDelta
-    add("damaged-varint-too-long.bin",
+    add(
+        "damaged-varint-too-long.bin",
         one_record(fields + b"\xff\xff\xff\xff\xff\x01" + zigzag(0) + zigzag(0)),
-        "hand-assembled record whose key length varint runs to 6 bytes (at most 5 are allowed)", "records")
-    add("damaged-key-length-overrun.bin", one_record(fields + zigzag(100) + b"abc" + zigzag(0) + zigzag(0)),
-        "hand-assembled record whose key length (100) runs past the records region", "records")
-    add("damaged-record-length-mismatch.bin",
+        "hand-assembled record whose key length varint runs to 6 bytes (at most 5 are allowed)",
+        "records",
+    )
+    add(
+        "damaged-key-length-overrun.bin",
+        one_record(fields + zigzag(100) + b"abc" + zigzag(0) + zigzag(0)),
+        "hand-assembled record whose key length (100) runs past the records region",
+        "records",
+    )
+    add(
+        "damaged-record-length-mismatch.bin",
         one_record(fields + zigzag(1) + b"k" + zigzag(1) + b"v" + zigzag(0) + b"\x00"),
-        "hand-assembled record whose length counts one byte more than its fields", "records")
-    add("damaged-header-key-negative.bin",
+        "hand-assembled record whose length counts one byte more than its fields",
+        "records",
+    )
+    add(
+        "damaged-header-key-negative.bin",
         one_record(fields + zigzag(1) + b"k" + zigzag(1) + b"v" + zigzag(1) + zigzag(-1) + zigzag(1) + b"x"),
-        "hand-assembled record with a header whose key length is -1 (a null header key is illegal)", "records")
+        "hand-assembled record with a header whose key length is -1 (a null header key is illegal)",
+        "records",
+    )
 
     for codec in ("gzip", "snappy", "lz4", "zstd"):
         batch = valid[f"{codec}.bin"]
         payload = batch[HEADER_SIZE:]
-        cut = bytearray(batch[:HEADER_SIZE] + payload[:len(payload) // 2])
+        cut = bytearray(batch[:HEADER_SIZE] + payload[: len(payload) // 2])
         struct.pack_into(">i", cut, LENGTH_AT, len(cut) - LOG_OVERHEAD)
         restamp_crc(cut)
-        add(f"damaged-{codec}-payload.bin", cut,
-            f"{codec}.bin with its compressed stream cut in half, batchLength and CRC recomputed", "decompress")
-    add("damaged-unknown-codec.bin", patched(plain, ATTRIBUTES_AT, ">h", 5, fix_crc=True),
-        "none.bin with compression code 5 (no codec has it), CRC recomputed", "decompress",
-        "UnsupportedCompressionTypeError")
+        add(
+            f"damaged-{codec}-payload.bin",
+            cut,
+            f"{codec}.bin with its compressed stream cut in half, batchLength and CRC recomputed",
+            "decompress",
+        )
+    add(
+        "damaged-unknown-codec.bin",
+        patched(plain, ATTRIBUTES_AT, ">h", 5, fix_crc=True),
+        "none.bin with compression code 5 (no codec has it), CRC recomputed",
+        "decompress",
+        "UnsupportedCompressionTypeError",
+    )
     return entries
 
 
@@ -358,8 +546,11 @@ def manifest_text(entries: list[Entry]) -> str:
             lines = ",\n".join("    " + json.dumps(r, ensure_ascii=True) for r in records)
             text = text.replace('"@records@"', "[\n" + lines + "\n  ]")
         batches.append("  " + text.replace("\n", "\n  "))
-    return ('{"format": "RecordBatch v2 (magic 2), one batch per file", "batches_dir": "batches", "batches": [\n'
-            + ",\n".join(batches) + "\n]}\n")
+    return (
+        '{"format": "RecordBatch v2 (magic 2), one batch per file", "batches_dir": "batches", "batches": [\n'
+        + ",\n".join(batches)
+        + "\n]}\n"
+    )
 
 
 def main() -> None:

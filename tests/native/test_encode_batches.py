@@ -33,9 +33,16 @@ DefaultRecordBatch = default_records.DefaultRecordBatch
 
 NOW = 1_700_000_000_000
 #: The codecs kafka-python (the oracle) can inflate here.
-CODECS = [Compression.NONE] + [codec for codec, present in (
-    (Compression.GZIP, kafka_codec.has_gzip()), (Compression.SNAPPY, kafka_codec.has_snappy()),
-    (Compression.LZ4, kafka_codec.has_lz4()), (Compression.ZSTD, kafka_codec.has_zstd())) if present]
+CODECS = [Compression.NONE] + [
+    codec
+    for codec, present in (
+        (Compression.GZIP, kafka_codec.has_gzip()),
+        (Compression.SNAPPY, kafka_codec.has_snappy()),
+        (Compression.LZ4, kafka_codec.has_lz4()),
+        (Compression.ZSTD, kafka_codec.has_zstd()),
+    )
+    if present
+]
 
 
 def kafka_python_records(batch: EncodedBatch) -> list[tuple]:
@@ -74,34 +81,50 @@ def as_bytes(item):
 
 payload = st.one_of(st.none(), st.binary(max_size=300))
 header = st.tuples(st.text(max_size=6), st.one_of(st.none(), st.binary(max_size=20)))
-record = st.tuples(payload, payload, st.one_of(st.none(), st.lists(header, max_size=3)),
-                   st.one_of(st.none(), st.integers(min_value=NOW - 5_000, max_value=NOW + 5_000)))
+record = st.tuples(
+    payload,
+    payload,
+    st.one_of(st.none(), st.lists(header, max_size=3)),
+    st.one_of(st.none(), st.integers(min_value=NOW - 5_000, max_value=NOW + 5_000)),
+)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(records=st.lists(record, min_size=1, max_size=60), codec=st.sampled_from(CODECS),
-       max_bytes=st.integers(min_value=0, max_value=6_000), is_transactional=st.booleans(),
-       columns=st.sets(st.sampled_from(["keys", "headers", "timestamps"])))
+@given(
+    records=st.lists(record, min_size=1, max_size=60),
+    codec=st.sampled_from(CODECS),
+    max_bytes=st.integers(min_value=0, max_value=6_000),
+    is_transactional=st.booleans(),
+    columns=st.sets(st.sampled_from(["keys", "headers", "timestamps"])),
+)
 def test_batches_decode_and_split_as_batch_builder(records, codec, max_bytes, is_transactional, columns):
     keys, values, headers, timestamps = (list(column) for column in zip(*records, strict=True))
     keys = keys if "keys" in columns else [None] * len(values)
     headers = headers if "headers" in columns else [None] * len(values)
     timestamps = timestamps if "timestamps" in columns else [None] * len(values)
-    batches = encode_batches(values, keys if "keys" in columns else None, headers if "headers" in columns else None,
-                             timestamps if "timestamps" in columns else None, max_bytes=max_bytes,
-                             compression=codec, is_transactional=is_transactional, now_ms=NOW)
+    batches = encode_batches(
+        values,
+        keys if "keys" in columns else None,
+        headers if "headers" in columns else None,
+        timestamps if "timestamps" in columns else None,
+        max_bytes=max_bytes,
+        compression=codec,
+        is_transactional=is_transactional,
+        now_ms=NOW,
+    )
 
     resolved = [NOW if ts is None else ts for ts in timestamps]
     expected = [(ts, k, v, list(h or [])) for ts, k, v, h in zip(resolved, keys, values, headers, strict=True)]
     assert [r for b in batches for r in kafka_python_records(b)] == expected
-    built = builder_batches(values, keys, headers, resolved, max_bytes=max_bytes, compression=codec,
-                            is_transactional=is_transactional)
+    built = builder_batches(
+        values, keys, headers, resolved, max_bytes=max_bytes, compression=codec, is_transactional=is_transactional
+    )
     assert [bytes(b.data) for b in batches] == built
     for b in batches:
         parsed = RecordBatch.parse(b.data)
         assert (parsed.producer_id, parsed.producer_epoch, parsed.base_sequence) == (-1, -1, -1)
         assert parsed.is_transactional == is_transactional and parsed.compression == codec
-        assert parsed.base_timestamp == resolved[sum(x.record_count for x in batches[:batches.index(b)])]
+        assert parsed.base_timestamp == resolved[sum(x.record_count for x in batches[: batches.index(b)])]
 
 
 def record_of(size_hint: int) -> bytes:
@@ -130,8 +153,14 @@ def test_200_small_records_split_into_16k_batches_as_the_builder_does():
     batches = encode_batches(values, keys, max_bytes=16_384, now_ms=NOW)
     assert len(batches) > 10 and all(len(b.data) <= 16_384 for b in batches)
     assert [bytes(b.data) for b in batches] == builder_batches(
-        values, keys, [None] * 2_000, [NOW] * 2_000, max_bytes=16_384, compression=Compression.NONE,
-        is_transactional=False)
+        values,
+        keys,
+        [None] * 2_000,
+        [NOW] * 2_000,
+        max_bytes=16_384,
+        compression=Compression.NONE,
+        is_transactional=False,
+    )
 
 
 def test_timestamps_may_run_backwards_and_max_timestamp_is_the_largest():
@@ -141,24 +170,32 @@ def test_timestamps_may_run_backwards_and_max_timestamp_is_the_largest():
 
 
 def test_no_timestamps_means_now():
-    batch, = encode_batches([b"a", b"b"], max_bytes=100)
+    (batch,) = encode_batches([b"a", b"b"], max_bytes=100)
     assert batch.max_timestamp == RecordBatch.parse(batch.data).base_timestamp > NOW
 
 
 def test_items_may_be_any_bytes_like_or_str():
     values = [b"b", bytearray(b"ba"), memoryview(b"xmvx")[1:3], "h\u00e9", None]
     keys = ["k", None, bytearray(b"kb"), memoryview(b"km"), b"kk"]
-    batch, = encode_batches(values, keys, [[("n\u00e9", b"v"), (b"raw", None)], None, [], None, None],
-                            max_bytes=1 << 20, now_ms=NOW)
+    (batch,) = encode_batches(
+        values, keys, [[("n\u00e9", b"v"), (b"raw", None)], None, [], None, None], max_bytes=1 << 20, now_ms=NOW
+    )
     assert kafka_python_records(batch) == [
-        (NOW, b"k", b"b", [("n\u00e9", b"v"), ("raw", None)]), (NOW, None, b"ba", []), (NOW, b"kb", b"mv", []),
-        (NOW, b"km", "h\u00e9".encode(), []), (NOW, b"kk", None, [])]
+        (NOW, b"k", b"b", [("n\u00e9", b"v"), ("raw", None)]),
+        (NOW, None, b"ba", []),
+        (NOW, b"kb", b"mv", []),
+        (NOW, b"km", "h\u00e9".encode(), []),
+        (NOW, b"kk", None, []),
+    ]
 
 
-@pytest.mark.parametrize(("values", "keys", "message"), [
-    ([b"a", b"b", 3], None, "value at index 2"),
-    ([b"a", b"b"], [b"k", 1.5], "key at index 1"),
-])
+@pytest.mark.parametrize(
+    ("values", "keys", "message"),
+    [
+        ([b"a", b"b", 3], None, "value at index 2"),
+        ([b"a", b"b"], [b"k", 1.5], "key at index 1"),
+    ],
+)
 def test_an_item_of_another_type_is_a_type_error_naming_its_index(values, keys, message):
     with pytest.raises(TypeError, match=message):
         encode_batches(values, keys, max_bytes=100, now_ms=NOW)
@@ -188,6 +225,7 @@ def test_no_values_make_no_batches():
 
 def test_an_unknown_compression_is_refused():
     from storage.errors import UnsupportedCompressionTypeError
+
     with pytest.raises(UnsupportedCompressionTypeError):
         encode_batches([b"a"], max_bytes=100, compression=5)
 
@@ -198,8 +236,8 @@ def test_a_large_call_encoded_without_the_gil_is_the_same():
     for codec in (Compression.NONE, Compression.GZIP):
         batches = encode_batches(values, max_bytes=16_384, compression=codec, now_ms=NOW)
         assert [bytes(b.data) for b in batches] == builder_batches(
-            values, [None] * 400, [None] * 400, [NOW] * 400, max_bytes=16_384, compression=codec,
-            is_transactional=False)
+            values, [None] * 400, [None] * 400, [NOW] * 400, max_bytes=16_384, compression=codec, is_transactional=False
+        )
 
 
 # ---- stamp_batch --------------------------------------------------------------------------------
@@ -207,8 +245,9 @@ def test_a_large_call_encoded_without_the_gil_is_the_same():
 
 @pytest.mark.parametrize("codec", CODECS)
 def test_a_stamped_batch_passes_its_crc_check_and_carries_the_ids(codec):
-    batch, = encode_batches([b"a", None, b"c"], [b"k", b"k", None], max_bytes=1 << 20, compression=codec,
-                            is_transactional=True, now_ms=NOW)
+    (batch,) = encode_batches(
+        [b"a", None, b"c"], [b"k", b"k", None], max_bytes=1 << 20, compression=codec, is_transactional=True, now_ms=NOW
+    )
     before = kafka_python_records(batch)
     stamp_batch(batch.data, 4242, 7, 2_147_483_000)
     parsed = RecordBatch.parse(batch.data)  # verifies the CRC
@@ -221,7 +260,7 @@ def test_a_stamped_batch_passes_its_crc_check_and_carries_the_ids(codec):
 
 
 def test_a_batch_can_be_stamped_again_after_an_epoch_bump():
-    batch, = encode_batches([b"a"], max_bytes=100, now_ms=NOW)
+    (batch,) = encode_batches([b"a"], max_bytes=100, now_ms=NOW)
     stamp_batch(batch.data, 9, 0, 5)
     stamp_batch(batch.data, 9, 1, 0)
     parsed = RecordBatch.parse(batch.data)
@@ -232,8 +271,8 @@ def test_batches_side_by_side_in_one_buffer_are_stamped_through_memoryviews():
     first, second = encode_batches([b"a" * 50, b"b" * 50], max_bytes=120, now_ms=NOW)
     joined = first.data + second.data
     view = memoryview(joined)
-    stamp_batch(view[:len(first.data)], 5, 1, 0)
-    stamp_batch(view[len(first.data):], 5, 1, 1)
+    stamp_batch(view[: len(first.data)], 5, 1, 0)
+    stamp_batch(view[len(first.data) :], 5, 1, 1)
     view.release()
     batches = [RecordBatch.parse(joined), RecordBatch.parse(joined, len(first.data))]
     assert [(b.producer_id, b.base_sequence) for b in batches] == [(5, 0), (5, 1)]
@@ -241,7 +280,7 @@ def test_batches_side_by_side_in_one_buffer_are_stamped_through_memoryviews():
 
 def test_stamping_a_damaged_batch_leaves_its_crc_wrong():
     # the CRC is updated for the change, not recomputed: damage stays detectable
-    batch, = encode_batches([b"abc"], max_bytes=100, now_ms=NOW)
+    (batch,) = encode_batches([b"abc"], max_bytes=100, now_ms=NOW)
     batch.data[-1] ^= 0xFF
     stamp_batch(batch.data, 1, 0, 0)
     with pytest.raises(CorruptRecordError, match="CRC"):
@@ -250,13 +289,13 @@ def test_stamping_a_damaged_batch_leaves_its_crc_wrong():
 
 
 def test_stamping_needs_exactly_one_batch_in_a_writable_buffer():
-    batch, = encode_batches([b"abc"], max_bytes=100, now_ms=NOW)
+    (batch,) = encode_batches([b"abc"], max_bytes=100, now_ms=NOW)
     with pytest.raises(TypeError, match="writable"):
         stamp_batch(bytes(batch.data), 1, 0, 0)
     with pytest.raises(ValueError, match="one whole batch"):
         stamp_batch(batch.data + b"\x00", 1, 0, 0)
     with pytest.raises(CorruptRecordError):
-        stamp_batch(bytearray(batch.data[:HEADER_SIZE - 1]), 1, 0, 0)
+        stamp_batch(bytearray(batch.data[: HEADER_SIZE - 1]), 1, 0, 0)
     wrong_magic = bytearray(batch.data)
     wrong_magic[16] = 1
     with pytest.raises(CorruptRecordError, match="magic"):
@@ -266,7 +305,7 @@ def test_stamping_needs_exactly_one_batch_in_a_writable_buffer():
 
 
 def test_stamping_rewrites_only_the_producer_fields_and_the_crc():
-    batch, = encode_batches([b"abc", b"de"], max_bytes=100, now_ms=NOW)
+    (batch,) = encode_batches([b"abc", b"de"], max_bytes=100, now_ms=NOW)
     before = bytes(batch.data)
     stamp_batch(batch.data, 1, 2, 3)
     changed = {i for i, (a, b) in enumerate(zip(before, batch.data, strict=True)) if a != b}
@@ -279,8 +318,11 @@ key = st.one_of(st.none(), st.binary(max_size=40), st.text(max_size=12))
 
 
 @settings(max_examples=200, deadline=None)
-@given(keys=st.lists(key, max_size=30), count=st.integers(min_value=1, max_value=5_000),
-       name=st.sampled_from(["murmur2", "murmur3"]))
+@given(
+    keys=st.lists(key, max_size=30),
+    count=st.integers(min_value=1, max_value=5_000),
+    name=st.sampled_from(["murmur2", "murmur3"]),
+)
 def test_partition_many_places_every_key_as_the_per_key_partitioner(keys, count, name):
     one = named_partitioner(name)
     expected = [NO_PARTITION if k is None else one(as_bytes(k), count) for k in keys]

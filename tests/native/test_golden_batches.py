@@ -45,9 +45,21 @@ BATCHES_DIR = os.path.join(GOLDEN, MANIFEST["batches_dir"])
 VALID = [b for b in MANIFEST["batches"] if "error" not in b]
 DAMAGED = [b for b in MANIFEST["batches"] if "error" in b]
 STAGES = ("frame", "crc", "decompress", "records")
-HEADER_FIELDS = ("base_offset", "batch_length", "partition_leader_epoch", "magic", "crc", "attributes",
-                 "last_offset_delta", "base_timestamp", "max_timestamp", "producer_id", "producer_epoch",
-                 "base_sequence", "records_count")
+HEADER_FIELDS = (
+    "base_offset",
+    "batch_length",
+    "partition_leader_epoch",
+    "magic",
+    "crc",
+    "attributes",
+    "last_offset_delta",
+    "base_timestamp",
+    "max_timestamp",
+    "producer_id",
+    "producer_epoch",
+    "base_sequence",
+    "records_count",
+)
 
 
 def read(name: str) -> bytes:
@@ -65,9 +77,17 @@ def _bytes(text: str | None) -> bytes | None:
 
 def expected_records(entry: dict) -> list[tuple]:
     """The manifest's records in storage.records.Record's field order (header names as text)."""
-    return [(r["offset"], r["timestamp"], _bytes(r["key"]), _bytes(r["value"]),
-             [(bytes.fromhex(h["key"]).decode(), _bytes(h["value"])) for h in r["headers"]], r["sequence"])
-            for r in entry["records"]]
+    return [
+        (
+            r["offset"],
+            r["timestamp"],
+            _bytes(r["key"]),
+            _bytes(r["value"]),
+            [(bytes.fromhex(h["key"]).decode(), _bytes(h["value"])) for h in r["headers"]],
+            r["sequence"],
+        )
+        for r in entry["records"]
+    ]
 
 
 def test_the_manifest_lists_every_file_once_and_every_kind_of_damage():
@@ -105,16 +125,33 @@ def test_native_records_by_every_decode_path(entry):
 
     consumer = batch.consumer_records(ConsumerRecord, "golden", 0, -(1 << 63), (1 << 63) - 1)
     assert [(c.offset, c.timestamp, c.key, c.value, c.headers, c.sequence) for c in consumer] == want
-    assert all((c.topic, c.partition, c.timestamp_type.kafka_name, c.producer_id, c.producer_epoch,
-                c.is_transactional) == ("golden", 0, entry["timestamp_type"], entry["header"]["producer_id"],
-                                        entry["header"]["producer_epoch"], entry["transactional"])
-               for c in consumer)
+    assert all(
+        (c.topic, c.partition, c.timestamp_type.kafka_name, c.producer_id, c.producer_epoch, c.is_transactional)
+        == (
+            "golden",
+            0,
+            entry["timestamp_type"],
+            entry["header"]["producer_id"],
+            entry["header"]["producer_epoch"],
+            entry["transactional"],
+        )
+        for c in consumer
+    )
 
     columns = RecordColumns()
     assert columns.add(batch) == len(want)
     rows = columns.table(("offset", "timestamp", "key", "value", "headers", "sequence")).to_pylist()
-    assert [(r["offset"], r["timestamp"], r["key"], r["value"], [(h["key"], h["value"]) for h in r["headers"]],
-             r["sequence"]) for r in rows] == want
+    assert [
+        (
+            r["offset"],
+            r["timestamp"],
+            r["key"],
+            r["value"],
+            [(h["key"], h["value"]) for h in r["headers"]],
+            r["sequence"],
+        )
+        for r in rows
+    ] == want
 
 
 @pytest.mark.parametrize("entry", VALID, ids=ids(VALID))
@@ -132,8 +169,10 @@ def test_native_framing_walk_of_the_append_path(entry):
 def test_native_control_markers(entry):
     batch = RecordBatch.parse(read(entry["file"]))
     marker = batch.control_marker()
-    assert (marker.control_type, marker.coordinator_epoch) == (ControlType[entry["marker"]["type"]],
-                                                               entry["marker"]["coordinator_epoch"])
+    assert (marker.control_type, marker.coordinator_epoch) == (
+        ControlType[entry["marker"]["type"]],
+        entry["marker"]["coordinator_epoch"],
+    )
     assert batch.is_abort_marker() == (entry["marker"]["type"] == "ABORT")
 
 
@@ -161,7 +200,7 @@ def native_failure(data: bytes) -> tuple[str, KafkaError]:
     except KafkaError as exc:
         return "crc", exc
     try:
-        decompress(batch.attributes & COMPRESSION_MASK, data[HEADER_SIZE:batch.size])
+        decompress(batch.attributes & COMPRESSION_MASK, data[HEADER_SIZE : batch.size])
         stage = "records"
     except KafkaError:
         stage = "decompress"
@@ -248,11 +287,14 @@ def test_regenerating_yields_the_committed_bytes(entry):
     assert codec in LIBRARY_CODECS, f"{entry.name}: the generator no longer writes the committed bytes"
     source = {2: "snappy.bin", 3: "lz4.bin", 4: "zstd.bin"}[codec]
     fresh = next(e.data for e in GENERATED if e.name == source)
-    assert reference.decode_batch(fresh) == reference.decode_batch(read(source)), \
+    assert reference.decode_batch(fresh) == reference.decode_batch(read(source)), (
         f"{source}: regenerated, it decodes to other records"
+    )
     library = LIBRARY_CODECS[codec]
-    pytest.skip(f"{entry.name}: the installed {library} compresses the same records differently from the one that "
-                f"wrote the committed file (the decoded records are equal); run tests/golden/generate.py to refresh")
+    pytest.skip(
+        f"{entry.name}: the installed {library} compresses the same records differently from the one that "
+        f"wrote the committed file (the decoded records are equal); run tests/golden/generate.py to refresh"
+    )
 
 
 def test_regenerating_yields_the_committed_manifest():

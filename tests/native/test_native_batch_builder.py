@@ -40,9 +40,16 @@ kafka_codec = pytest.importorskip("kafka.codec")
 
 NOW = 1_700_000_000_000
 #: The codecs kafka-python (the decoding oracle) can inflate here.
-CODECS = [Compression.NONE] + [codec for codec, present in (
-    (Compression.GZIP, kafka_codec.has_gzip()), (Compression.SNAPPY, kafka_codec.has_snappy()),
-    (Compression.LZ4, kafka_codec.has_lz4()), (Compression.ZSTD, kafka_codec.has_zstd())) if present]
+CODECS = [Compression.NONE] + [
+    codec
+    for codec, present in (
+        (Compression.GZIP, kafka_codec.has_gzip()),
+        (Compression.SNAPPY, kafka_codec.has_snappy()),
+        (Compression.LZ4, kafka_codec.has_lz4()),
+        (Compression.ZSTD, kafka_codec.has_zstd()),
+    )
+    if present
+]
 
 
 # ---- the replaced pure-Python builder, verbatim in behaviour: the reference ------------------------
@@ -69,15 +76,32 @@ class OldBatchBuilder:
     """The Python BatchBuilder before it became native (keys/values as bytes-likes: the old
     builder sized a str by its characters and could not build one)."""
 
-    def __init__(self, *, max_bytes=16384, base_offset=0, producer_id=NO_PRODUCER_ID,
-                 producer_epoch=NO_PRODUCER_EPOCH, base_sequence=NO_SEQUENCE, is_transactional=False,
-                 compression=Compression.NONE, timestamp_type=TimestampType.CREATE_TIME,
-                 partition_leader_epoch=NO_PARTITION_LEADER_EPOCH, log_append_time=None):
+    def __init__(
+        self,
+        *,
+        max_bytes=16384,
+        base_offset=0,
+        producer_id=NO_PRODUCER_ID,
+        producer_epoch=NO_PRODUCER_EPOCH,
+        base_sequence=NO_SEQUENCE,
+        is_transactional=False,
+        compression=Compression.NONE,
+        timestamp_type=TimestampType.CREATE_TIME,
+        partition_leader_epoch=NO_PARTITION_LEADER_EPOCH,
+        log_append_time=None,
+    ):
         self.max_bytes = max_bytes
-        self._options = dict(base_offset=base_offset, producer_id=producer_id, producer_epoch=producer_epoch,
-                             base_sequence=base_sequence, is_transactional=is_transactional,
-                             compression=compression, timestamp_type=timestamp_type,
-                             partition_leader_epoch=partition_leader_epoch, log_append_time=log_append_time)
+        self._options = dict(
+            base_offset=base_offset,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            base_sequence=base_sequence,
+            is_transactional=is_transactional,
+            compression=compression,
+            timestamp_type=timestamp_type,
+            partition_leader_epoch=partition_leader_epoch,
+            log_append_time=log_append_time,
+        )
         self._keys, self._values, self._headers, self._timestamps = [], [], [], []
         self.estimated_size = HEADER_SIZE
         self._base_timestamp = 0
@@ -116,8 +140,9 @@ class OldBatchBuilder:
     def build(self, **overrides) -> bytes:
         if not self._keys:
             raise ValueError("a batch needs at least one record")
-        return _build_from_columns(self._keys, self._values, self._headers, self._timestamps,
-                                   **{**self._options, **overrides})
+        return _build_from_columns(
+            self._keys, self._values, self._headers, self._timestamps, **{**self._options, **overrides}
+        )
 
 
 # ---- helpers ------------------------------------------------------------------------------------------
@@ -134,15 +159,30 @@ def kafka_python_records(data: bytes) -> tuple:
     """(header fields, [(offset, timestamp, key, value, headers)]) as kafka-python reads the batch."""
     batch = default_records.DefaultRecordBatch(data)
     assert batch.validate_crc()
-    fields = (batch.base_offset, batch.producer_id, batch.producer_epoch, batch.base_sequence,
-              batch.is_transactional, batch.compression_type, batch.timestamp_type, batch.max_timestamp)
+    fields = (
+        batch.base_offset,
+        batch.producer_id,
+        batch.producer_epoch,
+        batch.base_sequence,
+        batch.is_transactional,
+        batch.compression_type,
+        batch.timestamp_type,
+        batch.max_timestamp,
+    )
     return fields, [(r.offset, r.timestamp, r.key, r.value, [(k, v) for k, v in r.headers]) for r in batch]
 
 
 def expected_records(appended: list[tuple], base_offset: int, log_append_max: int | None) -> list[tuple]:
-    return [(base_offset + i, ts if log_append_max is None else log_append_max, as_bytes(key), as_bytes(value),
-             [(as_bytes(n).decode("utf-8"), as_bytes(v)) for n, v in (headers or [])])
-            for i, (key, value, headers, ts) in enumerate(appended)]
+    return [
+        (
+            base_offset + i,
+            ts if log_append_max is None else log_append_max,
+            as_bytes(key),
+            as_bytes(value),
+            [(as_bytes(n).decode("utf-8"), as_bytes(v)) for n, v in (headers or [])],
+        )
+        for i, (key, value, headers, ts) in enumerate(appended)
+    ]
 
 
 # ---- strategies ------------------------------------------------------------------------------------------
@@ -150,36 +190,51 @@ def expected_records(appended: list[tuple], base_offset: int, log_append_max: in
 raw = st.binary(max_size=300)
 payload = st.one_of(st.none(), raw, raw.map(bytearray), raw.map(memoryview), st.text(max_size=40))
 # names as str or as their UTF-8 (kafka-python, the oracle, decodes names strictly)
-header = st.tuples(st.one_of(st.text(max_size=6), st.text(max_size=6).map(str.encode)),
-                   st.one_of(st.none(), st.binary(max_size=20)))
-timestamp = st.one_of(st.integers(min_value=NOW - 5_000, max_value=NOW + 5_000),
-                      st.integers(min_value=NOW - (1 << 40), max_value=NOW + (1 << 40)))
+header = st.tuples(
+    st.one_of(st.text(max_size=6), st.text(max_size=6).map(str.encode)), st.one_of(st.none(), st.binary(max_size=20))
+)
+timestamp = st.one_of(
+    st.integers(min_value=NOW - 5_000, max_value=NOW + 5_000),
+    st.integers(min_value=NOW - (1 << 40), max_value=NOW + (1 << 40)),
+)
 record = st.tuples(payload, payload, st.one_of(st.none(), st.lists(header, max_size=3)), timestamp)
 max_bytes = st.one_of(st.integers(min_value=-10, max_value=3_000), st.just(1 << 70))
-overrides = st.fixed_dictionaries({}, optional={
-    "base_offset": st.integers(min_value=0, max_value=1 << 40),
-    "producer_id": st.integers(min_value=-1, max_value=(1 << 63) - 1),
-    "producer_epoch": st.integers(min_value=-1, max_value=(1 << 15) - 1),
-    "base_sequence": st.integers(min_value=-1, max_value=(1 << 31) - 1),
-    "is_transactional": st.booleans(),
-    "partition_leader_epoch": st.integers(min_value=-1, max_value=(1 << 31) - 1),
-    "timestamp_type": st.sampled_from(TimestampType),
-    "log_append_time": st.one_of(st.none(), st.integers(min_value=0, max_value=NOW)),
-})
+overrides = st.fixed_dictionaries(
+    {},
+    optional={
+        "base_offset": st.integers(min_value=0, max_value=1 << 40),
+        "producer_id": st.integers(min_value=-1, max_value=(1 << 63) - 1),
+        "producer_epoch": st.integers(min_value=-1, max_value=(1 << 15) - 1),
+        "base_sequence": st.integers(min_value=-1, max_value=(1 << 31) - 1),
+        "is_transactional": st.booleans(),
+        "partition_leader_epoch": st.integers(min_value=-1, max_value=(1 << 31) - 1),
+        "timestamp_type": st.sampled_from(TimestampType),
+        "log_append_time": st.one_of(st.none(), st.integers(min_value=0, max_value=NOW)),
+    },
+)
 
 
 def oracle_args(key, value, headers, ts) -> tuple:
     """The old builder got bytes-likes only; it sized a str by characters, so give it the UTF-8."""
-    return (as_bytes(key) if isinstance(key, str) else key, as_bytes(value) if isinstance(value, str) else value,
-            headers, ts)
+    return (
+        as_bytes(key) if isinstance(key, str) else key,
+        as_bytes(value) if isinstance(value, str) else value,
+        headers,
+        ts,
+    )
 
 
 # ---- the native builder against the old one -------------------------------------------------------------
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(records=st.lists(record, min_size=1, max_size=40), limit=max_bytes, codec=st.sampled_from(CODECS),
-       transactional=st.booleans(), build_overrides=overrides)
+@given(
+    records=st.lists(record, min_size=1, max_size=40),
+    limit=max_bytes,
+    codec=st.sampled_from(CODECS),
+    transactional=st.booleans(),
+    build_overrides=overrides,
+)
 def test_decisions_sizes_and_bytes_match_the_old_builder(records, limit, codec, transactional, build_overrides):
     options = dict(max_bytes=limit, compression=codec, is_transactional=transactional)
     batches = []  # (native builder, old builder, records appended)
@@ -202,36 +257,70 @@ def test_decisions_sizes_and_bytes_match_the_old_builder(records, limit, codec, 
         assert data == new.build(**build_overrides)  # building changes nothing
         if codec == Compression.NONE:
             assert len(data) == new.estimated_size
-        options_now = {**dict(base_offset=0, producer_id=-1, producer_epoch=-1, base_sequence=-1,
-                              is_transactional=transactional, timestamp_type=0, log_append_time=None),
-                       **build_overrides}
+        options_now = {
+            **dict(
+                base_offset=0,
+                producer_id=-1,
+                producer_epoch=-1,
+                base_sequence=-1,
+                is_transactional=transactional,
+                timestamp_type=0,
+                log_append_time=None,
+            ),
+            **build_overrides,
+        }
         timestamps = [ts for _, _, _, ts in appended]
         log_append = bool(options_now["timestamp_type"])
-        max_ts = (options_now["log_append_time"] if log_append and options_now["log_append_time"] is not None
-                  else max(timestamps))
+        max_ts = (
+            options_now["log_append_time"]
+            if log_append and options_now["log_append_time"] is not None
+            else max(timestamps)
+        )
         fields, decoded = kafka_python_records(data)
-        assert fields == (options_now["base_offset"], options_now["producer_id"], options_now["producer_epoch"],
-                          options_now["base_sequence"], bool(options_now["is_transactional"]), int(codec),
-                          int(log_append), max_ts)
+        assert fields == (
+            options_now["base_offset"],
+            options_now["producer_id"],
+            options_now["producer_epoch"],
+            options_now["base_sequence"],
+            bool(options_now["is_transactional"]),
+            int(codec),
+            int(log_append),
+            max_ts,
+        )
         assert decoded == expected_records(appended, options_now["base_offset"], max_ts if log_append else None)
         assert new.max_timestamp == max(timestamps)
         assert [new.timestamp_at(i) for i in range(len(appended))] == timestamps
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(records=st.lists(record, min_size=1, max_size=30), base_offset=st.integers(min_value=0, max_value=1 << 40),
-       producer_id=st.integers(min_value=-1, max_value=1 << 50), sequence=st.integers(min_value=-1, max_value=1 << 30))
+@given(
+    records=st.lists(record, min_size=1, max_size=30),
+    base_offset=st.integers(min_value=0, max_value=1 << 40),
+    producer_id=st.integers(min_value=-1, max_value=1 << 50),
+    sequence=st.integers(min_value=-1, max_value=1 << 30),
+)
 def test_uncompressed_batches_are_the_reference_encoders_bytes(records, base_offset, producer_id, sequence):
-    builder = BatchBuilder(max_bytes=1 << 30, base_offset=base_offset, producer_id=producer_id,
-                           producer_epoch=3, base_sequence=sequence)
+    builder = BatchBuilder(
+        max_bytes=1 << 30, base_offset=base_offset, producer_id=producer_id, producer_epoch=3, base_sequence=sequence
+    )
     for i, rec in enumerate(records):
         assert builder.try_append(*rec) == i
     columns = [(as_bytes(k), as_bytes(v), h, ts) for k, v, h, ts in records]
     keys, values, headers, timestamps = zip(*columns, strict=True)
     assert builder.build() == records_reference.build_batch_from_columns(
-        keys, values, headers, timestamps, base_offset=base_offset, partition_leader_epoch=-1, attributes=0,
-        base_timestamp=timestamps[0], max_timestamp=max(timestamps), producer_id=producer_id, producer_epoch=3,
-        base_sequence=sequence)
+        keys,
+        values,
+        headers,
+        timestamps,
+        base_offset=base_offset,
+        partition_leader_epoch=-1,
+        attributes=0,
+        base_timestamp=timestamps[0],
+        max_timestamp=max(timestamps),
+        producer_id=producer_id,
+        producer_epoch=3,
+        base_sequence=sequence,
+    )
     # and the reader's view: the builder's sizes are what a reader decodes
     for i, rec in enumerate(RecordBatch.parse(builder.build()).records()):
         key, value = as_bytes(records[i][0]), as_bytes(records[i][1])
@@ -297,7 +386,10 @@ def test_accessors_per_record():
             builder.timestamp_at(bad)
     records = RecordBatch.parse(builder.build()).records()
     assert [(r.key, r.value, r.timestamp) for r in records] == [
-        ("ké".encode(), None, NOW + 7), (None, b"abc", NOW - 3), (b"234", b"", NOW)]
+        ("ké".encode(), None, NOW + 7),
+        (None, b"abc", NOW - 3),
+        (b"234", b"", NOW),
+    ]
     assert BatchBuilder().max_timestamp is None
 
 
@@ -311,8 +403,15 @@ def test_a_missing_timestamp_is_now():
 
 
 def test_options_and_the_default_limit():
-    builder = BatchBuilder(max_bytes=1 << 70, producer_id=9, producer_epoch=2, base_sequence=5,
-                           timestamp_type=TimestampType.LOG_APPEND_TIME, log_append_time=NOW + 99, base_offset=40)
+    builder = BatchBuilder(
+        max_bytes=1 << 70,
+        producer_id=9,
+        producer_epoch=2,
+        base_sequence=5,
+        timestamp_type=TimestampType.LOG_APPEND_TIME,
+        log_append_time=NOW + 99,
+        base_offset=40,
+    )
     assert builder.max_bytes == (1 << 63) - 1  # "no limit" past int64 stays no limit
     assert BatchBuilder().max_bytes == 16384
     builder.append(b"k", b"v", None, NOW)
@@ -325,18 +424,21 @@ def test_options_and_the_default_limit():
 # ---- bad input: typed errors, and nothing changes --------------------------------------------------------
 
 
-@pytest.mark.parametrize("args, error", [
-    ((1, b"v"), TypeError),
-    ((b"k", [1, 2]), TypeError),
-    ((b"k", b"v", [(None, b"x")]), TypeError),
-    ((b"k", b"v", [("h", 5)]), TypeError),
-    ((b"k", b"v", [("h",)]), ValueError),
-    ((b"k", b"v", 5), TypeError),
-    ((b"k", b"v", None, 1.5), TypeError),
-    ((b"k", b"v", None, "now"), TypeError),
-    ((b"k", b"v", None, 1 << 63), ValueError),
-    ((memoryview(b"abcdef")[::2], b"v"), TypeError),  # not contiguous
-])
+@pytest.mark.parametrize(
+    "args, error",
+    [
+        ((1, b"v"), TypeError),
+        ((b"k", [1, 2]), TypeError),
+        ((b"k", b"v", [(None, b"x")]), TypeError),
+        ((b"k", b"v", [("h", 5)]), TypeError),
+        ((b"k", b"v", [("h",)]), ValueError),
+        ((b"k", b"v", 5), TypeError),
+        ((b"k", b"v", None, 1.5), TypeError),
+        ((b"k", b"v", None, "now"), TypeError),
+        ((b"k", b"v", None, 1 << 63), ValueError),
+        ((memoryview(b"abcdef")[::2], b"v"), TypeError),  # not contiguous
+    ],
+)
 def test_bad_records_raise_and_change_nothing(args, error):
     builder = BatchBuilder()
     builder.append(b"k", b"v", [("h", b"1")], NOW)

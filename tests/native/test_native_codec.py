@@ -67,8 +67,10 @@ def random_records(rng: random.Random) -> list[tuple]:
         value = None if rng.random() < 0.1 else random_bytes(rng, 9000 if big else 80)
         headers = []
         if rng.random() < 0.3:
-            headers = [(rng.choice(("h", "trace-id", "ü", "")), None if rng.random() < 0.3 else random_bytes(rng, 10))
-                       for _ in range(rng.randint(1, 3))]
+            headers = [
+                (rng.choice(("h", "trace-id", "ü", "")), None if rng.random() < 0.3 else random_bytes(rng, 10))
+                for _ in range(rng.randint(1, 3))
+            ]
         timestamp = TS + rng.choice((0, i, rng.randint(-5000, 5000), rng.randint(-(1 << 40), 1 << 40)))
         rows.append((key, value, headers, timestamp))
     return rows
@@ -77,10 +79,16 @@ def random_records(rng: random.Random) -> list[tuple]:
 def random_batch(rng: random.Random) -> bytes:
     codec = rng.choice(list(Compression))
     sequence = rng.choice((-1, 0, 5, 2**31 - 3))
-    return build_batch(random_records(rng), base_offset=rng.choice((0, 7, 2**40, 2**63 - 300)),
-                       producer_id=rng.choice((-1, 1000)), producer_epoch=rng.choice((-1, 3)),
-                       base_sequence=sequence, is_transactional=rng.random() < 0.3, compression=codec,
-                       timestamp_type=rng.choice(list(TimestampType)))
+    return build_batch(
+        random_records(rng),
+        base_offset=rng.choice((0, 7, 2**40, 2**63 - 300)),
+        producer_id=rng.choice((-1, 1000)),
+        producer_epoch=rng.choice((-1, 3)),
+        base_sequence=sequence,
+        is_transactional=rng.random() < 0.3,
+        compression=codec,
+        timestamp_type=rng.choice(list(TimestampType)),
+    )
 
 
 def with_crc(buf: bytearray) -> bytes:
@@ -161,8 +169,10 @@ def kafka_python_agrees(buf: bytes, rows: list[tuple]) -> bool:
         return True
     base_ts = batch.max_timestamp if batch.timestamp_type else batch.base_timestamp
     try:
-        theirs = [(batch.base_offset + java_width(o - batch.base_offset, 32), base_ts + java_width(ts - base_ts, 64),
-                   *rest) for o, ts, *rest in kafka_python_read(buf)]
+        theirs = [
+            (batch.base_offset + java_width(o - batch.base_offset, 32), base_ts + java_width(ts - base_ts, 64), *rest)
+            for o, ts, *rest in kafka_python_read(buf)
+        ]
         return theirs == without_sequence(rows)
     except kafka_errors.CorruptRecordError as exc:
         return "UnicodeDecodeError" in str(exc) and any("\ufffd" in name for row in rows for name, _ in row[4])
@@ -208,8 +218,9 @@ def test_random_and_mutated_batches_decode_like_the_reference() -> None:
             # a damaged batch the readers accept is still a batch: kafka-python must agree on it
             assert kafka_python_agrees(buf, native[1]), f"case {i}: {buf.hex()}"
         else:  # both refuse, with the same kind of error
-            assert native[1] is reference[1] or {native[1], reference[1]} <= {CorruptRecordError}, \
+            assert native[1] is reference[1] or {native[1], reference[1]} <= {CorruptRecordError}, (
                 f"case {i}: native {native[1].__name__}, reference {reference[1].__name__}: {buf.hex()}"
+            )
         outcomes[native[0]] += 1
     # the mutations must reach both outcomes, or the test proves little
     assert outcomes["ok"] > BATCHES // 10 and outcomes["error"] > BATCHES // 4, outcomes
@@ -219,16 +230,29 @@ def test_native_batches_are_the_reference_bytes_and_kafka_python_reads_them() ->
     rng = random.Random(2026)
     for _ in range(max(200, BATCHES // 20)):
         rows = random_records(rng)
-        fields = dict(base_offset=rng.choice((0, 99)), partition_leader_epoch=rng.choice((-1, 4)),
-                      attributes=rng.choice((0, TRANSACTIONAL_MASK, TIMESTAMP_TYPE_MASK)),
-                      base_timestamp=rows[0][3], max_timestamp=max(r[3] for r in rows),
-                      producer_id=rng.choice((-1, 5)), producer_epoch=rng.choice((-1, 2)),
-                      base_sequence=rng.choice((-1, 0, 2**31 - 2)))
+        fields = dict(
+            base_offset=rng.choice((0, 99)),
+            partition_leader_epoch=rng.choice((-1, 4)),
+            attributes=rng.choice((0, TRANSACTIONAL_MASK, TIMESTAMP_TYPE_MASK)),
+            base_timestamp=rows[0][3],
+            max_timestamp=max(r[3] for r in rows),
+            producer_id=rng.choice((-1, 5)),
+            producer_epoch=rng.choice((-1, 2)),
+            base_sequence=rng.choice((-1, 0, 2**31 - 2)),
+        )
         columns = [list(c) for c in zip(*rows, strict=True)]
         native = _native.encode_batch(*columns, **fields)
         assert native == ref.build_batch_from_columns(*columns, **fields)
-        expected = [(i + fields["base_offset"], rows[i][3] if not fields["attributes"] & TIMESTAMP_TYPE_MASK
-                     else fields["max_timestamp"], k, v, h) for i, (k, v, h, _) in enumerate(rows)]
+        expected = [
+            (
+                i + fields["base_offset"],
+                rows[i][3] if not fields["attributes"] & TIMESTAMP_TYPE_MASK else fields["max_timestamp"],
+                k,
+                v,
+                h,
+            )
+            for i, (k, v, h, _) in enumerate(rows)
+        ]
         assert kafka_python_read(native) == expected
 
 
@@ -241,8 +265,15 @@ def test_compressed_batches_cross_read_with_kafka_python(codec: Compression) -> 
         ours = build_batch(rows, compression=codec, base_offset=3)
         theirs_reading_ours = kafka_python_read(ours)
         assert theirs_reading_ours == without_sequence(RecordBatch.parse(ours).record_tuples())
-        builder = builder_cls(magic=2, compression_type=int(codec), is_transactional=False, producer_id=-1,
-                              producer_epoch=-1, base_sequence=-1, batch_size=1 << 24)
+        builder = builder_cls(
+            magic=2,
+            compression_type=int(codec),
+            is_transactional=False,
+            producer_id=-1,
+            producer_epoch=-1,
+            base_sequence=-1,
+            batch_size=1 << 24,
+        )
         for offset, (key, value, headers, ts) in enumerate(rows):
             builder.append(offset, timestamp=ts, key=key, value=value, headers=headers)
         theirs = bytes(builder.build())
@@ -250,7 +281,8 @@ def test_compressed_batches_cross_read_with_kafka_python(codec: Compression) -> 
         region = ours[HEADER_SIZE:]
         assert decompress(codec, region) == ref_compression.decompress(codec, region)
         assert ref_compression.decompress(codec, region) == ref_compression.decompress(
-            codec, ref_compression.compress(codec, decompress(codec, region)))
+            codec, ref_compression.compress(codec, decompress(codec, region))
+        )
 
 
 @pytest.mark.parametrize("codec", [c for c in Compression if c], ids=lambda c: c.name)
@@ -262,7 +294,7 @@ def test_damaged_compressed_streams_fail_alike(codec: Compression) -> None:
         bad = bytearray(stream)
         for _ in range(rng.randint(1, 3)):
             bad[rng.randrange(len(bad))] = rng.randrange(256)
-        bad = bytes(bad[:rng.randrange(len(bad) + 1)]) if rng.random() < 0.3 else bytes(bad)
+        bad = bytes(bad[: rng.randrange(len(bad) + 1)]) if rng.random() < 0.3 else bytes(bad)
         try:
             native = decompress(codec, bad)
         except CorruptRecordError:
@@ -283,26 +315,46 @@ def test_consumer_records_and_named_records_match_record_tuples() -> None:
     from txlog.consumer_record import ConsumerRecord
 
     rows = [(b"k%d" % i, b"v" * i, [("h", b"x")] if i % 3 == 0 else [], TS + i) for i in range(50)]
-    buf = build_batch(rows, base_offset=100, producer_id=9, producer_epoch=2, base_sequence=10,
-                      is_transactional=True, compression=Compression.ZSTD)
+    buf = build_batch(
+        rows,
+        base_offset=100,
+        producer_id=9,
+        producer_epoch=2,
+        base_sequence=10,
+        is_transactional=True,
+        compression=Compression.ZSTD,
+    )
     batch = RecordBatch.parse(buf)
     plain = batch.record_tuples()
     named = batch.records()
     assert [type(r) for r in named] == [Record] * 50 and [tuple(r) for r in named] == plain
     taken = batch.consumer_records(ConsumerRecord, "t", 4, 110, 120)
     assert all(type(r) is ConsumerRecord for r in taken)
-    assert taken == [ConsumerRecord("t", 4, o, ts, TimestampType.CREATE_TIME, k, v, h, 9, 2, s, True)
-                     for o, ts, k, v, h, s in plain[10:20]]
+    assert taken == [
+        ConsumerRecord("t", 4, o, ts, TimestampType.CREATE_TIME, k, v, h, 9, 2, s, True)
+        for o, ts, k, v, h, s in plain[10:20]
+    ]
 
 
 def test_control_batch_is_the_reference_bytes() -> None:
-    buf = build_control_batch(ControlType.ABORT, producer_id=5, producer_epoch=1, coordinator_epoch=3,
-                              timestamp=TS, base_offset=40)
+    buf = build_control_batch(
+        ControlType.ABORT, producer_id=5, producer_epoch=1, coordinator_epoch=3, timestamp=TS, base_offset=40
+    )
     key, value = struct.pack(">hh", 0, 0), struct.pack(">hi", 0, 3)
     assert buf == ref.build_batch_from_columns(
-        [key], [value], [None], [TS], base_offset=40, partition_leader_epoch=-1,
-        attributes=TRANSACTIONAL_MASK | CONTROL_MASK, base_timestamp=TS, max_timestamp=TS, producer_id=5,
-        producer_epoch=1, base_sequence=-1)
+        [key],
+        [value],
+        [None],
+        [TS],
+        base_offset=40,
+        partition_leader_epoch=-1,
+        attributes=TRANSACTIONAL_MASK | CONTROL_MASK,
+        base_timestamp=TS,
+        max_timestamp=TS,
+        producer_id=5,
+        producer_epoch=1,
+        base_sequence=-1,
+    )
     assert RecordBatch.parse(buf).control_marker().is_abort
 
 
@@ -339,10 +391,13 @@ def test_decoders_accept_any_buffer_and_refuse_a_region_outside_it() -> None:
         assert batch.records()[0].key == b"k"
     header = _native.BatchHeader(buf, 0)
     short = buf[:-1]  # a header handed with a buffer that does not hold its whole batch
-    for decode in (lambda: _native.decode_records(short, 0, header),
-                   lambda: _native.decode_consumer_records(short, 0, header, cls=Record, topic="t", partition=0,
-                                                           timestamp_type=0, start_offset=0, end_offset=1),
-                   lambda: _native.ColumnBuilder().add(short, 0, header)):
+    for decode in (
+        lambda: _native.decode_records(short, 0, header),
+        lambda: _native.decode_consumer_records(
+            short, 0, header, cls=Record, topic="t", partition=0, timestamp_type=0, start_offset=0, end_offset=1
+        ),
+        lambda: _native.ColumnBuilder().add(short, 0, header),
+    ):
         with pytest.raises(ValueError, match="outside"):
             decode()
 
@@ -366,12 +421,27 @@ def test_arrow_columns_hold_the_decoded_records() -> None:
     batches = [RecordBatch.parse(random_batch(rng)) for _ in range(30)]
     columns = RecordColumns()
     assert columns.add_all(batches, 0, 1 << 62) == sum(
-        1 for b in batches for r in b.record_tuples() if 0 <= r[0] < 1 << 62)
+        1 for b in batches for r in b.record_tuples() if 0 <= r[0] < 1 << 62
+    )
     table = columns.table()
     assert table.column_names == list(COLUMNS) and isinstance(table, pa.Table)
-    expected = [(o, ts, b.timestamp_type.kafka_name, k, v, [{"key": n, "value": hv} for n, hv in h], b.producer_id,
-                 b.producer_epoch, s, b.is_transactional)
-                for b in batches for o, ts, k, v, h, s in b.record_tuples() if 0 <= o < 1 << 62]
+    expected = [
+        (
+            o,
+            ts,
+            b.timestamp_type.kafka_name,
+            k,
+            v,
+            [{"key": n, "value": hv} for n, hv in h],
+            b.producer_id,
+            b.producer_epoch,
+            s,
+            b.is_transactional,
+        )
+        for b in batches
+        for o, ts, k, v, h, s in b.record_tuples()
+        if 0 <= o < 1 << 62
+    ]
     assert [tuple(row.values()) for row in table.to_pylist()] == expected
     assert RecordColumns().table(["value"]).num_rows == 0
 
@@ -416,7 +486,7 @@ def test_hostile_arguments_to_every_native_entry_point_raise_never_crash() -> No
     headers = []  # of damaged batches with any record count, compression code and timestamp type
     while len(headers) < 200:
         buf = bytearray(mutate(rng, good))
-        struct.pack_into(">i", buf, 57, rng.choice((0, 1, 4, -1, 2**31 - 1, -2**31)))
+        struct.pack_into(">i", buf, 57, rng.choice((0, 1, 4, -1, 2**31 - 1, -(2**31))))
         buf[22] = (buf[22] & ~0x0F) | rng.randint(0, 15)  # attributes bits 0-3: codec, timestamp type
         try:
             headers.append(_native.BatchHeader(buf, 0, False))
@@ -431,9 +501,18 @@ def test_hostile_arguments_to_every_native_entry_point_raise_never_crash() -> No
         calls = (  # (function, arguments, keyword arguments): one is called with this iteration's values
             (_native.BatchHeader, (data, rng.randint(-1, 100), rng.random() < 0.5), {}),
             (_native.decode_records, (data, start, header, Record), {}),
-            (_native.decode_consumer_records, (data, start, header),
-             {"cls": AnyTuple, "topic": "t", "partition": 0, "timestamp_type": 0,
-              "start_offset": rng.choice((0, -2**63)), "end_offset": rng.choice((2, 2**63 - 1))}),
+            (
+                _native.decode_consumer_records,
+                (data, start, header),
+                {
+                    "cls": AnyTuple,
+                    "topic": "t",
+                    "partition": 0,
+                    "timestamp_type": 0,
+                    "start_offset": rng.choice((0, -(2**63))),
+                    "end_offset": rng.choice((2, 2**63 - 1)),
+                },
+            ),
             (_native.walk_records, (data, start, end), {}),
             (_native.decompress, (codec, data), {}),
             (_native.ColumnBuilder().add, (data, start, header), {"start_offset": 0, "end_offset": 3}),

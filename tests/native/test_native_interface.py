@@ -25,25 +25,51 @@ from storage.records import (
 )
 
 TS = 1_700_000_000_000
-FIELDS = ("base_offset", "batch_length", "partition_leader_epoch", "magic", "crc", "attributes", "last_offset_delta",
-          "base_timestamp", "max_timestamp", "producer_id", "producer_epoch", "base_sequence", "records_count")
+FIELDS = (
+    "base_offset",
+    "batch_length",
+    "partition_leader_epoch",
+    "magic",
+    "crc",
+    "attributes",
+    "last_offset_delta",
+    "base_timestamp",
+    "max_timestamp",
+    "producer_id",
+    "producer_epoch",
+    "base_sequence",
+    "records_count",
+)
 
 
 def test_a_batch_is_its_checked_header() -> None:
-    buf = build_batch([(b"k", b"v", [], TS), (None, b"w", [], TS + 3)], base_offset=2**40, producer_id=9,
-                      producer_epoch=2, base_sequence=2**31 - 1, is_transactional=True,
-                      compression=Compression.ZSTD, timestamp_type=TimestampType.LOG_APPEND_TIME,
-                      partition_leader_epoch=4, log_append_time=TS + 9)
+    buf = build_batch(
+        [(b"k", b"v", [], TS), (None, b"w", [], TS + 3)],
+        base_offset=2**40,
+        producer_id=9,
+        producer_epoch=2,
+        base_sequence=2**31 - 1,
+        is_transactional=True,
+        compression=Compression.ZSTD,
+        timestamp_type=TimestampType.LOG_APPEND_TIME,
+        partition_leader_epoch=4,
+        log_append_time=TS + 9,
+    )
     header = _native.BatchHeader(b"\0" * 5 + buf, 5)
     batch = RecordBatch.parse(buf)
     assert isinstance(batch, _native.BatchHeader)
     expected = BatchHeader.parse(buf)  # the frame walks' header, unpacked by struct: an independent oracle
-    assert [getattr(header, f) for f in FIELDS] == [getattr(batch, f) for f in FIELDS] == [
-        getattr(expected, f) for f in FIELDS]
+    assert (
+        [getattr(header, f) for f in FIELDS]
+        == [getattr(batch, f) for f in FIELDS]
+        == [getattr(expected, f) for f in FIELDS]
+    )
     assert repr(header).startswith(f"BatchHeader(base_offset={2**40}, ")
     # the header a decoder takes carries every rule: region, codec, LOG_APPEND_TIME, sequences
-    assert _native.decode_records(buf, 0, header) == [(2**40, TS + 9, b"k", b"v", [], 2**31 - 1),
-                                                      (2**40 + 1, TS + 9, None, b"w", [], 0)]
+    assert _native.decode_records(buf, 0, header) == [
+        (2**40, TS + 9, b"k", b"v", [], 2**31 - 1),
+        (2**40 + 1, TS + 9, None, b"w", [], 0),
+    ]
     assert _native.decode_records(buf, 0, batch) == batch.record_tuples()
 
 
@@ -71,12 +97,17 @@ def test_every_codec_error_kind_becomes_one_corrupt_record_error() -> None:
 
     region = {"context": "batch with base offset 7", "records_count": 3, "path": "p.log", "position": 100}
     assert str(made(("truncated", "truncated", None), **region)) == (
-        "batch with base offset 7: records region ends inside a record (expected 3 records) in p.log at byte 100")
+        "batch with base offset 7: records region ends inside a record (expected 3 records) in p.log at byte 100"
+    )
     assert str(made(("corrupt", "negative key length -2", 5), **region)) == (
-        "batch with base offset 7: negative key length -2 at byte 5 of the records region in p.log at byte 100")
+        "batch with base offset 7: negative key length -2 at byte 5 of the records region in p.log at byte 100"
+    )
     header_error = made(("corrupt", "unsupported magic 1 (only 2 is supported)", 40), path="p.log", position=40)
     assert (str(header_error), header_error.path, header_error.position) == (
-        "unsupported magic 1 (only 2 is supported) in p.log at byte 40", "p.log", 40)
+        "unsupported magic 1 (only 2 is supported) in p.log at byte 40",
+        "p.log",
+        40,
+    )
     assert str(made(("decompress", "cannot decompress gzip data: bad", None))) == "cannot decompress gzip data: bad"
 
 

@@ -18,8 +18,13 @@ from crc32c import crc32c
 from storage.records import build_batch
 from tests.cli.cli_helpers import assert_ok, txlog
 
-KAFKA_DIRS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "..",
-                          "shared", "fixtures", "kafka-dirs")
+KAFKA_DIRS = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+    "..",
+    "shared",
+    "fixtures",
+    "kafka-dirs",
+)
 CONTROL = 0x20
 
 
@@ -33,9 +38,11 @@ def control_batch(base_offset: int, control_type: int, value: bytes, ts: int) ->
 
 def snapshot_bytes() -> bytes:
     header = struct.pack(">hq", 0, 1_700_000_000_123) + b"\x00"  # version, lastContainedLogTimestamp, no tags
-    return (control_batch(0, 3, header, 5)
-            + build_batch([(None, b"\x01\x0c\x00\x11metadata.version\x00\x0e\x00", [], 6)], base_offset=1)
-            + control_batch(2, 4, struct.pack(">h", 0) + b"\x00", 7))
+    return (
+        control_batch(0, 3, header, 5)
+        + build_batch([(None, b"\x01\x0c\x00\x11metadata.version\x00\x0e\x00", [], 6)], base_offset=1)
+        + control_batch(2, 4, struct.pack(">h", 0) + b"\x00", 7)
+    )
 
 
 def test_snapshot_file_prints_its_id_and_control_records(tmp_path):
@@ -48,7 +55,7 @@ def test_snapshot_file_prints_its_id_and_control_records(tmp_path):
     assert lines[:2] == [f"Dumping {path}", "Snapshot end offset: 42, epoch: 3"]
     records = [line for line in lines if line.startswith("| ")]
     assert records == [
-        '| offset: 0 CreateTime: 5 keySize: 4 valueSize: 11 sequence: -1 headerKeys: [] '
+        "| offset: 0 CreateTime: 5 keySize: 4 valueSize: 11 sequence: -1 headerKeys: [] "
         'SnapshotHeader {"version":0,"lastContainedLogTimestamp":1700000000123}',
         "| offset: 1 CreateTime: 6 keySize: -1 valueSize: 23 sequence: -1 headerKeys: []",
         '| offset: 2 CreateTime: 7 keySize: 4 valueSize: 3 sequence: -1 headerKeys: [] SnapshotFooter {"version":0}',
@@ -77,8 +84,12 @@ def test_real_kraft_snapshots_and_bootstrap_file(tmp_path):
         pytest.skip("shared/fixtures/kafka-dirs is not beside the repository")
     root = tmp_path / "kraft"
     shutil.copytree(os.path.join(KAFKA_DIRS, "ravi-kraft-metadata"), root)
-    proc = txlog("inspect", "--deep-iteration", str(root / "bootstrap.checkpoint"),
-                 str(root / "__cluster_metadata-0" / "00000000000000007260-0000000001.checkpoint"))
+    proc = txlog(
+        "inspect",
+        "--deep-iteration",
+        str(root / "bootstrap.checkpoint"),
+        str(root / "__cluster_metadata-0" / "00000000000000007260-0000000001.checkpoint"),
+    )
     assert_ok(proc)
     assert "Ignoring unknown file" not in proc.stderr
     lines = proc.stdout.splitlines()

@@ -50,7 +50,8 @@ TS = 1_700_000_000_000
 # --- kafka-python oracle: OffsetCommitKey/Value.json spelled with kafka-python's types ---
 
 ORACLE_OFFSET_KEY = Schema(
-    ("version", Int16), ("group", String("utf-8")), ("topic", String("utf-8")), ("partition", Int32))
+    ("version", Int16), ("group", String("utf-8")), ("topic", String("utf-8")), ("partition", Int32)
+)
 ORACLE_GROUP_METADATA_KEY = Schema(("version", Int16), ("group", String("utf-8")))
 
 _V0 = (("offset", Int64), ("metadata", String("utf-8")), ("commit_timestamp", Int64))
@@ -58,10 +59,21 @@ ORACLE_VALUES = {
     0: Schema(("version", Int16), *_V0),
     1: Schema(("version", Int16), *_V0, ("expire_timestamp", Int64)),
     2: Schema(("version", Int16), *_V0),
-    3: Schema(("version", Int16), ("offset", Int64), ("leader_epoch", Int32),
-              ("metadata", String("utf-8")), ("commit_timestamp", Int64)),
-    4: Schema(("version", Int16), ("offset", Int64), ("leader_epoch", Int32),
-              ("metadata", CompactString("utf-8")), ("commit_timestamp", Int64), ("tags", TaggedFields)),
+    3: Schema(
+        ("version", Int16),
+        ("offset", Int64),
+        ("leader_epoch", Int32),
+        ("metadata", String("utf-8")),
+        ("commit_timestamp", Int64),
+    ),
+    4: Schema(
+        ("version", Int16),
+        ("offset", Int64),
+        ("leader_epoch", Int32),
+        ("metadata", CompactString("utf-8")),
+        ("commit_timestamp", Int64),
+        ("tags", TaggedFields),
+    ),
 }
 
 
@@ -75,7 +87,8 @@ def oracle_decode_value(data: bytes) -> OffsetValue:
     assert buf.read() == b"", "kafka-python left bytes unread"
     assert fields.get("tags", {}) == {}
     return OffsetValue(
-        offset=fields["offset"], metadata=fields["metadata"],
+        offset=fields["offset"],
+        metadata=fields["metadata"],
         commit_timestamp=fields["commit_timestamp"],
         leader_epoch=fields.get("leader_epoch", -1),
         expire_timestamp=fields.get("expire_timestamp", -1),
@@ -84,16 +97,24 @@ def oracle_decode_value(data: bytes) -> OffsetValue:
 
 def oracle_encode_value(value: OffsetValue, version: int) -> bytes:
     schema = ORACLE_VALUES[version]
-    by_name = {"version": version, "offset": value.offset, "leader_epoch": value.leader_epoch,
-               "metadata": value.metadata, "commit_timestamp": value.commit_timestamp,
-               "expire_timestamp": value.expire_timestamp, "tags": {}}
+    by_name = {
+        "version": version,
+        "offset": value.offset,
+        "leader_epoch": value.leader_epoch,
+        "metadata": value.metadata,
+        "commit_timestamp": value.commit_timestamp,
+        "expire_timestamp": value.expire_timestamp,
+        "tags": {},
+    }
     return schema.encode([by_name[name] for name in schema.names])
 
 
 def as_version(value: OffsetValue, version: int) -> OffsetValue:
     """What survives a write at `version`: absent fields fall back to their defaults."""
     return OffsetValue(
-        offset=value.offset, metadata=value.metadata, commit_timestamp=value.commit_timestamp,
+        offset=value.offset,
+        metadata=value.metadata,
+        commit_timestamp=value.commit_timestamp,
         leader_epoch=value.leader_epoch if version >= 3 else -1,
         expire_timestamp=value.expire_timestamp if version == 1 else -1,
     )
@@ -103,36 +124,45 @@ def as_version(value: OffsetValue, version: int) -> OffsetValue:
 
 GOLDEN_KEY = OffsetKey("g", "t", 7)
 GOLDEN_KEY_V1 = bytes.fromhex(
-    "0001"          # key type 1: offset commit (what current brokers write)
-    "0001" "67"     # i16 len 1, "g"
-    "0001" "74"     # i16 len 1, "t"
-    "00000007"      # partition 7
+    "0001"  # key type 1: offset commit (what current brokers write)
+    "0001"
+    "67"  # i16 len 1, "g"
+    "0001"
+    "74"  # i16 len 1, "t"
+    "00000007"  # partition 7
 )
 
 GOLDEN_VALUE = OffsetValue(offset=42, metadata="m", commit_timestamp=TS, leader_epoch=5, expire_timestamp=TS + 1)
 GOLDEN_VALUES = {
     0: bytes.fromhex(
-        "0000" "000000000000002a"   # version 0, offset 42
-        "0001" "6d"                 # metadata "m" (i16 length)
-        "0000018bcfe56800"          # commit timestamp
+        "0000"
+        "000000000000002a"  # version 0, offset 42
+        "0001"
+        "6d"  # metadata "m" (i16 length)
+        "0000018bcfe56800"  # commit timestamp
     ),
     1: bytes.fromhex(
-        "0001" "000000000000002a" "0001" "6d" "0000018bcfe56800"
-        "0000018bcfe56801"          # expire timestamp (only v1 has it)
+        "0001000000000000002a00016d0000018bcfe568000000018bcfe56801"  # expire timestamp (only v1 has it)
     ),
     2: bytes.fromhex(
-        "0002" "000000000000002a" "0001" "6d" "0000018bcfe56800"  # same layout as v0
+        "0002000000000000002a00016d0000018bcfe56800"  # same layout as v0
     ),
     3: bytes.fromhex(
-        "0003" "000000000000002a"
-        "00000005"                  # leader epoch 5, before the metadata
-        "0001" "6d" "0000018bcfe56800"
+        "0003"
+        "000000000000002a"
+        "00000005"  # leader epoch 5, before the metadata
+        "0001"
+        "6d"
+        "0000018bcfe56800"
     ),
     4: bytes.fromhex(
-        "0004" "000000000000002a" "00000005"
-        "02" "6d"                   # compact string: uvarint(1 + 1), "m"
+        "0004"
+        "000000000000002a"
+        "00000005"
+        "02"
+        "6d"  # compact string: uvarint(1 + 1), "m"
         "0000018bcfe56800"
-        "00"                        # empty tag section
+        "00"  # empty tag section
     ),
 }
 
@@ -159,12 +189,16 @@ def test_default_value_version_is_3():
 
 # --- keys ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("key", [
-    OffsetKey("group-1", "orders", 0),
-    OffsetKey("", "", -1),
-    OffsetKey("gruppe-ü-😀", "トピック", 2147483647),
-    OffsetKey("g" * 32767, "t", 1),
-])
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        OffsetKey("group-1", "orders", 0),
+        OffsetKey("", "", -1),
+        OffsetKey("gruppe-ü-😀", "トピック", 2147483647),
+        OffsetKey("g" * 32767, "t", 1),
+    ],
+)
 @pytest.mark.parametrize("version", [0, 1])
 def test_offset_key_round_trip_and_oracle(key, version):
     data = encode_offset_key(key, version)
@@ -174,7 +208,7 @@ def test_offset_key_round_trip_and_oracle(key, version):
 
 
 def test_group_metadata_key_is_recognised():
-    data = bytes.fromhex("0002" "0007" "67726f75702d31")  # type 2, "group-1"
+    data = bytes.fromhex("0002000767726f75702d31")  # type 2, "group-1"
     assert decode_key(data) == GroupMetadataKey("group-1")
     assert decode_key(ORACLE_GROUP_METADATA_KEY.encode((2, "grüppe"))) == GroupMetadataKey("grüppe")
 
@@ -196,26 +230,32 @@ def test_bad_key_arguments_are_caller_errors():
         encode_offset_key(OffsetKey("g" * 32768, "t", 0))
 
 
-@pytest.mark.parametrize("bad", [
-    pytest.param(b"\xff\xff" + GOLDEN_KEY_V1[2:], id="negative-version"),
-    pytest.param(b"\x80\x00", id="min-version"),
-    pytest.param(GOLDEN_KEY_V1 + b"\x00", id="trailing-byte"),
-    pytest.param(bytes.fromhex("0002 0001 67 00"), id="group-metadata-trailing"),
-    pytest.param(bytes.fromhex("0001 ffff 0001 74 00000007"), id="null-group"),
-    pytest.param(bytes.fromhex("0001 0001 67 ffff 00000007"), id="null-topic"),
-    pytest.param(bytes.fromhex("0002 ffff"), id="null-group-metadata-group"),
-    pytest.param(bytes.fromhex("0001 0002 c328 0001 74 00000007"), id="invalid-utf8"),
-    pytest.param(None, id="null-key"),
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        pytest.param(b"\xff\xff" + GOLDEN_KEY_V1[2:], id="negative-version"),
+        pytest.param(b"\x80\x00", id="min-version"),
+        pytest.param(GOLDEN_KEY_V1 + b"\x00", id="trailing-byte"),
+        pytest.param(bytes.fromhex("0002 0001 67 00"), id="group-metadata-trailing"),
+        pytest.param(bytes.fromhex("0001 ffff 0001 74 00000007"), id="null-group"),
+        pytest.param(bytes.fromhex("0001 0001 67 ffff 00000007"), id="null-topic"),
+        pytest.param(bytes.fromhex("0002 ffff"), id="null-group-metadata-group"),
+        pytest.param(bytes.fromhex("0001 0002 c328 0001 74 00000007"), id="invalid-utf8"),
+        pytest.param(None, id="null-key"),
+    ],
+)
 def test_malformed_keys(bad):
     with pytest.raises(CorruptRecordError):
         decode_key(bad)
 
 
-@pytest.mark.parametrize("data", [
-    pytest.param(GOLDEN_KEY_V1, id="offset-key"),
-    pytest.param(bytes.fromhex("0002 0007 67726f75702d31"), id="group-metadata-key"),
-])
+@pytest.mark.parametrize(
+    "data",
+    [
+        pytest.param(GOLDEN_KEY_V1, id="offset-key"),
+        pytest.param(bytes.fromhex("0002 0007 67726f75702d31"), id="group-metadata-key"),
+    ],
+)
 def test_truncated_keys(data):
     for cut in range(len(data)):
         with pytest.raises(CorruptRecordError):
@@ -229,6 +269,7 @@ def test_truncated_other_key_header():
 
 
 # --- values ---------------------------------------------------------------------------
+
 
 def test_a_null_value_decodes_as_a_tombstone():
     assert decode_offset_value(None) is None
@@ -246,18 +287,18 @@ def test_defaults_and_non_ascii_metadata(version):
 def test_null_metadata_reads_as_empty(version):
     data = oracle_encode_value(OffsetValue(1), version)  # metadata "" -> i16 length 0
     meta_at = 14 if version == 3 else 10
-    assert data[meta_at:meta_at + 2] == b"\x00\x00"
-    null = data[:meta_at] + b"\xff\xff" + data[meta_at + 2:]
+    assert data[meta_at : meta_at + 2] == b"\x00\x00"
+    null = data[:meta_at] + b"\xff\xff" + data[meta_at + 2 :]
     assert decode_offset_value(null) == as_version(OffsetValue(1), version)
 
 
 def test_null_compact_metadata_reads_as_empty():
-    data = bytes.fromhex("0004" "0000000000000001" "ffffffff" "00" "ffffffffffffffff" "00")
+    data = bytes.fromhex("00040000000000000001ffffffff00ffffffffffffffff00")
     assert decode_offset_value(data) == OffsetValue(1)
 
 
 def test_v4_skips_unknown_tags():
-    data = GOLDEN_VALUES[4][:-1] + bytes.fromhex("02" "00" "01" "ff" "07" "02" "abcd")
+    data = GOLDEN_VALUES[4][:-1] + bytes.fromhex("020001ff0702abcd")
     assert decode_offset_value(data) == as_version(GOLDEN_VALUE, 4)
 
 
@@ -301,13 +342,17 @@ def test_unknown_value_version(version):
         decode_offset_value(version + GOLDEN_VALUES[3][2:])
 
 
-@pytest.mark.parametrize("bad", [
-    pytest.param(bytes.fromhex("0003 000000000000002a 00000005 fffe 0000018bcfe56800"), id="negative-length"),
-    pytest.param(bytes.fromhex("0003 000000000000002a 00000005 0002 fffe 0000018bcfe56800"), id="invalid-utf8"),
-    pytest.param(bytes.fromhex("0004 000000000000002a 00000005 ffffffffff 0000018bcfe56800 00"),
-                 id="uvarint-too-long"),
-    pytest.param(GOLDEN_VALUES[4][:-1] + bytes.fromhex("05 0102"), id="tag-count-exceeds-bytes"),
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        pytest.param(bytes.fromhex("0003 000000000000002a 00000005 fffe 0000018bcfe56800"), id="negative-length"),
+        pytest.param(bytes.fromhex("0003 000000000000002a 00000005 0002 fffe 0000018bcfe56800"), id="invalid-utf8"),
+        pytest.param(
+            bytes.fromhex("0004 000000000000002a 00000005 ffffffffff 0000018bcfe56800 00"), id="uvarint-too-long"
+        ),
+        pytest.param(GOLDEN_VALUES[4][:-1] + bytes.fromhex("05 0102"), id="tag-count-exceeds-bytes"),
+    ],
+)
 def test_malformed_values(bad):
     with pytest.raises(CorruptRecordError):
         decode_offset_value(bad)
@@ -334,8 +379,12 @@ I32 = st.integers(-(1 << 31), (1 << 31) - 1)
 I64 = st.integers(-(1 << 63), (1 << 63) - 1)
 
 offset_values = st.builds(
-    OffsetValue, offset=I64, metadata=st.text(max_size=30), commit_timestamp=I64,
-    leader_epoch=I32, expire_timestamp=I64,
+    OffsetValue,
+    offset=I64,
+    metadata=st.text(max_size=30),
+    commit_timestamp=I64,
+    leader_epoch=I32,
+    expire_timestamp=I64,
 )
 
 
@@ -351,8 +400,7 @@ def test_property_value_round_trip_and_oracle(value, version):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.builds(OffsetKey, group=st.text(max_size=20), topic=st.text(max_size=20), partition=I32),
-       st.integers(0, 1))
+@given(st.builds(OffsetKey, group=st.text(max_size=20), topic=st.text(max_size=20), partition=I32), st.integers(0, 1))
 def test_property_key_round_trip_and_oracle(key, version):
     data = encode_offset_key(key, version)
     assert decode_key(data) == key

@@ -75,11 +75,14 @@ ORACLE_VALUE_V1 = Schema(
     ("producer_epoch", Int16),
     ("timeout_ms", Int32),
     ("status", Int8),
-    ("partitions", CompactArray(
-        ("topic", CompactString("utf-8")),
-        ("partition_ids", CompactArray(Int32)),
-        ("tags", TaggedFields),
-    )),
+    (
+        "partitions",
+        CompactArray(
+            ("topic", CompactString("utf-8")),
+            ("partition_ids", CompactArray(Int32)),
+            ("tags", TaggedFields),
+        ),
+    ),
     ("last_update_ms", Int64),
     ("start_ms", Int64),
     ("tags", TaggedFields),
@@ -142,8 +145,16 @@ def oracle_encode_value(value: TxnLogValue, version: int, reverse: bool = False)
     else:
         elements = [(t, sorted(by_topic[t], reverse=reverse)) for t in topics]
     partitions = None if value.state == TxnState.EMPTY else elements
-    head = [version, value.producer_id, value.producer_epoch, value.timeout_ms, int(value.state),
-            partitions, value.last_update_ms, value.start_ms]
+    head = [
+        version,
+        value.producer_id,
+        value.producer_epoch,
+        value.timeout_ms,
+        int(value.state),
+        partitions,
+        value.last_update_ms,
+        value.start_ms,
+    ]
     if version == 0:
         return ORACLE_VALUE_V0.encode(head)
     tags = {}
@@ -157,79 +168,133 @@ def oracle_encode_value(value: TxnLogValue, version: int, reverse: bool = False)
 # --- golden bytes, assembled by hand from docs/kafka-formats.md §4.1 -----------------
 
 GOLDEN_KEY = bytes.fromhex(
-    "0000"                  # key version 0
-    "0009"                  # i16 string length 9
-    "6d792d74786e2d6964"    # "my-txn-id"
+    "0000"  # key version 0
+    "0009"  # i16 string length 9
+    "6d792d74786e2d6964"  # "my-txn-id"
 )
 
 GOLDEN_ONGOING = TxnLogValue(
-    producer_id=42, producer_epoch=3, timeout_ms=60_000, state=TxnState.ONGOING,
+    producer_id=42,
+    producer_epoch=3,
+    timeout_ms=60_000,
+    state=TxnState.ONGOING,
     partitions=(("__consumer_offsets", 3), ("out", 0), ("out", 2)),
-    last_update_ms=TS, start_ms=TS - 1000, client_transaction_version=2,
+    last_update_ms=TS,
+    start_ms=TS - 1000,
+    client_transaction_version=2,
 )
 GOLDEN_ONGOING_V1 = bytes.fromhex(
-    "0001"                                  # value version 1 (flexible)
-    "000000000000002a"                      # ProducerId 42
-    "0003"                                  # ProducerEpoch 3
-    "0000ea60"                              # TransactionTimeoutMs 60000
-    "01"                                    # TransactionStatus Ongoing
-    "03"                                    # compact array: 2 topics + 1
-    "13" "5f5f636f6e73756d65725f6f666673657473"  # compact string len 18+1, "__consumer_offsets"
-    "02" "00000003"                         #   PartitionIds: 1 + 1, [3]
-    "00"                                    #   element tag section: no tags
-    "04" "6f7574"                           # compact string len 3+1, "out"
-    "03" "00000000" "00000002"              #   PartitionIds: 2 + 1, [0, 2]
-    "00"                                    #   element tag section: no tags
-    "0000018bcfe56800"                      # TransactionLastUpdateTimestampMs
-    "0000018bcfe56418"                      # TransactionStartTimestampMs (1000 ms earlier)
-    "01"                                    # top-level tag section: 1 tag
-    "02" "02" "0002"                        #   tag 2 (ClientTransactionVersion), size 2, i16 2
+    "0001"  # value version 1 (flexible)
+    "000000000000002a"  # ProducerId 42
+    "0003"  # ProducerEpoch 3
+    "0000ea60"  # TransactionTimeoutMs 60000
+    "01"  # TransactionStatus Ongoing
+    "03"  # compact array: 2 topics + 1
+    "13"
+    "5f5f636f6e73756d65725f6f666673657473"  # compact string len 18+1, "__consumer_offsets"
+    "02"
+    "00000003"  #   PartitionIds: 1 + 1, [3]
+    "00"  #   element tag section: no tags
+    "04"
+    "6f7574"  # compact string len 3+1, "out"
+    "03"
+    "00000000"
+    "00000002"  #   PartitionIds: 2 + 1, [0, 2]
+    "00"  #   element tag section: no tags
+    "0000018bcfe56800"  # TransactionLastUpdateTimestampMs
+    "0000018bcfe56418"  # TransactionStartTimestampMs (1000 ms earlier)
+    "01"  # top-level tag section: 1 tag
+    "02"
+    "02"
+    "0002"  #   tag 2 (ClientTransactionVersion), size 2, i16 2
 )
 GOLDEN_ONGOING_V0 = bytes.fromhex(
-    "0000"                                  # value version 0 (non-flexible)
-    "000000000000002a" "0003" "0000ea60" "01"
-    "00000002"                              # i32 array count: 2 topics
-    "0012" "5f5f636f6e73756d65725f6f666673657473"  # i16 len 18, "__consumer_offsets"
-    "00000001" "00000003"                   #   i32 count 1, [3]
-    "0003" "6f7574"                         # i16 len 3, "out"
-    "00000002" "00000000" "00000002"        #   i32 count 2, [0, 2]
-    "0000018bcfe56800" "0000018bcfe56418"
+    "0000"  # value version 0 (non-flexible)
+    "000000000000002a"
+    "0003"
+    "0000ea60"
+    "01"
+    "00000002"  # i32 array count: 2 topics
+    "0012"
+    "5f5f636f6e73756d65725f6f666673657473"  # i16 len 18, "__consumer_offsets"
+    "00000001"
+    "00000003"  #   i32 count 1, [3]
+    "0003"
+    "6f7574"  # i16 len 3, "out"
+    "00000002"
+    "00000000"
+    "00000002"  #   i32 count 2, [0, 2]
+    "0000018bcfe56800"
+    "0000018bcfe56418"
 )
 
 GOLDEN_EMPTY = TxnLogValue(
-    producer_id=7, producer_epoch=0, timeout_ms=60_000, state=TxnState.EMPTY, partitions=(),
-    last_update_ms=TS, start_ms=-1, client_transaction_version=0,
+    producer_id=7,
+    producer_epoch=0,
+    timeout_ms=60_000,
+    state=TxnState.EMPTY,
+    partitions=(),
+    last_update_ms=TS,
+    start_ms=-1,
+    client_transaction_version=0,
 )
 GOLDEN_EMPTY_V0 = bytes.fromhex(
-    "0000" "0000000000000007" "0000" "0000ea60"
-    "00"                                    # TransactionStatus Empty
-    "ffffffff"                              # null array (i32 -1), not an empty one
+    "0000"
+    "0000000000000007"
+    "0000"
+    "0000ea60"
+    "00"  # TransactionStatus Empty
+    "ffffffff"  # null array (i32 -1), not an empty one
     "0000018bcfe56800"
-    "ffffffffffffffff"                      # start -1: no transaction
+    "ffffffffffffffff"  # start -1: no transaction
 )
 GOLDEN_EMPTY_V1 = bytes.fromhex(
-    "0001" "0000000000000007" "0000" "0000ea60"
-    "00"                                    # TransactionStatus Empty
-    "00"                                    # null compact array (uvarint 0)
-    "0000018bcfe56800" "ffffffffffffffff"
-    "00"                                    # no tags: ClientTransactionVersion 0 is its default
+    "0001"
+    "0000000000000007"
+    "0000"
+    "0000ea60"
+    "00"  # TransactionStatus Empty
+    "00"  # null compact array (uvarint 0)
+    "0000018bcfe56800"
+    "ffffffffffffffff"
+    "00"  # no tags: ClientTransactionVersion 0 is its default
 )
 
 GOLDEN_ALL_TAGS = TxnLogValue(
-    producer_id=5, producer_epoch=32767, timeout_ms=1, state=TxnState.COMPLETE_COMMIT,
-    partitions=(), last_update_ms=1, start_ms=2,
-    previous_producer_id=4, next_producer_id=6, client_transaction_version=2, next_producer_epoch=0,
+    producer_id=5,
+    producer_epoch=32767,
+    timeout_ms=1,
+    state=TxnState.COMPLETE_COMMIT,
+    partitions=(),
+    last_update_ms=1,
+    start_ms=2,
+    previous_producer_id=4,
+    next_producer_id=6,
+    client_transaction_version=2,
+    next_producer_epoch=0,
 )
 GOLDEN_ALL_TAGS_V1 = bytes.fromhex(
-    "0001" "0000000000000005" "7fff" "00000001"
-    "04"                                    # CompleteCommit
-    "01"                                    # empty, non-null compact array (0 + 1)
-    "0000000000000001" "0000000000000002"
-    "04"                                    # 4 tags, ascending
-    "00" "08" "0000000000000004"            # tag 0 PreviousProducerId, size 8
-    "01" "08" "0000000000000006"            # tag 1 NextProducerId, size 8
-    "02" "02" "0002"                        # tag 2 ClientTransactionVersion, size 2
-    "03" "02" "0000"                        # tag 3 NextProducerEpoch 0 (default is -1), size 2
+    "0001"
+    "0000000000000005"
+    "7fff"
+    "00000001"
+    "04"  # CompleteCommit
+    "01"  # empty, non-null compact array (0 + 1)
+    "0000000000000001"
+    "0000000000000002"
+    "04"  # 4 tags, ascending
+    "00"
+    "08"
+    "0000000000000004"  # tag 0 PreviousProducerId, size 8
+    "01"
+    "08"
+    "0000000000000006"  # tag 1 NextProducerId, size 8
+    "02"
+    "02"
+    "0002"  # tag 2 ClientTransactionVersion, size 2
+    "03"
+    "02"
+    "0000"  # tag 3 NextProducerEpoch 0 (default is -1), size 2
 )
 
 GOLDENS = [
@@ -260,6 +325,7 @@ def test_golden_key():
 
 # --- keys ---------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("tid", ["my-txn-id", "", "трансакция-😀", "ü" * 1000, "x" * 32767])
 def test_key_round_trip_and_oracle(tid):
     data = encode_key(tid)
@@ -274,8 +340,14 @@ def test_key_too_long_is_a_caller_error():
 
 
 def test_key_rejects_other_versions_null_id_and_trailing_bytes():
-    for bad in (b"\x00\x01" + GOLDEN_KEY[2:], b"\xff\xff" + GOLDEN_KEY[2:], b"\x00\x00\xff\xff",
-                GOLDEN_KEY + b"\x00", b"\x00\x00\x00\x01\xff", None):
+    for bad in (
+        b"\x00\x01" + GOLDEN_KEY[2:],
+        b"\xff\xff" + GOLDEN_KEY[2:],
+        b"\x00\x00\xff\xff",
+        GOLDEN_KEY + b"\x00",
+        b"\x00\x00\x00\x01\xff",
+        None,
+    ):
         with pytest.raises(CorruptRecordError):
             decode_key(bad)
 
@@ -288,17 +360,29 @@ def test_truncated_key(cut):
 
 # --- values: semantics that the goldens do not cover --------------------------------
 
+
 def _value(**overrides) -> TxnLogValue:
-    base = {"producer_id": 1000, "producer_epoch": 1, "timeout_ms": 900_000, "state": TxnState.ONGOING,
-            "partitions": (("a", 1),), "last_update_ms": TS, "start_ms": TS - 5}
+    base = {
+        "producer_id": 1000,
+        "producer_epoch": 1,
+        "timeout_ms": 900_000,
+        "state": TxnState.ONGOING,
+        "partitions": (("a", 1),),
+        "last_update_ms": TS,
+        "start_ms": TS - 5,
+    }
     base.update(overrides)
     return TxnLogValue(**base)
 
 
 def test_dataclass_defaults_follow_the_interface():
     v = _value()
-    assert (v.previous_producer_id, v.next_producer_id, v.client_transaction_version,
-            v.next_producer_epoch) == (-1, -1, 2, -1)
+    assert (v.previous_producer_id, v.next_producer_id, v.client_transaction_version, v.next_producer_epoch) == (
+        -1,
+        -1,
+        2,
+        -1,
+    )
     assert encode_value(v) == encode_value(v, 1)  # v1 is the default version
 
 
@@ -309,8 +393,8 @@ def test_empty_state_writes_a_null_array_and_other_states_an_array(version):
     empty = encode_value(_value(state=TxnState.EMPTY, partitions=(), **tv), version)
     ongoing_none = encode_value(_value(partitions=(), **tv), version)
     if version == 0:
-        assert empty[header:header + 4] == b"\xff\xff\xff\xff"
-        assert ongoing_none[header:header + 4] == b"\x00\x00\x00\x00"
+        assert empty[header : header + 4] == b"\xff\xff\xff\xff"
+        assert ongoing_none[header : header + 4] == b"\x00\x00\x00\x00"
     else:
         assert empty[header] == 0x00
         assert ongoing_none[header] == 0x01
@@ -340,8 +424,12 @@ def test_missing_tags_read_as_kafka_wire_defaults():
     # Kafka reads its schema default 0, whatever the dataclass default is.
     for version in (0, 1):
         v = decode_value(encode_value(_value(client_transaction_version=0), version))
-        assert (v.previous_producer_id, v.next_producer_id, v.client_transaction_version,
-                v.next_producer_epoch) == (-1, -1, 0, -1)
+        assert (v.previous_producer_id, v.next_producer_id, v.client_transaction_version, v.next_producer_epoch) == (
+            -1,
+            -1,
+            0,
+            -1,
+        )
 
 
 def test_default_valued_tags_are_omitted():
@@ -351,8 +439,9 @@ def test_default_valued_tags_are_omitted():
     assert data.endswith(bytes.fromhex("01 02 02 0002"))
 
 
-@pytest.mark.parametrize("tag_field", ["previous_producer_id", "next_producer_id",
-                                       "client_transaction_version", "next_producer_epoch"])
+@pytest.mark.parametrize(
+    "tag_field", ["previous_producer_id", "next_producer_id", "client_transaction_version", "next_producer_epoch"]
+)
 def test_each_tag_alone_round_trips(tag_field):
     v = _value(**{"client_transaction_version": 0, tag_field: 3})
     data = encode_value(v, 1)
@@ -390,8 +479,7 @@ def test_partitions_are_grouped_and_sorted_whatever_the_input_order():
 
 @pytest.mark.parametrize("version", [0, 1])
 def test_reads_kafka_writing_topics_and_ids_in_hash_order(version):
-    v = _value(partitions=(("a", 1), ("a", 9), ("b", 0), ("b", 2), ("ü-topic", 5)),
-               client_transaction_version=0)
+    v = _value(partitions=(("a", 1), ("a", 9), ("b", 0), ("b", 2), ("ü-topic", 5)), client_transaction_version=0)
     assert decode_value(oracle_encode_value(v, version, reverse=True)) == v
 
 
@@ -413,16 +501,31 @@ def test_every_state_round_trips(state, version):
 
 def test_unknown_tags_are_skipped_at_both_levels():
     data = bytes.fromhex(
-        "0001" "000000000000002a" "0003" "0000ea60" "01"
-        "02"                            # 1 topic
-        "02" "74"                       # "t"
-        "02" "00000004"                 # [4]
-        "01" "09" "03" "aabbcc"         # element tags: unknown tag 9, size 3
-        "0000000000000001" "0000000000000002"
-        "03"                            # 3 tags
-        "02" "02" "0001"                # ClientTransactionVersion 1
-        "05" "00"                       # unknown tag 5, empty
-        "2a" "04" "deadbeef"            # unknown tag 42, size 4
+        "0001"
+        "000000000000002a"
+        "0003"
+        "0000ea60"
+        "01"
+        "02"  # 1 topic
+        "02"
+        "74"  # "t"
+        "02"
+        "00000004"  # [4]
+        "01"
+        "09"
+        "03"
+        "aabbcc"  # element tags: unknown tag 9, size 3
+        "0000000000000001"
+        "0000000000000002"
+        "03"  # 3 tags
+        "02"
+        "02"
+        "0001"  # ClientTransactionVersion 1
+        "05"
+        "00"  # unknown tag 5, empty
+        "2a"
+        "04"
+        "deadbeef"  # unknown tag 42, size 4
     )
     v = decode_value(data)
     assert v.partitions == (("t", 4),)
@@ -462,25 +565,28 @@ def test_unknown_value_version(version):
 
 
 def _patched(data: bytes, at: int, new: bytes) -> bytes:
-    return data[:at] + new + data[at + len(new):]
+    return data[:at] + new + data[at + len(new) :]
 
 
-@pytest.mark.parametrize("bad", [
-    pytest.param(_patched(GOLDEN_ONGOING_V1, 16, b"\x08"), id="unknown-status-8"),
-    pytest.param(_patched(GOLDEN_ONGOING_V1, 16, b"\xff"), id="negative-status"),
-    pytest.param(_patched(GOLDEN_ONGOING_V0, 17, b"\xff\xff\xff\xfe"), id="array-count-minus-2"),
-    pytest.param(_patched(GOLDEN_ONGOING_V0, 17, b"\x7f\xff\xff\xff"), id="huge-array-count"),
-    pytest.param(_patched(GOLDEN_ONGOING_V1, 17, b"\xff\xff\xff\xff\x0f"), id="huge-compact-count"),
-    pytest.param(_patched(GOLDEN_ONGOING_V1, 17, b"\xff\xff\xff\xff\xff"), id="uvarint-too-long"),
-    pytest.param(_patched(GOLDEN_ONGOING_V1, 18, b"\x00"), id="null-topic-v1"),
-    pytest.param(_patched(GOLDEN_ONGOING_V0, 21, b"\xff\xff"), id="null-topic-v0"),
-    pytest.param(_patched(GOLDEN_ONGOING_V0, 21, b"\xff\xfe"), id="negative-string-length"),
-    pytest.param(_patched(GOLDEN_ONGOING_V1, 19, b"\xff\xfe"), id="invalid-utf8"),
-    pytest.param(_patched(GOLDEN_ONGOING_V1, 37, b"\x00"), id="null-partition-ids-v1"),
-    pytest.param(_patched(GOLDEN_ONGOING_V0, 41, b"\xff\xff\xff\xff"), id="null-partition-ids-v0"),
-    pytest.param(GOLDEN_ONGOING_V1[:-5] + bytes.fromhex("01 02 04 00000002"), id="tag2-wrong-size"),
-    pytest.param(GOLDEN_ONGOING_V1[:-5] + bytes.fromhex("01 00 02 0002"), id="tag0-short"),
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        pytest.param(_patched(GOLDEN_ONGOING_V1, 16, b"\x08"), id="unknown-status-8"),
+        pytest.param(_patched(GOLDEN_ONGOING_V1, 16, b"\xff"), id="negative-status"),
+        pytest.param(_patched(GOLDEN_ONGOING_V0, 17, b"\xff\xff\xff\xfe"), id="array-count-minus-2"),
+        pytest.param(_patched(GOLDEN_ONGOING_V0, 17, b"\x7f\xff\xff\xff"), id="huge-array-count"),
+        pytest.param(_patched(GOLDEN_ONGOING_V1, 17, b"\xff\xff\xff\xff\x0f"), id="huge-compact-count"),
+        pytest.param(_patched(GOLDEN_ONGOING_V1, 17, b"\xff\xff\xff\xff\xff"), id="uvarint-too-long"),
+        pytest.param(_patched(GOLDEN_ONGOING_V1, 18, b"\x00"), id="null-topic-v1"),
+        pytest.param(_patched(GOLDEN_ONGOING_V0, 21, b"\xff\xff"), id="null-topic-v0"),
+        pytest.param(_patched(GOLDEN_ONGOING_V0, 21, b"\xff\xfe"), id="negative-string-length"),
+        pytest.param(_patched(GOLDEN_ONGOING_V1, 19, b"\xff\xfe"), id="invalid-utf8"),
+        pytest.param(_patched(GOLDEN_ONGOING_V1, 37, b"\x00"), id="null-partition-ids-v1"),
+        pytest.param(_patched(GOLDEN_ONGOING_V0, 41, b"\xff\xff\xff\xff"), id="null-partition-ids-v0"),
+        pytest.param(GOLDEN_ONGOING_V1[:-5] + bytes.fromhex("01 02 04 00000002"), id="tag2-wrong-size"),
+        pytest.param(GOLDEN_ONGOING_V1[:-5] + bytes.fromhex("01 00 02 0002"), id="tag0-short"),
+    ],
+)
 def test_malformed_values(bad):
     with pytest.raises(CorruptRecordError):
         decode_value(bad)
@@ -525,19 +631,26 @@ TOPICS = st.text(max_size=12)
 @st.composite
 def txn_values(draw, version: int) -> TxnLogValue:
     state = draw(st.sampled_from(list(TxnState)))
-    pairs = () if state == TxnState.EMPTY else tuple(sorted(draw(
-        st.lists(st.tuples(TOPICS, I32), max_size=8))))
+    pairs = () if state == TxnState.EMPTY else tuple(sorted(draw(st.lists(st.tuples(TOPICS, I32), max_size=8))))
     if version == 1:
         # Each tag is either at its wire default (omitted) or any value of its type.
-        tags = {"previous_producer_id": draw(st.just(-1) | I64),
-                "next_producer_id": draw(st.just(-1) | I64),
-                "client_transaction_version": draw(st.sampled_from([0, 1, 2]) | I16),
-                "next_producer_epoch": draw(st.just(-1) | I16)}
+        tags = {
+            "previous_producer_id": draw(st.just(-1) | I64),
+            "next_producer_id": draw(st.just(-1) | I64),
+            "client_transaction_version": draw(st.sampled_from([0, 1, 2]) | I16),
+            "next_producer_epoch": draw(st.just(-1) | I16),
+        }
     else:
         tags = {"client_transaction_version": 0}  # v0 can only hold the wire defaults
     return TxnLogValue(
-        producer_id=draw(I64), producer_epoch=draw(I16), timeout_ms=draw(I32), state=state,
-        partitions=pairs, last_update_ms=draw(I64), start_ms=draw(I64), **tags,
+        producer_id=draw(I64),
+        producer_epoch=draw(I16),
+        timeout_ms=draw(I32),
+        state=state,
+        partitions=pairs,
+        last_update_ms=draw(I64),
+        start_ms=draw(I64),
+        **tags,
     )
 
 

@@ -34,8 +34,13 @@ def mixed_store(path: str, *, records: int = 60, segment_bytes: int | None = Non
     opener.init_transactions()
     for i in range(records):
         partition = i % TOPICS["orders"]
-        plain.send("orders", f"plain-{i}".encode(), key=None if i % 5 == 0 else f"k{i}".encode(),
-                   partition=partition, headers=[("h", f"{i}".encode()), ("n", None)] if i % 4 == 0 else None)
+        plain.send(
+            "orders",
+            f"plain-{i}".encode(),
+            key=None if i % 5 == 0 else f"k{i}".encode(),
+            partition=partition,
+            headers=[("h", f"{i}".encode()), ("n", None)] if i % 4 == 0 else None,
+        )
         idem.send("orders", None if i % 7 == 0 else f"idem-{i}".encode(), key=f"k{i}".encode(), partition=partition)
         if i % 10 == 0:
             plain.flush()
@@ -59,8 +64,13 @@ def mixed_store(path: str, *, records: int = 60, segment_bytes: int | None = Non
 def _transaction(producer: txlog.Producer, i: int, *, commit: bool) -> None:
     producer.begin_transaction()
     for j in range(4):
-        producer.send("orders", f"{'c' if commit else 'a'}-{i}-{j}".encode(), key=f"t{j}".encode(),
-                      partition=j % TOPICS["orders"], headers=[("txn", producer.transactional_id.encode())])
+        producer.send(
+            "orders",
+            f"{'c' if commit else 'a'}-{i}-{j}".encode(),
+            key=f"t{j}".encode(),
+            partition=j % TOPICS["orders"],
+            headers=[("txn", producer.transactional_id.encode())],
+        )
     producer.send("audit", f"{'c' if commit else 'a'}-{i}".encode())
     producer.flush()  # an abort drops records not yet sent; these must reach the log first
     if commit:
@@ -69,8 +79,9 @@ def _transaction(producer: txlog.Producer, i: int, *, commit: bool) -> None:
         producer.abort_transaction()
 
 
-def consumer_rows(path: str, topic_partitions, isolation: str, starts: dict | None = None,
-                  ends: dict | None = None) -> list[tuple]:
+def consumer_rows(
+    path: str, topic_partitions, isolation: str, starts: dict | None = None, ends: dict | None = None
+) -> list[tuple]:
     """What txlog.Consumer returns, as (topic, partition, offset, key, value) rows in offset order."""
     # Read-only, as the Spark source reads: a writable Consumer may abort timed-out transactions.
     store = txlog.Store.open(path, read_only=True)
@@ -129,9 +140,14 @@ def codec_store(path: str, *, records: int = 12) -> str:
         idem = txlog.Producer(path, compression_type=codec, linger_ms=1000)
         for i in range(records):  # one flush: a batch of `records` records per partition
             value = b"" if i == 5 else f"{codec}-{i}".encode() * (i + 1)  # empty is not null
-            idem.send(topic, value, key=None if i % 3 == 0 else f"k{i}".encode(), partition=i % 2,
-                      headers=[("i", str(i).encode()), ("nil", None), ("empty", b"")] if i % 2 else None,
-                      timestamp_ms=EXPLICIT_TIMESTAMPS.get(i))
+            idem.send(
+                topic,
+                value,
+                key=None if i % 3 == 0 else f"k{i}".encode(),
+                partition=i % 2,
+                headers=[("i", str(i).encode()), ("nil", None), ("empty", b"")] if i % 2 else None,
+                timestamp_ms=EXPLICIT_TIMESTAMPS.get(i),
+            )
         idem.flush()
         idem.close()
         txn = txlog.Producer(path, transactional_id=f"txn-{codec}", compression_type=codec, linger_ms=1000)
@@ -189,9 +205,20 @@ def log_bounds(path: str, topic: str, partition: int) -> tuple[int, int, int]:
 def record_tuple(r) -> tuple:
     """A ConsumerRecord as the row the source's full schema gives (timestamp in epoch ms,
     headers as a tuple of (key, value) pairs; an empty header list compares as no headers)."""
-    return (r.topic, r.partition, r.offset, r.key, r.value, r.timestamp, int(r.timestamp_type),
-            tuple(tuple(h) for h in r.headers), r.producer_id, r.producer_epoch, r.sequence,
-            bool(r.is_transactional))
+    return (
+        r.topic,
+        r.partition,
+        r.offset,
+        r.key,
+        r.value,
+        r.timestamp,
+        int(r.timestamp_type),
+        tuple(tuple(h) for h in r.headers),
+        r.producer_id,
+        r.producer_epoch,
+        r.sequence,
+        bool(r.is_transactional),
+    )
 
 
 def spanning_store(path: str, *, rounds: int = 3) -> str:

@@ -20,8 +20,9 @@ from txlog.spark.session import LOG4J2_CONFIG
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GOLDEN = os.path.join(ROOT, "tests", "golden")
-CHECK_SOURCE = os.path.join(os.path.dirname(jvm_build.SOURCES_DIR), "test", "org", "txlog", "spark",
-                            "GoldenBatches.java")
+CHECK_SOURCE = os.path.join(
+    os.path.dirname(jvm_build.SOURCES_DIR), "test", "org", "txlog", "spark", "GoldenBatches.java"
+)
 CHECK_CLASS = "org.txlog.spark.GoldenBatches"
 
 
@@ -37,14 +38,41 @@ def test_the_jvm_reader_reads_the_golden_corpus_as_the_manifest_says(tmp_path):
     _, spark_jars = jvm_build.pyspark_jars()
     classpath = os.pathsep.join([jar, *spark_jars])
     classes = str(tmp_path / "classes")
-    compiled = subprocess.run([javac, "--release", jvm_build.JAVA_RELEASE, "-encoding", "UTF-8", "-d", classes,
-                               "-cp", classpath, CHECK_SOURCE], check=False, capture_output=True, text=True)
+    compiled = subprocess.run(
+        [
+            javac,
+            "--release",
+            jvm_build.JAVA_RELEASE,
+            "-encoding",
+            "UTF-8",
+            "-d",
+            classes,
+            "-cp",
+            classpath,
+            CHECK_SOURCE,
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
     assert compiled.returncode == 0, compiled.stderr
     # every column of the record view, from the one definition of it
     ddl = record_schema(include_headers=True, include_transaction_columns=True)
-    done = subprocess.run([_java(javac), f"-Dlog4j2.configurationFile=file:{LOG4J2_CONFIG}",
-                           "-cp", os.pathsep.join([classes, classpath]), CHECK_CLASS, GOLDEN, ddl],
-                          check=False, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            _java(javac),
+            f"-Dlog4j2.configurationFile=file:{LOG4J2_CONFIG}",
+            "-cp",
+            os.pathsep.join([classes, classpath]),
+            CHECK_CLASS,
+            GOLDEN,
+            ddl,
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     summary = re.search(r"^(\d+) passed, (\d+) failed$", done.stdout, re.MULTILINE)
     assert summary is not None, f"no summary from the check:\n{done.stdout}\n{done.stderr}"
     assert done.returncode == 0 and summary.group(2) == "0", f"{done.stdout}\n{done.stderr}"

@@ -26,10 +26,22 @@ from txlog.topic_partition import TopicPartition  # noqa: E402
 
 SPARK_TS = pa.timestamp("us", tz="UTC")
 HEADERS = pa.list_(pa.field("element", pa.struct([("key", pa.string()), ("value", pa.binary())])))
-FULL = pa.schema([("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()), ("partition", pa.int32()),
-                  ("offset", pa.int64()), ("timestamp", SPARK_TS), ("timestampType", pa.int32()),
-                  ("headers", HEADERS), ("producerId", pa.int64()), ("producerEpoch", pa.int32()),
-                  ("sequence", pa.int32()), ("isTransactional", pa.bool_())])
+FULL = pa.schema(
+    [
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("timestamp", SPARK_TS),
+        ("timestampType", pa.int32()),
+        ("headers", HEADERS),
+        ("producerId", pa.int64()),
+        ("producerEpoch", pa.int32()),
+        ("sequence", pa.int32()),
+        ("isTransactional", pa.bool_()),
+    ]
+)
 
 
 @pytest.fixture(scope="module")
@@ -41,14 +53,29 @@ def store_dir(tmp_path_factory) -> str:
         store.create_topic("t", 1)
         log = store.partition("t", 0)
         log.append(build_batch([(b"k1", b"v1", None, 1000), (None, b"v2", None, 1001), (b"k3", None, None, 1002)]))
-        log.append(build_batch([(b"k\xff", "vé".encode(), [("h1", b"x"), (b"h\xff", None)], 1003),
-                                (b"a", b"b", None, 1004)], compression=Compression.GZIP))
-        log.append(build_batch([(b"lat", b"x", None, 1005)] * 3, timestamp_type=TimestampType.LOG_APPEND_TIME,
-                               log_append_time=2000))
+        log.append(
+            build_batch(
+                [(b"k\xff", "vé".encode(), [("h1", b"x"), (b"h\xff", None)], 1003), (b"a", b"b", None, 1004)],
+                compression=Compression.GZIP,
+            )
+        )
+        log.append(
+            build_batch(
+                [(b"lat", b"x", None, 1005)] * 3, timestamp_type=TimestampType.LOG_APPEND_TIME, log_append_time=2000
+            )
+        )
         pid = store.allocate_producer_id()
         for i, end in enumerate((ControlType.COMMIT, ControlType.ABORT, ControlType.COMMIT)):
-            log.append(build_batch([(b"t%d" % i, b"tv", [("x", b"y")], 1006)] * 3, producer_id=pid, producer_epoch=0,
-                                   base_sequence=3 * i, is_transactional=True, compression=Compression.ZSTD))
+            log.append(
+                build_batch(
+                    [(b"t%d" % i, b"tv", [("x", b"y")], 1006)] * 3,
+                    producer_id=pid,
+                    producer_epoch=0,
+                    base_sequence=3 * i,
+                    is_transactional=True,
+                    compression=Compression.ZSTD,
+                )
+            )
             log.append_marker(end, pid, 0, timestamp=1010)
         log.append(build_batch([(b"plain", b"p", None, 1020)] * 5))
     finally:
@@ -57,8 +84,15 @@ def store_dir(tmp_path_factory) -> str:
 
 
 def source_rows(root: str, schema, isolation: str, start: int, end: int) -> list[dict]:
-    opts = parse_options({"path": root, "subscribe": "t", "isolation.level": isolation,
-                          "startingOffsets": f'{{"t":{{"0":{start}}}}}', "endingOffsets": f'{{"t":{{"0":{end}}}}}'})
+    opts = parse_options(
+        {
+            "path": root,
+            "subscribe": "t",
+            "isolation.level": isolation,
+            "startingOffsets": f'{{"t":{{"0":{start}}}}}',
+            "endingOffsets": f'{{"t":{{"0":{end}}}}}',
+        }
+    )
     rows: list[dict] = []
     for r in plan_batch(opts):
         for chunk in read_range(r, schema):
@@ -75,12 +109,23 @@ def consumer_rows(root: str, isolation: str, start: int, end: int) -> list[dict]
         out = []
         while records := consumer.poll(timeout_ms=0):
             out += [r for r in records if r.offset < end]
-        return [{"key": r.key, "value": r.value, "topic": r.topic, "partition": r.partition, "offset": r.offset,
-                 "timestamp": dt.datetime.fromtimestamp(r.timestamp / 1000, dt.UTC),
-                 "timestampType": int(r.timestamp_type),
-                 "headers": [{"key": k, "value": v} for k, v in r.headers] or None,
-                 "producerId": r.producer_id, "producerEpoch": r.producer_epoch, "sequence": r.sequence,
-                 "isTransactional": r.is_transactional} for r in out]
+        return [
+            {
+                "key": r.key,
+                "value": r.value,
+                "topic": r.topic,
+                "partition": r.partition,
+                "offset": r.offset,
+                "timestamp": dt.datetime.fromtimestamp(r.timestamp / 1000, dt.UTC),
+                "timestampType": int(r.timestamp_type),
+                "headers": [{"key": k, "value": v} for k, v in r.headers] or None,
+                "producerId": r.producer_id,
+                "producerEpoch": r.producer_epoch,
+                "sequence": r.sequence,
+                "isTransactional": r.is_transactional,
+            }
+            for r in out
+        ]
     finally:
         consumer.close(autocommit=False)
 
@@ -95,9 +140,13 @@ def test_rows_are_the_consumers_records(store_dir, isolation, start, end):
 
 def test_headers_are_null_without_headers_and_lossy_utf8(store_dir):
     rows = source_rows(store_dir, FULL, "read_committed", 0, 5)
-    assert [row["headers"] for row in rows] == [None, None, None,
-                                                [{"key": "h1", "value": b"x"}, {"key": "h\ufffd", "value": None}],
-                                                None]
+    assert [row["headers"] for row in rows] == [
+        None,
+        None,
+        None,
+        [{"key": "h1", "value": b"x"}, {"key": "h\ufffd", "value": None}],
+        None,
+    ]
 
 
 def test_a_user_schema_prunes_and_orders_the_columns(store_dir):

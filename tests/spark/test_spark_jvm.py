@@ -53,8 +53,7 @@ def test_jar_builds_from_the_sources_into_a_cache_keyed_by_them(tmp_path, monkey
     assert jar.startswith(str(tmp_path / "cache")) and os.path.isfile(jar)
     with zipfile.ZipFile(jar) as z:
         names = set(z.namelist())
-    classes = {os.path.relpath(p, jvm_build.SOURCES_DIR).replace(".java", ".class")
-               for p in jvm_build.source_files()}
+    classes = {os.path.relpath(p, jvm_build.SOURCES_DIR).replace(".java", ".class") for p in jvm_build.source_files()}
     assert classes <= names, f"classes missing from the jar: {sorted(classes - names)}"
     with zipfile.ZipFile(jar) as z:  # the provider is registered under its format name
         services = z.read("META-INF/services/org.apache.spark.sql.sources.DataSourceRegister").decode()
@@ -119,8 +118,10 @@ def test_format_txlog_is_the_python_source_and_pyspark_is_not_patched(jvm, mixed
 
     assert "txlog JVM reader" not in scan_text(jvm.read.format("txlog").option("subscribe", "orders").load(mixed))
     assert "txlog JVM reader" not in scan_text(jvm.read.load(mixed, format="txlog", subscribe="orders"))
-    assert all(getattr(DataFrameReader, name).__module__.startswith("pyspark.")
-               for name in ("format", "option", "options", "schema", "load"))
+    assert all(
+        getattr(DataFrameReader, name).__module__.startswith("pyspark.")
+        for name in ("format", "option", "options", "schema", "load")
+    )
 
 
 def test_the_jvm_format_name_loads_the_provider_with_a_plan(jvm, mixed):
@@ -147,19 +148,28 @@ def test_pruned_columns_equal_the_consumer(jvm, mixed, iso):
 
 def test_some_of_the_transaction_columns_alone(jvm, mixed):
     """Pruning may keep any subset of the transaction columns (txlog sql selects producerId alone)."""
-    df = load(jvm, mixed, subscribe="orders,audit", isolation=RU, **FULL).select("partition", "offset", "producerId",
-                                                                               "isTransactional")
+    df = load(jvm, mixed, subscribe="orders,audit", isolation=RU, **FULL).select(
+        "partition", "offset", "producerId", "isTransactional"
+    )
     got = sorted(tuple(r) for r in df.collect())
     want = sorted((t[1], t[2], t[8], t[11]) for t in expected(mixed, MIXED_TPS, RU))
     assert got == want
     sequences = load(jvm, mixed, subscribe="orders", isolation=RU, **FULL).select("offset", "sequence").collect()
-    assert sorted(tuple(r) for r in sequences) == sorted((t[2], t[10]) for t in expected(mixed, MIXED_TPS, RU)
-                                                         if t[0] == "orders")
+    assert sorted(tuple(r) for r in sequences) == sorted(
+        (t[2], t[10]) for t in expected(mixed, MIXED_TPS, RU) if t[0] == "orders"
+    )
 
 
 def _filtered(rows, *, topic=None, partitions=None, lo=None, hi=None, min_ms=None):
-    return [t for t in rows if (topic is None or t[0] == topic) and (partitions is None or t[1] in partitions)
-            and (lo is None or t[2] >= lo) and (hi is None or t[2] < hi) and (min_ms is None or t[5] >= min_ms)]
+    return [
+        t
+        for t in rows
+        if (topic is None or t[0] == topic)
+        and (partitions is None or t[1] in partitions)
+        and (lo is None or t[2] >= lo)
+        and (hi is None or t[2] < hi)
+        and (min_ms is None or t[5] >= min_ms)
+    ]
 
 
 @pytest.mark.parametrize("iso", [RC, RU])

@@ -37,13 +37,22 @@ MIXED_TPS = [("audit", 0), ("orders", 0), ("orders", 1), ("orders", 2)]
 
 #: The record view's full schema as Arrow (what Spark hands the reader for includeHeaders and
 #: includeTransactionColumns both true).
-FULL_ARROW_SCHEMA = pa.schema([
-    ("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()), ("partition", pa.int32()),
-    ("offset", pa.int64()), ("timestamp", pa.timestamp("us", tz="UTC")), ("timestampType", pa.int32()),
-    ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
-    ("producerId", pa.int64()), ("producerEpoch", pa.int32()), ("sequence", pa.int32()),
-    ("isTransactional", pa.bool_()),
-])
+FULL_ARROW_SCHEMA = pa.schema(
+    [
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("timestamp", pa.timestamp("us", tz="UTC")),
+        ("timestampType", pa.int32()),
+        ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
+        ("producerId", pa.int64()),
+        ("producerEpoch", pa.int32()),
+        ("sequence", pa.int32()),
+        ("isTransactional", pa.bool_()),
+    ]
+)
 
 
 # ---- fixtures ---------------------------------------------------------------------------------------------
@@ -71,8 +80,11 @@ def retained(tmp_path_factory) -> str:
 @pytest.fixture(scope="module")
 def consumer_view(mixed, segmented):
     """Everything the Consumer returns per store and isolation level, as full record tuples."""
-    return {(path, iso): [record_tuple(r) for r in consumer_rows(path, MIXED_TPS, iso)]
-            for path in (mixed, segmented) for iso in (RC, RU)}
+    return {
+        (path, iso): [record_tuple(r) for r in consumer_rows(path, MIXED_TPS, iso)]
+        for path in (mixed, segmented)
+        for iso in (RC, RU)
+    }
 
 
 def opts(path: str, **options):
@@ -86,11 +98,22 @@ def read_plan(ranges) -> list[tuple]:
         for batch in read_range(r, FULL_ARROW_SCHEMA):
             for row in batch.to_pylist():
                 ts = row["timestamp"]
-                rows.append((row["topic"], row["partition"], row["offset"], row["key"], row["value"],
-                             None if ts is None else _ms(ts),
-                             row["timestampType"],
-                             tuple((h["key"], h["value"]) for h in row["headers"] or ()),
-                             row["producerId"], row["producerEpoch"], row["sequence"], row["isTransactional"]))
+                rows.append(
+                    (
+                        row["topic"],
+                        row["partition"],
+                        row["offset"],
+                        row["key"],
+                        row["value"],
+                        None if ts is None else _ms(ts),
+                        row["timestampType"],
+                        tuple((h["key"], h["value"]) for h in row["headers"] or ()),
+                        row["producerId"],
+                        row["producerEpoch"],
+                        row["sequence"],
+                        row["isTransactional"],
+                    )
+                )
     return sorted(rows, key=lambda t: (t[0], t[1], t[2]))
 
 
@@ -132,59 +155,78 @@ def test_defaults_are_spark_kafka_defaults(mixed):
 
 
 def test_option_names_are_case_insensitive_and_kafka_prefix_accepted(mixed):
-    o = parse_options({"PATH": mixed, "SubscribePattern": "ord.*", "STARTINGOFFSETS": "earliest",
-                       "kafka.isolation.level": RU, "includeheaders": "TRUE", "minpartitions": "3",
-                       "MaxRecordsPerPartition": "7", "maxBytesPerPartition": "4096", "failondataloss": "False"})
+    o = parse_options(
+        {
+            "PATH": mixed,
+            "SubscribePattern": "ord.*",
+            "STARTINGOFFSETS": "earliest",
+            "kafka.isolation.level": RU,
+            "includeheaders": "TRUE",
+            "minpartitions": "3",
+            "MaxRecordsPerPartition": "7",
+            "maxBytesPerPartition": "4096",
+            "failondataloss": "False",
+        }
+    )
     assert o.subscribe_pattern == "ord.*"
     assert o.isolation is IsolationLevel.READ_UNCOMMITTED
     assert o.include_headers is True
     assert (o.min_partitions, o.max_records_per_partition, o.max_bytes_per_partition) == (3, 7, 4096)
     assert o.fail_on_data_loss is False
-    assert opts(mixed, subscribe="orders", **{"isolation.level": RU, "kafka.isolation.level": RU}).isolation \
+    assert (
+        opts(mixed, subscribe="orders", **{"isolation.level": RU, "kafka.isolation.level": RU}).isolation
         is IsolationLevel.READ_UNCOMMITTED
+    )
 
 
 def test_subscribe_list_and_assign_json_are_parsed(mixed):
     assert opts(mixed, subscribe=" orders , audit,").subscribe == ("orders", "audit")
     assert opts(mixed, assign='{"orders":[2,0,0],"audit":[0]}').assign == {"orders": (0, 2), "audit": (0,)}
-    o = opts(mixed, subscribe="orders", startingOffsets='{"orders":{"0":5,"1":-2,"2":0}}',
-             endingOffsets='{"orders":{"0":-1,"1":9,"2":3}}')
+    o = opts(
+        mixed,
+        subscribe="orders",
+        startingOffsets='{"orders":{"0":5,"1":-2,"2":0}}',
+        endingOffsets='{"orders":{"0":-1,"1":9,"2":3}}',
+    )
     assert o.starting_offsets == {"orders": {0: 5, 1: -2, 2: 0}}
     assert o.ending_offsets == {"orders": {0: -1, 1: 9, 2: 3}}
 
 
-@pytest.mark.parametrize("options, needle", [
-    ({}, "subscribe"),  # no topic selection at all
-    ({"subscribe": "orders", "assign": '{"orders":[0]}'}, "subscribe"),
-    ({"subscribe": "orders", "subscribePattern": "o.*"}, "subscribePattern"),
-    ({"subscribe": " , "}, "subscribe"),
-    ({"subscribePattern": "orders["}, "subscribePattern"),
-    ({"assign": "orders-0"}, "assign"),
-    ({"assign": '{"orders":[-1]}'}, "assign"),
-    ({"assign": '{"orders":0}'}, "assign"),
-    ({"subscribe": "orders", "startingOffsets": "{not json"}, "startingOffsets"),
-    ({"subscribe": "orders", "startingOffsets": "first"}, "startingOffsets"),
-    ({"subscribe": "orders", "startingOffsets": '{"orders":[0,1]}'}, "startingOffsets"),
-    ({"subscribe": "orders", "startingOffsets": '{"orders":{"0":-3}}'}, "startingOffsets"),
-    ({"subscribe": "orders", "startingOffsets": '{"orders":{"x":0}}'}, "startingOffsets"),
-    ({"subscribe": "orders", "startingOffsets": '{"orders":{"0":true}}'}, "startingOffsets"),
-    ({"subscribe": "orders", "endingOffsets": '{"orders":{"0":"5"}}'}, "endingOffsets"),
-    ({"subscribe": "orders", "endingOffsets": "[]"}, "endingOffsets"),
-    ({"subscribe": "orders", "startingOffsets": "latest"}, "startingOffsets"),
-    ({"subscribe": "orders", "startingOffsets": '{"orders":{"0":-1}}'}, "startingOffsets"),
-    ({"subscribe": "orders", "endingOffsets": "earliest"}, "endingOffsets"),
-    ({"subscribe": "orders", "endingOffsets": '{"orders":{"0":-2}}'}, "endingOffsets"),
-    ({"subscribe": "orders", "minPartitions": "-1"}, "minPartitions"),
-    ({"subscribe": "orders", "minPartitions": "0"}, "minPartitions"),
-    ({"subscribe": "orders", "minPartitions": "ten"}, "minPartitions"),
-    ({"subscribe": "orders", "maxRecordsPerPartition": "0"}, "maxRecordsPerPartition"),
-    ({"subscribe": "orders", "maxBytesPerPartition": "-5"}, "maxBytesPerPartition"),
-    ({"subscribe": "orders", "failOnDataLoss": "maybe"}, "failOnDataLoss"),
-    ({"subscribe": "orders", "includeHeaders": "yes"}, "includeHeaders"),
-    ({"subscribe": "orders", "includeTransactionColumns": "1"}, "includeTransactionColumns"),
-    ({"subscribe": "orders", "isolation.level": "read_committed", "kafka.isolation.level": RU}, "isolation.level"),
-    ({"subscribe": "orders", "view": "rows"}, "view"),
-])
+@pytest.mark.parametrize(
+    "options, needle",
+    [
+        ({}, "subscribe"),  # no topic selection at all
+        ({"subscribe": "orders", "assign": '{"orders":[0]}'}, "subscribe"),
+        ({"subscribe": "orders", "subscribePattern": "o.*"}, "subscribePattern"),
+        ({"subscribe": " , "}, "subscribe"),
+        ({"subscribePattern": "orders["}, "subscribePattern"),
+        ({"assign": "orders-0"}, "assign"),
+        ({"assign": '{"orders":[-1]}'}, "assign"),
+        ({"assign": '{"orders":0}'}, "assign"),
+        ({"subscribe": "orders", "startingOffsets": "{not json"}, "startingOffsets"),
+        ({"subscribe": "orders", "startingOffsets": "first"}, "startingOffsets"),
+        ({"subscribe": "orders", "startingOffsets": '{"orders":[0,1]}'}, "startingOffsets"),
+        ({"subscribe": "orders", "startingOffsets": '{"orders":{"0":-3}}'}, "startingOffsets"),
+        ({"subscribe": "orders", "startingOffsets": '{"orders":{"x":0}}'}, "startingOffsets"),
+        ({"subscribe": "orders", "startingOffsets": '{"orders":{"0":true}}'}, "startingOffsets"),
+        ({"subscribe": "orders", "endingOffsets": '{"orders":{"0":"5"}}'}, "endingOffsets"),
+        ({"subscribe": "orders", "endingOffsets": "[]"}, "endingOffsets"),
+        ({"subscribe": "orders", "startingOffsets": "latest"}, "startingOffsets"),
+        ({"subscribe": "orders", "startingOffsets": '{"orders":{"0":-1}}'}, "startingOffsets"),
+        ({"subscribe": "orders", "endingOffsets": "earliest"}, "endingOffsets"),
+        ({"subscribe": "orders", "endingOffsets": '{"orders":{"0":-2}}'}, "endingOffsets"),
+        ({"subscribe": "orders", "minPartitions": "-1"}, "minPartitions"),
+        ({"subscribe": "orders", "minPartitions": "0"}, "minPartitions"),
+        ({"subscribe": "orders", "minPartitions": "ten"}, "minPartitions"),
+        ({"subscribe": "orders", "maxRecordsPerPartition": "0"}, "maxRecordsPerPartition"),
+        ({"subscribe": "orders", "maxBytesPerPartition": "-5"}, "maxBytesPerPartition"),
+        ({"subscribe": "orders", "failOnDataLoss": "maybe"}, "failOnDataLoss"),
+        ({"subscribe": "orders", "includeHeaders": "yes"}, "includeHeaders"),
+        ({"subscribe": "orders", "includeTransactionColumns": "1"}, "includeTransactionColumns"),
+        ({"subscribe": "orders", "isolation.level": "read_committed", "kafka.isolation.level": RU}, "isolation.level"),
+        ({"subscribe": "orders", "view": "rows"}, "view"),
+    ],
+)
 def test_bad_options_fail_naming_the_option(mixed, options, needle):
     with pytest.raises(IllegalArgumentError) as info:
         opts(mixed, **options)
@@ -199,7 +241,8 @@ def test_bad_isolation_level_fails_naming_the_option(mixed, key):
     assert "read_everything" in message and "read_committed" in message
     assert "isolation.level" in message, (
         f"a bad {key} must fail with a message naming the option 'isolation.level' "
-        f"(options.py promises 'a message naming the option'); got: {message!r}")
+        f"(options.py promises 'a message naming the option'); got: {message!r}"
+    )
 
 
 def test_missing_path_fails():
@@ -242,12 +285,20 @@ def test_read_committed_end_is_the_lso_below_the_open_transaction(mixed):
         rc = spans(plan_batch(opts(mixed, assign=f'{{"{topic}":[{partition}]}}')))
         assert rc == {(topic, partition): (start, lso)}
         # 'latest' given as -1 in JSON is the LSO too
-        rc_json = spans(plan_batch(opts(mixed, assign=f'{{"{topic}":[{partition}]}}',
-                                        endingOffsets=f'{{"{topic}":{{"{partition}":-1}}}}')))
+        rc_json = spans(
+            plan_batch(
+                opts(mixed, assign=f'{{"{topic}":[{partition}]}}', endingOffsets=f'{{"{topic}":{{"{partition}":-1}}}}')
+            )
+        )
         assert rc_json == rc
         # an explicit end past the LSO is held at the LSO under read_committed
-        rc_past = spans(plan_batch(opts(mixed, assign=f'{{"{topic}":[{partition}]}}',
-                                        endingOffsets=f'{{"{topic}":{{"{partition}":{end}}}}}')))
+        rc_past = spans(
+            plan_batch(
+                opts(
+                    mixed, assign=f'{{"{topic}":[{partition}]}}', endingOffsets=f'{{"{topic}":{{"{partition}":{end}}}}}'
+                )
+            )
+        )
         assert rc_past == rc
         ru = spans(plan_batch(opts(mixed, assign=f'{{"{topic}":[{partition}]}}', **{"isolation.level": RU})))
         assert ru == {(topic, partition): (start, end)}
@@ -269,28 +320,54 @@ def test_assign_selects_exactly_its_partitions(mixed):
 
 
 def test_json_offsets_with_sentinels(mixed):
-    o = opts(mixed, subscribe="orders", startingOffsets='{"orders":{"0":6,"1":-2,"2":8}}',
-             endingOffsets='{"orders":{"0":18,"1":-1,"2":-1}}', **{"isolation.level": RU})
+    o = opts(
+        mixed,
+        subscribe="orders",
+        startingOffsets='{"orders":{"0":6,"1":-2,"2":8}}',
+        endingOffsets='{"orders":{"0":18,"1":-1,"2":-1}}',
+        **{"isolation.level": RU},
+    )
     got = spans(plan_batch(o))
-    assert got == {("orders", 0): (6, 18),
-                   ("orders", 1): (log_bounds(mixed, "orders", 1)[0], log_bounds(mixed, "orders", 1)[2]),
-                   ("orders", 2): (8, log_bounds(mixed, "orders", 2)[2])}
+    assert got == {
+        ("orders", 0): (6, 18),
+        ("orders", 1): (log_bounds(mixed, "orders", 1)[0], log_bounds(mixed, "orders", 1)[2]),
+        ("orders", 2): (8, log_bounds(mixed, "orders", 2)[2]),
+    }
 
 
-@pytest.mark.parametrize("options, error, needles", [
-    ({"subscribe": "nope"}, UnknownTopicOrPartitionError, ["nope"]),
-    ({"subscribe": "orders,nope"}, UnknownTopicOrPartitionError, ["nope"]),
-    ({"assign": '{"nope":[0]}'}, UnknownTopicOrPartitionError, ["nope"]),
-    ({"assign": '{"orders":[3]}'}, UnknownTopicOrPartitionError, ["orders", "3"]),
-    ({"subscribe": "orders", "startingOffsets": '{"orders":{"0":0,"1":0}}'}, IllegalArgumentError,
-     ["startingOffsets", "orders-2"]),
-    ({"subscribe": "orders", "endingOffsets": '{"orders":{"0":5,"1":5}}'}, IllegalArgumentError,
-     ["endingOffsets", "orders-2"]),
-    ({"assign": '{"orders":[0]}', "startingOffsets": '{"orders":{"0":0,"1":0}}'}, IllegalArgumentError,
-     ["startingOffsets", "orders-1"]),
-    ({"assign": '{"orders":[0]}', "startingOffsets": '{"orders":{"0":9}}', "endingOffsets": '{"orders":{"0":4}}'},
-     IllegalArgumentError, ["orders-0", "9", "4"]),
-])
+@pytest.mark.parametrize(
+    "options, error, needles",
+    [
+        ({"subscribe": "nope"}, UnknownTopicOrPartitionError, ["nope"]),
+        ({"subscribe": "orders,nope"}, UnknownTopicOrPartitionError, ["nope"]),
+        ({"assign": '{"nope":[0]}'}, UnknownTopicOrPartitionError, ["nope"]),
+        ({"assign": '{"orders":[3]}'}, UnknownTopicOrPartitionError, ["orders", "3"]),
+        (
+            {"subscribe": "orders", "startingOffsets": '{"orders":{"0":0,"1":0}}'},
+            IllegalArgumentError,
+            ["startingOffsets", "orders-2"],
+        ),
+        (
+            {"subscribe": "orders", "endingOffsets": '{"orders":{"0":5,"1":5}}'},
+            IllegalArgumentError,
+            ["endingOffsets", "orders-2"],
+        ),
+        (
+            {"assign": '{"orders":[0]}', "startingOffsets": '{"orders":{"0":0,"1":0}}'},
+            IllegalArgumentError,
+            ["startingOffsets", "orders-1"],
+        ),
+        (
+            {
+                "assign": '{"orders":[0]}',
+                "startingOffsets": '{"orders":{"0":9}}',
+                "endingOffsets": '{"orders":{"0":4}}',
+            },
+            IllegalArgumentError,
+            ["orders-0", "9", "4"],
+        ),
+    ],
+)
 def test_planning_errors(mixed, options, error, needles):
     with pytest.raises(error) as info:
         plan_batch(opts(mixed, **options))
@@ -300,8 +377,17 @@ def test_planning_errors(mixed, options, error, needles):
 
 def test_empty_topic_and_empty_span_plan_nothing(mixed):
     assert plan_batch(opts(mixed, subscribe="empty")) == []
-    assert plan_batch(opts(mixed, assign='{"orders":[0]}', startingOffsets='{"orders":{"0":10}}',
-                           endingOffsets='{"orders":{"0":10}}')) == []
+    assert (
+        plan_batch(
+            opts(
+                mixed,
+                assign='{"orders":[0]}',
+                startingOffsets='{"orders":{"0":10}}',
+                endingOffsets='{"orders":{"0":10}}',
+            )
+        )
+        == []
+    )
 
 
 def test_plan_is_picklable(mixed):
@@ -324,16 +410,19 @@ def _assert_tiles(split, whole):
 
 
 @pytest.mark.parametrize("iso", [RC, RU])
-@pytest.mark.parametrize("split", [
-    {"maxRecordsPerPartition": "7"},
-    {"maxRecordsPerPartition": "1"},
-    {"minPartitions": "10"},
-    {"minPartitions": "200"},
-    {"minPartitions": "3"},  # fewer than there are partitions: nothing to split
-    {"maxBytesPerPartition": "1"},
-    {"maxBytesPerPartition": "2500"},
-    {"maxBytesPerPartition": "2500", "maxRecordsPerPartition": "5", "minPartitions": "40"},
-])
+@pytest.mark.parametrize(
+    "split",
+    [
+        {"maxRecordsPerPartition": "7"},
+        {"maxRecordsPerPartition": "1"},
+        {"minPartitions": "10"},
+        {"minPartitions": "200"},
+        {"minPartitions": "3"},  # fewer than there are partitions: nothing to split
+        {"maxBytesPerPartition": "1"},
+        {"maxBytesPerPartition": "2500"},
+        {"maxBytesPerPartition": "2500", "maxRecordsPerPartition": "5", "minPartitions": "40"},
+    ],
+)
 def test_split_ranges_tile_the_unsplit_ranges(mixed, segmented, iso, split):
     for path in (mixed, segmented):
         base = {"subscribe": "orders,audit", "isolation.level": iso}
@@ -390,8 +479,16 @@ def test_min_partitions_spreads_in_proportion(mixed):
 
 
 @pytest.mark.parametrize("iso", [RC, RU])
-@pytest.mark.parametrize("split", [{}, {"maxRecordsPerPartition": "7"}, {"maxRecordsPerPartition": "1"},
-                                   {"minPartitions": "10"}, {"maxBytesPerPartition": "1"}])
+@pytest.mark.parametrize(
+    "split",
+    [
+        {},
+        {"maxRecordsPerPartition": "7"},
+        {"maxRecordsPerPartition": "1"},
+        {"minPartitions": "10"},
+        {"maxBytesPerPartition": "1"},
+    ],
+)
 def test_reading_a_plan_equals_the_consumer(mixed, segmented, consumer_view, iso, split):
     for path in (mixed, segmented):
         plan = plan_batch(opts(path, subscribe="orders,audit", **{"isolation.level": iso}, **split))
@@ -410,9 +507,14 @@ def test_every_start_and_end_offset_reads_what_the_consumer_reads(segmented, con
         limit = lso if iso == RC else log_end
         for start in range(log_start, limit + 1, 2):
             for end in sorted(e for e in {start, start + 1, start + 5, (start + limit) // 2, limit} if e <= limit):
-                o = opts(segmented, assign=f'{{"{topic}":[{partition}]}}', **{"isolation.level": iso},
-                         startingOffsets=f'{{"{topic}":{{"{partition}":{start}}}}}',
-                         endingOffsets=f'{{"{topic}":{{"{partition}":{end}}}}}', maxRecordsPerPartition="4")
+                o = opts(
+                    segmented,
+                    assign=f'{{"{topic}":[{partition}]}}',
+                    **{"isolation.level": iso},
+                    startingOffsets=f'{{"{topic}":{{"{partition}":{start}}}}}',
+                    endingOffsets=f'{{"{topic}":{{"{partition}":{end}}}}}',
+                    maxRecordsPerPartition="4",
+                )
                 got = read_plan(plan_batch(o))
                 want = [t for t in everything if (t[0], t[1]) == (topic, partition) and start <= t[2] < end]
                 assert got == want, (topic, partition, start, end, _first_difference(got, want))
@@ -437,8 +539,14 @@ def test_transactions_across_segments_read_as_the_consumer(spanning, iso):
     assert read_plan(whole) == everything
     for start in range(log_start, log_end):
         for end in sorted({start + 1, start + 9, log_end} & set(range(start + 1, log_end + 1))):
-            o = opts(spanning, subscribe="span", maxBytesPerPartition="1", **{"isolation.level": iso},
-                     startingOffsets=f'{{"span":{{"0":{start}}}}}', endingOffsets=f'{{"span":{{"0":{end}}}}}')
+            o = opts(
+                spanning,
+                subscribe="span",
+                maxBytesPerPartition="1",
+                **{"isolation.level": iso},
+                startingOffsets=f'{{"span":{{"0":{start}}}}}',
+                endingOffsets=f'{{"span":{{"0":{end}}}}}',
+            )
             got = read_plan(plan_batch(o))
             assert got == [t for t in everything if start <= t[2] < end], (start, end)
 
@@ -452,9 +560,13 @@ def test_consumer_started_mid_transaction_agrees_with_the_filtered_full_read(mix
         seeked = [record_tuple(r) for r in consumer_rows(mixed, MIXED_TPS, iso, starts=starts, ends=ends)]
         full = [record_tuple(r) for r in consumer_rows(mixed, MIXED_TPS, iso)]
         assert seeked == [t for t in full if starts[(t[0], t[1])] <= t[2] < ends[(t[0], t[1])]]
-        o = opts(mixed, subscribe="orders,audit", **{"isolation.level": iso},
-                 startingOffsets='{"orders":{"0":6,"1":2,"2":8},"audit":{"0":1}}',
-                 endingOffsets='{"orders":{"0":18,"1":30,"2":31},"audit":{"0":9}}')
+        o = opts(
+            mixed,
+            subscribe="orders,audit",
+            **{"isolation.level": iso},
+            startingOffsets='{"orders":{"0":6,"1":2,"2":8},"audit":{"0":1}}',
+            endingOffsets='{"orders":{"0":18,"1":30,"2":31},"audit":{"0":9}}',
+        )
         assert read_plan(plan_batch(o)) == seeked
 
 
@@ -523,8 +635,9 @@ def test_segments_deleted_after_planning(tmp_path):
     assert new_start > 0
     with pytest.raises(OffsetOutOfRangeError, match="failOnDataLoss"):
         list(read_range(plan[0], FULL_ARROW_SCHEMA))
-    kept = [row for batch in read_range(plan[0], FULL_ARROW_SCHEMA, fail_on_data_loss=False)
-            for row in batch.to_pylist()]
+    kept = [
+        row for batch in read_range(plan[0], FULL_ARROW_SCHEMA, fail_on_data_loss=False) for row in batch.to_pylist()
+    ]
     assert [row["offset"] for row in kept] == [t[2] for t in full if t[2] >= new_start]
 
 

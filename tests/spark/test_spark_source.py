@@ -38,11 +38,22 @@ from txlog.spark.planning import plan_batch
 ROOT_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RC, RU = "read_committed", "read_uncommitted"
 MIXED_TPS = [("audit", 0), ("orders", 0), ("orders", 1), ("orders", 2)]
-KAFKA_COLUMNS = [("key", "binary"), ("value", "binary"), ("topic", "string"), ("partition", "int"),
-                 ("offset", "bigint"), ("timestamp", "timestamp"), ("timestampType", "int")]
+KAFKA_COLUMNS = [
+    ("key", "binary"),
+    ("value", "binary"),
+    ("topic", "string"),
+    ("partition", "int"),
+    ("offset", "bigint"),
+    ("timestamp", "timestamp"),
+    ("timestampType", "int"),
+]
 HEADERS_COLUMN = [("headers", "array<struct<key:string,value:binary>>")]
-TRANSACTION_COLUMNS = [("producerId", "bigint"), ("producerEpoch", "int"), ("sequence", "int"),
-                       ("isTransactional", "boolean")]
+TRANSACTION_COLUMNS = [
+    ("producerId", "bigint"),
+    ("producerEpoch", "int"),
+    ("sequence", "int"),
+    ("isTransactional", "boolean"),
+]
 FULL = {"includeHeaders": "true", "includeTransactionColumns": "true"}
 
 
@@ -96,8 +107,10 @@ def full_reads(spark, mixed) -> dict[str, list[tuple]]:
     read_committed is asked for by not naming an isolation level (it is the default), and
     read_uncommitted through the `kafka.`-prefixed spelling of the option.
     """
-    return {RC: collect(load(spark, mixed, subscribe="orders,audit", **FULL)),
-            RU: collect(load(spark, mixed, subscribe="orders,audit", **{"kafka.isolation.level": RU}, **FULL))}
+    return {
+        RC: collect(load(spark, mixed, subscribe="orders,audit", **FULL)),
+        RU: collect(load(spark, mixed, subscribe="orders,audit", **{"kafka.isolation.level": RU}, **FULL)),
+    }
 
 
 def load(spark, path: str, *, isolation: str | None = None, **options):
@@ -127,9 +140,22 @@ def collect(df) -> list[tuple]:
     for r in rows:
         d = r.asDict()
         headers = d.get("headers")
-        out.append((d["topic"], d["partition"], d["offset"], d["key"], d["value"], d["__ms"], d["timestampType"],
-                    None if "headers" not in names else tuple((h["key"], h["value"]) for h in headers or ()),
-                    d.get("producerId"), d.get("producerEpoch"), d.get("sequence"), d.get("isTransactional")))
+        out.append(
+            (
+                d["topic"],
+                d["partition"],
+                d["offset"],
+                d["key"],
+                d["value"],
+                d["__ms"],
+                d["timestampType"],
+                None if "headers" not in names else tuple((h["key"], h["value"]) for h in headers or ()),
+                d.get("producerId"),
+                d.get("producerEpoch"),
+                d.get("sequence"),
+                d.get("isTransactional"),
+            )
+        )
     return sorted(out, key=lambda t: (t[0], t[1], t[2]))
 
 
@@ -147,9 +173,12 @@ def collect_or_fail(df, what: str) -> list:
         return df.collect()
     except Exception as exc:  # noqa: BLE001 - any failure of an empty read is the bug reported
         lines = [line for line in str(exc).splitlines() if "Error" in line or "Exception" in line]
-        pytest.fail(f"{what}: reading must give an empty DataFrame, but the read failed "
-                    f"(a plan without input partitions makes Spark read one InputPartition(None)): "
-                    f"{lines[-1] if lines else str(exc)[:300]}", pytrace=False)
+        pytest.fail(
+            f"{what}: reading must give an empty DataFrame, but the read failed "
+            f"(a plan without input partitions makes Spark read one InputPartition(None)): "
+            f"{lines[-1] if lines else str(exc)[:300]}",
+            pytrace=False,
+        )
 
 
 def same(got: list[tuple], want: list[tuple]) -> str:
@@ -246,16 +275,17 @@ def ranges(mixed) -> dict[str, tuple[str, str]]:
         store.close()
 
     def aborted_batch(b):
-        return any(t.producer_id == b.producer_id and t.first_offset <= b.base_offset <= t.last_offset
-                   for t in aborted)
+        return any(t.producer_id == b.producer_id and t.first_offset <= b.base_offset <= t.last_offset for t in aborted)
 
     o0, o2 = batches[("orders", 0)], batches[("orders", 2)]
-    aborted_data = [b for b in o0 if b.is_transactional and not b.is_control and aborted_batch(b)
-                    and b.records_count >= 2]
+    aborted_data = [
+        b for b in o0 if b.is_transactional and not b.is_control and aborted_batch(b) and b.records_count >= 2
+    ]
     multi_plain = [b for b in o2 if not b.is_transactional and b.records_count >= 2]
     assert len(aborted_data) >= 2 and multi_plain, "precondition: the mixed store has multi-record batches"
-    committed_after = [b for b in o2 if b.is_transactional and not b.is_control
-                       and b.base_offset > multi_plain[0].base_offset]
+    committed_after = [
+        b for b in o2 if b.is_transactional and not b.is_control and b.base_offset > multi_plain[0].base_offset
+    ]
     markers0 = [b.base_offset for b in o0 if b.is_control]
     markers2 = [b.base_offset for b in o2 if b.is_control]
     return {
@@ -280,8 +310,17 @@ def ranges(mixed) -> dict[str, tuple[str, str]]:
 @pytest.mark.parametrize("name", ["mid-batch-and-mid-transaction", "on-markers-and-empty"])
 def test_json_offset_ranges_equal_the_consumer(spark, mixed, ranges, iso, name):
     starting, ending = ranges[name]
-    got = collect(load(spark, mixed, subscribe="orders,audit", isolation=iso, startingOffsets=starting,
-                       endingOffsets=ending, **FULL))
+    got = collect(
+        load(
+            spark,
+            mixed,
+            subscribe="orders,audit",
+            isolation=iso,
+            startingOffsets=starting,
+            endingOffsets=ending,
+            **FULL,
+        )
+    )
     starts, ends = _resolve(mixed, starting, iso), _resolve(mixed, ending, iso)
     want = expected(mixed, MIXED_TPS, iso, starts=starts, ends=ends)
     assert got == want, same(got, want)
@@ -331,8 +370,11 @@ def test_splitting_keeps_the_rows(spark, mixed, full_reads, split):
 @pytest.mark.parametrize("iso", [RC, RU])
 def test_max_bytes_per_partition_cuts_many_segment_partitions(spark, segmented, iso):
     cut = load(spark, segmented, subscribe="orders,audit", isolation=iso, maxBytesPerPartition="1500", **FULL)
-    planned = plan_batch(parse_options({"path": segmented, "subscribe": "orders,audit", "isolation.level": iso,
-                                        "maxBytesPerPartition": "1500"}))
+    planned = plan_batch(
+        parse_options(
+            {"path": segmented, "subscribe": "orders,audit", "isolation.level": iso, "maxBytesPerPartition": "1500"}
+        )
+    )
     unsplit = plan_batch(parse_options({"path": segmented, "subscribe": "orders,audit", "isolation.level": iso}))
     assert len(unsplit) == 4 and all(len(r.extents) >= 2 for r in unsplit), "precondition: several segments"
     assert cut.rdd.getNumPartitions() == len(planned) > 4 + 3, "1 KiB segments cut at 1500 bytes: a piece each"
@@ -363,8 +405,15 @@ def test_open_transaction_holds_read_committed_at_the_lso_until_it_commits(spark
     assert not any(t[4] and t[4].startswith(b"open") for t in rc)
 
     # 'latest' in endingOffsets JSON under read_committed is the LSO
-    latest_json = collect(load(spark, path, subscribe="orders,audit", **FULL,
-                               endingOffsets='{"orders":{"0":-1,"1":-1,"2":-1},"audit":{"0":-1}}'))
+    latest_json = collect(
+        load(
+            spark,
+            path,
+            subscribe="orders,audit",
+            **FULL,
+            endingOffsets='{"orders":{"0":-1,"1":-1,"2":-1},"audit":{"0":-1}}',
+        )
+    )
     assert latest_json == rc
 
     ru = collect(load(spark, path, subscribe="orders,audit", isolation=RU, **FULL))
@@ -456,11 +505,14 @@ def test_real_kafka_directory_reads_as_the_consumer_and_is_not_modified(spark, k
 # ---- errors surface through Spark -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("options, needle", [
-    ({}, "subscribe"),
-    ({"subscribe": "orders", "startingOffsets": "latest"}, "startingOffsets"),
-    ({"subscribe": "no_such_topic"}, "no_such_topic"),
-])
+@pytest.mark.parametrize(
+    "options, needle",
+    [
+        ({}, "subscribe"),
+        ({"subscribe": "orders", "startingOffsets": "latest"}, "startingOffsets"),
+        ({"subscribe": "no_such_topic"}, "no_such_topic"),
+    ],
+)
 def test_errors_surface_with_the_options_name(spark, mixed, options, needle):
     with pytest.raises(Exception) as info:
         load(spark, mixed, **options).collect()
@@ -492,8 +544,14 @@ def test_topic_without_records_gives_an_empty_dataframe(spark, mixed):
 
 
 def test_start_equal_to_end_gives_no_rows(spark, mixed):
-    df = load(spark, mixed, assign='{"orders":[0]}', startingOffsets='{"orders":{"0":10}}',
-              endingOffsets='{"orders":{"0":10}}', **FULL)
+    df = load(
+        spark,
+        mixed,
+        assign='{"orders":[0]}',
+        startingOffsets='{"orders":{"0":10}}',
+        endingOffsets='{"orders":{"0":10}}',
+        **FULL,
+    )
     assert collect_or_fail(df, "startingOffsets == endingOffsets") == []
 
 
@@ -508,8 +566,13 @@ def test_range_of_only_aborted_records_and_markers_gives_no_rows(spark, mixed):
         store.close()
     span = {("orders", 0): txn.first_offset}, {("orders", 0): txn.last_offset + 1}
     assert expected(mixed, [("orders", 0)], RC, starts=span[0], ends=span[1]) == [], "precondition: all aborted"
-    df = load(spark, mixed, assign='{"orders":[0]}', startingOffsets=f'{{"orders":{{"0":{txn.first_offset}}}}}',
-              endingOffsets=f'{{"orders":{{"0":{txn.last_offset + 1}}}}}', **FULL)
+    df = load(
+        spark,
+        mixed,
+        assign='{"orders":[0]}',
+        startingOffsets=f'{{"orders":{{"0":{txn.first_offset}}}}}',
+        endingOffsets=f'{{"orders":{{"0":{txn.last_offset + 1}}}}}',
+        **FULL,
+    )
     assert df.rdd.getNumPartitions() == 1
     assert collect(df) == []
-

@@ -29,8 +29,9 @@ ORDERS = [("orders", 0), ("orders", 1), ("orders", 2)]
 
 
 def _reader(path: str, **options: str) -> TxlogStreamReader:
-    return TxlogStreamReader(parse_options({"path": path, "subscribe": "orders", **options}, streaming=True),
-                             StructType())
+    return TxlogStreamReader(
+        parse_options({"path": path, "subscribe": "orders", **options}, streaming=True), StructType()
+    )
 
 
 def _bounds(path: str) -> dict:
@@ -52,7 +53,8 @@ def test_latest_is_the_lso_under_read_committed_and_the_log_end_otherwise(tmp_pa
 
     committed = from_json_offsets(_reader(path).latestOffset(start, ReadAllAvailable()))
     uncommitted = from_json_offsets(
-        _reader(path, **{"kafka.isolation.level": "read_uncommitted"}).latestOffset(start, ReadAllAvailable()))
+        _reader(path, **{"kafka.isolation.level": "read_uncommitted"}).latestOffset(start, ReadAllAvailable())
+    )
     assert committed == {tp: b[1] for tp, b in bounds.items()}
     assert uncommitted == {tp: b[2] for tp, b in bounds.items()}
     assert committed[("orders", 1)] < uncommitted[("orders", 1)], "orders-1 has an open transaction"
@@ -74,7 +76,8 @@ def test_max_offsets_per_trigger_shares_the_budget_by_backlog(tmp_path):
     assert all(step > 0 for step in steps) and sum(steps) <= 30
     # ReadAllAvailable (what the engine passes for some triggers) ignores the option
     assert from_json_offsets(reader.latestOffset(start, ReadAllAvailable())) == {
-        tp: b[1] for tp, b in _bounds(path).items()}
+        tp: b[1] for tp, b in _bounds(path).items()
+    }
     # ReadMinRows waits (returns the start) until enough has arrived
     assert reader.latestOffset(start, ReadMinRows(10**6)) == start
 
@@ -85,12 +88,14 @@ def test_a_micro_batch_never_splits_an_undecided_transaction(tmp_path):
     reader = _reader(path, startingOffsets="earliest")
     start = reader.initialOffset()
     end = reader.latestOffset(start, ReadAllAvailable())
-    before = [(r.topic, r.partition, r.start, r.end, r.aborted) for r in
-              (p.value for p in reader.partitions(start, end))]
+    before = [
+        (r.topic, r.partition, r.start, r.end, r.aborted) for r in (p.value for p in reader.partitions(start, end))
+    ]
     with txlog.Admin(path) as admin:
         admin.end_transaction("opener", commit=True)
-    after = [(r.topic, r.partition, r.start, r.end, r.aborted) for r in
-             (p.value for p in reader.partitions(start, end))]
+    after = [
+        (r.topic, r.partition, r.start, r.end, r.aborted) for r in (p.value for p in reader.partitions(start, end))
+    ]
     assert before == after
 
 
@@ -101,13 +106,22 @@ def _start(spark, path: str, out: str, checkpoint: str, *, trigger: dict, max_of
     reader = spark.readStream.format("txlog").option("subscribe", "orders").option("startingOffsets", "earliest")
     if max_offsets:
         reader = reader.option("maxOffsetsPerTrigger", str(max_offsets))
-    return (reader.load(path).selectExpr("partition", "offset", "value").writeStream.format("parquet")
-            .option("path", out).option("checkpointLocation", checkpoint).trigger(**trigger).start())
+    return (
+        reader.load(path)
+        .selectExpr("partition", "offset", "value")
+        .writeStream.format("parquet")
+        .option("path", out)
+        .option("checkpointLocation", checkpoint)
+        .trigger(**trigger)
+        .start()
+    )
 
 
 def _sink_rows(spark, out: str) -> list[tuple]:
-    return sorted((r.partition, r.offset, bytes(r.value) if r.value is not None else None)
-                  for r in spark.read.parquet(out).collect())
+    return sorted(
+        (r.partition, r.offset, bytes(r.value) if r.value is not None else None)
+        for r in spark.read.parquet(out).collect()
+    )
 
 
 def _expected(path: str) -> list[tuple]:
@@ -179,8 +193,12 @@ def test_killed_mid_stream_with_sigkill_and_restarted_reads_each_committed_recor
     """A real kill -9 of the process running the query, while transactions keep committing and aborting."""
     path = mixed_store(str(tmp_path / "store"))
     out, checkpoint = str(tmp_path / "out"), str(tmp_path / "checkpoint")
-    worker = subprocess.Popen([sys.executable, "-c", _STREAM_WORKER, path, out, checkpoint],
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+    worker = subprocess.Popen(
+        [sys.executable, "-c", _STREAM_WORKER, path, out, checkpoint],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         assert worker.stdout.readline().strip() == b"started"
         commits = os.path.join(checkpoint, "commits")
@@ -206,10 +224,17 @@ def test_stream_rows_equal_a_batch_read_of_the_same_offsets(spark, tmp_path):
     assert len(batches) > 2, "maxOffsetsPerTrigger splits the backlog into several micro-batches"
     end = batches[-1]["sources"][0]["endOffset"]
     end = end if isinstance(end, str) else json.dumps(end)
-    batch_rows = (spark.read.format("txlog").option("subscribe", "orders").option("endingOffsets", end)
-                  .load(path).selectExpr("partition", "offset", "value").collect())
-    assert _sink_rows(spark, out) == sorted((r.partition, r.offset, bytes(r.value) if r.value is not None else None)
-                                            for r in batch_rows)
+    batch_rows = (
+        spark.read.format("txlog")
+        .option("subscribe", "orders")
+        .option("endingOffsets", end)
+        .load(path)
+        .selectExpr("partition", "offset", "value")
+        .collect()
+    )
+    assert _sink_rows(spark, out) == sorted(
+        (r.partition, r.offset, bytes(r.value) if r.value is not None else None) for r in batch_rows
+    )
 
 
 @pytest.mark.parametrize("bad", [{"endingOffsets": "latest"}, {"maxOffsetsPerTrigger": "0"}])

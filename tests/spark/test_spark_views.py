@@ -26,10 +26,20 @@ TXN_TOPIC = "__transaction_state"
 T0 = 1_700_000_000_000
 
 BATCH_FIELDS = {  # view column -> inspect's batch key
-    "baseOffset": "baseOffset", "lastOffset": "lastOffset", "recordCount": "count", "producerId": "producerId",
-    "producerEpoch": "producerEpoch", "baseSequence": "baseSequence", "lastSequence": "lastSequence",
-    "isTransactional": "isTransactional", "isControl": "isControl", "compression": "compresscodec",
-    "sizeBytes": "size", "crc": "crc", "magic": "magic", "partitionLeaderEpoch": "partitionLeaderEpoch",
+    "baseOffset": "baseOffset",
+    "lastOffset": "lastOffset",
+    "recordCount": "count",
+    "producerId": "producerId",
+    "producerEpoch": "producerEpoch",
+    "baseSequence": "baseSequence",
+    "lastSequence": "lastSequence",
+    "isTransactional": "isTransactional",
+    "isControl": "isControl",
+    "compression": "compresscodec",
+    "sizeBytes": "size",
+    "crc": "crc",
+    "magic": "magic",
+    "partitionLeaderEpoch": "partitionLeaderEpoch",
 }
 
 
@@ -45,8 +55,16 @@ def mixed(tmp_path_factory) -> str:
 def _txn_value(pid: int, epoch: int, state: str, start: int, update: int, partitions=(), **tags):
     from txlog.schemas.transaction_log import TxnLogValue, TxnState
 
-    return TxnLogValue(producer_id=pid, producer_epoch=epoch, timeout_ms=60_000, state=TxnState[state],
-                       partitions=tuple(partitions), last_update_ms=update, start_ms=start, **tags)
+    return TxnLogValue(
+        producer_id=pid,
+        producer_epoch=epoch,
+        timeout_ms=60_000,
+        state=TxnState[state],
+        partitions=tuple(partitions),
+        last_update_ms=update,
+        start_ms=start,
+        **tags,
+    )
 
 
 #: (log partition, transactional id, value or None, value version, timestamp); ids with known open times:
@@ -54,18 +72,42 @@ def _txn_value(pid: int, epoch: int, state: str, start: int, update: int, partit
 HISTORY = [
     (0, "t-a", _txn_value(10, 0, "EMPTY", -1, T0), 1, T0),
     (0, "t-a", _txn_value(10, 0, "ONGOING", T0 + 2000, T0 + 2000, [("orders", 1), ("orders", 0)]), 1, T0 + 2000),
-    (0, "t-a", _txn_value(10, 0, "PREPARE_COMMIT", T0 + 2000, T0 + 2500, [("orders", 0), ("orders", 1)]), 1,
-     T0 + 2500),
+    (0, "t-a", _txn_value(10, 0, "PREPARE_COMMIT", T0 + 2000, T0 + 2500, [("orders", 0), ("orders", 1)]), 1, T0 + 2500),
     (0, "t-a", _txn_value(10, 0, "COMPLETE_COMMIT", T0 + 2000, T0 + 3000), 1, T0 + 3000),
     (0, "t-a", _txn_value(10, 0, "ONGOING", T0 + 5000, T0 + 5000, [("audit", 0)]), 1, T0 + 5000),
-    (0, "t-a", _txn_value(10, 1, "PREPARE_ABORT", T0 + 5000, T0 + 5100, [("audit", 0)], previous_producer_id=7,
-                          next_producer_id=11, next_producer_epoch=0), 1, T0 + 5100),
+    (
+        0,
+        "t-a",
+        _txn_value(
+            10,
+            1,
+            "PREPARE_ABORT",
+            T0 + 5000,
+            T0 + 5100,
+            [("audit", 0)],
+            previous_producer_id=7,
+            next_producer_id=11,
+            next_producer_epoch=0,
+        ),
+        1,
+        T0 + 5100,
+    ),
     (0, "t-a", _txn_value(10, 1, "COMPLETE_ABORT", T0 + 5000, T0 + 9000, client_transaction_version=1), 1, T0 + 9000),
     (1, "t-b", _txn_value(20, 0, "EMPTY", -1, T0 + 100, client_transaction_version=0), 0, T0 + 100),
-    (1, "t-b", _txn_value(20, 0, "ONGOING", T0 + 10_000, T0 + 10_000, [("orders", 2)], client_transaction_version=0),
-     0, T0 + 10_000),
-    (1, "t-b", _txn_value(20, 0, "COMPLETE_COMMIT", T0 + 10_000, T0 + 10_250, client_transaction_version=0), 0,
-     T0 + 10_250),
+    (
+        1,
+        "t-b",
+        _txn_value(20, 0, "ONGOING", T0 + 10_000, T0 + 10_000, [("orders", 2)], client_transaction_version=0),
+        0,
+        T0 + 10_000,
+    ),
+    (
+        1,
+        "t-b",
+        _txn_value(20, 0, "COMPLETE_COMMIT", T0 + 10_000, T0 + 10_250, client_transaction_version=0),
+        0,
+        T0 + 10_250,
+    ),
     (1, "t-b", None, None, T0 + 20_000),
 ]
 UNKNOWN_KEY = struct.pack(">h", 1) + b"future record type"
@@ -86,7 +128,8 @@ def handmade(tmp_path_factory) -> str:
         for log_partition, txn_id, value, version, timestamp in HISTORY:
             payload = None if value is None else encode_value(value, version)
             store.partition(TXN_TOPIC, log_partition).append(
-                build_batch([(encode_key(txn_id), payload, None, timestamp)]))
+                build_batch([(encode_key(txn_id), payload, None, timestamp)])
+            )
         store.partition(TXN_TOPIC, 1).append(build_batch([(UNKNOWN_KEY, b"?", None, T0 + 30_000)]))
     finally:
         store.close()
@@ -113,8 +156,15 @@ def inspect_json(*args: str) -> list[dict]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p)
     env.pop("TXLOG_DATA_DIR", None)
-    proc = subprocess.run([sys.executable, "-m", "cli.main", "inspect", "--output", "json", *args], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cli.main", "inspect", "--output", "json", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr)
     return json.loads(proc.stdout)
 
@@ -144,8 +194,10 @@ def inspect_batches(directory: str) -> dict[tuple, dict]:
     return out
 
 
-_PAYLOAD = re.compile(r"producerId:(-?\d+),producerEpoch:(-?\d+),state=(\w+),partitions=\[(.*)\],"
-                      r"txnLastUpdateTimestamp=(-?\d+),txnTimeoutMs=(\d+)")
+_PAYLOAD = re.compile(
+    r"producerId:(-?\d+),producerEpoch:(-?\d+),state=(\w+),partitions=\[(.*)\],"
+    r"txnLastUpdateTimestamp=(-?\d+),txnTimeoutMs=(\d+)"
+)
 
 
 def inspect_transactions(directory: str) -> list[tuple]:
@@ -159,8 +211,14 @@ def inspect_transactions(directory: str) -> list[tuple]:
             value = None
             if payload not in (None, "<DELETE>"):
                 pid, epoch, state, parts, updated, timeout = _PAYLOAD.fullmatch(payload).groups()
-                value = (int(pid), int(epoch), state, sorted(tuple(p.rsplit("-", 1)) for p in parts.split(",") if p),
-                         int(updated), int(timeout))
+                value = (
+                    int(pid),
+                    int(epoch),
+                    state,
+                    sorted(tuple(p.rsplit("-", 1)) for p in parts.split(",") if p),
+                    int(updated),
+                    int(timeout),
+                )
             rows.append((partition, record["offset"], record["timestamp"], txn_id, value))
     return sorted(rows, key=lambda r: (r[0], r[1]))
 
@@ -186,14 +244,24 @@ def view_batches(spark, path: str, **options) -> dict[tuple, dict]:
 
 
 def view_transactions(spark, path: str, **options) -> list[tuple]:
-    df = millis(load(spark, path, "transactions", **options), "transactionLastUpdateTimestamp", "logTimestamp",
-                "transactionStartTimestamp")
+    df = millis(
+        load(spark, path, "transactions", **options),
+        "transactionLastUpdateTimestamp",
+        "logTimestamp",
+        "transactionStartTimestamp",
+    )
     rows = []
     for r in df.orderBy("logPartition", "logOffset").collect():
         value = None
         if r.state is not None:
-            value = (r.producerId, r.producerEpoch, r.state, sorted((p.topic, str(p.partition)) for p in r.partitions),
-                     r.transactionLastUpdateTimestamp, r.transactionTimeoutMs)
+            value = (
+                r.producerId,
+                r.producerEpoch,
+                r.state,
+                sorted((p.topic, str(p.partition)) for p in r.partitions),
+                r.transactionLastUpdateTimestamp,
+                r.transactionTimeoutMs,
+            )
         rows.append((r.logPartition, r.logOffset, r.logTimestamp, r.transactionalId, value))
     return rows
 
@@ -203,8 +271,9 @@ def mixed_inspected(mixed) -> dict[tuple, dict]:
     return inspect_batches(mixed)
 
 
-def assert_batches_match_inspect(spark, path: str, expected: dict[tuple, dict] | None = None,
-                                 **options) -> dict[tuple, dict]:
+def assert_batches_match_inspect(
+    spark, path: str, expected: dict[tuple, dict] | None = None, **options
+) -> dict[tuple, dict]:
     expected = inspect_batches(path) if expected is None else expected
     got = view_batches(spark, path, **options)
     assert sorted(got) == sorted(expected)
@@ -228,8 +297,10 @@ def test_batches_are_what_inspect_lists(spark, mixed, mixed_inspected):
 def test_batches_whole_log_whatever_the_isolation(spark, mixed):
     """Aborted data, markers and the open transaction all have rows: isolation and offsets do not apply."""
     everything = load(spark, mixed, "batches").count()
-    assert load(spark, mixed, "batches", **{"isolation.level": "read_committed",
-                                            "startingOffsets": "earliest"}).count() == everything
+    assert (
+        load(spark, mixed, "batches", **{"isolation.level": "read_committed", "startingOffsets": "earliest"}).count()
+        == everything
+    )
     opener = load(spark, mixed, "transactions").where("transactionalId = 'opener'").first().producerId
     open_txn = load(spark, mixed, "batches").where(F.col("producerId") == opener)
     # "opener" wrote to orders-1 and audit-0 and never ended: its batches are there, with no marker.
@@ -237,14 +308,21 @@ def test_batches_whole_log_whatever_the_isolation(spark, mixed):
 
 
 def test_abort_rate_per_producer_is_one_query(spark, mixed):
-    rates = (load(spark, mixed, "batches").where("isControl")
-             .groupBy("producerId")
-             .agg((F.sum((F.col("controlType") == "ABORT").cast("int")) / F.count("*")).alias("abortRate"),
-                  F.count("*").alias("markers"))
-             .collect())
+    rates = (
+        load(spark, mixed, "batches")
+        .where("isControl")
+        .groupBy("producerId")
+        .agg(
+            (F.sum((F.col("controlType") == "ABORT").cast("int")) / F.count("*")).alias("abortRate"),
+            F.count("*").alias("markers"),
+        )
+        .collect()
+    )
     by_id = {r.producerId: (r.abortRate, r.markers) for r in rates}
-    ids = {r.transactionalId: r.producerId
-           for r in load(spark, mixed, "transactions").select("transactionalId", "producerId").distinct().collect()}
+    ids = {
+        r.transactionalId: r.producerId
+        for r in load(spark, mixed, "transactions").select("transactionalId", "producerId").distinct().collect()
+    }
     # 3 committed (i = 0, 10, 20) + 1 final commit; 3 aborted; each transaction touches 4 partitions.
     assert by_id == {ids["committer"]: (0.0, 16), ids["aborter"]: (1.0, 12)}
 
@@ -265,7 +343,9 @@ def test_batches_of_an_empty_selection(spark, handmade):
 def test_batches_of_a_real_kafka_data_directory(spark, kafka_real_copy):
     got = assert_batches_match_inspect(spark, kafka_real_copy)
     assert [(k[0], k[1], v["baseOffset"], v["recordCount"]) for k, v in sorted(got.items())] == [
-        ("__cluster_metadata", 0, 1, 1), ("__cluster_metadata", 0, 2, 2)]
+        ("__cluster_metadata", 0, 1, 1),
+        ("__cluster_metadata", 0, 2, 2),
+    ]
 
 
 def test_a_bad_view_name_names_the_option(spark, mixed):
@@ -290,35 +370,54 @@ def test_transactions_columns_of_each_value(spark, handmade):
     for row, (log_partition, txn_id, value, version, _) in zip(rows[: len(HISTORY)], HISTORY, strict=True):
         assert (row["logPartition"], row["transactionalId"]) == (log_partition, txn_id)
         if value is None:  # a tombstone: the id, and nothing else
-            assert {k for k, v in row.items() if v is not None} == {"transactionalId", "logPartition", "logOffset",
-                                                                    "logTimestamp"}
+            assert {k for k, v in row.items() if v is not None} == {
+                "transactionalId",
+                "logPartition",
+                "logOffset",
+                "logTimestamp",
+            }
             continue
         assert row["clientTransactionVersion"] == (value.client_transaction_version if version else None)
         assert row["transactionStartTimestamp"] == (None if value.start_ms < 0 else value.start_ms)
         assert (row["previousProducerId"], row["nextProducerId"], row["nextProducerEpoch"]) == (
-            value.previous_producer_id, value.next_producer_id, value.next_producer_epoch)
+            value.previous_producer_id,
+            value.next_producer_id,
+            value.next_producer_epoch,
+        )
         assert row["partitions"] == [{"topic": t, "partition": p} for t, p in sorted(value.partitions)]
     unknown = rows[-1]
     assert unknown["transactionalId"] is None and unknown["state"] is None and unknown["logOffset"] == 4
-    assert [r["state"] for r in rows[:7]] == ["Empty", "Ongoing", "PrepareCommit", "CompleteCommit", "Ongoing",
-                                             "PrepareAbort", "CompleteAbort"]
+    assert [r["state"] for r in rows[:7]] == [
+        "Empty",
+        "Ongoing",
+        "PrepareCommit",
+        "CompleteCommit",
+        "Ongoing",
+        "PrepareAbort",
+        "CompleteAbort",
+    ]
 
 
 def test_how_long_transactions_stay_open_is_one_query(spark, handmade):
     open_ms = F.unix_millis("transactionLastUpdateTimestamp") - F.unix_millis("transactionStartTimestamp")
-    stats = (load(spark, handmade, "transactions")
-             .where(F.col("state").isin("CompleteCommit", "CompleteAbort"))
-             .groupBy("transactionalId")
-             .agg(F.count("*").alias("n"), F.min(open_ms).alias("shortest"), F.max(open_ms).alias("longest"))
-             .collect())
+    stats = (
+        load(spark, handmade, "transactions")
+        .where(F.col("state").isin("CompleteCommit", "CompleteAbort"))
+        .groupBy("transactionalId")
+        .agg(F.count("*").alias("n"), F.min(open_ms).alias("shortest"), F.max(open_ms).alias("longest"))
+        .collect()
+    )
     assert {r.transactionalId: (r.n, r.shortest, r.longest) for r in stats} == {
-        "t-a": (2, 1000, 4000), "t-b": (1, 250, 250)}
+        "t-a": (2, 1000, 4000),
+        "t-b": (1, 250, 250),
+    }
 
 
 def test_transactions_of_a_live_store_complete_in_order(spark, mixed):
     finished = load(spark, mixed, "transactions").where(F.col("state").isin("CompleteCommit", "CompleteAbort"))
-    counts = {(r.transactionalId, r.state): r["count"] for r in finished.groupBy("transactionalId", "state").count()
-              .collect()}
+    counts = {
+        (r.transactionalId, r.state): r["count"] for r in finished.groupBy("transactionalId", "state").count().collect()
+    }
     assert counts == {("committer", "CompleteCommit"): 4, ("aborter", "CompleteAbort"): 3}
     assert finished.where("transactionLastUpdateTimestamp < transactionStartTimestamp").count() == 0
 

@@ -49,8 +49,7 @@ def test_round_trip_property(codec: Compression, data: bytes) -> None:
 
 
 def test_enum_values_are_the_attribute_codes() -> None:
-    assert [(c.name, int(c)) for c in Compression] == [
-        ("NONE", 0), ("GZIP", 1), ("SNAPPY", 2), ("LZ4", 3), ("ZSTD", 4)]
+    assert [(c.name, int(c)) for c in Compression] == [("NONE", 0), ("GZIP", 1), ("SNAPPY", 2), ("LZ4", 3), ("ZSTD", 4)]
 
 
 @pytest.mark.parametrize("code", [5, 6, 7, 8, -1])
@@ -87,7 +86,7 @@ def test_snappy_writes_xerial_framing() -> None:
     pos, out = 16, []
     while pos < len(packed):
         (length,) = struct.unpack_from(">i", packed, pos)
-        block = bytes(cramjam.snappy.decompress_raw(packed[pos + 4:pos + 4 + length]))
+        block = bytes(cramjam.snappy.decompress_raw(packed[pos + 4 : pos + 4 + length]))
         assert len(block) <= 32 * 1024
         out.append(block)
         pos += 4 + length
@@ -140,7 +139,7 @@ def test_lz4_stores_incompressible_blocks_raw() -> None:
     packed = compress(Compression.LZ4, data)
     (size,) = struct.unpack_from("<I", packed, 7)
     assert size == 0x80000000 | len(data)
-    assert packed[11:11 + len(data)] == data
+    assert packed[11 : 11 + len(data)] == data
     assert packed[-4:] == b"\x00\x00\x00\x00"
 
 
@@ -176,7 +175,7 @@ def test_zstd_reads_streamed_frame_without_content_size() -> None:
 @pytest.mark.parametrize("damage", ["empty", "garbage", "truncated"])
 def test_corrupt_input_raises_corrupt_record_error(codec: Compression, damage: str) -> None:
     packed = compress(codec, SAMPLES["large mixed"])
-    bad = {"empty": b"", "garbage": b"\x00garbage\xff" * 3, "truncated": packed[:len(packed) // 2]}[damage]
+    bad = {"empty": b"", "garbage": b"\x00garbage\xff" * 3, "truncated": packed[: len(packed) // 2]}[damage]
     with pytest.raises(CorruptRecordError):
         decompress(codec, bad)
 

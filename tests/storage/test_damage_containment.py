@@ -188,8 +188,14 @@ def test_scenario64_reading_one_record_reads_about_one_batch(store, monkeypatch)
 @pytest.mark.parametrize("how", HOW)
 def test_scenario62_verify_names_the_file_and_byte(store, how):
     path, victim = damage(store, "sealed", how)
-    proc = subprocess.run([sys.executable, "-m", "cli.main", "--data-dir", store, "verify"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cli.main", "--data-dir", store, "verify"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out
     assert os.path.basename(path) in out and str(victim.position) in out, out
@@ -218,8 +224,14 @@ def test_scenario62_offsets_for_times_passes_over_a_damaged_batch(store, templat
 
 def test_scenario63_cli_consume_prints_the_records_before_the_damage_then_one_error_line(store):
     path, victim = damage(store, "sealed", "crc")
-    proc = subprocess.run([sys.executable, "-m", "cli.main", "--data-dir", store, "consume", "-t", "t",
-                           "--output", "jsonl"], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cli.main", "--data-dir", store, "consume", "-t", "t", "--output", "jsonl"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode != 0
     assert len(proc.stdout.splitlines()) == victim.base_offset
     errors = proc.stderr.strip().splitlines()

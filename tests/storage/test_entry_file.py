@@ -35,8 +35,13 @@ def follows(prev, cur) -> bool:
 
 def open_file(path, *, writable: bool = True, create: bool = True, run_check: bool = True) -> EntryFile:
     return EntryFile(
-        str(path), LAYOUT, follows, rule="keys must strictly increase", writable=writable,
-        create=create, run_check=increasing_columns((0, lt)) if run_check else None,
+        str(path),
+        LAYOUT,
+        follows,
+        rule="keys must strictly increase",
+        writable=writable,
+        create=create,
+        run_check=increasing_columns((0, lt)) if run_check else None,
     )
 
 

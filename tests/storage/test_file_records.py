@@ -34,13 +34,15 @@ TS = 1_700_000_000_000
 
 
 def data_batch(base_offset: int, count: int = 3, size: int = 10) -> bytes:
-    return build_batch([(b"k%d" % i, bytes([i % 256]) * size, [], TS + i) for i in range(count)],
-                       base_offset=base_offset)
+    return build_batch(
+        [(b"k%d" % i, bytes([i % 256]) * size, [], TS + i) for i in range(count)], base_offset=base_offset
+    )
 
 
 def commit_marker(base_offset: int) -> bytes:
-    return build_control_batch(ControlType.COMMIT, producer_id=7, producer_epoch=0, timestamp=TS,
-                               base_offset=base_offset)
+    return build_control_batch(
+        ControlType.COMMIT, producer_id=7, producer_epoch=0, timestamp=TS, base_offset=base_offset
+    )
 
 
 def three_batches() -> list[bytes]:
@@ -271,7 +273,11 @@ def test_batch_and_header_at_a_position(segment) -> None:
         header = records.header_at(starts[1])
         assert (batch.position, batch.base_offset, batch.last_offset) == (starts[1], 3, 7)
         assert (header.position, header.base_offset, header.last_offset, header.size) == (
-            starts[1], 3, 7, len(batches[1]))
+            starts[1],
+            3,
+            7,
+            len(batches[1]),
+        )
         assert header.crc == batch.crc and header.max_timestamp == batch.max_timestamp
         assert records.batch_at(starts[1], end=starts[2] - 1) is None  # the range ends inside it
         assert [h.max_timestamp for h in records.headers()] == [TS + 2, TS + 4, TS]

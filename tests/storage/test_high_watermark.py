@@ -62,8 +62,13 @@ class _Writer:
 
     def __init__(self, store_path: str):
         env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        self.proc = subprocess.Popen([sys.executable, "-c", _WRITER, store_path, TOPIC, str(PID)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _WRITER, store_path, TOPIC, str(PID)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
 
     def do(self, command: str) -> None:
         self.proc.stdin.write(command + "\n")
@@ -110,8 +115,9 @@ def _stored_hw(store_path: str) -> int | None:
 
 
 def _batch(value: bytes, seq: int = -1, pid: int = -1) -> bytes:
-    return build_batch([(None, value, None, None)], producer_id=pid, producer_epoch=0 if pid >= 0 else -1,
-                       base_sequence=seq)
+    return build_batch(
+        [(None, value, None, None)], producer_id=pid, producer_epoch=0 if pid >= 0 else -1, base_sequence=seq
+    )
 
 
 def _count_syncs(monkeypatch) -> list[int]:
@@ -180,8 +186,9 @@ def test_a_marker_is_synced_and_covers_the_transaction_data_before_it(store, sto
 
     store.create_topic(TOPIC)
     log = store.partition(TOPIC, 0)
-    data = build_batch([(None, b"x", None, None)], producer_id=7, producer_epoch=0, base_sequence=0,
-                       is_transactional=True)
+    data = build_batch(
+        [(None, b"x", None, None)], producer_id=7, producer_epoch=0, base_sequence=0, is_transactional=True
+    )
     log.append(data, sync=False)
     assert _stored_hw(store_path) == 0
     log.append_marker(ControlType.COMMIT, 7, 0)
@@ -300,7 +307,7 @@ def test_power_loss_cut_to_the_high_watermark_leaves_a_consistent_log(writer, st
         log = reopened.partition(TOPIC, 0)
         assert (log.log_end_offset, log.high_watermark, _stored_hw(store_path)) == (2, 2, 2)
         after = _values(log)
-        assert after[:len(before)] == before  # nothing a reader saw vanished
+        assert after[: len(before)] == before  # nothing a reader saw vanished
         assert log.append(_batch(b"b", seq=1, pid=PID)).duplicate  # producer state is the log's, not the lost tail's
         assert log.append(_batch(b"c2", seq=2, pid=PID)).base_offset == 2  # the lost batch's retry is new
         assert _values(log) == [b"a", b"b", b"c2"]
@@ -424,8 +431,15 @@ def test_the_hw_file_is_neither_an_orphan_nor_unknown_to_the_tools(store_path):
         ro.close()
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     hw_path = os.path.join(_pdir(store_path), HIGH_WATERMARK_FILE)
-    proc = subprocess.run([sys.executable, "-m", "cli.main", "inspect", _pdir(store_path), hw_path], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cli.main", "inspect", _pdir(store_path), hw_path],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
     assert "highWatermark: 1" in proc.stdout.splitlines()
 

@@ -74,8 +74,10 @@ def test_inspect_prints_a_gzip_wrapper_and_its_inner_messages(tmp_path):
     proc = txlog("inspect", "--print-data-log", os.path.join(root, "old-0", SEG0 + ".log"))
     assert_ok(proc)
     lines = proc.stdout.splitlines()[2:]
-    assert lines[0] == (f"offset: 2 position: 0 CreateTime: 1002 size: {len(data)} magic: 1 compresscodec: gzip "
-                        f"crc: {_crc(data, 0)} isvalid: true")
+    assert lines[0] == (
+        f"offset: 2 position: 0 CreateTime: 1002 size: {len(data)} magic: 1 compresscodec: gzip "
+        f"crc: {_crc(data, 0)} isvalid: true"
+    )
     assert [line.split(" isValid")[0] for line in lines[1:]] == [
         "| offset: 0 CreateTime: 1000 keySize: 2 valueSize: 1",
         "| offset: 1 CreateTime: 1001 keySize: 2 valueSize: 2",

@@ -39,8 +39,9 @@ def pdir(store_path) -> str:
 
 
 def open_loader(directory: str, *, repair: bool) -> LogLoader:
-    loader = LogLoader(directory, TopicConfig(), [], ProducerStateManager(), TxnIndexCheck(),
-                       read_only=not repair, clock=lambda: 0)
+    loader = LogLoader(
+        directory, TopicConfig(), [], ProducerStateManager(), TxnIndexCheck(), read_only=not repair, clock=lambda: 0
+    )
     loader.load(repair=repair)
     return loader
 

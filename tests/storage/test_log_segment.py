@@ -74,7 +74,9 @@ def test_append_writes_the_bytes_and_advances_size_and_next_offset(segment) -> N
     assert segment.size == len(first) + len(second)
     assert segment.next_offset == 105
     assert [(pos, b.base_offset, b.last_offset) for pos, b in segment.iter_batches()] == [
-        (0, 100, 102), (len(first), 103, 104)]
+        (0, 100, 102),
+        (len(first), 103, 104),
+    ]
     assert segment.max_timestamp == T0 + 51 and segment.offset_of_max_timestamp == 104
     assert segment.first_batch_timestamp == T0 + 2
 
@@ -331,15 +333,19 @@ def test_full_index_check_catches_an_entry_beyond_the_log(segment) -> None:
 def test_delete_files_lists_the_log_first(segment) -> None:
     paths = segment.delete_files()
     assert [os.path.basename(p) for p in paths] == [
-        "00000000000000000100.log", "00000000000000000100.index",
-        "00000000000000000100.timeindex", "00000000000000000100.txnindex"]
+        "00000000000000000100.log",
+        "00000000000000000100.index",
+        "00000000000000000100.timeindex",
+        "00000000000000000100.txnindex",
+    ]
 
 
 def test_control_batches_are_scanned_like_data(segment) -> None:
     w = Writer(segment)
     w.add()
-    marker = build_control_batch(ControlType.COMMIT, producer_id=7, producer_epoch=1, coordinator_epoch=0,
-                                 base_offset=101, timestamp=T0 + 5)
+    marker = build_control_batch(
+        ControlType.COMMIT, producer_id=7, producer_epoch=1, coordinator_epoch=0, base_offset=101, timestamp=T0 + 5
+    )
     segment.append(marker, [(0, 101, T0 + 5)])
     batches = [b for _, b in segment.iter_batches()]
     assert [b.is_control for b in batches] == [False, True]

@@ -181,8 +181,15 @@ def test_a_reader_notices_a_same_size_rewrite_from_a_later_moment(path):
 
 @pytest.mark.parametrize(
     "cut, kept",
-    [(BASE, []), (105, []), (106, ENTRIES[:1]), (110, ENTRIES[:1]), (111, ENTRIES[:2]), (121, ENTRIES),
-     (10**9, ENTRIES)],
+    [
+        (BASE, []),
+        (105, []),
+        (106, ENTRIES[:1]),
+        (110, ENTRIES[:1]),
+        (111, ENTRIES[:2]),
+        (121, ENTRIES),
+        (10**9, ENTRIES),
+    ],
 )
 def test_truncate_to_removes_entries_at_or_after_the_offset(path, cut, kept):
     idx = filled(path)

@@ -47,8 +47,9 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def batch(values, *, pid=-1, epoch=-1, seq=-1, txn=False, ts=None, keys=None, headers=None,
-          compression=Compression.NONE) -> bytes:
+def batch(
+    values, *, pid=-1, epoch=-1, seq=-1, txn=False, ts=None, keys=None, headers=None, compression=Compression.NONE
+) -> bytes:
     """A client batch of `values` (bytes); timestamps ts, ts+1, ..."""
     ts = now_ms() if ts is None else ts
     recs = []
@@ -56,8 +57,9 @@ def batch(values, *, pid=-1, epoch=-1, seq=-1, txn=False, ts=None, keys=None, he
         key = keys[i] if keys is not None else None
         hdrs = headers[i] if headers is not None else None
         recs.append((key, v, hdrs, ts + i))
-    return build_batch(recs, producer_id=pid, producer_epoch=epoch, base_sequence=seq,
-                       is_transactional=txn, compression=compression)
+    return build_batch(
+        recs, producer_id=pid, producer_epoch=epoch, base_sequence=seq, is_transactional=txn, compression=compression
+    )
 
 
 def read_all(log, start=None, max_offset=None) -> list[RecordBatch]:
@@ -129,8 +131,14 @@ def test_append_assigns_dense_offsets_and_reads_back_fields(store):
     store.create_topic("t", partitions=1)
     log = store.partition("t", 0)
     ts = 1_700_000_000_000
-    r1 = log.append(batch([b"a", b"b", b"c"], ts=ts, keys=[b"k0", None, b"k2"],
-                          headers=[[("h", b"x")], None, [("h1", None), ("h2", b"")]]))
+    r1 = log.append(
+        batch(
+            [b"a", b"b", b"c"],
+            ts=ts,
+            keys=[b"k0", None, b"k2"],
+            headers=[[("h", b"x")], None, [("h1", None), ("h2", b"")]],
+        )
+    )
     assert (r1.base_offset, r1.last_offset, r1.duplicate) == (0, 2, False)
     assert len(r1.batches) == 1
     r2 = log.append(batch([b"d"], ts=ts + 10))
@@ -141,7 +149,9 @@ def test_append_assigns_dense_offsets_and_reads_back_fields(store):
     assert [(b.base_offset, b.last_offset) for b in batches] == [(0, 2), (3, 3)]
     recs = batches[0].records()
     assert [(r.offset, r.timestamp, r.key, r.value) for r in recs] == [
-        (0, ts, b"k0", b"a"), (1, ts + 1, None, b"b"), (2, ts + 2, b"k2", b"c"),
+        (0, ts, b"k0", b"a"),
+        (1, ts + 1, None, b"b"),
+        (2, ts + 2, b"k2", b"c"),
     ]
     assert recs[0].headers == [("h", b"x")]
     assert recs[1].headers == []
@@ -157,7 +167,9 @@ def test_multi_batch_append_returns_each_batch(store):
     res = log.append(data)
     assert (res.base_offset, res.last_offset, res.duplicate) == (0, 5, False)
     assert [(b.base_offset, b.last_offset, b.duplicate) for b in res.batches] == [
-        (0, 1, False), (2, 2, False), (3, 5, False)
+        (0, 1, False),
+        (2, 2, False),
+        (3, 5, False),
     ]
     assert data_records(log) == [(0, b"a"), (1, b"b"), (2, b"c"), (3, b"d"), (4, b"e"), (5, b"f")]
 
@@ -250,7 +262,7 @@ def test_leader_rewrites_an_understated_max_timestamp(store, store_path):
     stored = log.read(0)[0]
     assert stored.max_timestamp == ts + 5000
     assert log.offset_for_timestamp(ts + 10) == 1
-    (kb, _), = kafka_python_parse(partition_dir(store_path))
+    ((kb, _),) = kafka_python_parse(partition_dir(store_path))
     assert kb.max_timestamp == ts + 5000
 
 
@@ -364,8 +376,7 @@ def test_retention_ms_uses_clock_and_keeps_active_segment(store_path):
 
 
 def test_offset_for_timestamp(store):
-    store.create_topic("t", partitions=1, config={"segment.bytes": 300, "index.interval.bytes": 0,
-                                                  "retention.ms": -1})
+    store.create_topic("t", partitions=1, config={"segment.bytes": 300, "index.interval.bytes": 0, "retention.ms": -1})
     log = store.partition("t", 0)
     base = now_ms() - 100_000
     for i in range(10):
@@ -408,16 +419,16 @@ def test_markers_are_78_byte_control_batches_and_move_the_lso(store):
 def test_lso_is_first_offset_of_earliest_open_transaction(store):
     store.create_topic("t", partitions=1)
     log = store.partition("t", 0)
-    log.append(batch([b"p0"]))                                            # 0
-    log.append(batch([b"a0", b"a1"], pid=1, epoch=0, seq=0, txn=True))    # 1-2
-    log.append(batch([b"b0"], pid=2, epoch=0, seq=0, txn=True))           # 3
-    log.append(batch([b"a2"], pid=1, epoch=0, seq=2, txn=True))           # 4
+    log.append(batch([b"p0"]))  # 0
+    log.append(batch([b"a0", b"a1"], pid=1, epoch=0, seq=0, txn=True))  # 1-2
+    log.append(batch([b"b0"], pid=2, epoch=0, seq=0, txn=True))  # 3
+    log.append(batch([b"a2"], pid=1, epoch=0, seq=2, txn=True))  # 4
     assert log.open_transactions() == {1: 1, 2: 3}
     assert log.last_stable_offset == 1
     assert [b.base_offset for b in log.read(0, max_offset=log.last_stable_offset)] == [0]
-    log.append_marker(ControlType.COMMIT, 1, 1)                           # 5
+    log.append_marker(ControlType.COMMIT, 1, 1)  # 5
     assert log.last_stable_offset == 3
-    log.append_marker(ControlType.ABORT, 2, 1)                            # 6
+    log.append_marker(ControlType.ABORT, 2, 1)  # 6
     assert log.last_stable_offset == 7 == log.log_end_offset
     assert log.producer_states()[1]["current_txn_start_offset"] == -1
 
@@ -439,9 +450,15 @@ def test_idempotent_state_is_reported(store):
 
 
 def kp_build(records, *, codec=0, txn=False, pid=-1, epoch=-1, seq=-1) -> bytes:
-    b = DefaultRecordBatchBuilder(magic=2, compression_type=codec, is_transactional=txn,
-                                  producer_id=pid, producer_epoch=epoch, base_sequence=seq,
-                                  batch_size=1 << 20)
+    b = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=codec,
+        is_transactional=txn,
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=seq,
+        batch_size=1 << 20,
+    )
     for i, (ts, key, value, headers) in enumerate(records):
         b.append(i, timestamp=ts, key=key, value=value, headers=headers)
     return bytes(b.build())
@@ -472,8 +489,13 @@ def assert_same_records(ours, expected, base_offset):
 def test_kafka_python_batches_append_and_read_back(store, store_path, codec, txn):
     from kafka import codec as kafka_codec
 
-    available = {"none": True, "gzip": kafka_codec.has_gzip(), "snappy": kafka_codec.has_snappy(),
-                 "lz4": kafka_codec.has_lz4(), "zstd": kafka_codec.has_zstd()}
+    available = {
+        "none": True,
+        "gzip": kafka_codec.has_gzip(),
+        "snappy": kafka_codec.has_snappy(),
+        "lz4": kafka_codec.has_lz4(),
+        "zstd": kafka_codec.has_zstd(),
+    }
     if not available[codec]:
         pytest.skip(f"kafka-python cannot build {codec} here (pip install python-snappy lz4 zstandard)")
     store.create_topic("t", partitions=1)
@@ -534,8 +556,14 @@ def test_every_batch_the_store_writes_parses_with_kafka_python(store_path):
     s.create_topic("t", partitions=1, config={"segment.bytes": 400, "retention.ms": -1})
     log = s.partition("t", 0)
     ts = now_ms()
-    builder = BatchBuilder(max_bytes=1 << 16, producer_id=5, producer_epoch=0, base_sequence=0,
-                           is_transactional=True, compression=Compression.GZIP)
+    builder = BatchBuilder(
+        max_bytes=1 << 16,
+        producer_id=5,
+        producer_epoch=0,
+        base_sequence=0,
+        is_transactional=True,
+        compression=Compression.GZIP,
+    )
     for i in range(5):
         builder.append(b"k%d" % i, b"v%d" % i, [("h", b"%d" % i)], ts + i)
     log.append(builder.build())
@@ -563,8 +591,11 @@ def test_every_batch_the_store_writes_parses_with_kafka_python(store_path):
         assert kb.crc == b.crc
         assert kb.is_control_batch == b.is_control
         assert kb.is_transactional == b.is_transactional
-        assert (kb.producer_id, kb.producer_epoch, kb.base_sequence) == (b.producer_id, b.producer_epoch,
-                                                                        b.base_sequence)
+        assert (kb.producer_id, kb.producer_epoch, kb.base_sequence) == (
+            b.producer_id,
+            b.producer_epoch,
+            b.base_sequence,
+        )
         assert kb.compression_type == b.compression
         assert kb.max_timestamp == b.max_timestamp
         if b.is_control:
@@ -584,7 +615,10 @@ def test_every_batch_the_store_writes_parses_with_kafka_python(store_path):
 
 KAFKA_REAL = os.path.join(
     os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))),
-    "shared", "fixtures", "kafka-real")
+    "shared",
+    "fixtures",
+    "kafka-real",
+)
 
 
 def test_real_kafka_segment_opens_read_only(kafka_real_copy):

@@ -27,8 +27,15 @@ from storage.producer_snapshot import (
 
 
 def entry(pid, **fields):
-    values = dict(epoch=0, last_sequence=-1, last_offset=-1, offset_delta=0, timestamp=0,
-                  coordinator_epoch=-1, current_txn_first_offset=-1)
+    values = dict(
+        epoch=0,
+        last_sequence=-1,
+        last_offset=-1,
+        offset_delta=0,
+        timestamp=0,
+        coordinator_epoch=-1,
+        current_txn_first_offset=-1,
+    )
     values.update(fields)
     return SnapshotEntry(pid, **values)
 
@@ -86,16 +93,23 @@ def test_round_trip_with_extreme_values():
     assert sorted(decode_snapshot(encode_snapshot(entries))) == sorted(entries)
 
 
-@given(st.lists(
-    st.builds(
-        SnapshotEntry,
-        st.integers(-(2**63), 2**63 - 1), st.integers(-(2**15), 2**15 - 1), st.integers(-(2**31), 2**31 - 1),
-        st.integers(-(2**63), 2**63 - 1), st.integers(-(2**31), 2**31 - 1), st.integers(-(2**63), 2**63 - 1),
-        st.integers(-(2**31), 2**31 - 1), st.integers(-(2**63), 2**63 - 1),
-    ),
-    unique_by=lambda e: e.producer_id,
-    max_size=30,
-))
+@given(
+    st.lists(
+        st.builds(
+            SnapshotEntry,
+            st.integers(-(2**63), 2**63 - 1),
+            st.integers(-(2**15), 2**15 - 1),
+            st.integers(-(2**31), 2**31 - 1),
+            st.integers(-(2**63), 2**63 - 1),
+            st.integers(-(2**31), 2**31 - 1),
+            st.integers(-(2**63), 2**63 - 1),
+            st.integers(-(2**31), 2**31 - 1),
+            st.integers(-(2**63), 2**63 - 1),
+        ),
+        unique_by=lambda e: e.producer_id,
+        max_size=30,
+    )
+)
 def test_round_trip_keeps_every_entry(entries):
     data = encode_snapshot(entries)
     decoded = decode_snapshot(data)

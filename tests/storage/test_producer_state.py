@@ -43,8 +43,9 @@ class Partition:
         self.next_offset = 0
         self.verify_txn = verify_txn
 
-    def append(self, pid: int, epoch: int, base_seq: int, count: int = 1, *,
-               txn: bool = False, ts: int = 1000) -> BatchMetadata:
+    def append(
+        self, pid: int, epoch: int, base_seq: int, count: int = 1, *, txn: bool = False, ts: int = 1000
+    ) -> BatchMetadata:
         """Append one data batch; return where it landed (the original place for a duplicate)."""
         last_seq = (base_seq + count - 1) if base_seq >= 0 else -1
         if base_seq >= 0 and base_seq > INT32_MAX - (count - 1):
@@ -61,8 +62,9 @@ class Partition:
         self.manager.end_offset = self.next_offset
         return meta
 
-    def marker(self, pid: int, epoch: int, control: ControlType, *, coordinator_epoch: int = 0,
-               ts: int = 2000) -> tuple[int | None, CompletedTxn | None]:
+    def marker(
+        self, pid: int, epoch: int, control: ControlType, *, coordinator_epoch: int = 0, ts: int = 2000
+    ) -> tuple[int | None, CompletedTxn | None]:
         """Write a marker if the state machine wants it; (its offset or None, completed txn)."""
         staged = ProducerAppend(self.manager)
         if not staged.check_marker(pid, epoch, coordinator_epoch):
@@ -475,8 +477,11 @@ def test_loaded_snapshot_answers_the_retry_of_its_last_batch_and_keeps_the_open_
     assert fresh.end_offset == 5
     assert fresh.first_unstable_offset() == 0
     dup = ProducerAppend(fresh).check_data(PID, 0, 2, 4, True)
-    assert (dup.first_offset, dup.last_offset, dup.first_seq, dup.last_seq) == (2, 4, 2, 4) == (
-        last.first_offset, last.last_offset, last.first_seq, last.last_seq)
+    assert (
+        (dup.first_offset, dup.last_offset, dup.first_seq, dup.last_seq)
+        == (2, 4, 2, 4)
+        == (last.first_offset, last.last_offset, last.first_seq, last.last_seq)
+    )
     assert ProducerAppend(fresh).check_data(PID, 0, 5, 5, True) is None
 
 

@@ -59,7 +59,9 @@ def test_retention_and_a_cut_tail_select_by_offset(tmp_path):
     for offset in (0, 10, 20, 30):
         write_snapshot(d, offset, [])
     assert [os.path.basename(p) for p in snapshots_before(d, 20)] == [
-        "00000000000000000000.snapshot", "00000000000000000010.snapshot"]
+        "00000000000000000000.snapshot",
+        "00000000000000000010.snapshot",
+    ]
     delete_snapshots_after(d, 20)
     assert offsets(d) == [0, 10, 20]
 
@@ -70,8 +72,7 @@ def build_log(store_path: str) -> str:
     s.create_topic("t", partitions=1, config={"retention.ms": -1})
     log = s.partition("t", 0)
     for i in range(6):
-        log.append(build_batch([(None, b"v", None, None)] * 2, producer_id=PID, producer_epoch=0,
-                               base_sequence=2 * i))
+        log.append(build_batch([(None, b"v", None, None)] * 2, producer_id=PID, producer_epoch=0, base_sequence=2 * i))
         if i % 2 == 1:
             log.roll()
     s.close()

@@ -58,10 +58,19 @@ INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 # Header fields by name: (offset, struct format), for crafting batches in tests.
 FIELDS = {
-    "base_offset": (0, ">q"), "batch_length": (8, ">i"), "partition_leader_epoch": (12, ">i"),
-    "magic": (16, ">b"), "crc": (17, ">I"), "attributes": (21, ">h"), "last_offset_delta": (23, ">i"),
-    "base_timestamp": (27, ">q"), "max_timestamp": (35, ">q"), "producer_id": (43, ">q"),
-    "producer_epoch": (51, ">h"), "base_sequence": (53, ">i"), "records_count": (57, ">i"),
+    "base_offset": (0, ">q"),
+    "batch_length": (8, ">i"),
+    "partition_leader_epoch": (12, ">i"),
+    "magic": (16, ">b"),
+    "crc": (17, ">I"),
+    "attributes": (21, ">h"),
+    "last_offset_delta": (23, ">i"),
+    "base_timestamp": (27, ">q"),
+    "max_timestamp": (35, ">q"),
+    "producer_id": (43, ">q"),
+    "producer_epoch": (51, ">h"),
+    "base_sequence": (53, ">i"),
+    "records_count": (57, ">i"),
 }
 
 
@@ -89,8 +98,16 @@ def expected_records(inputs, *, base_offset=0, base_sequence=-1, log_append_time
     out = []
     for i, (key, value, headers, ts) in enumerate(inputs):
         seq = -1 if base_sequence < 0 else inc_seq(base_sequence, i)
-        out.append(Record(base_offset + i, ts if log_append_time is None else log_append_time,
-                          key, value, list(headers or []), seq))
+        out.append(
+            Record(
+                base_offset + i,
+                ts if log_append_time is None else log_append_time,
+                key,
+                value,
+                list(headers or []),
+                seq,
+            )
+        )
     return out
 
 
@@ -101,17 +118,34 @@ def simple_batch(count: int = 3, **kwargs) -> bytes:
 # --- sequence arithmetic (docs/kafka-formats.md §1.1, §6 items 2-4) ------------------------
 
 
-@pytest.mark.parametrize(("seq", "delta", "expected"), [
-    (0, 0, 0), (5, 3, 8), (INT32_MAX - 1, 1, INT32_MAX), (INT32_MAX, 1, 0), (INT32_MAX, 2, 1),
-    (INT32_MAX - 10, 20, 9), (INT32_MAX, INT32_MAX, INT32_MAX - 1), (0, INT32_MAX, INT32_MAX),
-])
+@pytest.mark.parametrize(
+    ("seq", "delta", "expected"),
+    [
+        (0, 0, 0),
+        (5, 3, 8),
+        (INT32_MAX - 1, 1, INT32_MAX),
+        (INT32_MAX, 1, 0),
+        (INT32_MAX, 2, 1),
+        (INT32_MAX - 10, 20, 9),
+        (INT32_MAX, INT32_MAX, INT32_MAX - 1),
+        (0, INT32_MAX, INT32_MAX),
+    ],
+)
 def test_inc_seq(seq: int, delta: int, expected: int) -> None:
     assert inc_seq(seq, delta) == expected
 
 
-@pytest.mark.parametrize(("seq", "delta", "expected"), [
-    (8, 3, 5), (1, 1, 0), (0, 1, INT32_MAX), (1, 2, INT32_MAX), (9, 20, INT32_MAX - 10), (7, 0, 7),
-])
+@pytest.mark.parametrize(
+    ("seq", "delta", "expected"),
+    [
+        (8, 3, 5),
+        (1, 1, 0),
+        (0, 1, INT32_MAX),
+        (1, 2, INT32_MAX),
+        (9, 20, INT32_MAX - 10),
+        (7, 0, 7),
+    ],
+)
 def test_dec_seq(seq: int, delta: int, expected: int) -> None:
     assert dec_seq(seq, delta) == expected
 
@@ -138,10 +172,20 @@ def test_dec_seq_undoes_inc_seq(seq: int, delta: int) -> None:
 # --- varints -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("value", "hexed"), [
-    (0, "00"), (-1, "01"), (1, "02"), (63, "7e"), (-64, "7f"), (64, "8001"), (300, "d804"),
-    (INT32_MAX, "feffffff0f"), (-(1 << 31), "ffffffff0f"),
-])
+@pytest.mark.parametrize(
+    ("value", "hexed"),
+    [
+        (0, "00"),
+        (-1, "01"),
+        (1, "02"),
+        (63, "7e"),
+        (-64, "7f"),
+        (64, "8001"),
+        (300, "d804"),
+        (INT32_MAX, "feffffff0f"),
+        (-(1 << 31), "ffffffff0f"),
+    ],
+)
 def test_varint_known_encodings(value: int, hexed: str) -> None:
     assert encode_varint(value).hex() == hexed
     assert decode_varint(bytes.fromhex(hexed), 0) == (value, len(hexed) // 2)
@@ -172,10 +216,16 @@ def test_unsigned_varint_round_trip(value: int) -> None:
     assert decode_unsigned_varint(encode_unsigned_varint(value), 0) == (value, len(encode_unsigned_varint(value)))
 
 
-@pytest.mark.parametrize(("fn", "value"), [
-    (encode_varint, 1 << 31), (encode_varint, -(1 << 31) - 1), (encode_varlong, 1 << 63),
-    (encode_unsigned_varint, -1), (encode_unsigned_varint, 1 << 32),
-])
+@pytest.mark.parametrize(
+    ("fn", "value"),
+    [
+        (encode_varint, 1 << 31),
+        (encode_varint, -(1 << 31) - 1),
+        (encode_varlong, 1 << 63),
+        (encode_unsigned_varint, -1),
+        (encode_unsigned_varint, 1 << 32),
+    ],
+)
 def test_encoding_out_of_range_is_a_value_error(fn, value: int) -> None:
     with pytest.raises(ValueError):
         fn(value)
@@ -212,8 +262,15 @@ def test_fast_tables_agree_with_the_general_functions() -> None:
 
 
 def test_header_fields_of_a_built_batch() -> None:
-    buf = simple_batch(3, base_offset=40, producer_id=77, producer_epoch=3, base_sequence=10,
-                       is_transactional=True, partition_leader_epoch=9)
+    buf = simple_batch(
+        3,
+        base_offset=40,
+        producer_id=77,
+        producer_epoch=3,
+        base_sequence=10,
+        is_transactional=True,
+        partition_leader_epoch=9,
+    )
     batch = RecordBatch.parse(buf)
     assert (batch.base_offset, batch.last_offset_delta, batch.last_offset, batch.next_offset) == (40, 2, 42, 43)
     assert (batch.records_count, batch.size, batch.batch_length) == (3, len(buf), len(buf) - 12)
@@ -235,13 +292,17 @@ def test_idempotence_defaults_are_the_no_producer_values() -> None:
     assert [r.sequence for r in batch.records()] == [-1, -1]
 
 
-@pytest.mark.parametrize("inputs", [
-    [(None, None, None, TS)],
-    [(b"", b"", [], TS)],
-    [(None, b"v", None, TS), (b"k", None, None, TS + 1), (b"", b"", None, TS + 2)],
-    [(b"k" * 100, b"v" * 9000, None, TS)],  # lengths beyond the 2-byte varint table
-    [(b"key", b"\x00" * (1 << 20), None, TS), (b"\xff" * (1 << 20), b"small", None, TS)],  # >= 1 MiB
-], ids=["all-null", "empty", "mixed-null", "9000-byte", "1MiB"])
+@pytest.mark.parametrize(
+    "inputs",
+    [
+        [(None, None, None, TS)],
+        [(b"", b"", [], TS)],
+        [(None, b"v", None, TS), (b"k", None, None, TS + 1), (b"", b"", None, TS + 2)],
+        [(b"k" * 100, b"v" * 9000, None, TS)],  # lengths beyond the 2-byte varint table
+        [(b"key", b"\x00" * (1 << 20), None, TS), (b"\xff" * (1 << 20), b"small", None, TS)],  # >= 1 MiB
+    ],
+    ids=["all-null", "empty", "mixed-null", "9000-byte", "1MiB"],
+)
 def test_round_trip_keys_and_values(inputs) -> None:
     assert decoded(build_batch(inputs)) == expected_records(inputs)
 
@@ -258,13 +319,16 @@ def test_round_trip_headers() -> None:
     assert records[0].headers[1] == ("ключ-ü-🔑", b"\x00\xff") and records[0].headers[2] == ("null", None)
 
 
-@pytest.mark.parametrize("timestamps", [
-    [TS, TS - 5, TS + 5],  # negative delta
-    [0, 1 << 62, -(1 << 62)],  # huge deltas both ways
-    [-1, -1],  # NO_TIMESTAMP
-    [TS + i * 1000 for i in range(300)],  # every timestamp distinct, deltas above 1 byte
-    [TS + i * 100_000 for i in range(300)],  # deltas beyond the varint table
-])
+@pytest.mark.parametrize(
+    "timestamps",
+    [
+        [TS, TS - 5, TS + 5],  # negative delta
+        [0, 1 << 62, -(1 << 62)],  # huge deltas both ways
+        [-1, -1],  # NO_TIMESTAMP
+        [TS + i * 1000 for i in range(300)],  # every timestamp distinct, deltas above 1 byte
+        [TS + i * 100_000 for i in range(300)],  # deltas beyond the varint table
+    ],
+)
 def test_round_trip_timestamps(timestamps: list[int]) -> None:
     inputs = [(b"k", b"v", None, ts) for ts in timestamps]
     batch = RecordBatch.parse(build_batch(inputs))
@@ -285,8 +349,9 @@ def test_log_append_time_reports_max_timestamp_for_every_record() -> None:
     batch = RecordBatch.parse(build_batch(inputs, timestamp_type=TimestampType.LOG_APPEND_TIME))
     assert batch.timestamp_type is TimestampType.LOG_APPEND_TIME and batch.attributes & 0x08
     assert [r.timestamp for r in batch.records()] == [TS + 7, TS + 7]
-    stamped = RecordBatch.parse(build_batch(inputs, timestamp_type=TimestampType.LOG_APPEND_TIME,
-                                            log_append_time=TS + 1000))
+    stamped = RecordBatch.parse(
+        build_batch(inputs, timestamp_type=TimestampType.LOG_APPEND_TIME, log_append_time=TS + 1000)
+    )
     assert stamped.max_timestamp == TS + 1000
     assert stamped.records() == expected_records(inputs, log_append_time=TS + 1000)
 
@@ -322,11 +387,9 @@ def test_build_rejects_bad_input() -> None:
         simple_batch(1, producer_epoch=1 << 15)
 
 
-headers_strategy = st.none() | st.lists(
-    st.tuples(st.text(max_size=8), st.none() | st.binary(max_size=8)), max_size=3)
+headers_strategy = st.none() | st.lists(st.tuples(st.text(max_size=8), st.none() | st.binary(max_size=8)), max_size=3)
 payload_strategy = st.none() | st.binary(max_size=40) | st.binary(min_size=60, max_size=200)
-record_strategy = st.tuples(payload_strategy, payload_strategy, headers_strategy,
-                            st.integers(-(1 << 40), 1 << 40))
+record_strategy = st.tuples(payload_strategy, payload_strategy, headers_strategy, st.integers(-(1 << 40), 1 << 40))
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -343,8 +406,15 @@ record_strategy = st.tuples(payload_strategy, payload_strategy, headers_strategy
 )
 def test_round_trip_property(inputs, base_offset, producer, codec, transactional) -> None:
     pid, epoch, base_sequence = producer
-    buf = build_batch(inputs, base_offset=base_offset, producer_id=pid, producer_epoch=epoch,
-                      base_sequence=base_sequence, compression=codec, is_transactional=transactional)
+    buf = build_batch(
+        inputs,
+        base_offset=base_offset,
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=base_sequence,
+        compression=codec,
+        is_transactional=transactional,
+    )
     batch = RecordBatch.parse(buf)
     assert batch.size == len(buf) and batch.records_count == len(inputs)
     expected_last = -1 if base_sequence < 0 else inc_seq(base_sequence, len(inputs) - 1)
@@ -392,19 +462,28 @@ def test_batch_builder_accepts_an_oversized_first_record() -> None:
 
 SPEC_ABORT_MARKER = bytes.fromhex(
     "0000000000000003 00000042 00000000 02 84e4ec5d 0030 00000000 0000018bcfe5680a 0000018bcfe5680a"
-    " 00000000000003e8 0005 ffffffff 00000001 20 00 00 00 08 00000000 0c 0000 00000007 00".replace(" ", ""))
+    " 00000000000003e8 0005 ffffffff 00000001 20 00 00 00 08 00000000 0c 0000 00000007 00".replace(" ", "")
+)
 
 
 def test_control_batch_reproduces_the_spec_abort_marker() -> None:
-    marker = build_control_batch(ControlType.ABORT, producer_id=1000, producer_epoch=5, coordinator_epoch=7,
-                                 timestamp=1700000000010, base_offset=3, partition_leader_epoch=0)
+    marker = build_control_batch(
+        ControlType.ABORT,
+        producer_id=1000,
+        producer_epoch=5,
+        coordinator_epoch=7,
+        timestamp=1700000000010,
+        base_offset=3,
+        partition_leader_epoch=0,
+    )
     assert marker == SPEC_ABORT_MARKER and len(marker) == CONTROL_BATCH_SIZE
 
 
 @pytest.mark.parametrize("control_type", list(ControlType))
 def test_control_batch_round_trip(control_type: ControlType) -> None:
-    buf = build_control_batch(control_type, producer_id=12, producer_epoch=3, coordinator_epoch=44,
-                              timestamp=TS, base_offset=500)
+    buf = build_control_batch(
+        control_type, producer_id=12, producer_epoch=3, coordinator_epoch=44, timestamp=TS, base_offset=500
+    )
     batch = RecordBatch.parse(buf)
     assert len(buf) == CONTROL_BATCH_SIZE and batch.partition_leader_epoch == -1
     assert batch.is_control and batch.is_transactional and batch.attributes == 0x30
@@ -433,14 +512,17 @@ def test_kraft_control_types_do_not_crash(type_id: int) -> None:
     assert int(marker.control_type) == type_id and not marker.is_commit and not marker.is_abort
 
 
-@pytest.mark.parametrize(("key", "value"), [
-    (b"\x00\x00\x00", struct.pack(">hi", 0, 1)),  # key < 4 bytes
-    (None, struct.pack(">hi", 0, 1)),
-    (struct.pack(">hh", -1, 0), struct.pack(">hi", 0, 1)),  # negative key version
-    (struct.pack(">hh", 0, 1), b"\x00\x00\x00\x00\x01"),  # value < 6 bytes
-    (struct.pack(">hh", 0, 0), None),
-    (struct.pack(">hh", 0, 0), struct.pack(">hi", -2, 1)),  # negative value version
-])
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        (b"\x00\x00\x00", struct.pack(">hi", 0, 1)),  # key < 4 bytes
+        (None, struct.pack(">hi", 0, 1)),
+        (struct.pack(">hh", -1, 0), struct.pack(">hi", 0, 1)),  # negative key version
+        (struct.pack(">hh", 0, 1), b"\x00\x00\x00\x00\x01"),  # value < 6 bytes
+        (struct.pack(">hh", 0, 0), None),
+        (struct.pack(">hh", 0, 0), struct.pack(">hi", -2, 1)),  # negative value version
+    ],
+)
 def test_malformed_control_records_are_corrupt(key, value) -> None:
     batch = control_with(key, value)
     with pytest.raises(CorruptRecordError) as info:
@@ -545,7 +627,7 @@ def test_real_kafka_segment() -> None:
     batches = list(FileRecords.in_memory(data, str(REAL_SEGMENT)).batches())
     assert len(batches) == 2 and sum(b.size for b in batches) == len(data)
     for batch in batches:
-        assert batch.crc == crc32c(data[batch.position + CRC_COVERED_START:batch.position + batch.size])
+        assert batch.crc == crc32c(data[batch.position + CRC_COVERED_START : batch.position + batch.size])
         batch.validate_framing()
     records = [r for b in batches for r in b.records()]
     assert [r.offset for r in records] == [1, 2, 3]
@@ -562,23 +644,27 @@ def record(body: bytes) -> bytes:
 GOOD_BODY = b"\x00\x00\x00" + b"\x02k" + b"\x02v" + b"\x00"  # attrs, tsDelta, offDelta, key, value, 0 headers
 
 
-@pytest.mark.parametrize(("region", "count", "message"), [
-    (encode_varint(len(GOOD_BODY) + 1) + GOOD_BODY + b"\x00", 1, "size mismatch"),  # length says more
-    (encode_varint(len(GOOD_BODY) - 1) + GOOD_BODY, 1, "size mismatch"),  # length says less
-    (record(GOOD_BODY) + record(GOOD_BODY), 1, "remain"),  # bytes left over after records_count
-    (record(GOOD_BODY), 2, "ends inside"),  # fewer bytes than records
-    (record(b"\x00\x00\x00\x02k\x02v\x01"), 1, "negative header count"),
-    (record(b"\x00\x00\x00\x02k\x02v\x7e"), 1, "header count"),  # 63 headers, 0 bytes left
-    (record(b"\x00\x00\x00\x02k\x02v\x02\x03\x02v"), 1, "negative header key length"),
-    (record(b"\x00\x00\x00\x02k\x02v\x02\x02h\x05"), 1, "negative header value length"),
-    (record(b"\x00\x00\x00\x03\x02v\x00"), 1, "negative key length"),
-    (record(b"\x00\x00\x00\x02k\x05\x00"), 1, "negative value length"),
-    (record(b"\x00\x00\x80\x80\x80\x80\x80\x00\x02k\x02v\x00"), 1, "longer than 5"),
-    (record(b"\x00\x00\x00\x02k\x02v\x00")[:-3], 1, "ends inside"),
-    (b"\xff", 1, "ends inside"),
-    (b"", 1, "ends inside"),
-    (record(b"\x00\x00\x00\x64k\x02v\x00"), 1, None),  # key length runs past the record
-], ids=lambda v: v if isinstance(v, str) else None)
+@pytest.mark.parametrize(
+    ("region", "count", "message"),
+    [
+        (encode_varint(len(GOOD_BODY) + 1) + GOOD_BODY + b"\x00", 1, "size mismatch"),  # length says more
+        (encode_varint(len(GOOD_BODY) - 1) + GOOD_BODY, 1, "size mismatch"),  # length says less
+        (record(GOOD_BODY) + record(GOOD_BODY), 1, "remain"),  # bytes left over after records_count
+        (record(GOOD_BODY), 2, "ends inside"),  # fewer bytes than records
+        (record(b"\x00\x00\x00\x02k\x02v\x01"), 1, "negative header count"),
+        (record(b"\x00\x00\x00\x02k\x02v\x7e"), 1, "header count"),  # 63 headers, 0 bytes left
+        (record(b"\x00\x00\x00\x02k\x02v\x02\x03\x02v"), 1, "negative header key length"),
+        (record(b"\x00\x00\x00\x02k\x02v\x02\x02h\x05"), 1, "negative header value length"),
+        (record(b"\x00\x00\x00\x03\x02v\x00"), 1, "negative key length"),
+        (record(b"\x00\x00\x00\x02k\x05\x00"), 1, "negative value length"),
+        (record(b"\x00\x00\x80\x80\x80\x80\x80\x00\x02k\x02v\x00"), 1, "longer than 5"),
+        (record(b"\x00\x00\x00\x02k\x02v\x00")[:-3], 1, "ends inside"),
+        (b"\xff", 1, "ends inside"),
+        (b"", 1, "ends inside"),
+        (record(b"\x00\x00\x00\x64k\x02v\x00"), 1, None),  # key length runs past the record
+    ],
+    ids=lambda v: v if isinstance(v, str) else None,
+)
 def test_malformed_records_are_corrupt(region: bytes, count: int, message: str | None) -> None:
     buf = craft(simple_batch(1, base_offset=70), region=region, records_count=count, last_offset_delta=count - 1)
     log = b"\x00" * 5 + buf
@@ -632,8 +718,9 @@ def test_unknown_compression_code_is_unsupported(code: int) -> None:
 def test_arbitrary_record_bytes_only_raise_kafka_errors(region, count, attributes, valid_prefix) -> None:
     if valid_prefix:  # start from real records so decoding gets deep before failing
         region = simple_batch(3)[HEADER_SIZE:] + region
-    batch = RecordBatch.parse(craft(simple_batch(1), region=region, records_count=count,
-                                    attributes=attributes, last_offset_delta=count - 1))
+    batch = RecordBatch.parse(
+        craft(simple_batch(1), region=region, records_count=count, attributes=attributes, last_offset_delta=count - 1)
+    )
     for check in (batch.records, batch.validate_framing, batch.control_marker):
         try:
             check()
@@ -656,14 +743,17 @@ def test_validate_framing_checks_counts(count: int, last_offset_delta: int) -> N
         RecordBatch.parse(buf).validate_framing()
 
 
-@pytest.mark.parametrize(("region", "count"), [
-    (record(GOOD_BODY) + record(GOOD_BODY), 1),  # one record too many
-    (record(GOOD_BODY), 2),  # one too few
-    (record(GOOD_BODY) + b"\x00", 1),  # trailing byte
-    (encode_varint(len(GOOD_BODY) + 5) + GOOD_BODY, 1),  # length overruns the batch
-    (record(b"\x00\x00\x00\x00\x00"), 1),  # body below the 6-byte minimum
-    (b"\x80\x80\x80\x80\x80\x01" + GOOD_BODY, 1),  # overlong length varint
-])
+@pytest.mark.parametrize(
+    ("region", "count"),
+    [
+        (record(GOOD_BODY) + record(GOOD_BODY), 1),  # one record too many
+        (record(GOOD_BODY), 2),  # one too few
+        (record(GOOD_BODY) + b"\x00", 1),  # trailing byte
+        (encode_varint(len(GOOD_BODY) + 5) + GOOD_BODY, 1),  # length overruns the batch
+        (record(b"\x00\x00\x00\x00\x00"), 1),  # body below the 6-byte minimum
+        (b"\x80\x80\x80\x80\x80\x01" + GOOD_BODY, 1),  # overlong length varint
+    ],
+)
 def test_validate_framing_rejects_bad_tiling(region: bytes, count: int) -> None:
     buf = craft(simple_batch(1), region=region, records_count=count, last_offset_delta=count - 1)
     with pytest.raises(CorruptRecordError) as info:
@@ -695,13 +785,16 @@ def test_validate_framing_returns_the_true_max_timestamp(inputs, repeat) -> None
     assert batch.validate_framing() == max(r.timestamp for r in batch.records())
 
 
-@pytest.mark.parametrize("deltas", [
-    [0] * 500,                                 # one run, 1-byte deltas
-    list(range(0, 5000, 10)),                  # one run, multi-byte deltas
-    [0, -5, -9, -1],                           # negative deltas after the first
-    [-3, -7, -2],                              # every delta negative
-    [0, 63, 64, 8191, 8192, 1 << 33],          # varint size boundaries
-])
+@pytest.mark.parametrize(
+    "deltas",
+    [
+        [0] * 500,  # one run, 1-byte deltas
+        list(range(0, 5000, 10)),  # one run, multi-byte deltas
+        [0, -5, -9, -1],  # negative deltas after the first
+        [-3, -7, -2],  # every delta negative
+        [0, 63, 64, 8191, 8192, 1 << 33],  # varint size boundaries
+    ],
+)
 def test_validate_framing_max_timestamp_over_delta_shapes(deltas) -> None:
     base = 1_700_000_000_000
     buf = build_batch([(b"k", b"v" * 100, None, base + d) for d in deltas])

@@ -57,9 +57,10 @@ def _codec_available(codec: Compression) -> bool:
     }[codec]
 
 
-CODECS = [pytest.param(c, id=c.name, marks=pytest.mark.skipif(not _codec_available(c),
-                                                                  reason=f"kafka-python lacks {c.name}"))
-          for c in Compression]
+CODECS = [
+    pytest.param(c, id=c.name, marks=pytest.mark.skipif(not _codec_available(c), reason=f"kafka-python lacks {c.name}"))
+    for c in Compression
+]
 
 
 def kafka_python_read(buf: bytes):
@@ -71,11 +72,18 @@ def kafka_python_read(buf: bytes):
     return batch, list(batch)
 
 
-def kafka_python_build(inputs, *, codec=Compression.NONE, transactional=False, producer_id=-1,
-                       producer_epoch=-1, base_sequence=-1) -> bytes:
-    builder = DefaultRecordBatchBuilder(magic=2, compression_type=int(codec), is_transactional=transactional,
-                                        producer_id=producer_id, producer_epoch=producer_epoch,
-                                        base_sequence=base_sequence, batch_size=1 << 24)
+def kafka_python_build(
+    inputs, *, codec=Compression.NONE, transactional=False, producer_id=-1, producer_epoch=-1, base_sequence=-1
+) -> bytes:
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=int(codec),
+        is_transactional=transactional,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        batch_size=1 << 24,
+    )
     for offset, (key, value, headers, ts) in enumerate(inputs):
         assert builder.append(offset, timestamp=ts, key=key, value=value, headers=list(headers or [])) is not None
     return bytes(builder.build())
@@ -85,8 +93,14 @@ def kafka_python_build(inputs, *, codec=Compression.NONE, transactional=False, p
 
 
 def test_build_batch_reproduces_the_spec_batch_byte_for_byte() -> None:
-    buf = build_batch(SPEC_RECORDS, producer_id=1000, producer_epoch=5, base_sequence=0,
-                      is_transactional=True, partition_leader_epoch=0)
+    buf = build_batch(
+        SPEC_RECORDS,
+        producer_id=1000,
+        producer_epoch=5,
+        base_sequence=0,
+        is_transactional=True,
+        partition_leader_epoch=0,
+    )
     assert buf == SPEC_BATCH and len(buf) == 98
 
 
@@ -99,12 +113,23 @@ def test_the_oracle_agrees_with_the_spec() -> None:
 
 
 @pytest.mark.parametrize("codec", CODECS)
-@pytest.mark.parametrize("producer", [(-1, -1, -1, False), (4242, 7, 2_000_000_000, True), (1, 0, 0, False)],
-                         ids=["plain", "transactional", "idempotent"])
+@pytest.mark.parametrize(
+    "producer",
+    [(-1, -1, -1, False), (4242, 7, 2_000_000_000, True), (1, 0, 0, False)],
+    ids=["plain", "transactional", "idempotent"],
+)
 def test_kafka_python_reads_txlog_batches(codec: Compression, producer) -> None:
     pid, epoch, base_sequence, transactional = producer
-    buf = build_batch(SAMPLE, base_offset=1234, producer_id=pid, producer_epoch=epoch, base_sequence=base_sequence,
-                      is_transactional=transactional, compression=codec, partition_leader_epoch=3)
+    buf = build_batch(
+        SAMPLE,
+        base_offset=1234,
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=base_sequence,
+        is_transactional=transactional,
+        compression=codec,
+        partition_leader_epoch=3,
+    )
     batch, records = kafka_python_read(buf)
     assert (batch.base_offset, batch.leader_epoch, batch.magic) == (1234, 3, 2)
     assert (batch.producer_id, batch.producer_epoch, batch.base_sequence) == (pid, epoch, base_sequence)
@@ -125,8 +150,9 @@ def test_kafka_python_reads_log_append_time() -> None:
 
 @pytest.mark.parametrize("control_type", list(ControlType))
 def test_kafka_python_reads_txlog_control_batches(control_type: ControlType) -> None:
-    buf = build_control_batch(control_type, producer_id=1000, producer_epoch=5, coordinator_epoch=7,
-                              timestamp=TS + 10, base_offset=3)
+    buf = build_control_batch(
+        control_type, producer_id=1000, producer_epoch=5, coordinator_epoch=7, timestamp=TS + 10, base_offset=3
+    )
     batch, records = kafka_python_read(buf)
     assert batch.is_control_batch and batch.is_transactional
     assert (batch.producer_id, batch.producer_epoch, batch.base_offset) == (1000, 5, 3)
@@ -140,18 +166,26 @@ def test_kafka_python_reads_txlog_control_batches(control_type: ControlType) -> 
 
 
 @pytest.mark.parametrize("codec", CODECS)
-@pytest.mark.parametrize("producer", [(-1, -1, -1, False), (77, 2, 2_147_483_600, True)],
-                         ids=["plain", "transactional-wrapping"])
+@pytest.mark.parametrize(
+    "producer", [(-1, -1, -1, False), (77, 2, 2_147_483_600, True)], ids=["plain", "transactional-wrapping"]
+)
 def test_txlog_reads_kafka_python_batches(codec: Compression, producer) -> None:
     pid, epoch, base_sequence, transactional = producer
-    buf = kafka_python_build(SAMPLE, codec=codec, transactional=transactional, producer_id=pid,
-                             producer_epoch=epoch, base_sequence=base_sequence)
+    buf = kafka_python_build(
+        SAMPLE,
+        codec=codec,
+        transactional=transactional,
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=base_sequence,
+    )
     (batch,) = list(FileRecords.in_memory(buf).batches())
     oracle, oracle_records = kafka_python_read(buf)
     assert batch.crc == oracle.crc and batch.compression is codec
     assert (batch.producer_id, batch.producer_epoch, batch.base_sequence) == (pid, epoch, base_sequence)
     assert batch.is_transactional == transactional and batch.last_sequence == (
-        -1 if base_sequence < 0 else (base_sequence + len(SAMPLE) - 1) % (1 << 31))
+        -1 if base_sequence < 0 else (base_sequence + len(SAMPLE) - 1) % (1 << 31)
+    )
     assert (batch.base_timestamp, batch.max_timestamp) == (oracle.first_timestamp, oracle.max_timestamp)
     batch.validate_framing()
     ours = [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in batch.records()]
@@ -165,20 +199,29 @@ def test_txlog_reads_kafka_python_batches(codec: Compression, producer) -> None:
 
 def test_uncompressed_bytes_are_identical_to_the_oracle() -> None:
     """Same inputs, same bytes (modulo the leader epoch each writer defaults to)."""
-    ours = build_batch(SAMPLE, producer_id=9, producer_epoch=1, base_sequence=5, is_transactional=True,
-                       partition_leader_epoch=0)
+    ours = build_batch(
+        SAMPLE, producer_id=9, producer_epoch=1, base_sequence=5, is_transactional=True, partition_leader_epoch=0
+    )
     assert ours == kafka_python_build(SAMPLE, transactional=True, producer_id=9, producer_epoch=1, base_sequence=5)
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.tuples(st.none() | st.binary(max_size=70), st.none() | st.binary(max_size=300),
-                          st.lists(st.tuples(st.text(max_size=5), st.none() | st.binary(max_size=5)), max_size=2),
-                          st.integers(0, 1 << 45)), min_size=1, max_size=30))
+@given(
+    st.lists(
+        st.tuples(
+            st.none() | st.binary(max_size=70),
+            st.none() | st.binary(max_size=300),
+            st.lists(st.tuples(st.text(max_size=5), st.none() | st.binary(max_size=5)), max_size=2),
+            st.integers(0, 1 << 45),
+        ),
+        min_size=1,
+        max_size=30,
+    )
+)
 def test_identical_bytes_property(inputs) -> None:
     assert build_batch(inputs, partition_leader_epoch=0) == kafka_python_build(inputs)
     parsed = RecordBatch.parse(kafka_python_build(inputs)).records()
-    assert [(r.key, r.value, r.headers, r.timestamp) for r in parsed] == [
-        (k, v, list(h), ts) for k, v, h, ts in inputs]
+    assert [(r.key, r.value, r.headers, r.timestamp) for r in parsed] == [(k, v, list(h), ts) for k, v, h, ts in inputs]
 
 
 def test_the_oracle_notices_a_bad_crc() -> None:

@@ -55,8 +55,14 @@ def now_ms() -> int:
 
 def batch(values, *, pid=-1, epoch=-1, seq=-1, txn=False, ts=None, compression=Compression.NONE) -> bytes:
     ts = now_ms() if ts is None else ts
-    return build_batch([(None, v, None, ts) for v in values], producer_id=pid, producer_epoch=epoch,
-                       base_sequence=seq, is_transactional=txn, compression=compression)
+    return build_batch(
+        [(None, v, None, ts) for v in values],
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=seq,
+        is_transactional=txn,
+        compression=compression,
+    )
 
 
 def pbatch(pid, seq, n=1, *, epoch=0, txn=False, tag=None, ts=None) -> bytes:
@@ -185,8 +191,9 @@ def append_in_child(store_path, ops, topic="t", partition=0) -> list[list[int]]:
     )
     encoded = [op.hex() if isinstance(op, bytes) else [op[0], int(op[1]), *op[2:]] for op in ops]
     args = {"path": store_path, "topic": topic, "partition": partition, "ops": encoded}
-    proc = subprocess.run([sys.executable, "-c", script], input=json.dumps(args), capture_output=True,
-                          text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", script], input=json.dumps(args), capture_output=True, text=True, timeout=120, check=False
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
@@ -240,12 +247,12 @@ def test_scenario2_retry_older_than_the_window_is_out_of_order(store_path, topic
 
 def test_scenario3_sequence_gap_and_epoch_restart(store_path, topic):
     log = topic
-    log.append(pbatch(7, 0, n=5))                         # seq 0-4 at 0-4
+    log.append(pbatch(7, 0, n=5))  # seq 0-4 at 0-4
     size = log_bytes(pdir(store_path))
-    with pytest.raises(OutOfOrderSequenceError):          # (a) gap
+    with pytest.raises(OutOfOrderSequenceError):  # (a) gap
         log.append(pbatch(7, 6))
     assert log.log_end_offset == 5 and log_bytes(pdir(store_path)) == size
-    assert log.append(pbatch(7, 5)).base_offset == 5      # the missing one fits
+    assert log.append(pbatch(7, 5)).base_offset == 5  # the missing one fits
     # (b) epoch bump: the first batch of the new epoch must start at 0
     with pytest.raises(OutOfOrderSequenceError):
         log.append(pbatch(7, 5, epoch=1))
@@ -279,8 +286,9 @@ def test_scenario4_stale_epoch(store_path, topic):
 def test_scenario5_producer_state_outlives_retention_then_expires(store_path):
     clock = [1_000_000_000_000]
     s = Store.open(store_path, clock=lambda: clock[0])
-    s.create_topic("t", partitions=1, config={"segment.bytes": 400, "retention.ms": 60_000,
-                                              "producer.id.expiration.ms": 3_600_000})
+    s.create_topic(
+        "t", partitions=1, config={"segment.bytes": 400, "retention.ms": 60_000, "producer.id.expiration.ms": 3_600_000}
+    )
     log = s.partition("t", 0)
     for seq in range(0, 100, 10):
         log.append(pbatch(7, seq, n=10, ts=clock[0]))
@@ -406,7 +414,7 @@ def test_scenario7_power_loss_cuts_tail_and_producer_state(store_path, shutdown,
     assert r.duplicate and r.base_offset == 2 * (survivors - 1)
     r = log.append(sent[survivors])
     assert (r.base_offset, r.duplicate) == (2 * survivors, False)
-    for b in sent[survivors + 1:]:
+    for b in sent[survivors + 1 :]:
         assert not log.append(b).duplicate
     expected = [f"p7e0s{i}".encode() for i in range(10)]
     assert_once(log, expected)
@@ -500,7 +508,7 @@ def test_non_transactional_batch_inside_open_transaction(store_path, topic):
     assert log_bytes(pdir(store_path)) == size and log.log_end_offset == 1
     assert log.append(pbatch(5, 1, txn=True)).base_offset == 1  # the sequence was not consumed
     log.append_marker(ControlType.COMMIT, 5, 1)
-    assert log.append(pbatch(5, 0, epoch=1)).base_offset == 3   # after the txn: fine
+    assert log.append(pbatch(5, 0, epoch=1)).base_offset == 3  # after the txn: fine
     ru, rc = views(log)
     assert values(ru) == values(rc) == [b"p5e0s0", b"p5e0s1", b"p5e1s0"]
 
@@ -536,7 +544,7 @@ def test_sequence_wraps_from_int32_max_to_zero(store_path):
     s.partition("t", 0).append(pbatch(5, 0, ts=ts))
     s.close()
     # the snapshot written at close says exactly what docs/kafka-formats.md §3.6 says it should
-    (offset, path), = snapshots(pdir(store_path))
+    ((offset, path),) = snapshots(pdir(store_path))
     assert offset == 1
     assert decode_snapshot(path) == [(5, 0, 0, 0, 0, ts, -1, -1)]
     _rewrite_last_sequence(store_path, 5, INT32_MAX - 2)  # as if 2^31 - 2 records had gone before
@@ -545,7 +553,7 @@ def test_sequence_wraps_from_int32_max_to_zero(store_path):
     log = s.partition("t", 0)
     assert log.producer_states()[5]["last_sequence"] == INT32_MAX - 2
     ending = pbatch(5, INT32_MAX - 1, n=2, tag="end")
-    r = log.append(ending)                                   # seq 2147483646-2147483647
+    r = log.append(ending)  # seq 2147483646-2147483647
     assert (r.base_offset, r.last_offset, r.duplicate) == (1, 2, False)
     assert log.append(ending).duplicate
     with pytest.raises(OutOfOrderSequenceError):
@@ -566,7 +574,7 @@ def test_sequence_wraps_inside_one_batch(store_path):
     _rewrite_last_sequence(store_path, 5, INT32_MAX - 2)
     s = Store.open(store_path)
     log = s.partition("t", 0)
-    spanning = pbatch(5, INT32_MAX - 1, n=3, tag="span")      # INT32_MAX-1, INT32_MAX, 0
+    spanning = pbatch(5, INT32_MAX - 1, n=3, tag="span")  # INT32_MAX-1, INT32_MAX, 0
     assert log.append(spanning).base_offset == 1
     assert [r.sequence for r in log.read(1)[0].records()] == [INT32_MAX - 1, INT32_MAX, 0]
     assert log.producer_states()[5]["last_sequence"] == 0
@@ -588,8 +596,8 @@ def test_abort_marker_writes_txn_index_entry_and_is_idempotent(store_path, store
     store.create_topic("t", partitions=1)
     log = store.partition("t", 0)
     d = pdir(store_path)
-    log.append(batch([b"plain"]))                                    # 0
-    log.append(pbatch(9, 0, n=2, txn=True))                          # 1-2
+    log.append(batch([b"plain"]))  # 0
+    log.append(pbatch(9, 0, n=2, txn=True))  # 1-2
     assert log.last_stable_offset == 1
     assert txn_entries(d) == []
     r = log.append_marker(ControlType.ABORT, 9, 1, coordinator_epoch=2)  # 3 (epoch bumped, TV2)
@@ -637,7 +645,7 @@ def test_log_segment_test_worked_example(store_path, store):
     store.create_topic("t", partitions=1)
     log = store.partition("t", 0)
     d = pdir(store_path)
-    log.append(batch([b"pre%d" % i for i in range(100)]))            # 0-99: the log "starts" at 100
+    log.append(batch([b"pre%d" % i for i in range(100)]))  # 0-99: the log "starts" at 100
     assert log.append(pbatch(1, 0, n=2, txn=True)).base_offset == 100
     assert log.append(pbatch(2, 0, n=2, txn=True)).base_offset == 102
     assert log.append(batch([b"x104", b"x105"])).base_offset == 104
@@ -670,7 +678,7 @@ def test_scenario7_power_loss_in_the_active_segment_after_rolls(store_path, seed
     active_base = int(os.path.basename(active)[:20])
     assert active_base > 0 and snapshots(d)
     first_in_active = active_base // 2
-    ends = [sum(len(b) for b in sent[first_in_active: i + 1]) for i in range(first_in_active, len(sent))]
+    ends = [sum(len(b) for b in sent[first_in_active : i + 1]) for i in range(first_in_active, len(sent))]
     assert os.path.getsize(active) == ends[-1]
     length = random.Random(seed).randrange(0, ends[-1])
     os.truncate(active, length)
@@ -732,11 +740,11 @@ def test_scenario48_corrupt_snapshot_with_an_open_transaction(store_path):
     s = Store.open(store_path)
     s.create_topic("t", partitions=1, config={"segment.bytes": 300, "retention.ms": -1})
     log = s.partition("t", 0)
-    log.append(pbatch(1, 0, n=2))                                 # 0-1
-    log.append(pbatch(5, 0, n=2, txn=True))                       # 2-3: txn opens
+    log.append(pbatch(1, 0, n=2))  # 0-1
+    log.append(pbatch(5, 0, n=2, txn=True))  # 2-3: txn opens
     for i in range(6):
-        log.append(batch([b"filler-%d" % i + b"." * 30]))         # 4-9, rolls
-    log.append(pbatch(5, 2, txn=True))                            # 10
+        log.append(batch([b"filler-%d" % i + b"." * 30]))  # 4-9, rolls
+    log.append(pbatch(5, 2, txn=True))  # 10
     assert len(log.segments) >= 3 and log.last_stable_offset == 2
     s.close()
     d = pdir(store_path)
@@ -765,7 +773,7 @@ def test_transaction_spanning_segments_and_retention(store_path, store):
     store.create_topic("t", partitions=1, config={"segment.bytes": 300, "retention.ms": -1})
     log = store.partition("t", 0)
     d = pdir(store_path)
-    log.append(pbatch(4, 0, n=2, txn=True))                      # 0-1 in the first segment
+    log.append(pbatch(4, 0, n=2, txn=True))  # 0-1 in the first segment
     for i in range(8):
         log.append(batch([b"filler-%d" % i + b"." * 30]))
     assert len(log.segments) >= 3
@@ -797,9 +805,19 @@ def _setup_with_snapshots(store_path, n_batches=8):
     return s, log, sent, acked
 
 
-@pytest.mark.parametrize("damage", ["flip-newest", "flip-all", "truncate-newest", "empty-newest",
-                                    "delete-all", "copy-newest-higher", "copy-oldest-higher",
-                                    "newer-than-cut-log"])
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "flip-newest",
+        "flip-all",
+        "truncate-newest",
+        "empty-newest",
+        "delete-all",
+        "copy-newest-higher",
+        "copy-oldest-higher",
+        "newer-than-cut-log",
+    ],
+)
 def test_scenario48_damaged_producer_snapshots(store_path, damage):
     s, log, sent, acked = _setup_with_snapshots(store_path)
     s.close()
@@ -1068,7 +1086,7 @@ def test_scenario53_snapshot_write_fails_at_roll(store_path, monkeypatch, kind):
     log2 = s2.partition("t", 0)
     r = log2.append(sent[i])
     assert r.base_offset == leo
-    for b in sent[i + 1:]:
+    for b in sent[i + 1 :]:
         assert not log2.append(b).duplicate
     expected = [f"p7e0s{k}".encode() for k in range(2 * len(sent))]
     assert_once(log2, expected)
@@ -1188,14 +1206,14 @@ def test_aborted_transactions_over_a_range_follow_kafka_fetch_rules(store):
     stopping once an entry's LSO reaches the upper bound."""
     store.create_topic("r", partitions=1, config={"segment.bytes": 400, "retention.ms": -1})
     log = store.partition("r", 0)
-    log.append(pbatch(1, 0, txn=True, tag="a"))        # 0: pid 1 opens a txn
-    log.append(pbatch(2, 0, txn=True, tag="b"))        # 1: pid 2 opens a txn
-    log.append(batch([b"plain"]))                       # 2
-    log.append_marker(ControlType.ABORT, 2, 1)          # 3: pid 2 aborts; LSO recorded 0 (pid 1 open)
-    log.append_marker(ControlType.COMMIT, 1, 1)         # 4: pid 1 commits (not indexed)
-    log.append(pbatch(3, 0, txn=True, tag="c"))        # 5: pid 3 opens a txn
-    log.append_marker(ControlType.ABORT, 3, 1)          # 6: pid 3 aborts; LSO recorded 7
-    assert len(log.segments) > 1                        # the entries live in different segments
+    log.append(pbatch(1, 0, txn=True, tag="a"))  # 0: pid 1 opens a txn
+    log.append(pbatch(2, 0, txn=True, tag="b"))  # 1: pid 2 opens a txn
+    log.append(batch([b"plain"]))  # 2
+    log.append_marker(ControlType.ABORT, 2, 1)  # 3: pid 2 aborts; LSO recorded 0 (pid 1 open)
+    log.append_marker(ControlType.COMMIT, 1, 1)  # 4: pid 1 commits (not indexed)
+    log.append(pbatch(3, 0, txn=True, tag="c"))  # 5: pid 3 opens a txn
+    log.append_marker(ControlType.ABORT, 3, 1)  # 6: pid 3 aborts; LSO recorded 7
+    assert len(log.segments) > 1  # the entries live in different segments
     everything = log.aborted_transactions(0, log.log_end_offset)
     assert [(t.producer_id, t.first_offset, t.last_offset) for t in everything] == [(2, 1, 3), (3, 5, 6)]
     # A range that ends before pid 3's transaction starts does not include it ...

@@ -76,7 +76,9 @@ def test_create_list_describe(store, store_path):
     assert d.name == "orders"
     assert [p.partition for p in d.partitions] == [0, 1, 2]
     assert [(p.log_start_offset, p.log_end_offset, p.last_stable_offset) for p in d.partitions] == [
-        (0, 0, 0), (0, 2, 2), (0, 0, 0)
+        (0, 0, 0),
+        (0, 2, 2),
+        (0, 0, 0),
     ]
     assert d.partitions[1].size_bytes > 0 and d.partitions[0].size_bytes == 0
     assert all(p.segments == 1 for p in d.partitions)
@@ -143,33 +145,39 @@ def test_alter_topic_config(store):
     store.create_topic("t", partitions=1, config={"segment.bytes": 1048576})
     log = store.partition("t", 0)
     assert store.alter_topic_config("t", {"max.message.bytes": "200", "retention.ms": -1}) == {
-        "segment.bytes": 1048576, "max.message.bytes": 200, "retention.ms": -1,
+        "segment.bytes": 1048576,
+        "max.message.bytes": 200,
+        "retention.ms": -1,
     }
     assert store.describe_topic("t").config["max.message.bytes"] == 200
     # the open partition log picks the change up
     with pytest.raises(RecordTooLargeError):
         log.append(batch([b"x" * 300]))
     assert store.alter_topic_config("t", delete_configs=["max.message.bytes"]) == {
-        "segment.bytes": 1048576, "retention.ms": -1,
+        "segment.bytes": 1048576,
+        "retention.ms": -1,
     }
     assert store.describe_topic("t").config["max.message.bytes"] == DEFAULTS["max.message.bytes"]
     assert log.append(batch([b"x" * 300])).base_offset == 0
 
 
-@pytest.mark.parametrize("config", [
-    {"no.such.key": 1},
-    {"cleanup.policy": "compact"},
-    {"segment.bytes": "abc"},
-    {"segment.bytes": 13},
-    {"segment.bytes": 2**31},
-    {"segment.bytes": None},
-    {"segment.bytes": True},
-    {"retention.ms": -2},
-    {"retention.bytes": "1.5"},
-    {"max.message.bytes": -1},
-    {"producer.id.expiration.ms": 0},
-    {"max.producer.ids": -1},
-])
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"no.such.key": 1},
+        {"cleanup.policy": "compact"},
+        {"segment.bytes": "abc"},
+        {"segment.bytes": 13},
+        {"segment.bytes": 2**31},
+        {"segment.bytes": None},
+        {"segment.bytes": True},
+        {"retention.ms": -2},
+        {"retention.bytes": "1.5"},
+        {"max.message.bytes": -1},
+        {"producer.id.expiration.ms": 0},
+        {"max.producer.ids": -1},
+    ],
+)
 def test_bad_config_is_rejected_everywhere(store, store_path, config):
     before = snapshot_tree(store_path)
     with pytest.raises(InvalidConfigurationError):
@@ -228,11 +236,13 @@ def test_scenario56_unknown_topic_or_partition_creates_nothing(store, store_path
     for bad in (-1, 3, 4, 1000, "x", "0", "1", 1.0, None, True):
         with pytest.raises(UnknownTopicOrPartitionError):
             store.partition("t", bad)
-    for call in (lambda: store.describe_topic("nosuch"),
-                 lambda: store.delete_topic("nosuch"),
-                 lambda: store.alter_topic_config("nosuch", {"retention.ms": 1}),
-                 lambda: store.create_partitions("nosuch", 2),
-                 lambda: store.partition_count("nosuch")):
+    for call in (
+        lambda: store.describe_topic("nosuch"),
+        lambda: store.delete_topic("nosuch"),
+        lambda: store.alter_topic_config("nosuch", {"retention.ms": 1}),
+        lambda: store.create_partitions("nosuch", 2),
+        lambda: store.partition_count("nosuch"),
+    ):
         with pytest.raises(UnknownTopicOrPartitionError):
             call()
 
@@ -240,8 +250,7 @@ def test_scenario56_unknown_topic_or_partition_creates_nothing(store, store_path
     assert sorted(os.listdir(tmp_path)) == before_parent
     assert store.list_topics() == ["t"]
     log = store.partition("t", 0)
-    assert [(r.offset, r.value) for b in log.read(0) for r in b.records()] == [(0, b"existing"),
-                                                                              (1, b"existing2")]
+    assert [(r.offset, r.value) for b in log.read(0) for r in b.records()] == [(0, b"existing"), (1, b"existing2")]
 
 
 # ---- docs/reliability-scenarios.md scenario 57: hostile topic names ------------------------------------

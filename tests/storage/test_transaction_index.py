@@ -62,9 +62,7 @@ def test_entry_layout_is_kafkas_34_bytes(path):
     filled(path, [AbortedTxn(0x0102030405060708, 102, 106, 100)]).close()
     with open(path, "rb") as f:
         data = f.read()
-    assert data == bytes.fromhex(
-        "0000" "0102030405060708" "0000000000000066" "000000000000006a" "0000000000000064"
-    )
+    assert data == bytes.fromhex("000001020304050607080000000000000066000000000000006a0000000000000064")
 
 
 def test_worked_example_of_section_5_5_round_trips(path):

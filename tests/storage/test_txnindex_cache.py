@@ -109,7 +109,7 @@ def damage(path: str, how: str) -> None:
     if how == "emptied":
         data = b""
     elif how == "truncated":
-        data = data[:ENTRY // 2]
+        data = data[: ENTRY // 2]
     elif how == "entry_dropped":
         data = data[ENTRY:]
     with open(path, "wb") as f:
@@ -149,8 +149,14 @@ def consumer_values(store_path: str, *, read_only: bool) -> list[str]:
 
 
 def cli(store_path: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cli.main", "--data-dir", store_path, *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "cli.main", "--data-dir", store_path, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def cli_values(store_path: str) -> list[str]:
@@ -185,8 +191,9 @@ def damaged_file(store_path: str, where: str) -> str:
 @pytest.mark.parametrize("where", WHERE)
 @pytest.mark.parametrize("how", HOW)
 @pytest.mark.parametrize("read_only", [False, True], ids=["writable", "read_only"])
-def test_scenario61_damaged_txnindex_after_clean_close_never_shows_aborted_fetch(store, expected, how, where,
-                                                                                read_only):
+def test_scenario61_damaged_txnindex_after_clean_close_never_shows_aborted_fetch(
+    store, expected, how, where, read_only
+):
     damage(damaged_file(store, where), how)
     assert fetch_all(store, read_only=read_only) == expected
     # and again: a writable view rebuilt the file; a read-only one left it alone and replays again
@@ -196,8 +203,9 @@ def test_scenario61_damaged_txnindex_after_clean_close_never_shows_aborted_fetch
 @pytest.mark.parametrize("where", WHERE)
 @pytest.mark.parametrize("how", HOW)
 @pytest.mark.parametrize("read_only", [False, True], ids=["writable", "read_only"])
-def test_scenario61_damaged_txnindex_after_a_crash_never_shows_aborted_fetch(crashed_store, expected, how, where,
-                                                                            read_only):
+def test_scenario61_damaged_txnindex_after_a_crash_never_shows_aborted_fetch(
+    crashed_store, expected, how, where, read_only
+):
     damage(damaged_file(crashed_store, where), how)
     assert fetch_all(crashed_store, read_only=read_only) == expected
     assert fetch_all(crashed_store, read_only=True) == expected
@@ -232,8 +240,11 @@ def test_scenario61_spark_plan_hands_executors_every_abort(store):
 
     for path in txn_indexes(store):
         os.remove(path)
-    ranges = plan_batch(parse_options({"path": store, "subscribe": "t", "startingOffsets": "earliest",
-                                       "isolationLevel": "read_committed"}))
+    ranges = plan_batch(
+        parse_options(
+            {"path": store, "subscribe": "t", "startingOffsets": "earliest", "isolationLevel": "read_committed"}
+        )
+    )
     planned = {txn for r in ranges for txn in r.aborted}
     assert len(planned) == sum(1 for r in range(ROUNDS) if not (r % 2 == 0 and r != ROUNDS - 1))
 

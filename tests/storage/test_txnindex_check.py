@@ -50,8 +50,9 @@ class Workload:
         if pid is None:
             self.log.append(build_batch(recs))
             return
-        self.log.append(build_batch(recs, producer_id=pid, producer_epoch=0, base_sequence=self.seq[pid],
-                                    is_transactional=True))
+        self.log.append(
+            build_batch(recs, producer_id=pid, producer_epoch=0, base_sequence=self.seq[pid], is_transactional=True)
+        )
         self.seq[pid] += n
 
     def end(self, pid: int, abort: bool) -> None:
@@ -126,9 +127,12 @@ def rc_by_markers(log: PartitionLog) -> list[tuple[int, bytes]]:
                 committed.update(ids)
         elif b.is_transactional:
             pending.setdefault(b.producer_id, []).append(i)
-    return [(rec.offset, rec.value) for i, b in enumerate(batches)
-            if not b.is_control and b.last_offset < lso and (not b.is_transactional or i in committed)
-            for rec in b.records()]
+    return [
+        (rec.offset, rec.value)
+        for i, b in enumerate(batches)
+        if not b.is_control and b.last_offset < lso and (not b.is_transactional or i in committed)
+        for rec in b.records()
+    ]
 
 
 # ---- damage -----------------------------------------------------------------------------------------
@@ -155,7 +159,8 @@ def structurally_sound(path: str, base: int, end: int) -> bool:
     try:
         idx.sanity_check()
         return len(idx) == os.path.getsize(path) // TXN_ENTRY.size and all(
-            base <= t.last_offset < end for t in idx.entries())
+            base <= t.last_offset < end for t in idx.entries()
+        )
     except CorruptIndexError:
         return False
     finally:
@@ -209,8 +214,9 @@ def built(store_path):
     assert rc == rc_by_markers(log)
     aborted = log.aborted_transactions(log.log_start_offset, log.log_end_offset)
     assert len(aborted) >= 8 and len({t.producer_id for t in aborted}) == 4
-    assert any(t.first_offset < max(b.base_offset for b in log.segments if b.base_offset <= t.last_offset)
-               for t in aborted), "no aborted transaction spans two segments"
+    assert any(
+        t.first_offset < max(b.base_offset for b in log.segments if b.base_offset <= t.last_offset) for t in aborted
+    ), "no aborted transaction spans two segments"
     s.close()
     return rc, aborted, txn_files(pdir(store_path))
 
@@ -256,7 +262,8 @@ def test_read_only_reopen_reads_a_replayed_list_and_writes_nothing(store_path, b
     with open(path, "rb") as f:
         assert f.read() == damaged
     assert {n: b for n, b in txn_files(d).items() if not path.endswith(n)} == {
-        n: b for n, b in files.items() if not path.endswith(n)}
+        n: b for n, b in files.items() if not path.endswith(n)
+    }
 
 
 @pytest.mark.parametrize("which", ["sealed", "active"])
@@ -288,7 +295,7 @@ def test_a_live_read_only_view_keeps_its_replayed_list_up_to_date(store_path, bu
     assert reader.segments[-1] is active  # the new abort went into the same segment
     after = rc_by_fetch(reader)
     assert reader._txn_check.replayed(active).aborts[-1].producer_id == PIDS[0]
-    assert after == rc_by_markers(reader) and after[:len(rc)] == rc and len(after) == len(rc) + 2
+    assert after == rc_by_markers(reader) and after[: len(rc)] == rc and len(after) == len(rc) + 2
     writer_store.close()
     reader_store.close()
 
@@ -326,7 +333,7 @@ def test_a_deleted_entry_is_restored_by_recovery_of_its_segment(store_path, buil
         data = f.read()
         f.seek(0)
         f.truncate()
-        f.write(data[:TXN_ENTRY.size] + data[2 * TXN_ENTRY.size:])  # the second entry is gone
+        f.write(data[: TXN_ENTRY.size] + data[2 * TXN_ENTRY.size :])  # the second entry is gone
     for name in os.listdir(d):  # crash: no snapshot after the segment's own
         if name.endswith(".snapshot") and int(name[:20]) > base:
             os.unlink(os.path.join(d, name))

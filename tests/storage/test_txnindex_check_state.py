@@ -42,8 +42,9 @@ def pdir(store_path) -> str:
         if pid is None:
             log.append(build_batch(recs))
         else:
-            log.append(build_batch(recs, producer_id=pid, producer_epoch=0, base_sequence=seq[pid],
-                                   is_transactional=True))
+            log.append(
+                build_batch(recs, producer_id=pid, producer_epoch=0, base_sequence=seq[pid], is_transactional=True)
+            )
             seq[pid] += n
 
     data(A, 2)
@@ -110,12 +111,15 @@ def test_an_entry_past_the_active_segment_end_waits_for_its_marker(pdir):
     seg.close()
 
 
-@pytest.mark.parametrize("field, value, problem", [
-    (2, 2, "does not start at a transactional batch of its producer"),  # first offset onto the plain batch
-    (3, 5, "does not name an ABORT marker of its producer"),  # last offset onto B's COMMIT
-    (1, B, "does not name an ABORT marker of its producer"),  # the producer id
-    (4, 2, "records an LSO that is not the start of another producer's transaction"),
-])
+@pytest.mark.parametrize(
+    "field, value, problem",
+    [
+        (2, 2, "does not start at a transactional batch of its producer"),  # first offset onto the plain batch
+        (3, 5, "does not name an ABORT marker of its producer"),  # last offset onto B's COMMIT
+        (1, B, "does not name an ABORT marker of its producer"),  # the producer id
+        (4, 2, "records an LSO that is not the start of another producer's transaction"),
+    ],
+)
 def test_a_moved_entry_is_reported_and_the_count_stops_before_it(pdir, field, value, problem):
     path = os.path.join(pdir, "00000000000000000000.txnindex")
     with open(path, "r+b") as f:

@@ -36,12 +36,21 @@ def test_each_fault_alone(store, fault):
     store.create_topic("d", 1)
     expected = {
         # (lost, duplicated) per mode for one faulted request out of 3
-        Fault.LOSE_REQUEST: {DeliveryMode.AT_MOST_ONCE: (1, 0), DeliveryMode.AT_LEAST_ONCE: (0, 0),
-                             DeliveryMode.EXACTLY_ONCE: (0, 0)},
-        Fault.LOSE_ACK: {DeliveryMode.AT_MOST_ONCE: (0, 0), DeliveryMode.AT_LEAST_ONCE: (0, 1),
-                         DeliveryMode.EXACTLY_ONCE: (0, 0)},
-        Fault.DUPLICATE: {DeliveryMode.AT_MOST_ONCE: (0, 0), DeliveryMode.AT_LEAST_ONCE: (0, 1),
-                          DeliveryMode.EXACTLY_ONCE: (0, 0)},
+        Fault.LOSE_REQUEST: {
+            DeliveryMode.AT_MOST_ONCE: (1, 0),
+            DeliveryMode.AT_LEAST_ONCE: (0, 0),
+            DeliveryMode.EXACTLY_ONCE: (0, 0),
+        },
+        Fault.LOSE_ACK: {
+            DeliveryMode.AT_MOST_ONCE: (0, 0),
+            DeliveryMode.AT_LEAST_ONCE: (0, 1),
+            DeliveryMode.EXACTLY_ONCE: (0, 0),
+        },
+        Fault.DUPLICATE: {
+            DeliveryMode.AT_MOST_ONCE: (0, 0),
+            DeliveryMode.AT_LEAST_ONCE: (0, 1),
+            DeliveryMode.EXACTLY_ONCE: (0, 0),
+        },
     }[fault]
     for mode, (lost, dup) in expected.items():
         r = run_mode(store, "d", mode, 3, FaultPlan([Fault.NONE, fault]))
@@ -64,8 +73,9 @@ def test_lost_ack_retry_is_answered_with_the_original_offsets(store):
 def test_unknown_outcome_after_retries_bumps_the_epoch(store):
     """A batch whose fate stays unknown must never have its sequence reused (KIP-360)."""
     store.create_topic("t", 1)
-    p = txlog.Producer(store, retries=1, transport=faulty(store, FaultPlan([Fault.LOSE_ACK, Fault.LOSE_ACK])),
-                       linger_ms=0)
+    p = txlog.Producer(
+        store, retries=1, transport=faulty(store, FaultPlan([Fault.LOSE_ACK, Fault.LOSE_ACK])), linger_ms=0
+    )
     lost = p.send("t", value=b"a")
     p.flush()
     with pytest.raises(txlog.errors.RequestTimedOutError):

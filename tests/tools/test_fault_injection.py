@@ -253,9 +253,17 @@ def test_transform_loop_round_with_a_lost_end_txn_is_aborted_and_redone(store, s
         for i in range(10):
             plain.send("in", b"%d" % i)
     transport = faulty(store, StepFault(Step.END_TXN, Action.LOSE_REQUEST, 2))
-    with TransformLoop(store, input_topic="in", output_topic="out", group_id="g", transactional_id="copy",
-                       transform=lambda rs: [r.value for r in rs], transaction_size=4, partitions=[0],
-                       transport=transport) as loop:
+    with TransformLoop(
+        store,
+        input_topic="in",
+        output_topic="out",
+        group_id="g",
+        transactional_id="copy",
+        transform=lambda rs: [r.value for r in rs],
+        transaction_size=4,
+        partitions=[0],
+        transport=transport,
+    ) as loop:
         stats = loop.run()
     assert stats.transactions_aborted == 1 and stats.records_out == 10
     assert rc(store, TopicPartition("out", 0)) == [b"%d" % i for i in range(10)]

@@ -42,9 +42,16 @@ def test_random_aborts_still_give_each_output_once_in_order(store):
     _seed(store, "in", values)
     store.create_topic("out", 1)
     rnd = random.Random(3)
-    with TransformLoop(store, input_topic="in", output_topic="out", group_id="g", transactional_id="copier",
-                       transform=lambda rs: [r.value.upper() for r in rs], transaction_size=37,
-                       abort_if=lambda rs: rnd.random() < 0.4) as loop:
+    with TransformLoop(
+        store,
+        input_topic="in",
+        output_topic="out",
+        group_id="g",
+        transactional_id="copier",
+        transform=lambda rs: [r.value.upper() for r in rs],
+        transaction_size=37,
+        abort_if=lambda rs: rnd.random() < 0.4,
+    ) as loop:
         stats = loop.run()
     assert stats.transactions_aborted > 0
     assert _committed_values(store, "out") == values
@@ -64,14 +71,28 @@ def test_a_failing_transform_aborts_and_the_next_instance_resumes(store):
             raise RuntimeError("transform crashed")
         return [(r.value, r.value) for r in records]
 
-    loop = TransformLoop(store, input_topic="in", output_topic="out", group_id="g", transactional_id="t1",
-                         transform=flaky, transaction_size=20)
+    loop = TransformLoop(
+        store,
+        input_topic="in",
+        output_topic="out",
+        group_id="g",
+        transactional_id="t1",
+        transform=flaky,
+        transaction_size=20,
+    )
     with pytest.raises(RuntimeError):
         loop.run()
     loop.close()
     # a new instance (same transactional id) picks up from the committed offsets
-    with TransformLoop(store, input_topic="in", output_topic="out", group_id="g", transactional_id="t1",
-                       transform=lambda rs: [(r.value, r.value) for r in rs], transaction_size=20) as loop2:
+    with TransformLoop(
+        store,
+        input_topic="in",
+        output_topic="out",
+        group_id="g",
+        transactional_id="t1",
+        transform=lambda rs: [(r.value, r.value) for r in rs],
+        transaction_size=20,
+    ) as loop2:
         loop2.run()
     assert sorted(_committed_values(store, "out"), key=int) == [b"%d" % i for i in range(100)]
 
@@ -87,8 +108,9 @@ def test_abort_requested_from_the_transform_is_retried(store):
             raise AbortRequested("first attempt")
         return [r.value for r in records]
 
-    with TransformLoop(store, input_topic="in", output_topic="out", group_id="g", transactional_id="t",
-                       transform=once_abort) as loop:
+    with TransformLoop(
+        store, input_topic="in", output_topic="out", group_id="g", transactional_id="t", transform=once_abort
+    ) as loop:
         stats = loop.run()
     assert seen == [[b"a", b"b", b"c"], [b"a", b"b", b"c"]]  # sought back to the committed offset
     assert (stats.transactions_aborted, stats.transactions_committed) == (1, 1)
@@ -98,10 +120,24 @@ def test_abort_requested_from_the_transform_is_retried(store):
 def test_a_new_instance_fences_the_old_one(store):
     _seed(store, "in", [b"%d" % i for i in range(10)])
     store.create_topic("out", 1)
-    old = TransformLoop(store, input_topic="in", output_topic="out", group_id="g", transactional_id="same",
-                        transform=lambda rs: [r.value for r in rs], transaction_size=5)
-    new = TransformLoop(store, input_topic="in", output_topic="out", group_id="g", transactional_id="same",
-                        transform=lambda rs: [r.value for r in rs], transaction_size=5)
+    old = TransformLoop(
+        store,
+        input_topic="in",
+        output_topic="out",
+        group_id="g",
+        transactional_id="same",
+        transform=lambda rs: [r.value for r in rs],
+        transaction_size=5,
+    )
+    new = TransformLoop(
+        store,
+        input_topic="in",
+        output_topic="out",
+        group_id="g",
+        transactional_id="same",
+        transform=lambda rs: [r.value for r in rs],
+        transaction_size=5,
+    )
     with pytest.raises(txlog.errors.ProducerFencedError):
         old.run()
     new.run()

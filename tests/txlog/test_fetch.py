@@ -71,14 +71,20 @@ class LogWriter:
         res = self.log.append(build_batch([(None, v, [], NOW) for v in vals], compression=compression))
         return self._note(res.base_offset, vals)
 
-    def txn(self, pid: int, n: int = 1, compression: Compression = Compression.NONE,
-            values: list[bytes] | None = None) -> list[int]:
+    def txn(
+        self, pid: int, n: int = 1, compression: Compression = Compression.NONE, values: list[bytes] | None = None
+    ) -> list[int]:
         """A transactional batch of `pid`; it opens the producer's transaction if none is open."""
         vals = values if values is not None else self._values(n)
         epoch, seq = self.epochs.setdefault(pid, 0), self.seqs.get(pid, 0)
-        batch = build_batch([(b"k", v, [("h", b"x")], NOW) for v in vals], producer_id=pid,
-                            producer_epoch=epoch, base_sequence=seq, is_transactional=True,
-                            compression=compression)
+        batch = build_batch(
+            [(b"k", v, [("h", b"x")], NOW) for v in vals],
+            producer_id=pid,
+            producer_epoch=epoch,
+            base_sequence=seq,
+            is_transactional=True,
+            compression=compression,
+        )
         res = self.log.append(batch)
         self.seqs[pid] = seq + len(vals)
         offsets = self._note(res.base_offset, vals)
@@ -119,8 +125,7 @@ class LogWriter:
         if isolation is RU:
             return [(o, v) for o, v in sorted(self.values.items()) if o >= start]
         lso = self.lso
-        return [(o, v) for o, v in sorted(self.values.items())
-                if start <= o < lso and o not in self.aborted]
+        return [(o, v) for o, v in sorted(self.values.items()) if start <= o < lso and o not in self.aborted]
 
 
 def seen(result: FetchResult) -> list[tuple[int, bytes]]:
@@ -252,7 +257,19 @@ def test_interleaved_producers_aborts_commits_plain_data_and_compression(log, w)
     for iso in (RC, RU):
         assert fetch_all(log, iso)[0] == w.expected(iso)
     assert [v for _, v in w.expected(RC)] == [
-        b"v0", b"v1", b"v2", b"v3", b"v4", b"v7", b"v8", b"v9", b"v14", b"v15", b"v16", b"v17"]
+        b"v0",
+        b"v1",
+        b"v2",
+        b"v3",
+        b"v4",
+        b"v7",
+        b"v8",
+        b"v9",
+        b"v14",
+        b"v15",
+        b"v16",
+        b"v17",
+    ]
     assert fetch_all(log, RC)[1] == w.lso
 
 
@@ -323,6 +340,7 @@ def test_aborted_batches_are_skipped_without_decoding(log, w, monkeypatch):
         def spy(batch, *args):
             decoded.append(batch.base_offset)
             return real(batch, *args)
+
         return spy
 
     for decoder in ("records", "record_tuples", "consumer_records"):  # the ways to decode a batch's records
@@ -334,8 +352,9 @@ def test_aborted_batches_are_skipped_without_decoding(log, w, monkeypatch):
 def test_records_carry_batch_fields(log, w):
     w.txn(11, 2)
     w.commit(11)
-    log.append(build_batch([(b"k", b"lat", [], NOW)], timestamp_type=TimestampType.LOG_APPEND_TIME,
-                           log_append_time=NOW + 5))
+    log.append(
+        build_batch([(b"k", b"lat", [], NOW)], timestamp_type=TimestampType.LOG_APPEND_TIME, log_append_time=NOW + 5)
+    )
     recs = fetch(log, 0, RC).records
     first = recs[0]
     assert (first.topic, first.partition, first.key, first.headers) == ("t", 0, b"k", [("h", b"x")])
@@ -381,8 +400,9 @@ def test_aborts_across_segments(store):
 OPS = st.lists(
     st.one_of(
         st.tuples(st.just("plain"), st.integers(1, 3), st.sampled_from([Compression.NONE, Compression.GZIP])),
-        st.tuples(st.just("txn"), st.integers(1, 3), st.integers(1, 3),
-                  st.sampled_from([Compression.NONE, Compression.ZSTD])),
+        st.tuples(
+            st.just("txn"), st.integers(1, 3), st.integers(1, 3), st.sampled_from([Compression.NONE, Compression.ZSTD])
+        ),
         st.tuples(st.just("commit"), st.integers(1, 3)),
         st.tuples(st.just("abort"), st.integers(1, 3)),
     ),
@@ -390,11 +410,13 @@ OPS = st.lists(
 )
 
 
-
-
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(ops=OPS, segment_bytes=st.sampled_from([250, 1 << 20]), max_records=st.integers(1, 4),
-       max_bytes=st.sampled_from([1, 1 << 20]))
+@given(
+    ops=OPS,
+    segment_bytes=st.sampled_from([250, 1 << 20]),
+    max_records=st.integers(1, 4),
+    max_bytes=st.sampled_from([1, 1 << 20]),
+)
 def test_property_rc_is_ru_minus_aborted_minus_undecided(ops, segment_bytes, max_records, max_bytes):
     with no_fsync(), tempfile.TemporaryDirectory() as tmp, Store.open(os.path.join(tmp, "s")) as store:
         store.create_topic("p", 1, {"segment.bytes": segment_bytes, "retention.ms": -1})

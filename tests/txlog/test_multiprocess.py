@@ -57,6 +57,7 @@ def _stats(lines: list[str]) -> dict[str, int]:
 # docs/reliability-scenarios.md scenario 36: four processes appending to one partition, rolling segments concurrently
 # =====================================================================================================
 
+
 def _kafka_python_parse(path: str) -> int:
     """Parse a whole segment file with kafka-python (an independent reader); returns batches seen."""
     from kafka.record import MemoryRecords
@@ -71,8 +72,9 @@ def _kafka_python_parse(path: str) -> int:
         offsets = [r.offset for r in batch]
         assert offsets == list(range(batch.base_offset, batch.base_offset + len(offsets)))
         n += 1
-    assert records.valid_bytes() == len(data), \
+    assert records.valid_bytes() == len(data), (
         f"{path}: kafka-python stops at byte {records.valid_bytes()} of {len(data)}"
+    )
     return n
 
 
@@ -80,8 +82,25 @@ def test_four_appenders_one_partition(store_path, big):
     n = 10_000 if big else 300
     seg_bytes = 1 << 18 if big else 16384
     _create(store_path, {"segment.bytes": seg_bytes, "index.interval.bytes": 1024})
-    workers = [Worker("append", store_path, "--count", n, "--go-stdin", "--min-size", 1, "--max-size", 2500,
-                      "--max-records", 4, "--ts-base", TS_BASE + 7 * i, stdin=True) for i in range(4)]
+    workers = [
+        Worker(
+            "append",
+            store_path,
+            "--count",
+            n,
+            "--go-stdin",
+            "--min-size",
+            1,
+            "--max-size",
+            2500,
+            "--max-records",
+            4,
+            "--ts-base",
+            TS_BASE + 7 * i,
+            stdin=True,
+        )
+        for i in range(4)
+    ]
     _start_together(workers)
     acks = {}
     for w in workers:
@@ -103,7 +122,8 @@ def test_four_appenders_one_partition(store_path, big):
             check_batch(b)  # whole, CRC-valid, the bytes that producer sent: nothing torn or interleaved
             assert b.base_sequence == last_seq[b.producer_id] + 1, (
                 f"producer {b.producer_id}: sequence {b.base_sequence} at offset {b.base_offset} after "
-                f"{last_seq[b.producer_id]} (send order broken)")
+                f"{last_seq[b.producer_id]} (send order broken)"
+            )
             last_seq[b.producer_id] = b.base_sequence + b.records_count - 1
             where[(b.producer_id, b.base_sequence)] = (b.base_offset, b.last_offset)
         for pid, got in acks.items():
@@ -152,6 +172,7 @@ def test_four_appenders_one_partition(store_path, big):
 # docs/reliability-scenarios.md scenario 37: concurrent producer-id allocation, and kill -9 during allocation
 # =====================================================================================================
 
+
 def test_twenty_processes_allocate_distinct_ids(store_path):
     Store.open(store_path).close()
     workers = [Worker("alloc", store_path, "--count", 1, "--go-stdin", stdin=True) for _ in range(20)]
@@ -186,7 +207,8 @@ def test_pid_allocation_survives_kill9(store_path, big):
         assert len(issued) == len(set(issued)), f"[seed {seed}] round {rnd}: an id was handed out twice"
         hwm = ProducerIdAllocator(store_path).next_id()  # raises if the file was left damaged
         assert not issued or hwm > max(issued), (
-            f"[seed {seed}] round {rnd}: persisted high-water mark {hwm} <= issued id {max(issued)}")
+            f"[seed {seed}] round {rnd}: persisted high-water mark {hwm} <= issued id {max(issued)}"
+        )
     with Store.open(store_path) as s:
         fresh = s.allocate_producer_id()
     assert fresh not in issued and fresh > max(issued)
@@ -195,6 +217,7 @@ def test_pid_allocation_survives_kill9(store_path, big):
 # =====================================================================================================
 # docs/reliability-scenarios.md scenario 42: retention deletes segments while another process reads them
 # =====================================================================================================
+
 
 def _parse_at(line: str) -> tuple[int, int, int, int]:
     _, pos, resets, batches, leo = line.split()
@@ -219,8 +242,10 @@ def _step_until_caught_up(reader: Worker, log, max_steps: int = 2000) -> tuple[i
         at = _parse_at(reader.expect("AT"))
         if at[0] == end:
             return at
-    raise AssertionError(f"reader never caught up: stuck at position {at[0]}, its log end {at[3]}, "
-                         f"real log end {end}, log start {log.log_start_offset}")
+    raise AssertionError(
+        f"reader never caught up: stuck at position {at[0]}, its log end {at[3]}, "
+        f"real log end {end}, log start {log.log_start_offset}"
+    )
 
 
 @pytest.mark.parametrize("behind", ["some-segments", "every-segment-it-knew"])
@@ -255,12 +280,24 @@ def test_retention_while_reading_race(store_path, big):
     n = 4000 if big else 250
     _create(store_path, {"segment.bytes": 2048, "retention.bytes": 6144, "index.interval.bytes": 256})
     stop = os.path.join(os.path.dirname(store_path), "stop")
-    readers = [Worker("read", store_path, "--follow-retention", "--stop-file", stop),
-               Worker("read", store_path, "--follow-retention", "--stop-file", stop, "--writable"),
-               Worker("read", store_path, "--follow-retention", "--stop-file", stop, "--pause-every", 7,
-                      "--pause-ms", 15)]
-    writer = Worker("append", store_path, "--count", n, "--enforce-retention", "--min-size", 20, "--max-size", 600,
-                    "--ts-base", TS_BASE)
+    readers = [
+        Worker("read", store_path, "--follow-retention", "--stop-file", stop),
+        Worker("read", store_path, "--follow-retention", "--stop-file", stop, "--writable"),
+        Worker("read", store_path, "--follow-retention", "--stop-file", stop, "--pause-every", 7, "--pause-ms", 15),
+    ]
+    writer = Worker(
+        "append",
+        store_path,
+        "--count",
+        n,
+        "--enforce-retention",
+        "--min-size",
+        20,
+        "--max-size",
+        600,
+        "--ts-base",
+        TS_BASE,
+    )
     try:
         writer.check_ok(timeout=3600)
     finally:
@@ -287,14 +324,17 @@ def test_retention_while_reading_race(store_path, big):
 # batch, positions monotonic")
 # =====================================================================================================
 
+
 @pytest.mark.parametrize("reader_open", ["read-only", "writable"])
 def test_reader_while_writers_append(store_path, big, reader_open):
     n = 4000 if big else 150
     _create(store_path, {"segment.bytes": 8192, "index.interval.bytes": 512})
     extra = ["--writable"] if reader_open == "writable" else []
     reader = Worker("read", store_path, "--expect-batches", 2 * n, *extra)
-    writers = [Worker("append", store_path, "--count", n, "--min-size", 1, "--max-size", 3000,
-                      "--ts-base", TS_BASE + i) for i in range(2)]
+    writers = [
+        Worker("append", store_path, "--count", n, "--min-size", 1, "--max-size", 3000, "--ts-base", TS_BASE + i)
+        for i in range(2)
+    ]
     for w in writers:
         w.check_ok(timeout=3600)
     stats = _stats(reader.check_ok(timeout=3600))

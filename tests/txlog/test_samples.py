@@ -12,7 +12,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def test_store_basics_sample_runs_and_deduplicates(tmp_path):
     out = subprocess.run(
         [sys.executable, os.path.join(ROOT, "samples", "store_basics.py"), str(tmp_path / "data")],
-        capture_output=True, text=True, timeout=60, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
     )
     assert out.returncode == 0, out.stderr
     assert "appended at offset 0; the retry was answered with offset 0" in out.stdout
@@ -40,11 +43,17 @@ def test_spark_analysis_sample_answers_its_questions(tmp_path):
     """samples/spark_analysis.py: its own Spark session, in a process of its own like a user's."""
     out = subprocess.run(
         [sys.executable, os.path.join(ROOT, "samples", "spark_analysis.py"), str(tmp_path / "data")],
-        capture_output=True, text=True, timeout=300, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
     )
     assert out.returncode == 0, out.stderr
     assert "orders: 225 committed records, 300 written" in out.stdout
     rates = [line.split("|")[1:4] for line in out.stdout.splitlines() if line.count("|") == 4]
     assert [[cell.strip() for cell in row] for row in rates[1:4]] == [
-        ["0", "20", "0.00"], ["1", "20", "0.25"], ["2", "20", "0.50"]]
+        ["0", "20", "0.00"],
+        ["1", "20", "0.25"],
+        ["2", "20", "0.50"],
+    ]
     assert "CompleteAbort" in out.stdout and "CompleteCommit" in out.stdout

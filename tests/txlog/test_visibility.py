@@ -37,8 +37,14 @@ RU = IsolationLevel.READ_UNCOMMITTED
 def data(base: int, n: int = 1, *, pid: int = -1, transactional: bool = False) -> RecordBatch:
     """A data batch of `n` records at offsets base..base+n-1 (values name their offsets)."""
     records = [(None, f"v{base + i}".encode(), [], NOW) for i in range(n)]
-    raw = build_batch(records, base_offset=base, producer_id=pid, producer_epoch=0 if pid >= 0 else -1,
-                      base_sequence=0 if pid >= 0 else -1, is_transactional=transactional)
+    raw = build_batch(
+        records,
+        base_offset=base,
+        producer_id=pid,
+        producer_epoch=0 if pid >= 0 else -1,
+        base_sequence=0 if pid >= 0 else -1,
+        is_transactional=transactional,
+    )
     return RecordBatch.parse(raw)
 
 
@@ -47,8 +53,9 @@ def txn(base: int, pid: int, n: int = 1) -> RecordBatch:
 
 
 def marker(base: int, pid: int, control_type: ControlType) -> RecordBatch:
-    return RecordBatch.parse(build_control_batch(control_type, producer_id=pid, producer_epoch=1,
-                                                 timestamp=NOW, base_offset=base))
+    return RecordBatch.parse(
+        build_control_batch(control_type, producer_id=pid, producer_epoch=1, timestamp=NOW, base_offset=base)
+    )
 
 
 def abort(base: int, pid: int) -> RecordBatch:
@@ -79,8 +86,18 @@ def offsets(batches, start, end, aborted=None) -> list[int]:
 
 # Producers 1 (committed), 2 (aborted) and 3 (still open) interleaved, with plain data between:
 #   0 p1  1 p2  2-3 plain  4 p2  5 ABORT(p2)  6 p1  7 COMMIT(p1)  8 plain  9 p3 (open)  10 plain
-MIXED = [txn(0, 1), txn(1, 2), data(2, 2), txn(4, 2), abort(5, 2), txn(6, 1), commit(7, 1), data(8),
-         txn(9, 3), data(10)]
+MIXED = [
+    txn(0, 1),
+    txn(1, 2),
+    data(2, 2),
+    txn(4, 2),
+    abort(5, 2),
+    txn(6, 1),
+    commit(7, 1),
+    data(8),
+    txn(9, 3),
+    data(10),
+]
 MIXED_ABORTED = [entry(2, 1, 5)]
 
 
@@ -127,8 +144,11 @@ def test_non_transactional_and_idempotent_batches_are_never_skipped():
 
 
 def test_a_control_batch_emptied_by_compaction_ends_nothing():
-    header = bytearray(build_control_batch(ControlType.ABORT, producer_id=6, producer_epoch=1, timestamp=NOW,
-                                           base_offset=2)[:HEADER_SIZE])  # only the header survives compaction
+    header = bytearray(
+        build_control_batch(ControlType.ABORT, producer_id=6, producer_epoch=1, timestamp=NOW, base_offset=2)[
+            :HEADER_SIZE
+        ]
+    )  # only the header survives compaction
     struct.pack_into(">i", header, LENGTH_OFFSET, HEADER_SIZE - LOG_OVERHEAD)
     struct.pack_into(">i", header, RECORDS_COUNT_OFFSET, 0)
     struct.pack_into(">I", header, CRC_OFFSET, crc32c(header[CRC_COVERED_START:]))
@@ -192,8 +212,9 @@ def test_is_abort_marker_is_true_only_for_an_abort_control_batch():
     assert not marker(0, 1, 2).is_abort_marker()  # a KRaft control type is no transaction marker
 
 
-@pytest.mark.parametrize("lso, hw, isolation, expected", [(7, 12, RC, 7), (7, 12, RU, 12), (7, 5, RC, 5),
-                                                          (7, 5, RU, 5), (12, 12, RC, 12)])
+@pytest.mark.parametrize(
+    "lso, hw, isolation, expected", [(7, 12, RC, 7), (7, 12, RU, 12), (7, 5, RC, 5), (7, 5, RU, 5), (12, 12, RC, 12)]
+)
 def test_latest_offset_stops_at_the_lso_and_never_passes_the_high_watermark(lso, hw, isolation, expected):
     """read_committed ends at the LSO, read_uncommitted at the high watermark (the durable end),
     and neither passes the high watermark (tests/storage/test_high_watermark.py covers how it moves)."""

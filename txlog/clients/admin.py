@@ -160,8 +160,9 @@ def _now_ms() -> int:
 class Admin:
     """Administrative operations on one store (a path or an open Store)."""
 
-    def __init__(self, store: str | os.PathLike | Store, *, clock: Callable[[], int] | None = None,
-                 read_only: bool = False):
+    def __init__(
+        self, store: str | os.PathLike | Store, *, clock: Callable[[], int] | None = None, read_only: bool = False
+    ):
         self._own_store = not isinstance(store, Store)
         self.store = store if isinstance(store, Store) else Store.open(store, read_only=read_only)
         self._clock = clock or _now_ms
@@ -183,16 +184,19 @@ class Admin:
     def delete_topic(self, name: str) -> None:
         self.store.delete_topic(name)
 
-    def alter_topic_config(self, name: str, set_configs: Mapping[str, Any] | None = None,
-                           delete_configs: list[str] | tuple[str, ...] = ()) -> None:
+    def alter_topic_config(
+        self, name: str, set_configs: Mapping[str, Any] | None = None, delete_configs: list[str] | tuple[str, ...] = ()
+    ) -> None:
         self.store.alter_topic_config(name, set_configs, delete_configs)
 
     def create_partitions(self, name: str, total: int) -> None:
         self.store.create_partitions(name, total)
 
-    def list_offsets(self, partitions: Iterable[TopicPartition],
-                     isolation_level: str | IsolationLevel = IsolationLevel.READ_COMMITTED,
-                     ) -> dict[TopicPartition, int]:
+    def list_offsets(
+        self,
+        partitions: Iterable[TopicPartition],
+        isolation_level: str | IsolationLevel = IsolationLevel.READ_COMMITTED,
+    ) -> dict[TopicPartition, int]:
         """Latest offsets as ListOffsets answers them: the LSO under read_committed, else the log end."""
         isolation = IsolationLevel.parse(isolation_level)
         return {tp: latest_offset(self.store.partition(tp.topic, tp.partition), isolation) for tp in partitions}
@@ -218,8 +222,9 @@ class Admin:
         """Commit or abort the open transaction of an id from outside its producer (`txlog commit|abort`)."""
         return self.coordinator.end_transaction(transactional_id, None, None, commit)
 
-    def fence_producers(self, transactional_ids: Iterable[str],
-                        timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS) -> dict[str, ProducerIdAndEpoch]:
+    def fence_producers(
+        self, transactional_ids: Iterable[str], timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
+    ) -> dict[str, ProducerIdAndEpoch]:
         """Bump each id's epoch (aborting an open transaction), as Admin.fenceProducers does."""
         return {t: self.coordinator.init_producer_id(t, timeout_ms) for t in transactional_ids}
 
@@ -228,18 +233,32 @@ class Admin:
 
     def describe_producers(self, tp: TopicPartition) -> list[ProducerState]:
         log = self.store.partition(tp.topic, tp.partition)
-        return [ProducerState(pid, s["producer_epoch"], s["last_sequence"], s["last_timestamp"],
-                              s["coordinator_epoch"], s["current_txn_start_offset"])
-                for pid, s in sorted(log.producer_states().items())]
+        return [
+            ProducerState(
+                pid,
+                s["producer_epoch"],
+                s["last_sequence"],
+                s["last_timestamp"],
+                s["coordinator_epoch"],
+                s["current_txn_start_offset"],
+            )
+            for pid, s in sorted(log.producer_states().items())
+        ]
 
-    def find_hanging_transactions(self, topics: Iterable[str] | None = None,
-                                  max_transaction_timeout_ms: int = MAX_TRANSACTION_TIMEOUT_MS,
-                                  ) -> list[HangingTransaction]:
+    def find_hanging_transactions(
+        self,
+        topics: Iterable[str] | None = None,
+        max_transaction_timeout_ms: int = MAX_TRANSACTION_TIMEOUT_MS,
+    ) -> list[HangingTransaction]:
         """Open transactions in partitions that the coordinator does not know as Ongoing there,
         or that stayed open longer than the largest allowed timeout (kafka-transactions find-hanging)."""
         self._sweep()
-        live = {(d.state.producer_id, tp) for d in self.coordinator.list_transactions()
-                if d.state.state == TxnState.ONGOING for tp in d.state.partitions}
+        live = {
+            (d.state.producer_id, tp)
+            for d in self.coordinator.list_transactions()
+            if d.state.state == TxnState.ONGOING
+            for tp in d.state.partitions
+        }
         now = self._clock()
         names = self.store.list_topics(include_internal=True) if topics is None else list(topics)
         found = []
@@ -275,14 +294,16 @@ class Admin:
         log = self.store.partition(tp.topic, tp.partition)
         owners = [pid for pid, first in log.open_transactions().items() if first == start_offset]
         if not owners:
-            raise InvalidTxnStateError(f"no open transaction starts at offset {start_offset} of "
-                                       f"{tp.topic}-{tp.partition}")
+            raise InvalidTxnStateError(
+                f"no open transaction starts at offset {start_offset} of {tp.topic}-{tp.partition}"
+            )
         pid = owners[0]
         for d in self.coordinator.list_transactions():
             if d.state.producer_id == pid and d.state.is_ongoing_in(tp.topic, tp.partition):
                 raise InvalidTxnStateError(
                     f"the transaction at offset {start_offset} belongs to live transactional id "
-                    f"'{d.transactional_id}'; end it with its producer or `abort --transactional-id`")
+                    f"'{d.transactional_id}'; end it with its producer or `abort --transactional-id`"
+                )
         epoch = log.producer_states()[pid]["producer_epoch"]
         return log.append_marker(ControlType.ABORT, pid, epoch, 0, self._clock()).base_offset
 
@@ -320,15 +341,27 @@ class Admin:
             offset = value.offset if value is not None else -1
             lag = max(end - offset, 0) if end >= 0 and offset >= 0 else -1
             owner = owners.get(tp)
-            rows.append(GroupOffsetRow(
-                group, tp.topic, tp.partition, offset, end, lag, value.metadata if value else "",
-                value.commit_timestamp if value else -1, pending.get(tp, (-1, None))[0],
-                owner.member_id if owner else None, owner.client_host if owner else None,
-                owner.client_id if owner else None))
+            rows.append(
+                GroupOffsetRow(
+                    group,
+                    tp.topic,
+                    tp.partition,
+                    offset,
+                    end,
+                    lag,
+                    value.metadata if value else "",
+                    value.commit_timestamp if value else -1,
+                    pending.get(tp, (-1, None))[0],
+                    owner.member_id if owner else None,
+                    owner.client_host if owner else None,
+                    owner.client_id if owner else None,
+                )
+            )
         return rows
 
-    def alter_consumer_group_offsets(self, group: str,
-                                     offsets: Mapping[TopicPartition, OffsetAndMetadata | int]) -> None:
+    def alter_consumer_group_offsets(
+        self, group: str, offsets: Mapping[TopicPartition, OffsetAndMetadata | int]
+    ) -> None:
         """Reset a group's positions (kafka-consumer-groups --reset-offsets --execute).
 
         Refused while the group has live members, as Kafka refuses it: they would
@@ -342,11 +375,13 @@ class Admin:
         if description is not None and description.members:
             raise GroupNotEmptyError(
                 f"Assignments can only be reset if the group '{group}' is inactive, but the current state "
-                f"is {description.state.kafka_name}.")
+                f"is {description.state.kafka_name}."
+            )
         self.group_coordinator.commit_offsets(group, offsets, None)
 
-    def plan_offset_reset(self, group: str, partitions: Iterable[TopicPartition],
-                          reset: OffsetReset) -> dict[TopicPartition, int]:
+    def plan_offset_reset(
+        self, group: str, partitions: Iterable[TopicPartition], reset: OffsetReset
+    ) -> dict[TopicPartition, int]:
         """The new committed offsets of kafka-consumer-groups --reset-offsets (its dry run), written by nothing.
 
         Every target is clamped into [log start, latest offset under read_committed], as
@@ -361,9 +396,11 @@ class Admin:
         description = self.group_coordinator.describe(group)
         if description is not None and description.members:
             n = len(description.members)
-            raise GroupNotEmptyError(f"Assignments can only be reset if the group '{group}' is inactive, but the "
-                                     f"current state is {description.state.kafka_name} ({n} live member"
-                                     f"{'s' * (n != 1)}).")
+            raise GroupNotEmptyError(
+                f"Assignments can only be reset if the group '{group}' is inactive, but the "
+                f"current state is {description.state.kafka_name} ({n} live member"
+                f"{'s' * (n != 1)})."
+            )
         tps = list(partitions)
         committed = self.list_consumer_group_offsets(group)
         ends = self.list_offsets(tps, IsolationLevel.READ_COMMITTED)
@@ -378,8 +415,15 @@ class Admin:
             plan[tp] = min(max(self._reset_target(group, tp, reset, start, end, committed), start), end)
         return plan
 
-    def _reset_target(self, group: str, tp: TopicPartition, reset: OffsetReset, start: int, end: int,
-                      committed: Mapping[TopicPartition, OffsetAndMetadata]) -> int:
+    def _reset_target(
+        self,
+        group: str,
+        tp: TopicPartition,
+        reset: OffsetReset,
+        start: int,
+        end: int,
+        committed: Mapping[TopicPartition, OffsetAndMetadata],
+    ) -> int:
         """Where one partition would go before clamping."""
         if reset.scope is ResetScope.TO_EARLIEST:
             return start
@@ -394,8 +438,9 @@ class Admin:
             return end if found is None else found
         current = committed.get(tp)
         if current is None:
-            raise NoOffsetForPartitionError(f"group '{group}' has no committed offset for {tp.topic}-{tp.partition} "
-                                            "to shift from")
+            raise NoOffsetForPartitionError(
+                f"group '{group}' has no committed offset for {tp.topic}-{tp.partition} to shift from"
+            )
         return current.offset + reset.value
 
     def delete_consumer_group_offsets(self, group: str, partitions: Iterable[TopicPartition]) -> None:

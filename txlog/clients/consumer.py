@@ -103,27 +103,49 @@ class _MemberSettings(TypedDict):
 class Consumer:
     """Reads assigned partitions in order under an isolation level, committing positions to a group."""
 
-    def __init__(self, path_or_store: str | os.PathLike | Store, *, group_id: str | None = None,
-                 isolation_level: str | IsolationLevel = "read_committed", auto_offset_reset: str = "earliest",
-                 enable_auto_commit: bool = True, auto_commit_interval_ms: int = 5000,
-                 max_poll_records: int = 500, fetch_max_bytes: int = 52428800,
-                 max_partition_fetch_bytes: int = 1048576, group_instance_id: str | None = None,
-                 session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
-                 max_poll_interval_ms: int = DEFAULT_MAX_POLL_INTERVAL_MS,
-                 heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS,
-                 group_remote_assignor: str | None = None, client_id: str = "txlog",
-                 clock: Callable[[], int] | None = None, transport: Transport | None = None):
+    def __init__(
+        self,
+        path_or_store: str | os.PathLike | Store,
+        *,
+        group_id: str | None = None,
+        isolation_level: str | IsolationLevel = "read_committed",
+        auto_offset_reset: str = "earliest",
+        enable_auto_commit: bool = True,
+        auto_commit_interval_ms: int = 5000,
+        max_poll_records: int = 500,
+        fetch_max_bytes: int = 52428800,
+        max_partition_fetch_bytes: int = 1048576,
+        group_instance_id: str | None = None,
+        session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
+        max_poll_interval_ms: int = DEFAULT_MAX_POLL_INTERVAL_MS,
+        heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS,
+        group_remote_assignor: str | None = None,
+        client_id: str = "txlog",
+        clock: Callable[[], int] | None = None,
+        transport: Transport | None = None,
+    ):
         self._isolation = IsolationLevel.parse(isolation_level)
-        _check_config(group_id, auto_offset_reset, auto_commit_interval_ms, max_poll_records,
-                      fetch_max_bytes, max_partition_fetch_bytes)
+        _check_config(
+            group_id,
+            auto_offset_reset,
+            auto_commit_interval_ms,
+            max_poll_records,
+            fetch_max_bytes,
+            max_partition_fetch_bytes,
+        )
         check_session_settings(session_timeout_ms, max_poll_interval_ms, heartbeat_interval_ms)
         if group_instance_id is not None and (not isinstance(group_instance_id, str) or not group_instance_id):
             raise IllegalArgumentError(
-                f"group_instance_id must be a non-empty string or None, not {group_instance_id!r}")
-        self._member_settings = _MemberSettings(instance_id=group_instance_id, session_timeout_ms=session_timeout_ms,
-                                                max_poll_interval_ms=max_poll_interval_ms,
-                                                heartbeat_interval_ms=heartbeat_interval_ms,
-                                                assignor=group_remote_assignor, client_id=client_id)
+                f"group_instance_id must be a non-empty string or None, not {group_instance_id!r}"
+            )
+        self._member_settings = _MemberSettings(
+            instance_id=group_instance_id,
+            session_timeout_ms=session_timeout_ms,
+            max_poll_interval_ms=max_poll_interval_ms,
+            heartbeat_interval_ms=heartbeat_interval_ms,
+            assignor=group_remote_assignor,
+            client_id=client_id,
+        )
         self._group_id = group_id
         self._reset_policy = auto_offset_reset
         self._auto_commit_interval_ms = auto_commit_interval_ms
@@ -186,8 +208,9 @@ class Consumer:
         self._pattern = re.compile(pattern) if pattern is not None else None
         self._listener = listener
         if self._group_id is not None and not self._store.read_only and self._membership is None:
-            self._membership = Membership(self._store, self._transport, self._group_id, clock=self._clock,
-                                          **self._member_settings)
+            self._membership = Membership(
+                self._store, self._transport, self._group_id, clock=self._clock, **self._member_settings
+            )
         self._refresh_subscription()
 
     def unsubscribe(self) -> None:
@@ -251,8 +274,7 @@ class Consumer:
             wanted = sorted(self._subscription or ()) if self._pattern is None else self._matching_topics()
             self._membership.set_topics(tuple(wanted))
             return
-        partitions = [TopicPartition(t, p) for t in self._matching_topics()
-                      for p in self._store.partitions(t)]
+        partitions = [TopicPartition(t, p) for t in self._matching_topics() for p in self._store.partitions(t)]
         if set(partitions) != set(self._assigned):
             self._set_assignment(partitions)
 
@@ -291,9 +313,11 @@ class Consumer:
     def _revoke(self, partitions: set[TopicPartition], *, commit: bool = True) -> None:
         """Give partitions back: commit their positions (auto-commit), tell the listener, drop them."""
         if self._auto_commit and commit:
-            positions = {tp: OffsetAndMetadata(position) for tp in sorted(partitions)
-                         if (position := self._assigned[tp].position) is not None
-                         and self._auto_committed.get(tp) != position}
+            positions = {
+                tp: OffsetAndMetadata(position)
+                for tp in sorted(partitions)
+                if (position := self._assigned[tp].position) is not None and self._auto_committed.get(tp) != position
+            }
             if positions:
                 self._commit_to_group(positions)
         self._call_listener("on_partitions_revoked", partitions)
@@ -572,16 +596,17 @@ class Consumer:
 
     def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         self._check_open()
-        return {tp: self._boundary_offset(tp, EARLIEST_TIMESTAMP, self._isolation)
-                for tp in map(_as_tp, partitions)}
+        return {tp: self._boundary_offset(tp, EARLIEST_TIMESTAMP, self._isolation) for tp in map(_as_tp, partitions)}
 
     def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """The LSO under read_committed, the log end under read_uncommitted."""
         self._check_open()
         return {tp: self._end_offset(tp) for tp in map(_as_tp, partitions)}
 
-    def offsets_for_times(self, timestamps: Mapping[TopicPartition, int],
-                          ) -> dict[TopicPartition, tuple[int, int] | None]:
+    def offsets_for_times(
+        self,
+        timestamps: Mapping[TopicPartition, int],
+    ) -> dict[TopicPartition, tuple[int, int] | None]:
         """Per partition, (offset, timestamp) of the first record with timestamp ≥ the one given, or None.
 
         As Kafka's ListOffsets, read_committed only answers with offsets below the LSO.
@@ -628,11 +653,13 @@ class Consumer:
     def committed(self, partition: TopicPartition, *, timeout_ms: int = 0) -> OffsetAndMetadata | None: ...
 
     @overload
-    def committed(self, partition: Iterable[TopicPartition], *, timeout_ms: int = 0
-                  ) -> dict[TopicPartition, OffsetAndMetadata | None]: ...
+    def committed(
+        self, partition: Iterable[TopicPartition], *, timeout_ms: int = 0
+    ) -> dict[TopicPartition, OffsetAndMetadata | None]: ...
 
-    def committed(self, partition: TopicPartition | Iterable[TopicPartition], *, timeout_ms: int = 0
-                  ) -> OffsetAndMetadata | None | dict[TopicPartition, OffsetAndMetadata | None]:
+    def committed(
+        self, partition: TopicPartition | Iterable[TopicPartition], *, timeout_ms: int = 0
+    ) -> OffsetAndMetadata | None | dict[TopicPartition, OffsetAndMetadata | None]:
         """The group's committed offset of one partition (None if none), or a dict for several.
 
         Under read_committed the offset must be stable: while a transaction holds a
@@ -742,8 +769,14 @@ def _as_tp(tp: Iterable[object]) -> TopicPartition:
     return TopicPartition(topic, partition)
 
 
-def _check_config(group_id: str | None, auto_offset_reset: str, auto_commit_interval_ms: int,
-                  max_poll_records: int, fetch_max_bytes: int, max_partition_fetch_bytes: int) -> None:
+def _check_config(
+    group_id: str | None,
+    auto_offset_reset: str,
+    auto_commit_interval_ms: int,
+    max_poll_records: int,
+    fetch_max_bytes: int,
+    max_partition_fetch_bytes: int,
+) -> None:
     """Reject bad settings at construction, where the mistake is, not at the first poll."""
     if group_id is not None and (not isinstance(group_id, str) or not group_id):
         raise InvalidGroupIdError(f"group_id must be a non-empty string or None, not {group_id!r}")
@@ -751,8 +784,12 @@ def _check_config(group_id: str | None, auto_offset_reset: str, auto_commit_inte
         raise IllegalArgumentError(
             f"auto_offset_reset must be one of {', '.join(OFFSET_RESET_POLICIES)}, not {auto_offset_reset!r}"
         )
-    for name, value in (("auto_commit_interval_ms", auto_commit_interval_ms), ("max_poll_records", max_poll_records),
-                        ("fetch_max_bytes", fetch_max_bytes), ("max_partition_fetch_bytes", max_partition_fetch_bytes)):
+    for name, value in (
+        ("auto_commit_interval_ms", auto_commit_interval_ms),
+        ("max_poll_records", max_poll_records),
+        ("fetch_max_bytes", fetch_max_bytes),
+        ("max_partition_fetch_bytes", max_partition_fetch_bytes),
+    ):
         minimum = 0 if name == "auto_commit_interval_ms" else 1
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             raise IllegalArgumentError(f"{name} must be an integer ≥ {minimum}, not {value!r}")

@@ -115,8 +115,14 @@ def record_metadata(batch: BatchView, index: int) -> RecordMetadata | None:
     offset = -1 if result.base_offset is None else result.base_offset + index
     tp, builder = batch.tp, batch.builder
     assert builder is not None, "only send() makes per-record futures, and its batches have builders"
-    return RecordMetadata(tp.topic, tp.partition, offset, builder.timestamp_at(index), builder.key_size_at(index),
-                          builder.value_size_at(index))
+    return RecordMetadata(
+        tp.topic,
+        tp.partition,
+        offset,
+        builder.timestamp_at(index),
+        builder.key_size_at(index),
+        builder.value_size_at(index),
+    )
 
 
 def run_settled_callbacks(batch: BatchView, callbacks: dict[int, list[Callback]]) -> None:
@@ -216,8 +222,15 @@ class FutureProduceMany:
     def batches(self) -> list[tuple[int, int, int, BaseException | None]]:
         """(partition, base offset, records, error) of every batch in the call's order; the base
         offset is -1 while unknown (not yet sent, failed, or acks=0)."""
-        return [(tp.partition, -1 if result.base_offset is None else result.base_offset, count,
-                 result.error if result.done else None) for tp, count, result in self._parts]
+        return [
+            (
+                tp.partition,
+                -1 if result.base_offset is None else result.base_offset,
+                count,
+                result.error if result.done else None,
+            )
+            for tp, count, result in self._parts
+        ]
 
     def batches_done(self) -> list[tuple[int, int, int, BaseException | None]]:
         """`batches()` of the batches already settled."""

@@ -60,9 +60,20 @@ def new_member_id() -> str:
 class Membership:
     """One member of one group, for one consumer."""
 
-    def __init__(self, store: Store, transport: Transport, group_id: str, *, instance_id: str | None,
-                 session_timeout_ms: int, max_poll_interval_ms: int, heartbeat_interval_ms: int,
-                 assignor: str | None, client_id: str, clock: Callable[[], int]):
+    def __init__(
+        self,
+        store: Store,
+        transport: Transport,
+        group_id: str,
+        *,
+        instance_id: str | None,
+        session_timeout_ms: int,
+        max_poll_interval_ms: int,
+        heartbeat_interval_ms: int,
+        assignor: str | None,
+        client_id: str,
+        clock: Callable[[], int],
+    ):
         self._store, self._transport, self.group_id = store, transport, group_id
         self.instance_id = instance_id
         self.member_id = new_member_id()
@@ -119,10 +130,17 @@ class Membership:
         now = self._clock()
         session.beat(now, polled=True)
         request = HeartbeatRequest(
-            self.group_id, self.member_id, self.epoch, self.instance_id,
+            self.group_id,
+            self.member_id,
+            self.epoch,
+            self.instance_id,
             None if self._topics_sent and self.joined else self._topics,
-            owned if self.joined else None, self._assignor, self._session_timeout_ms, self._max_poll_interval_ms,
-            self._client_id)
+            owned if self.joined else None,
+            self._assignor,
+            self._session_timeout_ms,
+            self._max_poll_interval_ms,
+            self._client_id,
+        )
         response = self._transport.consumer_group_heartbeat(request)
         self.joined, self._topics_sent = True, True
         self.epoch = response.member_epoch
@@ -141,7 +159,8 @@ class Membership:
             if self.joined:
                 epoch = STATIC_LEAVE_EPOCH if self.instance_id is not None else LEAVE_EPOCH
                 self._transport.consumer_group_heartbeat(
-                    HeartbeatRequest(self.group_id, self.member_id, epoch, self.instance_id))
+                    HeartbeatRequest(self.group_id, self.member_id, epoch, self.instance_id)
+                )
         finally:
             self.joined = False
             self._stop_session(remove=self.instance_id is None)
@@ -157,8 +176,9 @@ class Membership:
         session.beat(self._clock(), polled=True)
         self._stop.clear()
         period = max(min(self._heartbeat_interval_ms, self._session_timeout_ms // 3), 10) / 1000
-        self._thread = threading.Thread(target=self._beat_forever, args=(session, period), daemon=True,
-                                        name=f"txlog-heartbeat-{self.group_id}")
+        self._thread = threading.Thread(
+            target=self._beat_forever, args=(session, period), daemon=True, name=f"txlog-heartbeat-{self.group_id}"
+        )
         self._thread.start()
         return session
 

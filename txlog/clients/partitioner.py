@@ -40,7 +40,7 @@ DEFAULT_PARTITIONER = MURMUR2
 PARTITIONER_NAMES = (MURMUR2, MURMUR3)
 
 _SEED = 0x9747B28C  # Kafka's Utils.murmur2 seed
-_M = 0x5BD1E995     # MurmurHash2's multiplier; R = 24 below
+_M = 0x5BD1E995  # MurmurHash2's multiplier; R = 24 below
 _MASK = 0xFFFFFFFF
 _words = struct.Struct("<I").iter_unpack
 
@@ -147,5 +147,6 @@ def _key_bytes(key, index: int) -> bytes:
     try:
         return bytes(memoryview(key))
     except TypeError:
-        raise TypeError(f"key at index {index} must be bytes, bytearray, memoryview, str or None, "
-                        f"not {type(key).__name__}") from None
+        raise TypeError(
+            f"key at index {index} must be bytes, bytearray, memoryview, str or None, not {type(key).__name__}"
+        ) from None

@@ -122,30 +122,54 @@ class Producer:
         p.commit_transaction(); p.close()
     """
 
-    def __init__(self, store: str | os.PathLike | Store, *, transactional_id: str | None = None,
-                 enable_idempotence: bool | None = None, acks: int | str = "all", retries: int = 10,
-                 batch_size: int = 16384, linger_ms: int = 5, compression_type: str | None = None,
-                 transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS,
-                 partitioner: str | Callable[[bytes | None, int], int] | None = None,
-                 max_in_flight_requests_per_connection: int = 5, delivery_timeout_ms: int | None = None,
-                 buffer_memory: int = 32 * 1024 * 1024, max_block_ms: int = 60_000, client_id: str | None = None,
-                 max_request_size: int = 1024 * 1024, clock: Callable[[], int] | None = None,
-                 transport: Transport | None = None):
+    def __init__(
+        self,
+        store: str | os.PathLike | Store,
+        *,
+        transactional_id: str | None = None,
+        enable_idempotence: bool | None = None,
+        acks: int | str = "all",
+        retries: int = 10,
+        batch_size: int = 16384,
+        linger_ms: int = 5,
+        compression_type: str | None = None,
+        transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS,
+        partitioner: str | Callable[[bytes | None, int], int] | None = None,
+        max_in_flight_requests_per_connection: int = 5,
+        delivery_timeout_ms: int | None = None,
+        buffer_memory: int = 32 * 1024 * 1024,
+        max_block_ms: int = 60_000,
+        client_id: str | None = None,
+        max_request_size: int = 1024 * 1024,
+        clock: Callable[[], int] | None = None,
+        transport: Transport | None = None,
+    ):
         self.acks = _parse_acks(acks)
         if delivery_timeout_ms is None and _non_negative(linger_ms):
             # Kafka's default, stretched (as Kafka does) to cover a long linger
             delivery_timeout_ms = max(DEFAULT_DELIVERY_TIMEOUT_MS, linger_ms + DEFAULT_DELIVERY_TIMEOUT_MS)
         self.idempotent = _idempotence(enable_idempotence, transactional_id, self.acks)
-        _check_config(self.idempotent, compression_type, retries, batch_size, linger_ms, partitioner,
-                      max_in_flight_requests_per_connection, delivery_timeout_ms, buffer_memory, max_block_ms,
-                      max_request_size)
+        _check_config(
+            self.idempotent,
+            compression_type,
+            retries,
+            batch_size,
+            linger_ms,
+            partitioner,
+            max_in_flight_requests_per_connection,
+            delivery_timeout_ms,
+            buffer_memory,
+            max_block_ms,
+            max_request_size,
+        )
         assert delivery_timeout_ms is not None, "_check_config refuses None (it is defaulted above for a valid linger)"
         self._own_store = not isinstance(store, Store)
         self.store = store if isinstance(store, Store) else Store.open(store)
         self.transactional_id = transactional_id
         # Kafka's default client.id: producer-N, or the transactional id's (named in the sender thread's name)
-        self.client_id = client_id or (f"producer-{transactional_id}" if transactional_id is not None
-                                       else f"producer-{next(_CLIENT_NUMBERS)}")
+        self.client_id = client_id or (
+            f"producer-{transactional_id}" if transactional_id is not None else f"producer-{next(_CLIENT_NUMBERS)}"
+        )
         self.retries = retries
         self.batch_size = batch_size
         self.linger_ms = linger_ms
@@ -163,14 +187,23 @@ class Producer:
         self._transport = transport if transport is not None else Transport(self.store, clock=clock)
         # Ids, sequences and the transaction's state; the sender thread and the application thread
         # (transactions, offsets) take turns on the transport under its `lock`.
-        self._txn = TransactionManager(self._transport, transactional_id=transactional_id,
-                                       idempotent=self.idempotent, transaction_timeout_ms=transaction_timeout_ms,
-                                       clock=self._clock)
-        self._sender_config = SenderConfig(client_id=self.client_id, acks=self.acks, retries=retries,
-                                           delivery_timeout_ms=delivery_timeout_ms)
-        self._accumulator = RecordAccumulator(linger_ms=linger_ms, max_request_size=max_request_size,
-                                              buffer_memory=buffer_memory, max_block_ms=max_block_ms,
-                                              on_seal=self._sealed)
+        self._txn = TransactionManager(
+            self._transport,
+            transactional_id=transactional_id,
+            idempotent=self.idempotent,
+            transaction_timeout_ms=transaction_timeout_ms,
+            clock=self._clock,
+        )
+        self._sender_config = SenderConfig(
+            client_id=self.client_id, acks=self.acks, retries=retries, delivery_timeout_ms=delivery_timeout_ms
+        )
+        self._accumulator = RecordAccumulator(
+            linger_ms=linger_ms,
+            max_request_size=max_request_size,
+            buffer_memory=buffer_memory,
+            max_block_ms=max_block_ms,
+            on_seal=self._sealed,
+        )
         self._sender: Sender | None = None
         self._open = self._accumulator.open  # read per send: one attribute lookup, not two
         self._lock = self._accumulator.lock
@@ -194,8 +227,15 @@ class Producer:
 
     # ---- sending -------------------------------------------------------------------------------------
 
-    def send(self, topic: str, value: Any = None, key: Any = None, partition: int | None = None,
-             headers: Iterable | Mapping | None = None, timestamp_ms: int | None = None) -> FutureRecordMetadata:
+    def send(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int | None = None,
+        headers: Iterable | Mapping | None = None,
+        timestamp_ms: int | None = None,
+    ) -> FutureRecordMetadata:
         """Add a record to its partition's batch; returns a future for its offset.
 
         This is the per-record cost of producing, so the common case takes no call it can
@@ -230,8 +270,9 @@ class Producer:
         # by linger: a check of the size here on every send cost more than it saved.
         return FutureRecordMetadata((batch, index))
 
-    def _append_new(self, tp: TopicPartition, key: bytes | None, value: bytes | None, headers: list | None,
-                    ts: int | None) -> tuple[ProducerBatch, int]:
+    def _append_new(
+        self, tp: TopicPartition, key: bytes | None, value: bytes | None, headers: list | None, ts: int | None
+    ) -> tuple[ProducerBatch, int]:
         """The slow path of `send`, once per batch: under the accumulator's lock, the open batch
         again (another thread may have opened it), else a new one, which always takes the record."""
         with self._lock:
@@ -299,9 +340,12 @@ class Producer:
         accumulator.seal(tp)
         size = min(self.batch_size, max_message)
         accumulator.reserve(size)
-        builder = BatchBuilder(max_bytes=size, compression=self.compression,
-                               timestamp_type=TimestampType.CREATE_TIME,
-                               is_transactional=self.transactional_id is not None)
+        builder = BatchBuilder(
+            max_bytes=size,
+            compression=self.compression,
+            timestamp_type=TimestampType.CREATE_TIME,
+            is_transactional=self.transactional_id is not None,
+        )
         batch = ProducerBatch(tp, size, accumulator, builder=builder)
         accumulator.add_batch(batch, sealed=False)
         self._start_sender()
@@ -313,9 +357,16 @@ class Producer:
         if self._accumulator.sender_thread is None:
             self._sender = Sender(self._accumulator, self._txn, self._transport, self._sender_config)
 
-    def produce_many(self, topic: str, values: Sequence[Any], keys: Sequence[Any] | None = None, *,
-                     partition: int | None = None, headers: Sequence[Any] | None = None,
-                     timestamps: Sequence[int] | None = None) -> FutureProduceMany:
+    def produce_many(
+        self,
+        topic: str,
+        values: Sequence[Any],
+        keys: Sequence[Any] | None = None,
+        *,
+        partition: int | None = None,
+        headers: Sequence[Any] | None = None,
+        timestamps: Sequence[int] | None = None,
+    ) -> FutureProduceMany:
         """Send many records in one call: whole batches are encoded natively, column by column.
 
         `values` (and `keys`, `headers`, `timestamps` when given) are columns of equal length;
@@ -340,8 +391,9 @@ class Producer:
     def _tp(self, topic: str, p: int) -> TopicPartition:
         return self._tps.get((topic, p)) or self._tps.setdefault((topic, p), TopicPartition(topic, p))
 
-    def _rows_by_partition(self, topic: str, keys: Sequence[Any] | None, partition: int | None,
-                           count: int) -> Mapping[int, range | list[int]]:
+    def _rows_by_partition(
+        self, topic: str, keys: Sequence[Any] | None, partition: int | None, count: int
+    ) -> Mapping[int, range | list[int]]:
         """Which rows go to which partition, each list in row order."""
         partitions, _ = self._topic_info(topic)
         if partition is not None:
@@ -363,9 +415,15 @@ class Producer:
             rows.setdefault(p, []).append(row)
         return rows
 
-    def _enqueue_encoded(self, tp: TopicPartition, rows: range | list[int], values: Sequence[Any],
-                         keys: Sequence[Any] | None, headers: list | None,
-                         timestamps: Sequence[int] | None) -> list[tuple[TopicPartition, int, ProduceRequestResult]]:
+    def _enqueue_encoded(
+        self,
+        tp: TopicPartition,
+        rows: range | list[int],
+        values: Sequence[Any],
+        keys: Sequence[Any] | None,
+        headers: list | None,
+        timestamps: Sequence[int] | None,
+    ) -> list[tuple[TopicPartition, int, ProduceRequestResult]]:
         """Encode tp's rows into whole batches and queue them, sealed, behind tp's open batch.
 
         A chunk of rows at a time: the encoder runs without the GIL on a large chunk, so the
@@ -376,25 +434,32 @@ class Producer:
         transactional = self.transactional_id is not None
         out: list[tuple[TopicPartition, int, ProduceRequestResult]] = []
         for start in range(0, len(rows), BULK_CHUNK_RECORDS):
-            chunk = rows[start:start + BULK_CHUNK_RECORDS]
+            chunk = rows[start : start + BULK_CHUNK_RECORDS]
             pick = _column_picker(chunk, len(values))
-            encoded = encode_batches(pick(values), None if keys is None else pick(keys),
-                                     None if headers is None else pick(headers),
-                                     None if timestamps is None else pick(timestamps), max_bytes=size,
-                                     compression=self.compression, is_transactional=transactional)
+            encoded = encode_batches(
+                pick(values),
+                None if keys is None else pick(keys),
+                None if headers is None else pick(headers),
+                None if timestamps is None else pick(timestamps),
+                max_bytes=size,
+                compression=self.compression,
+                is_transactional=transactional,
+            )
             out.extend(self._queue_sealed(tp, encoded))
         return out
 
-    def _queue_sealed(self, tp: TopicPartition,
-                      encoded: list) -> list[tuple[TopicPartition, int, ProduceRequestResult]]:
+    def _queue_sealed(
+        self, tp: TopicPartition, encoded: list
+    ) -> list[tuple[TopicPartition, int, ProduceRequestResult]]:
         """Queue natively encoded batches for the sender under one hold of the lock (buffer permitting)."""
         accumulator = self._accumulator
         out = []
         with accumulator.cond:
             for piece in encoded:
                 accumulator.reserve(len(piece.data))
-                batch = ProducerBatch(tp, len(piece.data), accumulator, encoded=piece.data,
-                                      record_count=piece.record_count)
+                batch = ProducerBatch(
+                    tp, len(piece.data), accumulator, encoded=piece.data, record_count=piece.record_count
+                )
                 accumulator.add_batch(batch, sealed=True)
                 out.append((tp, piece.record_count, batch.result))
             self._start_sender()
@@ -423,8 +488,9 @@ class Producer:
     def begin_transaction(self) -> None:
         self._txn.begin_transaction()
 
-    def send_offsets_to_transaction(self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int],
-                                    group_metadata: Any) -> None:
+    def send_offsets_to_transaction(
+        self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int], group_metadata: Any
+    ) -> None:
         """Commit a consumer group's offsets as part of this transaction (pending until it commits).
 
         `group_metadata` is the consumer's `group_metadata()` (KIP-447): the commit is
@@ -440,8 +506,9 @@ class Producer:
         with self._txn.lock:
             self._commit_offsets(offsets, group, member)
 
-    def _commit_offsets(self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int], group: str,
-                        member: MemberRef | None) -> None:
+    def _commit_offsets(
+        self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int], group: str, member: MemberRef | None
+    ) -> None:
         """The TxnOffsetCommit itself, on the calling thread (holder of the TransactionManager's
         `lock`; the sender is idle)."""
         transport, txn = self._transport, self._txn
@@ -462,8 +529,10 @@ class Producer:
             # group's lock is taken (inside TxnOffsetCommit): the lock order stays coordinator,
             # then data partitions.
             txn.before_transactional_write([tp], group)
-            retry_timeouts(lambda: transport.txn_offset_commit(group, member, tp.topic, tp.partition, data,
-                                                               transactional_id), self.retries)
+            retry_timeouts(
+                lambda: transport.txn_offset_commit(group, member, tp.topic, tp.partition, data, transactional_id),
+                self.retries,
+            )
         except KafkaError as exc:
             txn.batch_failed(exc)
             raise
@@ -479,8 +548,9 @@ class Producer:
     def abort_transaction(self) -> None:
         """Drop unsent records and abort: nothing of the transaction is ever read_committed-visible."""
         self._txn.ensure_can_abort()
-        self._accumulator.fail_unsent(TransactionAbortableError("the transaction was aborted before this record "
-                                                                "was sent"))
+        self._accumulator.fail_unsent(
+            TransactionAbortableError("the transaction was aborted before this record was sent")
+        )
         self._flush(None, sync=False)  # whatever the sender had already taken
         self._txn.abort_transaction()
 
@@ -525,7 +595,7 @@ def _column_picker(rows: range | list[int], length: int) -> Callable[[Sequence[A
     if isinstance(rows, range):
         if rows.start == 0 and rows.stop == length and rows.step == 1:
             return lambda column: column
-        return lambda column: column[rows.start:rows.stop]
+        return lambda column: column[rows.start : rows.stop]
     return lambda column: [column[i] for i in rows]
 
 
@@ -548,26 +618,45 @@ def _idempotence(enable: bool | None, transactional_id: str | None, acks: int) -
     return enable is not False
 
 
-def _check_config(idempotent: bool, compression_type: str | None, retries: Any, batch_size: Any, linger_ms: Any,
-                  partitioner: Any, max_in_flight: Any, delivery_timeout_ms: Any, buffer_memory: Any,
-                  max_block_ms: Any, max_request_size: Any) -> None:
+def _check_config(
+    idempotent: bool,
+    compression_type: str | None,
+    retries: Any,
+    batch_size: Any,
+    linger_ms: Any,
+    partitioner: Any,
+    max_in_flight: Any,
+    delivery_timeout_ms: Any,
+    buffer_memory: Any,
+    max_block_ms: Any,
+    max_request_size: Any,
+) -> None:
     if compression_type not in (None, *Compression.kafka_names()):
         raise InvalidConfigurationError(f"compression_type must be one of {', '.join(Compression.kafka_names())}")
     if not _non_negative(retries) or not _non_negative(batch_size) or batch_size == 0:
         raise InvalidConfigurationError("retries must be ≥ 0 and batch_size > 0")
     if not callable(partitioner) and partitioner not in (None, *PARTITIONER_NAMES):
         raise InvalidConfigurationError(
-            f"partitioner must be one of {', '.join(PARTITIONER_NAMES)} or a callable, not {partitioner!r}")
-    for name, value in (("linger_ms", linger_ms), ("buffer_memory", buffer_memory), ("max_block_ms", max_block_ms),
-                        ("delivery_timeout_ms", delivery_timeout_ms), ("max_request_size", max_request_size)):
+            f"partitioner must be one of {', '.join(PARTITIONER_NAMES)} or a callable, not {partitioner!r}"
+        )
+    for name, value in (
+        ("linger_ms", linger_ms),
+        ("buffer_memory", buffer_memory),
+        ("max_block_ms", max_block_ms),
+        ("delivery_timeout_ms", delivery_timeout_ms),
+        ("max_request_size", max_request_size),
+    ):
         if not _non_negative(value):
             raise InvalidConfigurationError(f"{name} must be an integer ≥ 0, not {value!r}")
     if delivery_timeout_ms < linger_ms:
-        raise InvalidConfigurationError(f"delivery_timeout_ms ({delivery_timeout_ms}) must be ≥ linger_ms "
-                                        f"({linger_ms})")
+        raise InvalidConfigurationError(
+            f"delivery_timeout_ms ({delivery_timeout_ms}) must be ≥ linger_ms ({linger_ms})"
+        )
     if not _non_negative(max_in_flight) or max_in_flight < 1 or (idempotent and max_in_flight > 5):
-        raise InvalidConfigurationError("max_in_flight_requests_per_connection must be ≥ 1, and at most 5 with "
-                                        f"idempotence (Kafka's window of remembered batches), not {max_in_flight!r}")
+        raise InvalidConfigurationError(
+            "max_in_flight_requests_per_connection must be ≥ 1, and at most 5 with "
+            f"idempotence (Kafka's window of remembered batches), not {max_in_flight!r}"
+        )
 
 
 def _non_negative(value: Any) -> bool:

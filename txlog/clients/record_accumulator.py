@@ -38,11 +38,18 @@ class ProducerBatch:
     """One batch of one partition: records in a builder (`send`), or bytes already encoded
     natively (`produce_many`) whose producer id, epoch and sequence are stamped when sent."""
 
-    __slots__ = ("tp", "builder", "encoded", "record_count", "created", "result", "reserved", "waiter",
-                 "max_bytes")
+    __slots__ = ("tp", "builder", "encoded", "record_count", "created", "result", "reserved", "waiter", "max_bytes")
 
-    def __init__(self, tp: TopicPartition, reserved: int, waiter: RecordAccumulator, *,
-                 builder: BatchBuilder | None = None, encoded: bytearray | None = None, record_count: int = 0):
+    def __init__(
+        self,
+        tp: TopicPartition,
+        reserved: int,
+        waiter: RecordAccumulator,
+        *,
+        builder: BatchBuilder | None = None,
+        encoded: bytearray | None = None,
+        record_count: int = 0,
+    ):
         self.tp = tp
         self.waiter = waiter  # what a future's get() waits on
         self.builder = builder
@@ -69,8 +76,9 @@ class ProducerBatch:
         """The batch's bytes with the ids and sequence it is sent with (decided only now: a
         KIP-360 epoch bump between `send` and the write must not reach old batches)."""
         if self.builder is not None:
-            return self.builder.build(producer_id=producer_id, producer_epoch=producer_epoch,
-                                      base_sequence=base_sequence)
+            return self.builder.build(
+                producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence
+            )
         assert self.encoded is not None, WHOLE_OR_BUILT
         stamp_batch(self.encoded, producer_id, producer_epoch, base_sequence)
         return self.encoded
@@ -93,8 +101,15 @@ class ProducerBatch:
 class RecordAccumulator:
     """Open and sealed batches per partition, handed to the sender in order."""
 
-    def __init__(self, *, linger_ms: int, max_request_size: int, buffer_memory: int, max_block_ms: int,
-                 on_seal: Callable[[TopicPartition], None]):
+    def __init__(
+        self,
+        *,
+        linger_ms: int,
+        max_request_size: int,
+        buffer_memory: int,
+        max_block_ms: int,
+        on_seal: Callable[[TopicPartition], None],
+    ):
         self.lock = threading.Lock()  # `send` takes it alone (cheaper than entering the condition)
         self.cond = threading.Condition(self.lock)
         self._linger = linger_ms / 1000
@@ -119,14 +134,19 @@ class RecordAccumulator:
         The sender thread never waits here (a callback that sends must not wait for itself),
         and one batch always fits, so a record larger than the buffer is still tried.
         """
-        if self._buffered and self._buffered + size > self._buffer_memory \
-                and threading.current_thread() is not self.sender_thread:
+        if (
+            self._buffered
+            and self._buffered + size > self._buffer_memory
+            and threading.current_thread() is not self.sender_thread
+        ):
             deadline = time.monotonic() + self._max_block
             while self._buffered and self._buffered + size > self._buffer_memory:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise KafkaTimeoutError(f"the producer's buffer ({self._buffer_memory} bytes) stayed full for "
-                                            f"max_block_ms={int(self._max_block * 1000)}")
+                    raise KafkaTimeoutError(
+                        f"the producer's buffer ({self._buffer_memory} bytes) stayed full for "
+                        f"max_block_ms={int(self._max_block * 1000)}"
+                    )
                 self.cond.wait(left)
         self._buffered += size
 
@@ -232,8 +252,9 @@ class RecordAccumulator:
     def _seal_due(self, now: float) -> None:
         """Seal the open batches whose linger passed, or that a flush, get() or close wants now."""
         everything = self._flushing or self.closed
-        for tp in [tp for tp, b in self.open.items()
-                   if everything or tp in self._expedite or now - b.created >= self._linger]:
+        for tp in [
+            tp for tp, b in self.open.items() if everything or tp in self._expedite or now - b.created >= self._linger
+        ]:
             self.seal(tp)
         self._expedite.clear()
 

@@ -47,8 +47,13 @@ from txlog.transport import Transport
 #: Errors one batch of a group can cause on its own; the append checks every batch before it
 #: writes any, so after one of these nothing was written and each batch is retried alone to
 #: find the culprit.
-_PER_BATCH_ERRORS = (RecordTooLargeError, InvalidRecordError, CorruptRecordError, InvalidTimestampError,
-                     UnsupportedCompressionTypeError)
+_PER_BATCH_ERRORS = (
+    RecordTooLargeError,
+    InvalidRecordError,
+    CorruptRecordError,
+    InvalidTimestampError,
+    UnsupportedCompressionTypeError,
+)
 
 
 THREAD_PREFIX = "txlog-producer-sender | "
@@ -72,8 +77,13 @@ class Sender:
     (`RecordAccumulator.ready`); the producer then makes a new Sender for its next batch.
     """
 
-    def __init__(self, accumulator: RecordAccumulator, transaction_manager: TransactionManager,
-                 transport: Transport, config: SenderConfig):
+    def __init__(
+        self,
+        accumulator: RecordAccumulator,
+        transaction_manager: TransactionManager,
+        transport: Transport,
+        config: SenderConfig,
+    ):
         self._accumulator = accumulator
         self._txn = transaction_manager
         self._transport = transport
@@ -157,17 +167,21 @@ class Sender:
         parts = []
         records = 0
         for batch in group:
-            parts.append(batch.build(ids.producer_id, ids.epoch,
-                                     increment_sequence(base, records) if idempotent else -1))
+            parts.append(
+                batch.build(ids.producer_id, ids.epoch, increment_sequence(base, records) if idempotent else -1)
+            )
             records += batch.records
         data = parts[0] if len(parts) == 1 else b"".join(parts)
         transactional_id = txn.transactional_id
         sync = config.acks == -1 and transactional_id is None
         try:
             result = retry_timeouts(
-                lambda: self._transport.produce(tp.topic, tp.partition, data, transactional_id, sync=sync,
-                                                trusted=True),
-                config.retries, lambda: _expired(group, config.delivery_timeout_ms) is not None)
+                lambda: self._transport.produce(
+                    tp.topic, tp.partition, data, transactional_id, sync=sync, trusted=True
+                ),
+                config.retries,
+                lambda: _expired(group, config.delivery_timeout_ms) is not None,
+            )
         except RequestTimedOutError:
             txn.outcome_unknown(tp)
             raise
@@ -197,6 +211,8 @@ def _expired(group: list[ProducerBatch], delivery_timeout_ms: int) -> KafkaTimeo
     if age_ms <= delivery_timeout_ms:
         return None
     records = sum(b.records for b in group)
-    return KafkaTimeoutError(f"expiring {records} record(s) for {group[0].tp.topic}-{group[0].tp.partition}: "
-                             f"{age_ms:.0f} ms has passed since batch creation (delivery_timeout_ms="
-                             f"{delivery_timeout_ms})")
+    return KafkaTimeoutError(
+        f"expiring {records} record(s) for {group[0].tp.topic}-{group[0].tp.partition}: "
+        f"{age_ms:.0f} ms has passed since batch creation (delivery_timeout_ms="
+        f"{delivery_timeout_ms})"
+    )

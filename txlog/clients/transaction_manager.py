@@ -93,9 +93,15 @@ class TransactionManager:
     configuration). `clock` (ms) dates the transaction's deadline check.
     """
 
-    def __init__(self, transport: Transport, *, transactional_id: str | None, idempotent: bool,
-                 transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS,
-                 clock: Callable[[], int] = lambda: int(time.time() * 1000)):
+    def __init__(
+        self,
+        transport: Transport,
+        *,
+        transactional_id: str | None,
+        idempotent: bool,
+        transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS,
+        clock: Callable[[], int] = lambda: int(time.time() * 1000),
+    ):
         self.transactional_id = transactional_id
         self.idempotent = idempotent
         self.transaction_timeout_ms = transaction_timeout_ms
@@ -175,8 +181,11 @@ class TransactionManager:
         if self._state is not TransactionState.UNINITIALIZED:
             raise IllegalStateError(f"init_transactions() called twice (state {self._state.value})")
         with self.lock:
-            self._set_ids(self._retry_concurrent(lambda: self._transport.init_producer_id(
-                self.transactional_id, self.transaction_timeout_ms)))
+            self._set_ids(
+                self._retry_concurrent(
+                    lambda: self._transport.init_producer_id(self.transactional_id, self.transaction_timeout_ms)
+                )
+            )
         self._transition(TransactionState.READY)
 
     def begin_transaction(self) -> None:
@@ -336,8 +345,9 @@ class TransactionManager:
                 return
             tid = self.required_transactional_id()
             try:
-                ids = self._retry_concurrent(lambda: self._transport.end_txn(
-                    tid, self._ids.producer_id, self._ids.epoch, commit))
+                ids = self._retry_concurrent(
+                    lambda: self._transport.end_txn(tid, self._ids.producer_id, self._ids.epoch, commit)
+                )
             except FENCING_ERRORS as exc:
                 fatal = exc if isinstance(exc, ProducerFencedError) else self._fenced(exc)
                 self._transition(TransactionState.FENCED, fatal)
@@ -363,7 +373,8 @@ class TransactionManager:
         (its init_transactions bumped the epoch and aborted our open transaction)."""
         return ProducerFencedError(
             f"transactional id '{self.transactional_id}' was fenced by a newer instance of it; this producer's "
-            f"transaction was aborted (producer id {self._ids.producer_id} epoch {self._ids.epoch}: {exc})")
+            f"transaction was aborted (producer id {self._ids.producer_id} epoch {self._ids.epoch}: {exc})"
+        )
 
     def _retry_concurrent(self, call: Callable[[], T]) -> T:
         """A coordinator request, retried while a previous transition of the id is still pending."""

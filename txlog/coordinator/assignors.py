@@ -43,7 +43,7 @@ def uniform(members: Mapping[str, MemberSpec], partitions: Mapping[str, int]) ->
     # Keep what each member has, up to its fair share: stickiness within balance.
     for member in sorted(members):
         kept = sorted(tp for tp in members[member].current if member in eligible.get(tp, ()) and tp not in owner)
-        for tp in kept[:quota[member]]:
+        for tp in kept[: quota[member]]:
             out[member].add(tp)
             owner[tp] = member
     for tp in sorted(eligible):
@@ -93,15 +93,17 @@ def range_(members: Mapping[str, MemberSpec], partitions: Mapping[str, int]) -> 
         if not count or not subscribed:
             continue
         base, extra = divmod(count, len(subscribed))
-        current = {m: sorted(tp.partition for tp in members[m].current if tp.topic == topic and tp.partition < count)
-                   for m in subscribed}
+        current = {
+            m: sorted(tp.partition for tp in members[m].current if tp.topic == topic and tp.partition < count)
+            for m in subscribed
+        }
         # The members allowed one more are those already holding that many, then the first in order.
         holders = [m for m in subscribed if len(current[m]) > base]
         plus = set((holders + [m for m in subscribed if m not in holders])[:extra])
         quota = {m: base + (m in plus) for m in subscribed}
         taken: set[int] = set()
         for m in subscribed:
-            keep = [p for p in current[m] if p not in taken][:quota[m]]
+            keep = [p for p in current[m] if p not in taken][: quota[m]]
             taken.update(keep)
             out[m].update(TopicPartition(topic, p) for p in keep)
         free = iter(p for p in range(count) if p not in taken)

@@ -97,8 +97,6 @@ class GroupState(StrEnum):
         return self.value
 
 
-
-
 @dataclass
 class Member:
     """One member as the coordinator keeps it (one MemberMetadata of the group record)."""
@@ -156,9 +154,23 @@ class Group:
 
     def fingerprint(self) -> tuple:
         """Everything the record stores but the timestamp: equal means nothing to write."""
-        members = tuple(sorted((m.member_id, m.instance_id, m.client_id, m.client_host, m.session_timeout_ms,
-                                m.rebalance_timeout_ms, m.topics, m.epoch, tuple(sorted(m.owned)),
-                                tuple(sorted(m.target))) for m in self.members.values()))
+        members = tuple(
+            sorted(
+                (
+                    m.member_id,
+                    m.instance_id,
+                    m.client_id,
+                    m.client_host,
+                    m.session_timeout_ms,
+                    m.rebalance_timeout_ms,
+                    m.topics,
+                    m.epoch,
+                    tuple(sorted(m.owned)),
+                    tuple(sorted(m.target)),
+                )
+                for m in self.members.values()
+            )
+        )
         return self.generation, self.assignor, members
 
 
@@ -175,26 +187,40 @@ def group_from_record(group_id: str, data: bytes | None) -> Group:
         _, sub = decode_subscription(m.subscription) if m.subscription else (0, ConsumerSubscription(()))
         _, assignment = decode_assignment(m.assignment) if m.assignment else (0, ConsumerAssignment(()))
         group.members[m.member_id] = Member(
-            m.member_id, m.group_instance_id, m.client_id, m.client_host, m.session_timeout, m.rebalance_timeout,
-            tuple(sorted(sub.topics)), sub.generation_id, _frozen(flatten(sub.owned_partitions)),
-            _frozen(flatten(assignment.assigned_partitions)))
+            m.member_id,
+            m.group_instance_id,
+            m.client_id,
+            m.client_host,
+            m.session_timeout,
+            m.rebalance_timeout,
+            tuple(sorted(sub.topics)),
+            sub.generation_id,
+            _frozen(flatten(sub.owned_partitions)),
+            _frozen(flatten(assignment.assigned_partitions)),
+        )
     return group
 
 
 def group_to_record(group: Group, now: int) -> GroupMetadataValue:
     members = tuple(
-        MemberMetadata(m.member_id, m.instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
-                       m.session_timeout_ms,
-                       encode_subscription(ConsumerSubscription(m.topics, None, topic_partitions(m.owned), m.epoch)),
-                       encode_assignment(ConsumerAssignment(topic_partitions(m.target))))
-        for m in sorted(group.members.values(), key=lambda m: m.member_id))
+        MemberMetadata(
+            m.member_id,
+            m.instance_id,
+            m.client_id,
+            m.client_host,
+            m.rebalance_timeout_ms,
+            m.session_timeout_ms,
+            encode_subscription(ConsumerSubscription(m.topics, None, topic_partitions(m.owned), m.epoch)),
+            encode_assignment(ConsumerAssignment(topic_partitions(m.target))),
+        )
+        for m in sorted(group.members.values(), key=lambda m: m.member_id)
+    )
     leader = members[0].member_id if members else None
     return GroupMetadataValue(CONSUMER_PROTOCOL_TYPE, group.generation, group.assignor, leader, now, members)
 
 
 def _frozen(pairs: Iterable[tuple[str, int]]) -> Partitions:
     return frozenset(TopicPartition(t, p) for t, p in pairs)
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,13 +318,13 @@ class GroupCoordinator:
         """One ConsumerGroupHeartbeat: join (epoch 0), acknowledge and reconcile (epoch > 0), or leave (< 0)."""
         if request.assignor is not None and request.assignor not in ASSIGNORS:
             raise UnsupportedAssignorError(
-                f"assignor {request.assignor!r} is not one of {', '.join(sorted(ASSIGNORS))}")
+                f"assignor {request.assignor!r} is not one of {', '.join(sorted(ASSIGNORS))}"
+            )
         with self._session(request.group_id, request.member_id) as group:
             if request.member_epoch < 0:
                 self._leave(group, request)
                 return HeartbeatResponse(request.member_id, request.member_epoch, frozenset(), False)
-            member = self._join(group, request) if request.member_epoch == JOIN_EPOCH else \
-                self._known(group, request)
+            member = self._join(group, request) if request.member_epoch == JOIN_EPOCH else self._known(group, request)
             self._update(group, member, request)
             self._assign(group)
             return self._reconcile(group, member)
@@ -316,8 +342,16 @@ class GroupCoordinator:
         existing = group.members.pop(request.member_id, None)
         if existing is not None:
             group.rebalance = True  # a fenced member rejoining: it lost what it had
-        member = Member(request.member_id, request.instance_id, request.client_id, request.client_host or self._host,
-                        request.session_timeout_ms, request.rebalance_timeout_ms, (), JOIN_EPOCH)
+        member = Member(
+            request.member_id,
+            request.instance_id,
+            request.client_id,
+            request.client_host or self._host,
+            request.session_timeout_ms,
+            request.rebalance_timeout_ms,
+            (),
+            JOIN_EPOCH,
+        )
         if request.instance_id is not None:
             previous = group.by_instance(request.instance_id)
             if previous is not None:
@@ -325,13 +359,15 @@ class GroupCoordinator:
                 if view.alive and not _expired(previous, view, self._clock()):
                     raise UnreleasedInstanceIdError(
                         f"static member '{request.instance_id}' of group '{group.group_id}' is still held by "
-                        f"a live member ({previous.member_id})")
+                        f"a live member ({previous.member_id})"
+                    )
                 # A static member's restart takes over its predecessor's place, partitions and epoch:
                 # no rebalance, and the predecessor's member id is fenced from now on.
                 del group.members[previous.member_id]
                 member_session.remove(self._store.root, group.group_id, previous.member_id)
-                member = replace(member, topics=previous.topics, epoch=previous.epoch, owned=previous.owned,
-                                 target=previous.target)
+                member = replace(
+                    member, topics=previous.topics, epoch=previous.epoch, owned=previous.owned, target=previous.target
+                )
                 group.members[member.member_id] = member
                 return member
         group.members[member.member_id] = member
@@ -339,8 +375,9 @@ class GroupCoordinator:
         return member
 
     def _known(self, group: Group, request: HeartbeatRequest) -> Member:
-        member = _member_at(group, MemberRef(request.member_id, request.member_epoch, request.instance_id),
-                            FencedMemberEpochError)
+        member = _member_at(
+            group, MemberRef(request.member_id, request.member_epoch, request.instance_id), FencedMemberEpochError
+        )
         if request.owned is not None:
             member.owned = member.owned & request.owned  # a member only ever gives partitions back
         return member
@@ -421,9 +458,19 @@ class GroupCoordinator:
 
 
 def _description(group: Group) -> GroupDescription:
-    members = tuple(MemberDescription(m.member_id, m.instance_id, m.client_id, m.client_host, m.epoch,
-                                      tuple(sorted(m.owned)), tuple(sorted(m.target)), m.topics)
-                    for m in sorted(group.members.values(), key=lambda m: m.member_id))
+    members = tuple(
+        MemberDescription(
+            m.member_id,
+            m.instance_id,
+            m.client_id,
+            m.client_host,
+            m.epoch,
+            tuple(sorted(m.owned)),
+            tuple(sorted(m.target)),
+            m.topics,
+        )
+        for m in sorted(group.members.values(), key=lambda m: m.member_id)
+    )
     return GroupDescription(group.group_id, group.state, group.generation, group.assignor, members)
 
 
@@ -440,7 +487,8 @@ def _expired(member: Member, view: member_session.SessionView, now: int) -> bool
 def _refuse_unknown(group: Group, member_id: str, instance_id: str | None) -> NoReturn:
     if instance_id is not None and group.by_instance(instance_id) is not None:
         raise FencedInstanceIdError(
-            f"static member '{instance_id}' of group '{group.group_id}' was taken over by another instance")
+            f"static member '{instance_id}' of group '{group.group_id}' was taken over by another instance"
+        )
     raise UnknownMemberIdError(f"member {member_id} is not (or no longer) in group '{group.group_id}'")
 
 
@@ -450,7 +498,8 @@ def _check_commit(group: Group, member: MemberRef | None) -> None:
         if group.members:
             raise UnknownMemberIdError(
                 f"group '{group.group_id}' has {len(group.members)} live member(s); only a member "
-                f"may commit its offsets (pass the consumer's group_metadata())")
+                f"may commit its offsets (pass the consumer's group_metadata())"
+            )
         return
     _member_at(group, member, StaleMemberEpochError)
 
@@ -462,8 +511,9 @@ def _member_at(group: Group, ref: MemberRef, mismatch: type[Exception]) -> Membe
     if member is None:
         _refuse_unknown(group, ref.member_id, ref.instance_id)
     if ref.member_epoch != member.epoch:
-        raise mismatch(f"member {ref.member_id} of group '{group.group_id}' is at epoch {member.epoch}, "
-                       f"not {ref.member_epoch}")
+        raise mismatch(
+            f"member {ref.member_id} of group '{group.group_id}' is at epoch {member.epoch}, not {ref.member_epoch}"
+        )
     return member
 
 

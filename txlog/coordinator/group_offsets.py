@@ -174,8 +174,17 @@ class _PartitionState:
 
 def _entry_row(key: OffsetKey, entry: _Entry) -> list:
     v = entry.value
-    return [key.group, key.topic, key.partition, v.offset, v.metadata, v.commit_timestamp,
-            v.leader_epoch, v.expire_timestamp, entry.batch_offset]
+    return [
+        key.group,
+        key.topic,
+        key.partition,
+        v.offset,
+        v.metadata,
+        v.commit_timestamp,
+        v.leader_epoch,
+        v.expire_timestamp,
+        entry.batch_offset,
+    ]
 
 
 def _entry_from_row(row: list) -> tuple[OffsetKey, _Entry]:
@@ -196,8 +205,7 @@ class GroupOffsets:
     any process appended, so two objects on one directory see each other's commits.
     """
 
-    def __init__(self, store: Store, *, clock: Callable[[], int] | None = None,
-                 snapshot_every: int = SNAPSHOT_EVERY):
+    def __init__(self, store: Store, *, clock: Callable[[], int] | None = None, snapshot_every: int = SNAPSHOT_EVERY):
         self._store = store
         self._clock = clock or _now_ms
         self._snapshot_every = snapshot_every
@@ -218,9 +226,7 @@ class GroupOffsets:
         _check_group(group)
         count = self._partition_count()
         if count == 0:
-            raise UnknownTopicOrPartitionError(
-                f"{CONSUMER_OFFSETS_TOPIC} does not exist and the store is read-only"
-            )
+            raise UnknownTopicOrPartitionError(f"{CONSUMER_OFFSETS_TOPIC} does not exist and the store is read-only")
         return owner_partition(group, count)
 
     def _state(self, partition: int) -> _PartitionState:
@@ -229,8 +235,14 @@ class GroupOffsets:
             if partition not in self._replays:
                 state = _PartitionState()
                 log = self._store.partition(CONSUMER_OFFSETS_TOPIC, partition)
-                replay = ReplayedPartition(log, SNAPSHOT_NAME, apply=state.apply, dump=state.dump, load=state.load,
-                                           snapshot_every=self._snapshot_every)
+                replay = ReplayedPartition(
+                    log,
+                    SNAPSHOT_NAME,
+                    apply=state.apply,
+                    dump=state.dump,
+                    load=state.load,
+                    snapshot_every=self._snapshot_every,
+                )
                 self._replays[partition] = (replay, state)
             replay, state = self._replays[partition]
             replay.catch_up()
@@ -301,8 +313,9 @@ class GroupOffsets:
 
     # ---- writing ----------------------------------------------------------------------------
 
-    def encode_commit(self, group: str, tp: TopicPartition, offset: OffsetAndMetadata | int,
-                      timestamp: int) -> tuple[bytes, bytes]:
+    def encode_commit(
+        self, group: str, tp: TopicPartition, offset: OffsetAndMetadata | int, timestamp: int
+    ) -> tuple[bytes, bytes]:
         """(key, value) of one offset-commit record, in the versions current Kafka writes.
 
         The Producer writes these inside its transaction (sendOffsetsToTransaction),
@@ -347,8 +360,9 @@ class GroupOffsets:
 
     # ---- reading ----------------------------------------------------------------------------
 
-    def committed(self, group: str, partitions: Iterable[TopicPartition] | None = None, *,
-                  require_stable: bool = False) -> dict[TopicPartition, OffsetAndMetadata]:
+    def committed(
+        self, group: str, partitions: Iterable[TopicPartition] | None = None, *, require_stable: bool = False
+    ) -> dict[TopicPartition, OffsetAndMetadata]:
         """The last committed offset per partition; a partition never committed (or deleted) is absent.
 
         `require_stable` is what a read_committed consumer asks for: while a transaction
@@ -361,8 +375,9 @@ class GroupOffsets:
         if state is None:
             return {}
         with self._mutex:
-            committed = {TopicPartition(k.topic, k.partition): e.value
-                         for k, e in state.committed.items() if k.group == group}
+            committed = {
+                TopicPartition(k.topic, k.partition): e.value for k, e in state.committed.items() if k.group == group
+            }
             pending = {TopicPartition(k.topic, k.partition) for k in state.pending_for(group)}
         if wanted is not None:
             committed = {tp: v for tp, v in committed.items() if tp in wanted}
@@ -378,9 +393,11 @@ class GroupOffsets:
         if state is None:
             return {}
         with self._mutex:
-            return {TopicPartition(k.topic, k.partition): e.value
-                    for k, e in sorted(state.committed.items(), key=lambda item: _sort_key(item[0]))
-                    if k.group == group}
+            return {
+                TopicPartition(k.topic, k.partition): e.value
+                for k, e in sorted(state.committed.items(), key=lambda item: _sort_key(item[0]))
+                if k.group == group
+            }
 
     def pending(self, group: str) -> dict[TopicPartition, tuple[int, OffsetAndMetadata]]:
         """Producer id and offset of each pending transactional commit of the group."""
@@ -389,8 +406,10 @@ class GroupOffsets:
             return {}
         with self._mutex:
             found = state.pending_for(group)
-        return {TopicPartition(k.topic, k.partition): (pid, _offset_and_metadata(e.value))
-                for k, (pid, e) in sorted(found.items(), key=lambda item: _sort_key(item[0]))}
+        return {
+            TopicPartition(k.topic, k.partition): (pid, _offset_and_metadata(e.value))
+            for k, (pid, e) in sorted(found.items(), key=lambda item: _sort_key(item[0]))
+        }
 
     def list_groups(self) -> list[str]:
         """Groups with a committed or pending offset or a membership record."""

@@ -39,8 +39,16 @@ class ReplayedPartition:
     resets to empty).
     """
 
-    def __init__(self, log: PartitionLog, snapshot_name: str, *, apply: Callable[[RecordBatch], None],
-                 dump: Callable[[], Any], load: Callable[[Any], None], snapshot_every: int = SNAPSHOT_EVERY):
+    def __init__(
+        self,
+        log: PartitionLog,
+        snapshot_name: str,
+        *,
+        apply: Callable[[RecordBatch], None],
+        dump: Callable[[], Any],
+        load: Callable[[Any], None],
+        snapshot_every: int = SNAPSHOT_EVERY,
+    ):
         self.log = log
         self.path = os.path.join(log.directory, f"{snapshot_name}.json")
         self._apply, self._dump, self._load = apply, dump, load
@@ -82,8 +90,11 @@ class ReplayedPartition:
         body = {"offset": self.position, "state": state, "crc": _crc(self.position, state)}
         try:
             self._remove_stale_parts()
-            atomic_write(self.path, json.dumps(body, separators=(",", ":")).encode(),
-                         tmp_suffix=f".{os.getpid()}.{uuid.uuid4().hex[:8]}{PART_SUFFIX}")
+            atomic_write(
+                self.path,
+                json.dumps(body, separators=(",", ":")).encode(),
+                tmp_suffix=f".{os.getpid()}.{uuid.uuid4().hex[:8]}{PART_SUFFIX}",
+            )
         except (OSError, KafkaStorageError):
             return
         self._snapshot_offset = self.position
@@ -92,7 +103,7 @@ class ReplayedPartition:
         """Temp files of writers that died mid-snapshot (their pid is gone)."""
         for part in glob.glob(glob.escape(self.path) + ".*" + PART_SUFFIX):
             try:
-                os.kill(int(part[len(self.path) + 1:].split(".")[0]), 0)
+                os.kill(int(part[len(self.path) + 1 :].split(".")[0]), 0)
             except ProcessLookupError:
                 try:
                     os.unlink(part)
@@ -136,8 +147,11 @@ def _read_snapshot(path: str) -> dict | None:
     try:
         with open(path, "rb") as f:
             body = json.loads(f.read())
-        if (isinstance(body, dict) and isinstance(body.get("offset"), int)
-                and body.get("crc") == _crc(body["offset"], body["state"])):
+        if (
+            isinstance(body, dict)
+            and isinstance(body.get("offset"), int)
+            and body.get("crc") == _crc(body["offset"], body["state"])
+        ):
             return body
     except (OSError, ValueError, KeyError):
         pass

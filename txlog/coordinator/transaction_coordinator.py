@@ -123,10 +123,15 @@ class _CoordinatorPartition:
 class TransactionCoordinator:
     """InitProducerId, AddPartitionsToTxn, EndTxn and the sweeps, acting directly on the store."""
 
-    def __init__(self, store: Store, *, clock: Callable[[], int] | None = None,
-                 transactional_id_expiration_ms: int = DEFAULT_ID_EXPIRATION_MS,
-                 max_transaction_timeout_ms: int = MAX_TRANSACTION_TIMEOUT_MS,
-                 write_marker: MarkerWriter | None = None):
+    def __init__(
+        self,
+        store: Store,
+        *,
+        clock: Callable[[], int] | None = None,
+        transactional_id_expiration_ms: int = DEFAULT_ID_EXPIRATION_MS,
+        max_transaction_timeout_ms: int = MAX_TRANSACTION_TIMEOUT_MS,
+        write_marker: MarkerWriter | None = None,
+    ):
         self.store = store
         self._clock = clock or _now_ms
         # WriteTxnMarkers: a transport routes it through itself (so faults can hit it); alone,
@@ -148,8 +153,9 @@ class TransactionCoordinator:
     def partition_for(self, transactional_id: str) -> int:
         count = self._partition_count()
         if not count:
-            raise InvalidProducerIdMappingError(f"no transaction state in this store (transactional id "
-                                                f"'{transactional_id}' unknown)")
+            raise InvalidProducerIdMappingError(
+                f"no transaction state in this store (transactional id '{transactional_id}' unknown)"
+            )
         return owner_partition(transactional_id, count)
 
     def _part(self, index: int) -> _CoordinatorPartition:
@@ -186,8 +192,9 @@ class TransactionCoordinator:
         """Append one record without fdatasync (COMPLETE_*: see the module docstring), then apply it."""
         self._append(part, transactional_id, value, sync=False)
 
-    def _append(self, part: _CoordinatorPartition, transactional_id: str, value: TxnLogValue | None, *,
-                sync: bool) -> None:
+    def _append(
+        self, part: _CoordinatorPartition, transactional_id: str, value: TxnLogValue | None, *, sync: bool
+    ) -> None:
         now = self._clock()
         data = build_batch([(encode_key(transactional_id), None if value is None else encode_value(value), None, now)])
         try:
@@ -275,8 +282,9 @@ class TransactionCoordinator:
             return MAX_EPOCH, self.store.allocate_producer_id()
         return epoch, -1
 
-    def _prepare(self, part: _CoordinatorPartition, txn_id: str, value: TxnLogValue, commit: bool,
-                 bump: int) -> TxnLogValue:
+    def _prepare(
+        self, part: _CoordinatorPartition, txn_id: str, value: TxnLogValue, commit: bool, bump: int
+    ) -> TxnLogValue:
         """Write the decision. Once this record is durable the outcome is fixed.
 
         A fence that rotates the producer id starts the new id at epoch 1, not 0: the fenced
@@ -285,9 +293,14 @@ class TransactionCoordinator:
         """
         epoch, next_pid = self._bumped(value, bump)
         next_epoch = FENCED_ROTATION_EPOCH if next_pid >= 0 and bump > 1 else -1
-        prepared = replace(value, producer_epoch=epoch, next_producer_id=next_pid, next_producer_epoch=next_epoch,
-                           state=TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT,
-                           last_update_ms=self._clock())
+        prepared = replace(
+            value,
+            producer_epoch=epoch,
+            next_producer_id=next_pid,
+            next_producer_epoch=next_epoch,
+            state=TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT,
+            last_update_ms=self._clock(),
+        )
         self._write(part, txn_id, prepared)
         return prepared
 
@@ -296,16 +309,25 @@ class TransactionCoordinator:
         control = ControlType.COMMIT if prepared.state == TxnState.PREPARE_COMMIT else ControlType.ABORT
         for topic, partition in prepared.partitions:
             try:
-                self._write_marker(topic, partition, control, prepared.producer_id, prepared.producer_epoch, 0,
-                                   self._clock())
+                self._write_marker(
+                    topic, partition, control, prepared.producer_id, prepared.producer_epoch, 0, self._clock()
+                )
             except UnknownTopicOrPartitionError:
                 continue  # the topic was deleted: nothing left to mark
         pid, epoch, previous = prepared.producer_id, prepared.producer_epoch, prepared.previous_producer_id
         if prepared.next_producer_id >= 0:
             pid, epoch, previous = prepared.next_producer_id, _rotated_epoch(prepared), prepared.producer_id
-        done = replace(prepared, producer_id=pid, producer_epoch=epoch, previous_producer_id=previous,
-                       next_producer_id=-1, next_producer_epoch=-1, state=_COMPLETE_OF[prepared.state], partitions=(),
-                       last_update_ms=self._clock())
+        done = replace(
+            prepared,
+            producer_id=pid,
+            producer_epoch=epoch,
+            previous_producer_id=previous,
+            next_producer_id=-1,
+            next_producer_epoch=-1,
+            state=_COMPLETE_OF[prepared.state],
+            partitions=(),
+            last_update_ms=self._clock(),
+        )
         self._write_unsynced(part, txn_id, done)  # re-derived from the durable PREPARE if lost
         return done
 
@@ -328,10 +350,19 @@ class TransactionCoordinator:
                 continue  # the topic was deleted: nothing left to commit there
             log.sync()
 
-    def _append_marker(self, topic: str, partition: int, control: ControlType, producer_id: int,
-                       producer_epoch: int, coordinator_epoch: int, timestamp: int) -> AppendResult:
-        return self.store.partition(topic, partition).append_marker(control, producer_id, producer_epoch,
-                                                                    coordinator_epoch, timestamp)
+    def _append_marker(
+        self,
+        topic: str,
+        partition: int,
+        control: ControlType,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        timestamp: int,
+    ) -> AppendResult:
+        return self.store.partition(topic, partition).append_marker(
+            control, producer_id, producer_epoch, coordinator_epoch, timestamp
+        )
 
     def _fence_and_abort(self, part: _CoordinatorPartition, txn_id: str, value: TxnLogValue) -> TxnLogValue:
         return self._complete(part, txn_id, self._prepare(part, txn_id, value, commit=False, bump=2))
@@ -345,8 +376,9 @@ class TransactionCoordinator:
 
     # ---- requests -------------------------------------------------------------------------------------------
 
-    def init_producer_id(self, transactional_id: str,
-                         timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS) -> ProducerIdAndEpoch:
+    def init_producer_id(
+        self, transactional_id: str, timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
+    ) -> ProducerIdAndEpoch:
         """InitProducerId: a new epoch that fences every older instance, after finishing what they left."""
         self._check_id(transactional_id)
         if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or not 0 < timeout_ms <= self.max_timeout_ms:
@@ -367,14 +399,25 @@ class TransactionCoordinator:
                 pid, epoch, previous = self.store.allocate_producer_id(), 0, value.producer_id
             else:
                 pid, epoch, previous = value.producer_id, value.producer_epoch + 1, value.previous_producer_id
-            self._write(part, transactional_id, TxnLogValue(
-                producer_id=pid, producer_epoch=epoch, timeout_ms=timeout_ms, state=TxnState.EMPTY,
-                partitions=(), last_update_ms=now, start_ms=-1, previous_producer_id=previous,
-            ))
+            self._write(
+                part,
+                transactional_id,
+                TxnLogValue(
+                    producer_id=pid,
+                    producer_epoch=epoch,
+                    timeout_ms=timeout_ms,
+                    state=TxnState.EMPTY,
+                    partitions=(),
+                    last_update_ms=now,
+                    start_ms=-1,
+                    previous_producer_id=previous,
+                ),
+            )
             return ProducerIdAndEpoch(pid, epoch)
 
-    def add_partitions(self, transactional_id: str, producer_id: int, epoch: int,
-                       partitions: Iterable[tuple[str, int]]) -> TxnLogValue:
+    def add_partitions(
+        self, transactional_id: str, producer_id: int, epoch: int, partitions: Iterable[tuple[str, int]]
+    ) -> TxnLogValue:
         """AddPartitionsToTxn: register partitions before the first transactional write to them.
 
         Returns the transaction's state, whose `start_ms + timeout_ms` is its deadline.
@@ -383,8 +426,7 @@ class TransactionCoordinator:
         for topic, partition in wanted:
             self._check_partition(topic, partition)
         with self._locked(transactional_id) as part:
-            value = self._check_producer(transactional_id, self._housekeep(part, transactional_id),
-                                         producer_id, epoch)
+            value = self._check_producer(transactional_id, self._housekeep(part, transactional_id), producer_id, epoch)
             if value.state in _PREPARE:
                 raise ConcurrentTransactionsError(f"transaction '{transactional_id}' is still completing")
             if value.state == TxnState.ONGOING and set(wanted) <= set(value.partitions):
@@ -396,8 +438,9 @@ class TransactionCoordinator:
             self._write(part, transactional_id, ongoing)
             return ongoing
 
-    def end_transaction(self, transactional_id: str, producer_id: int | None, epoch: int | None,
-                        commit: bool) -> ProducerIdAndEpoch:
+    def end_transaction(
+        self, transactional_id: str, producer_id: int | None, epoch: int | None, commit: bool
+    ) -> ProducerIdAndEpoch:
         """EndTxn: decide, mark every partition, complete; returns the producer's next (id, epoch).
 
         `producer_id=None` is an operator's forced end (`txlog commit|abort --transactional-id`):
@@ -443,14 +486,15 @@ class TransactionCoordinator:
         return _next_ids(done)
 
     @staticmethod
-    def _completed_retry(value: TxnLogValue | None, producer_id: int, epoch: int,
-                         commit: bool) -> ProducerIdAndEpoch | None:
+    def _completed_retry(
+        value: TxnLogValue | None, producer_id: int, epoch: int, commit: bool
+    ) -> ProducerIdAndEpoch | None:
         """A retried EndTxn whose first attempt completed: epoch + 1 is what that end produced (KIP-890)."""
         if value is None or value.state not in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
             return None
-        same_instance = ((producer_id, epoch + 1) == (value.producer_id, value.producer_epoch)
-                         or (producer_id == value.previous_producer_id and value.producer_epoch == 0
-                             and epoch >= EXHAUSTED_EPOCH))
+        same_instance = (producer_id, epoch + 1) == (value.producer_id, value.producer_epoch) or (
+            producer_id == value.previous_producer_id and value.producer_epoch == 0 and epoch >= EXHAUSTED_EPOCH
+        )
         if not same_instance:
             return None
         if (value.state == TxnState.COMPLETE_COMMIT) != commit:
@@ -470,16 +514,22 @@ class TransactionCoordinator:
         part.replay.catch_up()
         value = part.txns.get(transactional_id)
         if value is not None and _is_fenced(value, producer_id, epoch):
-            raise ProducerFencedError(f"producer {producer_id} epoch {epoch} of '{transactional_id}' is fenced "
-                                      f"by producer {value.producer_id} epoch {value.producer_epoch}")
-        return (value is not None and value.state == TxnState.ONGOING and value.producer_id == producer_id
-                and value.producer_epoch == epoch and (topic, partition) in value.partitions)
+            raise ProducerFencedError(
+                f"producer {producer_id} epoch {epoch} of '{transactional_id}' is fenced "
+                f"by producer {value.producer_id} epoch {value.producer_epoch}"
+            )
+        return (
+            value is not None
+            and value.state == TxnState.ONGOING
+            and value.producer_id == producer_id
+            and value.producer_epoch == epoch
+            and (topic, partition) in value.partitions
+        )
 
     def check_alive(self, transactional_id: str, producer_id: int, epoch: int) -> TxnLogValue:
         """Raise ProducerFencedError if (pid, epoch) is no longer current, timing the transaction out first."""
         with self._locked(transactional_id) as part:
-            return self._check_producer(transactional_id, self._housekeep(part, transactional_id),
-                                        producer_id, epoch)
+            return self._check_producer(transactional_id, self._housekeep(part, transactional_id), producer_id, epoch)
 
     # ---- reading -----------------------------------------------------------------------------------------
 
@@ -544,8 +594,10 @@ def _may_complete(prepared: TxnLogValue, producer_id: int, epoch: int) -> bool:
     the retry of the end itself (epoch + 1 is what it produced). A fence is nobody's retry."""
     if (producer_id, epoch) == (prepared.producer_id, prepared.producer_epoch):
         return True
-    return ((producer_id, epoch + 1) == (prepared.producer_id, prepared.producer_epoch)
-            and prepared.next_producer_epoch != FENCED_ROTATION_EPOCH)
+    return (producer_id, epoch + 1) == (
+        prepared.producer_id,
+        prepared.producer_epoch,
+    ) and prepared.next_producer_epoch != FENCED_ROTATION_EPOCH
 
 
 def _is_fenced(value: TxnLogValue, producer_id: int, epoch: int) -> bool:

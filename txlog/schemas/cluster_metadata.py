@@ -72,8 +72,16 @@ def versions(text: str) -> Versions:
 
 
 _PRIMITIVE_DEFAULTS: dict[str, Any] = {
-    "int8": 0, "int16": 0, "int32": 0, "int64": 0, "uint16": 0, "bool": False, "float64": 0.0,
-    "string": "", "bytes": b"", "uuid": ZERO_UUID,
+    "int8": 0,
+    "int16": 0,
+    "int32": 0,
+    "int64": 0,
+    "uint16": 0,
+    "bool": False,
+    "float64": 0.0,
+    "string": "",
+    "bytes": b"",
+    "uuid": ZERO_UUID,
 }
 # The fewest bytes one array element can take: bounds an element count before looping on it.
 _MIN_ELEMENT_SIZE = {"int32": 4, "uuid": 16, "string": 1, "struct": 1}
@@ -104,8 +112,16 @@ class Field:
         return value is not None and value == self.default
 
 
-def f(name: str, type_: str, vers: str = "0+", *, nullable: str = "none", tag: int | None = None,
-      default: Any = _UNSET, fields: tuple[Field, ...] = ()) -> Field:
+def f(
+    name: str,
+    type_: str,
+    vers: str = "0+",
+    *,
+    nullable: str = "none",
+    tag: int | None = None,
+    default: Any = _UNSET,
+    fields: tuple[Field, ...] = (),
+) -> Field:
     """A field as its schema states it; a tagged field is tagged in every version it has.
 
     `default` is the schema's default ("null" is None); unstated, it is the type's zero
@@ -113,8 +129,16 @@ def f(name: str, type_: str, vers: str = "0+", *, nullable: str = "none", tag: i
     """
     if default is _UNSET:
         default = [] if type_.startswith("[]") else _PRIMITIVE_DEFAULTS[type_]
-    return Field(name, type_, versions(vers), versions(nullable), versions(vers) if tag is not None else NONE, tag,
-                 default, fields)
+    return Field(
+        name,
+        type_,
+        versions(vers),
+        versions(nullable),
+        versions(vers) if tag is not None else NONE,
+        tag,
+        default,
+        fields,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,83 +174,153 @@ def _feature_fields() -> tuple[Field, ...]:
 
 
 _SCHEMA_LIST = (
-    Schema(0, "RegisterBrokerRecord", versions("0-3"), (
-        f("BrokerId", "int32"),
-        f("IsMigratingZkBroker", "bool", "2+", default=False),
-        f("IncarnationId", "uuid"),
-        f("BrokerEpoch", "int64"),
-        f("EndPoints", "[]struct", fields=_endpoint_fields()),
-        f("Features", "[]struct", fields=_feature_fields()),
-        f("Rack", "string", nullable="0+"),
-        f("Fenced", "bool", default=True),
-        f("InControlledShutdown", "bool", "1+", default=False),
-        f("LogDirs", "[]uuid", "3+", tag=0),
-    )),
+    Schema(
+        0,
+        "RegisterBrokerRecord",
+        versions("0-3"),
+        (
+            f("BrokerId", "int32"),
+            f("IsMigratingZkBroker", "bool", "2+", default=False),
+            f("IncarnationId", "uuid"),
+            f("BrokerEpoch", "int64"),
+            f("EndPoints", "[]struct", fields=_endpoint_fields()),
+            f("Features", "[]struct", fields=_feature_fields()),
+            f("Rack", "string", nullable="0+"),
+            f("Fenced", "bool", default=True),
+            f("InControlledShutdown", "bool", "1+", default=False),
+            f("LogDirs", "[]uuid", "3+", tag=0),
+        ),
+    ),
     Schema(1, "UnregisterBrokerRecord", versions("0"), (f("BrokerId", "int32"), f("BrokerEpoch", "int64"))),
     Schema(2, "TopicRecord", versions("0"), (f("Name", "string"), f("TopicId", "uuid"))),
-    Schema(3, "PartitionRecord", versions("0-2"), (
-        f("PartitionId", "int32", default=-1),
-        f("TopicId", "uuid"),
-        f("Replicas", "[]int32"),
-        f("Isr", "[]int32"),
-        f("RemovingReplicas", "[]int32"),
-        f("AddingReplicas", "[]int32"),
-        f("Leader", "int32", default=-1),
-        f("LeaderRecoveryState", "int8", tag=0, default=0),
-        f("LeaderEpoch", "int32", default=-1),
-        f("PartitionEpoch", "int32", default=-1),
-        f("Directories", "[]uuid", "1+"),
-        f("EligibleLeaderReplicas", "[]int32", "2+", nullable="2+", tag=1, default=None),
-        f("LastKnownElr", "[]int32", "2+", nullable="2+", tag=2, default=None),
-    )),
-    Schema(4, "ConfigRecord", versions("0"), (
-        f("ResourceType", "int8"), f("ResourceName", "string"), f("Name", "string"),
-        f("Value", "string", nullable="0+"),
-    )),
-    Schema(5, "PartitionChangeRecord", versions("0-2"), (
-        f("PartitionId", "int32", default=-1),
-        f("TopicId", "uuid"),
-        f("Isr", "[]int32", nullable="0+", tag=0, default=None),
-        f("Leader", "int32", tag=1, default=-2),
-        f("Replicas", "[]int32", nullable="0+", tag=2, default=None),
-        f("RemovingReplicas", "[]int32", nullable="0+", tag=3, default=None),
-        f("AddingReplicas", "[]int32", nullable="0+", tag=4, default=None),
-        f("LeaderRecoveryState", "int8", tag=5, default=-1),
-        f("Directories", "[]uuid", "1+", nullable="1+", tag=8, default=None),
-        f("EligibleLeaderReplicas", "[]int32", "2+", nullable="2+", tag=6, default=None),
-        f("LastKnownElr", "[]int32", "2+", nullable="2+", tag=7, default=None),
-    )),
+    Schema(
+        3,
+        "PartitionRecord",
+        versions("0-2"),
+        (
+            f("PartitionId", "int32", default=-1),
+            f("TopicId", "uuid"),
+            f("Replicas", "[]int32"),
+            f("Isr", "[]int32"),
+            f("RemovingReplicas", "[]int32"),
+            f("AddingReplicas", "[]int32"),
+            f("Leader", "int32", default=-1),
+            f("LeaderRecoveryState", "int8", tag=0, default=0),
+            f("LeaderEpoch", "int32", default=-1),
+            f("PartitionEpoch", "int32", default=-1),
+            f("Directories", "[]uuid", "1+"),
+            f("EligibleLeaderReplicas", "[]int32", "2+", nullable="2+", tag=1, default=None),
+            f("LastKnownElr", "[]int32", "2+", nullable="2+", tag=2, default=None),
+        ),
+    ),
+    Schema(
+        4,
+        "ConfigRecord",
+        versions("0"),
+        (
+            f("ResourceType", "int8"),
+            f("ResourceName", "string"),
+            f("Name", "string"),
+            f("Value", "string", nullable="0+"),
+        ),
+    ),
+    Schema(
+        5,
+        "PartitionChangeRecord",
+        versions("0-2"),
+        (
+            f("PartitionId", "int32", default=-1),
+            f("TopicId", "uuid"),
+            f("Isr", "[]int32", nullable="0+", tag=0, default=None),
+            f("Leader", "int32", tag=1, default=-2),
+            f("Replicas", "[]int32", nullable="0+", tag=2, default=None),
+            f("RemovingReplicas", "[]int32", nullable="0+", tag=3, default=None),
+            f("AddingReplicas", "[]int32", nullable="0+", tag=4, default=None),
+            f("LeaderRecoveryState", "int8", tag=5, default=-1),
+            f("Directories", "[]uuid", "1+", nullable="1+", tag=8, default=None),
+            f("EligibleLeaderReplicas", "[]int32", "2+", nullable="2+", tag=6, default=None),
+            f("LastKnownElr", "[]int32", "2+", nullable="2+", tag=7, default=None),
+        ),
+    ),
     Schema(7, "FenceBrokerRecord", versions("0"), (f("Id", "int32"), f("Epoch", "int64"))),
     Schema(8, "UnfenceBrokerRecord", versions("0"), (f("Id", "int32"), f("Epoch", "int64"))),
     Schema(9, "RemoveTopicRecord", versions("0"), (f("TopicId", "uuid"),)),
-    Schema(10, "DelegationTokenRecord", versions("0"), (
-        f("Owner", "string"), f("Requester", "string"), f("Renewers", "[]string"),
-        f("IssueTimestamp", "int64"), f("MaxTimestamp", "int64"), f("ExpirationTimestamp", "int64"),
-        f("TokenId", "string"),
-    )),
-    Schema(11, "UserScramCredentialRecord", versions("0"), (
-        f("Name", "string"), f("Mechanism", "int8"), f("Salt", "bytes"), f("StoredKey", "bytes"),
-        f("ServerKey", "bytes"), f("Iterations", "int32"),
-    )),
+    Schema(
+        10,
+        "DelegationTokenRecord",
+        versions("0"),
+        (
+            f("Owner", "string"),
+            f("Requester", "string"),
+            f("Renewers", "[]string"),
+            f("IssueTimestamp", "int64"),
+            f("MaxTimestamp", "int64"),
+            f("ExpirationTimestamp", "int64"),
+            f("TokenId", "string"),
+        ),
+    ),
+    Schema(
+        11,
+        "UserScramCredentialRecord",
+        versions("0"),
+        (
+            f("Name", "string"),
+            f("Mechanism", "int8"),
+            f("Salt", "bytes"),
+            f("StoredKey", "bytes"),
+            f("ServerKey", "bytes"),
+            f("Iterations", "int32"),
+        ),
+    ),
     Schema(12, "FeatureLevelRecord", versions("0"), (f("Name", "string"), f("FeatureLevel", "int16"))),
-    Schema(14, "ClientQuotaRecord", versions("0"), (
-        f("Entity", "[]struct", fields=(f("EntityType", "string"), f("EntityName", "string", nullable="0+"))),
-        f("Key", "string"), f("Value", "float64"), f("Remove", "bool"),
-    )),
-    Schema(15, "ProducerIdsRecord", versions("0"), (
-        f("BrokerId", "int32"), f("BrokerEpoch", "int64", default=-1), f("NextProducerId", "int64"),
-    )),
-    Schema(17, "BrokerRegistrationChangeRecord", versions("0-2"), (
-        f("BrokerId", "int32"),
-        f("BrokerEpoch", "int64"),
-        f("Fenced", "int8", tag=0),
-        f("InControlledShutdown", "int8", "1+", tag=1),
-        f("LogDirs", "[]uuid", "2+", tag=2),
-    )),
-    Schema(18, "AccessControlEntryRecord", versions("0"), (
-        f("Id", "uuid"), f("ResourceType", "int8"), f("ResourceName", "string"), f("PatternType", "int8"),
-        f("Principal", "string"), f("Host", "string"), f("Operation", "int8"), f("PermissionType", "int8"),
-    )),
+    Schema(
+        14,
+        "ClientQuotaRecord",
+        versions("0"),
+        (
+            f("Entity", "[]struct", fields=(f("EntityType", "string"), f("EntityName", "string", nullable="0+"))),
+            f("Key", "string"),
+            f("Value", "float64"),
+            f("Remove", "bool"),
+        ),
+    ),
+    Schema(
+        15,
+        "ProducerIdsRecord",
+        versions("0"),
+        (
+            f("BrokerId", "int32"),
+            f("BrokerEpoch", "int64", default=-1),
+            f("NextProducerId", "int64"),
+        ),
+    ),
+    Schema(
+        17,
+        "BrokerRegistrationChangeRecord",
+        versions("0-2"),
+        (
+            f("BrokerId", "int32"),
+            f("BrokerEpoch", "int64"),
+            f("Fenced", "int8", tag=0),
+            f("InControlledShutdown", "int8", "1+", tag=1),
+            f("LogDirs", "[]uuid", "2+", tag=2),
+        ),
+    ),
+    Schema(
+        18,
+        "AccessControlEntryRecord",
+        versions("0"),
+        (
+            f("Id", "uuid"),
+            f("ResourceType", "int8"),
+            f("ResourceName", "string"),
+            f("PatternType", "int8"),
+            f("Principal", "string"),
+            f("Host", "string"),
+            f("Operation", "int8"),
+            f("PermissionType", "int8"),
+        ),
+    ),
     Schema(19, "RemoveAccessControlEntryRecord", versions("0"), (f("Id", "uuid"),)),
     Schema(20, "NoOpRecord", versions("0"), ()),
     Schema(21, "ZkMigrationStateRecord", versions("0"), (f("ZkMigrationState", "int8"),)),
@@ -235,11 +329,18 @@ _SCHEMA_LIST = (
     Schema(24, "EndTransactionRecord", versions("0"), ()),
     Schema(25, "AbortTransactionRecord", versions("0"), (f("Reason", "string", nullable="0+", tag=0, default=None),)),
     Schema(26, "RemoveDelegationTokenRecord", versions("0"), (f("TokenId", "string"),)),
-    Schema(27, "RegisterControllerRecord", versions("0"), (
-        f("ControllerId", "int32"), f("IncarnationId", "uuid"), f("ZkMigrationReady", "bool"),
-        f("EndPoints", "[]struct", fields=_endpoint_fields()),
-        f("Features", "[]struct", fields=_feature_fields()),
-    )),
+    Schema(
+        27,
+        "RegisterControllerRecord",
+        versions("0"),
+        (
+            f("ControllerId", "int32"),
+            f("IncarnationId", "uuid"),
+            f("ZkMigrationReady", "bool"),
+            f("EndPoints", "[]struct", fields=_endpoint_fields()),
+            f("Features", "[]struct", fields=_feature_fields()),
+        ),
+    ),
     Schema(28, "ClearElrRecord", versions("0"), (f("TopicName", "string"),)),
 )
 SCHEMAS: dict[int, Schema] = {s.api_key: s for s in _SCHEMA_LIST}
@@ -373,24 +474,30 @@ def decode_metadata_record(value: bytes | None) -> MetadataRecord:
     r = SchemaReader(value, _READER_LABEL)
     frame = _frame_short(r, "frame version")
     if frame == 0:
-        raise MetadataRecordError("Could not deserialize metadata record with frame version 0. Note that upgrades "
-                                  "from the preview release of KRaft in 2.8 to newer versions are not supported.")
+        raise MetadataRecordError(
+            "Could not deserialize metadata record with frame version 0. Note that upgrades "
+            "from the preview release of KRaft in 2.8 to newer versions are not supported."
+        )
     if frame != FRAME_VERSION:
-        raise MetadataRecordError(f"Could not deserialize metadata record due to unknown frame version {frame}"
-                                  f"(only frame version {FRAME_VERSION} is supported)")
+        raise MetadataRecordError(
+            f"Could not deserialize metadata record due to unknown frame version {frame}"
+            f"(only frame version {FRAME_VERSION} is supported)"
+        )
     api_key = _frame_short(r, "type")
     version = _frame_short(r, "version")
     schema = SCHEMAS.get(api_key)
     if schema is None:
         raise MetadataRecordError(f"Unknown metadata id {api_key} (unknown record type {api_key})")
     if version not in schema.valid:
-        raise MetadataRecordError(f"Failed to deserialize record with type {api_key}: "
-                                  f"Can't read version {version} of {schema.name}")
+        raise MetadataRecordError(
+            f"Failed to deserialize record with type {api_key}: Can't read version {version} of {schema.name}"
+        )
     try:
         values = _read_struct(r, schema.fields, version)
     except CorruptRecordError as exc:
-        raise MetadataRecordError(f"Failed to deserialize record with type {api_key} ({schema.name} v{version}): "
-                                  f"{_detail(exc)}") from None
+        raise MetadataRecordError(
+            f"Failed to deserialize record with type {api_key} ({schema.name} v{version}): {_detail(exc)}"
+        ) from None
     remaining = len(value) - r.position
     if remaining > 0:
         raise MetadataRecordError(f"Found {remaining} byte(s) of garbage after {api_key}")

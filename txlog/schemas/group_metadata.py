@@ -164,8 +164,9 @@ def _get_member(r: SchemaReader, version: int) -> MemberMetadata:
     assignment = read_bytes("assignment") or b""
     if flexible:
         r.tagged_fields()
-    return MemberMetadata(member_id, instance_id, client_id, client_host, rebalance_timeout, session_timeout,
-                          subscription, assignment)
+    return MemberMetadata(
+        member_id, instance_id, client_id, client_host, rebalance_timeout, session_timeout, subscription, assignment
+    )
 
 
 # ---- the consumer protocol ------------------------------------------------------------------------

@@ -54,9 +54,11 @@ def transaction_log_parser(record: ParsedRecord) -> tuple[str | None, str | None
     if value is None:
         return key, "<DELETE>"
     partitions = ",".join(f"{t}-{p}" for t, p in value.partitions)
-    return key, (f"producerId:{value.producer_id},producerEpoch:{value.producer_epoch},"
-                 f"state={value.state.kafka_name},partitions=[{partitions}],"
-                 f"txnLastUpdateTimestamp={value.last_update_ms},txnTimeoutMs={value.timeout_ms}")
+    return key, (
+        f"producerId:{value.producer_id},producerEpoch:{value.producer_epoch},"
+        f"state={value.state.kafka_name},partitions=[{partitions}],"
+        f"txnLastUpdateTimestamp={value.last_update_ms},txnTimeoutMs={value.timeout_ms}"
+    )
 
 
 def compact_json(value: object) -> str:
@@ -79,8 +81,9 @@ def offsets_parser(record: ParsedRecord) -> tuple[str | None, str | None]:
         key = decode_key(record.key)
         key_version = struct.unpack_from(">h", record.key)[0]
         if isinstance(key, OffsetKey):
-            key_json = compact_json({"type": str(key_version),
-                                 "data": {"group": key.group, "topic": key.topic, "partition": key.partition}})
+            key_json = compact_json(
+                {"type": str(key_version), "data": {"group": key.group, "topic": key.topic, "partition": key.partition}}
+            )
             if record.value is None:
                 return key_json, "<DELETE>"
             value = decode_offset_value(record.value)
@@ -147,8 +150,10 @@ def assignment_json(data: bytes) -> dict[str, Any]:
     from txlog.schemas.group_metadata import decode_assignment
 
     _, assignment = decode_assignment(data)
-    return {"assignedPartitions": _partitions_json(assignment.assigned_partitions),
-            "userData": _base64(assignment.user_data)}
+    return {
+        "assignedPartitions": _partitions_json(assignment.assigned_partitions),
+        "userData": _base64(assignment.user_data),
+    }
 
 
 def _decoded_or_bytes(decode: Callable[[bytes], dict[str, Any]], data: bytes) -> dict[str, Any] | str | None:
@@ -172,8 +177,12 @@ def group_metadata_json(data: bytes) -> dict[str, Any]:
 
     version, value = decode_group_metadata_value(data)
     consumer = value.protocol_type == CONSUMER_PROTOCOL_TYPE
-    body: dict[str, Any] = {"protocolType": value.protocol_type, "generation": value.generation,
-                            "protocol": value.protocol, "leader": value.leader}
+    body: dict[str, Any] = {
+        "protocolType": value.protocol_type,
+        "generation": value.generation,
+        "protocol": value.protocol,
+        "leader": value.leader,
+    }
     if version >= 2:
         body["currentStateTimestamp"] = value.current_state_timestamp
     members = []
@@ -185,10 +194,10 @@ def group_metadata_json(data: bytes) -> dict[str, Any]:
         if version >= 1:
             member["rebalanceTimeout"] = m.rebalance_timeout
         member["sessionTimeout"] = m.session_timeout
-        member["subscription"] = (_decoded_or_bytes(subscription_json, m.subscription) if consumer
-                                  else _base64(m.subscription))
-        member["assignment"] = (_decoded_or_bytes(assignment_json, m.assignment) if consumer
-                                else _base64(m.assignment))
+        member["subscription"] = (
+            _decoded_or_bytes(subscription_json, m.subscription) if consumer else _base64(m.subscription)
+        )
+        member["assignment"] = _decoded_or_bytes(assignment_json, m.assignment) if consumer else _base64(m.assignment)
         members.append(member)
     body["members"] = members
     return {"version": str(version), "data": body}

@@ -181,12 +181,12 @@ class SchemaReader:
     def raw(self, size: int, what: str) -> bytes:
         """The next `size` bytes as they are (bounds-checked), for callers that decode them their way."""
         start = self._take(size, what)
-        return bytes(self._buf[start:start + size])
+        return bytes(self._buf[start : start + size])
 
     def uuid(self, what: str = "uuid") -> bytes:
         """Kafka's Uuid: 16 raw bytes (most then least significant long); see `uuid_text`."""
         start = self._take(16, what)
-        return bytes(self._buf[start:start + 16])
+        return bytes(self._buf[start : start + 16])
 
     def uvarint(self) -> int:
         try:
@@ -202,7 +202,7 @@ class SchemaReader:
     def _utf8(self, size: int, what: str) -> str:
         start = self._take(size, what)
         try:
-            return bytes(self._buf[start:start + size]).decode("utf-8")
+            return bytes(self._buf[start : start + size]).decode("utf-8")
         except UnicodeDecodeError:
             raise self.corrupt(f"{what} is not valid UTF-8", start) from None
 
@@ -232,7 +232,7 @@ class SchemaReader:
         if length < 0:
             raise self.corrupt(f"negative length {length} of {what}", start)
         at = self._take(length, what)
-        return bytes(self._buf[at:at + length])
+        return bytes(self._buf[at : at + length])
 
     def compact_bytes(self, what: str) -> bytes | None:
         """Flexible bytes (uvarint length+1); None for null (0)."""
@@ -240,7 +240,7 @@ class SchemaReader:
         if size == 0:
             return None
         at = self._take(size - 1, what)
-        return bytes(self._buf[at:at + size - 1])
+        return bytes(self._buf[at : at + size - 1])
 
     def at_end(self) -> bool:
         """True when every byte was read (for schemas whose newer versions append fields)."""

@@ -105,8 +105,9 @@ class TxnLogValue:
 
     def _comparable(self) -> tuple:
         """Every field (so a new one cannot be forgotten), the partitions sorted."""
-        return tuple(tuple(sorted(self.partitions)) if f.name == "partitions" else getattr(self, f.name)
-                     for f in fields(self))
+        return tuple(
+            tuple(sorted(self.partitions)) if f.name == "partitions" else getattr(self, f.name) for f in fields(self)
+        )
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, TxnLogValue):

@@ -23,9 +23,18 @@ from txlog.errors import IllegalArgumentError
 SPARK_TIMESTAMP = pa.timestamp("us", tz="UTC")
 
 #: The record view's columns decoded from the batches: Spark name -> storage.arrow_records name.
-DECODED = {"key": "key", "value": "value", "offset": "offset", "timestamp": "timestamp",
-           "timestampType": "timestamp_type", "headers": "headers", "producerId": "producer_id",
-           "producerEpoch": "producer_epoch", "sequence": "sequence", "isTransactional": "is_transactional"}
+DECODED = {
+    "key": "key",
+    "value": "value",
+    "offset": "offset",
+    "timestamp": "timestamp",
+    "timestampType": "timestamp_type",
+    "headers": "headers",
+    "producerId": "producer_id",
+    "producerEpoch": "producer_epoch",
+    "sequence": "sequence",
+    "isTransactional": "is_transactional",
+}
 #: Columns that are the same for every row of a range.
 CONSTANT = ("topic", "partition")
 
@@ -41,8 +50,9 @@ def check_record_schema(schema: pa.Schema) -> None:
     unknown = [name for name in schema.names if name not in DECODED and name not in CONSTANT]
     if unknown:
         known = ", ".join([*DECODED, *CONSTANT])
-        raise IllegalArgumentError(f"the txlog record view has no column {', '.join(map(repr, unknown))} "
-                                   f"(its columns: {known})")
+        raise IllegalArgumentError(
+            f"the txlog record view has no column {', '.join(map(repr, unknown))} (its columns: {known})"
+        )
 
 
 def record_batch(columns: RecordColumns, topic: str, partition: int, schema: pa.Schema) -> pa.RecordBatch:

@@ -56,8 +56,11 @@ def pyspark_jars() -> tuple[str, list[str]]:
     import pyspark
 
     jars_dir = os.path.join(os.path.dirname(os.path.abspath(pyspark.__file__)), "jars")
-    jars = sorted(os.path.join(jars_dir, n) for n in os.listdir(jars_dir) if n.endswith(".jar")) \
-        if os.path.isdir(jars_dir) else []
+    jars = (
+        sorted(os.path.join(jars_dir, n) for n in os.listdir(jars_dir) if n.endswith(".jar"))
+        if os.path.isdir(jars_dir)
+        else []
+    )
     if not jars:
         raise JarBuildError(f"pyspark {pyspark.__version__} has no jars in {jars_dir}")
     return pyspark.__version__, jars
@@ -93,7 +96,8 @@ def cache_key(pyspark_version: str, javac: str) -> str:
 
 def cache_dir() -> str:
     root = os.environ.get("TXLOG_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "txlog")
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "txlog"
+    )
     return os.path.join(root, "jvm")
 
 
@@ -104,8 +108,10 @@ def jar_path() -> str:
     """
     javac = find_javac()
     if javac is None:
-        raise JarBuildError("no JDK: `javac` is not on PATH nor in $JAVA_HOME/bin (a JRE alone cannot build "
-                            "the JVM reader; install e.g. openjdk-17-jdk-headless)")
+        raise JarBuildError(
+            "no JDK: `javac` is not on PATH nor in $JAVA_HOME/bin (a JRE alone cannot build "
+            "the JVM reader; install e.g. openjdk-17-jdk-headless)"
+        )
     version, jars = pyspark_jars()
     target = os.path.join(cache_dir(), cache_key(version, javac), JAR_NAME)
     if not os.path.isfile(target):
@@ -118,13 +124,26 @@ def build_jar(target: str, *, javac: str, classpath: list[str]) -> None:
     os.makedirs(os.path.dirname(target), exist_ok=True)
     with tempfile.TemporaryDirectory(dir=os.path.dirname(target), prefix=".build-") as work:
         classes = os.path.join(work, "classes")
-        command = [javac, "--release", JAVA_RELEASE, "-nowarn", "-encoding", "UTF-8", "-d", classes,
-                   "-cp", os.pathsep.join(classpath), *source_files()]
+        command = [
+            javac,
+            "--release",
+            JAVA_RELEASE,
+            "-nowarn",
+            "-encoding",
+            "UTF-8",
+            "-d",
+            classes,
+            "-cp",
+            os.pathsep.join(classpath),
+            *source_files(),
+        ]
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0:
             detail = (done.stderr or done.stdout).strip().splitlines()
-            raise JarBuildError(f"javac failed building the JVM reader ({len(detail)} lines of output); first: "
-                                f"{detail[0] if detail else '(none)'}")
+            raise JarBuildError(
+                f"javac failed building the JVM reader ({len(detail)} lines of output); first: "
+                f"{detail[0] if detail else '(none)'}"
+            )
         partial = os.path.join(work, JAR_NAME)
         with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as jar:
             jar.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\r\nCreated-By: txlog\r\n\r\n")

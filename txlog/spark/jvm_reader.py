@@ -86,22 +86,29 @@ def jvm_available(spark) -> bool:
 
 def plan_json(options: SourceOptions) -> str:
     """The batch plan of `options` as the JVM reader's JSON (see Plan.java)."""
-    return json.dumps({
-        "schema": record_schema(include_headers=options.include_headers,
-                                include_transaction_columns=options.include_transaction_columns),
-        "failOnDataLoss": options.fail_on_data_loss,
-        "ranges": [_range_json(r) for r in plan_batch(options)],
-    })
+    return json.dumps(
+        {
+            "schema": record_schema(
+                include_headers=options.include_headers, include_transaction_columns=options.include_transaction_columns
+            ),
+            "failOnDataLoss": options.fail_on_data_loss,
+            "ranges": [_range_json(r) for r in plan_batch(options)],
+        }
+    )
 
 
 def _range_json(r: OffsetRange) -> dict[str, Any]:
     return {
-        "topic": r.topic, "partition": r.partition, "start": r.start, "end": r.end,
+        "topic": r.topic,
+        "partition": r.partition,
+        "start": r.start,
+        "end": r.end,
         "committedOnly": r.committed_only,
         # (producer id, first offset, ABORT marker offset): all the JVM knows of a transaction
         "aborted": [[t.producer_id, t.first_offset, t.last_offset] for t in r.aborted],
-        "extents": [[log_file(e.directory, e.base_offset), e.base_offset, e.start_position, e.end_position]
-                    for e in r.extents],
+        "extents": [
+            [log_file(e.directory, e.base_offset), e.base_offset, e.start_position, e.end_position] for e in r.extents
+        ],
     }
 
 
@@ -112,11 +119,14 @@ def warn_python_fallback(reason: str) -> None:
         if _warned:
             return
         _warned = True
-    warnings.warn(f"txlog: the JVM reader is not available ({reason}); txlog.spark.read uses the "
-                  f"Python source, several times slower. Install a JDK with javac (e.g. openjdk-17-jdk-headless) "
-                  f"and start the session with txlog.spark.local_session(), or spark.jars set to "
-                  f"txlog.spark.jvm_build.jar_path()",
-                  RuntimeWarning, stacklevel=4)  # the caller of local_session, register or read
+    warnings.warn(
+        f"txlog: the JVM reader is not available ({reason}); txlog.spark.read uses the "
+        f"Python source, several times slower. Install a JDK with javac (e.g. openjdk-17-jdk-headless) "
+        f"and start the session with txlog.spark.local_session(), or spark.jars set to "
+        f"txlog.spark.jvm_build.jar_path()",
+        RuntimeWarning,
+        stacklevel=4,
+    )  # the caller of local_session, register or read
 
 
 def try_jar_path() -> str | None:

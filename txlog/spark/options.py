@@ -134,9 +134,13 @@ def _assign(text: str) -> dict[str, tuple[int, ...]]:
         value = json.loads(text)
     except ValueError:
         value = None
-    if not isinstance(value, dict) or not value or not all(
-        isinstance(parts, list) and all(isinstance(p, int) and not isinstance(p, bool) and p >= 0 for p in parts)
-        for parts in value.values()
+    if (
+        not isinstance(value, dict)
+        or not value
+        or not all(
+            isinstance(parts, list) and all(isinstance(p, int) and not isinstance(p, bool) and p >= 0 for p in parts)
+            for parts in value.values()
+        )
     ):
         raise IllegalArgumentError(f"option 'assign' must be JSON like {{\"topicA\":[0,1]}}, not {text!r}")
     return {str(topic): tuple(sorted(set(parts))) for topic, parts in value.items()}
@@ -159,8 +163,13 @@ def _offset_spec(opts: dict[str, str], key: str, name: str, default: str) -> Off
     for topic, parts in value.items():
         spec[str(topic)] = {}
         for partition, offset in parts.items():
-            if not str(partition).lstrip("-").isdigit() or int(partition) < 0 or isinstance(offset, bool) \
-                    or not isinstance(offset, int) or offset < EARLIEST:
+            if (
+                not str(partition).lstrip("-").isdigit()
+                or int(partition) < 0
+                or isinstance(offset, bool)
+                or not isinstance(offset, int)
+                or offset < EARLIEST
+            ):
                 raise IllegalArgumentError(
                     f"option '{name}': partition {partition!r} of {topic!r} needs an offset ≥ 0, "
                     f"-2 (earliest) or -1 (latest), not {offset!r}"

@@ -94,16 +94,16 @@ def partition_bounds(store: Store, partitions: Iterable[TopicPartitionKey]) -> d
     return {(topic, p): LogBounds.of(store.partition(topic, p)) for topic, p in partitions}
 
 
-def resolve_offsets(spec: OffsetSpec, bounds: dict[TopicPartitionKey, LogBounds], *,
-                    isolation: IsolationLevel, option: str) -> dict[TopicPartitionKey, int]:
+def resolve_offsets(
+    spec: OffsetSpec, bounds: dict[TopicPartitionKey, LogBounds], *, isolation: IsolationLevel, option: str
+) -> dict[TopicPartitionKey, int]:
     """Turn 'earliest' / 'latest' / per-partition JSON into one offset per partition.
 
     JSON must name every selected partition and nothing else (Spark's Kafka rule: a
     forgotten partition would otherwise be read from a silently chosen offset).
     """
     if isinstance(spec, str):
-        return {tp: _sentinel(EARLIEST if spec == "earliest" else LATEST, b, isolation)
-                for tp, b in bounds.items()}
+        return {tp: _sentinel(EARLIEST if spec == "earliest" else LATEST, b, isolation) for tp, b in bounds.items()}
     given = {(topic, p): offset for topic, parts in spec.items() for p, offset in parts.items()}
     if set(given) != set(bounds):
         extra = sorted(set(given) - set(bounds))
@@ -130,10 +130,10 @@ def plan_batch(options: SourceOptions) -> list[OffsetRange]:
     store = open_store(options.path)
     try:
         bounds = partition_bounds(store, select_partitions(store, options))
-        starts = resolve_offsets(options.starting_offsets, bounds, isolation=options.isolation,
-                                 option="startingOffsets")
-        ends = resolve_offsets(options.ending_offsets, bounds, isolation=options.isolation,
-                               option="endingOffsets")
+        starts = resolve_offsets(
+            options.starting_offsets, bounds, isolation=options.isolation, option="startingOffsets"
+        )
+        ends = resolve_offsets(options.ending_offsets, bounds, isolation=options.isolation, option="endingOffsets")
         return plan_ranges(store, options, bounds, starts, ends)
     finally:
         store.close()
@@ -143,15 +143,22 @@ def plan_batch(options: SourceOptions) -> list[OffsetRange]:
 _Span = tuple[TopicPartitionKey, int, int, "tuple[SegmentExtent, ...] | None"]
 
 
-def plan_ranges(store: Store, options: SourceOptions, bounds: dict[TopicPartitionKey, LogBounds],
-                starts: dict[TopicPartitionKey, int], ends: dict[TopicPartitionKey, int]) -> list[OffsetRange]:
+def plan_ranges(
+    store: Store,
+    options: SourceOptions,
+    bounds: dict[TopicPartitionKey, LogBounds],
+    starts: dict[TopicPartitionKey, int],
+    ends: dict[TopicPartitionKey, int],
+) -> list[OffsetRange]:
     """Cut [starts, ends) of each partition into input partitions and fix what each needs."""
     spans: list[_Span] = []
     for tp, b in bounds.items():
         start, end = _checked_span(tp, b, starts[tp], ends[tp], options)
         if end > start:
-            spans.extend((tp, s, e, extents) for s, e, extents in _segment_pieces(
-                store.partition(*tp), start, end, options.max_bytes_per_partition))
+            spans.extend(
+                (tp, s, e, extents)
+                for s, e, extents in _segment_pieces(store.partition(*tp), start, end, options.max_bytes_per_partition)
+            )
     if options.max_records_per_partition:
         limit = options.max_records_per_partition
         spans = [piece for span in spans for piece in _split(span, -(-(span[2] - span[1]) // limit))]
@@ -160,9 +167,7 @@ def plan_ranges(store: Store, options: SourceOptions, bounds: dict[TopicPartitio
     return [_range(store.partition(*tp), s, e, options.committed_only, extents) for tp, s, e, extents in spans]
 
 
-
-def _checked_span(tp: TopicPartitionKey, b: LogBounds, start: int, end: int,
-                  options: SourceOptions) -> tuple[int, int]:
+def _checked_span(tp: TopicPartitionKey, b: LogBounds, start: int, end: int, options: SourceOptions) -> tuple[int, int]:
     """Clamp a requested span to what exists and is visible; deleted data is an error if asked.
 
     An end past what the isolation level may see is fixed at that limit now (the LSO
@@ -185,8 +190,9 @@ def _checked_span(tp: TopicPartitionKey, b: LogBounds, start: int, end: int,
     return start, end
 
 
-def _segment_pieces(log: PartitionLog, start: int, end: int,
-                    max_bytes: int) -> list[tuple[int, int, tuple[SegmentExtent, ...]]]:
+def _segment_pieces(
+    log: PartitionLog, start: int, end: int, max_bytes: int
+) -> list[tuple[int, int, tuple[SegmentExtent, ...]]]:
     """Cut [start, end) at segment boundaries, keeping pieces under `max_bytes` where a boundary allows.
 
     A piece cut at a segment boundary holds whole extents of the span, so each piece
@@ -225,12 +231,14 @@ def _spread(spans: list, min_partitions: int) -> list:
     total = sum(e - s for _, s, e, _ in spans)
     if total == 0:
         return spans
-    return [piece for span in spans
-            for piece in _split(span, max(1, round((span[2] - span[1]) / total * min_partitions)))]
+    return [
+        piece for span in spans for piece in _split(span, max(1, round((span[2] - span[1]) / total * min_partitions)))
+    ]
 
 
-def _range(log: PartitionLog, start: int, end: int, committed_only: bool,
-           extents: tuple[SegmentExtent, ...] | None) -> OffsetRange:
+def _range(
+    log: PartitionLog, start: int, end: int, committed_only: bool, extents: tuple[SegmentExtent, ...] | None
+) -> OffsetRange:
     aborted = tuple(log.aborted_transactions(start, end)) if committed_only else ()
     if extents is None:
         extents = tuple(log.extents(start, end))

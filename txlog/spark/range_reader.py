@@ -48,13 +48,15 @@ def read_range(r: OffsetRange, arrow_schema: pa.Schema, *, fail_on_data_loss: bo
 def range_batches(r: OffsetRange, *, fail_on_data_loss: bool = True) -> Iterator[RecordBatch]:
     """The data batches of a planned range that its isolation level shows (control batches never are)."""
     aborted = AbortedFilter(r.aborted) if r.committed_only else None
-    batches = (batch for _, batch in extent_batches(r.topic, r.partition, r.extents,
-                                                      fail_on_data_loss=fail_on_data_loss))
+    batches = (
+        batch for _, batch in extent_batches(r.topic, r.partition, r.extents, fail_on_data_loss=fail_on_data_loss)
+    )
     return visible_batches(batches, r.start, r.end, aborted)
 
 
-def extent_batches(topic: str, partition: int, extents: Iterable[SegmentExtent], *,
-                   fail_on_data_loss: bool) -> Iterator[tuple[int, RecordBatch]]:
+def extent_batches(
+    topic: str, partition: int, extents: Iterable[SegmentExtent], *, fail_on_data_loss: bool
+) -> Iterator[tuple[int, RecordBatch]]:
     """(segment base offset, batch) of every planned extent, in offset order, straight from the files.
 
     A segment deleted by retention since planning is data loss: an error unless the query

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 #: Spark's Kafka source, column for column (`timestampType` is 0 CreateTime, 1 LogAppendTime).
 KAFKA_COLUMNS = (
-    "key binary, value binary, topic string, partition int, offset long, "
-    "timestamp timestamp, timestampType int"
+    "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, timestampType int"
 )
 #: With includeHeaders=true, as Spark's Kafka source.
 HEADERS_COLUMN = "headers array<struct<key: string, value: binary>>"

@@ -30,8 +30,13 @@ def register(spark) -> None:
     jvm_available(spark)  # for its one warning when the jar is missing: said at set-up, not at the first read
 
 
-def local_session(master: str = "local[2]", *, app_name: str = "txlog", log_level: str = "ERROR",
-                  extra_conf: dict[str, str] | None = None):
+def local_session(
+    master: str = "local[2]",
+    *,
+    app_name: str = "txlog",
+    log_level: str = "ERROR",
+    extra_conf: dict[str, str] | None = None,
+):
     """Get or create a local session: UI off, UTC session time zone, txlog registered.
 
     The JVM reader's jar is built on first use (txlog/spark/jvm_build.py) and put on spark.jars,

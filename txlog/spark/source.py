@@ -39,8 +39,9 @@ class TxlogDataSource(DataSource):
         options = parse_options(self.options, streaming=None)
         if options.view != "records":
             return _view_module(options.view).SCHEMA
-        return record_schema(include_headers=options.include_headers,
-                             include_transaction_columns=options.include_transaction_columns)
+        return record_schema(
+            include_headers=options.include_headers, include_transaction_columns=options.include_transaction_columns
+        )
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return TxlogReader(parse_options(self.options, streaming=False), schema)

@@ -68,9 +68,11 @@ class TxlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict:
         """Where a new query starts (startingOffsets, 'latest' by default); a restart uses its checkpoint."""
         bounds = self._bounds()
-        return to_json_offsets(resolve_offsets(self.options.starting_offsets, bounds,
-                                               isolation=self.options.isolation,
-                                               option="startingOffsets"))
+        return to_json_offsets(
+            resolve_offsets(
+                self.options.starting_offsets, bounds, isolation=self.options.isolation, option="startingOffsets"
+            )
+        )
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_offsets_per_trigger:

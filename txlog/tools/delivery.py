@@ -76,8 +76,11 @@ def run_mode(store: Store, topic: str, mode: DeliveryMode, records: int, faults:
     run = uuid.uuid4().hex[:8]
     log = store.partition(topic, 0)
     start = log.log_end_offset
-    settings: _ProducerSettings = {**_SETTINGS[mode], "linger_ms": 0,
-                                   "transport": FaultInjectingTransport(Transport(store), faults)}
+    settings: _ProducerSettings = {
+        **_SETTINGS[mode],
+        "linger_ms": 0,
+        "transport": FaultInjectingTransport(Transport(store), faults),
+    }
     if mode is DeliveryMode.EXACTLY_ONCE_TRANSACTIONAL:
         settings["transactional_id"] = f"delivery-{run}"
     acknowledged = 0
@@ -94,8 +97,15 @@ def run_mode(store: Store, topic: str, mode: DeliveryMode, records: int, faults:
     ours = f"{run}:".encode()  # the topic may hold other runs' records, null values included
     copies = Counter(v for v in _values_since(log, start) if v is not None and v.startswith(ours))
     written = len(copies)
-    return DeliveryReport(mode, records, acknowledged, written, sum(copies.values()) - written,
-                          records - written, {f.value: n for f, n in faults.injected.items() if f is not Fault.NONE})
+    return DeliveryReport(
+        mode,
+        records,
+        acknowledged,
+        written,
+        sum(copies.values()) - written,
+        records - written,
+        {f.value: n for f, n in faults.injected.items() if f is not Fault.NONE},
+    )
 
 
 def _values_since(log: PartitionLog, start: int) -> list[bytes | None]:
@@ -109,10 +119,15 @@ def _values_since(log: PartitionLog, start: int) -> list[bytes | None]:
         position = result.next_offset
 
 
-def compare_delivery_semantics(store: str | os.PathLike | Store, *, records: int = DEFAULT_RECORDS,
-                               fault_rate: float = DEFAULT_FAULT_RATE, seed: int = 7,
-                               topic: str = "delivery-semantics",
-                               modes: tuple[DeliveryMode, ...] = tuple(DeliveryMode)) -> list[DeliveryReport]:
+def compare_delivery_semantics(
+    store: str | os.PathLike | Store,
+    *,
+    records: int = DEFAULT_RECORDS,
+    fault_rate: float = DEFAULT_FAULT_RATE,
+    seed: int = 7,
+    topic: str = "delivery-semantics",
+    modes: tuple[DeliveryMode, ...] = tuple(DeliveryMode),
+) -> list[DeliveryReport]:
     """Run every mode over the same seeded faults into `topic` (created if missing); one report each."""
     own = not isinstance(store, Store)
     s = store if isinstance(store, Store) else Store.open(store)

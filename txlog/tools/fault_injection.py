@@ -128,9 +128,15 @@ class FaultPlan:
     request, the call of it, and what happens.
     """
 
-    def __init__(self, script: Iterable[Fault] | None = None, *, rate: float = 0.0,
-                 kinds: Iterable[Fault] = (Fault.LOSE_REQUEST, Fault.LOSE_ACK, Fault.DUPLICATE),
-                 seed: int | None = None, steps: Iterable[StepFault] = ()):
+    def __init__(
+        self,
+        script: Iterable[Fault] | None = None,
+        *,
+        rate: float = 0.0,
+        kinds: Iterable[Fault] = (Fault.LOSE_REQUEST, Fault.LOSE_ACK, Fault.DUPLICATE),
+        seed: int | None = None,
+        steps: Iterable[StepFault] = (),
+    ):
         self._script = deque(script or ())
         self._rate = rate
         self._kinds = tuple(kinds)
@@ -234,12 +240,28 @@ class FaultInjectingTransport(Transport):
 
     # ---- Produce: network faults, then step faults ------------------------------------------------------
 
-    def produce(self, topic: str, partition: int, data: bytes | bytearray, transactional_id: str | None = None, *,
-                sync: bool = True, trusted: bool = False) -> AppendResult:
-        return self._through_network(topic, partition, data, transactional_id,
-                                     lambda: self._call(Step.PRODUCE, lambda: self.inner.produce(
-                                         topic, partition, data, transactional_id, sync=sync, trusted=trusted)),
-                                     sync=sync, trusted=trusted)
+    def produce(
+        self,
+        topic: str,
+        partition: int,
+        data: bytes | bytearray,
+        transactional_id: str | None = None,
+        *,
+        sync: bool = True,
+        trusted: bool = False,
+    ) -> AppendResult:
+        return self._through_network(
+            topic,
+            partition,
+            data,
+            transactional_id,
+            lambda: self._call(
+                Step.PRODUCE,
+                lambda: self.inner.produce(topic, partition, data, transactional_id, sync=sync, trusted=trusted),
+            ),
+            sync=sync,
+            trusted=trusted,
+        )
 
     def sync_partitions(self, partitions: Iterable[tuple[str, int]]) -> None:
         """Passed through: a sync is no request of its own (it is the durability of produces already made)."""
@@ -247,16 +269,32 @@ class FaultInjectingTransport(Transport):
             raise Crashed("sync after the process crashed")
         self.inner.sync_partitions(partitions)
 
-    def txn_offset_commit(self, group: str, member: MemberRef | None, topic: str, partition: int, data: bytes,
-                          transactional_id: str) -> AppendResult:
-        return self._through_network(topic, partition, data, transactional_id,
-                                     lambda: self._call(Step.TXN_OFFSET_COMMIT, lambda: self.inner.txn_offset_commit(
-                                         group, member, topic, partition, data, transactional_id)),
-                                     sync=False)  # a late duplicate is written as the original was
+    def txn_offset_commit(
+        self, group: str, member: MemberRef | None, topic: str, partition: int, data: bytes, transactional_id: str
+    ) -> AppendResult:
+        return self._through_network(
+            topic,
+            partition,
+            data,
+            transactional_id,
+            lambda: self._call(
+                Step.TXN_OFFSET_COMMIT,
+                lambda: self.inner.txn_offset_commit(group, member, topic, partition, data, transactional_id),
+            ),
+            sync=False,
+        )  # a late duplicate is written as the original was
 
-    def _through_network(self, topic: str, partition: int, data: bytes | bytearray, transactional_id: str | None,
-                         send: Callable[[], AppendResult], *, sync: bool = True,
-                         trusted: bool = False) -> AppendResult:
+    def _through_network(
+        self,
+        topic: str,
+        partition: int,
+        data: bytes | bytearray,
+        transactional_id: str | None,
+        send: Callable[[], AppendResult],
+        *,
+        sync: bool = True,
+        trusted: bool = False,
+    ) -> AppendResult:
         if self.crashed:
             raise Crashed("produce after the process crashed")
         fault = self.plan.next()
@@ -286,57 +324,82 @@ class FaultInjectingTransport(Transport):
 
     # ---- every other request: step faults only ---------------------------------------------------------------
 
-    def fetch(self, tp: TopicPartition, offset: int, isolation: IsolationLevel, *, max_records: int,
-              max_bytes: int) -> FetchResult:
-        return self._call(Step.FETCH, lambda: self.inner.fetch(tp, offset, isolation, max_records=max_records,
-                                                                max_bytes=max_bytes))
+    def fetch(
+        self, tp: TopicPartition, offset: int, isolation: IsolationLevel, *, max_records: int, max_bytes: int
+    ) -> FetchResult:
+        return self._call(
+            Step.FETCH, lambda: self.inner.fetch(tp, offset, isolation, max_records=max_records, max_bytes=max_bytes)
+        )
 
     def list_offsets(self, tp: TopicPartition, timestamp: int, isolation: IsolationLevel) -> tuple[int, int] | None:
         return self._call(Step.LIST_OFFSETS, lambda: self.inner.list_offsets(tp, timestamp, isolation))
 
-    def init_producer_id(self, transactional_id: str | None,
-                         timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS) -> ProducerIdAndEpoch:
+    def init_producer_id(
+        self, transactional_id: str | None, timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
+    ) -> ProducerIdAndEpoch:
         return self._call(Step.INIT_PRODUCER_ID, lambda: self.inner.init_producer_id(transactional_id, timeout_ms))
 
-    def add_partitions_to_txn(self, transactional_id: str, producer_id: int, epoch: int,
-                              partitions: Iterable[tuple[str, int]]) -> TxnLogValue:
-        return self._call(Step.ADD_PARTITIONS_TO_TXN, lambda: self.inner.add_partitions_to_txn(
-            transactional_id, producer_id, epoch, partitions))
+    def add_partitions_to_txn(
+        self, transactional_id: str, producer_id: int, epoch: int, partitions: Iterable[tuple[str, int]]
+    ) -> TxnLogValue:
+        return self._call(
+            Step.ADD_PARTITIONS_TO_TXN,
+            lambda: self.inner.add_partitions_to_txn(transactional_id, producer_id, epoch, partitions),
+        )
 
     def add_offsets_to_txn(self, transactional_id: str, producer_id: int, epoch: int, group: str) -> TxnLogValue:
-        return self._call(Step.ADD_OFFSETS_TO_TXN, lambda: self.inner.add_offsets_to_txn(
-            transactional_id, producer_id, epoch, group))
+        return self._call(
+            Step.ADD_OFFSETS_TO_TXN, lambda: self.inner.add_offsets_to_txn(transactional_id, producer_id, epoch, group)
+        )
 
     def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> ProducerIdAndEpoch:
         return self._call(Step.END_TXN, lambda: self.inner.end_txn(transactional_id, producer_id, epoch, commit))
 
     def check_transaction_alive(self, transactional_id: str, producer_id: int, epoch: int) -> TxnLogValue:
-        return self._call(Step.CHECK_TRANSACTION_ALIVE, lambda: self.inner.check_transaction_alive(
-            transactional_id, producer_id, epoch))
+        return self._call(
+            Step.CHECK_TRANSACTION_ALIVE,
+            lambda: self.inner.check_transaction_alive(transactional_id, producer_id, epoch),
+        )
 
     def abort_expired_transactions(self) -> None:
         self._call(Step.ABORT_EXPIRED_TRANSACTIONS, self.inner.abort_expired_transactions)
 
-    def write_txn_markers(self, topic: str, partition: int, control: ControlType, producer_id: int,
-                          producer_epoch: int, coordinator_epoch: int, timestamp: int) -> AppendResult:
-        return self._call(Step.WRITE_TXN_MARKERS, lambda: self.inner.write_txn_markers(
-            topic, partition, control, producer_id, producer_epoch, coordinator_epoch, timestamp))
+    def write_txn_markers(
+        self,
+        topic: str,
+        partition: int,
+        control: ControlType,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        timestamp: int,
+    ) -> AppendResult:
+        return self._call(
+            Step.WRITE_TXN_MARKERS,
+            lambda: self.inner.write_txn_markers(
+                topic, partition, control, producer_id, producer_epoch, coordinator_epoch, timestamp
+            ),
+        )
 
     def offsets_partition(self, group: str) -> TopicPartition:
         return self.inner.offsets_partition(group)
 
-    def encode_offset_commit(self, group: str, tp: TopicPartition, offset: OffsetAndMetadata,
-                             timestamp: int) -> tuple[bytes, bytes]:
+    def encode_offset_commit(
+        self, group: str, tp: TopicPartition, offset: OffsetAndMetadata, timestamp: int
+    ) -> tuple[bytes, bytes]:
         return self.inner.encode_offset_commit(group, tp, offset, timestamp)
 
-    def offset_commit(self, group: str, offsets: Mapping[TopicPartition, OffsetAndMetadata | int],
-                      member: MemberRef | None) -> None:
+    def offset_commit(
+        self, group: str, offsets: Mapping[TopicPartition, OffsetAndMetadata | int], member: MemberRef | None
+    ) -> None:
         self._call(Step.OFFSET_COMMIT, lambda: self.inner.offset_commit(group, offsets, member))
 
-    def offset_fetch(self, group: str, partitions: Iterable[TopicPartition] | None, *,
-                     require_stable: bool) -> dict[TopicPartition, OffsetAndMetadata]:
-        return self._call(Step.OFFSET_FETCH, lambda: self.inner.offset_fetch(group, partitions,
-                                                                              require_stable=require_stable))
+    def offset_fetch(
+        self, group: str, partitions: Iterable[TopicPartition] | None, *, require_stable: bool
+    ) -> dict[TopicPartition, OffsetAndMetadata]:
+        return self._call(
+            Step.OFFSET_FETCH, lambda: self.inner.offset_fetch(group, partitions, require_stable=require_stable)
+        )
 
     def consumer_group_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:
         return self._call(Step.CONSUMER_GROUP_HEARTBEAT, lambda: self.inner.consumer_group_heartbeat(request))

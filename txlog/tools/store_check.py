@@ -53,8 +53,13 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def check_store(store: Store, topic: str | None = None, *, now: int | None = None,
-                progress: Callable[[StoreCheckReport], None] | None = None) -> StoreCheckReport:
+def check_store(
+    store: Store,
+    topic: str | None = None,
+    *,
+    now: int | None = None,
+    progress: Callable[[StoreCheckReport], None] | None = None,
+) -> StoreCheckReport:
     """Every check over the store (or one topic's partitions); never writes. `progress` is called
     with the report so far after each partition (the CLI's progress line)."""
     now = _now_ms() if now is None else now
@@ -68,7 +73,7 @@ def check_store(store: Store, topic: str | None = None, *, now: int | None = Non
     by_producer = {d.state.producer_id: d for d in descriptions}
     expired: set[str] = set()  # transactional ids already reported expired by a partition
     checkpoints = read_log_dir_checkpoints(store.root, store.kafka_layout, findings)
-    for name in ([topic] if topic is not None else store.list_topics(include_internal=True)):
+    for name in [topic] if topic is not None else store.list_topics(include_internal=True):
         for p in store.partitions(name):  # a Kafka log dir may hold only some: those are what there is to check
             _check_partition(report, store, name, p, by_producer, expired, now, checkpoints)
             if progress is not None:
@@ -79,16 +84,31 @@ def check_store(store: Store, topic: str | None = None, *, now: int | None = Non
     return report
 
 
-def _check_partition(report: StoreCheckReport, store: Store, topic: str, p: int,
-                     by_producer: dict[int, TransactionDescription], expired: set[str], now: int,
-                     checkpoints: LogDirCheckpoints) -> None:
+def _check_partition(
+    report: StoreCheckReport,
+    store: Store,
+    topic: str,
+    p: int,
+    by_producer: dict[int, TransactionDescription],
+    expired: set[str],
+    now: int,
+    checkpoints: LogDirCheckpoints,
+) -> None:
     report.partitions += 1
     try:
         config = store.topic_config(topic)
     except Exception:  # noqa: BLE001  a Kafka dir's topics have no txlog metadata: defaults
         config = TopicConfig()
-    check = PartitionFileCheck(report.findings, store.partition_dir(topic, p), topic, p, config, now=now,
-                               gaps_allowed=store.kafka_layout, checkpoints=checkpoints)
+    check = PartitionFileCheck(
+        report.findings,
+        store.partition_dir(topic, p),
+        topic,
+        p,
+        config,
+        now=now,
+        gaps_allowed=store.kafka_layout,
+        checkpoints=checkpoints,
+    )
     try:
         log = store.partition(topic, p)
     except UnsupportedForMessageFormatError:
@@ -111,8 +131,12 @@ def _check_partition(report: StoreCheckReport, store: Store, topic: str, p: int,
         _open_transactions(check, log.open_transactions(), by_producer, expired)
 
 
-def _open_transactions(check: PartitionFileCheck, open_txns: dict[int, int],
-                       by_producer: dict[int, TransactionDescription], expired: set[str]) -> None:
+def _open_transactions(
+    check: PartitionFileCheck,
+    open_txns: dict[int, int],
+    by_producer: dict[int, TransactionDescription],
+    expired: set[str],
+) -> None:
     """Each open transaction of the partition against the coordinator transaction of its producer."""
     topic, partition, now = check.topic, check.partition, check.now
     for pid, first in sorted(open_txns.items()):
@@ -121,18 +145,27 @@ def _open_transactions(check: PartitionFileCheck, open_txns: dict[int, int],
         if v is not None and (topic, partition) in v.partitions and v.state.is_prepared:
             continue  # reported once, at the coordinator
         if v is None or not v.is_ongoing_in(topic, partition):
-            check.add(Severity.ERROR, None, first,
-                      f"hanging: producer {pid}'s transaction open since offset {first}; no Ongoing coordinator "
-                      "transaction lists this partition (`txlog transactions abort --start-offset`)")
+            check.add(
+                Severity.ERROR,
+                None,
+                first,
+                f"hanging: producer {pid}'s transaction open since offset {first}; no Ongoing coordinator "
+                "transaction lists this partition (`txlog transactions abort --start-offset`)",
+            )
         elif d is not None and v.start_ms >= 0 and v.is_expired(now):  # (v is d's state)
             expired.add(d.transactional_id)
-            check.add(Severity.ERROR, None, first,
-                      f"expired: transaction '{d.transactional_id}' (producer {pid}) open since offset {first} for "
-                      f"{now - v.start_ms} ms, past its timeout of {v.timeout_ms} ms")
+            check.add(
+                Severity.ERROR,
+                None,
+                first,
+                f"expired: transaction '{d.transactional_id}' (producer {pid}) open since offset {first} for "
+                f"{now - v.start_ms} ms, past its timeout of {v.timeout_ms} ms",
+            )
 
 
-def _check_coordinator(findings: Findings, descriptions: list[TransactionDescription], topic: str | None,
-                       expired: set[str], now: int) -> None:
+def _check_coordinator(
+    findings: Findings, descriptions: list[TransactionDescription], topic: str | None, expired: set[str], now: int
+) -> None:
     """Decided transactions not completed, and Ongoing ones past their timeout no partition reported."""
     for d in descriptions:
         v = d.state
@@ -140,9 +173,20 @@ def _check_coordinator(findings: Findings, descriptions: list[TransactionDescrip
             continue
         where = f"transaction '{d.transactional_id}' (producer {v.producer_id})"
         if v.state.is_prepared:
-            findings.add(Severity.ERROR, TRANSACTION_STATE_TOPIC, d.coordinator_partition, None, None,
-                         f"{where} is {v.state.kafka_name}: decided but not completed — any writer will roll it "
-                         "forward")
+            findings.add(
+                Severity.ERROR,
+                TRANSACTION_STATE_TOPIC,
+                d.coordinator_partition,
+                None,
+                None,
+                f"{where} is {v.state.kafka_name}: decided but not completed — any writer will roll it forward",
+            )
         elif d.transactional_id not in expired and v.start_ms >= 0 and v.is_expired(now):
-            findings.add(Severity.ERROR, TRANSACTION_STATE_TOPIC, d.coordinator_partition, None, None,
-                         f"expired: {where} Ongoing for {now - v.start_ms} ms, past its timeout of {v.timeout_ms} ms")
+            findings.add(
+                Severity.ERROR,
+                TRANSACTION_STATE_TOPIC,
+                d.coordinator_partition,
+                None,
+                None,
+                f"expired: {where} Ongoing for {now - v.start_ms} ms, past its timeout of {v.timeout_ms} ms",
+            )

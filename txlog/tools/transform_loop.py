@@ -71,12 +71,23 @@ def _as_output(item: Output) -> tuple[Any, Any, Any]:
 class TransformLoop:
     """One exactly-once copier: `input_topic` (some or all partitions) -> `transform` -> `output_topic`."""
 
-    def __init__(self, store: str | os.PathLike | Store, *, input_topic: str, output_topic: str, group_id: str,
-                 transactional_id: str, transform: Transform, transaction_size: int = 100,
-                 partitions: Iterable[int] | None = None, transaction_timeout_ms: int = 60_000,
-                 abort_if: Callable[[list[ConsumerRecord]], bool] | None = None,
-                 consumer_config: dict[str, Any] | None = None, listener: Any = None,
-                 transport: Transport | None = None):
+    def __init__(
+        self,
+        store: str | os.PathLike | Store,
+        *,
+        input_topic: str,
+        output_topic: str,
+        group_id: str,
+        transactional_id: str,
+        transform: Transform,
+        transaction_size: int = 100,
+        partitions: Iterable[int] | None = None,
+        transaction_timeout_ms: int = 60_000,
+        abort_if: Callable[[list[ConsumerRecord]], bool] | None = None,
+        consumer_config: dict[str, Any] | None = None,
+        listener: Any = None,
+        transport: Transport | None = None,
+    ):
         if transaction_size < 1:
             raise ValueError("transaction_size must be at least 1")
         self._own_store = not isinstance(store, Store)
@@ -88,11 +99,21 @@ class TransformLoop:
         if transport is None:
             transport = Transport(self.store, clock=consumer_config.get("clock"))
         self._transport = transport
-        self.producer = Producer(self.store, transactional_id=transactional_id,
-                                 transaction_timeout_ms=transaction_timeout_ms, transport=transport)
-        self.consumer = Consumer(self.store, group_id=group_id, isolation_level="read_committed",
-                                 enable_auto_commit=False, auto_offset_reset="earliest", transport=transport,
-                                 **consumer_config)
+        self.producer = Producer(
+            self.store,
+            transactional_id=transactional_id,
+            transaction_timeout_ms=transaction_timeout_ms,
+            transport=transport,
+        )
+        self.consumer = Consumer(
+            self.store,
+            group_id=group_id,
+            isolation_level="read_committed",
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            transport=transport,
+            **consumer_config,
+        )
         self.producer.init_transactions()  # fences a previous instance and aborts what it left open
         self.grouped = partitions is None
         if partitions is None:
@@ -105,8 +126,14 @@ class TransformLoop:
         """The input partitions this instance reads now (for a group member: its current assignment)."""
         return sorted(self.consumer.assignment())
 
-    def run(self, *, until_caught_up: bool = True, poll_timeout_ms: int = 100,
-            max_rounds: int | None = None, should_stop: Callable[[], bool] | None = None) -> LoopStats:
+    def run(
+        self,
+        *,
+        until_caught_up: bool = True,
+        poll_timeout_ms: int = 100,
+        max_rounds: int | None = None,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> LoopStats:
         """Process rounds until the input is consumed up to its LSO (or `should_stop()` / `max_rounds`)."""
         rounds = 0
         while max_rounds is None or rounds < max_rounds:
@@ -160,8 +187,9 @@ class TransformLoop:
         data, which a round never commits past when no record follows them.
         """
         while committed < end:
-            result = self._transport.fetch(tp, committed, IsolationLevel.READ_COMMITTED, max_records=1,
-                                           max_bytes=1 << 20)
+            result = self._transport.fetch(
+                tp, committed, IsolationLevel.READ_COMMITTED, max_records=1, max_bytes=1 << 20
+            )
             if result.records or result.next_offset <= committed:
                 return False
             committed = result.next_offset
