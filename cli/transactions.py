@@ -285,6 +285,7 @@ def find_hanging(
         str | None,
         typer.Option(
             "--topic",
+            "-t",
             metavar="TOPIC",
             help="Only this topic (default: every topic).",
             autocompletion=complete_topic_names,
@@ -295,6 +296,7 @@ def find_hanging(
         int | None,
         typer.Option(
             "--partition",
+            "-p",
             min=0,
             help="Only this partition (needs --topic).",
             show_default=False,

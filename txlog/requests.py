@@ -11,8 +11,34 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from storage.errors import KafkaError
 from txlog.errors import IllegalArgumentError
 from txlog.topic_partition import TopicPartition
+
+# ---- ids carried as request strings -----------------------------------------------------------------
+
+# A non-flexible request or record-schema STRING has an i16 length: Kafka cannot carry a longer id.
+MAX_STRING_BYTES = (1 << 15) - 1
+
+
+def check_id(value: object, what: str, error: type[KafkaError]) -> str:
+    """`value` if it can be a Kafka id (a transactional id, a group id), else `error` naming `what`.
+
+    Kafka carries ids as schema STRINGs: non-empty (its coordinators refuse "" with
+    INVALID_REQUEST / INVALID_GROUP_ID), UTF-8, at most 32767 bytes. Checking here, before any
+    record is encoded, gives every client and coordinator the same clear error instead of an
+    encoder's ValueError or a UnicodeEncodeError from deep inside.
+    """
+    if not isinstance(value, str) or not value:
+        raise error(f"{what} must be a non-empty string, not {value!r}")
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise error(f"{what} is not valid Unicode (it holds a lone surrogate)") from None
+    if size > MAX_STRING_BYTES:
+        raise error(f"{what} is {size} UTF-8 bytes, longer than Kafka's limit of {MAX_STRING_BYTES}")
+    return value
+
 
 # ---- ListOffsets ------------------------------------------------------------------------------------
 

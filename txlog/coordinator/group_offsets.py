@@ -45,6 +45,7 @@ from txlog.errors import (
     OffsetMetadataTooLargeError,
     UnstableOffsetCommitError,
 )
+from txlog.requests import MAX_STRING_BYTES, check_id
 from txlog.schemas.group_metadata import encode_group_metadata_key
 from txlog.schemas.offset_log import (
     GroupMetadataKey,
@@ -63,7 +64,6 @@ SNAPSHOT_NAME = "txlog-group-offsets-v2"  # v2 added the groups' membership reco
 KEY_VERSION = 1  # what current Kafka writes for offset commits
 VALUE_VERSION = 3
 MAX_METADATA_BYTES = 4096  # Kafka's offset.metadata.max.bytes default
-MAX_STRING_BYTES = (1 << 15) - 1  # a non-flexible schema string has an i16 length
 
 
 @dataclass(frozen=True, slots=True)
@@ -433,10 +433,7 @@ def _offset_and_metadata(value: OffsetValue) -> OffsetAndMetadata:
 
 
 def _check_group(group: str) -> None:
-    if not isinstance(group, str) or not group:
-        raise InvalidGroupIdError(f"group id must be a non-empty string, not {group!r}")
-    if len(group.encode("utf-8")) > MAX_STRING_BYTES:
-        raise InvalidGroupIdError(f"group id is longer than {MAX_STRING_BYTES} bytes")
+    check_id(group, "group id", InvalidGroupIdError)
 
 
 def _check_tp(tp: TopicPartition) -> TopicPartition:

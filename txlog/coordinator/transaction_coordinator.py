@@ -53,7 +53,7 @@ from txlog.errors import (
     ProducerFencedError,
     TransactionOutcomeUnknownError,
 )
-from txlog.requests import DEFAULT_TRANSACTION_TIMEOUT_MS, ProducerIdAndEpoch
+from txlog.requests import DEFAULT_TRANSACTION_TIMEOUT_MS, ProducerIdAndEpoch, check_id
 from txlog.schemas.transaction_log import (
     TxnLogValue,
     TxnState,
@@ -151,6 +151,7 @@ class TransactionCoordinator:
         return self._count
 
     def partition_for(self, transactional_id: str) -> int:
+        self._check_id(transactional_id)  # every request maps its id here first
         count = self._partition_count()
         if not count:
             raise InvalidProducerIdMappingError(
@@ -534,6 +535,7 @@ class TransactionCoordinator:
     # ---- reading -----------------------------------------------------------------------------------------
 
     def describe(self, transactional_id: str) -> TransactionDescription | None:
+        self._check_id(transactional_id)  # an id Kafka cannot carry is refused, not reported unknown
         if not self.store.has_topic(TRANSACTION_STATE_TOPIC):
             return None
         if self.store.kafka_layout:
@@ -561,8 +563,7 @@ class TransactionCoordinator:
 
     @staticmethod
     def _check_id(transactional_id: str) -> None:
-        if not isinstance(transactional_id, str) or not transactional_id:
-            raise InvalidRequestError("transactional.id must be a non-empty string")
+        check_id(transactional_id, "transactional.id", InvalidRequestError)
 
     def _check_partition(self, topic: str, partition: int) -> None:
         if topic.startswith("__") and topic != CONSUMER_OFFSETS_TOPIC:
