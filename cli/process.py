@@ -348,9 +348,11 @@ def _supervise(workers: int, run: Callable[[int], None]) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     children: list[int] = []
+    supervisor = os.getpid()
     for i in range(workers):
         pid = os.fork()
         if pid == 0:
+            _die_with_parent(supervisor)
             run(i)
             return
         children.append(pid)
@@ -382,6 +384,29 @@ def _supervise(workers: int, run: Callable[[int], None]) -> None:
         raise CommandError(
             f"{failed} of {workers} workers failed (exit codes {', '.join(map(str, codes))})", exit_code=worst
         )
+
+
+# prctl(2) option: the signal this process gets when its parent thread dies (linux/prctl.h).
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(supervisor: int) -> None:
+    """Have the kernel send this worker SIGTERM when its supervisor dies, even by SIGKILL.
+
+    The supervisor forwards SIGTERM and SIGINT itself, but a supervisor killed with -9 forwards
+    nothing: its workers would go on as members of the group with no one to wait for them.
+    SIGTERM (not SIGKILL) lets a worker stop as on Ctrl-C: its open transaction aborted, its
+    membership left. Linux only (prctl); elsewhere workers outlive a killed supervisor.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+        return  # not fatal: the worker still runs, as it would without the request
+    if os.getppid() != supervisor:  # the supervisor died before the request took effect
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _run_worker(

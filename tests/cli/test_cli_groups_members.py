@@ -9,11 +9,16 @@ in-process (tests/cli/cli_helpers.py).
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
 import txlog as api
-from tests.cli.cli_helpers import assert_ok, assert_one_error, txlog, txlog_process
+from tests.cli.cli_helpers import ROOT, _env, assert_ok, assert_one_error, txlog, txlog_process
 from txlog import TopicPartition as TP
 
 
@@ -191,3 +196,50 @@ def test_a_damaged_group_record_lists_as_unknown_and_describes_as_one_error(stor
     assert "truncated generation" in assert_one_error(
         txlog("groups", "describe", "--group", "bad", "--members", data_dir=store)
     )
+
+
+def _children(pid: int) -> set[int]:
+    """The live child processes of `pid` (Linux's /proc task children lists)."""
+    found: set[int] = set()
+    task_dir = f"/proc/{pid}/task"
+    for task in os.listdir(task_dir) if os.path.isdir(task_dir) else ():
+        try:
+            with open(f"{task_dir}/{task}/children") as f:
+                found |= {int(p) for p in f.read().split()}
+        except FileNotFoundError:
+            continue
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][0] != "Z"  # a zombie has exited
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's prctl")
+def test_process_workers_die_with_a_supervisor_killed_with_sigkill(store):
+    supervisor = subprocess.Popen(
+        [sys.executable, "-m", "cli.main", "--data-dir", store, "process", "-i", "in", "-o", "out", "-g", "pd",
+         "--transactional-id", "pd", "--workers", "2", "--follow", "--", "cat"],
+        cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    workers: set[int] = set()
+    try:
+        deadline = time.monotonic() + 60
+        while len(workers := _children(supervisor.pid)) < 2:
+            assert supervisor.poll() is None and time.monotonic() < deadline, "the workers did not start"
+            time.sleep(0.05)
+        supervisor.send_signal(signal.SIGKILL)
+        supervisor.wait(timeout=30)
+        deadline = time.monotonic() + 60  # a worker stops as on Ctrl-C: abort, leave the group
+        while any(_alive(w) for w in workers):
+            assert time.monotonic() < deadline, f"workers {workers} outlived their supervisor"
+            time.sleep(0.05)
+    finally:  # a failed run leaves no process behind
+        for pid in (supervisor.pid, *workers):
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        supervisor.wait()

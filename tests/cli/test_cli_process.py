@@ -381,7 +381,7 @@ def test_kill_9_at_random_moments_still_gives_exactly_once(data_dir, tmp_path):
             if proc.returncode == -signal.SIGKILL:
                 continue
         else:
-            out, err = proc.communicate(timeout=20)
+            out, err = proc.communicate(timeout=180)  # a hang guard, not a speed check: a loaded machine is slow
         assert proc.returncode == 0, (proc.returncode, err)
         assert b"Traceback" not in err
         break

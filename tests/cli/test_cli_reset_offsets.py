@@ -14,12 +14,18 @@ import txlog as api
 from tests.cli.cli_helpers import assert_ok, assert_one_error, assert_usage_error, tree, txlog, txlog_process
 
 TP = api.TopicPartition
-NOW_MS = int(time.time() * 1000)
 HOUR = 3_600_000
 
 
 @pytest.fixture
-def store(tmp_path) -> str:
+def now_ms() -> int:
+    """The test's "now": taken when the test starts, not when the module was collected (a slow
+    suite can reach this module many minutes later, and --by-duration counts back from the clock)."""
+    return int(time.time() * 1000)
+
+
+@pytest.fixture
+def store(tmp_path, now_ms) -> str:
     """Topic t (2 partitions): t-0 holds records stamped 5, 4, 3, 2 and 1 hours ago (offsets 0-4),
     t-1 three records stamped 10 hours ago. Group g committed 1 on t-0 and nothing on t-1."""
     path = str(tmp_path / "groups")
@@ -27,9 +33,9 @@ def store(tmp_path) -> str:
         admin.create_topic("t", 2)
         with api.Producer(admin.store) as p:
             for i in range(5):
-                p.send("t", value=b"%d" % i, partition=0, timestamp_ms=NOW_MS - (5 - i) * HOUR)
+                p.send("t", value=b"%d" % i, partition=0, timestamp_ms=now_ms - (5 - i) * HOUR)
             for _ in range(3):
-                p.send("t", value=b"old", partition=1, timestamp_ms=NOW_MS - 10 * HOUR)
+                p.send("t", value=b"old", partition=1, timestamp_ms=now_ms - 10 * HOUR)
         admin.alter_consumer_group_offsets("g", {TP("t", 0): 1})
     return path
 
@@ -50,9 +56,9 @@ def iso(ms: int, zone: str = "Z") -> str:
     return text + zone
 
 
-def test_to_datetime_finds_the_first_record_at_or_after_the_time(store):
+def test_to_datetime_finds_the_first_record_at_or_after_the_time(store, now_ms):
     before = tree(store)
-    at = NOW_MS - 3 * HOUR - 60_000  # just before the record of offset 2
+    at = now_ms - 3 * HOUR - 60_000  # just before the record of offset 2
     proc = txlog(
         "groups",
         "reset-offsets",
@@ -71,9 +77,9 @@ def test_to_datetime_finds_the_first_record_at_or_after_the_time(store):
     assert tree(store) == before
 
 
-def test_to_datetime_without_a_zone_is_local_time(store):
+def test_to_datetime_without_a_zone_is_local_time(store, now_ms):
     # New York local time, read in TZ=America/New_York: read as UTC it would be 4-5 hours off (offset 0)
-    at = NOW_MS - 3 * HOUR - 60_000
+    at = now_ms - 3 * HOUR - 60_000
     local = datetime.fromtimestamp(at / 1000, tz=ZoneInfo("America/New_York")).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3]
     # a process: the C library reads TZ when it starts
     proc = txlog_process(
