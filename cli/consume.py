@@ -619,7 +619,7 @@ def consume(
 
     # Without a group nothing is written: the store opens read-only (safe beside writers, works on Kafka dirs).
     with open_store(ctx, read_only=group is None) as store:
-        count = check_topic(store, topic, partition)
+        count = check_topic(store, topic, partition, reading=True)
         if group is not None and store.read_only:
             raise CommandError(
                 "this store is read-only (a Kafka data directory): group offsets cannot be committed; drop --group"

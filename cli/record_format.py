@@ -107,12 +107,24 @@ def check_partition(partition: int | None) -> None:
         raise CommandError(f"--partition must be 0 or more, not {partition}", exit_code=USAGE)
 
 
-def check_topic(store, topic: str, partition: int | None) -> int:
-    """The topic's partition count, after checking the topic and --partition exist (nothing written)."""
+# Where the records of an internal topic can be read, decoded, instead of as raw bytes.
+INTERNAL_TOPIC_READERS = {
+    "__transaction_state": "txlog transactions list|describe, or txlog inspect --transaction-log-decoder DIR",
+    "__consumer_offsets": "txlog groups describe, or txlog inspect --offsets-decoder DIR",
+}
+
+
+def check_topic(store, topic: str, partition: int | None, *, reading: bool = False) -> int:
+    """The topic's partition count, after checking the topic and --partition exist (nothing written).
+
+    Internal topics are refused: written only by the coordinators, and their records are
+    schema-encoded bytes. A reader is told which verb shows them decoded.
+    """
     from storage.errors import UnknownTopicOrPartitionError
 
     if topic.startswith("__"):
-        raise CommandError(f"topic '{topic}' is internal", exit_code=1)
+        hint = INTERNAL_TOPIC_READERS.get(topic) if reading else None
+        raise CommandError(f"topic '{topic}' is internal" + (f": read it with {hint}" if hint else ""), exit_code=1)
     if not store.has_topic(topic):
         raise UnknownTopicOrPartitionError(f"topic '{topic}' does not exist")
     count = store.partition_count(topic)

@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+import txlog as txlog_api
 from tests.cli.cli_helpers import (
     ROOT,
     CliRun,
@@ -435,4 +436,23 @@ def test_produce_usage_errors_write_nothing(data_dir, args):
     proc = run("produce", "-t", "t", *args, data_dir=data_dir, stdin="x\n")
     assert proc.returncode == 2, (proc.returncode, proc.stderr)
     assert "Traceback" not in proc.stderr and proc.stderr.splitlines()[-1].startswith("Error: ")
+    assert tree(data_dir) == before
+
+
+@pytest.mark.parametrize(
+    ("topic", "decoded_by"),
+    [("__consumer_offsets", "--offsets-decoder"), ("__transaction_state", "--transaction-log-decoder")],
+)
+def test_consume_of_an_internal_topic_says_where_its_records_are_shown_decoded(data_dir, topic, decoded_by):
+    txlog_api.Admin(data_dir).create_topic("in", 1)
+    with txlog_api.Producer(data_dir, transactional_id="tx") as p:  # makes both internal topics
+        p.init_transactions()
+        p.begin_transaction()
+        p.send_offsets_to_transaction({txlog_api.TopicPartition("in", 0): 1}, "g")
+        p.commit_transaction()
+    message = assert_one_error(txlog("consume", "-t", topic, "-e", data_dir=data_dir))
+    assert f"topic '{topic}' is internal" in message and decoded_by in message
+    before = tree(data_dir)
+    message = assert_one_error(txlog("produce", "-t", topic, data_dir=data_dir, input="x\n"))
+    assert message == f"topic '{topic}' is internal"  # nothing to suggest to a writer
     assert tree(data_dir) == before
