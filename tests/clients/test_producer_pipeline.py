@@ -349,3 +349,23 @@ def test_produce_many_of_more_rows_than_one_chunk_keeps_every_record_in_order(st
     for part in range(3):  # each partition's records keep the call's order
         mine = _values(store, "t", part)
         assert mine == sorted(mine, key=lambda v: int(v[1:]))
+
+
+def test_group_commit_keeps_segments_within_segment_bytes(tmp_path):
+    """A group commit never appends more than segment.bytes at once, so segments stay within it
+    (the log rolls before an append, never inside one), with the default 1 MiB max.request.size."""
+    path = str(tmp_path / "store")
+    segment_bytes = 100_000
+    with txlog.Admin(path) as admin:
+        admin.create_topic("t", 1, {"segment.bytes": segment_bytes})
+    with txlog.Producer(path, linger_ms=1000) as p:  # a long linger: many sealed batches wait for one round
+        for i in range(20_000):
+            p.send("t", value=b"%08d" % i, partition=0)
+        p.flush()
+    part = os.path.join(path, "t-0")
+    sizes = [os.path.getsize(os.path.join(part, n)) for n in sorted(os.listdir(part)) if n.endswith(".log")]
+    assert len(sizes) > 2 and max(sizes) <= segment_bytes, sizes
+    with txlog.Consumer(path, auto_offset_reset="earliest") as c:
+        c.assign([txlog.TopicPartition("t", 0)])
+        values = [r.value for _ in range(100) for r in c.poll(timeout_ms=10, max_records=5000)]
+    assert values == [b"%08d" % i for i in range(20_000)]

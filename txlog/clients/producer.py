@@ -107,7 +107,8 @@ class Producer:
 
     Configuration as in Kafka: `acks`, `linger_ms`, `batch_size`, `retries`,
     `max_request_size` (the bytes of one append: the sender's group commit takes every sealed
-    batch of a partition up to it), `delivery_timeout_ms` (a batch not acknowledged by then
+    batch of a partition up to it, and never more than the topic's `segment.bytes`),
+    `delivery_timeout_ms` (a batch not acknowledged by then
     fails with KafkaTimeoutError), `buffer_memory` and `max_block_ms` (how long `send` waits
     for room before KafkaTimeoutError), `max_in_flight_requests_per_connection` (checked as
     Kafka checks it, at most 5 with idempotence; the sender has one append in flight at a
@@ -197,9 +198,11 @@ class Producer:
         self._sender_config = SenderConfig(
             client_id=self.client_id, acks=self.acks, retries=retries, delivery_timeout_ms=delivery_timeout_ms
         )
+        self._max_request_size = max_request_size
+        self._group_limits: dict[str, int] = {}
         self._accumulator = RecordAccumulator(
             linger_ms=linger_ms,
-            max_request_size=max_request_size,
+            group_limit=self._group_limit,
             buffer_memory=buffer_memory,
             max_block_ms=max_block_ms,
             on_seal=self._sealed,
@@ -285,6 +288,20 @@ class Producer:
                     return batch, index
             batch, builder = self._new_batch(tp)
             return batch, builder.try_append(key, value, headers, ts)
+
+    def _group_limit(self, tp: TopicPartition) -> int:
+        """The bytes of one append to `tp`: max.request.size, and no more than the topic's segment.bytes.
+
+        The log rolls before an append that would overflow its segment, never inside one, so a
+        group larger than segment.bytes would make a segment that large. Kafka's requests carry
+        one batch per partition, so its segments overshoot by a batch at most; this keeps txlog's
+        group commit within the same bound.
+        """
+        limit = self._group_limits.get(tp.topic)
+        if limit is None:
+            config = TopicConfig.from_overrides(self.store.topic_overrides(tp.topic))
+            limit = self._group_limits[tp.topic] = min(self._max_request_size, config.segment_bytes)
+        return limit
 
     def _topic_info(self, topic: str) -> tuple[int, int]:
         """(partition count, largest batch the topic accepts), checked once per topic."""

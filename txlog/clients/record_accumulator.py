@@ -105,7 +105,7 @@ class RecordAccumulator:
         self,
         *,
         linger_ms: int,
-        max_request_size: int,
+        group_limit: Callable[[TopicPartition], int],
         buffer_memory: int,
         max_block_ms: int,
         on_seal: Callable[[TopicPartition], None],
@@ -113,7 +113,7 @@ class RecordAccumulator:
         self.lock = threading.Lock()  # `send` takes it alone (cheaper than entering the condition)
         self.cond = threading.Condition(self.lock)
         self._linger = linger_ms / 1000
-        self._max_request_size = max_request_size
+        self._group_limit = group_limit  # bytes of one append to a partition (the producer's rule)
         self._buffer_memory = buffer_memory
         self._max_block = max_block_ms / 1000
         self._on_seal = on_seal  # the sticky partitioner moves on when its batch is sealed
@@ -259,13 +259,14 @@ class RecordAccumulator:
         self._expedite.clear()
 
     def _take(self) -> dict[TopicPartition, list[ProducerBatch]]:
-        """Every sealed batch of each partition, in order, up to max.request.size bytes (one at least)."""
+        """Every sealed batch of each partition, in order, up to its group limit in bytes (one at least)."""
         work = {}
         for tp, queue in self._sealed.items():
             if queue:
                 group = [queue.popleft()]
                 size = group[0].size
-                while queue and size + queue[0].size <= self._max_request_size:
+                limit = self._group_limit(tp)
+                while queue and size + queue[0].size <= limit:
                     size += queue[0].size
                     group.append(queue.popleft())
                 work[tp] = group
