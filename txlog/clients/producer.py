@@ -297,11 +297,9 @@ class Producer:
         one batch per partition, so its segments overshoot by a batch at most; this keeps txlog's
         group commit within the same bound.
         """
-        limit = self._group_limits.get(tp.topic)
-        if limit is None:
-            config = TopicConfig.from_overrides(self.store.topic_overrides(tp.topic))
-            limit = self._group_limits[tp.topic] = min(self._max_request_size, config.segment_bytes)
-        return limit
+        # Set by _topic_info on the application thread, which every batch of a topic follows; the
+        # sender thread only reads it (no store I/O under the accumulator's lock).
+        return self._group_limits.get(tp.topic, self._max_request_size)
 
     def _topic_info(self, topic: str) -> tuple[int, int]:
         """(partition count, largest batch the topic accepts), checked once per topic."""
@@ -312,6 +310,7 @@ class Producer:
             count = self.store.partition_count(topic)
             config = TopicConfig.from_overrides(self.store.topic_overrides(topic))
             info = (count, config.max_message_bytes)
+            self._group_limits[topic] = min(self._max_request_size, config.segment_bytes)
             self._topic_meta[topic] = info
             if count == 1:  # every record of it goes to partition 0: `send` skips the partitioner
                 self._single[topic] = self._tp(topic, 0)
