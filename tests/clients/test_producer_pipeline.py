@@ -369,3 +369,32 @@ def test_group_commit_keeps_segments_within_segment_bytes(tmp_path):
         c.assign([txlog.TopicPartition("t", 0)])
         values = [r.value for _ in range(100) for r in c.poll(timeout_ms=10, max_records=5000)]
     assert values == [b"%08d" % i for i in range(20_000)]
+
+
+def test_produce_many_beyond_buffer_memory_waits_for_the_sender_it_started(tmp_path):
+    """Batches of one produce_many call that outgrow buffer.memory wait for the sender to free
+    it; the sender starts with the first batch (before, it started after the loop, so the second
+    batch waited max_block_ms for a sender that did not exist, and `txlog produce` of a 40 MB line
+    after a short one hung)."""
+    path = str(tmp_path / "store")
+    with txlog.Admin(path) as admin:
+        admin.create_topic("t", 1)
+    values = [bytes([65 + i]) * 60_000 for i in range(3)]  # one ~60 KB batch each, 100 KB of buffer
+    outcome: list[object] = []
+
+    def produce() -> None:  # in a thread: the bug was a hang (a wait for a sender that never ran)
+        try:
+            with txlog.Producer(path, batch_size=70_000, buffer_memory=100_000, max_block_ms=10_000) as p:
+                outcome.append(p.produce_many("t", values, partition=0).get(timeout=60))
+        except Exception as exc:  # noqa: BLE001  reported by the assertion below
+            outcome.append(exc)
+
+    worker = threading.Thread(target=produce, daemon=True)
+    worker.start()
+    worker.join(120)
+    assert not worker.is_alive(), "produce_many hung"
+    assert outcome == [3]
+    with txlog.Consumer(path, auto_offset_reset="earliest") as c:
+        c.assign([txlog.TopicPartition("t", 0)])
+        got = [r.value for _ in range(20) for r in c.poll(timeout_ms=10)]
+    assert got == values

@@ -478,7 +478,9 @@ class Producer:
                 )
                 accumulator.add_batch(batch, sealed=True)
                 out.append((tp, piece.record_count, batch.result))
-            self._start_sender()
+                # now, not after the loop: the next reserve may wait for buffer.memory, which only
+                # the sender frees (a large record behind a small one waited for a sender never started)
+                self._start_sender()
         return out
 
     def flush(self, timeout: float | None = None) -> None:
