@@ -2,8 +2,9 @@
 
 Kafka's modes (`--list`, `--describe`, ...) are verbs here; options and column names are
 Kafka's. `describe` has Kafka's three views: offsets (the default: per partition, with the
-member that owns it), `--members` and `--state`. LOG-END-OFFSET and LAG are measured
-against the last stable offset, as a read_committed consumer sees the log. There is no
+member that owns it), `--members` and `--state`. LOG-END-OFFSET is the high watermark and LAG
+is measured against it, as kafka-consumer-groups.sh does: an open transaction's records count,
+and a read_committed consumer's lag stays above 0 until that transaction ends. There is no
 broker, so COORDINATOR names the `__consumer_offsets` partition that holds the group.
 
 `list` and `describe` open the store read-only (members whose session expired are left

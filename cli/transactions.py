@@ -219,14 +219,15 @@ def describe(
     output: OutputOption = OutputFormat.text,
 ) -> None:
     """Describe one transactional id: producer, epoch, state, timeout, open partitions."""
-    from txlog.schemas.transaction_log import TxnState
 
     with _admin(ctx, read_only=no_sweep) as admin:
         d = admin.describe_transaction(transactional_id)
     if d is None:
         raise CommandError(f"transactional id '{transactional_id}' not found")
     v = d.state
-    in_txn = v.state in (TxnState.ONGOING, TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
+    # Kafka's DescribeTransactions returns the last transaction's start while the state keeps one
+    # (a completed transaction too) and kafka-transactions prints None only for -1 (Empty)
+    started = v.start_ms >= 0
     row = {
         "coordinatorId": BROKER_ID,
         "transactionalId": d.transactional_id,
@@ -234,8 +235,8 @@ def describe(
         "producerEpoch": v.producer_epoch,
         "transactionState": v.state.admin_name,
         "transactionTimeoutMs": v.timeout_ms,
-        "currentTransactionStartTimeMs": v.start_ms if in_txn else None,
-        "transactionDurationMs": _now_ms() - v.start_ms if in_txn else None,
+        "currentTransactionStartTimeMs": v.start_ms if started else None,
+        "transactionDurationMs": _now_ms() - v.start_ms if started else None,
         "topicPartitions": [f"{t}-{p}" for t, p in v.partitions],
         "coordinatorPartition": d.coordinator_partition,
     }

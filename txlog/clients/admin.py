@@ -325,8 +325,13 @@ class Admin:
         return self.groups.committed(group)
 
     def describe_consumer_group(self, group: str) -> list[GroupOffsetRow]:
-        """Per partition: committed offset, log end and lag (against the LSO, as read_committed sees it),
-        and the member that owns it. Partitions a member owns without a committed offset are listed too."""
+        """Per partition: committed offset, log end and lag, and the member that owns it. Partitions a
+        member owns without a committed offset are listed too.
+
+        The log end is the high watermark, as kafka-consumer-groups.sh measures it (a ListOffsets of
+        the latest offset with the admin client's default read_uncommitted isolation): records of an
+        open transaction count in the lag, as they do on a broker (checked against one in
+        tests/kafka_rig/test_admin_differential.py)."""
         pending = self.groups.pending(group)
         committed = self.groups.describe(group)
         description = self.group_coordinator.describe(group)
@@ -334,7 +339,7 @@ class Admin:
         rows = []
         for tp in sorted(set(committed) | set(owners)):
             try:
-                end = latest_offset(self.store.partition(tp.topic, tp.partition), IsolationLevel.READ_COMMITTED)
+                end = latest_offset(self.store.partition(tp.topic, tp.partition), IsolationLevel.READ_UNCOMMITTED)
             except UnknownTopicOrPartitionError:
                 end = -1
             value = committed.get(tp)

@@ -126,7 +126,9 @@ class Group:
 
     group_id: str
     generation: int = 0
-    assignor: str = DEFAULT_ASSIGNOR
+    # None: a Kafka broker's classic group record without a protocol (an Empty group); the first
+    # member to join gives it the default, since from then on this coordinator runs it
+    assignor: str | None = DEFAULT_ASSIGNOR
     members: dict[str, Member] = field(default_factory=dict)
     state_timestamp: int = -1
     rebalance: bool = False  # set by a change that needs a new target assignment and group epoch
@@ -180,7 +182,7 @@ def group_from_record(group_id: str, data: bytes | None) -> Group:
     if decoded is None:
         return Group(group_id)
     _, value = decoded
-    group = Group(group_id, value.generation, value.protocol or DEFAULT_ASSIGNOR, {}, value.current_state_timestamp)
+    group = Group(group_id, value.generation, value.protocol, {}, value.current_state_timestamp)
     if value.protocol_type != CONSUMER_PROTOCOL_TYPE:
         return group  # e.g. a Kafka Connect group: its members' bytes are not the consumer protocol
     for m in value.members:
@@ -240,7 +242,7 @@ class GroupDescription:
     group_id: str
     state: GroupState
     group_epoch: int
-    assignor: str
+    assignor: str | None  # None for a Kafka classic group recorded Empty, which has no protocol
     members: tuple[MemberDescription, ...]
 
 
@@ -297,7 +299,7 @@ class GroupCoordinator:
 
     def _assign(self, group: Group) -> None:
         """Recompute the target assignment; a new one (or a membership change) is a new group epoch."""
-        assignor = ASSIGNORS.get(group.assignor)
+        assignor = ASSIGNORS.get(group.assignor or DEFAULT_ASSIGNOR)
         if assignor is None:
             assignor = ASSIGNORS[DEFAULT_ASSIGNOR]
         topics = {t for m in group.members.values() for t in m.topics}
@@ -388,6 +390,8 @@ class GroupCoordinator:
             if topics != member.topics:
                 member.topics = topics
                 group.rebalance = True
+        if group.assignor is None:
+            group.assignor = DEFAULT_ASSIGNOR
         if request.assignor is not None and request.assignor != group.assignor:
             group.assignor = request.assignor
             group.rebalance = True
