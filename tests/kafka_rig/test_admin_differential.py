@@ -259,3 +259,22 @@ def test_txlog_changes_not_one_byte_of_a_kafka_directory(recorded: Recorded) -> 
         txlog(*args, data_dir=recorded.log_dir)
     assert tree(recorded.log_dir) == before
     assert not os.path.exists(os.path.join(recorded.log_dir, "txlog.json"))
+
+
+@pytest.mark.parametrize("reader", ["jvm", "python"])
+@pytest.mark.parametrize("isolation", ["read_committed", "read_uncommitted"])
+def test_spark_reads_what_the_brokers_consumer_returned(recorded: Recorded, spark, reader: str, isolation: str) -> None:
+    import txlog.spark
+
+    options = {"subscribe": TOPIC, "isolation.level": isolation}
+    if reader == "jvm":
+        frame = txlog.spark.read(spark, recorded.log_dir, **options)
+    else:
+        frame = spark.read.format(txlog.spark.FORMAT).options(**options).load(recorded.log_dir)
+    rows = frame.select("partition", "offset", "key", "value").collect()
+    mine = sorted((r.partition, r.offset, _bytes(r.key), _bytes(r.value)) for r in rows)
+    assert mine == recorded.consumed[isolation]
+
+
+def _bytes(value: bytearray | bytes | None) -> bytes | None:
+    return None if value is None else bytes(value)
