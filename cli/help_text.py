@@ -9,9 +9,20 @@ from __future__ import annotations
 
 # The one-line summaries of `txlog --help` and `txlog GROUP --help` (click cuts a docstring's first
 # sentence at the width of the list, mid-word); each fits an 80-column terminal whole.
+# `txlog --help` lists the verbs from here without importing them (cli.main), so every verb has one.
 SUMMARIES: dict[str, str] = {
     "produce": "Write records, one per line (kafka-console-producer, kcat -P).",
+    "consume": "Print records of a topic (kafka-console-consumer, kcat -C).",
+    "commit": "Commit the open transaction of a transactional id.",
+    "abort": "Abort an open transaction, by id or where it hangs.",
+    "demo": "Show what the segment store guarantees, in a few seconds.",
+    "inspect": "Dump log, index and snapshot files (kafka-dump-log.sh).",
+    "verify": "Check every file and transaction of the store.",
+    "process": "Exactly-once consume-transform-produce through a command.",
     "sql": "Run a Spark SQL query over the store (one view per topic).",
+    "topics": "Create, list, describe, alter, delete topics (kafka-topics).",
+    "transactions": "List, describe and repair transactions (kafka-transactions).",
+    "groups": "List, describe, reset and delete consumer group offsets.",
     "topics create": "Create a topic.",
     "topics list": "Every topic: partitions, size, end offsets.",
     "topics describe": "Describe topics: partitions, configs, offsets.",

@@ -5,29 +5,32 @@ Exit codes (docs/cli-conventions.md §6): 0 ok, 1 error, 2 usage, 3 a check foun
 storage `KafkaError`, an `OSError` from the store, a `CommandError` of the CLI -- ends as one
 `Error: <message>` line on stderr; only a bug prints a traceback.
 
-Each group of verbs is a module of its own, registered at the bottom of this file; a
-new verb (produce, consume, transactions, ...) is one more module and one more line.
-Nothing heavy is imported here: `storage` and `txlog` are imported inside commands.
+Each group of verbs is a module of its own, named in `VERBS` at the bottom of this file; a
+new verb (produce, consume, transactions, ...) is one more module and one more line. A verb's
+module is imported only when that verb runs (or its help, or completion, is asked for), so
+`txlog --help` and `txlog VERB --help` stay fast: the root help lists the verbs from
+cli.help_text.SUMMARIES. Nothing heavy is imported here: `storage` and `txlog` are imported
+inside commands (tests/cli/test_cli_startup.py holds both rules).
 """
 
 from __future__ import annotations
 
 import errno
+import importlib
 import os
 import re
 import sys
-from typing import TYPE_CHECKING, Annotated, Any
+from collections.abc import Iterator, MutableMapping
+from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 
 import typer
 from typer.core import TyperGroup
 
-from cli import consume, demo, groups, process, produce, sql, topics, transactions, verify
-from cli import inspect as inspect_cmd
 from cli.context import DATA_DIR_ENV, DEFAULT_DATA_DIR, READ_ONLY_HINT, USAGE, CommandError, Settings
 from cli.flags import OneLineUsageErrors
 
 if TYPE_CHECKING:
-    from typer._click import Context  # typer vendors click; a group's invoke takes click's Context
+    from typer._click import Command, Context, HelpFormatter  # typer vendors click
 
 
 class TxlogGroup(OneLineUsageErrors, TyperGroup):
@@ -35,9 +38,17 @@ class TxlogGroup(OneLineUsageErrors, TyperGroup):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        from cli.flags import add_to_every_verb
+        self.commands = _LazyVerbs()  # each built on first use, for this group only
 
-        add_to_every_verb(self)  # --data-dir and -q after the verb too (docs/cli-conventions.md §1)
+    def list_commands(self, ctx: Context) -> list[str]:
+        return list(self.commands)  # the names only: typer's own builds every verb to list them
+
+    def format_commands(self, ctx: Context, formatter: HelpFormatter) -> None:
+        """The verb list of `txlog --help`, from the summaries: listing the verbs imports none of them."""
+        from cli.help_text import SUMMARIES
+
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, SUMMARIES[name]) for name in VERBS])
 
     def invoke(self, ctx: Context) -> Any:
         try:
@@ -49,13 +60,18 @@ class TxlogGroup(OneLineUsageErrors, TyperGroup):
                 raise  # typer ends a broken pipe (`| head`) quietly with exit 1
             _fail(_describe_os_error(exc), 1)
         except Exception as exc:
-            from storage.errors import KafkaError
-
-            if isinstance(exc, KafkaError):
+            if _is_kafka_error(exc):
                 _fail(_with_hint(exc), 1)
             if _is_undecodable_argument(exc):
                 _fail(_non_utf8_argument_message(), USAGE)
             raise
+
+
+def _is_kafka_error(exc: Exception) -> bool:
+    """Whether `exc` is a storage/txlog error, without importing `storage` for the exceptions that are
+    not (click's exit of `txlog VERB --help` passes here): a KafkaError exists only once its module does."""
+    errors = sys.modules.get("storage.errors")
+    return errors is not None and isinstance(exc, errors.KafkaError)
 
 
 def _fail(message: str, code: int) -> None:
@@ -172,20 +188,86 @@ def root(
     ctx.obj = Settings(data_dir=data_dir, quiet=quiet)
 
 
-# ---- the verbs: one module per concept ---------------------------------------------------------
+# ---- the verbs: one module per concept, imported when used ---------------------------------------
 
-app.add_typer(topics.app, name="topics")
-app.command("produce")(produce.produce)
-app.command("consume")(consume.consume)
-app.add_typer(transactions.app, name="transactions")
-app.add_typer(groups.app, name="groups")
-app.command("commit")(transactions.commit)
-app.command("abort")(transactions.abort)
-app.command("demo")(demo.demo)
-app.command("inspect")(inspect_cmd.inspect)
-app.command("verify")(verify.verify)
-app.command("process", context_settings={"allow_interspersed_args": False})(process.process)
-app.command("sql")(sql.sql)
+
+class Verb(NamedTuple):
+    """Where a verb lives: `attribute` of `module` is its function, or a typer app for a group of verbs."""
+
+    module: str
+    attribute: str
+    context_settings: dict[str, Any] | None = None
+
+
+# In the order `txlog --help` lists them (single verbs first, then the groups, as typer lists them).
+VERBS: dict[str, Verb] = {
+    "produce": Verb("cli.produce", "produce"),
+    "consume": Verb("cli.consume", "consume"),
+    "commit": Verb("cli.transactions", "commit"),
+    "abort": Verb("cli.transactions", "abort"),
+    "demo": Verb("cli.demo", "demo"),
+    "inspect": Verb("cli.inspect", "inspect"),
+    "verify": Verb("cli.verify", "verify"),
+    "process": Verb("cli.process", "process", {"allow_interspersed_args": False}),
+    "sql": Verb("cli.sql", "sql"),
+    "topics": Verb("cli.topics", "app"),
+    "transactions": Verb("cli.transactions", "app"),
+    "groups": Verb("cli.groups", "app"),
+}
+
+
+def _no_options() -> None:
+    """The callback of the one-verb app `_build_verb` makes: it makes typer build a group, whose
+    commands keep their names."""
+
+
+def _build_verb(name: str) -> Command:
+    """The click command of verb `name`, built by typer as `app.command`/`app.add_typer` would have."""
+    from cli.flags import add_to_every_verb
+    from cli.help_text import SUMMARIES
+
+    verb = VERBS[name]
+    target = getattr(importlib.import_module(verb.module), verb.attribute)
+    holder = typer.Typer(rich_markup_mode=app.rich_markup_mode, add_completion=False)
+    holder.callback()(_no_options)
+    if isinstance(target, typer.Typer):
+        holder.add_typer(target, name=name)
+    else:
+        holder.command(name, context_settings=verb.context_settings)(target)
+    command: Command = typer.main.get_group(holder).commands[name]
+    add_to_every_verb(command, name)  # --data-dir and -q after the verb too (docs/cli-conventions.md §1)
+    command.short_help = SUMMARIES[name]  # what the root help lists without building it
+    return command
+
+
+class _LazyVerbs(MutableMapping[str, "Command"]):
+    """The root group's commands: every verb of VERBS is listed, and built on first access."""
+
+    def __init__(self) -> None:
+        self._built: dict[str, Command] = {}
+
+    def __getitem__(self, name: str) -> Command:
+        if name not in self._built:
+            if name not in VERBS:
+                raise KeyError(name)
+            self._built[name] = _build_verb(name)
+        return self._built[name]
+
+    def __setitem__(self, name: str, command: Command) -> None:
+        self._built[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        raise TypeError("the verbs are fixed by cli.main.VERBS")
+
+    def __iter__(self) -> Iterator[str]:
+        yield from VERBS
+        yield from (name for name in self._built if name not in VERBS)
+
+    def __len__(self) -> int:
+        return len(set(VERBS) | set(self._built))
+
+    def __contains__(self, name: object) -> bool:
+        return name in VERBS or name in self._built
 
 
 if __name__ == "__main__":
