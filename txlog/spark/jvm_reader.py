@@ -45,7 +45,7 @@ _warn_lock = threading.Lock()
 
 
 def read(spark, path: str | None = None, /, **options: Any):
-    """A batch DataFrame of the store at `path`, with the `"txlog"` source's options (README "Spark").
+    """A batch DataFrame of the store at `path`, with the `"txlog"` source's options (docs/spark.md).
 
     Options are keywords as Spark spells them (`subscribe="orders"`, `startingOffsets=...`);
     names with a dot go through a dict: `**{"isolation.level": "read_uncommitted"}`. Values

@@ -20,7 +20,7 @@ def register(spark) -> None:
 
     Nothing of PySpark is changed: `txlog.spark.read` is what sends record reads to the JVM
     reader (format "txlog_jvm", txlog/spark/jvm_reader.py) when its jar is on the session's
-    classpath (local_session puts it there; elsewhere spark.jars, see README "Spark"). Without
+    classpath (local_session puts it there; elsewhere spark.jars, see docs/spark.md). Without
     the jar, one warning says so here, when the session is set up.
     """
     from txlog.spark.jvm_reader import jvm_available  # imports pyspark: only when a session exists
