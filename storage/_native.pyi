@@ -23,6 +23,9 @@ __all__ = [
     "decompress",
     "encode_batch",
     "encode_batches",
+    "inflated_size",
+    "inflation_limit",
+    "may_exceed_inflation_limit",
     "murmur2_partitions",
     "stamp_batch",
     "walk_records",
@@ -36,11 +39,12 @@ _HeadersIn: TypeAlias = Iterable[tuple[str | ReadableBuffer, ReadableBuffer | st
 class CodecError(ValueError):
     """Bytes that are not a valid batch (storage.codec_errors maps it to CorruptRecordError).
 
-    `args` is (kind, message, position): kind 'corrupt', 'truncated' or 'decompress', position
-    the byte inside the parsed region or None.
+    `args` is (kind, message, position): kind 'corrupt', 'truncated', 'decompress' or 'too_large'
+    (the stream inflates past what its batch may hold), position the byte inside the parsed
+    region or None.
     """
 
-    args: tuple[Literal["corrupt", "truncated", "decompress"], str, int | None]
+    args: tuple[Literal["corrupt", "truncated", "decompress", "too_large"], str, int | None]
 
 @disjoint_base
 class BatchHeader:
@@ -162,7 +166,18 @@ def compress(codec: int, data: ReadableBuffer) -> bytes:
     """`data` compressed with `codec` (1-4) in the stream format Kafka's Java client writes."""
 
 def decompress(codec: int, data: ReadableBuffer) -> bytes:
-    """`data` inflated from `codec` (1-4); CodecError for a stream Java's reader refuses."""
+    """`data` inflated from `codec` (1-4); CodecError for a stream Java's reader refuses, and
+    'too_large' once it inflates past `inflation_limit(len(data))` (it stops there)."""
+
+def inflated_size(codec: int, data: ReadableBuffer) -> int:
+    """How many bytes `data` inflates to from `codec` (0-4), inflating it block by block without
+    holding it; CodecError as `decompress` would raise it ('too_large' past the limit)."""
+
+def inflation_limit(compressed_len: int) -> int:
+    """The most a records region of `compressed_len` bytes may inflate to (docs/kafka-formats.md §1.4)."""
+
+def may_exceed_inflation_limit(codec: int, compressed_len: int) -> bool:
+    """Whether a `codec` region of `compressed_len` bytes could inflate past its limit at all."""
 
 def encode_batch(
     keys: Iterable[ReadableBuffer | None],

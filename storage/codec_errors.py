@@ -1,11 +1,14 @@
 """The native codec's errors as storage's typed errors: the one place `storage._native.CodecError` is mapped.
 
 The extension reports damage as `CodecError(kind, message, position)` (storage/native/src/
-bindings/errors.rs): kind 'corrupt', 'truncated' or 'decompress', and the byte of the parsed
-region where a rule broke. Only the caller knows which file, which batch and which byte of the
-file that was, so every caller that can meet a CodecError (storage.records for headers, records
-regions and stamps; storage.compression for streams) catches it and raises what
+bindings/errors.rs): kind 'corrupt', 'truncated', 'decompress' or 'too_large', and the byte of
+the parsed region where a rule broke. Only the caller knows which file, which batch and which
+byte of the file that was, so every caller that can meet a CodecError (storage.records for
+headers, records regions and stamps; storage.compression for streams) catches it and raises what
 `corrupt_record_error` makes of it: a CorruptRecordError, as callers outside storage expect.
+A reader meets 'too_large' as damage like any other (a batch on disk that inflates past what it
+may hold, docs/kafka-formats.md §1.4); only the append path (RecordBatch.validate_framing)
+answers it otherwise, with RecordTooLargeError.
 """
 
 from __future__ import annotations

@@ -23,6 +23,12 @@ snap, lz4_flex and zstd crates); storage/compression_reference.py is the same ru
 Python, kept as the readable reference and the test oracle. Anything that cannot be
 inflated becomes CorruptRecordError (storage.codec_errors), so callers only ever see the
 typed errors of storage.errors.
+
+A stream inflates incrementally and only so far: to `inflation_limit(len(data))`, 64 times
+its size and at least 64 MiB (docs/kafka-formats.md §1.4). Past that it is refused
+(CorruptRecordError) with no more than the limit held, whatever sizes the stream claims, so a
+small hostile batch cannot make a reader allocate gigabytes; the append path refuses such a
+batch before it reaches the log (storage.records.RecordBatch.validate_framing).
 """
 
 from __future__ import annotations
@@ -33,7 +39,10 @@ import storage._native as _native
 from storage.codec_errors import CodecError, corrupt_record_error
 from storage.errors import UnsupportedCompressionTypeError
 
-__all__ = ["Compression", "XERIAL_HEADER", "XERIAL_MAGIC", "compress", "decompress"]
+__all__ = ["Compression", "XERIAL_HEADER", "XERIAL_MAGIC", "compress", "decompress", "inflation_limit"]
+
+#: The most a records region of `compressed_len` bytes may inflate to (the rule is the extension's).
+inflation_limit = _native.inflation_limit
 
 #: The xerial stream header (magic, version 1, minimum compatible version 1) that
 #: SnappyOutputStream writes before its blocks.
@@ -83,7 +92,8 @@ def compress(codec: int, data) -> bytes:
 
 
 def decompress(codec: int, data) -> bytes:
-    """Inflate a records region; anything the codec cannot read is CorruptRecordError."""
+    """Inflate a records region; anything the codec cannot read, or that inflates past
+    `inflation_limit(len(data))`, is CorruptRecordError."""
     kind = _codec(codec)
     if kind is Compression.NONE:
         return bytes(data)

@@ -396,7 +396,7 @@ class PartitionLog:
                 )
             if batch.is_control:
                 raise InvalidRecordError("control batches can only be written by the transaction coordinator")
-            batches.append((batch, batch.validate_framing()))
+            batches.append((batch, batch.validate_framing(trusted)))
         if not batches:
             raise InvalidRecordError("append of zero batches")
         return batches

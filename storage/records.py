@@ -37,6 +37,7 @@ from storage.compression import Compression
 from storage.errors import (
     CorruptRecordError,
     InvalidRecordError,
+    RecordTooLargeError,
     UnsupportedCompressionTypeError,
 )
 from storage.sequence import inc_seq
@@ -439,7 +440,7 @@ class RecordBatch(_native.BatchHeader):
         except InvalidRecordError:
             return False
 
-    def validate_framing(self) -> int:
+    def validate_framing(self, trusted: bool = False) -> int:
         """Cheap structural check for the append path; returns the batch's true maxTimestamp.
 
         It walks the record length varints, never the record bodies, and jumps over
@@ -448,8 +449,10 @@ class RecordBatch(_native.BatchHeader):
         same-sized records costs a few slices instead of a Python step per record. The
         same slices yield each record's timestamp delta, which is how the leader learns
         the real maximum timestamp (docs/kafka-formats.md §1.2) without decoding records.
-        Compressed batches get the header rules only: inflating them here would cost
-        more than the write it guards, so their header maxTimestamp is trusted.
+        Compressed batches get the header rules and the inflation limit only (decoding their
+        records would cost more than the write it guards, so their header maxTimestamp is
+        trusted): see `_check_inflation`. `trusted` (this process's encoder built the bytes)
+        skips inflating a stream whose codec cannot pass the limit at its size.
         """
         count = self.records_count
         if count <= 0 or count != self.last_offset_delta + 1:
@@ -458,7 +461,7 @@ class RecordBatch(_native.BatchHeader):
                 f"{self.last_offset_delta} (must be lastOffsetDelta + 1 > 0)"
             )
         if self.attributes & COMPRESSION_MASK:
-            self.compression  # noqa: B018 - raises for codes 5-7
+            self._check_inflation(trusted)
             return self.max_timestamp
         try:
             seen, max_delta = _native.walk_records(self._buf, self._at + HEADER_SIZE, self._at + self.size)
@@ -469,6 +472,29 @@ class RecordBatch(_native.BatchHeader):
         if self.attributes & TIMESTAMP_TYPE_MASK:
             return self.max_timestamp  # LOG_APPEND_TIME: the header is the only timestamp
         return self.base_timestamp + max_delta
+
+    def _check_inflation(self, trusted: bool) -> None:
+        """Refuse a compressed batch that inflates past what a batch of its size may hold
+        (docs/kafka-formats.md §1.4): every reader would refuse it, so the log must not take it.
+
+        The stream is inflated block by block and thrown away (memory stays at a codec block),
+        which also refuses a stream that does not inflate at all, as Kafka's LogValidator does
+        by reading every record of a compressed batch. RecordTooLargeError, Kafka's
+        MESSAGE_TOO_LARGE, because the records may be valid, just more than a batch of this
+        size may carry: a producer can send them again in smaller batches.
+        """
+        codec = self.compression  # UnsupportedCompressionTypeError for codes 5-7
+        region = memoryview(self._buf)[self._at + HEADER_SIZE : self._at + self.size]
+        if trusted and not _native.may_exceed_inflation_limit(codec, len(region)):
+            return
+        try:
+            _native.inflated_size(codec, region)
+        except CodecError as exc:
+            if exc.args[0] == "too_large":
+                raise RecordTooLargeError(
+                    f"batch at byte {self.position}: {exc.args[1]} (docs/kafka-formats.md §1.4)"
+                ) from None
+            raise self._codec_error(exc) from None
 
     def with_offset(
         self, base_offset: int, partition_leader_epoch: int | None = None, max_timestamp: int | None = None

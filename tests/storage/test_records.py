@@ -761,11 +761,24 @@ def test_validate_framing_rejects_bad_tiling(region: bytes, count: int) -> None:
     assert info.value.position == 3
 
 
-def test_validate_framing_does_not_inflate_compressed_batches() -> None:
+def test_validate_framing_inflates_compressed_batches_to_check_their_size() -> None:
+    # the append path inflates a compressed stream (into nothing) to hold it to the inflation
+    # limit, so a stream that does not inflate is refused there too, as Kafka's LogValidator does
     buf = craft(simple_batch(2, compression=Compression.ZSTD), region=b"not zstd at all")
-    RecordBatch.parse(buf).validate_framing()  # header rules only: passes
+    with pytest.raises(CorruptRecordError, match="cannot decompress zstd"):
+        RecordBatch.parse(buf).validate_framing()
     with pytest.raises(CorruptRecordError):
         decoded(buf)
+
+
+def test_validate_framing_of_trusted_bytes_skips_codecs_that_cannot_pass_the_limit() -> None:
+    # bytes this process's encoder built: a small gzip stream cannot inflate past 64 MiB, so it
+    # is not inflated (header rules only); zstd has no largest ratio and is always inflated
+    gzip_buf = craft(simple_batch(2, compression=Compression.GZIP), region=b"not gzip at all")
+    RecordBatch.parse(gzip_buf).validate_framing(trusted=True)
+    zstd_buf = craft(simple_batch(2, compression=Compression.ZSTD), region=b"not zstd at all")
+    with pytest.raises(CorruptRecordError):
+        RecordBatch.parse(zstd_buf).validate_framing(trusted=True)
 
 
 def test_validate_framing_does_not_read_into_the_next_batch() -> None:

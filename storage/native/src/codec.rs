@@ -31,6 +31,8 @@ pub enum CodecError {
     Truncated,
     /// The compressed stream cannot be inflated.
     Decompress(String),
+    /// The compressed stream inflates past what its batch may hold (compression::inflation_limit).
+    TooLarge(String),
     /// An encoder input out of the format's range (a caller bug: Python's ValueError).
     Value(String),
 }
@@ -47,7 +49,7 @@ impl fmt::Display for CodecError {
             CodecError::Corrupt { message, position: Some(p) } => write!(f, "{message} at byte {p}"),
             CodecError::Corrupt { message, position: None } => write!(f, "{message}"),
             CodecError::Truncated => write!(f, "truncated"),
-            CodecError::Decompress(m) | CodecError::Value(m) => write!(f, "{m}"),
+            CodecError::Decompress(m) | CodecError::TooLarge(m) | CodecError::Value(m) => write!(f, "{m}"),
         }
     }
 }

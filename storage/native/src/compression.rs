@@ -33,15 +33,26 @@ const LZ4_FRAME_HEADER: &[u8] = b"\x04\x22\x4d\x18\x60\x40\x82";
 const LZ4_BLOCK: usize = 64 * 1024;
 const LZ4_UNCOMPRESSED: u32 = 0x8000_0000;
 
-/// The most a records region may inflate to: Java's reader holds it in one ByteBuffer
-/// (at most 2 GiB), and a small hostile stream must not make this process allocate more.
+/// How far a records region may inflate (docs/kafka-formats.md §1.4, "How far a batch may
+/// inflate"): 64 times its compressed size, and never less than 64 MiB (64 times the default
+/// `max.message.bytes`, so every batch txlog's producer builds under the default limits fits), and
+/// never past what one Java ByteBuffer holds. A batch is at most the topic's `max.message.bytes`,
+/// so this bounds what a reader holds for one batch by the topic's limit, whatever the stream
+/// says: a decoder inflates incrementally and stops one byte past the limit.
+pub const INFLATION_RATIO: u64 = 64;
+pub const MIN_INFLATION_LIMIT: u64 = 64 << 20;
 const MAX_INFLATED: u64 = i32::MAX as u64;
 
-fn within_limit(codec: u8, out: Vec<u8>) -> Result<Vec<u8>> {
-    if out.len() as u64 > MAX_INFLATED {
-        return Err(failed(codec, format!("inflates past {MAX_INFLATED} bytes")));
-    }
-    Ok(out)
+/// The most `compressed_len` bytes of records region may inflate to (see INFLATION_RATIO).
+pub fn inflation_limit(compressed_len: usize) -> u64 {
+    (compressed_len as u64).saturating_mul(INFLATION_RATIO).clamp(MIN_INFLATION_LIMIT, MAX_INFLATED)
+}
+
+fn too_large(codec: u8, compressed_len: usize, limit: u64) -> CodecError {
+    CodecError::TooLarge(format!(
+        "{} records region of {compressed_len} bytes inflates past {limit} bytes, the most a batch of its size may hold",
+        name(codec)
+    ))
 }
 
 pub fn name(codec: u8) -> &'static str {
@@ -101,49 +112,93 @@ pub fn compress(codec: u8, data: &[u8]) -> Result<Vec<u8>> {
     }
 }
 
+/// `data` inflated, refused (TooLarge) past `inflation_limit(data.len())`.
 pub fn decompress(codec: u8, data: &[u8]) -> Result<Vec<u8>> {
+    decompress_within(codec, data, inflation_limit(data.len()))
+}
+
+/// `data` inflated, refused (TooLarge) once it passes `limit` bytes: memory stays within the
+/// limit (plus the codec's window), whatever sizes the stream claims.
+pub fn decompress_within(codec: u8, data: &[u8], limit: u64) -> Result<Vec<u8>> {
+    if codec == NONE {
+        return Ok(data.to_vec());
+    }
+    let mut out = Vec::with_capacity(data.len().saturating_mul(3).min(limit as usize));
+    inflate(codec, data, limit, &mut out)?;
+    Ok(out)
+}
+
+/// How many bytes `data` inflates to, never holding more than a codec block of them: the append
+/// path's check that a batch is within `inflation_limit` (TooLarge past it) and whole.
+pub fn inflated_size(codec: u8, data: &[u8]) -> Result<u64> {
+    inflated_size_within(codec, data, inflation_limit(data.len()))
+}
+
+/// `inflated_size` against any `limit`.
+pub fn inflated_size_within(codec: u8, data: &[u8], limit: u64) -> Result<u64> {
+    if codec == NONE {
+        return Ok(data.len() as u64);
+    }
+    inflate(codec, data, limit, &mut std::io::sink())
+}
+
+/// The most one compressed byte of `codec` can inflate to, or None (zstd: no bound).
+pub fn max_expansion(codec: u8) -> Option<u64> {
     match codec {
-        NONE => Ok(data.to_vec()),
-        GZIP => gzip(data),
-        SNAPPY => snappy(data),
+        NONE => Some(1),
+        // a block may claim 32 per byte plus 64 (snappy_block), and has at least one byte
+        SNAPPY => Some(SNAPPY_MAX_EXPANSION as u64 + 64),
+        GZIP => Some(1032), // deflate's longest match: 258 bytes in 2 bits
+        LZ4 => Some(256),   // a match length grows by at most 255 per byte
+        _ => None,
+    }
+}
+
+/// Whether `compressed_len` bytes of `codec` could inflate past their limit at all. When they
+/// cannot, the append path's check of trusted bytes (this process's own encoder) need not
+/// inflate them.
+pub fn may_exceed_limit(codec: u8, compressed_len: usize) -> bool {
+    match max_expansion(codec) {
+        _ if codec == NONE => false, // nothing to inflate: the region is what it is
+        Some(most) => (compressed_len as u64).saturating_mul(most) > inflation_limit(compressed_len),
+        None => true,
+    }
+}
+
+/// Inflate `data` into `out` incrementally, stopping one byte past `limit`; returns the size.
+fn inflate<W: Write>(codec: u8, data: &[u8], limit: u64, out: &mut W) -> Result<u64> {
+    if data.is_empty() && codec != GZIP && codec != SNAPPY {
+        return Err(failed(codec, "empty stream"));
+    }
+    let size = match codec {
+        GZIP => gzip(data, limit, out)?,
+        SNAPPY => snappy(data, limit, out)?,
         LZ4 => {
-            if data.is_empty() {
-                return Err(failed(LZ4, "empty stream"));
-            }
             lz4_frames_end_exactly(data)?;
-            let mut out = Vec::with_capacity(data.len() * 3);
-            lz4_flex::frame::FrameDecoder::new(data)
-                .take(MAX_INFLATED + 1)
-                .read_to_end(&mut out)
-                .map_err(|e| failed(LZ4, e))?;
-            within_limit(LZ4, out)
+            let mut dec = lz4_flex::frame::FrameDecoder::new(data).take(limit + 1);
+            std::io::copy(&mut dec, out).map_err(|e| failed(LZ4, e))?
         }
         ZSTD => {
-            if data.is_empty() {
-                return Err(failed(ZSTD, "empty stream"));
-            }
-            let mut out = Vec::with_capacity(data.len() * 3);
-            zstd::stream::read::Decoder::new(data)
-                .map_err(|e| failed(ZSTD, e))?
-                .take(MAX_INFLATED + 1)
-                .read_to_end(&mut out)
-                .map_err(|e| failed(ZSTD, e))?;
-            within_limit(ZSTD, out)
+            let dec = zstd::stream::read::Decoder::with_buffer(data).map_err(|e| failed(ZSTD, e))?;
+            std::io::copy(&mut dec.take(limit + 1), out).map_err(|e| failed(ZSTD, e))?
         }
-        other => Err(CodecError::Value(format!("unknown compression type {other}"))),
+        other => return Err(CodecError::Value(format!("unknown compression type {other}"))),
+    };
+    if size > limit {
+        return Err(too_large(codec, data.len(), limit));
     }
+    Ok(size)
 }
 
 /// Every gzip member, as java.util.zip.GZIPInputStream reads them; a member cut short is
 /// corruption, not an empty result.
-fn gzip(data: &[u8]) -> Result<Vec<u8>> {
-    let mut out = Vec::with_capacity(data.len() * 3);
+fn gzip<W: Write>(data: &[u8], limit: u64, out: &mut W) -> Result<u64> {
+    let mut size = 0u64;
     let mut rest = data;
     loop {
         let mut dec = flate2::bufread::GzDecoder::new(rest);
-        let room = (MAX_INFLATED + 1).saturating_sub(out.len() as u64);
-        match (&mut dec).take(room).read_to_end(&mut out) {
-            Ok(_) => {}
+        match std::io::copy(&mut (&mut dec).take(limit + 1 - size), out) {
+            Ok(n) => size += n,
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
                 return Err(CodecError::Decompress("truncated gzip stream".into()))
             }
@@ -152,17 +207,16 @@ fn gzip(data: &[u8]) -> Result<Vec<u8>> {
         if dec.header().is_none() {
             return Err(failed(GZIP, "not a gzip stream"));
         }
-        if out.len() as u64 > MAX_INFLATED {
-            return within_limit(GZIP, out);
-        }
         rest = dec.into_inner();
-        if rest.is_empty() {
-            return Ok(out);
+        if size > limit || rest.is_empty() {
+            return Ok(size);
         }
     }
 }
 
-fn snappy_block(block: &[u8], out: &mut Vec<u8>) -> Result<()> {
+/// One raw snappy block into `out`, refused before anything is allocated when its length
+/// prefix claims more than snappy can expand to or more than the limit leaves room for.
+fn snappy_block<W: Write>(block: &[u8], room: u64, scratch: &mut Vec<u8>, out: &mut W) -> Result<u64> {
     let claimed = snap::raw::decompress_len(block).map_err(|e| failed(SNAPPY, e))?;
     if claimed > SNAPPY_MAX_EXPANSION * block.len() + 64 {
         return Err(CodecError::Decompress(format!(
@@ -170,23 +224,26 @@ fn snappy_block(block: &[u8], out: &mut Vec<u8>) -> Result<()> {
             block.len()
         )));
     }
-    let start = out.len();
-    out.resize(start + claimed, 0);
-    let n = snap::raw::Decoder::new().decompress(block, &mut out[start..]).map_err(|e| failed(SNAPPY, e))?;
-    out.truncate(start + n);
-    Ok(())
+    if claimed as u64 > room {
+        return Ok(room + 1); // past the limit: the caller refuses it without inflating it
+    }
+    scratch.clear();
+    scratch.resize(claimed, 0);
+    let n = snap::raw::Decoder::new().decompress(block, scratch).map_err(|e| failed(SNAPPY, e))?;
+    out.write_all(&scratch[..n]).map_err(|e| failed(SNAPPY, e))?;
+    Ok(n as u64)
 }
 
 /// xerial framing (16-byte header, then [i32 big-endian length + raw block]*), or a bare raw
 /// block when the magic is absent, as xerial's SnappyInputStream falls back to.
-fn snappy(data: &[u8]) -> Result<Vec<u8>> {
-    let mut out = Vec::new();
+fn snappy<W: Write>(data: &[u8], limit: u64, out: &mut W) -> Result<u64> {
+    let mut scratch = Vec::new();
     if !data.starts_with(XERIAL_MAGIC) {
-        snappy_block(data, &mut out)?;
-        return Ok(out);
+        return snappy_block(data, limit, &mut scratch, out);
     }
+    let mut size = 0u64;
     let mut pos = 0usize;
-    while pos < data.len() {
+    while pos < data.len() && size <= limit {
         // concatenated streams repeat the header; a block length can never start with 0x82
         if data[pos..].starts_with(XERIAL_MAGIC) {
             if pos + XERIAL_HEADER.len() > data.len() {
@@ -203,10 +260,10 @@ fn snappy(data: &[u8]) -> Result<Vec<u8>> {
         if length < 0 || pos + length as usize > data.len() {
             return Err(CodecError::Decompress(format!("xerial snappy block of {length} bytes overruns the stream")));
         }
-        snappy_block(&data[pos..pos + length as usize], &mut out)?;
+        size += snappy_block(&data[pos..pos + length as usize], limit - size, &mut scratch, out)?;
         pos += length as usize;
     }
-    Ok(out)
+    Ok(size)
 }
 
 /// Check that `data` is whole LZ4 frames and nothing else: lz4_flex's reader takes a short

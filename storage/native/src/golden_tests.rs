@@ -412,7 +412,7 @@ fn failure(data: &[u8]) -> Option<(&'static str, CodecError)> {
 fn fits(stage: &str, error: &CodecError) -> bool {
     match stage {
         "frame" | "crc" => matches!(error, CodecError::Corrupt { .. }),
-        "decompress" => matches!(error, CodecError::Decompress(_) | CodecError::Value(_)),
+        "decompress" => matches!(error, CodecError::Decompress(_) | CodecError::TooLarge(_) | CodecError::Value(_)),
         _ => matches!(error, CodecError::Corrupt { .. } | CodecError::Truncated),
     }
 }

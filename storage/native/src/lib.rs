@@ -20,6 +20,8 @@ mod encoder;
 #[cfg(test)]
 mod golden_tests;
 #[cfg(test)]
+mod inflation_tests;
+#[cfg(test)]
 mod tests;
 
 mod columns;
@@ -40,6 +42,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<column_bindings::ColumnBuilder>()?;
     m.add_function(wrap_pyfunction!(codecs::compress, m)?)?;
     m.add_function(wrap_pyfunction!(codecs::decompress, m)?)?;
+    m.add_function(wrap_pyfunction!(codecs::inflated_size, m)?)?;
+    m.add_function(wrap_pyfunction!(codecs::inflation_limit, m)?)?;
+    m.add_function(wrap_pyfunction!(codecs::may_exceed_inflation_limit, m)?)?;
     m.add_function(wrap_pyfunction!(encode::encode_batch, m)?)?;
     m.add_function(wrap_pyfunction!(encode::encode_batches, m)?)?;
     m.add_function(wrap_pyfunction!(encode::stamp_batch, m)?)?;

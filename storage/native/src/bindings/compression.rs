@@ -20,3 +20,23 @@ pub fn decompress<'py>(py: Python<'py>, codec: u8, data: &Bound<'py, PyAny>) -> 
     let out = with_bytes(data, |d| compression::decompress(codec, d).map_err(to_py))?;
     Ok(PyBytes::new(py, &out))
 }
+
+/// How many bytes `data` inflates to from `codec` (0-4), inflating it in blocks without holding
+/// them; CodecError 'too_large' past `inflation_limit(len(data))`, as `decompress` would refuse.
+#[pyfunction]
+pub fn inflated_size(py: Python<'_>, codec: u8, data: &Bound<'_, PyAny>) -> PyResult<u64> {
+    with_bytes(data, |d| py.detach(|| compression::inflated_size(codec, d)).map_err(to_py))
+}
+
+/// Whether a records region of `compressed_len` bytes in `codec` could inflate past its limit
+/// at all (zstd always can; the others expand at most a fixed number of times).
+#[pyfunction]
+pub fn may_exceed_inflation_limit(codec: u8, compressed_len: usize) -> bool {
+    compression::may_exceed_limit(codec, compressed_len)
+}
+
+/// The most a records region of `compressed_len` bytes may inflate to (docs/kafka-formats.md §1.4).
+#[pyfunction]
+pub fn inflation_limit(compressed_len: usize) -> u64 {
+    compression::inflation_limit(compressed_len)
+}

@@ -15,7 +15,7 @@ create_exception!(
     CodecError,
     PyValueError,
     "Bytes that are not a valid batch: args are (kind, message, position); kind is 'corrupt', \
-     'truncated' or 'decompress', position the byte inside the parsed region or None."
+     'truncated', 'decompress' or 'too_large' (inflates past what the batch may hold), position the byte inside the parsed region or None."
 );
 
 pub fn to_py(err: Error) -> PyErr {
@@ -23,6 +23,7 @@ pub fn to_py(err: Error) -> PyErr {
         Error::Corrupt { message, position } => CodecError::new_err(("corrupt", message, position)),
         Error::Truncated => CodecError::new_err(("truncated", "truncated", None::<usize>)),
         Error::Decompress(message) => CodecError::new_err(("decompress", message, None::<usize>)),
+        Error::TooLarge(message) => CodecError::new_err(("too_large", message, None::<usize>)),
         Error::Value(message) => PyValueError::new_err(message),
     }
 }
