@@ -4,6 +4,10 @@ At runtime storage.compression compresses and inflates through the Rust extensio
 module states the same stream formats in Python (docs/kafka-formats.md §1.4) on top of
 zlib and cramjam, and tests/native/test_native_codec.py checks both agree on every stream. See
 storage/compression.py for what each framing must be and why. Nothing in txlog imports it.
+
+The inflation limit (docs/kafka-formats.md §1.4) is stated here too, so the oracle refuses what
+the extension refuses. gzip and snappy stop at it as they inflate; lz4 and zstd are inflated
+whole by cramjam and then measured - this module runs in tests only, never on a reader's data.
 """
 
 from __future__ import annotations
@@ -16,7 +20,23 @@ import cramjam
 from storage.compression import Compression, _codec  # one rule for which codes name a codec
 from storage.errors import CorruptRecordError
 
-__all__ = ["compress", "decompress"]
+__all__ = ["compress", "decompress", "inflation_limit"]
+
+
+# --- the inflation limit --------------------------------------------------------
+
+_INFLATION_RATIO = 64
+_MIN_INFLATION_LIMIT = 64 << 20  # 64 times the default max.message.bytes (about 1 MiB)
+_MAX_INFLATED = (1 << 31) - 1  # what one Java ByteBuffer holds
+
+
+def inflation_limit(compressed_len: int) -> int:
+    """The most a records region of `compressed_len` bytes may inflate to."""
+    return min(_MAX_INFLATED, max(_MIN_INFLATION_LIMIT, _INFLATION_RATIO * compressed_len))
+
+
+class _TooLarge(Exception):
+    """Inflating went past the limit (the dispatcher names the codec and sizes)."""
 
 
 # --- gzip ---------------------------------------------------------------
@@ -30,14 +50,22 @@ def _gzip_compress(data) -> bytes:
     return packer.compress(data) + packer.flush()
 
 
-def _gzip_decompress(data) -> bytes:
-    """Inflate every gzip member; a member cut short is corruption, not an empty result."""
+def _gzip_decompress(data, limit: int) -> bytes:
+    """Inflate every gzip member, stopping one byte past `limit`; a member cut short is
+    corruption, not an empty result."""
     out = []
+    size = 0
     rest = data
     while True:
         inflater = zlib.decompressobj(_GZIP_WBITS)
-        out.append(inflater.decompress(rest))
+        part = inflater.decompress(rest, limit + 1 - size)
+        out.append(part)
+        size += len(part)
+        if size > limit:
+            raise _TooLarge
         if not inflater.eof:
+            if inflater.unconsumed_tail:  # stopped by max_length with input left: past the limit
+                raise _TooLarge
             raise CorruptRecordError("truncated gzip stream")
         rest = inflater.unused_data
         if not rest:
@@ -70,21 +98,24 @@ def _snappy_compress(data) -> bytes:
 _SNAPPY_MAX_EXPANSION = 32
 
 
-def _snappy_block(block: bytes) -> bytes:
+def _snappy_block(block: bytes, room: int) -> bytes:
     claimed = cramjam.snappy.decompress_raw_len(block)
     if claimed > _SNAPPY_MAX_EXPANSION * len(block) + 64:
         raise CorruptRecordError(f"snappy block of {len(block)} bytes claims {claimed} uncompressed bytes")
+    if claimed > room:
+        raise _TooLarge
     return bytes(cramjam.snappy.decompress_raw(block))
 
 
-def _snappy_decompress(data) -> bytes:
+def _snappy_decompress(data, limit: int) -> bytes:
     """Read xerial framing, or a bare raw block when the magic header is absent."""
     data = bytes(data)
     if not data.startswith(XERIAL_MAGIC):
-        return _snappy_block(data)
+        return _snappy_block(data, limit)
     end = len(data)
     pos = 0
     out = []
+    size = 0
     while pos < end:
         # xerial streams may be concatenated; a repeated header is skipped
         # (an i32 block length can never start with 0x82: it would be negative)
@@ -99,7 +130,8 @@ def _snappy_decompress(data) -> bytes:
         pos += 4
         if length < 0 or pos + length > end:
             raise CorruptRecordError(f"xerial snappy block of {length} bytes overruns the stream")
-        out.append(_snappy_block(data[pos : pos + length]))
+        out.append(_snappy_block(data[pos : pos + length], limit - size))
+        size += len(out[-1])
         pos += length
     return b"".join(out)
 
@@ -158,8 +190,14 @@ def _lz4_compress(data) -> bytes:
     return b"".join(parts)
 
 
-def _lz4_decompress(data) -> bytes:
-    return bytes(cramjam.lz4.decompress(data))
+def _lz4_decompress(data, limit: int) -> bytes:
+    return _measured(bytes(cramjam.lz4.decompress(data)), limit)
+
+
+def _measured(out: bytes, limit: int) -> bytes:
+    if len(out) > limit:
+        raise _TooLarge
+    return out
 
 
 # --- zstd --------------------------------------------------------------------
@@ -171,8 +209,8 @@ def _zstd_compress(data) -> bytes:
     return bytes(cramjam.zstd.compress(data, level=_ZSTD_LEVEL))
 
 
-def _zstd_decompress(data) -> bytes:
-    return bytes(cramjam.zstd.decompress(data))
+def _zstd_decompress(data, limit: int) -> bytes:
+    return _measured(bytes(cramjam.zstd.decompress(data)), limit)
 
 
 # --- dispatch ------------------------------------------------------------------
@@ -200,12 +238,19 @@ def compress(codec: int, data) -> bytes:
 
 
 def decompress(codec: int, data) -> bytes:
-    """Inflate a records region; anything the codec cannot read is CorruptRecordError."""
+    """Inflate a records region; anything the codec cannot read, or that inflates past
+    `inflation_limit(len(data))`, is CorruptRecordError."""
     kind = _codec(codec)
     if kind is Compression.NONE:
         return bytes(data)
+    limit = inflation_limit(len(data))
     try:
-        return _DECOMPRESSORS[kind](data)
+        return _DECOMPRESSORS[kind](data, limit)
+    except _TooLarge:
+        raise CorruptRecordError(
+            f"{kind.kafka_name} records region of {len(data)} bytes inflates past {limit} bytes, "
+            "the most a batch of its size may hold"
+        ) from None
     except CorruptRecordError:
         raise
     except (cramjam.DecompressionError, zlib.error, ValueError, MemoryError) as exc:

@@ -20,6 +20,7 @@ import struct
 import pytest
 
 from storage import _native
+from storage import compression as _native_compression
 from storage import compression_reference as ref_compression
 from storage import records_reference as ref
 from storage.compression import Compression, compress, decompress
@@ -309,6 +310,25 @@ def test_damaged_compressed_streams_fail_alike(codec: Compression) -> None:
     # LZ4 frames and zstd carry optional checksums the libraries treat differently: both
     # must still refuse nearly everything damaged the same way
     assert agree >= 360, agree
+
+
+@pytest.mark.parametrize("size", [0, 1, 1 << 20, (1 << 20) + 1, 3 << 20, 40 << 20, 1 << 40])
+def test_the_reference_states_the_same_inflation_limit(size: int) -> None:
+    assert ref_compression.inflation_limit(size) == _native.inflation_limit(size)
+
+
+@pytest.mark.parametrize("codec", [Compression.GZIP, Compression.LZ4, Compression.ZSTD], ids=lambda c: c.name)
+def test_a_bomb_is_refused_alike(codec: Compression) -> None:
+    # a region of a few KiB that inflates to 65 MiB: one MiB past the limit of its size
+    from tests.storage.bombs import MIB, bomb
+
+    region = bomb(codec, 65 * MIB)[HEADER_SIZE:]
+    for codec_module in (ref_compression, _native_compression):
+        with pytest.raises(CorruptRecordError, match=f"{codec.kafka_name} records region of {len(region)} bytes"):
+            codec_module.decompress(codec, region)
+    with pytest.raises(_native.CodecError) as info:
+        _native.inflated_size(codec, region)
+    assert info.value.args[0] == "too_large"
 
 
 def test_consumer_records_and_named_records_match_record_tuples() -> None:

@@ -240,6 +240,26 @@ def test_a_damaged_byte_fails_the_read_naming_file_and_position(jvm, tmp_path):
     assert "CorruptRecordError" in text and path in text and "CRC-32C" in text and "at byte 0" in text, text[:2000]
 
 
+def test_a_decompression_bomb_fails_the_read_within_its_limit(jvm, tmp_path):
+    # issue 23, item 4: 17 KB of zstd that inflates to 512 MiB; the JVM reader stops one byte
+    # past the batch's inflation limit (docs/kafka-formats.md §1.4) instead of reading it all
+    from storage import Store
+    from storage.compression import Compression
+    from tests.storage.bombs import MIB, bomb
+
+    root = str(tmp_path / "bomb")
+    store = Store.open(root)
+    store.create_topic("t", 1)
+    store.close()
+    path = _first_log(root, "t", 0)
+    with open(path, "ab") as f:
+        f.write(bomb(Compression.ZSTD, 512 * MIB))
+    with pytest.raises(Exception) as info:
+        load(jvm, root, subscribe="t").collect()
+    text = str(info.value)
+    assert "CorruptRecordError" in text and path in text and "inflates past 67108864 bytes" in text, text[:2000]
+
+
 def test_a_segment_deleted_after_planning_is_data_loss(jvm, tmp_path):
     with no_fsync():
         root = mixed_store(str(tmp_path / "lost"), records=30, segment_bytes=1024)

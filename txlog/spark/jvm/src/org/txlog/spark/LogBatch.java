@@ -107,7 +107,21 @@ final class LogBatch {
         return (attributes & TIMESTAMP_TYPE_MASK) != 0;
     }
 
-    /** The records region, decompressed (gzip by java.util.zip, the rest by the codecs Spark bundles). */
+    /**
+     * The most a records region of {@code compressedLength} bytes may inflate to: 64 times its
+     * size, at least 64 MiB, at most what an int counts (docs/kafka-formats.md §1.4, the rule of
+     * storage/native/src/compression.rs's {@code inflation_limit}, which every txlog reader and
+     * the append path apply).
+     */
+    static long inflationLimit(int compressedLength) {
+        return Math.min(Integer.MAX_VALUE, Math.max(64L << 20, 64L * compressedLength));
+    }
+
+    /**
+     * The records region, decompressed (gzip by java.util.zip, the rest by the codecs Spark
+     * bundles), read incrementally and refused one byte past its inflation limit: a small
+     * hostile batch cannot make an executor allocate gigabytes.
+     */
     byte[] records() {
         byte[] raw = new byte[size - HEADER_SIZE];
         buf.get(at + HEADER_SIZE, raw);
@@ -115,11 +129,20 @@ final class LogBatch {
         if (codec == 0) {
             return raw;
         }
+        long limit = inflationLimit(raw.length);
+        // readNBytes grows its buffer as bytes arrive: it never allocates what a stream claims
+        int most = (int) Math.min(limit + 1, Integer.MAX_VALUE - 8);  // the largest Java array
+        byte[] inflated;
         try (InputStream in = decompressing(codec, new ByteArrayInputStream(raw))) {
-            return in.readAllBytes();
+            inflated = in.readNBytes(most);
         } catch (IOException | RuntimeException e) {
             throw corrupt("records region does not decompress (" + codecName(codec) + "): " + e.getMessage());
         }
+        if (inflated.length == most) {
+            throw corrupt(codecName(codec) + " records region of " + raw.length + " bytes inflates past "
+                          + limit + " bytes, the most a batch of its size may hold");
+        }
+        return inflated;
     }
 
     private InputStream decompressing(int codec, InputStream in) throws IOException {
