@@ -25,8 +25,8 @@ __all__ = [
     "encode_batches",
     "inflated_size",
     "inflation_limit",
-    "may_exceed_inflation_limit",
     "murmur2_partitions",
+    "own_stream_within_limit",
     "stamp_batch",
     "walk_records",
 ]
@@ -176,8 +176,9 @@ def inflated_size(codec: int, data: ReadableBuffer) -> int:
 def inflation_limit(compressed_len: int) -> int:
     """The most a records region of `compressed_len` bytes may inflate to (docs/kafka-formats.md §1.4)."""
 
-def may_exceed_inflation_limit(codec: int, compressed_len: int) -> bool:
-    """Whether a `codec` region of `compressed_len` bytes could inflate past its limit at all."""
+def own_stream_within_limit(codec: int, data: ReadableBuffer) -> bool:
+    """Whether `data`, a `codec` stream this process's own encoder built, is certainly within its
+    inflation limit without inflating it (by the codec's largest expansion, or zstd's content size)."""
 
 def encode_batch(
     keys: Iterable[ReadableBuffer | None],

@@ -452,7 +452,7 @@ class RecordBatch(_native.BatchHeader):
         Compressed batches get the header rules and the inflation limit only (decoding their
         records would cost more than the write it guards, so their header maxTimestamp is
         trusted): see `_check_inflation`. `trusted` (this process's encoder built the bytes)
-        skips inflating a stream whose codec cannot pass the limit at its size.
+        skips inflating a stream its encoder's output shows to be within the limit.
         """
         count = self.records_count
         if count <= 0 or count != self.last_offset_delta + 1:
@@ -479,13 +479,15 @@ class RecordBatch(_native.BatchHeader):
 
         The stream is inflated block by block and thrown away (memory stays at a codec block),
         which also refuses a stream that does not inflate at all, as Kafka's LogValidator does
-        by reading every record of a compressed batch. RecordTooLargeError, Kafka's
+        by reading every record of a compressed batch. Trusted bytes (this process's encoder)
+        are not inflated when the codec cannot pass the limit at their size, or when their zstd
+        frame's content size is within it - a size believed of this process's encoder only. RecordTooLargeError, Kafka's
         MESSAGE_TOO_LARGE, because the records may be valid, just more than a batch of this
         size may carry: a producer can send them again in smaller batches.
         """
         codec = self.compression  # UnsupportedCompressionTypeError for codes 5-7
         region = memoryview(self._buf)[self._at + HEADER_SIZE : self._at + self.size]
-        if trusted and not _native.may_exceed_inflation_limit(codec, len(region)):
+        if trusted and _native.own_stream_within_limit(codec, region):
             return
         try:
             _native.inflated_size(codec, region)

@@ -154,15 +154,28 @@ pub fn max_expansion(codec: u8) -> Option<u64> {
     }
 }
 
-/// Whether `compressed_len` bytes of `codec` could inflate past their limit at all. When they
-/// cannot, the append path's check of trusted bytes (this process's own encoder) need not
-/// inflate them.
+/// Whether `compressed_len` bytes of `codec` could inflate past their limit at all (by the
+/// codec's largest expansion; zstd has none).
 pub fn may_exceed_limit(codec: u8, compressed_len: usize) -> bool {
     match max_expansion(codec) {
         _ if codec == NONE => false, // nothing to inflate: the region is what it is
         Some(most) => (compressed_len as u64).saturating_mul(most) > inflation_limit(compressed_len),
         None => true,
     }
+}
+
+/// Whether `data`, a stream this process's own encoder (`compress`) just built, is within its
+/// inflation limit without inflating it: by the codec's largest expansion, or for zstd by the
+/// content size `compress` writes into its one frame. Only for such trusted bytes: a size a
+/// stream declares is never believed for bytes from outside (`inflated_size` counts those).
+pub fn own_stream_within_limit(codec: u8, data: &[u8]) -> bool {
+    if !may_exceed_limit(codec, data.len()) {
+        return true;
+    }
+    if codec != ZSTD || zstd::zstd_safe::find_frame_compressed_size(data) != Ok(data.len()) {
+        return false; // not one whole frame: not what `compress` writes
+    }
+    matches!(zstd::zstd_safe::get_frame_content_size(data), Ok(Some(size)) if size <= inflation_limit(data.len()))
 }
 
 /// Inflate `data` into `out` incrementally, stopping one byte past `limit`; returns the size.

@@ -119,3 +119,21 @@ fn uncompressed_regions_have_no_limit_to_check() {
     assert!(!compression::may_exceed_limit(GZIP, 65_027));
     assert!(compression::may_exceed_limit(GZIP, 65_028));
 }
+
+/// The append path's shortcut for this process's own streams: what `compress` wrote is within
+/// the limit by its codec's largest expansion or its zstd content size; anything else (several
+/// frames, a frame past the limit) is not vouched for and gets inflated.
+#[test]
+fn own_streams_are_vouched_for_only_within_the_limit() {
+    let small = vec![5u8; 100_000];
+    for codec in [GZIP, SNAPPY, LZ4, ZSTD] {
+        assert!(compression::own_stream_within_limit(codec, &compression::compress(codec, &small).unwrap()));
+    }
+    let past = compression::compress(ZSTD, &vec![0u8; 64 * MIB as usize + 1]).unwrap();
+    assert!(!compression::own_stream_within_limit(ZSTD, &past));
+    let frame = compression::compress(ZSTD, &small).unwrap();
+    assert!(!compression::own_stream_within_limit(ZSTD, &[frame.as_slice(), frame.as_slice()].concat()));
+    assert!(!compression::own_stream_within_limit(ZSTD, b"not zstd"));
+    let gzip_past = compression::compress(GZIP, &vec![0u8; 200 * MIB as usize]).unwrap();
+    assert!(!compression::own_stream_within_limit(GZIP, &gzip_past), "{} bytes of gzip", gzip_past.len());
+}

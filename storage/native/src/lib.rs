@@ -44,7 +44,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(codecs::decompress, m)?)?;
     m.add_function(wrap_pyfunction!(codecs::inflated_size, m)?)?;
     m.add_function(wrap_pyfunction!(codecs::inflation_limit, m)?)?;
-    m.add_function(wrap_pyfunction!(codecs::may_exceed_inflation_limit, m)?)?;
+    m.add_function(wrap_pyfunction!(codecs::own_stream_within_limit, m)?)?;
     m.add_function(wrap_pyfunction!(encode::encode_batch, m)?)?;
     m.add_function(wrap_pyfunction!(encode::encode_batches, m)?)?;
     m.add_function(wrap_pyfunction!(encode::stamp_batch, m)?)?;

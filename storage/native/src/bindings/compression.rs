@@ -28,11 +28,11 @@ pub fn inflated_size(py: Python<'_>, codec: u8, data: &Bound<'_, PyAny>) -> PyRe
     with_bytes(data, |d| py.detach(|| compression::inflated_size(codec, d)).map_err(to_py))
 }
 
-/// Whether a records region of `compressed_len` bytes in `codec` could inflate past its limit
-/// at all (zstd always can; the others expand at most a fixed number of times).
+/// Whether `data`, a `codec` stream this process's own encoder built, is certainly within its
+/// inflation limit without inflating it (the append path's check of trusted bytes).
 #[pyfunction]
-pub fn may_exceed_inflation_limit(codec: u8, compressed_len: usize) -> bool {
-    compression::may_exceed_limit(codec, compressed_len)
+pub fn own_stream_within_limit(codec: u8, data: &Bound<'_, PyAny>) -> PyResult<bool> {
+    with_bytes(data, |d| Ok(compression::own_stream_within_limit(codec, d)))
 }
 
 /// The most a records region of `compressed_len` bytes may inflate to (docs/kafka-formats.md §1.4).
