@@ -12,6 +12,7 @@ and the words and lines it prints. `text_line` turns an item into the line kafka
 
 from __future__ import annotations
 
+import codecs
 import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -151,8 +152,73 @@ def optional_long(value: int | None) -> str:
     return "OptionalLong.empty" if value is None else f"OptionalLong[{value}]"
 
 
+def _continuation(b: int) -> bool:
+    return b & 0xC0 == 0x80
+
+
+def _java_malformed_length(data: bytes, start: int) -> int:
+    """How many bytes Java's `new String(bytes, UTF_8)` replaces with one U+FFFD at `start`.
+
+    Kafka's StringDecoder is that constructor, and Java groups malformed bytes differently
+    from Python's `errors="replace"` (which replaces each maximal subpart): a lead byte and
+    a valid second byte followed by a bad third (`ED BF 4A`) are one U+FFFD in Java, two in
+    Python; a well-formed surrogate (`ED A0 80`) is one in Java, three in Python; a
+    truncated sequence at the end of the input is one for all its bytes. This follows the
+    JDK 17 decoder (java.lang.String.decodeUTF8_UTF16 and its malformed3/malformed4).
+    """
+    b1, rest = data[start], len(data) - start - 1
+    if 0xE0 <= b1 <= 0xEF:
+        if rest >= 2:
+            b2 = data[start + 1]
+            bad2 = (b1 == 0xE0 and b2 & 0xE0 == 0x80) or not _continuation(b2)
+            if not bad2 and _continuation(data[start + 2]):
+                return 3  # well-formed bytes of a surrogate
+            return 1 if bad2 else 2
+        if rest == 1 and ((b1 == 0xE0 and data[start + 1] & 0xE0 == 0x80) or not _continuation(data[start + 1])):
+            return 1
+        return rest + 1  # truncated at the end: the rest is one U+FFFD
+    if 0xF0 <= b1 <= 0xF7:
+        if rest >= 3:
+            b2 = data[start + 1]
+            if (
+                b1 > 0xF4
+                or (b1 == 0xF0 and not 0x90 <= b2 <= 0xBF)
+                or (b1 == 0xF4 and b2 & 0xF0 != 0x80)
+                or not _continuation(b2)
+            ):
+                return 1
+            return 2 if not _continuation(data[start + 2]) else 3
+        if b1 > 0xF4 or (
+            rest >= 1
+            and (
+                (b1 == 0xF0 and not 0x90 <= data[start + 1] <= 0xBF)
+                or (b1 == 0xF4 and data[start + 1] & 0xF0 != 0x80)
+                or not _continuation(data[start + 1])
+            )
+        ):
+            return 1
+        if rest >= 2 and not _continuation(data[start + 2]):
+            return 2
+        return rest + 1
+    return 1
+
+
+def _java_replace(exc: UnicodeError) -> tuple[str, int]:
+    if not isinstance(exc, UnicodeDecodeError):
+        raise exc
+    return "\ufffd", exc.start + _java_malformed_length(exc.object, exc.start)
+
+
+codecs.register_error("txlog-java-replace", _java_replace)
+
+
+def java_string(data: bytes) -> str:
+    """`new String(data, UTF_8)` as Java decodes it (Kafka's StringDecoder), malformed bytes and all."""
+    return data.decode("utf-8", errors="txlog-java-replace")
+
+
 def _utf8(data: bytes | None) -> str | None:
-    return None if data is None else data.decode("utf-8", errors="replace")
+    return None if data is None else java_string(data)
 
 
 def string_parser(record: DumpedRecord) -> tuple[str | None, str | None]:
@@ -235,13 +301,60 @@ def _kraft_version(r: SchemaReader) -> dict[str, Any]:
     return {"version": r.i16("version"), "kRaftVersion": r.i16("kraft version")}
 
 
-# KRaft's control records that DumpLogSegments prints as JSON: type -> (its label, the v0 fields).
-# Each value is a flexible struct whose first field is its own version; the voters record
-# (type 6, Kafka 3.9+) is not decoded here and prints as `controlType: KRAFT_VOTERS(6)`.
+def _compact_array(r: SchemaReader, read: Callable[[SchemaReader], dict[str, Any]], what: str) -> list:
+    """A flexible array of structs, each followed by its own tag section."""
+    items = []
+    for _ in range(r.compact_array_count(1, what) or 0):
+        items.append(read(r))
+        r.tagged_fields()
+    return items
+
+
+def _voter_id(r: SchemaReader) -> dict[str, Any]:
+    return {"voterId": r.i32("voter id")}
+
+
+def _leader_change(r: SchemaReader) -> dict[str, Any]:
+    """LeaderChangeMessage v0 (KIP-595): the new leader and the voters that elected it."""
+    return {
+        "version": r.i16("version"),
+        "leaderId": r.i32("leader id"),
+        "voters": _compact_array(r, _voter_id, "voters"),
+        "grantingVoters": _compact_array(r, _voter_id, "granting voters"),
+    }
+
+
+def _endpoint(r: SchemaReader) -> dict[str, Any]:
+    return {"name": r.compact_string("endpoint name"), "host": r.compact_string("host"), "port": r.u16("port")}
+
+
+def _voter(r: SchemaReader) -> dict[str, Any]:
+    from txlog.schemas.schema_types import uuid_text
+
+    voter: dict[str, Any] = {"voterId": r.i32("voter id"), "voterDirectoryId": uuid_text(r.uuid("directory id"))}
+    voter["endpoints"] = _compact_array(r, _endpoint, "endpoints")
+    voter["kRaftVersionFeature"] = {
+        "minSupportedVersion": r.i16("min supported version"),
+        "maxSupportedVersion": r.i16("max supported version"),
+    }
+    r.tagged_fields()  # the feature struct's own tag section
+    return voter
+
+
+def _kraft_voters(r: SchemaReader) -> dict[str, Any]:
+    """VotersRecord v0 (KIP-853, Kafka 3.9+): the voter set with each voter's endpoints."""
+    return {"version": r.i16("version"), "voters": _compact_array(r, _voter, "voters")}
+
+
+# KRaft's control records that DumpLogSegments prints as JSON: type -> (its label, the v0
+# fields). Each value is a flexible struct whose first field is its own version. The label
+# is printed as Kafka prints it: `LeaderChange:` with a colon, the others without.
 _KRAFT_CONTROL_RECORDS: dict[int, tuple[str, Callable[[SchemaReader], dict[str, Any]]]] = {
+    2: ("LeaderChange:", _leader_change),
     3: ("SnapshotHeader", _snapshot_header),
     4: ("SnapshotFooter", _snapshot_footer),
     5: ("KRaftVersion", _kraft_version),
+    6: ("KRaftVoters", _kraft_voters),
 }
 
 
@@ -250,6 +363,7 @@ def _kraft_control_json(ctype: int, record: Record) -> dict[str, Any]:
     from txlog.schemas.schema_types import SchemaReader
 
     label, read = _KRAFT_CONTROL_RECORDS[ctype]
+    label = label.rstrip(":")
     if record.value is None:
         raise CorruptRecordError(f"{label} control record at offset {record.offset} has no value")
     r = SchemaReader(record.value, f"{label} control record at offset {record.offset}")
@@ -606,11 +720,11 @@ def producer_line(p: dict[str, Any]) -> str:
     line = (
         f"producerId: {p['producerId']} producerEpoch: {p['producerEpoch']} "
         f"coordinatorEpoch: {p['coordinatorEpoch']} currentTxnFirstOffset: "
-        f"{optional_long(p['currentTxnFirstOffset'])} lastTimestamp: {p['lastTimestamp']} "
+        f"{optional_long(p['currentTxnFirstOffset'])} lastTimestamp: {p['lastTimestamp']}"
     )
     if "lastOffset" in p:
         line += (
-            f"firstSequence: {p['firstSequence']} lastSequence: {p['lastSequence']} "
+            f" firstSequence: {p['firstSequence']} lastSequence: {p['lastSequence']} "
             f"lastOffset: {p['lastOffset']} offsetDelta: {p['offsetDelta']} timestamp: {p['timestamp']}"
         )
     return line
@@ -700,9 +814,9 @@ def record_lines(batch: RecordBatch, records: list[tuple], opts: Options) -> lis
         if print_data:
             if parser is None:  # string_parser, inline
                 if key is not None:
-                    line += f"{prefix}key: {key.decode('utf-8', errors='replace')}"
+                    line += f"{prefix}key: {java_string(key)}"
                 if value is not None:
-                    line += f" payload: {value.decode('utf-8', errors='replace')}"
+                    line += f" payload: {java_string(value)}"
             else:
                 shown_key, payload = parser(Record._make(record))
                 if shown_key is not None:

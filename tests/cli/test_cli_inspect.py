@@ -272,7 +272,7 @@ def test_snapshot_open_transaction_and_no_batch(tmp_path):
         f"Dumping {path}",
         (
             "producerId: 3 producerEpoch: 2 coordinatorEpoch: 4 currentTxnFirstOffset: OptionalLong.empty "
-            "lastTimestamp: 1700000000001 "
+            "lastTimestamp: 1700000000001"
         ),
         (
             "producerId: 1004 producerEpoch: 0 coordinatorEpoch: -1 currentTxnFirstOffset: OptionalLong[5] "

@@ -37,3 +37,12 @@ def kafka_topic(kafka_broker: KafkaBroker, request: pytest.FixtureRequest) -> Ca
         return name
 
     return create
+
+
+@pytest.fixture(scope="session")
+def broker_dataset(tmp_path_factory: pytest.TempPathFactory):
+    """Data a real broker of its own wrote (tests/kafka_rig/broker_data.py), the broker stopped
+    by a controlled shutdown; `.log_dir` is a copy of its log directory for the tests to read."""
+    from tests.kafka_rig.broker_data import write_dataset
+
+    return write_dataset(str(tmp_path_factory.mktemp("broker-dataset")))

@@ -177,7 +177,7 @@ _SCHEMA_LIST = (
     Schema(
         0,
         "RegisterBrokerRecord",
-        versions("0-3"),
+        versions("0-4"),
         (
             f("BrokerId", "int32"),
             f("IsMigratingZkBroker", "bool", "2+", default=False),
@@ -189,6 +189,8 @@ _SCHEMA_LIST = (
             f("Fenced", "bool", default=True),
             f("InControlledShutdown", "bool", "1+", default=False),
             f("LogDirs", "[]uuid", "3+", tag=0),
+            # v4 (Kafka 4.4): the broker's cordoned log directories, null unless any were sent
+            f("CordonedLogDirs", "[]uuid", "4+", nullable="4+", tag=1, default=None),
         ),
     ),
     Schema(1, "UnregisterBrokerRecord", versions("0"), (f("BrokerId", "int32"), f("BrokerEpoch", "int64"))),
@@ -297,13 +299,14 @@ _SCHEMA_LIST = (
     Schema(
         17,
         "BrokerRegistrationChangeRecord",
-        versions("0-2"),
+        versions("0-3"),
         (
             f("BrokerId", "int32"),
             f("BrokerEpoch", "int64"),
             f("Fenced", "int8", tag=0),
             f("InControlledShutdown", "int8", "1+", tag=1),
             f("LogDirs", "[]uuid", "2+", tag=2),
+            f("CordonedLogDirs", "[]uuid", "3+", nullable="3+", tag=3, default=None),  # v3, Kafka 4.4
         ),
     ),
     Schema(
