@@ -313,12 +313,14 @@ def test_transaction_log_decoder(store_dir):
         I0,
         (
             "| offset: 0 CreateTime: 1700000000050 keySize: 8 valueSize: 56 sequence: -1 headerKeys: [] "
-            "key: transaction_metadata::transactionalId=tx-1 payload: producerId:5,producerEpoch:2,state=Ongoing,"
-            "partitions=[orders-0,orders-1],txnLastUpdateTimestamp=1700000000050,txnTimeoutMs=60000"
+            'key: {"type":"0","data":{"transactionalId":"tx-1"}} payload: {"version":"1","data":{"producerId":5,'
+            '"producerEpoch":2,"transactionTimeoutMs":60000,"transactionStatus":"Ongoing","transactionPartitions":'
+            '[{"topic":"orders","partitionIds":[0,1]}],"transactionLastUpdateTimestampMs":1700000000050,'
+            '"transactionStartTimestampMs":1700000000045,"clientTransactionVersion":2}}'
         ),
         (
             "| offset: 1 CreateTime: 1700000000051 keySize: 8 valueSize: -1 sequence: -1 headerKeys: [] "
-            "key: transaction_metadata::transactionalId=tx-2 payload: <DELETE>"
+            'key: {"type":"0","data":{"transactionalId":"tx-2"}} payload: <DELETE>'
         ),
     ]
 

@@ -81,9 +81,10 @@ def test_transaction_log_decoder_prints_partitions_in_stored_order(tmp_path):
     assert_ok(proc)
     assert (
         "| offset: 0 CreateTime: 1 keySize: 9 valueSize: 70 sequence: -1 headerKeys: [] "
-        "key: transaction_metadata::transactionalId=app-7 payload: producerId:4001,producerEpoch:3,"
-        "state=Ongoing,partitions=[zeta-2,zeta-0,alpha-1],txnLastUpdateTimestamp=1700000000500,"
-        "txnTimeoutMs=60000"
+        'key: {"type":"0","data":{"transactionalId":"app-7"}} payload: {"version":"0","data":{"producerId":4001,'
+        '"producerEpoch":3,"transactionTimeoutMs":60000,"transactionStatus":"Ongoing","transactionPartitions":'
+        '[{"topic":"zeta","partitionIds":[2,0]},{"topic":"alpha","partitionIds":[1]}],'
+        '"transactionLastUpdateTimestampMs":1700000000500,"transactionStartTimestampMs":1700000000000}}'
     ) in proc.stdout.splitlines()
     # The order is kept, but it is no part of the state: equal states compare equal whatever it is.
     decoded = decode_value(value)

@@ -20,11 +20,10 @@ import pytest
 
 from tests.kafka_rig.broker_data import BrokerDataset
 from tests.kafka_rig.dump_compare import (
+    ALLOWED,
     REPO,
-    Allowed,
     Run,
     kafka_dump,
-    regex_pair,
     tree_state,
     txlog_inspect,
     unexplained,
@@ -34,36 +33,6 @@ from tests.kafka_rig.dump_compare import (
 INDEXES = (".index", ".timeindex")
 KRAFT_TIMEINDEX = os.path.join("__cluster_metadata-0", "00000000000000000000.timeindex")
 
-
-def _strip_topic_id(kafka: str, txlog: str) -> bool:
-    return re.sub(r',"topicId":"[A-Za-z0-9_-]{22}"\}\}$', "}}", kafka) == txlog
-
-
-# Each entry is documented in docs/kafka-formats.md §9 under the same name.
-ALLOWED = {
-    "transaction-log-decoder": [
-        Allowed(
-            "txn-log-text-format",
-            "txlog prints TransactionLogMessageParser's Kafka 3.x text, Kafka 4 prints JSON",
-            regex_pair(
-                r'key: \{"type":"0","data":\{"transactionalId":',
-                r"key: transaction_metadata::transactionalId=",
-            ),
-        )
-    ],
-    "offsets-decoder": [
-        Allowed(
-            "kip848-group-records",
-            "txlog does not decode the consumer-group (KIP-848) record types 3 to 8",
-            regex_pair(r'key: \{"type":"[3-8]","data":', r"key: Unknown record type [3-8] at offset \d+, skipping\.$"),
-        ),
-        Allowed(
-            "offset-commit-topic-id",
-            "txlog does not print OffsetCommitValue's tagged topicId (Kafka 4.4)",
-            _strip_topic_id,
-        ),
-    ],
-}
 
 OPTION_SETS = {
     "deep-iteration": ["--deep-iteration", "--print-data-log"],
@@ -194,3 +163,17 @@ def test_the_data_set_has_every_kind_of_record(runs: dict) -> None:
     txn = "\n".join(runs["kafka"]["transaction-log-decoder"].stdout)
     assert '"clientTransactionVersion":2' in txn  # TV2 from the Java client
     assert '"transactionalId":"rdkafka-txn-zstd"' in txn
+
+
+def test_the_brokers_consumers_were_recorded(broker_dataset: BrokerDataset) -> None:
+    """What the broker's read_committed and read_uncommitted consumers returned is next to the data
+    for other tests: aborted records only in the second, and every committed one in both."""
+    rows = {}
+    for level in ("read_committed", "read_uncommitted"):
+        with open(broker_dataset.consumed_file(level)) as f:
+            rows[level] = [json.loads(line) for line in f]
+    values = {level: {bytes.fromhex(r["value"]) for r in rs if r["value"]} for level, rs in rows.items()}
+    aborted = {v for v in values["read_uncommitted"] if b"-aborted-" in v}
+    assert aborted and not any(b"-aborted-" in v for v in values["read_committed"])
+    assert values["read_committed"] <= values["read_uncommitted"]
+    assert {r["topic"] for r in rows["read_committed"]} >= {"java-txn", "rdkafka-txn", "compacted"}

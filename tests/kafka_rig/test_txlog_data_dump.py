@@ -16,8 +16,7 @@ import pytest
 
 from storage import Store
 from storage.compression import Compression
-from tests.kafka_rig.dump_compare import kafka_dump, txlog_inspect, unexplained, used_entries
-from tests.kafka_rig.test_broker_data_dump import ALLOWED
+from tests.kafka_rig.dump_compare import ALLOWED, kafka_dump, txlog_inspect, unexplained, used_entries
 from txlog.clients.producer import Producer
 from txlog.topic_partition import TopicPartition
 

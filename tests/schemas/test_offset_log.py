@@ -298,8 +298,25 @@ def test_null_compact_metadata_reads_as_empty():
 
 
 def test_v4_skips_unknown_tags():
-    data = GOLDEN_VALUES[4][:-1] + bytes.fromhex("020001ff0702abcd")
+    data = GOLDEN_VALUES[4][:-1] + bytes.fromhex("020101ff0702abcd")
     assert decode_offset_value(data) == as_version(GOLDEN_VALUE, 4)
+
+
+def test_v4_reads_the_tagged_topic_id():
+    """Kafka 4.4 writes tag 0, the topic's id; the offsets decoder prints it as Kafka's Uuid text."""
+    from txlog.schemas.message_parsers import offsets_parser
+    from txlog.schemas.offset_log import OffsetKey, encode_offset_key
+
+    topic_id = bytes(range(1, 17))
+    data = GOLDEN_VALUES[4][:-1] + bytes.fromhex("010010") + topic_id
+    value = decode_offset_value(data)
+    assert value.topic_id == "AQIDBAUGBwgJCgsMDQ4PEA"
+
+    class Record:
+        offset, key, value = 0, encode_offset_key(OffsetKey("g", "t", 0)), data
+
+    _, payload = offsets_parser(Record())
+    assert payload is not None and payload.endswith(',"topicId":"AQIDBAUGBwgJCgsMDQ4PEA"}}')
 
 
 def test_fields_a_version_lacks_are_dropped():

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import re
 import struct
 import subprocess
 import sys
@@ -194,12 +193,6 @@ def inspect_batches(directory: str) -> dict[tuple, dict]:
     return out
 
 
-_PAYLOAD = re.compile(
-    r"producerId:(-?\d+),producerEpoch:(-?\d+),state=(\w+),partitions=\[(.*)\],"
-    r"txnLastUpdateTimestamp=(-?\d+),txnTimeoutMs=(\d+)"
-)
-
-
 def inspect_transactions(directory: str) -> list[tuple]:
     """Every `__transaction_state` record as inspect decodes it, in (log partition, offset) order."""
     paths = sorted(os.path.join(directory, d) for d in os.listdir(directory) if d.startswith(TXN_TOPIC + "-"))
@@ -207,17 +200,22 @@ def inspect_transactions(directory: str) -> list[tuple]:
     for _, partition, _, batch in _log_files(inspect_json("--transaction-log-decoder", *paths)):
         for record in batch.get("records", []):
             key, payload = record.get("key"), record.get("payload")
-            txn_id = key.split("transactionalId=", 1)[1] if key and key.startswith("transaction_metadata::") else None
+            # Kafka 4's JSON lines: key {"type":"0","data":{"transactionalId":…}}, payload {"version":…,"data":{…}}
+            txn_id = json.loads(key)["data"]["transactionalId"] if key and key.startswith("{") else None
             value = None
             if payload not in (None, "<DELETE>"):
-                pid, epoch, state, parts, updated, timeout = _PAYLOAD.fullmatch(payload).groups()
+                data = json.loads(payload)["data"]
                 value = (
-                    int(pid),
-                    int(epoch),
-                    state,
-                    sorted(tuple(p.rsplit("-", 1)) for p in parts.split(",") if p),
-                    int(updated),
-                    int(timeout),
+                    data["producerId"],
+                    data["producerEpoch"],
+                    data["transactionStatus"],
+                    sorted(
+                        (entry["topic"], str(p))
+                        for entry in data["transactionPartitions"] or []
+                        for p in entry["partitionIds"]
+                    ),
+                    data["transactionLastUpdateTimestampMs"],
+                    data["transactionTimeoutMs"],
                 )
             rows.append((partition, record["offset"], record["timestamp"], txn_id, value))
     return sorted(rows, key=lambda r: (r[0], r[1]))

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from txlog.schemas.group_metadata import TopicPartitions
+    from txlog.schemas.schema_types import SchemaReader
 
 
 class ParsedRecord(Protocol):
@@ -37,28 +38,107 @@ class ParsedRecord(Protocol):
 
 
 def transaction_log_parser(record: ParsedRecord) -> tuple[str | None, str | None]:
-    """`--transaction-log-decoder`: TransactionLogMessageParser's key and payload strings."""
-    from txlog.schemas.transaction_log import decode_key, decode_value
+    """`--transaction-log-decoder`: Kafka 4's TransactionLogMessageParser key and payload strings.
+
+    `key: {"type":"0","data":{"transactionalId":"app-1"}}` and `payload: {"version":"1","data":{...}}`
+    with the value's fields as Kafka's generated JSON converter lays them out and the status by
+    its name (docs/kafka-formats.md §9). Kafka 3.x printed a text form instead.
+    """
+    from storage.errors import CorruptRecordError
+    from txlog.schemas.cluster_metadata import json_string
+    from txlog.schemas.transaction_log import KEY_VERSION, decode_key
 
     if record.key is None:
         return None, None
-    version = struct.unpack_from(">h", record.key)[0] if len(record.key) >= 2 else -1
-    if version != 0:
-        return f"unknown::version={version}", None
+    record_type = struct.unpack_from(">h", record.key)[0] if len(record.key) >= 2 else -1
+    if record_type != KEY_VERSION:  # the coordinator serde reads a key's version as its record type
+        return f"Unknown record type {record_type} at offset {record.offset}, skipping.", None
     try:
-        txn_id = decode_key(record.key)
-        value = decode_value(record.value)
-    except Exception as exc:  # noqa: BLE001  a bad record is reported in the line, as Kafka does
+        key = f'{{"type":"{record_type}","data":{{"transactionalId":{json_string(decode_key(record.key))}}}}}'
+        if record.value is None:
+            return key, "<DELETE>"
+        return key, transaction_value_json(record.value)
+    except CorruptRecordError as exc:  # a bad record is reported in the line, as Kafka does
         return f"Error at offset {record.offset}, skipping. {exc}", None
-    key = f"transaction_metadata::transactionalId={txn_id}"
-    if value is None:
-        return key, "<DELETE>"
-    partitions = ",".join(f"{t}-{p}" for t, p in value.partitions)
-    return key, (
-        f"producerId:{value.producer_id},producerEpoch:{value.producer_epoch},"
-        f"state={value.state.kafka_name},partitions=[{partitions}],"
-        f"txnLastUpdateTimestamp={value.last_update_ms},txnTimeoutMs={value.timeout_ms}"
-    )
+
+
+# TransactionLogValue v1's tagged fields: tag -> (JSON name, reader format, default)
+_TXN_TAGS: dict[int, tuple[str, str, int]] = {
+    0: ("previousProducerId", ">q", -1),
+    1: ("nextProducerId", ">q", -1),
+    2: ("clientTransactionVersion", ">h", 0),
+    3: ("nextProducerEpoch", ">h", -1),
+}
+
+
+def transaction_value_json(data: bytes) -> str:
+    """`{"version":"N","data":{...}}` of a TransactionLogValue, read from its bytes.
+
+    Read here rather than from `transaction_log.decode_value` because the dump shows what the
+    bytes say: a null partition list (Kafka writes one for Empty) prints `null`, not `[]`, the
+    per-topic grouping is kept as stored, and a status byte Kafka has no state for prints as
+    its number in quotes. Field order is the schema's declaration order, tagged fields (v1+)
+    only when not their default.
+    """
+    from txlog.schemas.cluster_metadata import json_string
+    from txlog.schemas.schema_types import SchemaReader
+    from txlog.schemas.transaction_log import VALUE_VERSIONS, TxnState
+
+    r = SchemaReader(data, "transaction log value")
+    version = r.value_version(VALUE_VERSIONS)
+    flexible = version >= 1
+    producer_id, producer_epoch = r.i64("producer id"), r.i16("producer epoch")
+    timeout_ms, status = r.i32("transaction timeout"), r.i8("transaction status")
+    count = r.compact_array_count(3, "transaction partitions") if flexible else r.array_count(6, "partitions")
+    partitions = None if count is None else [_txn_topic_json(r, flexible, json_string) for _ in range(count)]
+    last_update_ms, start_ms = r.i64("last update timestamp"), r.i64("start timestamp")
+    tags: dict[str, int] = {name: default for name, _, default in _TXN_TAGS.values()}
+    if flexible:
+        r.tagged_fields({tag: _tag_into(tags, name, fmt) for tag, (name, fmt, _) in _TXN_TAGS.items()})
+    r.expect_end()
+    shown = {name: tags[name] for name, _, default in _TXN_TAGS.values() if tags[name] != default}
+    try:
+        status_name = TxnState(status).kafka_name
+    except ValueError:  # Kafka's TransactionState.fromId throws; the parser then prints the number
+        status_name = str(status)
+    parts = [f'"producerId":{producer_id}']
+    parts += [f'"{name}":{shown[name]}' for name in ("previousProducerId", "nextProducerId") if name in shown]
+    parts.append(f'"producerEpoch":{producer_epoch}')
+    if "nextProducerEpoch" in shown:
+        parts.append(f'"nextProducerEpoch":{shown["nextProducerEpoch"]}')
+    parts += [
+        f'"transactionTimeoutMs":{timeout_ms}',
+        f'"transactionStatus":{json_string(status_name)}',
+        f'"transactionPartitions":{"null" if partitions is None else "[" + ",".join(partitions) + "]"}',
+        f'"transactionLastUpdateTimestampMs":{last_update_ms}',
+        f'"transactionStartTimestampMs":{start_ms}',
+    ]
+    if "clientTransactionVersion" in shown:
+        parts.append(f'"clientTransactionVersion":{shown["clientTransactionVersion"]}')
+    return f'{{"version":"{version}","data":{{{",".join(parts)}}}}}'
+
+
+def _txn_topic_json(r: SchemaReader, flexible: bool, json_string: Callable[[str], str]) -> str:
+    """One `{"topic":…,"partitionIds":[…]}` element of a value's partition list."""
+    start = r.position
+    topic = r.compact_string("topic") if flexible else r.string("topic")
+    if topic is None:
+        raise r.corrupt("null topic in transaction partitions", start)
+    start = r.position
+    count = r.compact_array_count(4, "partition ids") if flexible else r.array_count(4, "partition ids")
+    if count is None:
+        raise r.corrupt("null partition id array", start)
+    ids = ",".join(str(r.i32("partition id")) for _ in range(count))
+    if flexible:
+        r.tagged_fields()
+    return f'{{"topic":{json_string(topic)},"partitionIds":[{ids}]}}'
+
+
+def _tag_into(tags: dict[str, int], name: str, fmt: str) -> Callable[[SchemaReader], None]:
+    def read(r: SchemaReader) -> None:
+        tags[name] = r.i64(name) if fmt == ">q" else r.i16(name)
+
+    return read
 
 
 def compact_json(value: object) -> str:
@@ -68,6 +148,7 @@ def compact_json(value: object) -> str:
 
 def offsets_parser(record: ParsedRecord) -> tuple[str | None, str | None]:
     """`--offsets-decoder`: `{"type":"1","data":{…}}` keys and `{"version":"3","data":{…}}` payloads."""
+    from txlog.schemas.cluster_metadata import ZERO_UUID
     from txlog.schemas.offset_log import (
         GroupMetadataKey,
         OffsetKey,
@@ -77,9 +158,13 @@ def offsets_parser(record: ParsedRecord) -> tuple[str | None, str | None]:
 
     if record.key is None:
         return f"Error at offset {record.offset}, skipping. the record has no key", None
+    from txlog.schemas import consumer_group_records
+
     try:
+        key_version = struct.unpack_from(">h", record.key)[0] if len(record.key) >= 2 else -1
+        if key_version in consumer_group_records.RECORD_TYPES:  # KIP-848 group records
+            return consumer_group_records.parse(key_version, record.key, record.value)
         key = decode_key(record.key)
-        key_version = struct.unpack_from(">h", record.key)[0]
         if isinstance(key, OffsetKey):
             key_json = compact_json(
                 {"type": str(key_version), "data": {"group": key.group, "topic": key.topic, "partition": key.partition}}
@@ -95,6 +180,8 @@ def offsets_parser(record: ParsedRecord) -> tuple[str | None, str | None]:
             data["commitTimestamp"] = value.commit_timestamp
             if version == 1:
                 data["expireTimestamp"] = value.expire_timestamp
+            if value.topic_id is not None and value.topic_id != ZERO_UUID:  # tagged: shown unless its default
+                data["topicId"] = value.topic_id
             return key_json, compact_json({"version": str(version), "data": data})
         if isinstance(key, GroupMetadataKey):
             key_json = compact_json({"type": str(key_version), "data": {"group": key.group}})

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import overload
 
 from storage.errors import CorruptRecordError
-from txlog.schemas.schema_types import SchemaReader, SchemaWriter
+from txlog.schemas.schema_types import SchemaReader, SchemaWriter, uuid_text
 
 OFFSET_KEY_VERSIONS = (0, 1)
 GROUP_METADATA_KEY_VERSION = 2
@@ -52,6 +52,7 @@ class OffsetValue:
     commit_timestamp: int = -1
     leader_epoch: int = -1
     expire_timestamp: int = -1
+    topic_id: str | None = None  # v4's tagged TopicId (Kafka 4.4 writes it), as Kafka's Uuid text
 
 
 def encode_offset_key(key: OffsetKey, version: int = 1) -> bytes:
@@ -142,7 +143,12 @@ def decode_offset_value(data: bytes | None) -> OffsetValue | None:
     metadata = (r.compact_string("metadata") if flexible else r.string("metadata")) or ""
     commit_timestamp = r.i64("commit timestamp")
     expire_timestamp = r.i64("expire timestamp") if version == 1 else -1
+    topic_id: list[str] = []
+
+    def read_topic_id(r: SchemaReader) -> None:
+        topic_id.append(uuid_text(r.uuid("topic id")))
+
     if flexible:
-        r.tagged_fields()
+        r.tagged_fields({0: read_topic_id})
     r.expect_end()
-    return OffsetValue(offset, metadata, commit_timestamp, leader_epoch, expire_timestamp)
+    return OffsetValue(offset, metadata, commit_timestamp, leader_epoch, expire_timestamp, next(iter(topic_id), None))
