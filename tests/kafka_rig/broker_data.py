@@ -259,7 +259,8 @@ def write_compacted(bootstrap: str) -> None:
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
     for round_ in range(4):
         for k in range(8):
-            value = None if (round_ == 2 and k % 3 == 0) else f"round{round_}-value{k}".encode()
+            # tombstones in the last round survive the cleaning (for delete.retention.ms, a day)
+            value = None if (round_ == 3 and k % 3 == 0) else f"round{round_}-value{k}".encode()
             producer.produce(COMPACTED_TOPIC, value, f"key{k}".encode(), 0)
         producer.flush(60)
         time.sleep(0.5)  # past segment.ms: the next append rolls a new segment

@@ -157,6 +157,9 @@ def test_the_data_set_has_every_kind_of_record(runs: dict) -> None:
     assert re.search(r"headerKeys: \[h0,empty,nullvalue\]", deep)
     assert re.search(r"keySize: -1 valueSize: \d+", deep) and re.search(r"valueSize: -1", deep)
     assert re.search(r"^version: 0 producerId: \d+ firstOffset: \d+", deep, re.M), "no .txnindex entries"
+    compacted = deep[deep.index("compacted-0") : deep.index("java-ctp-out-0")]
+    assert "valueSize: -1" in compacted, "tombstones kept by the cleaner"
+    assert "deleteHorizonMs: OptionalLong[" in compacted, "the cleaner stamps a delete horizon on tombstone batches"
     offsets = "\n".join(runs["kafka"]["offsets-decoder"].stdout)
     assert '"type":"8"' in offsets and "java-kip848-group" in offsets  # KIP-848 records
     assert '"group":"kafka-python-classic-group"' in offsets and '"group":"rdkafka-classic-group"' in offsets
