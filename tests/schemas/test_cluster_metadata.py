@@ -97,3 +97,43 @@ def test_real_kraft_snapshots_and_bootstrap_file(tmp_path):
     assert "Snapshot end offset: 7260, epoch: 1" in lines
     assert sum('SnapshotHeader {"version":0,"lastContainedLogTimestamp":' in line for line in lines) == 2
     assert sum(line.endswith('SnapshotFooter {"version":0}') for line in lines) == 2
+
+
+# Records a Kafka 4.4 broker wrote (its registration, then its first registration change), with
+# the payloads its kafka-dump-log --cluster-metadata-decoder printed for them.
+KAFKA_44_RECORDS = [
+    (
+        "010004000000010055dffabb8fe94090b58e6b5317bb9a4c0000000000000012020a504c41494e544558540a3132372e302e"
+        "302e31d53b000000080e73686172652e76657273696f6e00000002000e6b726166742e76657273696f6e00000001000e6772"
+        "6f75702e76657273696f6e00000001001073747265616d732e76657273696f6e0000000100147472616e73616374696f6e2e"
+        "76657273696f6e000000020021656c696769626c652e6c65616465722e7265706c696361732e76657273696f6e0000000100"
+        "116d657461646174612e76657273696f6e000700210000010001001102659dfb1cbd084ca0a14779d02a663bec",
+        (
+            '{"type":"REGISTER_BROKER_RECORD","version":4,"data":{"brokerId":1,"isMigratingZkBroker":false,"i'
+            'ncarnationId":"Vd_6u4_pQJC1jmtTF7uaTA","brokerEpoch":18,"endPoints":[{"name":"PLAINTEXT","host":'
+            '"127.0.0.1","port":54587,"securityProtocol":0}],"features":[{"name":"share.version","minSupporte'
+            'dVersion":0,"maxSupportedVersion":2},{"name":"kraft.version","minSupportedVersion":0,"maxSupport'
+            'edVersion":1},{"name":"group.version","minSupportedVersion":0,"maxSupportedVersion":1},{"name":"'
+            'streams.version","minSupportedVersion":0,"maxSupportedVersion":1},{"name":"transaction.version",'
+            '"minSupportedVersion":0,"maxSupportedVersion":2},{"name":"eligible.leader.replicas.version","min'
+            'SupportedVersion":0,"maxSupportedVersion":1},{"name":"metadata.version","minSupportedVersion":7,'
+            '"maxSupportedVersion":33}],"rack":null,"fenced":true,"inControlledShutdown":false,"logDirs":["ZZ'
+            '37HL0ITKChR3nQKmY77A"]}}'
+        ),
+    ),
+    (
+        "01110300000001000000000000001201030101",
+        (
+            '{"type":"BROKER_REGISTRATION_CHANGE_RECORD","version":3,"data":{"brokerId":1,"brokerEpoch":18,"c'
+            'ordonedLogDirs":[]}}'
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize(("value", "payload"), KAFKA_44_RECORDS)
+def test_kafka_4_4_registration_records_decode(value, payload):
+    """RegisterBrokerRecord v4 and BrokerRegistrationChangeRecord v3 add the tagged cordonedLogDirs."""
+    from txlog.schemas.cluster_metadata import decode_metadata_record, metadata_record_json
+
+    assert metadata_record_json(decode_metadata_record(bytes.fromhex(value))) == payload
