@@ -34,7 +34,7 @@ class Allowed:
 
 
 #: option set -> the known differences of its lines. Each entry is documented in
-#: docs/kafka-formats.md §9 under its name; none is needed today (every difference found was fixed).
+#: docs/kafka-formats.md §10 under its name; none is needed today (every difference found was fixed).
 ALLOWED: dict[str, list[Allowed]] = {}
 
 

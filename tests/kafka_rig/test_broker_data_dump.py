@@ -110,7 +110,7 @@ def test_inspect_prints_what_kafka_dump_log_prints(runs: dict, name: str) -> Non
 def test_kafka_only_complains_of_offset_gaps_that_txlog_does_not_report(runs: dict) -> None:
     """Kafka 4.4 reports a v2 record whose offset is not the previous one + 1 on stderr, starting
     from -1 in each file, so every segment not starting at 0 and every compacted one is listed;
-    txlog does not treat gaps in v2 logs as problems (docs/kafka-formats.md §9)."""
+    txlog does not treat gaps in v2 logs as problems (docs/kafka-formats.md §10)."""
     stderr = runs["kafka"]["deep-iteration"].stderr.splitlines()
     assert stderr, "the compacted topic has gaps: Kafka should list them"
     for line in stderr:
@@ -129,7 +129,7 @@ def test_kraft_time_index_fails_the_sanity_check_in_both(runs: dict) -> None:
 
 def test_verify_finds_nothing_but_the_kraft_time_index(runs: dict) -> None:
     """`txlog verify` over the broker's log directory: the one finding is the preallocated
-    KRaft time index above (reported to the verify owners; see docs/kafka-formats.md §9)."""
+    KRaft time index above (reported to the verify owners; see docs/kafka-formats.md §10)."""
     result = runs["verify"]
     findings = json.loads(result.stdout)
     assert [(f["topic"], f["file"]) for f in findings] == [("__cluster_metadata", "00000000000000000000.timeindex")]
