@@ -23,13 +23,20 @@ Everything is read-only: no lock, nothing written or repaired. Transaction-level
 from __future__ import annotations
 
 import bisect
+import itertools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-from storage.errors import CorruptRecordError, CorruptSnapshotError, KafkaError, UnsupportedForMessageFormatError
+from storage.errors import (
+    CorruptRecordError,
+    CorruptSnapshotError,
+    KafkaError,
+    UnsupportedCompressionTypeError,
+    UnsupportedForMessageFormatError,
+)
 from storage.file_records import FileRecords
 from storage.log_files import (
     INDEX_FILE_SUFFIX,
@@ -42,6 +49,7 @@ from storage.log_files import (
 from storage.offset_index import OffsetIndex
 from storage.producer_snapshot import list_snapshots, read_snapshot
 from storage.producer_state import ProducerStateManager
+from storage.records import RecordBatch
 from storage.time_index import TimeIndex
 from storage.transaction_index import AbortedTxn, TransactionIndex
 from storage.txnindex_check import abort_replayer
@@ -187,6 +195,38 @@ class _Span:
     max_timestamp: int
 
 
+def _append_last_offset(records: FileRecords, position: int, size: int, offset: int, before: int) -> int | None:
+    """None if an append indexed as (`offset`, `position`) fits the log; else the last offset of the
+    batch at `position` (-1: no batch there), for the finding.
+
+    The batch at `position` must start at or before `offset`, and a batch starting before byte
+    `before` (the next entry's position) must end exactly at it. Headers are read a little at a
+    time, no CRC: the scan of the .log checks every batch already.
+    """
+    if position < 0 or position >= size:
+        return -1
+    try:
+        headers = records.headers(position, size, chunk_size=4096)
+        first = next(headers, None)
+        if first is None:
+            return -1
+        if first.base_offset <= offset:
+            for header in itertools.chain((first,), headers):
+                if header.position >= before or header.last_offset > offset:
+                    break
+                if header.last_offset == offset:
+                    return None
+        return first.last_offset
+    except UnsupportedForMessageFormatError:
+        # Pre-0.11 messages (a Kafka log dir): kafka-dump-log's own check, the first message alone.
+        message = next(
+            records.batches(position, min(size, position + DEFAULT_MAX_MESSAGE_SIZE), verify_crc=False, legacy=True),
+            None,
+        )
+        last = message.last_offset if message is not None else -1
+        return None if last == offset else last
+
+
 class PartitionFileCheck:
     """The file-level scan of one partition directory, replaying producer state as it goes.
 
@@ -282,6 +322,7 @@ class PartitionFileCheck:
                         self.next_offset = None
                         continue
                     self.batches += 1
+                    self._check_records(path, batch)
                     spans.append(_Span(batch.base_offset, batch.last_offset, batch.max_timestamp))
                     self._check_offsets(path, base, batch)
                     replay(batch)
@@ -296,7 +337,7 @@ class PartitionFileCheck:
                 if end < size:
                     self._bad_bytes(records, path, end, active, f"{size - end} bytes at the end are not a whole batch")
             for batch in bad_crc:
-                tail = active and records.next_valid_batch(batch.position) is None
+                tail = records.judge_damage(batch.position, last_segment=active).torn_tail
                 self.add(
                     Severity.WARNING if tail else Severity.ERROR,
                     path,
@@ -309,18 +350,30 @@ class PartitionFileCheck:
             self._indexes(records, base, spans)
         self._txn_index(base, aborts, active, self.next_offset)
 
+    def _check_records(self, path: str, batch: RecordBatch) -> None:
+        """The readers' own decoding of the batch's records: what every reader refuses is an error here."""
+        try:
+            batch.check_records()
+        except (CorruptRecordError, UnsupportedCompressionTypeError) as exc:
+            what = f"batch at byte {batch.position}: readers refuse it ({exc})"
+            self.add(Severity.ERROR, path, batch.base_offset, what)
+
     def _bad_bytes(self, records: FileRecords, path: str, position: int, active: bool, what: str) -> None:
-        following = records.next_valid_batch(position)
-        if active and following is None:
+        """Bad bytes judged by the rule every view applies (`FileRecords.judge_damage`)."""
+        damage = records.judge_damage(position, last_segment=active)
+        if damage.torn_tail:
             self.add(
                 Severity.WARNING,
                 path,
                 None,
                 f"{TORN_TAIL}: {what} at byte {position} (a writer died mid-write; the next writer cuts it)",
             )
-        elif following is not None:
+        elif damage.resume is not None:
             self.add(
-                Severity.ERROR, path, None, f"{what} at byte {position}, followed by a valid batch at byte {following}"
+                Severity.ERROR,
+                path,
+                None,
+                f"{what} at byte {position}, followed by a valid batch at byte {damage.resume}",
             )
         else:
             self.add(Severity.ERROR, path, None, f"{what} at byte {position} of a sealed segment")
@@ -380,7 +433,15 @@ class PartitionFileCheck:
             self._time_index(path, base, spans)
 
     def _offset_index(self, records: FileRecords, path: str, base: int) -> None:
-        """Each entry must name the last offset of the batch at its position (DumpLogSegments' check)."""
+        """Each entry must be what a writer puts there: the last offset of an append, at its first batch.
+
+        Kafka's LogSegment.append (and txlog's `LogSegment.append`, which follows it) indexes the
+        largest offset of the batches one append wrote at the position of the first of them;
+        recovery's rebuild indexes one batch at a time. So an entry is right when a batch starts
+        at its position and a batch from there, before the next entry's position, ends at its
+        offset. kafka-dump-log's --verify-index-only asks the first batch alone to end there,
+        which every append of several batches (a producer's group commit) fails.
+        """
         with OffsetIndex(path, base, writable=False) as index:
             entries = index.stored_entries()
         size = records.size()
@@ -389,25 +450,22 @@ class PartitionFileCheck:
             for i, (offset, position) in enumerate(entries):
                 if offset == base and i > 0:
                     break  # the zero-filled tail of a preallocated index
-                # DumpLogSegments reads at most max-message-size bytes at the indexed position.
-                first = (
-                    next(
-                        records.batches(
-                            position, min(size, position + DEFAULT_MAX_MESSAGE_SIZE), verify_crc=False, legacy=True
-                        ),
-                        None,
-                    )
-                    if position >= 0
-                    else None
-                )
-                log_offset = first.last_offset if first is not None else -1
-                if log_offset != offset:
-                    mismatches.append((offset, log_offset))
+                following = entries[i + 1][1] if i + 1 < len(entries) and entries[i + 1][0] != base else size
+                first = _append_last_offset(records, position, size, offset, max(following, position + 1))
+                if first is not None:
+                    mismatches.append((offset, first))
         except KafkaError as exc:
             self.add(Severity.ERROR, path, None, f"an entry points at no batch boundary ({exc})")
         for index_offset, log_offset in mismatches:
             at = f"a batch ending at {log_offset}" if log_offset >= 0 else "no batch"
-            self.add(Severity.ERROR, path, index_offset, f"index entry for offset {index_offset} points at {at}")
+            self.add(
+                Severity.ERROR,
+                path,
+                index_offset,
+                f"index entry for offset {index_offset} points at {at}, and no batch after it ends at {index_offset}"
+                if log_offset >= 0
+                else f"index entry for offset {index_offset} points at {at}",
+            )
 
     def _time_index(self, path: str, base: int, spans: list[_Span]) -> None:
         """Each entry against the batch holding its offset."""

@@ -12,8 +12,11 @@ rules of the frame live in one place:
   mismatch when checked) raise CorruptRecordError naming the file and the byte;
 * a whole pre-0.11 message (magic 0/1) is refused with UnsupportedForMessageFormatError,
   or yielded as a `LegacyMessage` when the caller reads that format (`legacy=True`);
-* `next_valid_batch` finds the next CRC-valid batch after damage, which is what tells a
-  torn tail (nothing valid follows) from corrupted acknowledged data.
+* `next_valid_batch` finds the next CRC-valid batch after damage, and `judge_damage` is the
+  one rule every view applies to bad bytes (docs/reliability-scenarios.md rule 7): a *torn
+  tail* (the last segment, nothing valid after it: a write that never completed) is cut by a
+  writer and simply not visible to a reader; anything else is *corruption* of acknowledged
+  data, which every view reports where it lies and none may read past silently.
 
 Reads are `os.pread` of 1 MiB chunks, parsed in place; a batch straddling a chunk
 boundary starts the next chunk, one larger than a chunk is read alone. A FileRecords
@@ -26,9 +29,9 @@ from __future__ import annotations
 import os
 import struct
 from collections.abc import Generator, Iterator
-from typing import Literal, overload
+from typing import Literal, NamedTuple, overload
 
-from storage.errors import CorruptRecordError, KafkaStorageError
+from storage.errors import CorruptRecordError, KafkaStorageError, UnsupportedForMessageFormatError
 from storage.legacy_records import MIN_MESSAGE_SIZE, LegacyMessage, is_legacy_message, parse_legacy, refuse
 from storage.records import (
     HEADER_SIZE,
@@ -43,7 +46,7 @@ from storage.records import (
     RecordBatch,
 )
 
-__all__ = ["SCAN_CHUNK", "FileRecords"]
+__all__ = ["SCAN_CHUNK", "Damage", "FileRecords"]
 
 #: Bytes read per pread while walking: large enough that the syscall is noise, small
 #: enough that a scan of a 1 GiB segment never holds more than this (plus one batch).
@@ -53,6 +56,31 @@ _LENGTH = struct.Struct(">i")
 _BASE_OFFSET = struct.Struct(">q")
 _TIMESTAMP = struct.Struct(">q")
 _MAGIC_BYTE = bytes((MAGIC,))
+
+
+class Damage(NamedTuple):
+    """What bad bytes in a segment are: the verdict of `FileRecords.judge_damage`."""
+
+    position: int  # where the whole batches stop: the first bad byte
+    resume: int | None  # the first CRC-valid batch after it, None if none follows in the file
+    last_segment: bool
+
+    @property
+    def torn_tail(self) -> bool:
+        """A write that never completed: in the last segment, with nothing valid after it.
+
+        Only this may be cut (by a writer holding the lock) or stop a reader quietly (it may
+        be a write in flight). Bad bytes followed by a valid batch, or in a sealed segment,
+        are corruption: no writer leaves them, and a view that stopped there would report a
+        shorter log than was acknowledged.
+        """
+        return self.last_segment and self.resume is None
+
+    def describe(self, what: str) -> str:
+        """`what` (the reader's error, without its location), with what makes it corruption."""
+        if self.resume is not None:
+            return f"{what}; a valid batch follows at byte {self.resume}"
+        return f"{what}, in a sealed segment"
 
 
 class FileRecords:
@@ -330,6 +358,25 @@ class FileRecords:
                 i = window.find(_MAGIC_BYTE, i + 1, last + MAGIC_OFFSET + 1)
             start += len(window) - step
         return None
+
+    def judge_damage(self, position: int, *, last_segment: bool) -> Damage:
+        """The one rule for bad bytes at `position` (docs/reliability-scenarios.md rule 7): see `Damage`.
+
+        Recovery, the catch-up of every view (read-only or writable) and `txlog verify`
+        all ask this, so they cannot disagree on where a log ends.
+        """
+        return Damage(position, self.next_valid_batch(position), last_segment)
+
+    def whole_batch_at(self, position: int) -> bool:
+        """Whether a whole, CRC-valid batch starts at `position` now.
+
+        A view without the writer lock re-reads bad bytes once before calling them damage:
+        a writer that cut a torn tail and appended since they were read put a batch there.
+        """
+        try:
+            return self.batch_at(position) is not None
+        except (CorruptRecordError, UnsupportedForMessageFormatError):
+            return False
 
     # ---- internals -----------------------------------------------------------------------
 

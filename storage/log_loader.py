@@ -28,6 +28,7 @@ from storage.checkpoint import write_leader_epoch_checkpoint
 from storage.config import TopicConfig
 from storage.durable import unlink_durably
 from storage.errors import CorruptIndexError, CorruptRecordError, CorruptSnapshotError, KafkaStorageError
+from storage.file_records import Damage
 from storage.log_files import INDEX_FILE_SUFFIXES, LOG_FILE_SUFFIX, TEMP_FILE_SUFFIXES, offset_of
 from storage.producer_snapshot import delete_snapshot, list_snapshots, read_snapshot
 from storage.producer_state import ProducerStateManager
@@ -123,6 +124,8 @@ class LogLoader:
         seg_idx, position = self.restore_producer_state(repair)
         self._expect_counted_aborts(seg_idx, position)
         scanned = self.replay(seg_idx, position, repair=repair)
+        # A corrupt log gets no derived file written from it: nothing here may seem to vouch for it.
+        repair = repair and self.corruption is None
         self.check_indexes(repair)
         if repair:
             self.drop_stale_txn_entries()
@@ -231,7 +234,9 @@ class LogLoader:
     def locate(self, offset: int) -> tuple[int, int] | None:
         """(segment index, file position) of the batch starting at `offset`, or of the end if it is the end.
 
-        None when `offset` is not a batch boundary of whole, CRC-valid batches.
+        None when `offset` is not a batch boundary of whole, CRC-valid batches. Corruption
+        passed on the way (valid batches follow it) does not make the offset unknown: the
+        replay from there, or a read of the damage, reports it.
         """
         idx = segment_index_for(self.segments, offset)
         seg = self.segments[idx]
@@ -239,18 +244,30 @@ class LogLoader:
             return idx, 0
         position = seg.read_position(offset)
         end = seg.file_size()
-        try:
-            # CRC-checked: a snapshot written after a batch that was later torn (power loss)
-            # must not be trusted, or the torn batch would survive recovery.
-            for pos, batch in seg.iter_batches(position, end):
-                if batch.base_offset == offset:
-                    return idx, pos
-                if batch.base_offset > offset or batch.last_offset >= offset:
+        while True:
+            try:
+                return self._locate_from(idx, seg, position, end, offset)
+            except CorruptRecordError as exc:
+                # CRC-checked: a snapshot written after a batch that was later torn (power loss)
+                # must not be trusted, or the torn batch would survive recovery. Corruption with
+                # valid batches after it is no torn tail: the snapshot past it is still the truth.
+                damage = seg.records.judge_damage(
+                    exc.position if exc.position is not None else position, last_segment=idx == len(self.segments) - 1
+                )
+                if damage.torn_tail or damage.resume is None:
                     return None
-                if batch.last_offset + 1 == offset:
-                    return idx, pos + batch.size  # whatever follows is validated by the replay
-        except CorruptRecordError:
-            return None
+                position = damage.resume
+
+    @staticmethod
+    def _locate_from(idx: int, seg: LogSegment, position: int, end: int, offset: int) -> tuple[int, int] | None:
+        """`locate`'s walk from `position`; damage raises."""
+        for pos, batch in seg.iter_batches(position, end):
+            if batch.base_offset == offset:
+                return idx, pos
+            if batch.base_offset > offset or batch.last_offset >= offset:
+                return None
+            if batch.last_offset + 1 == offset:
+                return idx, pos + batch.size  # whatever follows is validated by the replay
         return None
 
     def state_at_segment_start(self, seg: LogSegment) -> ProducerStateManager:
@@ -261,8 +278,13 @@ class LogLoader:
     def replay(self, seg_idx: int, position: int, *, repair: bool) -> int:
         """Apply every whole batch from (segment, position) to the end; returns bytes scanned.
 
-        With `repair` (caller holds the lock) a torn tail of the last segment is cut and
-        index gaps left by a crashed writer are filled; without it the scan just stops.
+        Bad bytes get the one rule (`FileRecords.judge_damage`), whoever scans: a torn tail
+        of the last segment is cut with `repair` (caller holds the lock) and otherwise ends
+        the scan quietly (it may be a write in flight). Corruption (valid batches after it,
+        or a sealed segment) is noted in `self.corruption`, where writes refuse with it and
+        a read of it raises, and the scan goes on at the next valid batch: the view's log
+        end, offsets and markers past the damage are the file's, never a shorter log.
+        With `repair`, index gaps left by a crashed writer are filled.
         """
         scanned = 0
         segments = self.segments
@@ -274,27 +296,59 @@ class LogLoader:
             if pos == 0:
                 self.txn_check.expect(seg, 0, seg.base_offset)  # replayed whole: every abort is counted
             last_segment = i == len(segments) - 1
+            done, whole = self._replay_segment(seg, pos, last_segment, repair)
+            scanned += done
+            if not whole:
+                return scanned  # a torn tail: the end of the log
+            if not last_segment:
+                following = segments[i + 1].base_offset
+                if seg.next_offset > following:
+                    raise CorruptRecordError(
+                        f"segment overlaps the next one (ends at offset {seg.next_offset})", path=seg.log_path
+                    )
+                if seg.size < seg.file_size():  # damage reached its end: a sealed segment is read to its file end
+                    seg.size, seg.next_offset = seg.file_size(), following
+        return scanned
+
+    def _replay_segment(self, seg: LogSegment, position: int, last_segment: bool, repair: bool) -> tuple[int, bool]:
+        """Replay one segment from `position`: (bytes scanned, False if it ended at a torn tail)."""
+        scanned = 0
+        rechecked = -1
+        while True:
             try:
-                for bpos, batch in seg.iter_batches(pos):
+                for bpos, batch in seg.iter_batches(position):
                     self._apply_replayed(seg, batch, bpos, repair)
                     scanned += batch.size
-                if seg.size < seg.file_size():
-                    raise CorruptRecordError("incomplete batch", path=seg.log_path, position=seg.size)
+                if seg.size >= seg.file_size():
+                    return scanned, True
+                raise CorruptRecordError("incomplete batch", path=seg.log_path, position=seg.size)
             except CorruptRecordError as exc:
-                if not repair and not last_segment:
-                    # A read-only view notes the damage (reading that range raises) and goes on,
-                    # so the segments after it stay readable.
-                    self.corruption = exc
-                    self.state.end_offset = segments[i + 1].base_offset
-                    self.txn_check.expect(seg, None, seg.base_offset)  # markers past the damage went uncounted
+                at = max(seg.size, exc.position if exc.position is not None else seg.size)
+                damage = seg.records.judge_damage(at, last_segment=last_segment)
+                if damage.torn_tail:
+                    if repair:
+                        self._cut_torn_tail(seg)
+                    return scanned, False
+                if not repair and rechecked != at and seg.records.whole_batch_at(at):
+                    # Read without the lock: a writer may have cut a torn tail and appended
+                    # since, putting a batch where the bad bytes were. Read them once more.
+                    rechecked = position = at
                     continue
-                self._handle_bad_bytes(seg, exc, last_segment, repair)
-                return scanned
-            if not last_segment and seg.next_offset > segments[i + 1].base_offset:
-                raise CorruptRecordError(
-                    f"segment overlaps the next one (ends at offset {seg.next_offset})", path=seg.log_path
-                )
-        return scanned
+                self._note_corruption(seg, exc, damage)
+                if damage.resume is None:
+                    return scanned, True  # the rest of a sealed segment: the next one goes on
+                position = damage.resume
+
+    def _note_corruption(self, seg: LogSegment, exc: CorruptRecordError, damage: Damage) -> None:
+        """Remember the first corruption this view met; markers in it went uncounted."""
+        self.txn_check.expect(seg, None, seg.base_offset)
+        if self.corruption is not None:
+            return
+        reason = str(exc)
+        where = reason.rfind(f" in {exc.path}") if exc.path else -1
+        self.corruption = CorruptRecordError(
+            damage.describe(reason[:where] if where >= 0 else reason), path=seg.log_path, position=damage.position
+        )
 
     def _apply_replayed(self, seg: LogSegment, batch: RecordBatch, position: int, repair: bool) -> None:
         if batch.base_offset < self.state.end_offset:
@@ -329,24 +383,9 @@ class LogLoader:
             else:
                 self.txn_check.replace_with_replay(seg, self.state_at_segment_start(seg))
 
-    def _handle_bad_bytes(self, seg: LogSegment, exc: CorruptRecordError, last_segment: bool, repair: bool) -> None:
-        """Cut a torn tail; refuse corruption of data that was followed by more data.
-
-        Without `repair` (no lock) bad bytes at the end may be a write in flight: stop there.
-        """
-        if not repair:
-            return
-        position = seg.size
-        if not last_segment:
-            raise exc
-        valid_after = seg.find_valid_batch_after(position)
-        if valid_after is not None:
-            raise CorruptRecordError(
-                f"invalid batch followed by a valid one at byte {valid_after}; refusing to cut acknowledged data",
-                path=seg.log_path,
-                position=position,
-            )
-        seg.truncate(position, seg.next_offset)
+    def _cut_torn_tail(self, seg: LogSegment) -> None:
+        """Cut a torn tail at the end of the last whole batch (caller holds the lock: no write is in flight)."""
+        seg.truncate(seg.size, seg.next_offset)
         delete_snapshots_after(self.directory, seg.next_offset)
 
     # ---- derived files: the indexes ---------------------------------------------------------------
@@ -371,8 +410,11 @@ class LogLoader:
                 self.repair_indexes(seg, repair)
 
     def repair_indexes(self, seg: LogSegment, repair: bool) -> None:
-        """Rebuild `seg`'s indexes from its batches when `repair` (lock held), else stop trusting them."""
-        if repair:
+        """Rebuild `seg`'s indexes from its batches when `repair` (lock held), else stop trusting them.
+
+        A view that met corruption rebuilds nothing: the rebuild would stop at the damage.
+        """
+        if repair and self.corruption is None:
             self.rebuild_indexes(seg)
         else:
             seg.indexes_trusted = False

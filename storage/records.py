@@ -362,9 +362,7 @@ class RecordBatch(_native.BatchHeader):
         """
         count = self.records_count
         if count < 0:
-            raise InvalidRecordError(
-                f"negative record count {count} in batch with base offset {self.base_offset} at byte {self.position}"
-            )
+            raise self._corrupt(f"negative record count {count}")
         if count == 0 and self.size == HEADER_SIZE:
             return False  # emptied by compaction: only the header survives
         self.compression  # noqa: B018 - UnsupportedCompressionTypeError for codes 5-7
@@ -377,6 +375,14 @@ class RecordBatch(_native.BatchHeader):
             return _native.decode_records(self._buf, self._at, self, cls)
         except CodecError as exc:
             raise self._codec_error(exc) from None
+
+    def check_records(self) -> None:
+        """Decode every record as every reader does, keeping none; raises where a reader would.
+
+        `txlog verify` runs this on each batch, so it finds exactly the batches readers refuse
+        (a valid CRC over an impossible record count or key length) with the readers' decoder.
+        """
+        self._decoded(None)
 
     def consumer_records(self, cls: type, topic: str, partition: int, start: int, end: int) -> list:
         """The records at offsets in [start, end) as `cls` tuples of a Consumer's twelve fields.

@@ -251,7 +251,7 @@ def _reads(
         used = sum(batch.size for batch in batches)
         budget -= used
         position = batches[-1].next_offset
-        if walk.room <= 0 or budget <= 0 or position >= upper:
+        if walk.room <= 0 or walk.stopped or budget <= 0 or position >= upper:
             return
         per_record = used / max(1, sum(batch.records_count for batch in batches))
         want = min(budget, max(_MIN_READ_BYTES, int(walk.room * per_record * 1.25)))
@@ -272,6 +272,7 @@ class _Walk:
         self.records: list[ConsumerRecord] = []
         self.next_offset = start_offset
         self.fetched_bytes = 0  # sizes of the batches records were taken from
+        self.stopped = False  # at a batch whose records cannot be decoded: the next fetch starts there
 
     @property
     def room(self) -> int:
@@ -293,7 +294,15 @@ class _Walk:
             room = self.max_records - len(out)
             if room <= 0:
                 return
-            records = _consumer_records(self.log, batch, start, end)
+            try:
+                records = _consumer_records(self.log, batch, start, end)
+            except CorruptRecordError:
+                if not out:
+                    raise
+                # Kafka's fetcher: the records parsed before a corrupt batch are returned, and
+                # the next fetch, which starts at that batch, raises (rule 17).
+                self.stopped = True
+                return
             if len(records) > room:  # the batch is cut after the last record taken
                 del records[room:]
                 out.extend(records)

@@ -482,28 +482,27 @@ def test_invalid_batch_before_valid_data_is_corruption(fill_template, tmp_path, 
     before = {pth: _sha(pth) for pth in _log_files(path)}
     originals = {o: b for _, bs in view for _, b in bs for o in range(b.base_offset, b.last_offset + 1)}
 
-    # Recovery scans everything after the newest usable snapshot: corruption there must stop the open.
+    # Recovery scans everything after the newest usable snapshot: corruption there must stop every
+    # write. The open itself succeeds, so the batches before the damage stay readable (issue 23).
     scanned_on_open = snapshots == "deleted" or (shutdown == "crash" and where.startswith("active"))
     store = Store.open(path)
     try:
-        try:
-            log = store.partition(TOPIC, 0)
-        except CorruptRecordError as exc:
+        log = store.partition(TOPIC, 0)
+        if scanned_on_open:
+            data, _ = make_batch(9_999, 0, ts_base=TS_BASE, **FILL_SIZES)
+            with pytest.raises(CorruptRecordError) as refused:
+                log.append(data)
+            exc = refused.value
             assert exc.path == seg_path, f"error names {exc.path}, the bad batch is in {seg_path}"
             assert exc.position == bpos, f"error names byte {exc.position}, the bad batch starts at {bpos}"
             assert seg_path in str(exc) and str(bpos) in str(exc)
-        else:
-            assert not scanned_on_open, "reopening for writing must refuse a log whose scanned part is corrupt"
-            # Not scanned on open (covered by a snapshot): reading the range must refuse, not serve garbage.
-            for o in range(bad.base_offset, bad.last_offset + 1):
-                with pytest.raises(CorruptRecordError) as info:
-                    log.read(o)
-                assert info.value.path == seg_path
+        # Reading the range must refuse, not serve garbage.
+        for o in range(bad.base_offset, bad.last_offset + 1):
+            with pytest.raises(CorruptRecordError) as info:
+                log.read(o)
+            assert info.value.path == seg_path
     finally:
-        try:
-            store.close()
-        except CorruptRecordError:
-            pass
+        store.close()
     assert {pth: _sha(pth) for pth in _log_files(path)} == before, "corrupt data must never be cut or rewritten"
 
     # A lock-free reader never gets garbage: a batch it returns is the original one.
