@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from storage.compression import Compression
 from storage.errors import CorruptSnapshotError
-from storage.file_check import DEFAULT_MAX_MESSAGE_SIZE, offset_index_sanity, time_index_sanity
+from storage.file_check import DEFAULT_MAX_MESSAGE_SIZE, index_entry_mismatch, offset_index_sanity, time_index_sanity
 from storage.file_records import FileRecords
 from storage.legacy_records import LegacyMessage, records_of
 from storage.log_files import (
@@ -490,11 +490,6 @@ def _log_to_verify_against(path: str, problems: Problems) -> FileRecords | None:
         return None
 
 
-def _first_batch(log: FileRecords, start: int, end: int | None = None) -> RecordBatch | LegacyMessage | None:
-    """The first whole batch (or legacy entry) from byte `start`, CRC unchecked; None if there is none."""
-    return next(log.batches(start, end, verify_crc=False, legacy=True), None)
-
-
 def dump_index(path: str, opts: Options, problems: Problems) -> Iterator[dict[str, Any]]:
     base = base_offset_of(path)
     entries, _ = _stored(OffsetIndex, path, base)
@@ -510,14 +505,13 @@ def dump_index(path: str, opts: Options, problems: Problems) -> Iterator[dict[st
             if offset == base and i > 0:
                 return  # the zero-filled tail of a preallocated index
             if log is not None:
-                # DumpLogSegments reads at most max-message-size bytes at the indexed position.
-                first = (
-                    _first_batch(log, position, min(log.size(), position + opts.max_message_size))
-                    if position >= 0
-                    else None
+                # The writers' layouts, as `txlog verify` accepts them (an append's largest offset at
+                # its first batch): kafka-dump-log's first-batch check flags every group commit.
+                following = entries[i + 1][1] if i + 1 < len(entries) and entries[i + 1][0] != base else None
+                log_offset = index_entry_mismatch(
+                    log, offset, position, following, max_message_size=opts.max_message_size
                 )
-                log_offset = first.last_offset if first is not None else -1
-                if log_offset != offset:
+                if log_offset is not None:
                     problems._add(problems.index_mismatches, path, (offset, log_offset))
             if not opts.verify_only:
                 yield {"type": "indexEntry", "offset": offset, "position": position}

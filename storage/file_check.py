@@ -195,16 +195,29 @@ class _Span:
     max_timestamp: int
 
 
-def _append_last_offset(records: FileRecords, position: int, size: int, offset: int, before: int) -> int | None:
-    """None if an append indexed as (`offset`, `position`) fits the log; else the last offset of the
-    batch at `position` (-1: no batch there), for the finding.
+def index_entry_mismatch(
+    records: FileRecords,
+    offset: int,
+    position: int,
+    before: int | None = None,
+    *,
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+) -> int | None:
+    """None if an offset-index entry (`offset`, `position`) is one a writer makes; else the last
+    offset of the batch at `position` (-1: no batch there), for the finding.
 
-    The batch at `position` must start at or before `offset`, and a batch starting before byte
-    `before` (the next entry's position) must end exactly at it. Headers are read a little at a
-    time, no CRC: the scan of the .log checks every batch already.
+    Kafka's LogSegment.append (and txlog's `LogSegment.append`, which follows it) indexes the
+    largest offset of the batches one append wrote at the position of the first of them;
+    recovery's rebuild indexes one batch at a time. So the batch at `position` must start at
+    or before `offset`, and a batch starting before byte `before` (the next entry's position;
+    default the file's end) must end exactly at it. kafka-dump-log's --verify-index-only asks
+    the first batch alone to end there, which every indexed append of several batches (a
+    producer's group commit) fails. Headers are read a little at a time, with no CRC check.
     """
+    size = records.size()
     if position < 0 or position >= size:
         return -1
+    before = size if before is None else max(before, position + 1)
     try:
         headers = records.headers(position, size, chunk_size=4096)
         first = next(headers, None)
@@ -220,8 +233,7 @@ def _append_last_offset(records: FileRecords, position: int, size: int, offset: 
     except UnsupportedForMessageFormatError:
         # Pre-0.11 messages (a Kafka log dir): kafka-dump-log's own check, the first message alone.
         message = next(
-            records.batches(position, min(size, position + DEFAULT_MAX_MESSAGE_SIZE), verify_crc=False, legacy=True),
-            None,
+            records.batches(position, min(size, position + max_message_size), verify_crc=False, legacy=True), None
         )
         last = message.last_offset if message is not None else -1
         return None if last == offset else last
@@ -433,25 +445,17 @@ class PartitionFileCheck:
             self._time_index(path, base, spans)
 
     def _offset_index(self, records: FileRecords, path: str, base: int) -> None:
-        """Each entry must be what a writer puts there: the last offset of an append, at its first batch.
-
-        Kafka's LogSegment.append (and txlog's `LogSegment.append`, which follows it) indexes the
-        largest offset of the batches one append wrote at the position of the first of them;
-        recovery's rebuild indexes one batch at a time. So an entry is right when a batch starts
-        at its position and a batch from there, before the next entry's position, ends at its
-        offset. kafka-dump-log's --verify-index-only asks the first batch alone to end there,
-        which every append of several batches (a producer's group commit) fails.
-        """
+        """Each entry must be what a writer puts there: the last offset of an append, at its first batch
+        (`index_entry_mismatch`)."""
         with OffsetIndex(path, base, writable=False) as index:
             entries = index.stored_entries()
-        size = records.size()
         mismatches: list[tuple[int, int]] = []
         try:
             for i, (offset, position) in enumerate(entries):
                 if offset == base and i > 0:
                     break  # the zero-filled tail of a preallocated index
-                following = entries[i + 1][1] if i + 1 < len(entries) and entries[i + 1][0] != base else size
-                first = _append_last_offset(records, position, size, offset, max(following, position + 1))
+                following = entries[i + 1][1] if i + 1 < len(entries) and entries[i + 1][0] != base else None
+                first = index_entry_mismatch(records, offset, position, following)
                 if first is not None:
                     mismatches.append((offset, first))
         except KafkaError as exc:
@@ -602,11 +606,13 @@ class PartitionFileCheck:
 
     def against_the_log(self, log: PartitionLog) -> None:
         """What the partition's view reports (snapshot + catch-up) against what the scan replayed."""
+        if self.log_damaged or self.next_offset is None:
+            # The damage is the finding; what either side replayed past it is not known (and the
+            # view refuses to state its transactions there, PartitionLog.check_transactions_known).
+            return
         leo, lso, start = log.log_end_offset, log.last_stable_offset, log.log_start_offset
         if lso > leo:
             self.add(Severity.ERROR, None, lso, f"last stable offset {lso} is past the log end offset {leo}")
-        if self.log_damaged or self.next_offset is None:
-            return  # the view and the scan stop at different places in damaged data: nothing more to compare
         if leo != self.next_offset:
             self.add(
                 Severity.ERROR,

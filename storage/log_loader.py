@@ -10,9 +10,11 @@ replay is empty; after a crash only the tail since the last snapshot is scanned
 Catching up on what other processes appended is the same replay, started where this view
 stopped, so the partition log calls `replay` for that too.
 
-`repair` means the caller holds the partition's writer lock: every byte past the last whole
+`repair` means the caller holds the partition's writer lock: a torn tail past the last whole
 batch then belongs to a dead writer and may be cut, and derived files may be rewritten.
-Without it (a reader, or a read-only store) nothing is written: damage is noted instead.
+Without it (a reader, or a read-only store) nothing is written and a torn tail is just not
+visible. Corruption (bad bytes followed by valid batches, or in a sealed segment) is the same
+for both: noted, passed over to the file's real end, never cut (`FileRecords.judge_damage`).
 
 The loader fills the partition log's segment list in place (the list is shared, as Kafka's
 LogLoader fills the log's `LogSegments`) and restores the producer state it is given.
@@ -91,9 +93,11 @@ class LogLoader:
         self.txn_check = txn_check
         self.read_only = read_only
         self._clock = clock
-        # Damage a view that may not repair found below its last segment: writes are refused
-        # with it, reads of that range raise, the segments after it stay readable.
+        # Corruption the replay passed over (docs/reliability-scenarios.md rule 7), read-only or
+        # writable: writes are refused with it, reads of the damaged batch raise, the rest stays readable.
         self.corruption: CorruptRecordError | None = None
+        # The first offset the damage may hold (the end of the whole batches before it).
+        self.corruption_offset = -1
 
     # ---- the whole load -----------------------------------------------------------------------
 
@@ -115,7 +119,7 @@ class LogLoader:
         for seg in self.segments:
             seg.close()
         self.segments.clear()
-        self.corruption = None
+        self.corruption, self.corruption_offset = None, -1
         if repair:
             self._remove_temp_and_orphan_files()
         self.segments.extend(self._open_segments(repair))
@@ -308,6 +312,7 @@ class LogLoader:
                     )
                 if seg.size < seg.file_size():  # damage reached its end: a sealed segment is read to its file end
                     seg.size, seg.next_offset = seg.file_size(), following
+                    self.state.end_offset = max(self.state.end_offset, following)
         return scanned
 
     def _replay_segment(self, seg: LogSegment, position: int, last_segment: bool, repair: bool) -> tuple[int, bool]:
@@ -349,6 +354,7 @@ class LogLoader:
         self.corruption = CorruptRecordError(
             damage.describe(reason[:where] if where >= 0 else reason), path=seg.log_path, position=damage.position
         )
+        self.corruption_offset = seg.next_offset
 
     def _apply_replayed(self, seg: LogSegment, batch: RecordBatch, position: int, repair: bool) -> None:
         if batch.base_offset < self.state.end_offset:

@@ -193,7 +193,27 @@ class PartitionLog:
         """First offset of the earliest open transaction, else the log end (docs/DESIGN.md §6)."""
         with self._mutex:
             self._catch_up(repair=False)
+            self._check_transactions_known()
             return self._lso()
+
+    def check_transactions_known(self) -> None:
+        """Raise the corruption this view's replay passed over if a transaction it holds open began before it.
+
+        The damaged batch may have held that transaction's marker: the view cannot tell an
+        open transaction from one that ended there, so answers about transactions (and a
+        read_committed reader held at the LSO) fail loudly instead of guessing
+        (docs/reliability-scenarios.md rule 7). A view whose snapshot covered the damage
+        replayed none of it and knows its producers.
+        """
+        with self._mutex:
+            self._check_transactions_known()
+
+    def _check_transactions_known(self) -> None:
+        damage = self._loader.corruption
+        if damage is not None and any(
+            first < self._loader.corruption_offset for first in self._state.open_transactions().values()
+        ):
+            raise damage
 
     def bounds(self) -> tuple[int, int, int]:
         """(log start, last stable offset, log end) from one look at the files.
@@ -275,12 +295,14 @@ class PartitionLog:
         """producer id -> first offset of its still-open transaction in this partition."""
         with self._mutex:
             self._catch_up(repair=False)
+            self._check_transactions_known()
             return self._state.open_transactions()
 
     def producer_states(self) -> dict[int, dict]:
         """What the partition remembers per producer (for `describe-producers` and tests)."""
         with self._mutex:
             self._catch_up(repair=False)
+            self._check_transactions_known()
             out = {}
             for pid, e in self._state.producers.items():
                 last = e.batches[-1] if e.batches else None

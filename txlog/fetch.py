@@ -129,6 +129,8 @@ def fetch(
     upper = latest_offset(bounds, isolation)
     stable = latest_offset(bounds, IsolationLevel.READ_COMMITTED)  # Kafka's LSO is never past the HW either
     if start_offset >= upper:
+        if isolation is IsolationLevel.READ_COMMITTED and upper < log_end:
+            log.check_transactions_known()  # held at an LSO that damage may have left behind: say so
         return FetchResult([], start_offset, hw, stable)
     walk = _Walk(log, start_offset, upper, max_records, isolation is IsolationLevel.READ_COMMITTED)
     for read_from, batches in _reads(log, start_offset, upper, max_bytes, walk):

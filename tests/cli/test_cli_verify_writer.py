@@ -61,6 +61,10 @@ def test_a_group_committed_store_verifies_clean(tmp_path):
     assert appends_of_several_batches(path) > 0, "the sender's group commit wrote no append of several batches"
     code, rows = verify(path)
     assert (code, rows) == (0, [])
+    index = os.path.join(path, "t-0", filename_prefix(0) + ".index")
+    proc = run_txlog("inspect", "--files", index, "--verify-index-only")
+    assert_ok(proc)
+    assert "every entry matches" in proc.stdout, proc.stdout
 
 
 def test_verify_finds_a_batch_readers_refuse(tmp_path):

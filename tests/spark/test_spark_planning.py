@@ -663,3 +663,22 @@ def _first_difference(got: list, want: list) -> str:
         if a != b:
             return f"row {i}: got {a} want {b}"
     return f"lengths differ: got {len(got)} rows, want {len(want)}"
+
+
+@pytest.mark.parametrize("shutdown", ["clean", "crashed"])
+def test_a_plan_over_damage_reaches_the_log_end_and_its_read_fails_at_the_damage(tmp_path, shutdown):
+    """Issue 23: the planner's view of a log with a corrupt batch before valid ones is the file's
+    whole log, not the part before the damage; reading the range raises at the damaged batch."""
+    from storage.errors import CorruptRecordError
+    from tests.txlog.test_damage_views import RECORDS, drop_snapshots, flip_crc, write_store
+
+    store = write_store(str(tmp_path / "store"))
+    path, victim = flip_crc(store)
+    if shutdown == "crashed":
+        drop_snapshots(store)
+    for iso in (RC, RU):
+        (r,) = plan_batch(opts(store, subscribe="t", **{"isolation.level": iso}))
+        assert (r.start, r.end) == (0, RECORDS)
+        with pytest.raises(CorruptRecordError) as err:
+            read_plan([r])
+        assert (err.value.path, err.value.position) == (path, victim.position)

@@ -43,8 +43,11 @@ def batches_of(path: str) -> list:
 
 @pytest.fixture
 def store(tmp_path) -> str:
+    return write_store(str(tmp_path / "store"))
+
+
+def write_store(path: str) -> str:
     """40 records in 20 batches of 2, one young segment: its offset index has no entry yet."""
-    path = str(tmp_path / "store")
     with txlog.Admin(path) as admin:
         admin.create_topic("t", 1, {"retention.ms": -1})
     producer = txlog.Producer(path, linger_ms=60_000)
@@ -282,3 +285,51 @@ def test_transactions_list_fails_at_damage_in_the_transaction_log(store, shutdow
         assert_fails_at(proc, path, victim)
     finally:
         producer.close()
+
+
+# ---- a transaction whose end lies in the damage ---------------------------------------------------------
+
+
+def test_a_transaction_ending_in_the_damage_is_not_reported_open(store):
+    """The replay passed over a COMMIT marker: the view cannot tell whether its transaction ended,
+    so read_committed readers and transaction views fail at the damage instead of waiting on an
+    LSO the damage left behind, or reporting the transaction open."""
+    producer = txlog.Producer(store, transactional_id="T")
+    producer.init_transactions()
+    for value in (b"a", b"b"):
+        producer.begin_transaction()
+        producer.send("t", value, partition=0)
+        producer.commit_transaction()
+    producer.close()
+    plain = txlog.Producer(store)
+    plain.send("t", b"c", partition=0)
+    plain.close()
+    path = segment_path(store)
+    batches = batches_of(path)
+    markers = [b for b in batches if b.is_control]
+    assert len(markers) == 2
+    victim = markers[1]  # the COMMIT of "b", with "c" after it
+    with open(path, "r+b") as f:
+        at = victim.position + victim.size - 1
+        f.seek(at)
+        byte = f.read(1)[0]
+        f.seek(at)
+        f.write(bytes([byte ^ 0x5A]))
+    drop_snapshots(store)
+    with Store.open(store, read_only=True) as s:
+        log = s.partition("t", 0)
+        assert log.log_end_offset == batches[-1].last_offset + 1
+        for view in (lambda: log.open_transactions(), lambda: log.last_stable_offset, log.producer_states):
+            with pytest.raises(CorruptRecordError) as err:
+                view()
+            assert (err.value.path, err.value.position) == (path, victim.position)
+        consumer = txlog.Consumer(s, enable_auto_commit=False)  # read_committed
+        consumer.assign([TP])
+        consumer.seek(TP, RECORDS)
+        assert [r.value for r in consumer.poll(max_records=500)] == [b"a"]
+        with pytest.raises(CorruptRecordError) as err:
+            consumer.poll(max_records=500)
+        assert (err.value.path, err.value.position) == (path, victim.position)
+        consumer.close(autocommit=False)
+    proc = run_txlog("transactions", "find-hanging", "--topic", "t", data_dir=store)
+    assert "Traceback" not in proc.stderr
