@@ -274,31 +274,35 @@ class LogSegment:
     def append(self, chunk: bytes | bytearray, batches: list[tuple[int, int, int]]) -> None:
         """Write one append call's batches; `batches` = (position in chunk, last offset, max timestamp).
 
-        One offset-index entry at most per call (Kafka's leader rule), keyed by the chunk's
-        last offset and its start position, when the bytes since the last indexed batch
-        exceed index.interval.bytes. The caller fsyncs.
+        Indexed batch by batch, as Kafka 4.4's LogSegment.append does: each batch starting more
+        than index.interval.bytes after the last indexed one gets an entry, its own last offset
+        at its own position, so a group commit of several batches is indexed as the same batches
+        appended one at a time would be (and as recovery's rebuild indexes them). The caller fsyncs.
         """
         start = self.size
         write_all(self.fd, chunk)
-        for _, last_offset, max_ts in batches:
+        self.size = start + len(chunk)
+        self.next_offset = batches[-1][1] + 1
+        last = self.offset_index.last_entry()
+        indexed = last[1] if last is not None else 0  # where the last indexed batch starts
+        for at, last_offset, max_ts in batches:
             if self.first_batch_timestamp < 0:
                 self.first_batch_timestamp = max_ts
             if max_ts > self.max_timestamp:
                 self.max_timestamp = max_ts
                 self.offset_of_max_timestamp = last_offset
-        self.size = start + len(chunk)
-        self.next_offset = batches[-1][1] + 1
-        self._maybe_index(start, batches[-1][1])
+            position = start + at
+            if indexed >= 0 and position - indexed > self.index_interval_bytes:
+                indexed = position if self._index(last_offset, position) else -1
 
-    def _maybe_index(self, position: int, last_offset: int) -> None:
-        last = self.offset_index.last_entry()
-        since = position - (last[1] if last is not None else 0)
-        if since > self.index_interval_bytes:
-            try:
-                self.offset_index.append(last_offset, position)
-            except ValueError:
-                return  # another writer indexed this range already
-            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+    def _index(self, last_offset: int, position: int) -> bool:
+        """One offset-index entry and the time-index entry beside it; False if another writer indexed past it."""
+        try:
+            self.offset_index.append(last_offset, position)
+        except ValueError:
+            return False  # another writer indexed this range already
+        self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+        return True
 
     def truncate(self, position: int, next_offset: int) -> None:
         """Cut the log at `position` (a torn tail) and every index to the same offset."""

@@ -35,11 +35,11 @@ def verify(path: str) -> tuple[int, list[dict]]:
     return proc.returncode, json.loads(proc.stdout)
 
 
-def appends_of_several_batches(path: str, topic: str = "t", partition: int = 0) -> int:
-    """Index entries whose position's first batch ends before the entry's offset: appends of several batches."""
+def index_entries(path: str, topic: str = "t", partition: int = 0) -> list[tuple[int, int, int, int]]:
+    """(entry offset, position, base and last offset of the batch at that position) of every `.index` entry."""
     d = os.path.join(path, f"{topic}-{partition}")
-    found = 0
-    for name in os.listdir(d):
+    out = []
+    for name in sorted(os.listdir(d)):
         if not name.endswith(".index"):
             continue
         base = int(name.split(".")[0])
@@ -48,8 +48,9 @@ def appends_of_several_batches(path: str, topic: str = "t", partition: int = 0) 
         with FileRecords.open(os.path.join(d, name[: -len(".index")] + ".log")) as records:
             for offset, position in entries:
                 header = records.header_at(position)
-                found += header is not None and header.last_offset < offset
-    return found
+                assert header is not None
+                out.append((offset, position, header.base_offset, header.last_offset))
+    return out
 
 
 def test_a_group_committed_store_verifies_clean(tmp_path):
@@ -58,13 +59,73 @@ def test_a_group_committed_store_verifies_clean(tmp_path):
     assert_ok(run_txlog("topics", "create", "t", data_dir=path))
     lines = "".join(f"{i}\n" for i in range(1, 20001))
     assert_ok(run_txlog("produce", "-t", "t", input=lines, data_dir=path))
-    assert appends_of_several_batches(path) > 0, "the sender's group commit wrote no append of several batches"
     code, rows = verify(path)
     assert (code, rows) == (0, [])
     index = os.path.join(path, "t-0", filename_prefix(0) + ".index")
     proc = run_txlog("inspect", "--files", index, "--verify-index-only")
     assert_ok(proc)
     assert "every entry matches" in proc.stdout, proc.stdout
+
+
+def group_appends(path: str, groups: int, per_group: int = 3, partition: int = 0) -> None:
+    """What the sender's group commit appends, made certain: appends of several batches of one
+    idempotent producer with consecutive sequences (whether the sender groups depends on timing)."""
+    with Store.open(path) as store:
+        pid = store.allocate_producer_id()
+        seq = 0
+        for g in range(groups):
+            batches = []
+            for b in range(per_group):
+                records = [(None, b"g%03d-b%d-r%d" % (g, b, r) * 4, None, None) for r in range(4)]
+                batches.append(build_batch(records, producer_id=pid, producer_epoch=0, base_sequence=seq))
+                seq += len(records)
+            store.partition("t", partition).append(b"".join(batches))
+
+
+def test_the_writer_indexes_a_group_commit_batch_by_batch_as_kafka_does(tmp_path):
+    """Kafka 4.4's LogSegment.append: each indexed batch of an append gets its own last offset at its own
+    position, so kafka-dump-log's first-batch check holds too (txlog indexed the append's last offset)."""
+    path = str(tmp_path / "store")
+    with txlog.Admin(path) as admin:
+        admin.create_topic("t", 1, {"index.interval.bytes": 200})
+    group_appends(path, groups=20)
+    entries = index_entries(path)
+    assert len(entries) > 10
+    assert all(offset == last for offset, _, _, last in entries), entries
+
+
+def test_verify_accepts_the_older_layout_of_an_append_and_refuses_a_wrong_entry(tmp_path):
+    """Kafka 3.x (and txlog before) indexed an append of several batches as its largest offset at its first
+    batch: readers find every offset through it, so verify accepts it. An offset inside a batch, or one no
+    batch from that position ends at before the next entry, is damage."""
+    path = str(tmp_path / "store")
+    with txlog.Admin(path) as admin:
+        admin.create_topic("t", 1, {"index.interval.bytes": 1 << 20})  # the writer indexes nothing
+    group_appends(path, groups=4)
+    log = os.path.join(path, "t-0", filename_prefix(0) + ".log")
+    with FileRecords.open(log) as records:
+        batches = list(records.batches())
+    index = log[: -len(".log")] + ".index"
+
+    def write_index(entries: list[tuple[int, int]]) -> None:
+        with open(index, "wb") as f:
+            for offset, position in entries:
+                f.write(struct.pack(">ii", offset, position))
+
+    appends = [batches[i : i + 3] for i in range(0, len(batches), 3)]
+    write_index([(a[-1].last_offset, a[0].position) for a in appends[1:]])  # the older layout
+    assert verify(path) == (0, [])
+    inspected = run_txlog("inspect", "--files", index, "--verify-index-only")
+    assert_ok(inspected)
+    inside = batches[4]
+    write_index([(inside.base_offset, inside.position)])  # not a batch's last offset
+    code, rows = verify(path)
+    assert code == 3 and [r["offset"] for r in rows] == [inside.base_offset], rows
+    first, second = appends[1], appends[2]
+    # An entry whose append would run past the next entry's position: no writer indexes inside an append.
+    write_index([(first[-1].last_offset, first[0].position), (second[-1].last_offset, first[1].position)])
+    code, rows = verify(path)
+    assert code == 3 and [r["offset"] for r in rows] == [first[-1].last_offset], rows
 
 
 def test_verify_finds_a_batch_readers_refuse(tmp_path):
