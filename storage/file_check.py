@@ -4,13 +4,16 @@ What `txlog verify` reports about files, as a library: per partition it walks ea
 with the one batch reader (`FileRecords`) and checks
 
 * every batch frames and has a valid CRC, and offsets increase across segments (and are
-  dense in a txlog store: a Kafka log dir has gaps after compaction). Bad bytes at the very
-  end of the *active* segment with no valid batch after them are a torn/unflushed tail (a
-  writer died mid-write; the next writer cuts it): a warning. Bad bytes followed by valid
-  data, or anywhere in a sealed segment: an error;
+  dense in a txlog store: a Kafka log dir has gaps after compaction). Bad bytes are judged
+  by the rule every view applies (`FileRecords.judge_damage`): at the very end of the
+  *active* segment with no valid batch after them, a torn/unflushed tail (a writer died
+  mid-write; the next writer cuts it), a warning; followed by valid data, or anywhere in a
+  sealed segment, an error;
+* every batch's records decode with the readers' own decoder (`RecordBatch.check_records`):
+  a valid CRC over records no reader can decode is an error;
 * `.index` / `.timeindex`: the broker's sanity check, then every entry against the log
-  (`.index` as kafka-dump-log checks it; `.timeindex` for what Kafka writes: a batch holds
-  the entry's offset, anywhere inside it, and has its timestamp);
+  (`.index` for every layout a writer makes, `index_entry_mismatch`; `.timeindex` for what
+  Kafka writes: a batch holds the entry's offset, anywhere inside it, and has its timestamp);
 * `.txnindex` entries against the ABORT markers replayed from the log, both ways;
 * in a Kafka log dir, the log end against the offsets the broker checkpointed at the root;
 * producer state replayed from the log against what the partition reports (its snapshot
@@ -33,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from storage.errors import (
     CorruptRecordError,
     CorruptSnapshotError,
+    InvalidRecordError,
     KafkaError,
     UnsupportedCompressionTypeError,
     UnsupportedForMessageFormatError,
@@ -366,7 +370,7 @@ class PartitionFileCheck:
         """The readers' own decoding of the batch's records: what every reader refuses is an error here."""
         try:
             batch.check_records()
-        except (CorruptRecordError, UnsupportedCompressionTypeError) as exc:
+        except (CorruptRecordError, InvalidRecordError, UnsupportedCompressionTypeError) as exc:
             what = f"batch at byte {batch.position}: readers refuse it ({exc})"
             self.add(Severity.ERROR, path, batch.base_offset, what)
 

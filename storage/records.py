@@ -362,7 +362,9 @@ class RecordBatch(_native.BatchHeader):
         """
         count = self.records_count
         if count < 0:
-            raise self._corrupt(f"negative record count {count}")
+            raise InvalidRecordError(
+                f"negative record count {count} in batch with base offset {self.base_offset} at byte {self.position}"
+            )
         if count == 0 and self.size == HEADER_SIZE:
             return False  # emptied by compaction: only the header survives
         self.compression  # noqa: B018 - UnsupportedCompressionTypeError for codes 5-7

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import NamedTuple
 
-from storage.errors import CorruptRecordError, OffsetOutOfRangeError
+from storage.errors import CorruptRecordError, InvalidRecordError, OffsetOutOfRangeError
 from storage.partition_log import PartitionLog
 from storage.records import RecordBatch
 from storage.transaction_index import AbortedTxn
@@ -298,11 +298,11 @@ class _Walk:
                 return
             try:
                 records = _consumer_records(self.log, batch, start, end)
-            except CorruptRecordError:
+            except (CorruptRecordError, InvalidRecordError):
                 if not out:
                     raise
-                # Kafka's fetcher: the records parsed before a corrupt batch are returned, and
-                # the next fetch, which starts at that batch, raises (rule 17).
+                # Kafka's fetcher: the records parsed before a batch that cannot be decoded are
+                # returned, and the next fetch, which starts at that batch, raises (rule 17).
                 self.stopped = True
                 return
             if len(records) > room:  # the batch is cut after the last record taken

@@ -16,6 +16,7 @@ import os
 import struct
 import tempfile
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -128,7 +129,8 @@ def test_verify_accepts_the_older_layout_of_an_append_and_refuses_a_wrong_entry(
     assert code == 3 and [r["offset"] for r in rows] == [first[-1].last_offset], rows
 
 
-def test_verify_finds_a_batch_readers_refuse(tmp_path):
+@pytest.mark.parametrize("count", [1000, -1])
+def test_verify_finds_a_batch_readers_refuse(tmp_path, count):
     """A valid CRC over an impossible record count: every reader raises there, so verify reports it."""
     path = str(tmp_path / "store")
     with txlog.Admin(path) as admin:
@@ -144,14 +146,15 @@ def test_verify_finds_a_batch_readers_refuse(tmp_path):
     with open(log, "r+b") as f:
         f.seek(victim.position)
         data = bytearray(f.read(victim.size))
-        struct.pack_into(">i", data, RECORDS_COUNT_OFFSET, 1000)
+        struct.pack_into(">i", data, RECORDS_COUNT_OFFSET, count)
         struct.pack_into(">I", data, CRC_OFFSET, crc32c(bytes(data[CRC_COVERED_START:])))
         f.seek(victim.position)
         f.write(data)
     code, rows = verify(path)
     assert code == 3
     assert [(r["severity"], r["file"], r["offset"]) for r in rows] == [("error", os.path.basename(log), 3)]
-    assert f"byte {victim.position}" in rows[0]["finding"] and "1000 records" in rows[0]["finding"]
+    assert f"byte {victim.position}" in rows[0]["finding"]
+    assert ("1000 records" if count > 0 else "negative record count") in rows[0]["finding"]
 
 
 # ---- every producer path, as a property ------------------------------------------------------------

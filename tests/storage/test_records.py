@@ -674,11 +674,9 @@ def test_malformed_records_are_corrupt(region: bytes, count: int, message: str |
     assert (info.value.position, info.value.path) == (5, "bad.log")
 
 
-def test_negative_record_count_is_corrupt_at_the_batch_position() -> None:
-    log = b"\x00" * 5 + craft(simple_batch(1), records_count=-1)
-    with pytest.raises(CorruptRecordError, match="negative record count") as info:
-        RecordBatch.parse(log, 5, path="bad.log").records()
-    assert (info.value.position, info.value.path) == (5, "bad.log")
+def test_negative_record_count_is_invalid() -> None:
+    with pytest.raises(InvalidRecordError, match="negative record count"):
+        decoded(craft(simple_batch(1), records_count=-1))
 
 
 def test_invalid_utf8_header_key_is_read_like_java() -> None:

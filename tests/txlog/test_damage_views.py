@@ -18,7 +18,7 @@ import pytest
 
 import txlog
 from storage import Store
-from storage.errors import CorruptRecordError
+from storage.errors import CorruptRecordError, InvalidRecordError
 from storage.file_records import FileRecords
 from storage.log_files import filename_prefix
 from storage.records import CRC_COVERED_START, CRC_OFFSET, RECORDS_COUNT_OFFSET, RECORDS_OFFSET, crc32c
@@ -94,8 +94,8 @@ def craft(store: str, victim: int, how: str):
     with open(path, "r+b") as f:
         f.seek(batch.position)
         data = bytearray(f.read(batch.size))
-        if how == "count":
-            struct.pack_into(">i", data, RECORDS_COUNT_OFFSET, 1000)
+        if how in ("count", "negative"):
+            struct.pack_into(">i", data, RECORDS_COUNT_OFFSET, 1000 if how == "count" else -1)
         else:
             # first record: length varint (1 byte: records are short), attributes, timestamp delta 0,
             # offset delta 0, then the key length (-1, no key): 50 instead runs past the record
@@ -185,7 +185,7 @@ def test_consumer_end_offsets_and_poll_at_a_bad_crc(store, read_only, shutdown):
         s.close()
 
 
-@pytest.mark.parametrize("how", ["count", "key"])
+@pytest.mark.parametrize("how", ["count", "key", "negative"])
 def test_poll_returns_the_records_before_an_undecodable_batch_then_raises(store, how):
     path, victim = craft(store, 3, how)
     with Store.open(store, read_only=True) as s:
@@ -194,6 +194,10 @@ def test_poll_returns_the_records_before_an_undecodable_batch_then_raises(store,
         consumer.seek_to_beginning(TP)
         assert values(consumer.poll(max_records=500)) == list(range(victim.base_offset))
         for _ in range(2):  # and on every later poll, not only the first
+            if how == "negative":  # Kafka's InvalidRecordException ("Found invalid record count")
+                with pytest.raises(InvalidRecordError, match=f"byte {victim.position}"):
+                    consumer.poll(max_records=500)
+                continue
             with pytest.raises(CorruptRecordError) as err:
                 consumer.poll(max_records=500)
             assert (err.value.path, err.value.position) == (path, victim.position)
