@@ -39,10 +39,6 @@ def test_consume_of_a_bomb_is_one_error_naming_file_and_byte(bombed):
     assert "inflates past 67108864 bytes" in message and f"in {log} at byte 0" in message, message
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="verify does not decode records yet: issue 23 item 2 (verify runs the readers' decoding) makes it pass",
-)
 def test_verify_reports_a_bomb_as_a_finding(bombed):
     path, log = bombed
     proc = txlog("verify", "--output", "json", data_dir=path)
