@@ -106,9 +106,23 @@ def _unlink_quietly(path: str) -> None:
 
 def is_disk_full(exc: BaseException) -> bool:
     """True when an error chain bottoms out in ENOSPC or EDQUOT."""
+    return _chain_errno(exc, (errno.ENOSPC, errno.EDQUOT)) is not None
+
+
+# The disk (or the directory's permissions) says no to a write: full, a quota, a read-only mount,
+# no permission. Unlike EIO these say nothing about the bytes already there, so a reader goes on.
+WRITE_REFUSALS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
+
+
+def write_refused(exc: BaseException) -> OSError | None:
+    """The OSError in `exc`'s chain saying the disk refused a write (WRITE_REFUSALS), or None."""
+    return _chain_errno(exc, WRITE_REFUSALS)
+
+
+def _chain_errno(exc: BaseException, codes: tuple[int, ...]) -> OSError | None:
     link: BaseException | None = exc
     while link is not None:
-        if isinstance(link, OSError) and link.errno in (errno.ENOSPC, errno.EDQUOT):
-            return True
+        if isinstance(link, OSError) and link.errno in codes:
+            return link
         link = link.__cause__
-    return False
+    return None

@@ -29,6 +29,7 @@ a read-only view (or one whose fsync failed) keeps its repairs in memory instead
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -38,6 +39,7 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 
 from storage.config import TopicConfig
+from storage.durable import write_refused
 from storage.errors import (
     CorruptIndexError,
     CorruptRecordError,
@@ -55,6 +57,7 @@ from storage.legacy_records import LegacyMessage
 from storage.lock import FileLock, writer_lock_if_free
 from storage.log_files import log_file
 from storage.log_loader import LEADER_EPOCH, LogLoader, readable_end, segment_index_for
+from storage.producer_snapshot import list_snapshots
 from storage.producer_state import (
     BatchMetadata,
     ProducerAppend,
@@ -67,6 +70,8 @@ from storage.retention import delete_segments, segments_past_retention
 from storage.segment import LogSegment
 from storage.transaction_index import AbortedTxn, collect_aborted
 from storage.txnindex_check import AbortReplay, TxnIndexCheck, write_txn_counts
+
+_log = logging.getLogger(__name__)
 
 LOCK_FILE = "txlog.lock"
 MAX_RELATIVE_OFFSET = 2**31 - 1
@@ -162,16 +167,49 @@ class PartitionLog:
             directory, config, self._segments, self._state, self._txn_check, read_only=read_only, clock=clock
         )
         self._failed: str | None = None
+        # Why this view of a writable store may not write (the disk refused recovery's writes at open).
+        self._write_refused: str | None = None
+        # Log data this view wrote that no fdatasync covers yet: close must make it durable or say so.
+        self._own_unsynced = False
         self._last_expiry_check = 0
         self._closed = False
         if read_only:
             with self._mutex:
                 self._loader.load(repair=False)
         else:
-            os.makedirs(directory, exist_ok=True)
-            with self._mutex, self._writer_lock:
-                self._loader.load(repair=True)
-                self._recover_high_watermark()
+            try:
+                os.makedirs(directory, exist_ok=True)
+                with self._mutex, self._writer_lock:
+                    self._loader.load(repair=True)
+                    self._recover_high_watermark()
+            except (KafkaStorageError, OSError) as exc:
+                refusal = write_refused(exc)
+                if refusal is None or self._failed:
+                    raise
+                self._open_without_writing(refusal)
+
+    def _open_without_writing(self, refusal: OSError) -> None:
+        """The disk refused recovery's writes (full, read-only, no permission): open as a read-only view.
+
+        Readers never need to write (docs/reliability-scenarios.md scenario 66): the view reads
+        by the read-only rules (a torn tail is not cut but never shown, repairs stay in memory),
+        and every write through it is refused with the reason. Reopening once the disk takes
+        writes again recovers the files.
+        """
+        self._write_refused = (
+            f"the disk refused recovery's writes when it was opened ({refusal.strerror or refusal}); "
+            "reopen the store once it can be written"
+        )
+        self.read_only = True
+        self._loader.read_only = True
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
+        self._hw_file.close()
+        self._hw_file = HighWatermarkFile(self.directory, writable=False)
+        self._durable = 0
+        with self._mutex:
+            self._loader.load(repair=False)
 
     # ---- public properties ---------------------------------------------------------------------
 
@@ -387,6 +425,8 @@ class PartitionLog:
         return self._lock
 
     def _check_writable(self) -> None:
+        if self._write_refused:
+            raise KafkaStorageError(f"partition {self.topic}-{self.partition} cannot be written: {self._write_refused}")
         if self.read_only:
             raise ReadOnlyStoreError(f"{self.directory} is open read-only")
         if self._failed:
@@ -628,8 +668,29 @@ class PartitionLog:
         except KafkaStorageError:
             self._undo_partial_write(segment, before_size, before_next, saved)
             raise
+        self._own_unsynced = True
+        self._check_not_deleted(segment)
         if sync:
             self._make_durable(segment)
+
+    def _check_not_deleted(self, segment: LogSegment) -> None:
+        """Refuse to acknowledge bytes written into a file nobody can open any more (lock held).
+
+        A store directory deleted under an open writer (`rm -rf`, `topics delete` from another
+        process) leaves this view's descriptors on unlinked files: writes to them succeed and
+        reach nobody. One fstat per append call (a group commit), so the check costs nothing
+        next to the write; the partition then refuses every write, as Kafka takes a log dir
+        offline (KafkaStorageException). Scenario 67 in docs/reliability-scenarios.md.
+        """
+        try:
+            links = os.fstat(segment.fd).st_nlink
+        except OSError as exc:
+            links, why = 0, exc.strerror
+        else:
+            why = "its file was deleted"
+        if links == 0:
+            self._failed = f"{segment.log_path} is gone ({why}): the store or topic was deleted while open"
+            raise KafkaStorageError(f"partition {self.topic}-{self.partition} refuses writes: {self._failed}")
 
     def _make_durable(self, segment: LogSegment) -> None:
         """fdatasync `segment` (the active one, or the one a roll seals) and publish HW = its end; lock held.
@@ -643,6 +704,7 @@ class PartitionLog:
             self._failed = f"fsync failed ({exc}); reopen the store to recover"
             raise
         self._durable = segment.next_offset
+        self._own_unsynced = False
         self._hw_file.publish(self._durable)
 
     def sync(self) -> int:
@@ -666,6 +728,7 @@ class PartitionLog:
         if max(self._durable, -1 if stored is None else stored) < end:
             self._make_durable(active)
         self._durable = max(self._durable, end)
+        self._own_unsynced = False
         return end
 
     def _recover_high_watermark(self) -> None:
@@ -995,18 +1058,21 @@ class PartitionLog:
                 seg.time_index.flush()
 
     def close(self) -> None:
-        """Clean close: the log synced (HW = log end), then a snapshot at the log end so the next open scans nothing."""
+        """Clean close: the log synced (HW = log end), then a snapshot at the log end so the next open scans nothing.
+
+        Only a failure to make this view's own appends durable is raised: the snapshot and the
+        sealed indexes are derived files the next open rebuilds, and a view that only read has
+        nothing of its own to make durable, so their failures (a full disk) are logged instead
+        (docs/reliability-scenarios.md scenario 66).
+        """
         with self._mutex:
             if self._closed:
                 return
             try:
                 if not self.read_only and not self._failed and self._loader.corruption is None:
                     with self._writer_lock:
-                        self._catch_up(repair=True)
-                        self._sync_locked()
-                        self._segments[-1].seal()
-                        self._loader.snapshot()
-                        self._clean_snapshots(keep_latest=True)
+                        if self._sync_on_close():
+                            self._save_derived_files_on_close()
             finally:
                 for seg in self._segments:
                     seg.close()
@@ -1014,6 +1080,32 @@ class PartitionLog:
                 if self._lock is not None:
                     self._lock.close()
                 self._closed = True
+
+    def _sync_on_close(self) -> bool:
+        """Catch up and sync (lock held); whether the close may go on to write its derived files."""
+        try:
+            self._catch_up(repair=True)
+            self._sync_locked()
+        except (KafkaStorageError, OSError) as exc:
+            if self._own_unsynced:
+                raise  # this view's own appends may not be durable: the caller must hear it
+            _log.warning("closing %s: could not sync a tail other writers left (%s)", self, exc)
+            return False
+        return True
+
+    def _save_derived_files_on_close(self) -> None:
+        """Seal the active segment's indexes and snapshot at the log end (lock held); a failure is logged."""
+        if not os.path.isdir(self.directory):
+            return  # deleted under us (scenario 67): there is nowhere to save them, nor anyone to read them
+        try:
+            self._segments[-1].seal()
+            snapshots = list_snapshots(self.directory)
+            if snapshots and snapshots[-1][0] == self._state.end_offset:
+                return  # closed cleanly before, nothing since: a reader's close writes nothing
+            self._loader.snapshot()
+            self._clean_snapshots(keep_latest=True)
+        except (KafkaStorageError, OSError) as exc:
+            _log.warning("closing %s: no snapshot at the log end (%s); the next open replays the tail", self, exc)
 
     def __repr__(self) -> str:
         return f"PartitionLog({self.topic}-{self.partition})"

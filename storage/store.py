@@ -78,6 +78,7 @@ class Store:
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._lock = None if read_only else FileLock(os.path.join(root, STORE_LOCK))
         self._pids = None if read_only else ProducerIdAllocator(root)
+        self.unwritable: str | None = None  # why `open_for_reading` opened it read-only
         self._closed = False
 
     @staticmethod
@@ -109,6 +110,24 @@ class Store:
                 store._write_meta({})
         return store
 
+    @classmethod
+    def open_for_reading(cls, path: str | os.PathLike, *, clock: Callable[[], int] | None = None) -> Store:
+        """Open for a client whose work is reading (a Consumer, Admin): writable if this process may
+        write the directory, else read-only, as `txlog consume` opens it.
+
+        Readers never need to write (docs/reliability-scenarios.md scenario 66). A directory on
+        a read-only mount, or one this user may not write, opens read-only (its writes raise
+        ReadOnlyStoreError naming why). A full disk is found only by writing: its partitions
+        open as read-only views when recovery's writes are refused (`PartitionLog`), and the
+        writes a reader chooses to make (offset commits) fail with KafkaStorageError.
+        """
+        root = os.path.abspath(os.fspath(path))
+        if os.path.isdir(root) and not os.access(root, os.W_OK):
+            store = cls.open(root, read_only=True, clock=clock)
+            store.unwritable = "the directory cannot be written (a read-only file system, or no permission)"
+            return store
+        return cls.open(root, clock=clock)
+
     # ---- metadata ---------------------------------------------------------------------------------
 
     @property
@@ -138,12 +157,17 @@ class Store:
             raise ReadOnlyStoreError(f"{self.root} is open read-only; it cannot be written")
         return self._lock
 
+    def check_writable(self) -> None:
+        """Raise ReadOnlyStoreError (saying why) unless this store may be written; KafkaStorageError if closed."""
+        self._check_writable()
+
     def _check_writable(self) -> None:
         if self._closed:
             raise KafkaStorageError("store is closed")
         if self.read_only:
             what = "a Kafka data directory" if self.kafka_layout else "open read-only"
-            raise ReadOnlyStoreError(f"{self.root} is {what}; it cannot be written")
+            why = f": {self.unwritable}" if self.unwritable else ""
+            raise ReadOnlyStoreError(f"{self.root} is {what}; it cannot be written{why}")
 
     def _topic(self, name: str) -> dict[str, Any]:
         topic = self._topics().get(name)

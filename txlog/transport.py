@@ -17,9 +17,9 @@ docstrings: `abort_expired_transactions` is the coordinator's sweep (markers and
 `__transaction_state` records), and every transaction-coordinator request (`init_producer_id`,
 `add_partitions_to_txn`, `end_txn`, `check_transaction_alive`) first rolls decided transactions
 forward and aborts expired ones, as a broker's background threads would have done. The
-group requests (`offset_fetch` included) create `__consumer_offsets` on a writable store the
-first time any process needs it, and may save a replay snapshot of it (a cache file, never
-log data).
+group requests that write (commits, heartbeats) create `__consumer_offsets` on a writable store
+the first time any process needs it; `offset_fetch` never creates it, and may save a replay
+snapshot of it (a cache file, never log data).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from storage.topic_name import CONSUMER_OFFSETS_TOPIC
 from txlog.coordinator.group_coordinator import GroupCoordinator
 from txlog.coordinator.group_offsets import GroupOffsets
 from txlog.coordinator.transaction_coordinator import TransactionCoordinator
+from txlog.errors import InvalidGroupIdError
 from txlog.fetch import FetchResult, IsolationLevel, fetch, latest_offset
 from txlog.requests import (
     DEFAULT_TRANSACTION_TIMEOUT_MS,
@@ -43,6 +44,7 @@ from txlog.requests import (
     HeartbeatResponse,
     MemberRef,
     ProducerIdAndEpoch,
+    check_id,
 )
 from txlog.schemas.transaction_log import TxnLogValue
 from txlog.topic_partition import OffsetAndMetadata, TopicPartition
@@ -264,7 +266,11 @@ class Transport:
     def offset_commit(
         self, group: str, offsets: Mapping[TopicPartition, OffsetAndMetadata | int], member: MemberRef | None
     ) -> None:
-        """OffsetCommit outside a transaction, fenced by membership (member id and epoch)."""
+        """OffsetCommit outside a transaction, fenced by membership (member id and epoch).
+
+        A store opened read-only refuses it first, saying why (ReadOnlyStoreError), whether or not
+        `__consumer_offsets` exists yet; a disk that refuses the append raises KafkaStorageError."""
+        self.store.check_writable()
         self.group_coordinator.commit_offsets(group, offsets, member)
 
     def offset_fetch(
@@ -272,7 +278,12 @@ class Transport:
     ) -> dict[TopicPartition, OffsetAndMetadata]:
         """OffsetFetch: the group's committed offsets; with `require_stable` a pending transactional
         commit raises UnstableOffsetCommitError (KIP-447). Writes no log data (see the module
-        docstring for the topic it may create and the snapshot it may save)."""
+        docstring for the snapshot it may save). With no `__consumer_offsets` yet nothing was
+        ever committed: the answer is empty and the topic is not created, so a reader on a
+        disk that refuses writes still starts (docs/reliability-scenarios.md scenario 66)."""
+        if not self.store.has_topic(CONSUMER_OFFSETS_TOPIC):
+            check_id(group, "group id", InvalidGroupIdError)  # what the lookup would have refused
+            return {}
         return self.group_offsets.committed(group, partitions, require_stable=require_stable)
 
     def consumer_group_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:

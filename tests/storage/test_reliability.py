@@ -1018,7 +1018,7 @@ def _file_bytes(paths):
 
 
 @pytest.mark.parametrize("kind", ["enospc-write", "eio-fsync"])
-def test_scenario53_snapshot_write_fails_at_close(store_path, monkeypatch, kind):
+def test_scenario53_snapshot_write_fails_at_close(store_path, monkeypatch, caplog, kind):
     s, log, sent, acked = _setup_with_snapshots(store_path)
     d = pdir(store_path)
     previous = _file_bytes(p for _, p in snapshots(d))
@@ -1027,8 +1027,9 @@ def test_scenario53_snapshot_write_fails_at_close(store_path, monkeypatch, kind)
     assert all(o < leo for o, _ in snapshots(d))
     calls = []
     _fail_snapshot_io(monkeypatch, kind, calls)
-    with pytest.raises(KafkaStorageError):
-        s.close()
+    # The data is durable; the snapshot is a derived file the next open rebuilds: logged, not raised (scenario 66).
+    s.close()
+    assert "no snapshot at the log end" in caplog.text
     monkeypatch.undo()
     assert calls
     assert _file_bytes(previous) == previous  # the previous snapshots are intact

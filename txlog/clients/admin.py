@@ -8,6 +8,7 @@ Names follow Kafka's Admin client (`list_transactions`, `describe_producers`,
 from __future__ import annotations
 
 import bisect
+import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -15,9 +16,11 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from storage.durable import write_refused
+from storage.errors import KafkaStorageError
 from storage.records import ControlType
 from storage.store import Store, TopicDescription
-from storage.topic_name import INTERNAL_TOPICS
+from storage.topic_name import CONSUMER_OFFSETS_TOPIC, INTERNAL_TOPICS
 from txlog.coordinator.group_coordinator import GroupCoordinator, GroupDescription, GroupState
 from txlog.coordinator.group_offsets import GroupOffsets
 from txlog.coordinator.transaction_coordinator import (
@@ -28,14 +31,17 @@ from txlog.coordinator.transaction_coordinator import (
 from txlog.errors import (
     GroupNotEmptyError,
     IllegalArgumentError,
+    InvalidGroupIdError,
     InvalidTxnStateError,
     NoOffsetForPartitionError,
     UnknownTopicOrPartitionError,
 )
 from txlog.fetch import IsolationLevel, latest_offset
-from txlog.requests import DEFAULT_TRANSACTION_TIMEOUT_MS, ProducerIdAndEpoch
+from txlog.requests import DEFAULT_TRANSACTION_TIMEOUT_MS, ProducerIdAndEpoch, check_id
 from txlog.schemas.transaction_log import TxnState
 from txlog.topic_partition import OffsetAndMetadata, TopicPartition
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +170,14 @@ class Admin:
         self, store: str | os.PathLike | Store, *, clock: Callable[[], int] | None = None, read_only: bool = False
     ):
         self._own_store = not isinstance(store, Store)
-        self.store = store if isinstance(store, Store) else Store.open(store, read_only=read_only)
+        if isinstance(store, Store):
+            self.store = store
+        elif read_only:
+            self.store = Store.open(store, read_only=True)
+        else:
+            # Writable where this process may write, else read-only: the read views never need a
+            # write (docs/reliability-scenarios.md scenario 66); the writes raise ReadOnlyStoreError.
+            self.store = Store.open_for_reading(store)
         self._clock = clock or _now_ms
         self.coordinator = TransactionCoordinator(self.store, clock=clock)
         self.groups = GroupOffsets(self.store, clock=clock)
@@ -214,9 +227,19 @@ class Admin:
         return self.coordinator.describe(transactional_id)
 
     def _sweep(self) -> None:
-        """Roll forward and time out what a daemon would have by now (never on a read-only store)."""
-        if not self.store.read_only:
+        """Roll forward and time out what a daemon would have by now (never on a read-only store).
+
+        A read view must not fail because the disk refuses the sweep's writes (full): it then
+        answers from the files as a read-only view would, states as last written (scenario 66).
+        """
+        if self.store.read_only:
+            return
+        try:
             self.coordinator.sweep_all()
+        except KafkaStorageError as exc:
+            if write_refused(exc) is None:
+                raise
+            _log.warning("the coordinator's sweep could not write (%s); showing transactions as last written", exc)
 
     def end_transaction(self, transactional_id: str, commit: bool) -> ProducerIdAndEpoch:
         """Commit or abort the open transaction of an id from outside its producer (`txlog commit|abort`)."""
@@ -309,20 +332,27 @@ class Admin:
 
     # ---- consumer groups -----------------------------------------------------------------------------
 
+    def _no_groups_yet(self, group: str | None = None) -> bool:
+        """No `__consumer_offsets`: no group ever committed or joined, and a read view does not create it
+        (a write the disk may refuse; docs/reliability-scenarios.md scenario 66). `group` is checked either way."""
+        if group is not None:
+            check_id(group, "group id", InvalidGroupIdError)
+        return not self.store.has_topic(CONSUMER_OFFSETS_TOPIC)
+
     def list_consumer_groups(self) -> list[str]:
         """Groups with committed or pending offsets or a membership record."""
-        return self.groups.list_groups()
+        return [] if self._no_groups_yet() else self.groups.list_groups()
 
     def list_consumer_group_states(self) -> dict[str, GroupState]:
         """Each group with its state in Kafka's names (Empty, Reconciling, Stable)."""
-        return self.group_coordinator.list_groups()
+        return {} if self._no_groups_yet() else self.group_coordinator.list_groups()
 
     def describe_consumer_group_members(self, group: str) -> GroupDescription | None:
         """Members, their epochs and assignments (kafka-consumer-groups --describe --members/--state)."""
-        return self.group_coordinator.describe(group)
+        return None if self._no_groups_yet(group) else self.group_coordinator.describe(group)
 
     def list_consumer_group_offsets(self, group: str) -> dict[TopicPartition, OffsetAndMetadata]:
-        return self.groups.committed(group)
+        return {} if self._no_groups_yet(group) else self.groups.committed(group)
 
     def describe_consumer_group(self, group: str) -> list[GroupOffsetRow]:
         """Per partition: committed offset, log end and lag, and the member that owns it. Partitions a
@@ -332,6 +362,8 @@ class Admin:
         the latest offset with the admin client's default read_uncommitted isolation): records of an
         open transaction count in the lag, as they do on a broker (checked against one in
         tests/kafka_rig/test_admin_differential.py)."""
+        if self._no_groups_yet(group):
+            return []
         pending = self.groups.pending(group)
         committed = self.groups.describe(group)
         description = self.group_coordinator.describe(group)

@@ -32,6 +32,7 @@ A consumer on a read-only store never writes.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import time
@@ -40,7 +41,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any, TypedDict, cast, overload
 
-from storage.errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
+from storage.errors import KafkaStorageError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from storage.store import Store
 from txlog.clients.membership import ConsumerGroupMetadata, Membership
 from txlog.consumer_record import ConsumerRecord
@@ -66,6 +67,8 @@ from txlog.requests import (
 )
 from txlog.topic_partition import OffsetAndMetadata, TopicPartition
 from txlog.transport import Transport
+
+_log = logging.getLogger(__name__)
 
 OFFSET_RESET_POLICIES = ("earliest", "latest", "none")
 _EARLIEST, _LATEST = "earliest", "latest"
@@ -156,7 +159,9 @@ class Consumer:
         if isinstance(path_or_store, Store):
             self._store, self._owns_store = path_or_store, False
         else:
-            self._store, self._owns_store = Store.open(path_or_store), True
+            # Writable where this process may write, else read-only like `txlog consume`: reading
+            # never needs a write (docs/reliability-scenarios.md scenario 66).
+            self._store, self._owns_store = Store.open_for_reading(path_or_store), True
         self._transport = transport if transport is not None else Transport(self._store, clock=self._clock)
         self._membership: Membership | None = None  # set while subscribed as a group member
         self._listener: Any = None
@@ -713,23 +718,40 @@ class Consumer:
             # commit now. As Kafka's auto-commit, drop them; the next heartbeat says what we lost.
             if self._membership is not None:
                 self._membership.beat_soon()
+        except KafkaStorageError as exc:
+            # The disk refused the commit (full, read-only). As Kafka's auto-commit failures, it is
+            # logged and reading goes on; the next interval tries again (an explicit commit raises).
+            _log.warning("auto-commit of group '%s' failed: %s", self._group_id, exc)
 
     # ---- life cycle ---------------------------------------------------------------------------
 
     def close(self, autocommit: bool = True) -> None:
-        """Commit positions (when auto-commit is on), then release the store if this consumer opened it."""
+        """Commit positions (when auto-commit is on), leave the group, release the store if this consumer opened it.
+
+        Never raises for the disk (docs/reliability-scenarios.md scenario 66): as Kafka's consumer
+        logs a failed auto-commit on close and goes on, a commit, a leave or a store close that
+        the disk refuses is logged as a warning. A consumer writes nothing but its group's
+        records, each durable when its call returned, so nothing acknowledged is at stake here.
+        """
         if self._closed:
             return
         try:
             if autocommit:
-                self._maybe_auto_commit(force=True)
-            self._leave_group(commit=autocommit)
+                self._quietly("commit its positions", lambda: self._maybe_auto_commit(force=True))
+            self._quietly("leave its group", lambda: self._leave_group(commit=autocommit))
         finally:
             self._closed = True
             if self._membership is not None:
                 self._membership.abandon()
             if self._owns_store:
-                self._store.close()
+                self._quietly("close its store", self._store.close)
+
+    def _quietly(self, what: str, step: Callable[[], None]) -> None:
+        """Run one step of `close`; a storage error (or any error the log raises) is logged, not raised."""
+        try:
+            step()
+        except (KafkaError, OSError) as exc:
+            _log.warning("consumer of group %r could not %s on close: %s", self._group_id, what, exc)
 
     def _check_open(self) -> None:
         if self._closed:

@@ -44,6 +44,7 @@ time: whoever holds the TransactionManager's `lock`.
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -64,12 +65,15 @@ from txlog.errors import (
     IllegalArgumentError,
     InvalidConfigurationError,
     InvalidRequestError,
+    KafkaTimeoutError,
     TransactionAbortableError,
     UnknownTopicOrPartitionError,
 )
 from txlog.requests import DEFAULT_TRANSACTION_TIMEOUT_MS, MemberRef
 from txlog.topic_partition import OffsetAndMetadata, TopicPartition
 from txlog.transport import Transport
+
+_log = logging.getLogger(__name__)
 
 DEFAULT_DELIVERY_TIMEOUT_MS = 120_000
 BULK_CHUNK_RECORDS = 8192  # produce_many encodes this many rows per native call (~1 MiB of small records)
@@ -575,22 +579,41 @@ class Producer:
     # ---- closing --------------------------------------------------------------------------------------------
 
     def close(self, timeout: float | None = None) -> None:
-        """Send what is buffered (aborting an unfinished transaction), stop the sender, release the store."""
+        """Send what is buffered (aborting an unfinished transaction), stop the sender, release the store.
+
+        As Kafka's `close(timeout)`: every record sent before it ends in its future, acknowledged
+        or failed (a write the disk refused fails the futures of the batches it carried), and
+        what goes wrong while closing is logged as a warning, not raised (docs/DESIGN.md §9,
+        docs/reliability-scenarios.md scenario 66): a flush that fails or outlasts `timeout`
+        (the records not yet sent then fail with KafkaTimeoutError), an abort of the open
+        transaction the disk refuses (its timeout aborts it later; none of it is ever
+        read_committed-visible), a final fdatasync of acks=1 data that fails, a store close that
+        cannot write its snapshot. A simulated crash (a fault plan's) still propagates.
+        """
         txn = self._txn
         if txn.state is TransactionState.CLOSED:
             return
         try:
             if txn.has_open_transaction and txn.fatal_error is None:
-                self._abort_on_close()
+                self._quietly("abort its open transaction (its timeout will)", self._abort_on_close)
             elif self.transactional_id is None and txn.fatal_error is None:
-                self.flush(timeout)
+                self._quietly("flush", lambda: self.flush(timeout))
         finally:
             txn.close()
             self._accumulator.close()
             if self._sender is not None:
                 self._sender.join(timeout)
+            # Whatever the sender never took (a flush that timed out or failed) fails now, never silently.
+            self._accumulator.fail_unsent(KafkaTimeoutError("the producer was closed before this record was sent"))
             if self._own_store:
-                self.store.close()
+                self._quietly("close its store", self.store.close)
+
+    def _quietly(self, what: str, step: Callable[[], None]) -> None:
+        """One step of `close`: an error of the log or the disk is logged (Kafka's close logs and goes on)."""
+        try:
+            step()
+        except (KafkaError, OSError) as exc:
+            _log.warning("producer %s could not %s on close: %s", self.client_id, what, exc)
 
     def _abort_on_close(self) -> None:
         """Abort the unfinished transaction; an instance that turns out to be fenced has nothing
