@@ -191,7 +191,7 @@ class PartitionLog:
     def _open_without_writing(self, refusal: OSError) -> None:
         """The disk refused recovery's writes (full, read-only, no permission): open as a read-only view.
 
-        Readers never need to write (docs/reliability-scenarios.md scenario 66): the view reads
+        Readers never need to write (docs/reliability-scenarios.md scenario 70): the view reads
         by the read-only rules (a torn tail is not cut but never shown, repairs stay in memory),
         and every write through it is refused with the reason. Reopening once the disk takes
         writes again recovers the files.
@@ -680,7 +680,7 @@ class PartitionLog:
         process) leaves this view's descriptors on unlinked files: writes to them succeed and
         reach nobody. One fstat per append call (a group commit), so the check costs nothing
         next to the write; the partition then refuses every write, as Kafka takes a log dir
-        offline (KafkaStorageException). Scenario 67 in docs/reliability-scenarios.md.
+        offline (KafkaStorageException): docs/reliability-scenarios.md scenario 71.
         """
         try:
             links = os.fstat(segment.fd).st_nlink
@@ -1063,7 +1063,7 @@ class PartitionLog:
         Only a failure to make this view's own appends durable is raised: the snapshot and the
         sealed indexes are derived files the next open rebuilds, and a view that only read has
         nothing of its own to make durable, so their failures (a full disk) are logged instead
-        (docs/reliability-scenarios.md scenario 66).
+        (docs/reliability-scenarios.md scenario 70).
         """
         with self._mutex:
             if self._closed:
@@ -1096,7 +1096,7 @@ class PartitionLog:
     def _save_derived_files_on_close(self) -> None:
         """Seal the active segment's indexes and snapshot at the log end (lock held); a failure is logged."""
         if not os.path.isdir(self.directory):
-            return  # deleted under us (scenario 67): there is nowhere to save them, nor anyone to read them
+            return  # deleted under us (scenario 71): there is nowhere to save them, nor anyone to read them
         try:
             self._segments[-1].seal()
             snapshots = list_snapshots(self.directory)

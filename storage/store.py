@@ -115,7 +115,7 @@ class Store:
         """Open for a client whose work is reading (a Consumer, Admin): writable if this process may
         write the directory, else read-only, as `txlog consume` opens it.
 
-        Readers never need to write (docs/reliability-scenarios.md scenario 66). A directory on
+        Readers never need to write (docs/reliability-scenarios.md scenario 70). A directory on
         a read-only mount, or one this user may not write, opens read-only (its writes raise
         ReadOnlyStoreError naming why). A full disk is found only by writing: its partitions
         open as read-only views when recovery's writes are refused (`PartitionLog`), and the

@@ -280,7 +280,7 @@ class Transport:
         commit raises UnstableOffsetCommitError (KIP-447). Writes no log data (see the module
         docstring for the snapshot it may save). With no `__consumer_offsets` yet nothing was
         ever committed: the answer is empty and the topic is not created, so a reader on a
-        disk that refuses writes still starts (docs/reliability-scenarios.md scenario 66)."""
+        disk that refuses writes still starts (docs/reliability-scenarios.md scenario 70)."""
         if not self.store.has_topic(CONSUMER_OFFSETS_TOPIC):
             check_id(group, "group id", InvalidGroupIdError)  # what the lookup would have refused
             return {}

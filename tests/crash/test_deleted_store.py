@@ -1,4 +1,4 @@
-"""A store deleted under an open producer (docs/reliability-scenarios.md scenario 67).
+"""A store deleted under an open producer (docs/reliability-scenarios.md scenario 71).
 
 `rm -rf` of the store leaves an open producer's descriptors on unlinked files: writes to them
 succeed and reach nobody. The next acknowledgement must fail with KafkaStorageError (Kafka's
@@ -30,7 +30,7 @@ def store(tmp_path) -> str:
 
 
 @pytest.mark.parametrize("acks", ["all", 1])
-def test_scenario67_the_next_send_after_the_store_is_deleted_fails(store, acks):
+def test_scenario71_the_next_send_after_the_store_is_deleted_fails(store, acks):
     producer = txlog.Producer(store, acks=acks, linger_ms=0)
     assert producer.send("t", value=b"before").get().offset == 0
     shutil.rmtree(store)
@@ -46,7 +46,7 @@ def test_scenario67_the_next_send_after_the_store_is_deleted_fails(store, acks):
     assert not os.path.exists(store)  # nothing was recreated
 
 
-def test_scenario67_a_transaction_cannot_commit_into_a_deleted_store(store):
+def test_scenario71_a_transaction_cannot_commit_into_a_deleted_store(store):
     producer = txlog.Producer(store, transactional_id="tx")
     producer.init_transactions()
     producer.begin_transaction()
@@ -65,7 +65,7 @@ def test_scenario67_a_transaction_cannot_commit_into_a_deleted_store(store):
     producer.close()
 
 
-def test_scenario67_cli_produce_says_one_error_when_the_store_is_deleted(tmp_path):
+def test_scenario71_cli_produce_says_one_error_when_the_store_is_deleted(tmp_path):
     data = str(tmp_path / "data")
     env = dict(os.environ, PYTHONPATH=ROOT, NO_COLOR="1")
     env.pop("TXLOG_DATA_DIR", None)

@@ -1,4 +1,4 @@
-"""Readers on a disk that refuses writes, and clients closing on one (docs/reliability-scenarios.md scenario 66).
+"""Readers on a disk that refuses writes, and clients closing on one (docs/reliability-scenarios.md scenario 70).
 
 Real disks, no monkeypatching: each test mounts its own small tmpfs (we run as root in CI and
 the sandbox; a machine that may not mount skips with the reason), fills it until the kernel
@@ -149,7 +149,7 @@ def _read_everything(consumer: txlog.Consumer) -> list[bytes]:
 
 
 @pytest.mark.parametrize("how", ["full", "read-only"])
-def test_scenario66_consumer_reads_after_a_crash_on_a_disk_that_refuses_writes(disk, how, caplog):
+def test_scenario70_consumer_reads_after_a_crash_on_a_disk_that_refuses_writes(disk, how, caplog):
     store = _make_store(disk)
     acked = _crash_a_producer(store)
     _refuse_writes(disk, how)
@@ -167,7 +167,7 @@ def test_scenario66_consumer_reads_after_a_crash_on_a_disk_that_refuses_writes(d
 
 
 @pytest.mark.parametrize("how", ["full", "read-only"])
-def test_scenario66_close_after_a_clean_run_on_a_disk_that_refuses_writes(disk, how):
+def test_scenario70_close_after_a_clean_run_on_a_disk_that_refuses_writes(disk, how):
     store = _make_store(disk)
     with txlog.Producer(store) as producer:
         for i in range(200):
@@ -184,7 +184,7 @@ def test_scenario66_close_after_a_clean_run_on_a_disk_that_refuses_writes(disk, 
         assert admin.list_transactions() == []
 
 
-def test_scenario66_commits_fail_typed_when_the_disk_refuses_them(disk):
+def test_scenario70_commits_fail_typed_when_the_disk_refuses_them(disk):
     store = _make_store(disk)
     with txlog.Producer(store) as producer:
         producer.send(TOPIC, value=b"x", partition=0)
@@ -208,7 +208,7 @@ def test_scenario66_commits_fail_typed_when_the_disk_refuses_them(disk):
     consumer.close()
 
 
-def test_scenario66_a_producer_on_a_full_disk_after_a_crash_fails_its_sends_then_recovers(disk):
+def test_scenario70_a_producer_on_a_full_disk_after_a_crash_fails_its_sends_then_recovers(disk):
     store = _make_store(disk)
     acked = _crash_a_producer(store)
     _fill(disk)
@@ -231,7 +231,7 @@ def test_scenario66_a_producer_on_a_full_disk_after_a_crash_fails_its_sends_then
     assert acked <= set(values) and b"later" in values and b"late" not in values
 
 
-def test_scenario66_producer_close_on_a_full_disk_fails_pending_sends_and_logs(disk, caplog):
+def test_scenario70_producer_close_on_a_full_disk_fails_pending_sends_and_logs(disk, caplog):
     store = _make_store(disk)
     producer = txlog.Producer(store, linger_ms=60_000, batch_size=1 << 20)
     acknowledged = producer.send(TOPIC, value=b"before", partition=0)

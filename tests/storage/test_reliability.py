@@ -1027,7 +1027,7 @@ def test_scenario53_snapshot_write_fails_at_close(store_path, monkeypatch, caplo
     assert all(o < leo for o, _ in snapshots(d))
     calls = []
     _fail_snapshot_io(monkeypatch, kind, calls)
-    # The data is durable; the snapshot is a derived file the next open rebuilds: logged, not raised (scenario 66).
+    # The data is durable; the snapshot is a derived file the next open rebuilds: logged, not raised (scenario 70).
     s.close()
     assert "no snapshot at the log end" in caplog.text
     monkeypatch.undo()

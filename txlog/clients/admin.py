@@ -176,7 +176,7 @@ class Admin:
             self.store = Store.open(store, read_only=True)
         else:
             # Writable where this process may write, else read-only: the read views never need a
-            # write (docs/reliability-scenarios.md scenario 66); the writes raise ReadOnlyStoreError.
+            # write (docs/reliability-scenarios.md scenario 70); the writes raise ReadOnlyStoreError.
             self.store = Store.open_for_reading(store)
         self._clock = clock or _now_ms
         self.coordinator = TransactionCoordinator(self.store, clock=clock)
@@ -230,7 +230,7 @@ class Admin:
         """Roll forward and time out what a daemon would have by now (never on a read-only store).
 
         A read view must not fail because the disk refuses the sweep's writes (full): it then
-        answers from the files as a read-only view would, states as last written (scenario 66).
+        answers from the files as a read-only view would, states as last written (scenario 70).
         """
         if self.store.read_only:
             return
@@ -334,7 +334,7 @@ class Admin:
 
     def _no_groups_yet(self, group: str | None = None) -> bool:
         """No `__consumer_offsets`: no group ever committed or joined, and a read view does not create it
-        (a write the disk may refuse; docs/reliability-scenarios.md scenario 66). `group` is checked either way."""
+        (a write the disk may refuse; docs/reliability-scenarios.md scenario 70). `group` is checked either way."""
         if group is not None:
             check_id(group, "group id", InvalidGroupIdError)
         return not self.store.has_topic(CONSUMER_OFFSETS_TOPIC)

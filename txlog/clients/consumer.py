@@ -28,6 +28,11 @@ coordinator's sweep, `Transport.abort_expired_transactions`: it writes ABORT mar
 transactions past their timeout and completes decided ones. It runs at most every
 EXPIRED_SWEEP_INTERVAL_MS (UNSTABLE_SWEEP_INTERVAL_MS while a committed offset is pending).
 A consumer on a read-only store never writes.
+
+Reading never needs a write (docs/reliability-scenarios.md scenario 70): a store directory this
+process may not write opens read-only (`Store.open_for_reading`), a partition whose recovery the
+disk refuses (full) is read as a read-only view, auto-commits the disk refuses are logged, and
+`close()` logs instead of raising; only an explicit `commit()` raises the disk's refusal.
 """
 
 from __future__ import annotations
@@ -160,7 +165,7 @@ class Consumer:
             self._store, self._owns_store = path_or_store, False
         else:
             # Writable where this process may write, else read-only like `txlog consume`: reading
-            # never needs a write (docs/reliability-scenarios.md scenario 66).
+            # never needs a write (docs/reliability-scenarios.md scenario 70).
             self._store, self._owns_store = Store.open_for_reading(path_or_store), True
         self._transport = transport if transport is not None else Transport(self._store, clock=self._clock)
         self._membership: Membership | None = None  # set while subscribed as a group member
@@ -728,7 +733,7 @@ class Consumer:
     def close(self, autocommit: bool = True) -> None:
         """Commit positions (when auto-commit is on), leave the group, release the store if this consumer opened it.
 
-        Never raises for the disk (docs/reliability-scenarios.md scenario 66): as Kafka's consumer
+        Never raises for the disk (docs/reliability-scenarios.md scenario 70): as Kafka's consumer
         logs a failed auto-commit on close and goes on, a commit, a leave or a store close that
         the disk refuses is logged as a warning. A consumer writes nothing but its group's
         records, each durable when its call returned, so nothing acknowledged is at stake here.

@@ -584,7 +584,7 @@ class Producer:
         As Kafka's `close(timeout)`: every record sent before it ends in its future, acknowledged
         or failed (a write the disk refused fails the futures of the batches it carried), and
         what goes wrong while closing is logged as a warning, not raised (docs/DESIGN.md §9,
-        docs/reliability-scenarios.md scenario 66): a flush that fails or outlasts `timeout`
+        docs/reliability-scenarios.md scenario 70): a flush that fails or outlasts `timeout`
         (the records not yet sent then fail with KafkaTimeoutError), an abort of the open
         transaction the disk refuses (its timeout aborts it later; none of it is ever
         read_committed-visible), a final fdatasync of acks=1 data that fails, a store close that
