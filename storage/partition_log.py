@@ -169,6 +169,7 @@ class PartitionLog:
         self._failed: str | None = None
         # Why this view of a writable store may not write (the disk refused recovery's writes at open).
         self._write_refused: str | None = None
+        self._refusal: OSError | None = None  # the disk's answer, the cause of every refused write
         # Log data this view wrote that no fdatasync covers yet: close must make it durable or say so.
         self._own_unsynced = False
         self._last_expiry_check = 0
@@ -200,6 +201,7 @@ class PartitionLog:
             f"the disk refused recovery's writes when it was opened ({refusal.strerror or refusal}); "
             "reopen the store once it can be written"
         )
+        self._refusal = refusal
         self.read_only = True
         self._loader.read_only = True
         if self._lock is not None:
@@ -426,7 +428,9 @@ class PartitionLog:
 
     def _check_writable(self) -> None:
         if self._write_refused:
-            raise KafkaStorageError(f"partition {self.topic}-{self.partition} cannot be written: {self._write_refused}")
+            raise KafkaStorageError(
+                f"partition {self.topic}-{self.partition} cannot be written: {self._write_refused}"
+            ) from self._refusal
         if self.read_only:
             raise ReadOnlyStoreError(f"{self.directory} is open read-only")
         if self._failed:

@@ -124,7 +124,8 @@ class Store:
         root = os.path.abspath(os.fspath(path))
         if os.path.isdir(root) and not os.access(root, os.W_OK):
             store = cls.open(root, read_only=True, clock=clock)
-            store.unwritable = "the directory cannot be written (a read-only file system, or no permission)"
+            read_only_mount = bool(os.statvfs(root).f_flag & os.ST_RDONLY)
+            store.unwritable = "it is on a read-only file system" if read_only_mount else "this user may not write it"
             return store
         return cls.open(root, clock=clock)
 

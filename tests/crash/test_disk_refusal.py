@@ -180,7 +180,9 @@ def test_scenario70_close_after_a_clean_run_on_a_disk_that_refuses_writes(disk, 
     consumer.close()  # nothing of its own to write: never raises
     with txlog.Admin(store) as admin:  # the read views of a client opened writable
         assert sum(p.log_end_offset for p in admin.describe_topic(TOPIC).partitions) == 200
-        assert admin.list_consumer_groups() == []
+        assert admin.list_consumer_groups() == [] and admin.describe_consumer_group("g") == []
+        assert admin.list_transactions() == []  # a sweep with nothing to write writes nothing
+    with txlog.Admin(store, read_only=True) as admin:
         assert admin.list_transactions() == []
 
 
@@ -246,3 +248,23 @@ def test_scenario70_producer_close_on_a_full_disk_fails_pending_sends_and_logs(d
         with pytest.raises(KafkaStorageError, match="No space left on device"):
             future.get()
     assert "No space left on device" in caplog.text  # and the close says so
+
+
+@pytest.mark.parametrize("how", ["full", "read-only"])
+def test_scenario70_a_group_member_on_a_disk_that_refuses_writes(disk, how):
+    """Membership is a write: on a full disk joining fails typed; a read-only store has no membership
+    to join (as `txlog consume`), so the subscription reads every partition."""
+    store = _make_store(disk)
+    with txlog.Producer(store) as producer:
+        for i in range(50):
+            producer.send(TOPIC, value=b"%d" % i)
+    _refuse_writes(disk, how)
+
+    consumer = txlog.Consumer(store, group_id="g")
+    consumer.subscribe([TOPIC])
+    if how == "full":
+        with pytest.raises(KafkaStorageError, match="No space left on device"):
+            consumer.poll(timeout_ms=0)
+    else:
+        assert sorted(_read_everything(consumer)) == sorted(b"%d" % i for i in range(50))
+    consumer.close()

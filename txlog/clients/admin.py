@@ -16,8 +16,6 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from storage.durable import write_refused
-from storage.errors import KafkaStorageError
 from storage.records import ControlType
 from storage.store import Store, TopicDescription
 from storage.topic_name import CONSUMER_OFFSETS_TOPIC, INTERNAL_TOPICS
@@ -229,17 +227,12 @@ class Admin:
     def _sweep(self) -> None:
         """Roll forward and time out what a daemon would have by now (never on a read-only store).
 
-        A read view must not fail because the disk refuses the sweep's writes (full): it then
-        answers from the files as a read-only view would, states as last written (scenario 70).
+        A write the listing's answer depends on (rule 15: never guess an outcome): on a disk that
+        refuses it, the typed error is raised; `Admin(path, read_only=True)` reads the states as
+        last written instead (docs/reliability-scenarios.md scenario 70).
         """
-        if self.store.read_only:
-            return
-        try:
+        if not self.store.read_only:
             self.coordinator.sweep_all()
-        except KafkaStorageError as exc:
-            if write_refused(exc) is None:
-                raise
-            _log.warning("the coordinator's sweep could not write (%s); showing transactions as last written", exc)
 
     def end_transaction(self, transactional_id: str, commit: bool) -> ProducerIdAndEpoch:
         """Commit or abort the open transaction of an id from outside its producer (`txlog commit|abort`)."""

@@ -315,6 +315,10 @@ class Consumer:
             self._lose_partitions()
             membership.fenced()
             return
+        except OSError as exc:
+            # Membership is a write (the member's session file, the group's records): a group member
+            # on a disk that refuses it cannot take part, and says so in the typed error.
+            raise KafkaStorageError(f"group '{self._group_id}': cannot record this member: {exc.strerror}") from exc
         added = response.assignment - set(self._assigned)
         if added or response.member_epoch != epoch_before:
             self._set_assignment(set(self._assigned) | added)
