@@ -158,12 +158,12 @@ def offsets_parser(record: ParsedRecord) -> tuple[str | None, str | None]:
 
     if record.key is None:
         return f"Error at offset {record.offset}, skipping. the record has no key", None
-    from txlog.schemas import consumer_group_records
+    from txlog.schemas import consumer_group_json
 
     try:
         key_version = struct.unpack_from(">h", record.key)[0] if len(record.key) >= 2 else -1
-        if key_version in consumer_group_records.RECORD_TYPES:  # KIP-848 group records
-            return consumer_group_records.parse(key_version, record.key, record.value)
+        if key_version in consumer_group_json.RECORD_TYPES:  # KIP-848 group records
+            return consumer_group_json.parse(key_version, record.key, record.value)
         key = decode_key(record.key)
         if isinstance(key, OffsetKey):
             key_json = compact_json(
