@@ -75,6 +75,7 @@ DESCRIBE_COLUMNS = (
 RESET_COLUMNS = (("GROUP", "group"), ("TOPIC", "topic"), ("PARTITION", "partition"), ("NEW-OFFSET", "newOffset"))
 DELETE_COLUMNS = (("TOPIC", "topic"), ("PARTITION", "partition"), ("STATUS", "status"))
 LIST_COLUMNS = (("GROUP", "group"), ("STATE", "state"))
+LIST_TYPE_COLUMNS = (("GROUP", "group"), ("TYPE", "type"), ("STATE", "state"))
 MEMBERS_COLUMNS = (
     ("GROUP", "group"),
     ("CONSUMER-ID", "consumerId"),
@@ -96,7 +97,11 @@ STATE_COLUMNS = (
     ("STATE", "state"),
     ("#MEMBERS", "members"),
 )
-STATE_VERBOSE_COLUMNS = STATE_COLUMNS + (("GROUP-EPOCH", "groupEpoch"), ("TARGET-ASSIGNMENT-EPOCH", "targetEpoch"))
+STATE_VERBOSE_COLUMNS = STATE_COLUMNS[:4] + (
+    ("GROUP-EPOCH", "groupEpoch"),
+    ("TARGET-ASSIGNMENT-EPOCH", "targetEpoch"),
+    ("#MEMBERS", "members"),
+)
 
 
 def _admin(store: Store) -> Admin:
@@ -136,18 +141,33 @@ def _parse_topics(values: list[str]) -> list[tuple[str, list[int] | None]]:
 def list_(
     ctx: typer.Context,
     state: Annotated[bool, typer.Option("--state", help="Show each group's state (Kafka's --list --state).")] = False,
+    type_: Annotated[
+        bool, typer.Option("--type", help="Show each group's type, Classic or Consumer (Kafka's --list --type).")
+    ] = False,
     output: OutputOption = OutputFormat.text,
 ) -> None:
-    """Every group with committed offsets or members, one per line (with --state: GROUP STATE)."""
+    """Every group with committed offsets or members, one per line (with --state/--type: GROUP [TYPE] [STATE])."""
     with open_store(ctx, read_only=True) as store:  # no store: 'no store at ...', not an empty list
-        states = _admin(store).list_consumer_group_states()
-    rows = [{"group": n, "state": st.kafka_name} for n, st in states.items()]
-    emit(
-        rows,
-        LIST_COLUMNS,
-        output,
-        text=(lambda h, r: _auto_text(h, r)[1:]) if state else (lambda _h, rows: [r[0] for r in rows]),
-    )
+        listings = _admin(store).list_consumer_group_listings()
+    rows = [{"group": n, "type": g.group_type.value, "state": g.state.kafka_name} for n, g in listings.items()]
+    columns = LIST_TYPE_COLUMNS if type_ else LIST_COLUMNS
+    if not type_:
+        rows = [{k: v for k, v in row.items() if k != "type"} for row in rows]
+    shown = {name for name, wanted in (("TYPE", type_), ("STATE", state)) if wanted}
+    text = (lambda h, r: _list_text(h, r, shown)) if state or type_ else (lambda _h, rows: [r[0] for r in rows])
+    emit(rows, columns, output, text=text)
+
+
+def _list_text(headers: list[str], rows: list[list[str]], shown: set[str]) -> list[str]:
+    """kafka-consumer-groups --list --type/--state (printGroupInfo): GROUP as `%-Ns`, N the longest
+    id (at least 15) plus 10, then each shown column as ` %-20s`; no blank line first."""
+    width = max([15] + [len(r[0]) for r in rows]) + 10
+    keep = [i for i, h in enumerate(headers) if i and h in shown]
+
+    def line(cells: list[str]) -> str:
+        return cells[0].ljust(width) + "".join(" " + cells[i].ljust(20) for i in keep)
+
+    return [line(headers)] + [line(r) for r in rows]
 
 
 # ---- describe ---------------------------------------------------------------------------------------
@@ -209,7 +229,7 @@ def describe(
         _print_members(ctx, views, verbose, output)
     elif state:
         rows = [_state_row(name, view, coordinators[name]) for name, view in views.items()]
-        emit(rows, STATE_VERBOSE_COLUMNS if verbose else STATE_COLUMNS, output, text=_auto_text, missing="-")
+        emit(rows, STATE_VERBOSE_COLUMNS if verbose else STATE_COLUMNS, output, text=_state_text, missing="-")
     else:
         _print_offsets(ctx, described, output)
 
@@ -252,12 +272,54 @@ def _print_members(
                     "partitions": len(m.assignment),
                     "currentEpoch": m.member_epoch,
                     "currentAssignment": _assignment_text(m.assignment),
-                    "targetEpoch": view.group_epoch,
+                    "targetEpoch": view.assignment_epoch,
                     "targetAssignment": _assignment_text(m.target),
                 }
             )
-    if rows or output is not OutputFormat.text:
+    if output is not OutputFormat.text:
         emit(rows, columns, output, text=_auto_text, missing="-")
+        return
+    # Kafka prints each group's table on its own, with its header even when it has no members.
+    for name in views:
+        mine = [r for r in rows if r["group"] == name]
+        emit(mine, columns, output, text=lambda _h, _c, mine=mine: _members_text(mine, verbose), missing="-")
+
+
+def _members_text(rows: list[dict[str, Any]], verbose: bool) -> list[str]:
+    """kafka-consumer-groups --describe --members [--verbose] (printMembers) for one group: a blank
+    line, then `%-Ns` columns GROUP, CONSUMER-ID, [GROUP-INSTANCE-ID, only when a member has one],
+    HOST and CLIENT-ID as wide as their widest cell (at least 15; 17 for the instance id) and
+    #PARTITIONS `%-15s `; --verbose adds CURRENT-EPOCH `%-15s`, CURRENT-ASSIGNMENT (at least 20),
+    TARGET-EPOCH `%-15s` and TARGET-ASSIGNMENT (at least 20). Cells are padded, the last one too."""
+
+    def text(value: object) -> str:
+        return "-" if value is None else str(value)
+
+    instance = any(r["groupInstanceId"] for r in rows)
+    keys = ["group", "consumerId", "groupInstanceId", "host", "clientId"]
+    headers = ["GROUP", "CONSUMER-ID", "GROUP-INSTANCE-ID", "HOST", "CLIENT-ID"]
+    minimum = [15, 15, 17, 15, 15]
+    if not instance:
+        del keys[2], headers[2], minimum[2]
+    widths = [max([w] + [len(r[k] or "") for r in rows]) for k, w in zip(keys, minimum, strict=True)]
+
+    def line(cells: list[str], extra: list[str]) -> str:
+        out = "".join(c.ljust(w) + " " for c, w in zip(cells, widths, strict=True)) + extra[0].ljust(15) + " "
+        if verbose:
+            current = max([20] + [len(r["currentAssignment"]) for r in rows])
+            target = max([20] + [len(r["targetAssignment"]) for r in rows])
+            out += " ".join(c.ljust(w) for c, w in zip(extra[1:], [15, current, 15, target], strict=True))
+        return out
+
+    lines = [
+        "",
+        line(headers, ["#PARTITIONS", "CURRENT-EPOCH", "CURRENT-ASSIGNMENT", "TARGET-EPOCH", "TARGET-ASSIGNMENT"]),
+    ]
+    for r in rows:
+        extra = [str(r["partitions"]), text(r["currentEpoch"]), r["currentAssignment"]]
+        extra += [text(r["targetEpoch"]), r["targetAssignment"]]
+        lines.append(line([r[k] or "" for k in keys], extra))
+    return lines
 
 
 def _state_row(name: str, view: GroupDescription | None, coordinator: int) -> dict[str, Any]:
@@ -267,26 +329,45 @@ def _state_row(name: str, view: GroupDescription | None, coordinator: int) -> di
     return {
         "group": name,
         "coordinator": f"{CONSUMER_OFFSETS_TOPIC}-{coordinator}",
-        "assignmentStrategy": view.assignor if view else None,
+        "assignmentStrategy": (view.assignor or None) if view else None,
         "state": (view.state if view else GroupState.EMPTY).kafka_name,
         "members": len(view.members) if view else 0,
         "groupEpoch": view.group_epoch if view else None,
-        "targetEpoch": view.group_epoch if view else None,
+        "targetEpoch": view.assignment_epoch if view else None,
     }
 
 
+def _state_text(headers: list[str], rows: list[list[str]]) -> list[str]:
+    """kafka-consumer-groups --describe --state [--verbose] (printStates): per group, a blank line,
+    the header and its row; GROUP is max(15, len) wide, COORDINATOR (ID) max(25, len), ASSIGNMENT-
+    STRATEGY and STATE 20, GROUP-EPOCH 15 and TARGET-ASSIGNMENT-EPOCH 25; #MEMBERS is last, unpadded."""
+    fixed = {"ASSIGNMENT-STRATEGY": 20, "STATE": 20, "GROUP-EPOCH": 15, "TARGET-ASSIGNMENT-EPOCH": 25}
+    lines = []
+    for row in rows:
+        widths = [max(15, len(row[0])), max(25, len(row[1]))] + [fixed[h] for h in headers[2:-1]]
+
+        lines += ["", _padded(headers, widths), _padded(row, widths)]
+    return lines
+
+
+def _padded(cells: list[str], widths: list[int]) -> str:
+    """Java's `%-Ns` for every cell but the last, which `%s` prints as it is."""
+    return " ".join(c.ljust(w) for c, w in zip(cells[:-1], widths, strict=True)) + " " + cells[-1]
+
+
 def _assignment_text(partitions: Iterable[TopicPartition]) -> str:
-    """Kafka's `topic(0,1);other(2)` form; `-` for none."""
+    """Kafka's `topic:0,1;other:2` form (getAssignmentString: each topic's partitions sorted, the
+    topic strings sorted); `-` for none."""
     by_topic: dict[str, list[int]] = {}
     for tp in partitions:
         by_topic.setdefault(tp.topic, []).append(tp.partition)
     if not by_topic:
         return "-"
-    return ";".join(f"{t}({','.join(map(str, sorted(ps)))})" for t, ps in sorted(by_topic.items()))
+    return ";".join(sorted(f"{t}:{','.join(map(str, sorted(ps)))}" for t, ps in by_topic.items()))
 
 
 def _auto_text(headers: list[str], rows: list[list[str]]) -> list[str]:
-    """Kafka's describe layouts: a blank line, then columns as wide as their widest cell (at least 15)."""
+    """A blank line, then columns as wide as their widest cell (at least 15)."""
     widths = [max([15, len(headers[i])] + [len(r[i]) for r in rows]) for i in range(len(headers))]
     lines = [""]
     for row in [headers, *rows]:

@@ -132,9 +132,16 @@ def test_group_and_other_records_in_the_topic_are_ignored(store, groups):
     groups.commit("g", {IN0: 3})
     log = offsets_log(store, groups)
     group_metadata_key = struct.pack(">h", 2) + struct.pack(">h", 1) + b"g"
-    consumer_group_key = struct.pack(">h", 5) + b"\x00\x01g"
+    consumer_group_key = struct.pack(">h", 5) + b"\x00\x01g" + b"\x00\x01m"  # KIP-848 member metadata
+    share_group_key = struct.pack(">h", 10) + b"\x00\x01g"  # a newer kind txlog does not describe
     log.append(
-        build_batch([(group_metadata_key, b"\x00\x03whatever", [], TS), (consumer_group_key, b"opaque", [], TS)])
+        build_batch(
+            [
+                (group_metadata_key, b"\x00\x03whatever", [], TS),
+                (consumer_group_key, b"opaque", [], TS),  # values are decoded when described, not replayed
+                (share_group_key, b"opaque", [], TS),
+            ]
+        )
     )
     assert groups.committed("g") == {IN0: OffsetAndMetadata(3)}
     assert GroupOffsets(store).committed("g") == {IN0: OffsetAndMetadata(3)}

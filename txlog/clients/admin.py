@@ -19,7 +19,7 @@ from typing import Any
 from storage.records import ControlType
 from storage.store import Store, TopicDescription
 from storage.topic_name import CONSUMER_OFFSETS_TOPIC, INTERNAL_TOPICS
-from txlog.coordinator.group_coordinator import GroupCoordinator, GroupDescription, GroupState
+from txlog.coordinator.group_coordinator import GroupCoordinator, GroupDescription, GroupListing, GroupState
 from txlog.coordinator.group_offsets import GroupOffsets
 from txlog.coordinator.transaction_coordinator import (
     MAX_TRANSACTION_TIMEOUT_MS,
@@ -339,6 +339,10 @@ class Admin:
     def list_consumer_group_states(self) -> dict[str, GroupState]:
         """Each group with its state in Kafka's names (Empty, Reconciling, Stable)."""
         return {} if self._no_groups_yet() else self.group_coordinator.list_groups()
+
+    def list_consumer_group_listings(self) -> dict[str, GroupListing]:
+        """Each group with its state and type (Classic, Consumer), as Kafka's listGroups reports them."""
+        return {} if self._no_groups_yet() else self.group_coordinator.list_group_listings()
 
     def describe_consumer_group_members(self, group: str) -> GroupDescription | None:
         """Members, their epochs and assignments (kafka-consumer-groups --describe --members/--state)."""

@@ -26,6 +26,20 @@ epoch is the record's generation, each member's subscription carries its topics,
 partitions it owns and its member epoch (the subscription's generationId), and its
 assignment is its target. One record holds the whole group, so one append moves the
 group from one consistent state to the next.
+
+Describing also reads what a Kafka broker wrote (a Kafka log directory, read-only): its
+classic groups from the same record, and its consumer-protocol groups from KIP-848's own
+record family (`txlog.schemas.consumer_group_records`), described as Kafka's
+ConsumerGroupDescribe does (`describe_consumer_group_records`). In a Kafka log directory
+the members a record names are the broker's last word: there are no txlog member
+sessions there, so they are shown, not expired.
+
+txlog never runs a group that has broker-written KIP-848 records: joining, committing
+to or resetting such a group is refused with GroupIdNotFoundError ("not a classic
+group", Kafka's own answer to a classic request for a consumer group). Taking it over as
+Empty would write a classic record beside the broker's records, and a broker that later
+loaded the partition would meet one group in two incompatible forms; refusing keeps
+both the broker's state and txlog's unambiguous.
 """
 
 from __future__ import annotations
@@ -39,13 +53,14 @@ from enum import StrEnum
 from typing import NoReturn
 
 import txlog.member_session as member_session
-from storage.errors import CorruptRecordError
+from storage.errors import CorruptRecordError, InconsistentTopicIdError
 from storage.store import Store
 from txlog.coordinator.assignors import ASSIGNORS, DEFAULT_ASSIGNOR, MemberSpec
 from txlog.coordinator.group_offsets import GroupOffsets
 from txlog.errors import (
     FencedInstanceIdError,
     FencedMemberEpochError,
+    GroupIdNotFoundError,
     StaleMemberEpochError,
     UnknownMemberIdError,
     UnreleasedInstanceIdError,
@@ -59,6 +74,7 @@ from txlog.requests import (
     MemberRef,
     Partitions,
 )
+from txlog.schemas import consumer_group_records as cgr
 from txlog.schemas.group_metadata import (
     CONSUMER_PROTOCOL_TYPE,
     ConsumerAssignment,
@@ -74,6 +90,7 @@ from txlog.schemas.group_metadata import (
     flatten,
     topic_partitions,
 )
+from txlog.schemas.schema_types import uuid_text
 from txlog.topic_partition import TopicPartition
 
 
@@ -225,15 +242,27 @@ def _frozen(pairs: Iterable[tuple[str, int]]) -> Partitions:
     return frozenset(TopicPartition(t, p) for t, p in pairs)
 
 
+class GroupType(StrEnum):
+    """Kafka's group types (org.apache.kafka.common.GroupType), as `--list --type` prints them.
+
+    CLASSIC is a group stored in the classic GroupMetadata record: a broker's classic-protocol
+    group and every group txlog runs (see the module docstring); CONSUMER is a broker's
+    KIP-848 group, stored in the consumer-group records.
+    """
+
+    CLASSIC = "Classic"
+    CONSUMER = "Consumer"
+
+
 @dataclass(frozen=True, slots=True)
 class MemberDescription:
     member_id: str
     instance_id: str | None
     client_id: str
     client_host: str
-    member_epoch: int
+    member_epoch: int | None  # None for a broker's classic member, which has no epoch
     assignment: tuple[TopicPartition, ...]  # owned now
-    target: tuple[TopicPartition, ...]
+    target: tuple[TopicPartition, ...]  # empty where there is no target (a broker's classic member)
     topics: tuple[str, ...]
 
 
@@ -241,9 +270,19 @@ class MemberDescription:
 class GroupDescription:
     group_id: str
     state: GroupState
-    group_epoch: int
+    group_epoch: int | None  # None for a broker's classic group: Kafka reports no epochs for those
     assignor: str | None  # None for a Kafka classic group recorded Empty, which has no protocol
     members: tuple[MemberDescription, ...]
+    group_type: GroupType = GroupType.CLASSIC
+    assignment_epoch: int | None = None  # the target assignment's epoch; txlog's groups: the group epoch
+
+
+@dataclass(frozen=True, slots=True)
+class GroupListing:
+    """One group of `groups list`: its state and type."""
+
+    state: GroupState
+    group_type: GroupType
 
 
 class GroupCoordinator:
@@ -269,6 +308,11 @@ class GroupCoordinator:
         dead members, a new target) is written all the same, before the error leaves.
         """
         with self._offsets.locked(group_id):
+            if self._offsets.consumer_group_records(group_id):
+                raise GroupIdNotFoundError(
+                    f"Group {group_id} is not a classic group: a Kafka broker stores it in KIP-848's consumer-group "
+                    f"records, and txlog runs groups only in the classic record"
+                )
             group = group_from_record(group_id, self._offsets.group_metadata(group_id))
             before = group.fingerprint()
             self._expire(group, requester)
@@ -432,11 +476,17 @@ class GroupCoordinator:
 
         On a writable store this is a coordinator pass (expired members are removed and
         the result written, as any process touching the group does); on a read-only one
-        expired members are only left out of the answer.
+        expired members are only left out of the answer. In a Kafka log directory the
+        broker's records are described as they are (see the module docstring).
         """
+        consumer = self._offsets.consumer_group_records(group_id)
+        if consumer:
+            return describe_consumer_group_records(group_id, consumer, self._topic_names())
         record = self._offsets.group_metadata(group_id)
         if record is None:
             return None
+        if self._store.kafka_layout:
+            return _broker_classic_description(group_id, record)
         if self._store.read_only:
             group = group_from_record(group_id, record)
             self._expire(group, None, tidy=False)
@@ -446,19 +496,49 @@ class GroupCoordinator:
         return _description(group)
 
     def list_groups(self) -> dict[str, GroupState]:
-        """Every group known to `__consumer_offsets` with its state; listing writes nothing, so
-        expired members are only left out of the state, not removed."""
+        """Every group known to `__consumer_offsets` with its state (see `list_group_listings`)."""
+        return {name: listing.state for name, listing in self.list_group_listings().items()}
+
+    def list_group_listings(self) -> dict[str, GroupListing]:
+        """Every group known to `__consumer_offsets` with its state and type; listing writes nothing,
+        so expired members are only left out of the state, not removed."""
         records = self._offsets.all_group_metadata()
         out = {}
         for name in self._offsets.list_groups():
+            consumer = self._offsets.consumer_group_records(name)
             try:
+                if consumer:
+                    state = describe_consumer_group_records(name, consumer, {}).state
+                    out[name] = GroupListing(state, GroupType.CONSUMER)
+                    continue
+                if self._store.kafka_layout:
+                    state = _broker_classic_description(name, records.get(name)).state
+                    out[name] = GroupListing(state, GroupType.CLASSIC)
+                    continue
                 group = group_from_record(name, records.get(name))
             except CorruptRecordError:
-                out[name] = GroupState.UNKNOWN  # a damaged record (a foreign log dir): `describe` names the damage
+                # a damaged record (a foreign log dir): `describe` names the damage
+                out[name] = GroupListing(GroupState.UNKNOWN, GroupType.CONSUMER if consumer else GroupType.CLASSIC)
                 continue
             self._expire(group, None, tidy=False)
-            out[name] = group.state
+            out[name] = GroupListing(group.state, GroupType.CLASSIC)
         return out
+
+    def _topic_names(self) -> dict[str, str]:
+        """Topic id (Kafka's Uuid text) -> name, for the topics of a Kafka log directory that record one.
+
+        A topic whose partitions disagree on their id is left out (its partitions then show as
+        unknown topic ids, which a describe drops, as Kafka drops ids its metadata lacks).
+        """
+        names = {}
+        for topic in self._store.list_topics():
+            try:
+                topic_id = self._store.topic_id(topic)
+            except InconsistentTopicIdError:
+                continue
+            if topic_id is not None:
+                names[topic_id] = topic
+        return names
 
 
 def _description(group: Group) -> GroupDescription:
@@ -475,7 +555,114 @@ def _description(group: Group) -> GroupDescription:
         )
         for m in sorted(group.members.values(), key=lambda m: m.member_id)
     )
-    return GroupDescription(group.group_id, group.state, group.generation, group.assignor, members)
+    return GroupDescription(
+        group.group_id, group.state, group.generation, group.assignor, members, GroupType.CLASSIC, group.generation
+    )
+
+
+def _broker_classic_description(group_id: str, record: bytes | None) -> GroupDescription:
+    """A broker's classic group as Kafka's DescribeGroups reports it after loading the record.
+
+    A broker writes the record when a rebalance completes (members, Stable) or the group
+    empties, and loads a record with members as Stable; each member's assignment is its
+    consumer-protocol assignment. Classic groups have no epochs and no target assignment.
+    """
+    decoded = decode_group_metadata_value(record) if record is not None else None
+    if decoded is None:
+        return GroupDescription(group_id, GroupState.EMPTY, None, None, ())
+    _, value = decoded
+    members = []
+    for m in sorted(value.members, key=lambda m: m.member_id):
+        assigned: Iterable[tuple[str, int]] = ()
+        topics: tuple[str, ...] = ()
+        if value.protocol_type == CONSUMER_PROTOCOL_TYPE:
+            if m.assignment:
+                assigned = flatten(decode_assignment(m.assignment)[1].assigned_partitions)
+            if m.subscription:
+                topics = tuple(sorted(decode_subscription(m.subscription)[1].topics))
+        owned = tuple(sorted(_frozen(assigned)))
+        members.append(
+            MemberDescription(m.member_id, m.group_instance_id, m.client_id, m.client_host, None, owned, (), topics)
+        )
+    state = GroupState.STABLE if members else GroupState.EMPTY
+    return GroupDescription(group_id, state, None, value.protocol, tuple(members))
+
+
+# The assignor a broker names for a consumer-protocol group whose members name none
+# (group.consumer.assignors' first entry, Kafka's default).
+BROKER_DEFAULT_ASSIGNOR = "uniform"
+
+
+def describe_consumer_group_records(
+    group_id: str, records: dict[tuple[int, str], bytes], topic_names: dict[str, str]
+) -> GroupDescription:
+    """A broker's KIP-848 group, from its records, as Kafka's ConsumerGroupDescribe reports it.
+
+    `records` maps (record type, member id or "") to the last value (GroupOffsets'
+    `consumer_group_records`), `topic_names` topic ids (Uuid text) to names: partitions of
+    an id not in it are dropped, as the broker drops ids its metadata does not know. The
+    state follows ConsumerGroup.maybeUpdateGroupState: Empty without members, Assigning
+    while the group epoch is ahead of the target assignment's, Reconciling while a member
+    is not stable at the assignment epoch, else Stable. The assignor is the one most
+    members ask for (ties: the first by name), else the broker's default.
+    """
+    group_epoch, assignment_epoch = 0, 0
+    metadata: dict[str, cgr.MemberMetadataValue] = {}
+    current: dict[str, cgr.CurrentMemberAssignmentValue] = {}
+    targets: dict[str, cgr.TargetAssignmentMemberValue] = {}
+    for (record_type, member), data in records.items():
+        value = cgr.decode_value(record_type, data)
+        if isinstance(value, cgr.GroupMetadataValue):
+            group_epoch = value.epoch
+        elif isinstance(value, cgr.TargetAssignmentMetadataValue):
+            assignment_epoch = value.assignment_epoch
+        elif isinstance(value, cgr.MemberMetadataValue):
+            metadata[member] = value
+        elif isinstance(value, cgr.CurrentMemberAssignmentValue):
+            current[member] = value
+        elif isinstance(value, cgr.TargetAssignmentMemberValue):
+            targets[member] = value
+    members = []
+    reconciled = True
+    for member_id in sorted(set(metadata) | set(current)):  # either record makes a member, as in Kafka's replay
+        meta = metadata.get(member_id)
+        now = current.get(member_id)
+        epoch = now.member_epoch if now else 0
+        state = now.state if now else cgr.MEMBER_STATE_STABLE
+        reconciled = reconciled and state == cgr.MEMBER_STATE_STABLE and epoch == assignment_epoch
+        target = targets.get(member_id)
+        members.append(
+            MemberDescription(
+                member_id,
+                meta.instance_id if meta else None,
+                meta.client_id if meta else "",
+                meta.client_host if meta else "",
+                epoch,
+                _named(now.assigned if now else (), topic_names),
+                _named(target.partitions if target else (), topic_names),
+                tuple(sorted(meta.subscribed_topics)) if meta else (),
+            )
+        )
+    if not members:
+        state_ = GroupState.EMPTY
+    elif group_epoch > assignment_epoch:
+        state_ = GroupState.ASSIGNING
+    else:
+        state_ = GroupState.STABLE if reconciled else GroupState.RECONCILING
+    asked = [m.server_assignor for m in metadata.values() if m.server_assignor is not None]
+    assignor = min(set(asked), key=lambda a: (-asked.count(a), a)) if asked else BROKER_DEFAULT_ASSIGNOR
+    return GroupDescription(
+        group_id, state_, group_epoch, assignor, tuple(members), GroupType.CONSUMER, assignment_epoch
+    )
+
+
+def _named(partitions: cgr.TopicIdPartitions, topic_names: dict[str, str]) -> tuple[TopicPartition, ...]:
+    found = []
+    for topic_id, ids in partitions:
+        name = topic_names.get(uuid_text(topic_id))
+        if name is not None:
+            found.extend(TopicPartition(name, p) for p in ids)
+    return tuple(sorted(found))
 
 
 def _expired(member: Member, view: member_session.SessionView, now: int) -> bool:

@@ -12,7 +12,12 @@ that partition, with Kafka's loading rules (GroupMetadataManager):
   commit written later in the log already replaced them; P's ABORT drops them;
 * a group-metadata record (key type 2) replaces the group's membership record, a
   tombstone deletes it. Its content is the group coordinator's business
-  (`txlog.coordinator.group_coordinator`); here it is only kept, last value wins.
+  (`txlog.coordinator.group_coordinator`); here it is only kept, last value wins;
+* a broker's KIP-848 consumer-group records (key types 3..8,
+  `txlog.schemas.consumer_group_records`) are kept the same way, last value per key
+  (record type, group, member), a tombstone removing that key; the tombstone of the
+  group's ConsumerGroupMetadata (type 3) removes what is left of the group, as Kafka's
+  replay does. txlog never writes them: they describe a broker's consumer-protocol groups.
 
 No broker keeps this in memory between calls, so every process replays the partition
 itself, through a `ReplayedPartition` that starts from the last state snapshot and
@@ -46,6 +51,7 @@ from txlog.errors import (
     UnstableOffsetCommitError,
 )
 from txlog.requests import MAX_STRING_BYTES, check_id
+from txlog.schemas.consumer_group_records import GROUP_METADATA, ConsumerGroupRecordKey
 from txlog.schemas.group_metadata import encode_group_metadata_key
 from txlog.schemas.offset_log import (
     GroupMetadataKey,
@@ -60,7 +66,7 @@ from txlog.topic_partition import OffsetAndMetadata, TopicPartition
 
 # The file name carries the dump format's version: a process that meets a snapshot of
 # another format then simply finds none and replays the log instead of misreading it.
-SNAPSHOT_NAME = "txlog-group-offsets-v2"  # v2 added the groups' membership records
+SNAPSHOT_NAME = "txlog-group-offsets-v3"  # v2 added the groups' membership records, v3 KIP-848's records
 KEY_VERSION = 1  # what current Kafka writes for offset commits
 VALUE_VERSION = 3
 MAX_METADATA_BYTES = 4096  # Kafka's offset.metadata.max.bytes default
@@ -85,6 +91,8 @@ class _PartitionState:
     committed: dict[OffsetKey, _Entry] = field(default_factory=dict)
     pending: dict[int, dict[OffsetKey, _Entry]] = field(default_factory=dict)  # producer id -> key -> entry
     metadata: dict[str, bytes] = field(default_factory=dict)  # group -> its last GroupMetadataValue bytes
+    # group -> (record type, member id or "") -> the last value of a broker's KIP-848 record
+    consumer_records: dict[str, dict[tuple[int, str], bytes]] = field(default_factory=dict)
 
     # ---- replay ---------------------------------------------------------------------------
 
@@ -98,8 +106,11 @@ class _PartitionState:
             if isinstance(key, GroupMetadataKey):
                 self._apply_group_metadata(key.group, record.value)
                 continue
+            if isinstance(key, ConsumerGroupRecordKey):
+                self._apply_consumer_record(key, record.value)
+                continue
             if not isinstance(key, OffsetKey):
-                continue  # newer record types (KIP-848 and later): not ours
+                continue  # share and streams groups, regex subscriptions: not described by txlog
             value = decode_offset_value(record.value)
             if batch.is_transactional:
                 self._apply_pending(batch, key, value)
@@ -113,6 +124,18 @@ class _PartitionState:
             self.metadata.pop(group, None)
         else:
             self.metadata[group] = bytes(value)
+
+    def _apply_consumer_record(self, key: ConsumerGroupRecordKey, value: bytes | None) -> None:
+        records = self.consumer_records.setdefault(key.group, {})
+        slot = (key.record_type, key.member_id or "")
+        if value is not None:
+            records[slot] = bytes(value)
+        elif key.record_type == GROUP_METADATA:
+            records.clear()  # the group is deleted (its other records were tombstoned before this one)
+        else:
+            records.pop(slot, None)
+        if not records:
+            del self.consumer_records[key.group]
 
     def _apply_pending(self, batch: RecordBatch, key: OffsetKey, value: OffsetValue | None) -> None:
         pending = self.pending.setdefault(batch.producer_id, {})
@@ -139,13 +162,20 @@ class _PartitionState:
         committed = [_entry_row(k, e) for k, e in self.committed.items()]
         pending = [[pid, *_entry_row(k, e)] for pid, entries in self.pending.items() for k, e in entries.items()]
         metadata = {g: base64.b64encode(v).decode("ascii") for g, v in self.metadata.items()}
-        return {"committed": committed, "pending": pending, "metadata": metadata}
+        consumer = [
+            [g, record_type, member, base64.b64encode(v).decode("ascii")]
+            for g, records in self.consumer_records.items()
+            for (record_type, member), v in records.items()
+        ]
+        return {"committed": committed, "pending": pending, "metadata": metadata, "consumer_records": consumer}
 
     def load(self, data: dict[str, Any] | None) -> None:
-        self.committed, self.pending, self.metadata = {}, {}, {}
+        self.committed, self.pending, self.metadata, self.consumer_records = {}, {}, {}, {}
         if data is None:
             return
         self.metadata = {g: base64.b64decode(v) for g, v in data.get("metadata", {}).items()}
+        for group, record_type, member, value in data.get("consumer_records", []):
+            self.consumer_records.setdefault(group, {})[(record_type, member)] = base64.b64decode(value)
         for row in data["committed"]:
             key, entry = _entry_from_row(row)
             self.committed[key] = entry
@@ -165,10 +195,11 @@ class _PartitionState:
         return found
 
     def groups(self) -> set[str]:
-        """Groups with committed or pending offsets, or a membership record."""
+        """Groups with committed or pending offsets, or a membership record (classic or KIP-848)."""
         names = {key.group for key in self.committed}
         names.update(key.group for entries in self.pending.values() for key in entries)
         names.update(self.metadata)
+        names.update(self.consumer_records)
         return names
 
 
@@ -306,6 +337,15 @@ class GroupOffsets:
             with self._mutex:
                 found.update(state.metadata)
         return dict(sorted(found.items()))
+
+    def consumer_group_records(self, group: str) -> dict[tuple[int, str], bytes]:
+        """A broker's KIP-848 records of the group, caught up: (record type, member id or "") -> value
+        bytes (`txlog.schemas.consumer_group_records`); empty if the group has none."""
+        state = self._group_state(group)
+        if state is None:
+            return {}
+        with self._mutex:
+            return dict(state.consumer_records.get(group, {}))
 
     def append_group_metadata(self, group: str, value: bytes | None) -> None:
         """Write the group's membership record (a tombstone for None); call while `locked(group)`."""

@@ -3,8 +3,11 @@
 A group's committed offsets are the last value per (group, topic, partition) key in
 this compacted log, so the codec decides what a restarted consumer resumes from.
 The key's i16 prefix doubles as a record type: 0 and 1 are offset commits, 2 is
-GroupMetadata and 3+ are newer group records. txlog only writes offset commits but
-must classify every key it meets when it reads a real Kafka data directory.
+GroupMetadata, 3..8 are KIP-848's consumer-group records (decoded by
+`txlog.schemas.consumer_group_records`) and higher ones are other newer group kinds
+(share, streams, regex subscriptions). txlog only writes offset commits and
+GroupMetadata but must classify every key it meets when it reads a real Kafka data
+directory.
 
 Value versions differ only in which optional fields exist; fields a version lacks
 are dropped on write (Kafka marks them ignorable) and read back as their defaults.
@@ -16,6 +19,8 @@ from dataclasses import dataclass
 from typing import overload
 
 from storage.errors import CorruptRecordError
+from txlog.schemas.consumer_group_records import RECORD_NAMES, ConsumerGroupRecordKey
+from txlog.schemas.consumer_group_records import decode_key as decode_consumer_group_key
 from txlog.schemas.schema_types import SchemaReader, SchemaWriter, uuid_text
 
 OFFSET_KEY_VERSIONS = (0, 1)
@@ -40,7 +45,8 @@ class GroupMetadataKey:
 
 @dataclass(frozen=True, slots=True)
 class OtherKey:
-    """Key versions >= 3 (KIP-848 and later): recognised so a reader can skip them."""
+    """Key types above the consumer-group records (share and streams groups, regex subscriptions):
+    recognised so a reader can skip them."""
 
     version: int
 
@@ -75,7 +81,7 @@ def _required_string(r: SchemaReader, what: str) -> str:
     return value
 
 
-def decode_key(data: bytes | None) -> OffsetKey | GroupMetadataKey | OtherKey:
+def decode_key(data: bytes | None) -> OffsetKey | GroupMetadataKey | ConsumerGroupRecordKey | OtherKey:
     """Classify a `__consumer_offsets` key by its type prefix, decoding the kinds txlog uses."""
     if data is None:
         raise CorruptRecordError("consumer offsets key: null key")
@@ -83,8 +89,10 @@ def decode_key(data: bytes | None) -> OffsetKey | GroupMetadataKey | OtherKey:
     version = r.i16("key version")
     if version < 0:
         raise r.corrupt(f"unknown key version {version}", 0)
+    if version in RECORD_NAMES:
+        return decode_consumer_group_key(data)
     if version > GROUP_METADATA_KEY_VERSION:
-        # Newer record types have their own schemas; their bodies are not ours to judge.
+        # Other newer record types have their own schemas; their bodies are not ours to judge.
         return OtherKey(version)
     group = _required_string(r, "group")
     if version == GROUP_METADATA_KEY_VERSION:
