@@ -3,9 +3,13 @@
 One dedicated broker gets a small, complete story through librdkafka (confluent-kafka): a
 committed, an aborted and a still-open transaction on a two-partition topic, and two consumer
 groups that commit read_committed positions, one with the classic protocol and one with KIP-848's
-(`group.protocol=consumer`). While the broker runs, Kafka's own tools (kafka-transactions,
-kafka-consumer-groups) and read_committed / read_uncommitted consumers record their answers;
-then the broker stops (a controlled shutdown) and txlog reads a copy of its log directory.
+(`group.protocol=consumer`). Each group then gets a live member of its protocol, still
+subscribed while Kafka's own tools (kafka-transactions, kafka-consumer-groups with
+`--members --verbose`, `--state --verbose`, `--list --type --state`) and read_committed /
+read_uncommitted consumers record their answers, and still subscribed when the broker stops
+(a controlled shutdown): the records keep the members, and txlog reads a copy of the log
+directory. Where every value agrees the raw text is compared too, byte for byte but for the
+allowed columns, which are masked.
 
 Columns that cannot agree are named with their reason in ALLOWED_DIFFERENCES and documented in
 docs/kafka-formats.md §9: there is no broker, so no broker id or host to print, and durations
@@ -40,11 +44,6 @@ ALLOWED_DIFFERENCES = {
     ("describe", "CoordinatorId", None): "no broker: txlog's coordinator is the __transaction_state partition",
     ("describe", "TransactionDurationMs", None): "now minus the start: measured at a different moment",
     ("state", "COORDINATOR (ID)", None): "no broker: txlog names the __consumer_offsets partition",
-    ("state", "ASSIGNMENT-STRATEGY", "g-consumer"): (
-        "txlog does not replay the KIP-848 group records (ConsumerGroupMetadata, record types 3 and up) a "
-        "broker writes: such a group shows its committed offsets, but not that it is a consumer-protocol "
-        "group whose assignor is the broker's default (uniform)"
-    ),
 }
 
 
@@ -121,6 +120,45 @@ def _tool(*args: str) -> str:
     return run_tool(*args).stdout
 
 
+def _live_member(bootstrap: str, group: str, protocol: str) -> Consumer:
+    """A member of `group` that holds both partitions and stays subscribed (nothing is committed)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "group.protocol": protocol,
+            "client.id": f"live-{protocol}",
+        }
+    )
+    consumer.subscribe([TOPIC])
+    deadline = time.monotonic() + 90
+    while len(consumer.assignment()) < 2 and time.monotonic() < deadline:
+        consumer.poll(0.5)
+    assert len(consumer.assignment()) == 2, f"the live {protocol} member of {group} was not given both partitions"
+    return consumer
+
+
+def _stable(bootstrap: str, group: str) -> str:
+    """`--describe --state --verbose` once the broker calls the group Stable (its member has reconciled):
+    nothing changes in its records after that while the member only heartbeats."""
+    deadline = time.monotonic() + 120
+    while True:
+        text = _tool(
+            GROUPS_TOOL, "--bootstrap-server", bootstrap, "--describe", "--group", group, "--state", "--verbose"
+        )
+        if "Stable" in text or time.monotonic() > deadline:
+            return text
+
+
+def _close_later(consumers: list[Consumer]) -> None:
+    """Close the live members off the test's path: with the broker gone their goodbye only times out."""
+    import threading
+
+    for consumer in consumers:
+        threading.Thread(target=consumer.close, daemon=True).start()
+
+
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
     work = tmp_path_factory.mktemp("admin-differential")
@@ -134,16 +172,26 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
             result.consumed[group] = _consume(bootstrap, "read_committed", group, protocol)
         for isolation in ("read_committed", "read_uncommitted"):
             result.consumed[isolation] = _consume(bootstrap, isolation)
-        result.tools["list"] = _tool(TRANSACTIONS_TOOL, "--bootstrap-server", bootstrap, "list")
+        live = [_live_member(bootstrap, group, protocol) for group, protocol in GROUPS.items()]
+        for group in GROUPS:
+            result.tools[f"{group} state verbose"] = _stable(bootstrap, group)
+        result.tools["list_transactions"] = _tool(TRANSACTIONS_TOOL, "--bootstrap-server", bootstrap, "list")
         for tid in TRANSACTIONAL_IDS:
             describe = ("describe", "--transactional-id", tid)
             result.tools[tid] = _tool(TRANSACTIONS_TOOL, "--bootstrap-server", bootstrap, *describe)
         for group in GROUPS:
             result.tools[group] = _tool(GROUPS_TOOL, "--bootstrap-server", bootstrap, "--describe", "--group", group)
-            result.tools[f"{group} state"] = _tool(
-                GROUPS_TOOL, "--bootstrap-server", bootstrap, "--describe", "--group", group, "--state"
+            for view in ("state", "members"):
+                result.tools[f"{group} {view}"] = _tool(
+                    GROUPS_TOOL, "--bootstrap-server", bootstrap, "--describe", "--group", group, f"--{view}"
+                )
+            result.tools[f"{group} members verbose"] = _tool(
+                GROUPS_TOOL, "--bootstrap-server", bootstrap, "--describe", "--group", group, "--members", "--verbose"
             )
+        result.tools["list"] = _tool(GROUPS_TOOL, "--bootstrap-server", bootstrap, "--list", "--type", "--state")
+        result.tools["transactions list"] = result.tools.pop("list_transactions")
         broker.stop()
+        _close_later(live)
         del still_open  # its transaction stays open in the copy: the broker stopped first
         shutil.copytree(broker.log_dir, result.log_dir)
         yield result
@@ -194,7 +242,7 @@ def _ok(*args: str, data_dir: str) -> str:
 
 def test_transactions_list_matches_kafka_transactions(recorded: Recorded) -> None:
     mine = _ok("transactions", "list", data_dir=recorded.log_dir)
-    _same("transactions", _table(recorded.tools["list"]), _table(mine), "TransactionalId")
+    _same("transactions", _table(recorded.tools["transactions list"]), _table(mine), "TransactionalId")
 
 
 @pytest.mark.parametrize("transactional_id", TRANSACTIONAL_IDS)
@@ -215,6 +263,44 @@ def test_groups_describe_offsets_match_kafka_consumer_groups(recorded: Recorded,
 def test_groups_describe_state_matches_kafka_consumer_groups(recorded: Recorded, group: str) -> None:
     mine = _ok("groups", "describe", "--group", group, "--state", data_dir=recorded.log_dir)
     _same("state", _table(recorded.tools[f"{group} state"]), _table(mine), "GROUP")
+
+
+@pytest.mark.parametrize("group", sorted(GROUPS))
+def test_groups_describe_state_verbose_matches_kafka_consumer_groups(recorded: Recorded, group: str) -> None:
+    mine = _ok("groups", "describe", "--group", group, "--state", "--verbose", data_dir=recorded.log_dir)
+    kafka = recorded.tools[f"{group} state verbose"]
+    _same("state", _table(kafka), _table(mine), "GROUP")
+    assert _masked(mine, "COORDINATOR (ID)") == _masked(kafka, "COORDINATOR (ID)")
+
+
+@pytest.mark.parametrize("verbose", [False, True], ids=["members", "members-verbose"])
+@pytest.mark.parametrize("group", sorted(GROUPS))
+def test_groups_describe_members_match_kafka_consumer_groups(recorded: Recorded, group: str, verbose: bool) -> None:
+    """The live member, its epochs and assignments, and Kafka's layout to the byte."""
+    args = ("--members", "--verbose") if verbose else ("--members",)
+    mine = _ok("groups", "describe", "--group", group, *args, data_dir=recorded.log_dir)
+    kafka = recorded.tools[f"{group} members{' verbose' if verbose else ''}"]
+    _same("members", _table(kafka), _table(mine), "CONSUMER-ID")
+    assert mine == kafka
+
+
+def test_groups_list_type_and_state_match_kafka_consumer_groups(recorded: Recorded) -> None:
+    mine = _ok("groups", "list", "--type", "--state", data_dir=recorded.log_dir)
+    kafka = recorded.tools["list"]
+    assert {row["GROUP"]: row for row in _table(mine)} == {row["GROUP"]: row for row in _table(kafka)}
+    # the layout to the byte; the broker lists groups in its own order
+    mine_lines, kafka_lines = mine.splitlines(), kafka.splitlines()
+    assert mine_lines[0] == kafka_lines[0] and sorted(mine_lines[1:]) == sorted(kafka_lines[1:])
+
+
+def _masked(text: str, column: str) -> str:
+    """The text with `column`'s cells blanked: from where its header starts to where the next one does."""
+    lines = text.splitlines()
+    header = next(line for line in lines if column in line)
+    start = header.index(column)
+    end = header.index(" ", start + len(column)) + 1
+    end += len(header[end:]) - len(header[end:].lstrip(" "))
+    return "\n".join(line[:start] + " " * (end - start) + line[end:] if line.strip() else line for line in lines)
 
 
 @pytest.mark.parametrize("isolation", ["read_committed", "read_uncommitted"])

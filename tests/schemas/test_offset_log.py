@@ -215,7 +215,7 @@ def test_group_metadata_key_is_recognised():
 
 @pytest.mark.parametrize("version", [9, 10, 16, 32767])
 def test_newer_record_types_are_recognised_not_decoded(version):
-    """Share, streams and regex records (types 9+) are skipped; 3..8 are tests/schemas/test_consumer_group_records.py's."""
+    """Share, streams and regex records (types 9+) are skipped (3..8: test_consumer_group_records.py)."""
     body = b"\x00\x05group\xde\xad\xbe\xef"  # whatever the newer schema holds
     assert decode_key(version.to_bytes(2, "big") + body) == OtherKey(version)
     assert decode_key(version.to_bytes(2, "big")) == OtherKey(version)
