@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator
+from functools import partial
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -282,10 +283,12 @@ def _print_members(
     # Kafka prints each group's table on its own, with its header even when it has no members.
     for name in views:
         mine = [r for r in rows if r["group"] == name]
-        emit(mine, columns, output, text=lambda _h, _c, mine=mine: _members_text(mine, verbose), missing="-")
+        emit(mine, columns, output, text=partial(_members_text, mine, verbose), missing="-")
 
 
-def _members_text(rows: list[dict[str, Any]], verbose: bool) -> list[str]:
+def _members_text(
+    rows: list[dict[str, Any]], verbose: bool, _headers: object = None, _cells: object = None
+) -> list[str]:
     """kafka-consumer-groups --describe --members [--verbose] (printMembers) for one group: a blank
     line, then `%-Ns` columns GROUP, CONSUMER-ID, [GROUP-INSTANCE-ID, only when a member has one],
     HOST and CLIENT-ID as wide as their widest cell (at least 15; 17 for the instance id) and

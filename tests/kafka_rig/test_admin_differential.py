@@ -57,7 +57,9 @@ class Recorded:
 
 
 def _transactional(bootstrap: str, transactional_id: str) -> Producer:
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id, "linger.ms": 5})
+    # A timeout far beyond the fixture's run: the broker must not abort tx-open before it stops.
+    conf = {"bootstrap.servers": bootstrap, "transactional.id": transactional_id, "linger.ms": 5}
+    producer = Producer({**conf, "transaction.timeout.ms": 600_000})
     producer.init_transactions(60)
     return producer
 

@@ -657,7 +657,7 @@ def describe_consumer_group_records(
 
 
 def _named(partitions: cgr.TopicIdPartitions, topic_names: dict[str, str]) -> tuple[TopicPartition, ...]:
-    found = []
+    found: list[TopicPartition] = []
     for topic_id, ids in partitions:
         name = topic_names.get(uuid_text(topic_id))
         if name is not None:
