@@ -33,7 +33,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
 
 from txlog.schemas.schema_types import SchemaReader
 
@@ -195,16 +194,6 @@ def decode_value(record_type: int, data: bytes | None) -> ConsumerGroupValue | N
     r.value_version(VALUE_VERSIONS)
     value = decode(r)
     r.expect_end()
-    return value
-
-
-_V = TypeVar("_V")
-
-
-def decode_typed(record_type: int, data: bytes, expected: type[_V]) -> _V:
-    """decode_value for a caller that knows the record type and wants its value class."""
-    value = decode_value(record_type, data)
-    assert isinstance(value, expected)
     return value
 
 
