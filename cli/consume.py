@@ -6,8 +6,13 @@ exits at the end -- the last stable offset under read_committed -- unless `--fol
 Output is Kafka's formatter (`--property print.key=true`, ...), kcat's `-f` format, kcat's
 `-J` JSON envelope, or `--output jsonl|json|csv|table`. kcat's flags mean what they mean in
 kcat (`-o beginning|end|stored|N|-N|s@ts|e@ts`, `-e`, `-u`, `-c`; docs/cli-conventions.md §5).
-With `--group`, the offsets of what was printed are
-committed to the group when the command ends (and after each batch under `--follow`).
+With `--group` (and no `--partition`) the command is a member of the group, as
+kafka-console-consumer with `--group`: the group splits the topic's partitions between its
+members and moves them when one joins or leaves; each member prints only its partitions and
+commits the offsets of what it printed after each printed batch, so a partition's next owner
+starts just after it. It leaves the group when it exits (end of its partitions, `-c`, Ctrl-C,
+SIGTERM). With `--group` and `--partition` it reads that partition without joining (the group
+only keeps its offsets), committing when it ends and after each batch under `--follow`.
 """
 
 from __future__ import annotations
@@ -466,7 +471,8 @@ def consume(
             "--group",
             "-g",
             metavar="GROUP",
-            help="Start at this group's committed offsets and commit what was printed.",
+            help="Read as a member of this group (the group splits the partitions between its members), "
+            "starting at its committed offsets and committing what was printed.",
             autocompletion=complete_group_ids,
             show_default=False,
         ),
@@ -629,33 +635,41 @@ def consume(
             group_id=group,
             isolation_level=isolation_level.value,
             auto_offset_reset="earliest",
-            enable_auto_commit=False,
+            enable_auto_commit=False,  # the loop commits what it printed, after printing it
         )
         tps = [TopicPartition(topic, p) for p in ([partition] if partition is not None else store.partitions(topic))]
         if partition is None and len(tps) < count:
             status(ctx, absent_note(topic, store.absent_partitions(topic)))
-        consumer.assign(tps)
-        _position(consumer, tps, where)
-        printed, interrupted = _loop(
-            consumer,
-            writer,
-            group,
-            follow=follow,
-            max_messages=max_messages,
-            timeout_ms=timeout_ms,
-            stop_at=stop_at,
-            unbuffered=unbuffered,
-        )
-        writer.close()
-        if exit_at_end and not interrupted and (max_messages is None or printed < max_messages):
-            for tp in tps:  # kcat -e's own stderr line
-                status(
-                    ctx,
-                    f"% Reached end of topic {tp.topic} [{tp.partition}] at offset {consumer.position(tp)}: exiting",
-                )
-        if group is not None:
-            consumer.commit()  # positions: just past what was printed (and any markers skipped after it)
-        consumer.close(autocommit=False)
+        member = group is not None and partition is None
+        try:
+            if member:  # the group decides the partitions; -o applies to each as it is assigned (kcat -G)
+                consumer.subscribe([topic], listener=_StartAt(consumer, where))
+            else:
+                consumer.assign(tps)
+                _position(consumer, tps, where)
+            printed, interrupted = _loop(
+                consumer,
+                writer,
+                group,
+                follow=follow,
+                max_messages=max_messages,
+                timeout_ms=timeout_ms,
+                stop_at=stop_at,
+                unbuffered=unbuffered,
+                member=member,
+            )
+            writer.close()
+            if exit_at_end and not interrupted and (max_messages is None or printed < max_messages):
+                for tp in sorted(consumer.assignment()):  # kcat -e's own stderr line
+                    status(
+                        ctx,
+                        f"% Reached end of topic {tp.topic} [{tp.partition}] at offset {consumer.position(tp)}: "
+                        "exiting",
+                    )
+            if group is not None:
+                _commit(consumer)  # positions: just past what was printed (and any markers skipped after it)
+        finally:
+            consumer.close(autocommit=False)  # a member leaves the group: its partitions go to the others
     if writer.replaced:
         status(
             ctx,
@@ -677,14 +691,21 @@ def _loop(
     timeout_ms: int | None,
     stop_at: int | None = None,
     unbuffered: bool = False,
+    member: bool = False,
 ) -> tuple[int, bool]:
-    """Poll and print until the end (or forever with --follow); (records printed, interrupted)."""
+    """Poll and print until the end (or forever with --follow); (records printed, interrupted).
+
+    A group member's end is the end of the partitions the group gave it, once it has them all:
+    while it is joining, or a partition is on its way from another member, an empty poll is
+    not the end. It commits after each printed batch (flushed first), so a rebalance hands a
+    partition on just past what was printed.
+    """
     printed = 0
     last_record = time.monotonic()
     with Interrupts() as stop, quiet_gc():
         while not stop.received:
             room = POLL_RECORDS if max_messages is None else min(POLL_RECORDS, max_messages - printed)
-            waiting = follow or timeout_ms is not None
+            waiting = follow or timeout_ms is not None or not consumer.assignment_settled()
             records = consumer.poll(timeout_ms=FOLLOW_POLL_MS if waiting else 0, max_records=room)
             if stop_at is not None:
                 records = _before(consumer, records, stop_at)
@@ -696,10 +717,10 @@ def _loop(
                 last_record = time.monotonic()
                 if unbuffered:
                     writer.flush()
-                if follow and writer.streams:
+                if member or (follow and writer.streams):
                     writer.flush()
                     if group is not None:
-                        consumer.commit()
+                        _commit(consumer)
                 if max_messages is not None and printed >= max_messages:
                     break
                 continue
@@ -708,6 +729,30 @@ def _loop(
             if not waiting:
                 break
         return printed, stop.received
+
+
+def _commit(consumer: Consumer) -> None:
+    """Commit the positions of what was printed; a member the group has moved on from commits
+    nothing (the partitions may be another member's now) and learns its new assignment."""
+    from txlog.errors import FencedMemberEpochError, StaleMemberEpochError, UnknownMemberIdError
+
+    try:
+        consumer.commit()
+    except (UnknownMemberIdError, StaleMemberEpochError, FencedMemberEpochError):
+        consumer.enforce_rebalance()
+
+
+class _StartAt:
+    """The rebalance listener of a group member: puts each partition the group assigns at -o's
+    start (kcat -G applies -o on assignment); without -o, it starts at the group's committed offset."""
+
+    def __init__(self, consumer: Consumer, where: Start):
+        self.consumer = consumer
+        self.where = where
+
+    def on_partitions_assigned(self, partitions: set[TopicPartition]) -> None:
+        if partitions:
+            _position(self.consumer, sorted(partitions), self.where)
 
 
 def _before(consumer: Consumer, records: list[ConsumerRecord], stop_at: int) -> list[ConsumerRecord]:

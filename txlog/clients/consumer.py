@@ -260,6 +260,14 @@ class Consumer:
         if self._membership is not None:
             self._membership.beat_soon()
 
+    def assignment_settled(self) -> bool:
+        """Whether this consumer holds what its group means it to (txlog's addition, for readers that
+        stop at the end: an empty poll means "nothing more" only once the member has joined and no
+        partition is still on its way to it). Always True outside group management."""
+        self._check_open()
+        membership = self._membership
+        return membership is None or (membership.joined and not membership.pending)
+
     def _subscribed(self) -> bool:
         return self._subscription is not None or self._pattern is not None
 

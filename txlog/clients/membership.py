@@ -79,6 +79,7 @@ class Membership:
         self.member_id = new_member_id()
         self.epoch = JOIN_EPOCH
         self.joined = False
+        self.pending = True  # the group's target assignment is not reached yet (or not joined yet)
         self._session_timeout_ms = session_timeout_ms
         self._max_poll_interval_ms = max_poll_interval_ms
         self._heartbeat_interval_ms = heartbeat_interval_ms
@@ -144,6 +145,7 @@ class Membership:
         response = self._transport.consumer_group_heartbeat(request)
         self.joined, self._topics_sent = True, True
         self.epoch = response.member_epoch
+        self.pending = response.pending
         pace = RECONCILE_BEAT_MS if response.pending else self._heartbeat_interval_ms
         self._next_beat_ms = self._clock() + pace
         return response
@@ -151,6 +153,7 @@ class Membership:
     def fenced(self) -> None:
         """The coordinator no longer knows us at our epoch: rejoin, with the same member id (KIP-848)."""
         self.epoch, self.joined, self._topics_sent = JOIN_EPOCH, False, False
+        self.pending = True
         self._next_beat_ms = 0
 
     def leave(self) -> None:
