@@ -13,12 +13,13 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from cli.context import USAGE, CommandError, settings
-from cli.output import OutputFormat, error_line, output_option, print_json
+from cli.output import JsonArray, JsonObject, OutputFormat, error_line, output_option, write_json
 from cli.quiet_gc import quiet_gc
 
 VERIFICATION_FAILED = 3
@@ -120,6 +121,83 @@ def _file_json(path: str, items: list[dict[str, Any]]) -> dict[str, Any]:
     if messages:
         doc["messages"] = messages
     return doc
+
+
+def _documents(targets: list[str], opts: Any, problems: Any) -> Iterator[dict[str, Any] | JsonObject]:
+    """`--output json`: each file's document, made as it is written; a log's batches are read one at a time."""
+    from cli import dump_log
+    from storage.errors import KafkaError
+
+    for path in targets:
+        dumper = dump_log.dumper_for(path)
+        if dumper is None:
+            sys.stdout.buffer.flush()  # stdout before stderr, in the order they happened
+            typer.echo(f"Ignoring unknown file {path}", err=True)
+            continue
+        try:
+            items = dump_log.expanded(dumper(path, opts, problems), opts)
+            if os.path.splitext(path)[1] not in (".log", ".checkpoint"):
+                yield _file_json(path, list(items))  # index entries, producer states: bounded by the file
+                continue
+            head: list[dict[str, Any]] = []  # what precedes the first batch: the document's scalar fields
+            first = None
+            for item in items:
+                if item["type"] == "batch":
+                    first = item
+                    break
+                head.append(item)
+        except dump_log.DumpError as exc:
+            problems.other.append(str(exc))
+            continue
+        except KafkaError as exc:
+            problems.other.append(f"{path}: {exc}")
+            continue
+        yield JsonObject(_log_document(path, head, first, items, problems))
+
+
+def _log_document(
+    path: str, head: list[dict[str, Any]], first: dict[str, Any] | None, items: Iterator[dict[str, Any]], problems: Any
+) -> Iterator[tuple[str, object]]:
+    """A log's (or KRaft snapshot's) document as `_file_json` lays it out, its batches written one by one.
+
+    A batch that cannot be read ends the batches (the ones before it are in the document) and is
+    reported as a problem, as in the text output.
+    """
+    doc = _file_json(path, head)
+    messages = doc.pop("messages", [])
+    doc.pop("batches", None)
+    yield from doc.items()
+    yield "batches", JsonArray(_batches(path, first, items, messages, problems))
+    if messages:
+        yield "messages", messages
+
+
+def _batches(
+    path: str, first: dict[str, Any] | None, items: Iterator[dict[str, Any]], messages: list[str], problems: Any
+) -> Iterator[dict[str, Any]]:
+    """Each batch with its records (one batch held at a time); messages met on the way are collected."""
+    from cli import dump_log
+    from storage.errors import KafkaError
+
+    if first is None:
+        return
+    batch = {k: v for k, v in first.items() if k != "type"}
+    try:
+        for item in items:
+            kind = item["type"]
+            body = {k: v for k, v in item.items() if k != "type"}
+            if kind == "record":
+                batch.setdefault("records", []).append(body)
+            elif kind == "batch":
+                yield batch
+                batch = body
+            elif kind == "message":
+                messages.append(item["text"])
+    except dump_log.DumpError as exc:
+        problems.other.append(str(exc))
+    except KafkaError as exc:
+        problems.other.append(f"{path}: {exc}")
+    yield batch
 
 
 def inspect(
@@ -251,36 +329,36 @@ def inspect(
     from storage.errors import KafkaError
 
     problems = dump_log.Problems()
-    documents: list[dict[str, Any]] = []
-
-    with _Lines() as lines, quiet_gc():
-        for path in targets:
-            dumper = dump_log.dumper_for(path)
-            if output is OutputFormat.text:
-                lines.add(f"Dumping {path}")
-            if dumper is None:
-                lines.flush()  # stdout before stderr, in the order they happened
-                typer.echo(f"Ignoring unknown file {path}", err=True)
-                continue
-            try:
-                items = dumper(path, opts, problems)
+    if output is OutputFormat.json:  # written as it is read: a store's documents are never held whole
+        with quiet_gc():
+            sys.stdout.flush()
+            write_json(JsonArray(_documents(targets, opts, problems)), sys.stdout.buffer)
+            sys.stdout.buffer.flush()
+    else:
+        with _Lines() as lines, quiet_gc():
+            for path in targets:
+                dumper = dump_log.dumper_for(path)
                 if output is OutputFormat.text:
-                    for item in items:
-                        text = dump_log.text_of(item, opts)
-                        if text is not None:
-                            lines.add(text)
-                elif output is OutputFormat.jsonl:
-                    for item in dump_log.expanded(items, opts):
-                        lines.add(json.dumps({"file": path, **item}))
-                else:
-                    documents.append(_file_json(path, list(dump_log.expanded(items, opts))))
-            except dump_log.DumpError as exc:
-                problems.other.append(str(exc))
-            except KafkaError as exc:  # a batch whose records cannot be decoded: report it, go on
-                problems.other.append(f"{path}: {exc}")
+                    lines.add(f"Dumping {path}")
+                if dumper is None:
+                    lines.flush()  # stdout before stderr, in the order they happened
+                    typer.echo(f"Ignoring unknown file {path}", err=True)
+                    continue
+                try:
+                    items = dumper(path, opts, problems)
+                    if output is OutputFormat.text:
+                        for item in items:
+                            text = dump_log.text_of(item, opts)
+                            if text is not None:
+                                lines.add(text)
+                    else:
+                        for item in dump_log.expanded(items, opts):
+                            lines.add(json.dumps({"file": path, **item}))
+                except dump_log.DumpError as exc:
+                    problems.other.append(str(exc))
+                except KafkaError as exc:  # a batch whose records cannot be decoded: report it, go on
+                    problems.other.append(f"{path}: {exc}")
 
-    if output is OutputFormat.json:
-        print_json(documents)
     for line in problems.other + problems.summary_lines():
         typer.echo(line, err=True)
     if verify_index_only and not problems and output is OutputFormat.text:

@@ -13,12 +13,13 @@ tabulate is imported when a table is printed, not when the CLI starts.
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, Literal, TypeAlias
 
 import typer
 
@@ -43,6 +44,7 @@ class OutputFormat(str, Enum):
 
 
 ROW_FORMATS = (OutputFormat.text, OutputFormat.table, OutputFormat.json, OutputFormat.jsonl, OutputFormat.csv)
+ROW_STREAMED = (OutputFormat.jsonl, OutputFormat.csv, OutputFormat.json)  # what RowWriter prints as rows come
 ROW_FORMATS_HELP = "text (the Kafka tool's layout), table, json, jsonl or csv."
 
 
@@ -116,10 +118,12 @@ def _cell(value: object, missing: str) -> str:
 class RowWriter:
     """Rows out in one format: `write` as rows arrive, `close` once at the end.
 
-    jsonl and csv stream (each `write` prints its rows, so `--follow` shows them at once);
-    json, table and text need every row first (an array, column widths) and print at close.
-    With `single`, json prints the one row as an object rather than an array. `text` lays out
-    OutputFormat.text; a verb without a text layout passes none and never offers text.
+    jsonl, csv and json stream (each `write` prints its rows, so memory stays flat however many
+    rows come and `--follow` shows them at once; json is the array json.dumps(rows, indent=2)
+    prints, written element by element, and closed by `close`); table and text need every row
+    first (column widths) and print at close. With `single`, json prints the one row as an
+    object rather than an array. `text` lays out OutputFormat.text; a verb without a text layout
+    passes none and never offers text.
     """
 
     def __init__(
@@ -140,8 +144,10 @@ class RowWriter:
         self.missing = missing
         self.single = single
         self.rendering = rendering
-        self.rows: list[dict[str, Any]] = []  # held for the formats printed at close
+        self.rows: list[dict[str, Any]] = []  # held for the formats printed at close (table, text, single json)
         self.header_written = False
+        self.array_open = False  # json: "[" is written, rows follow as they come
+        self.spilled: SpilledTable | None = None  # a table's rows on disk, once there are many
 
     @property
     def headers(self) -> list[str]:
@@ -150,23 +156,49 @@ class RowWriter:
     @property
     def streams(self) -> bool:
         """Whether `write` prints at once (a `--follow` reader sees rows as they come)."""
-        return self.output in (OutputFormat.jsonl, OutputFormat.csv)
+        return self.output in (OutputFormat.jsonl, OutputFormat.csv) or (
+            self.output is OutputFormat.json and not self.single
+        )
 
     def write(self, rows: Iterable[dict[str, Any]]) -> None:
         if self.output is OutputFormat.jsonl:
             self._print("".join(self._json(row, None, self.rendering.jsonl_separators) + "\n" for row in rows))
         elif self.output is OutputFormat.csv:
             self._print(self._csv(list(rows)))
+        elif self.output is OutputFormat.json and not self.single:
+            self._print("".join(self._array_element(row) for row in rows))
         else:
             self.rows.extend(rows)
+            if self.output is OutputFormat.table and len(self.rows) >= SpilledTable.CHUNK:
+                self._spill()
+
+    def _spill(self) -> None:
+        """Move the held rows of a table to disk, so that a long table costs no memory (see SpilledTable)."""
+        if self.spilled is None:
+            self.spilled = SpilledTable(self.headers)
+        self.spilled.add(cells(self.rows, self.columns, self.missing))
+        self.rows = []
+
+    def _array_element(self, row: dict[str, Any]) -> str:
+        """One row of the json array as json.dumps(rows, indent=2) lays it out, after "[" or ","."""
+        lead = ",\n  " if self.array_open else "[\n  "
+        self.array_open = True
+        return lead + self._json(row, 2, None).replace("\n", "\n  ")  # a JSON string never holds a raw newline
 
     def close(self) -> None:
         output = self.output
-        if output is OutputFormat.json:
-            value = self.rows[0] if self.single and self.rows else self.rows
+        if output is OutputFormat.json and not self.single:
+            self._print("\n]\n" if self.array_open else "[]\n")
+        elif output is OutputFormat.json:
+            value = self.rows[0] if self.rows else self.rows
             self._print(self._json(value, 2, None) + "\n")
         elif output is OutputFormat.csv and not self.header_written:
             self._print(self._csv([]))
+        elif output is OutputFormat.table and self.spilled is not None:
+            if self.rows:
+                self._spill()
+            for text in self.spilled.render():
+                self._print(text)
         elif output is OutputFormat.table:
             self._print(render_table(cells(self.rows, self.columns, self.missing), self.headers) + "\n")
         elif output is OutputFormat.text:
@@ -232,8 +264,119 @@ def render_table(rows: Iterable[Sequence[object]], headers: Sequence[str], *, ta
     return tabulate(list(rows), headers=list(headers), tablefmt=tablefmt, disable_numparse=True)
 
 
+class SpilledTable:
+    """A table too long to hold: its cells go to a temporary file in chunks, and it is printed
+    chunk by chunk with the widths of the whole table, byte for byte what `render_table` prints.
+
+    tabulate sizes a column to its widest cell or to its header plus MIN_PADDING; each chunk's
+    widths are read off the dashes under its header, and at the end every chunk is laid out
+    with its headers padded to the table's widths (minus that padding), so each chunk's rows
+    come out as in the whole table; the header and dashes are printed once.
+    """
+
+    CHUNK = 5000  # rows per tabulate call
+    MIN_PADDING = 2  # tabulate's MIN_PADDING for the "simple" format's headers
+
+    def __init__(self, headers: list[str]):
+        import tempfile
+
+        self.headers = headers
+        self.widths = [0] * len(headers)
+        self.multiline = False  # tabulate lays every row out differently once any cell holds \n or \r
+        self.file = tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="surrogateescape")  # noqa: SIM115
+
+    def add(self, rows: list[list[str]]) -> None:
+        for i, width in enumerate(self._widths(render_table(rows, self.headers))):
+            self.widths[i] = max(self.widths[i], width)
+        for row in rows:
+            self.multiline = self.multiline or any("\n" in cell or "\r" in cell for cell in row)
+            self.file.write(json.dumps(row) + "\n")
+
+    def render(self) -> Iterator[str]:
+        """The table's text in pieces (the last ends with a newline); the file is closed after."""
+        headers = [h.ljust(w - self.MIN_PADDING) for h, w in zip(self.headers, self.widths, strict=True)]
+        yield render_table([], headers) + "\n"  # the header line and the dashes
+        # A chunk is laid out in the whole table's mode: a header ending in a newline puts tabulate in
+        # multiline mode (and adds one blank header line, skipped with the header and dashes).
+        if self.multiline:
+            headers[-1] += "\n"
+        skip = 3 if self.multiline else 2
+        self.file.seek(0)
+        try:
+            while chunk := [json.loads(line) for line in itertools.islice(self.file, self.CHUNK)]:
+                lines = render_table(chunk, headers).split("\n")[skip:]
+                if lines:  # a multiline table shows a row of empty cells as no line at all
+                    yield "\n".join(lines) + "\n"
+        finally:
+            self.file.close()
+
+    @staticmethod
+    def _widths(table: str) -> list[int]:
+        """Column widths: the lengths of the dash runs on the table's second line."""
+        import re
+
+        return [len(run) for run in re.findall("-+", table.split("\n", 2)[1])]
+
+
 def print_json(value: object) -> None:
     typer.echo(json.dumps(value, indent=2))
+
+
+# ---- JSON written as it is made ---------------------------------------------------------------------
+
+
+class JsonArray:
+    """An array whose elements are made while it is written (`write_json`): never held whole."""
+
+    def __init__(self, items: Iterable[object]):
+        self.items = items
+
+
+class JsonObject:
+    """An object whose (key, value) pairs are made while it is written, in order: a pair may be
+    yielded after an earlier value (a JsonArray) was written out, e.g. what was learned reading it."""
+
+    def __init__(self, pairs: Iterable[tuple[str, object]]):
+        self.pairs = pairs
+
+
+def json_pieces(value: object, *, ensure_ascii: bool = True, level: int = 0) -> Iterator[str]:
+    """The text json.dumps(value, indent=2) gives, in pieces, with JsonArray / JsonObject made lazily.
+
+    The same bytes as json.dumps of the materialized value: a plain value is dumped whole and
+    re-indented to its depth (a JSON string never holds a raw newline, so that is exact).
+    """
+    if isinstance(value, JsonArray):
+        pairs: Iterable[tuple[str | None, object]] = ((None, item) for item in value.items)
+        brackets = "[]"
+    elif isinstance(value, JsonObject):
+        pairs, brackets = value.pairs, "{}"
+    else:
+        yield json.dumps(value, indent=2, ensure_ascii=ensure_ascii).replace("\n", "\n" + "  " * level)
+        return
+    inner = "  " * (level + 1)
+    first = True
+    for key, item in pairs:
+        yield (brackets[0] + "\n" if first else ",\n") + inner
+        if key is not None:
+            yield json.dumps(key, ensure_ascii=ensure_ascii) + ": "
+        yield from json_pieces(item, ensure_ascii=ensure_ascii, level=level + 1)
+        first = False
+    yield brackets if first else "\n" + "  " * level + brackets[1]
+
+
+def write_json(value: object, out: BinaryIO, *, ensure_ascii: bool = True, chunk: int = 1 << 20) -> None:
+    """`value` as print_json prints it (indent 2, a newline after), written to `out` in ~`chunk` pieces."""
+    parts: list[str] = []
+    size = 0
+    for piece in json_pieces(value, ensure_ascii=ensure_ascii):
+        parts.append(piece)
+        size += len(piece)
+        if size >= chunk:
+            out.write("".join(parts).encode("utf-8", errors="surrogateescape"))
+            parts, size = [], 0
+    parts.append("\n")
+    out.write("".join(parts).encode("utf-8", errors="surrogateescape"))
 
 
 # ---- lines for the person at the terminal -----------------------------------------------------------
