@@ -73,11 +73,19 @@ CHUNK_BYTES = 4 << 20  # ... or fewer, once their keys and values reach this siz
 class _LineError(Exception):
     """A line that cannot be written; becomes `Error: line N: ...`, or a skipped line with ignore.error=true."""
 
-    def __init__(self, message: str, needed: int = 0):
+    def __init__(self, message: str, needed: int = 0, *, too_long: bool = False):
         super().__init__(message)
         self.needed = needed  # the max.message.bytes that would take the line's record; 0: size is not the problem
+        self.too_long = too_long  # a line too long to be read whole: the limit it needs is not known
+
+    @property
+    def has_hint(self) -> bool:
+        return bool(self.needed) or self.too_long
 
     def hint(self, topic: str) -> str:
+        if self.too_long:
+            alter = f"txlog topics alter {topic} --config max.message.bytes=N"
+            return f"to write it, raise the limit above its size with '{alter}'"
         return f"raise the limit with 'txlog topics alter {topic} --config max.message.bytes={self.needed}'"
 
 
@@ -195,10 +203,16 @@ class _LineParser:
             yield name_text, (None if not sep or value == self.null_marker else value)
 
 
-def _read_lines(fd: int, on_idle: Callable[[], None]) -> Iterator[tuple[int, bytes]]:
-    """(line number, line) from a file descriptor; calls `on_idle` before a read that would block."""
+def _read_lines(fd: int, on_idle: Callable[[], None], max_line: int) -> Iterator[tuple[int, bytes | None]]:
+    """(line number, line) from a file descriptor; calls `on_idle` before a read that would block.
+
+    A line longer than `max_line` bytes comes as None as soon as that much of it is read, never
+    held whole (a 40 MB line costs no more memory than a short one); if the caller reads on, the
+    rest of it is read and dropped.
+    """
     pending = bytearray()  # grows in place: `bytes +=` copied a long line once per 64 KiB read (quadratic)
     number = 0
+    dropping = False  # inside a line already given as too long: its bytes up to the newline are dropped
     while True:
         try:
             idle = not select.select([fd], [], [], 0)[0]
@@ -209,17 +223,28 @@ def _read_lines(fd: int, on_idle: Callable[[], None]) -> Iterator[tuple[int, byt
         chunk = os.read(fd, READ_SIZE)
         if not chunk:
             break
+        if dropping:
+            end = chunk.find(b"\n")
+            if end < 0:
+                continue
+            chunk, dropping = chunk[end + 1 :], False
         pending += chunk
-        if b"\n" not in chunk:
-            continue
-        *complete, rest = bytes(pending).split(b"\n")
-        pending = bytearray(rest)
-        for line in complete:
+        if b"\n" in chunk:
+            *complete, rest = bytes(pending).split(b"\n")
+            pending = bytearray(rest)
+            for line in complete:
+                number += 1
+                line = line[:-1] if line.endswith(b"\r") else line
+                yield number, (line if len(line) <= max_line else None)
+        if len(pending) > max_line:  # no newline within max_line bytes: the line is too long, stop reading it
+            pending.clear()
+            dropping = True
             number += 1
-            yield number, line[:-1] if line.endswith(b"\r") else line
+            yield number, None
     if pending:
         last = bytes(pending)
-        yield number + 1, last[:-1] if last.endswith(b"\r") else last
+        last = last[:-1] if last.endswith(b"\r") else last
+        yield number + 1, (last if len(last) <= max_line else None)
 
 
 class _Chunk:
@@ -317,6 +342,17 @@ class _SizeGuard:
         self.compression = compression
         self.transactional = transactional
         self.threshold = self.limit - self.SLACK - fixed_size
+        # The longest line a record within the limit can come from: hex spells each byte with two
+        # characters (base64 with 4/3, utf8 with one). A longer line is refused unread (_read_lines).
+        self.max_line = 2 * self.limit + self.SLACK
+
+    def too_long(self) -> _LineError:
+        """The error of a line longer than `max_line`: its record cannot fit, whatever its codec."""
+        return _LineError(
+            f"longer than {self.max_line} bytes, more than any record within max.message.bytes={self.limit} of "
+            f"topic '{self.topic}' can take (it is not read into memory)",
+            too_long=True,
+        )
 
     def check(
         self, line_size: int, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes | None]]
@@ -646,9 +682,11 @@ def _run(
 
             signals.check()
             signals.reading = True
-            for number, line in _read_lines(fd, on_idle):
+            for number, line in _read_lines(fd, on_idle, guard.max_line):
                 signals.reading = False
                 try:
+                    if line is None:
+                        raise guard.too_long()
                     k, v, headers = parser.parse(line)
                     guard.check(len(line), k, v, headers)
                 except _LineError as exc:
@@ -764,7 +802,7 @@ def _line_error(number: int, exc: _LineError, tally: _Tally, topic: str, transac
         after = f"the {_records(sent)} before it {'were' if sent != 1 else 'was'} written, nothing after it"
     else:
         after = "nothing was written"
-    hint = f"; {exc.hint(topic)}" if exc.needed else ""
+    hint = f"; {exc.hint(topic)}" if exc.has_hint else ""
     return f"line {number}: {exc}; {after}{hint}"
 
 
