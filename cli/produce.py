@@ -279,6 +279,7 @@ class _Chunk:
         """Hand the chunk to the producer (its future goes to the tally) and start a new one."""
         if self.values:
             keys = self.keys if any(k is not None for k in self.keys) else None
+            tally.sent += len(self.values)
             tally.pending.append(
                 producer.produce_many(
                     topic, self.values, keys, partition=partition, headers=self.headers if self.any_headers else None
@@ -293,14 +294,17 @@ class _Tally:
     def __init__(self) -> None:
         self.pending: list[FutureProduceMany] = []
         self.count = 0
+        self.sent = 0  # records handed to the producer, acknowledged or not
         self.ranges: dict[int, list[int]] = {}
+        self.spans: dict[int, list[list[int]]] = {}  # the acknowledged offsets exactly, as [first, last] runs
         self.unknown: set[int] = set()  # partitions written with acks=0: no offsets come back
 
     def settle(self) -> None:
-        for future in self.pending:
+        while self.pending:  # one at a time: after a failure, what is left is what settle_written may count
+            future = self.pending[0]
             future.get()  # the batches were sent by the flush before: raises the first error, if any
             self._count(future.batches())
-        self.pending.clear()
+            self.pending.pop(0)
 
     def _count(self, batches: list[tuple[int, int, int, BaseException | None]]) -> None:
         for partition, base, records, _ in batches:
@@ -310,6 +314,28 @@ class _Tally:
                 continue
             r = self.ranges.setdefault(partition, [base, base + records - 1])
             r[0], r[1] = min(r[0], base), max(r[1], base + records - 1)
+            self._add_span(partition, base, base + records - 1)
+
+    def _add_span(self, partition: int, first: int, last: int) -> None:
+        spans = self.spans.setdefault(partition, [])
+        spans.append([first, last])
+        spans.sort()
+        merged = [spans[0]]
+        for lo, hi in spans[1:]:
+            if lo <= merged[-1][1] + 1:
+                merged[-1][1] = max(merged[-1][1], hi)
+            else:
+                merged.append([lo, hi])
+        self.spans[partition] = merged
+
+    def written(self) -> str:
+        """Where the acknowledged records are, exactly: per partition, its runs of offsets."""
+        parts = [
+            f"partition {p} offsets {' and '.join(f'{lo}-{hi}' for lo, hi in runs)}"
+            for p, runs in sorted(self.spans.items())
+        ]
+        parts += [f"partition {p} offsets unknown (acks=0)" for p in sorted(self.unknown - set(self.spans))]
+        return ", ".join(parts)
 
     def summary(self, topic: str) -> str:
         parts = [f"partition {p} offsets {lo}-{hi}" for p, (lo, hi) in sorted(self.ranges.items())]
@@ -726,6 +752,9 @@ def _run(
             _finish_quietly(producer)
             if transactional_id is not None and _is_fenced(exc):
                 raise CommandError(_fenced_message(transactional_id)) from None
+            if not isinstance(exc, CommandError):  # a line's own error (_stop_at) already says what was written
+                tally.settle_written()
+                typer.echo(_failure_report(store, tally, topic, transactional_id), err=True)
             raise
         if not leave_open:
             producer.close()
@@ -819,6 +848,53 @@ def _interrupted_message(tally: _Tally, topic: str, transactional_id: str | None
     return (
         f"Interrupted: transaction '{transactional_id}' aborted; the {_records(tally.count)} it wrote to "
         f"{topic} stay in the log as aborted records, invisible to read_committed readers."
+    )
+
+
+def _failure_report(store: Store, tally: _Tally, topic: str, transactional_id: str | None) -> str:
+    """The line before the Error line of a produce that failed part-way: exactly what is in the log.
+
+    Records go to partitions by key (or in sticky runs) and the sender pipelines them, so the
+    acknowledged records are not the first lines of the input: they are named by partition and
+    offsets. A transaction's outcome is read back from the coordinator, not assumed.
+    """
+    if transactional_id is not None:
+        return _transaction_report(store, tally, topic, transactional_id)
+    if not tally.count:
+        return f"Nothing was written to {topic}: none of the {_records(tally.sent)} sent was acknowledged."
+    missed = tally.sent - tally.count
+    return (
+        f"Written before the failure: {tally.count} of the {_records(tally.sent)} sent, to {topic} "
+        f"{tally.written()}; the other {missed} were not acknowledged (records go to partitions by key, "
+        f"so these are not the first lines of the input)."
+    )
+
+
+def _transaction_report(store: Store, tally: _Tally, topic: str, transactional_id: str) -> str:
+    from txlog.coordinator.transaction_coordinator import TransactionCoordinator
+    from txlog.schemas.transaction_log import TxnState
+
+    try:
+        found = TransactionCoordinator(store).describe(transactional_id)
+    except Exception:  # noqa: BLE001  the failure being reported may be the store's: say what is known
+        found = None
+    state = found.state.state if found is not None else None
+    if state in (TxnState.PREPARE_COMMIT, TxnState.COMPLETE_COMMIT) and tally.count:
+        return (
+            f"Transaction '{transactional_id}' was committed before the failure: its {_records(tally.count)} in "
+            f"{topic} are visible ({tally.written()})."
+        )
+    if not tally.count and state is not TxnState.ONGOING:
+        return f"Transaction '{transactional_id}': nothing from this input was written."
+    aborted = f"the {_records(tally.count)} it wrote stay in the log as aborted records" if tally.count else ""
+    if state in (TxnState.PREPARE_ABORT, TxnState.COMPLETE_ABORT, TxnState.EMPTY):
+        return f"Transaction '{transactional_id}' aborted: nothing from this input is visible" + (
+            f"; {aborted}." if aborted else "."
+        )
+    return (
+        f"Transaction '{transactional_id}' could not be aborted here: nothing from this input is visible to "
+        f"read_committed readers; 'txlog abort --transactional-id {transactional_id}' ends it, or its "
+        f"transaction timeout does."
     )
 
 
