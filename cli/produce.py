@@ -25,6 +25,7 @@ import os
 import select
 import signal
 import sys
+import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -51,6 +52,7 @@ if TYPE_CHECKING:  # the CLI imports storage and txlog only when a command runs
     from storage.store import Store
     from txlog.clients.future_record_metadata import FutureProduceMany
     from txlog.clients.producer import Producer
+    from txlog.schemas.transaction_log import TxnLogValue
 
 PRODUCER_PROPERTIES = {
     "parse.key": "false",
@@ -694,7 +696,11 @@ def _run(
     with _Signals() as signals, shown:
         try:
             if transactional_id is not None:
+                open_before = _open_transaction(store, transactional_id)
                 producer.init_transactions()
+                note = _fenced_note(open_before, producer, transactional_id)
+                if note:
+                    status(ctx, note)
                 producer.begin_transaction()
 
             def on_idle() -> None:  # the input would block: what was read so far goes out now
@@ -896,6 +902,40 @@ def _transaction_report(store: Store, tally: _Tally, topic: str, transactional_i
         f"read_committed readers; 'txlog abort --transactional-id {transactional_id}' ends it, or its "
         f"transaction timeout does."
     )
+
+
+def _open_transaction(store: Store, transactional_id: str) -> tuple[TxnLogValue, int] | None:
+    """The id's Ongoing transaction, if it has one, and the time it was looked at (ms)."""
+    from txlog.coordinator.transaction_coordinator import TransactionCoordinator
+    from txlog.schemas.transaction_log import TxnState
+
+    found = TransactionCoordinator(store).describe(transactional_id)
+    if found is None or found.state.state != TxnState.ONGOING:
+        return None
+    return found.state, time.time_ns() // 1_000_000
+
+
+def _fenced_note(open_before: tuple[TxnLogValue, int] | None, producer: Producer, transactional_id: str) -> str:
+    """The note that this producer's InitProducerId aborted an earlier instance's open transaction.
+
+    Kafka's fencing, and correct, but silent otherwise. The epochs tell it for sure: a fence
+    bumps the open transaction's epoch twice (its abort) and the init once more, so the new
+    producer has the same producer id at exactly epoch + 3; a commit or abort of that
+    transaction in between, or another instance starting first, gives another epoch.
+    """
+    if open_before is None:
+        return ""
+    txn, looked_ms = open_before
+    if (producer.producer_id, producer.producer_epoch) != (txn.producer_id, txn.producer_epoch + 3):
+        return ""
+    count = len(txn.partitions)
+    note = (
+        f"note: transactional id {transactional_id} had an open transaction (producer id {txn.producer_id}, "
+        f"epoch {txn.producer_epoch}, {count} partition{'s' * (count != 1)}); starting this producer aborted it"
+    )
+    if looked_ms > txn.start_ms + txn.timeout_ms:
+        note += f" (it was past its transaction timeout, transaction.timeout.ms={txn.timeout_ms})"
+    return note
 
 
 def _is_fenced(exc: BaseException) -> bool:

@@ -482,6 +482,9 @@ class TransactionCoordinator:
     def _forced_end(self, part, txn_id, value, commit) -> ProducerIdAndEpoch:
         if value is None or value.state != TxnState.ONGOING:
             last = "expired" if value is None else value.state.kafka_name
+            timed_out = _timed_out_transaction(part, txn_id) if last == "CompleteAbort" else None
+            if timed_out is not None:
+                raise InvalidTxnStateError(f"transactional id '{txn_id}' has no open transaction: {timed_out}")
             raise InvalidTxnStateError(f"transactional id '{txn_id}' has no open transaction (last state: {last})")
         done = self._finish(part, txn_id, self._decide(part, txn_id, value, commit))
         return _next_ids(done)
@@ -613,6 +616,48 @@ def _next_ids(value: TxnLogValue) -> ProducerIdAndEpoch:
         # decided, markers pending: the ids the completion will hand out
         return ProducerIdAndEpoch(value.next_producer_id, _rotated_epoch(value))
     return ProducerIdAndEpoch(value.producer_id, value.producer_epoch)
+
+
+def _timed_out_transaction(part: _CoordinatorPartition, txn_id: str) -> str | None:
+    """How the id's last transaction ended, when that was its timeout; None when it was not, or
+    when the log no longer shows it (compacted away): never guessed.
+
+    The records do not name a reason (Kafka's do not either), but a timeout leaves a trace no
+    other end does: the PREPARE_ABORT after the Ongoing record bumps the epoch twice (a fence,
+    `_fence_and_abort`; an EndTxn bumps once), is written after the transaction's deadline
+    (start + transaction.timeout.ms), and is not followed by the new epoch of an InitProducerId
+    (the other fence) -- the caller asks only while CompleteAbort is the last state.
+    """
+    ongoing: TxnLogValue | None = None
+    found: tuple[TxnLogValue, TxnLogValue] | None = None
+    position = part.log.log_start_offset
+    while position < part.log.log_end_offset:
+        batches = part.log.read(position)
+        if not batches:
+            break
+        for batch in batches:
+            position = batch.last_offset + 1
+            if batch.is_control:
+                continue
+            for record in batch.records():
+                if record.key is None or decode_key(record.key) != txn_id:
+                    continue
+                value = decode_value(record.value)
+                if value is not None and value.state == TxnState.PREPARE_ABORT and ongoing is not None:
+                    found = (ongoing, value)
+                ongoing = value if value is not None and value.state == TxnState.ONGOING else None
+    if found is None:
+        return None
+    began, prepared = found
+    fenced = prepared.producer_id == began.producer_id and prepared.producer_epoch == began.producer_epoch + 2
+    deadline = began.start_ms + began.timeout_ms
+    if not fenced or prepared.last_update_ms <= deadline:
+        return None
+    return (
+        f"its last transaction (producer id {began.producer_id}, epoch {began.producer_epoch}, "
+        f"{len(began.partitions)} partition{'s' * (len(began.partitions) != 1)}) was aborted by the transaction "
+        f"timeout (transaction.timeout.ms={began.timeout_ms}: open for more than {began.timeout_ms} ms)"
+    )
 
 
 def _rotated_epoch(prepared: TxnLogValue) -> int:
