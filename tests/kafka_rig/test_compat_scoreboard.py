@@ -1,0 +1,79 @@
+"""The compatibility scoreboard (compat/, issue 21 item 4) against the baseline: a real Kafka 4.4 broker.
+
+Each suite is one test: it fails when a test of the client's own suite fails that the suite's
+allow-list does not name. The table is printed at the end of the module, as compat/README.md shows
+it. The broker is this module's own, not the session's: the client suites expect the settings of
+their own fixture brokers (compat.harness.BASELINE_BROKER_PROPS: topics created on first use, short
+group session timeouts), which the rig's session broker deliberately lacks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from compat.__main__ import run_suites, runners
+from compat.harness import (
+    BASELINE_BROKER_PROPS,
+    FAILED,
+    PASSED,
+    CompatError,
+    Outcome,
+    SuiteResult,
+    Verdict,
+    load_allowlist,
+    table,
+)
+from tests.kafka_rig.broker import KafkaBroker
+
+_verdicts: list[Verdict] = []
+
+
+@pytest.fixture(scope="module")
+def baseline_broker(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[KafkaBroker]:
+    broker = KafkaBroker(str(tmp_path_factory.mktemp("compat-broker")), BASELINE_BROKER_PROPS).start()
+    yield broker
+    broker.stop()
+    if _verdicts:
+        # past pytest's capture, so CI's log shows the whole table once
+        capture = request.config.pluginmanager.getplugin("capturemanager")
+        with capture.global_and_fixture_disabled():
+            print("\ncompatibility scoreboard against Apache Kafka 4.4.0:\n" + table(_verdicts))
+
+
+@pytest.mark.parametrize("suite", list(runners()))
+def test_suite_passes_against_the_real_broker_but_for_its_allow_list(
+    suite: str, baseline_broker: KafkaBroker, tmp_path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (verdict,) = run_suites([suite], baseline_broker.bootstrap, str(tmp_path), str(tmp_path), "the baseline broker")
+    _verdicts.append(verdict)
+    with capsys.disabled():
+        print(f"\n{table([verdict])}")
+    assert verdict.run > 0, f"{suite} ran no test; see {verdict.result.log_path}"
+    assert not verdict.unexpected, "\n".join(f"{o.test}: {o.detail[:500]}" for o in verdict.unexpected)
+
+
+def test_a_failure_the_allow_list_lacks_is_unexpected_and_an_allowed_one_is_not() -> None:
+    result = SuiteResult("s", [Outcome("a", FAILED, "boom"), Outcome("b", FAILED, "known"), Outcome("c", PASSED)])
+    verdict = Verdict(result, {"b": "needs SSL", "c": "was flaky"})
+    assert [o.test for o in verdict.unexpected] == ["a"]
+    assert [o.test for o in verdict.allowed] == ["b"]
+    assert verdict.stale == ["c"]
+    assert "| s     | 3         | 1      | 2      | 1 " in table([verdict])
+
+
+def test_an_allow_list_entry_without_a_reason_is_refused(tmp_path) -> None:
+    path = tmp_path / "allowlist"
+    path.write_text("# comment\ngood::test | needs two brokers\nbad::test\n")
+    with pytest.raises(CompatError, match=r"allowlist:3"):
+        load_allowlist(str(path))
+    path.write_text("good::test | needs two brokers\n")
+    assert load_allowlist(str(path)) == {"good::test": "needs two brokers"}
+
+
+def test_every_shipped_allow_list_gives_reasons() -> None:
+    from compat.harness import suite_dir
+
+    for folder, _ in runners().values():
+        load_allowlist(f"{suite_dir(folder)}/allowlist")
