@@ -1,0 +1,146 @@
+"""librdkafka's own test suite (tests/ of Debian's source package) against a bootstrap.
+
+The source is Debian's (bookworm: librdkafka 2.0.2), fetched with `apt-get source` through a
+private sources list (a deb-src line for the machine's Debian mirror, its own package lists under
+the cache) so the machine's apt configuration is left alone; dpkg-source (dpkg-dev) unpacks it and
+applies Debian's patches. It is configured without SSL/SASL/curl (not tested here), built once
+(the library and tests/test-runner) and cached outside the repository.
+
+The runner selects tests with TESTS (test numbers), reads the bootstrap from a test.conf
+(RDKAFKA_TEST_CONF) and runs with -L (only tests that need a broker) and -E (no sockem socket
+emulation); results come from its summary table.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+
+from compat.harness import FAILED, PASSED, SKIPPED, CompatError, Outcome, SuiteResult, cache_root, require, run_logged
+
+DEBIAN_SUITE = "bookworm"
+MIRROR = "http://deb.debian.org/debian"
+KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
+BROKER_VERSION = "4.4.0"
+# transactions (0103), a fetch that only meets aborted data (0129), the idempotent producer (0090),
+# and produce / consume / offset / group tests that finish in seconds to a minute
+TESTS = [
+    "0103",
+    "0129",
+    "0090",
+    "0001",
+    "0002",
+    "0005",
+    "0013",
+    "0014",
+    "0015",
+    "0017",
+    "0018",
+    "0019",
+    "0020",
+    "0021",
+    "0022",
+    "0026",
+    "0030",
+    "0031",
+    "0034",
+    "0040",
+]
+TIMEOUT_S = 900.0
+CONFIGURE_FLAGS = ["--disable-ssl", "--disable-gssapi", "--disable-sasl", "--disable-curl"]
+
+
+def prepare() -> str:
+    """The built tests/ directory (holding test-runner), fetching and building on first use."""
+    home = os.path.join(cache_root(), f"librdkafka-debian-{DEBIAN_SUITE}")
+    built = os.path.join(home, "src")
+    if os.path.exists(os.path.join(built, "tests", "test-runner")):
+        return os.path.join(built, "tests")
+    os.makedirs(home, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=home, prefix=".build-") as work:
+        source = _apt_source(home, work)
+        make = require("make", "librdkafka is built with make")
+        _step(["./configure", *CONFIGURE_FLAGS], source, "configure librdkafka")
+        _step([make, "-j2", "libs"], source, "build librdkafka")
+        _step([make, "-j2", "-C", "tests", "build"], source, "build librdkafka's test runner")
+        shutil.rmtree(built, ignore_errors=True)
+        os.rename(source, built)
+    return os.path.join(built, "tests")
+
+
+def _apt_source(home: str, work: str) -> str:
+    """`apt-get source librdkafka` with a private deb-src list; the unpacked tree's path."""
+    apt_get = require("apt-get", "librdkafka's source comes from Debian's source package")
+    require("dpkg-source", "dpkg-source (package dpkg-dev) unpacks Debian's source package")
+    lists = os.path.join(home, "apt-lists")
+    os.makedirs(os.path.join(lists, "partial"), exist_ok=True)
+    sources = os.path.join(home, "sources.list")
+    with open(sources, "w") as f:
+        f.write(f"deb-src [signed-by={KEYRING}] {MIRROR} {DEBIAN_SUITE} main\n")
+    options = [
+        "-o", f"Dir::Etc::SourceList={sources}",
+        "-o", "Dir::Etc::SourceParts=/dev/null",
+        "-o", f"Dir::State::Lists={lists}",
+        "-o", "Debug::NoLocking=1",
+    ]  # fmt: skip
+    _step([apt_get, *options, "update"], work, "read Debian's source index")
+    _step([apt_get, *options, "source", "librdkafka"], work, "fetch librdkafka's Debian source package")
+    trees = [path for path in glob.glob(os.path.join(work, "librdkafka-*")) if os.path.isdir(path)]
+    if not trees:
+        raise CompatError("apt-get source librdkafka unpacked no source tree")
+    return trees[0]
+
+
+def _step(command: list[str], cwd: str, what: str) -> None:
+    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=1800)
+    if result.returncode != 0:
+        raise CompatError(f"could not {what}: {(result.stdout + result.stderr)[-3000:]}")
+
+
+def run(bootstrap: str, work_dir: str, tests: list[str] | None = None) -> SuiteResult:
+    tests_dir = prepare()
+    conf = os.path.join(work_dir, "librdkafka-test.conf")
+    with open(conf, "w") as f:
+        # random topic names: a target that keeps state between runs starts each run afresh
+        f.write(f"metadata.broker.list={bootstrap}\ntest.topic.random=true\ntest.timeout.multiplier=3\n")
+    log = os.path.join(work_dir, "librdkafka.log")
+    env = {
+        **os.environ,
+        "RDKAFKA_TEST_CONF": conf,
+        "TESTS": ",".join(tests or TESTS),
+        "TEST_KAFKA_VERSION": BROKER_VERSION,
+    }
+    env.pop("CI", None)  # the runner changes its timeouts and output under CI=...
+    command = [os.path.join(tests_dir, "test-runner"), "-L", "-E"]
+    code, seconds = run_logged(command, log_path=log, timeout=TIMEOUT_S, env=env, cwd=tests_dir)
+    outcomes = parse_summary(log)
+    if not outcomes:
+        raise CompatError(f"librdkafka's test-runner exited {code} and printed no summary; see {log}")
+    return SuiteResult("librdkafka", outcomes, seconds, log)
+
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+ROW = re.compile(r"^\|\s*(?P<name>\S+)\s*\|\s*(?P<state>[A-Z_]+)\s*\|\s*[0-9.]+s\s*\|\s*(?P<why>.*)$")
+
+
+def parse_summary(path: str) -> list[Outcome]:
+    """The rows of test-runner's SUMMARY table (`| name | STATE | 1.234s | why`), <MAIN> left out."""
+    outcomes: dict[str, Outcome] = {}
+    in_summary = False
+    with open(path, errors="replace") as f:
+        for raw in f:
+            line = ANSI.sub("", raw).rstrip("\n")
+            if " SUMMARY" in line and line.startswith("TEST "):
+                in_summary = True
+                continue
+            match = ROW.match(line) if in_summary else None
+            if not match or match["name"] == "<MAIN>":
+                continue
+            state = match["state"]
+            status = PASSED if state == "PASSED" else SKIPPED if state == "SKIPPED" else FAILED
+            outcomes[match["name"]] = Outcome(match["name"], status, "" if status == PASSED else match["why"].strip())
+    return list(outcomes.values())
