@@ -21,12 +21,13 @@ Runner = Callable[[str, str], SuiteResult]
 
 def runners() -> dict[str, tuple[str, Runner]]:
     """Suite name -> (its folder under compat/, its runner), in the scoreboard's order."""
-    from compat import franz_go, java_eos, kafka_python
+    from compat import franz_go, java_eos, kafka_python, librdkafka
 
     return {
         "kafka-python": ("kafka_python", kafka_python.run),
         "franz-go": ("franz_go", franz_go.run),
         "java-eos": ("java_eos", java_eos.run),
+        "librdkafka": ("librdkafka", librdkafka.run),
     }
 
 

@@ -177,7 +177,7 @@ def findings(verdict: Verdict, bootstrap: str, target: str) -> str:
     return "\n".join(out)
 
 
-def _one_line(text: str, limit: int = 300) -> str:
+def _one_line(text: str, limit: int = 700) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 

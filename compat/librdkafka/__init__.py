@@ -8,7 +8,8 @@ applies Debian's patches. It is configured without SSL/SASL/curl (not tested her
 
 The runner selects tests with TESTS (test numbers), reads the bootstrap from a test.conf
 (RDKAFKA_TEST_CONF) and runs with -L (only tests that need a broker) and -E (no sockem socket
-emulation); results come from its summary table.
+emulation); results come from its per-test lines (its summary table is not printed when its exit
+check fails, so it cannot be relied on).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import re
 import shutil
 import subprocess
 import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 from compat.harness import FAILED, PASSED, SKIPPED, CompatError, Outcome, SuiteResult, cache_root, require, run_logged
 
@@ -27,7 +30,8 @@ MIRROR = "http://deb.debian.org/debian"
 KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
 BROKER_VERSION = "4.4.0"
 # transactions (0103), a fetch that only meets aborted data (0129), the idempotent producer (0090),
-# and produce / consume / offset / group tests that finish in seconds to a minute
+# and produce / consume / offset / group tests that finish in seconds (0026, pause/resume, is left
+# out: it waits ~50 s)
 TESTS = [
     "0103",
     "0129",
@@ -44,7 +48,6 @@ TESTS = [
     "0020",
     "0021",
     "0022",
-    "0026",
     "0030",
     "0031",
     "0034",
@@ -102,45 +105,69 @@ def _step(command: list[str], cwd: str, what: str) -> None:
 
 
 def run(bootstrap: str, work_dir: str, tests: list[str] | None = None) -> SuiteResult:
+    """Each test number in its own test-runner process (two at a time): the runner's exit check
+    (no librdkafka thread left) then blames the test that leaked, and one failure spoils no other."""
     tests_dir = prepare()
     conf = os.path.join(work_dir, "librdkafka-test.conf")
     with open(conf, "w") as f:
         # random topic names: a target that keeps state between runs starts each run afresh
         f.write(f"metadata.broker.list={bootstrap}\ntest.topic.random=true\ntest.timeout.multiplier=3\n")
-    log = os.path.join(work_dir, "librdkafka.log")
+    began = time.monotonic()
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        runs = list(pool.map(lambda number: _run_one(number, tests_dir, conf, work_dir), tests or TESTS))
+    return SuiteResult("librdkafka", [o for outcomes in runs for o in outcomes], time.monotonic() - began, work_dir)
+
+
+def _run_one(number: str, tests_dir: str, conf: str, work_dir: str) -> list[Outcome]:
+    log = os.path.join(work_dir, f"librdkafka-{number}.log")
     env = {
         **os.environ,
         "RDKAFKA_TEST_CONF": conf,
-        "TESTS": ",".join(tests or TESTS),
+        "TESTS": number,
         "TEST_KAFKA_VERSION": BROKER_VERSION,
+        # the runner is linked against the freshly built libraries, not installed ones
+        "LD_LIBRARY_PATH": os.pathsep.join(os.path.join(tests_dir, "..", lib) for lib in ("src", "src-cpp")),
     }
     env.pop("CI", None)  # the runner changes its timeouts and output under CI=...
     command = [os.path.join(tests_dir, "test-runner"), "-L", "-E"]
-    code, seconds = run_logged(command, log_path=log, timeout=TIMEOUT_S, env=env, cwd=tests_dir)
-    outcomes = parse_summary(log)
+    code, _ = run_logged(command, log_path=log, timeout=TIMEOUT_S, env=env, cwd=tests_dir)
+    outcomes = parse_log(log)
     if not outcomes:
-        raise CompatError(f"librdkafka's test-runner exited {code} and printed no summary; see {log}")
-    return SuiteResult("librdkafka", outcomes, seconds, log)
+        return [Outcome(number, FAILED, f"test-runner exited {code} before starting a test; see {log}")]
+    return outcomes
 
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
-ROW = re.compile(r"^\|\s*(?P<name>\S+)\s*\|\s*(?P<state>[A-Z_]+)\s*\|\s*[0-9.]+s\s*\|\s*(?P<why>.*)$")
+STARTED = re.compile(r"=+ Running test (?P<name>\S+) =+")
+PASSED_LINE = re.compile(r"=+ Test (?P<name>\S+) PASSED =+")
+FAILED_LINE = re.compile(r'^### Test "(?P<name>[^ "]+)')
+SKIPPED_LINE = re.compile(r"^\[(?P<name>\S+)\s*/\s*[0-9.]+s\] WARN: SKIPPING TEST: (?P<why>.*)$")
+# tests left out by -L (those needing no broker): not run, and not this suite's business
+NOT_SELECTED = "Filtered due to negative test flags"
 
 
-def parse_summary(path: str) -> list[Outcome]:
-    """The rows of test-runner's SUMMARY table (`| name | STATE | 1.234s | why`), <MAIN> left out."""
-    outcomes: dict[str, Outcome] = {}
-    in_summary = False
+def parse_log(path: str) -> list[Outcome]:
+    """Per-test results from test-runner's output: started, PASSED, `### Test "name ..." failed`, SKIPPING.
+
+    A test that started but neither passed nor failed (a crash, a hang killed) counts as failed;
+    so does the runner's own exit check (<MAIN>), under the name `<MAIN>` with the first test's number.
+    """
     with open(path, errors="replace") as f:
-        for raw in f:
-            line = ANSI.sub("", raw).rstrip("\n")
-            if " SUMMARY" in line and line.startswith("TEST "):
-                in_summary = True
-                continue
-            match = ROW.match(line) if in_summary else None
-            if not match or match["name"] == "<MAIN>":
-                continue
-            state = match["state"]
-            status = PASSED if state == "PASSED" else SKIPPED if state == "SKIPPED" else FAILED
-            outcomes[match["name"]] = Outcome(match["name"], status, "" if status == PASSED else match["why"].strip())
-    return list(outcomes.values())
+        lines = [ANSI.sub("", line).rstrip("\n") for line in f]
+    started: list[str] = []
+    results: dict[str, Outcome] = {}
+    for index, line in enumerate(lines):
+        if match := STARTED.search(line):
+            started.append(match["name"])
+        elif match := PASSED_LINE.search(line):
+            results.setdefault(match["name"], Outcome(match["name"], PASSED))
+        elif match := FAILED_LINE.match(line):
+            why = lines[index + 1].strip() if index + 1 < len(lines) else ""
+            name = match["name"] if match["name"] != "<MAIN>" else f"<MAIN>[{started[0] if started else '?'}]"
+            results[name] = Outcome(name, FAILED, f"{line.strip('# ')} {why}")
+        elif (match := SKIPPED_LINE.match(line)) and NOT_SELECTED not in match["why"]:
+            results.setdefault(match["name"], Outcome(match["name"], SKIPPED, match["why"]))
+    for name in started:
+        if name not in results:
+            results[name] = Outcome(name, FAILED, "started but did not finish: " + " | ".join(lines[-3:]))
+    return list(results.values())

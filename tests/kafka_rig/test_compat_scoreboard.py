@@ -65,9 +65,10 @@ def test_a_failure_the_allow_list_lacks_is_unexpected_and_an_allowed_one_is_not(
 
 def test_an_allow_list_entry_without_a_reason_is_refused(tmp_path) -> None:
     path = tmp_path / "allowlist"
-    path.write_text("# comment\ngood::test | needs two brokers\nbad::test\n")
-    with pytest.raises(CompatError, match=r"allowlist:3"):
-        load_allowlist(str(path))
+    for bad in ("bad::test", "bad::test |", "| a reason for no test"):
+        path.write_text(f"# comment\ngood::test | needs two brokers\n{bad}\n")
+        with pytest.raises(CompatError, match=r"allowlist:3"):
+            load_allowlist(str(path))
     path.write_text("good::test | needs two brokers\n")
     assert load_allowlist(str(path)) == {"good::test": "needs two brokers"}
 
