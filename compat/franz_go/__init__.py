@@ -58,7 +58,8 @@ def go_env() -> dict[str, str]:
         "GOPATH": root,
         "GOMODCACHE": os.path.join(root, "mod"),
         "GOCACHE": os.path.join(root, "build"),
-        "GOFLAGS": "-mod=mod",
+        # keep the machine's own flags (e.g. -buildvcs=false) and let the build resolve test deps
+        "GOFLAGS": " ".join(filter(None, [os.environ.get("GOFLAGS", ""), "-mod=mod"])),
     }
 
 
