@@ -94,7 +94,7 @@ def test_two_consume_members_split_the_partitions_and_one_takes_over_when_the_ot
         # produced so far was printed by exactly one of them.
         def split() -> bool:
             members = _members(path)
-            return members is not None and sorted(members.values()) == ["two(0)", "two(1)"]
+            return members is not None and sorted(members.values()) == ["two:0", "two:1"]
 
         _wait_for("the group to give each member one partition", split)
         _wait_for("the first 100 records", lambda: len(a.lines) + len(b.lines) >= len(first))
