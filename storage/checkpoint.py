@@ -15,6 +15,7 @@ from itertools import pairwise
 
 from storage.durable import atomic_write
 from storage.errors import CorruptIndexError, KafkaStorageError
+from storage.safe_open import read_no_follow
 
 CHECKPOINT_VERSION = 0
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
@@ -35,8 +36,7 @@ def read_checkpoint(path: str, *, fields: int | None = None) -> list[tuple[str, 
     CorruptIndexError.
     """
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
+        raw = read_no_follow(path)
     except FileNotFoundError:
         return []
     except OSError as exc:

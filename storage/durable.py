@@ -13,6 +13,7 @@ import errno
 import os
 
 from storage.errors import KafkaStorageError
+from storage.safe_open import open_no_follow
 
 TMP_SUFFIX = ".tmp"
 
@@ -59,12 +60,17 @@ def atomic_write(path: str, data: bytes, *, tmp_suffix: str = TMP_SUFFIX) -> Non
     The tmp file is fsynced before the rename (the ext4 zero-length-file lesson)
     and the directory after it. On failure the tmp file is removed and the old
     file is untouched. Writers that may race another process on the same file pass
-    their own `tmp_suffix`, so neither truncates the other's half-written copy.
+    their own `tmp_suffix`, so neither truncates the other's half-written copy. The tmp
+    file lies beside `path` (a suffix, never a separator) and is opened without following
+    a link, so neither the write nor the rename leaves the directory; a rename over a link
+    replaces the link, not what it points at.
     """
     directory = os.path.dirname(path) or "."
     tmp = path + tmp_suffix
+    if os.sep in tmp_suffix:
+        raise ValueError(f"a tmp suffix names a file beside {path}, not {tmp_suffix!r}")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = open_no_follow(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     except OSError as exc:
         raise KafkaStorageError(f"cannot create {tmp}: {exc.strerror}") from exc
     try:
@@ -83,7 +89,7 @@ def atomic_write(path: str, data: bytes, *, tmp_suffix: str = TMP_SUFFIX) -> Non
 def create_durably(path: str) -> int:
     """Create a new empty file and make its directory entry durable; returns an O_RDWR|O_APPEND fd."""
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        fd = open_no_follow(path, os.O_RDWR | os.O_CREAT | os.O_APPEND)
     except OSError as exc:
         raise KafkaStorageError(f"cannot create {path}: {exc.strerror}") from exc
     fsync_dir(os.path.dirname(path) or ".")

@@ -14,6 +14,7 @@ import struct
 from collections.abc import Callable
 from typing import Generic, NamedTuple, TypeVar
 
+from storage.descriptor_cache import CachedFile
 from storage.durable import create_durably, fsync_fd, unlink_durably, write_all
 from storage.errors import CorruptIndexError, KafkaStorageError, ReadOnlyStoreError
 
@@ -98,7 +99,7 @@ class EntryFile:
         self._follows = follows
         self._run_check = run_check
         self._rule = rule
-        self._fd: int | None = None
+        self._file: CachedFile | None = None  # None until opened (the file may not exist yet)
         self._closed = False
         self._forget()
         if writable and create:
@@ -136,9 +137,10 @@ class EntryFile:
         their full parse waits until a lookup needs them.
         """
         self._check_open()
-        if self._fd is None and not self._open(create=False):
+        if self._file is None and not self._open(create=False):
             return 0, None
-        length = os.fstat(self._opened_fd).st_size
+        with self._opened_file as fd:
+            length = os.fstat(fd).st_size
         size = self._layout.size
         whole = length // size * size
         if whole == 0:
@@ -176,20 +178,22 @@ class EntryFile:
         """
         self._require_writable()
         data = self._layout.pack(*fields)
-        if self._fd is None:
+        if self._file is None:
             self._open(create=True)
         before = self._length
         cache_current = self._key is not None and self._key[0] == before
-        try:
-            write_all(self._opened_fd, data)
-        except KafkaStorageError:
-            self._key = None
+        with self._opened_file as fd:
             try:
-                os.ftruncate(self._opened_fd, before)
-            except OSError:
-                pass  # the next prepare_append cuts the torn entry
-            raise
-        if cache_current:
+                write_all(fd, data)
+            except KafkaStorageError:
+                self._key = None
+                try:
+                    os.ftruncate(fd, before)
+                except OSError:
+                    pass  # the next prepare_append cuts the torn entry
+                raise
+            st = os.fstat(fd) if cache_current else None
+        if st is not None:
             # The writer holds the partition lock, so what it just wrote is the whole new
             # tail: extend the cache instead of re-reading the file on the next call.
             intact = self._valid == len(self._raw)
@@ -198,7 +202,6 @@ class EntryFile:
             self._last_bytes = data
             if intact:
                 self._extend_valid()
-            st = os.fstat(self._opened_fd)
             self._key = (st.st_size, st.st_mtime_ns) if st.st_size == self._length else None
         else:
             self._key = None
@@ -208,7 +211,7 @@ class EntryFile:
         self._require_writable()
         self._refresh()
         new_length = count * self._layout.size
-        if self._fd is None or new_length == self._length:
+        if self._file is None or new_length == self._length:
             return
         self._ftruncate(new_length)
         self._forget()
@@ -216,13 +219,14 @@ class EntryFile:
     def flush(self) -> None:
         """fsync; used at roll and close, never on the append path."""
         self._check_open()
-        if self._fd is not None:
-            fsync_fd(self._fd)
+        if self._file is not None:
+            with self._file as fd:
+                fsync_fd(fd)
 
     def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        if self._file is not None:
+            self._file.close()
+            self._file = None
         self._closed = True
 
     def delete(self) -> None:
@@ -251,31 +255,33 @@ class EntryFile:
             raise ReadOnlyStoreError(f"{self.path}: index was opened read-only")
 
     @property
-    def _opened_fd(self) -> int:
-        """The descriptor, for the steps that run once `_open` has succeeded."""
-        if self._fd is None:
+    def _opened_file(self) -> CachedFile:
+        """The file, for the steps that run once `_open` has succeeded (`with self._opened_file as fd:`)."""
+        if self._file is None:
             raise KafkaStorageError(f"{self.path} is not open")
-        return self._fd
+        return self._file
 
     def _open(self, *, create: bool) -> bool:
+        """Open the file (through the descriptor cache, never through a link); False if absent and not created."""
         flags = os.O_RDWR | os.O_APPEND if self.writable else os.O_RDONLY
         try:
-            self._fd = os.open(self.path, flags)
+            self._file = CachedFile(self.path, flags)
         except FileNotFoundError:
             if not create:
                 return False
-            self._fd = create_durably(self.path)
+            self._file = CachedFile(self.path, flags, fd=create_durably(self.path))
         except OSError as exc:
             raise KafkaStorageError(f"cannot open {self.path}: {exc.strerror}") from exc
         return True
 
     def _refresh(self) -> None:
         self._check_open()
-        if self._fd is None and not self._open(create=False):
+        if self._file is None and not self._open(create=False):
             self._forget()
             return
         try:
-            st = os.fstat(self._opened_fd)
+            with self._opened_file as fd:
+                st = os.fstat(fd)
         except OSError as exc:
             raise KafkaStorageError(f"cannot stat {self.path}: {exc.strerror}") from exc
         key = (st.st_size, st.st_mtime_ns)
@@ -322,20 +328,22 @@ class EntryFile:
     def _read(self, start: int, end: int) -> bytes:
         chunks = []
         pos = start
-        while pos < end:
-            try:
-                chunk = os.pread(self._opened_fd, end - pos, pos)
-            except OSError as exc:
-                raise KafkaStorageError(f"cannot read {self.path}: {exc.strerror}") from exc
-            if not chunk:
-                break
-            chunks.append(chunk)
-            pos += len(chunk)
+        with self._opened_file as fd:
+            while pos < end:
+                try:
+                    chunk = os.pread(fd, end - pos, pos)
+                except OSError as exc:
+                    raise KafkaStorageError(f"cannot read {self.path}: {exc.strerror}") from exc
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                pos += len(chunk)
         return b"".join(chunks)
 
     def _ftruncate(self, length: int) -> None:
         try:
-            os.ftruncate(self._opened_fd, length)
+            with self._opened_file as fd:
+                os.ftruncate(fd, length)
         except OSError as exc:
             raise KafkaStorageError(f"cannot truncate {self.path}: {exc.strerror}") from exc
 

@@ -31,6 +31,7 @@ import struct
 from collections.abc import Generator, Iterator
 from typing import Literal, NamedTuple, overload
 
+from storage.descriptor_cache import CachedFile
 from storage.errors import CorruptRecordError, KafkaStorageError, UnsupportedForMessageFormatError
 from storage.legacy_records import MIN_MESSAGE_SIZE, LegacyMessage, is_legacy_message, parse_legacy, refuse
 from storage.records import (
@@ -86,30 +87,31 @@ class Damage(NamedTuple):
 class FileRecords:
     """Read-only access to the batches of one `.log` file (or of bytes already in memory).
 
-    Built on a descriptor the caller keeps (a segment's) or on one it opens itself
-    (`open`, closed by `close`). It holds no cache and no position, so one instance
-    serves any number of concurrent walks.
+    Built on a file the caller keeps (a segment's) or on one it opens itself (`open`,
+    closed by `close`); either is a `CachedFile`, whose descriptor is pinned for each read
+    (storage/descriptor_cache.py). It holds no cache and no position, so one instance serves
+    any number of concurrent walks.
     """
 
-    __slots__ = ("path", "_fd", "_owns_fd", "_data")
+    __slots__ = ("path", "_file", "_owns_file", "_data")
     path: str | None  # names the bytes in errors; None for anonymous in-memory bytes
-    _fd: int  # -1 over bytes in memory
-    _owns_fd: bool
-    _data: bytes | bytearray | memoryview | None  # the bytes in memory, or None to read from _fd
+    _file: CachedFile | None  # None over bytes in memory, or once closed
+    _owns_file: bool
+    _data: bytes | bytearray | memoryview | None  # the bytes in memory, or None to read from _file
 
-    def __init__(self, path: str, fd: int | None = None) -> None:
-        """Wrap `fd` (borrowed: `close` leaves it open) or, if None, open `path` read-only."""
+    def __init__(self, path: str, file: CachedFile | None = None) -> None:
+        """Wrap `file` (borrowed: `close` leaves it open) or, if None, open `path` read-only."""
         self.path = path
         self._data = None
-        self._owns_fd = fd is None
-        if fd is None:
+        self._owns_file = file is None
+        if file is None:
             try:
-                fd = os.open(path, os.O_RDONLY)
+                file = CachedFile(path, os.O_RDONLY)
             except FileNotFoundError:
                 raise  # retention removed it after it was listed: the caller decides what that means
             except OSError as exc:
                 raise KafkaStorageError(f"cannot open {path}: {exc.strerror}") from exc
-        self._fd = fd
+        self._file = file
 
     @classmethod
     def open(cls, path: str) -> FileRecords:
@@ -124,15 +126,15 @@ class FileRecords:
         """
         records = object.__new__(cls)
         records.path = path
-        records._fd = -1
-        records._owns_fd = False
+        records._file = None
+        records._owns_file = False
         records._data = data
         return records
 
     def close(self) -> None:
-        if self._owns_fd and self._fd >= 0:
-            os.close(self._fd)
-        self._fd = -1
+        if self._owns_file and self._file is not None:
+            self._file.close()
+        self._file = None
 
     def __enter__(self) -> FileRecords:
         return self
@@ -147,7 +149,8 @@ class FileRecords:
         if self._data is not None:
             return len(self._data)
         try:
-            return os.fstat(self._fd).st_size
+            with self._opened as fd:
+                return os.fstat(fd).st_size
         except OSError as exc:
             raise KafkaStorageError(f"cannot stat {self.path}: {exc.strerror}") from exc
 
@@ -158,9 +161,16 @@ class FileRecords:
         if self._data is not None:
             return bytes(self._data[position : position + length])
         try:
-            return os.pread(self._fd, length, position)
+            with self._opened as fd:
+                return os.pread(fd, length, position)
         except OSError as exc:
             raise KafkaStorageError(f"read of {self.path} failed: {exc.strerror}") from exc
+
+    @property
+    def _opened(self) -> CachedFile:
+        if self._file is None:
+            raise KafkaStorageError(f"{self.path} is closed")
+        return self._file
 
     # ---- batches -------------------------------------------------------------------------
 

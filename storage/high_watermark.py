@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import struct
 
+from storage.descriptor_cache import CachedFile
 from storage.errors import KafkaStorageError
 from storage.log_files import HIGH_WATERMARK_FILE
 from storage.records import crc32c
@@ -62,36 +63,41 @@ class HighWatermarkFile:
     def __init__(self, directory: str, *, writable: bool):
         self.path = os.path.join(directory, HIGH_WATERMARK_FILE)
         self.writable = writable
-        self._fd: int | None = None
+        self._file: CachedFile | None = None
 
-    def _open(self) -> int | None:
-        """The descriptor, opened now if need be; None when the file does not exist (and may not be created)."""
-        if self._fd is None:
+    def _open(self) -> CachedFile | None:
+        """The file, opened now if need be; None when it does not exist (and may not be created).
+
+        Never through a link (a linked HW file had its target overwritten: storage/safe_open.py),
+        and through the descriptor cache, so an idle partition holds no descriptor.
+        """
+        if self._file is None:
             try:
                 if self.writable:
-                    self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+                    self._file = CachedFile(self.path, os.O_RDWR | os.O_CREAT)
                 else:
-                    self._fd = os.open(self.path, os.O_RDONLY)
+                    self._file = CachedFile(self.path, os.O_RDONLY)
             except FileNotFoundError:
                 return None
             except OSError as exc:
                 raise KafkaStorageError(f"cannot open {self.path}: {exc.strerror}") from exc
-        return self._fd
+        return self._file
 
     def read(self) -> int | None:
         """The stored HW; None when there is no file (a store older than it, a Kafka dir); UNREADABLE if damaged."""
-        fd = self._open_existing()
-        if fd is None:
+        file = self._open_existing()
+        if file is None:
             return None
         try:
-            data = os.pread(fd, _SIZE, 0)
+            with file as fd:
+                data = os.pread(fd, _SIZE, 0)
         except OSError:
             return UNREADABLE  # e.g. EIO: as good as damaged, and the next sync rewrites it
         return decode(data)
 
-    def _open_existing(self) -> int | None:
+    def _open_existing(self) -> CachedFile | None:
         """Like `_open`, but a writable view does not create the file merely to read it."""
-        if self._fd is None and self.writable and not os.path.exists(self.path):
+        if self._file is None and self.writable and not os.path.lexists(self.path):
             return None
         return self._open()
 
@@ -101,15 +107,16 @@ class HighWatermarkFile:
         Called only after the log up to it was fdatasync'ed. A failure is not the append's
         failure (its data is durable): the HW file then lags, and readers see less, never more.
         """
-        fd = self._open()
-        if fd is None:
+        file = self._open()
+        if file is None:
             return
         try:
-            os.pwrite(fd, encode(high_watermark), 0)
+            with file as fd:
+                os.pwrite(fd, encode(high_watermark), 0)
         except OSError:
             pass  # e.g. ENOSPC on the first write: the readers' view lags until the next publish
 
     def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        if self._file is not None:
+            self._file.close()
+            self._file = None

@@ -5,6 +5,13 @@ never leaves a lock behind (docs/reliability-scenarios.md scenario 40): there ar
 flock belongs to an open file description, so one FileLock object per lock file per
 process; the threading.RLock makes it re-entrant inside the process. `writer_lock_if_free`
 is the other way to take a partition's lock: without waiting and without creating the file.
+
+A FileLock's descriptor lives in the descriptor cache (storage/descriptor_cache.py): pinned
+while the lock is held, so eviction never closes it then; idle, it may be closed and reopened.
+That is safe only because these are flock locks, owned by the open file description: closing
+another descriptor of the same file does not release them, as it would release a POSIX
+fcntl/lockf lock. Keep it flock. Lock files, like every store file, are never opened through
+a symbolic link (storage/safe_open.py).
 """
 
 from __future__ import annotations
@@ -15,7 +22,9 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from storage.descriptor_cache import CachedFile
 from storage.errors import KafkaStorageError
+from storage.safe_open import open_no_follow
 
 
 class FileLock:
@@ -23,7 +32,8 @@ class FileLock:
 
     def __init__(self, path: str):
         self.path = path
-        self._fd: int | None = None
+        self._file: CachedFile | None = None
+        self._fd: int | None = None  # the pinned descriptor while the lock is held
         self._thread_lock = threading.RLock()
         self._depth = 0
 
@@ -31,9 +41,7 @@ class FileLock:
         self._thread_lock.acquire()
         try:
             if self._depth == 0:
-                if self._fd is None:
-                    self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-                fcntl.flock(self._fd, fcntl.LOCK_EX)
+                self._lock_file()
             self._depth += 1
         except OSError as exc:
             self._thread_lock.release()
@@ -42,10 +50,26 @@ class FileLock:
             self._thread_lock.release()
             raise
 
+    def _lock_file(self) -> None:
+        """Pin the lock file's descriptor (opening the file on first use) and flock it."""
+        if self._file is None:
+            self._file = CachedFile(self.path, os.O_RDWR | os.O_CREAT)
+        fd = self._file.pin()
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except BaseException:
+            self._file.unpin()
+            raise
+        self._fd = fd
+
     def release(self) -> None:
         self._depth -= 1
-        if self._depth == 0 and self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
+        if self._depth == 0 and self._fd is not None and self._file is not None:
+            try:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+            finally:
+                self._fd = None
+                self._file.unpin()
         self._thread_lock.release()
 
     @property
@@ -54,8 +78,9 @@ class FileLock:
 
     def close(self) -> None:
         with self._thread_lock:
-            if self._fd is not None:
-                os.close(self._fd)
+            if self._file is not None:
+                self._file.close()  # closing the descriptor drops a lock still held
+                self._file = None
                 self._fd = None
                 self._depth = 0
 
@@ -91,7 +116,7 @@ def writer_lock_if_free(lock_path: str) -> Iterator[bool]:
 def _locked_if_free(lock_path: str) -> int | None:
     """A descriptor holding the lock (-1: there is no lock file, so nobody to wait for), or None if it is held."""
     try:
-        fd = os.open(lock_path, os.O_RDONLY)
+        fd = open_no_follow(lock_path, os.O_RDONLY)
     except FileNotFoundError:
         return -1
     except OSError:

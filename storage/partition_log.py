@@ -67,6 +67,7 @@ from storage.producer_state import (
 from storage.producer_state_snapshots import clean_snapshots
 from storage.records import ControlType, RecordBatch, build_control_batch
 from storage.retention import delete_segments, segments_past_retention
+from storage.safe_open import refuse_links
 from storage.segment import LogSegment
 from storage.transaction_index import AbortedTxn, collect_aborted
 from storage.txnindex_check import AbortReplay, TxnIndexCheck, write_txn_counts
@@ -145,6 +146,7 @@ class PartitionLog:
         read_only: bool = False,
         clock: Callable[[], int] = _now_ms,
     ):
+        refuse_links(directory)  # for reads too: a link could serve, or take, another directory's files
         self.directory = directory
         self.topic = topic
         self.partition = partition
@@ -747,7 +749,7 @@ class PartitionLog:
 
     def _undo_partial_write(self, segment: LogSegment, size: int, next_offset: int, saved: tuple) -> None:
         try:
-            os.ftruncate(segment.fd, size)
+            segment.cut_log(size)
         except OSError:
             self._failed = "could not cut a partial write"
         segment.size, segment.next_offset = size, next_offset

@@ -13,6 +13,7 @@ import binascii
 import os
 
 from storage.errors import KafkaStorageError
+from storage.safe_open import read_no_follow
 
 PARTITION_METADATA_FILE = "partition.metadata"
 VERSION = 0
@@ -23,8 +24,7 @@ def read_topic_id(partition_dir: str) -> str | None:
     """The topic id recorded in the directory, as Kafka prints it; None when there is no file."""
     path = os.path.join(partition_dir, PARTITION_METADATA_FILE)
     try:
-        with open(path, "rb") as f:
-            raw = f.read(4096)  # the file is ~45 bytes; a huge one is not a metadata file
+        raw = read_no_follow(path, 4096)  # the file is ~45 bytes; a huge one is not a metadata file
     except FileNotFoundError:
         return None
     except OSError as exc:

@@ -13,6 +13,7 @@ import os
 from storage.durable import atomic_write
 from storage.errors import KafkaStorageError
 from storage.lock import FileLock
+from storage.safe_open import read_no_follow
 
 FILENAME = "producer-ids.json"
 LOCK_NAME = "producer-ids.lock"
@@ -33,8 +34,7 @@ class ProducerIdAllocator:
     def next_id(self) -> int:
         """The id the next allocation returns (0 on a fresh store)."""
         try:
-            with open(self.path, "rb") as f:
-                data = json.loads(f.read())
+            data = json.loads(read_no_follow(self.path))
             return int(data["next_producer_id"])
         except FileNotFoundError:
             return 0

@@ -27,6 +27,7 @@ import crc32c
 from storage.durable import atomic_write, unlink_durably
 from storage.errors import CorruptSnapshotError, KafkaStorageError
 from storage.log_files import PRODUCER_SNAPSHOT_FILE_SUFFIX, offset_of, producer_snapshot_file
+from storage.safe_open import read_no_follow
 
 SNAPSHOT_VERSION = 1
 
@@ -157,8 +158,7 @@ def write_snapshot(directory: str, offset: int, entries: Iterable[SnapshotEntry]
 def read_snapshot(path: str) -> list[SnapshotEntry]:
     """Read and verify a snapshot. FileNotFoundError passes through: another process may have deleted it."""
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        data = read_no_follow(path)
     except FileNotFoundError:
         raise
     except OSError as exc:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 
+from storage.descriptor_cache import CachedFile
 from storage.durable import create_durably, fsync_fd, write_all
 from storage.errors import CorruptIndexError, CorruptRecordError, KafkaStorageError, UnsupportedForMessageFormatError
 from storage.file_records import FileRecords
@@ -42,13 +43,14 @@ class LogSegment:
         self.log_path = log_file(directory, base_offset)
         flags = os.O_RDWR | os.O_APPEND if writable else os.O_RDONLY
         try:
-            self.fd = os.open(self.log_path, flags)
+            # Through the descriptor cache: idle, it may be closed and reopened (storage/descriptor_cache.py).
+            self.log = CachedFile(self.log_path, flags)
         except FileNotFoundError:
             raise  # retention removed it after it was listed: the caller reloads its view
         except OSError as exc:
             raise KafkaStorageError(f"cannot open {self.log_path}: {exc.strerror}") from exc
-        # The one reader of this file's bytes; it borrows the descriptor, which the segment closes.
-        self.records = FileRecords(self.log_path, self.fd)
+        # The one reader of this file's bytes; it borrows the file, which the segment closes.
+        self.records = FileRecords(self.log_path, self.log)
         # Checked before the index objects create empty files, so recovery can tell a deleted
         # index (to be rebuilt) from an empty one.
         self.missing_indexes = not (
@@ -280,7 +282,8 @@ class LogSegment:
         appended one at a time would be (and as recovery's rebuild indexes them). The caller fsyncs.
         """
         start = self.size
-        write_all(self.fd, chunk)
+        with self.log as fd:
+            write_all(fd, chunk)
         self.size = start + len(chunk)
         self.next_offset = batches[-1][1] + 1
         last = self.offset_index.last_entry()
@@ -307,18 +310,25 @@ class LogSegment:
     def truncate(self, position: int, next_offset: int) -> None:
         """Cut the log at `position` (a torn tail) and every index to the same offset."""
         try:
-            os.ftruncate(self.fd, position)
+            self.cut_log(position)
         except OSError as exc:
             raise KafkaStorageError(f"cannot truncate {self.log_path}: {exc.strerror}") from exc
-        fsync_fd(self.fd)
+        with self.log as fd:
+            fsync_fd(fd)
         self.offset_index.truncate_to(next_offset)
         self.time_index.truncate_to(next_offset)
         self.txn_index.truncate_to(next_offset)
         self.size = position
         self.next_offset = next_offset
 
+    def cut_log(self, position: int) -> None:
+        """ftruncate the `.log` alone (OSError passes): the caller keeps the indexes and the bookkeeping in step."""
+        with self.log as fd:
+            os.ftruncate(fd, position)
+
     def sync(self) -> None:
-        fsync_fd(self.fd, data_only=True)
+        with self.log as fd:
+            fsync_fd(fd, data_only=True)
 
     def seal(self) -> None:
         """At roll and close: force the final time-index entry and make the indexes durable."""
@@ -355,9 +365,7 @@ class LogSegment:
     def close(self) -> None:
         for idx in (self.offset_index, self.time_index, self.txn_index):
             idx.close()
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        self.log.close()
 
     def delete_files(self) -> list[str]:
         """Paths of this segment's files, the `.log` first so a crash midway leaves only orphans."""

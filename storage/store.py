@@ -39,6 +39,7 @@ from storage.log_loader import create_empty_log
 from storage.partition_log import PartitionLog
 from storage.partition_metadata import read_topic_id
 from storage.producer_ids import ProducerIdAllocator
+from storage.safe_open import read_no_follow, refuse_linked_dir, refuse_links
 from storage.topic_name import parse_partition_dir, validate_topic_name
 
 META_FILE = "txlog.json"
@@ -95,6 +96,7 @@ class Store:
         root = os.path.abspath(os.fspath(path))
         if os.path.exists(root) and not os.path.isdir(root):
             raise KafkaStorageError(f"{root} exists and is not a directory")
+        refuse_links(root, itself=False)  # the root is the user's path; nothing inside it may be a link
         if os.path.isfile(os.path.join(root, META_FILE)):
             return cls(root, read_only=read_only, kafka_layout=False, clock=clock)
         if os.path.isdir(root) and _looks_like_kafka_dir(root):
@@ -139,8 +141,7 @@ class Store:
         if self.kafka_layout:
             return _infer_kafka_topics(self.root)
         try:
-            with open(self._meta_path, "rb") as f:
-                meta = json.loads(f.read())
+            meta = json.loads(read_no_follow(self._meta_path))
         except (OSError, ValueError) as exc:
             raise KafkaStorageError(f"cannot read {self._meta_path}: {exc}") from exc
         if meta.get("version", 0) > FORMAT_VERSION:
@@ -202,6 +203,7 @@ class Store:
         Read-only readers (inspect, Spark) can then open a topic nobody has written yet.
         """
         path = self.partition_dir(name, p)
+        refuse_linked_dir(path)  # not a leftover of ours: rmtree would refuse it, makedirs would write through it
         if os.path.isdir(path):
             shutil.rmtree(path)  # left by a create that crashed before its metadata was written
         os.makedirs(path)
@@ -329,7 +331,9 @@ class Store:
                 self._logs.pop(key).close()
             for p in range(count):
                 path = self.partition_dir(name, p)
-                if os.path.isdir(path):
+                if os.path.islink(path):
+                    os.unlink(path)  # the link goes, never what it points at (storage/safe_open.py)
+                elif os.path.isdir(path):
                     doomed = f"{path}.{uuid.uuid4().hex}-delete"
                     os.rename(path, doomed)
                     shutil.rmtree(doomed, ignore_errors=True)

@@ -27,6 +27,8 @@ import os
 import struct
 from dataclasses import dataclass
 
+from storage.safe_open import open_no_follow, refuse_linked_dir
+
 SESSIONS_DIR = "txlog-group-sessions"
 _FORMAT = ">qq"  # last heartbeat ms, last poll ms
 _SIZE = struct.calcsize(_FORMAT)
@@ -53,8 +55,9 @@ class MemberSession:
 
     def __init__(self, root: str, group: str, member_id: str):
         self.path = session_path(root, group, member_id)
+        refuse_linked_dir(os.path.dirname(self.path))  # a store's files are never reached through a link
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._fd = open_no_follow(self.path, os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -87,7 +90,7 @@ def look(root: str, group: str, member_id: str) -> SessionView:
     """Probe another member's session: is its process alive, and when did it last beat and poll?"""
     path = session_path(root, group, member_id)
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = open_no_follow(path, os.O_RDONLY)
     except FileNotFoundError:
         return SessionView(False, False, 0, 0)
     try:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import storage.file_records as file_records
+from storage.descriptor_cache import CachedFile
 from storage.errors import CorruptRecordError, UnsupportedForMessageFormatError
 from storage.file_records import FileRecords
 from storage.legacy_records import LegacyMessage
@@ -107,14 +108,15 @@ def test_batches_between_two_positions(segment) -> None:
 def test_in_memory_and_borrowed_descriptor_read_alike(segment) -> None:
     path, batches = segment
     data = b"".join(batches)
-    fd = os.open(path, os.O_RDONLY)
+    file = CachedFile(path, os.O_RDONLY)
     try:
-        borrowed = FileRecords(path, fd)
+        borrowed = FileRecords(path, file)
         from_fd = [(b.position, b.base_offset) for b in borrowed.batches()]
         borrowed.close()
-        os.fstat(fd)  # a borrowed descriptor stays open
+        with file as fd:
+            os.fstat(fd)  # a borrowed file stays open
     finally:
-        os.close(fd)
+        file.close()
     for buf in (data, bytearray(data), memoryview(data)):
         assert [(b.position, b.base_offset) for b in FileRecords.in_memory(buf).batches()] == from_fd
     offset_start = b"junk" + data

@@ -25,6 +25,7 @@ from storage.durable import atomic_write
 from storage.errors import KafkaStorageError, OffsetOutOfRangeError
 from storage.partition_log import PartitionLog
 from storage.records import RecordBatch
+from storage.safe_open import read_no_follow
 
 SNAPSHOT_EVERY = 1000  # batches replayed past the last snapshot before a new one is written
 READ_BYTES = 1 << 20
@@ -145,8 +146,7 @@ def _crc(offset: int, state: Any) -> int:
 def _read_snapshot(path: str) -> dict | None:
     """The snapshot, or None when it is missing, torn or fails its CRC (then the log is replayed)."""
     try:
-        with open(path, "rb") as f:
-            body = json.loads(f.read())
+        body = json.loads(read_no_follow(path))  # a link is refused (KafkaStorageError), not replayed around
         if (
             isinstance(body, dict)
             and isinstance(body.get("offset"), int)
