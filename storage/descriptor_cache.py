@@ -4,16 +4,21 @@ Every partition holds a `.log`, three indexes, a high-watermark file and a lock 
 segment for the first four: held open for the life of the view, 10,000 partitions would
 need 60,000 descriptors, and `ulimit -n` is usually 1024 (issue 23, item 6). Kafka raises
 its OS limit; txlog runs under its user's. So these files are `CachedFile`s: a descriptor
-that is open while in use and that the process-wide LRU (`CACHE`) may close when idle, to be
-reopened by path on the next use. The limit defaults to a quarter of RLIMIT_NOFILE's soft
-value (256 under the usual 1024), clamped to [16, 1024]; `TXLOG_MAX_OPEN_FILES` or
-`set_limit` set it.
+that is open while in use and that the process-wide cache (`CACHE`, an LRU approximated by
+CLOCK) may close when idle, to be reopened by path on the next use. The limit defaults to a
+quarter of RLIMIT_NOFILE's soft value (256 under the usual 1024), clamped to [16, 1024];
+`TXLOG_MAX_OPEN_FILES` or `set_limit` set it.
 
 Rules that keep this correct:
 
 * A descriptor is *pinned* while a syscall uses it (`with cached as fd:`); eviction never
   closes a pinned one, so no thread ever uses a number that was closed and reused. The
   limit is soft: when more than it are pinned at once, the excess closes as they unpin.
+  A pin takes no lock (it is on every read and append: the hot path must not pay for the
+  cache): under the GIL a list append and an attribute load are each atomic, so a pin
+  announces itself (appends to `pins`) before it loads `fd`, and an eviction hides `fd`
+  (sets None) before it looks at `pins`. Either the eviction sees the pin and puts `fd`
+  back, or the pin sees None and takes the slow path, which waits for the cache's mutex.
 * Lock files are safe to evict while unlocked, and a held lock is pinned (storage/lock.py):
   the locks are flock(2), which belong to the open file description, so closing some other
   descriptor of the same file never drops them (POSIX fcntl locks would be dropped by any
@@ -60,60 +65,42 @@ def default_limit() -> int:
 
 
 class DescriptorCache:
-    """The LRU of idle descriptors; one per process (`CACHE`) so the bound is the process's."""
+    """Every open `CachedFile` descriptor in a CLOCK (second-chance) order; one per process (`CACHE`).
+
+    CLOCK rather than a strict LRU keeps a use cheap: a pin sets a flag and a count under one
+    lock, and only an eviction reorders. Eviction closes the oldest descriptor that is neither
+    pinned nor used since the hand last passed it.
+    """
 
     def __init__(self, limit: int | None = None):
-        self._mutex = threading.Lock()
-        self._idle: OrderedDict[CachedFile, None] = OrderedDict()  # open and unpinned, least recent first
-        self._open = 0  # descriptors open in total, pinned or idle
+        self.mutex = threading.Lock()
+        self._files: OrderedDict[CachedFile, None] = OrderedDict()  # every open one, oldest first
         self.limit = default_limit() if limit is None else limit
 
     @property
     def open_count(self) -> int:
         """How many descriptors the cache holds open now (pinned and idle)."""
-        return self._open
+        return len(self._files)
 
     def set_limit(self, limit: int) -> None:
         """Change the bound; idle descriptors over it close now."""
         if limit < 1:
             raise ValueError(f"the open-file limit must be positive, got {limit}")
-        with self._mutex:
+        with self.mutex:
             self.limit = limit
-            self._evict_over_limit()
+            self.evict_over_limit()
 
-    def pin(self, cached: CachedFile) -> int:
-        """The open descriptor of `cached` (reopened if it was evicted), safe from eviction until `unpin`."""
-        with self._mutex:
-            if cached.fd is None:
-                if cached.closed:
-                    raise KafkaStorageError(f"{cached.path} is closed")
-                cached.fd = self._reopen(cached)
-                self._open += 1
-            elif cached.pins == 0:
-                del self._idle[cached]
-            cached.pins += 1
-            return cached.fd
-
-    def unpin(self, cached: CachedFile) -> None:
-        with self._mutex:
-            cached.pins -= 1
-            if cached.pins == 0 and cached.fd is not None:
-                self._idle[cached] = None
-                self._evict_over_limit()
-
-    def adopt(self, cached: CachedFile) -> None:
-        """Count a descriptor just opened for `cached` as idle (evicting others over the limit)."""
-        with self._mutex:
-            self._open += 1
-            self._idle[cached] = None
-            self._evict_over_limit()
+    def add(self, cached: CachedFile) -> None:
+        """Count a descriptor just opened for `cached` (the mutex is held; the caller evicts)."""
+        cached.used = True
+        self._files[cached] = None
 
     def release(self, cached: CachedFile) -> None:
         """Close `cached`'s descriptor for good (its owner is done with the file)."""
-        with self._mutex:
+        with self.mutex:
             cached.closed = True
             if cached.fd is not None:
-                self._idle.pop(cached, None)
+                del self._files[cached]
                 self._close(cached)
 
     def open_file(self, path: str, flags: int, mode: int) -> int:
@@ -123,41 +110,87 @@ class DescriptorCache:
         except OSError as exc:
             if exc.errno != errno.EMFILE:
                 raise
-        with self._mutex:
-            while self._idle:
-                self._close(self._idle.popitem(last=False)[0])
+        with self.mutex:
+            self._close_idle()
         return open_no_follow(path, flags, mode)
 
-    def _reopen(self, cached: CachedFile) -> int:
+    def reopen(self, cached: CachedFile) -> int:
         """Open an evicted file again (the mutex is held), refusing one that is no longer the same file."""
+        if cached.closed:
+            raise KafkaStorageError(f"{cached.path} is closed")
         try:
             fd = open_no_follow(cached.path, cached.flags & ~os.O_CREAT)
-            if _identity(fd) == cached.identity:
-                return fd
-            os.close(fd)
-            what = "was replaced by another file"
         except FileNotFoundError:
-            what = "was removed"
+            raise KafkaStorageError(f"{cached.path} was removed while this process had it open") from None
         except OSError as exc:
-            if exc.errno != errno.EMFILE or not self._idle:
+            if exc.errno != errno.EMFILE:
                 raise KafkaStorageError(f"cannot reopen {cached.path}: {exc.strerror}") from exc
-            while self._idle:
-                self._close(self._idle.popitem(last=False)[0])
-            return self._reopen(cached)
-        raise KafkaStorageError(f"{cached.path} {what} while this process had it open; reopen the store")
-
-    def _evict_over_limit(self) -> None:
-        while self._open > self.limit and self._idle:
-            self._close(self._idle.popitem(last=False)[0])
-
-    def _close(self, cached: CachedFile) -> None:
-        fd, cached.fd = cached.fd, None
-        self._open -= 1
-        if fd is not None:
+            self._close_idle()
             try:
-                os.close(fd)
-            except OSError:
-                pass  # e.g. EIO reported at close: the data's durability is fsync's business, checked there
+                fd = open_no_follow(cached.path, cached.flags & ~os.O_CREAT)
+            except OSError as again:
+                raise KafkaStorageError(f"cannot reopen {cached.path}: {again.strerror}") from again
+        if _identity(fd) != cached.identity:
+            os.close(fd)
+            raise KafkaStorageError(f"{cached.path} was replaced by another file while this process had it open")
+        cached.fd = fd
+        self.add(cached)
+        return fd
+
+    def evict_over_limit(self) -> None:
+        """Close idle descriptors, oldest first, until the bound holds (the mutex is held).
+
+        Two sweeps at most: the first clears every `used` flag, the second finds the victims;
+        what is pinned stays, so the bound is soft while more than it are in use.
+        """
+        files = self._files
+        budget = 2 * len(files)
+        while len(files) > self.limit and budget > 0:
+            budget -= 1
+            cached = next(iter(files))
+            if cached.pins or cached.used:
+                cached.used = False
+                files.move_to_end(cached)
+                continue
+            fd, cached.fd = cached.fd, None  # hide it first, then look for a pin announced meanwhile
+            if cached.pins:
+                cached.fd = fd
+                files.move_to_end(cached)
+                continue
+            del files[cached]
+            _close_quietly(fd)
+
+    def pin_slow(self, cached: CachedFile) -> int:
+        """A pin that found no descriptor (evicted, or an eviction at work): wait for the mutex, reopen if need be."""
+        with self.mutex:
+            fd = cached.fd
+            if fd is None:
+                fd = self.reopen(cached)
+                self.evict_over_limit()
+            return fd
+
+    def _close_idle(self) -> None:
+        """On EMFILE: close every descriptor not pinned (the mutex is held)."""
+        for cached in list(self._files):
+            fd, cached.fd = cached.fd, None
+            if cached.pins:
+                cached.fd = fd
+            else:
+                del self._files[cached]
+                _close_quietly(fd)
+
+    @staticmethod
+    def _close(cached: CachedFile) -> None:
+        fd, cached.fd = cached.fd, None
+        _close_quietly(fd)
+
+
+def _close_quietly(fd: int | None) -> None:
+    if fd is not None:
+        try:
+            os.close(fd)
+        except OSError:
+            pass  # e.g. EIO reported at close: the data's durability is fsync's business, checked there
 
 
 def _identity(fd: int) -> tuple[int, int]:
@@ -169,10 +202,11 @@ class CachedFile:
     """One store file whose descriptor the cache may close while idle; `with cached as fd:` to use it.
 
     Opened at construction (so a missing file or a link is reported where it was before);
-    `close()` ends it. The same object may be pinned by several threads at once.
+    `close()` ends it. The same object may be pinned by several threads at once. `fd` is
+    None while evicted; read it only inside `with`.
     """
 
-    __slots__ = ("path", "flags", "fd", "pins", "identity", "closed", "_cache")
+    __slots__ = ("path", "flags", "fd", "pins", "used", "identity", "closed", "_cache")
 
     def __init__(
         self, path: str, flags: int, *, mode: int = 0o644, fd: int | None = None, cache: DescriptorCache | None = None
@@ -180,31 +214,49 @@ class CachedFile:
         """Open `path` with `flags` (through the no-link rule), or adopt `fd`, already open on it."""
         self.path = path
         self.flags = flags
-        self.pins = 0
+        self.pins: list[None] = []  # one item per pin in progress (a list: append and pop are atomic)
+        self.used = True
         self.closed = False
-        self._cache = CACHE if cache is None else cache
+        cache = self._cache = CACHE if cache is None else cache
         if fd is None:
-            fd = self._cache.open_file(path, flags, mode)
+            fd = cache.open_file(path, flags, mode)
         try:
             self.identity = _identity(fd)
         except OSError:
             os.close(fd)
             raise
         self.fd: int | None = fd
-        self._cache.adopt(self)
+        with cache.mutex:
+            cache.add(self)
+            cache.evict_over_limit()
 
     def __enter__(self) -> int:
-        return self._cache.pin(self)
+        """Pin: the open descriptor (reopened if it was evicted), safe from eviction until `__exit__`.
+
+        No lock on the way when the descriptor is open (see the module's docstring for why it
+        is safe): announce the pin, then load the descriptor.
+        """
+        self.pins.append(None)
+        self.used = True
+        fd = self.fd
+        if fd is None:
+            try:
+                fd = self._cache.pin_slow(self)
+            except BaseException:
+                self.pins.pop()
+                raise
+        return fd
 
     def __exit__(self, *exc: object) -> None:
-        self._cache.unpin(self)
+        self.pins.pop()
+        cache = self._cache
+        if not self.pins and len(cache._files) > cache.limit:
+            with cache.mutex:
+                cache.evict_over_limit()  # it was held over the bound by pins
 
-    def pin(self) -> int:
-        """The descriptor, held open until `unpin` (for a lock held across calls)."""
-        return self._cache.pin(self)
-
-    def unpin(self) -> None:
-        self._cache.unpin(self)
+    # For a pin held across calls (a lock): the same as entering and leaving `with`.
+    pin = __enter__
+    unpin = __exit__
 
     def close(self) -> None:
         self._cache.release(self)

@@ -160,8 +160,11 @@ class FileRecords:
             raise ValueError(f"read of {length} bytes at byte {position} of {self.path}")
         if self._data is not None:
             return bytes(self._data[position : position + length])
+        file = self._file
+        if file is None:
+            raise KafkaStorageError(f"{self.path} is closed")
         try:
-            with self._opened as fd:
+            with file as fd:
                 return os.pread(fd, length, position)
         except OSError as exc:
             raise KafkaStorageError(f"read of {self.path} failed: {exc.strerror}") from exc

@@ -31,8 +31,8 @@ _ALWAYS = os.O_NOFOLLOW | os.O_CLOEXEC
 def linked_file_error(path: str) -> KafkaStorageError:
     """The error for a store file or partition directory that is a symbolic link."""
     return KafkaStorageError(
-        f"{path} is a symbolic link; txlog does not follow links inside a store (a write through it "
-        "would land outside the store): replace the link with the file or directory itself"
+        f"{path} is a symbolic link; txlog follows no link inside a store (a write through it would "
+        "land outside the store): put the file or directory itself there"
     )
 
 

@@ -159,7 +159,7 @@ def _outcome(operation: Callable[[str], None], root: str) -> KafkaError | None:
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
-def test_a_linked_store_file_is_refused_and_its_target_never_changes(template, tmp_path, kind) -> None:
+def test_scenario67_a_linked_store_file_is_refused_and_its_target_never_changes(template, tmp_path, kind) -> None:
     root = str(tmp_path / "store")
     subprocess.run(["cp", "-a", template, root], check=True)
     outside_dir = tmp_path / "outside"
@@ -180,7 +180,7 @@ def test_a_linked_store_file_is_refused_and_its_target_never_changes(template, t
     assert outcomes["recover"] is not None or outcomes["produce"] is not None, f"{kind}: no writer noticed the link"
 
 
-def test_a_link_planted_while_the_partition_is_open_is_not_written_through(template, tmp_path) -> None:
+def test_scenario67_a_link_planted_while_the_partition_is_open_is_not_written_through(template, tmp_path) -> None:
     """A long-lived writer whose idle descriptors were closed reopens by path: a link there is refused."""
     from storage.descriptor_cache import CACHE
 
