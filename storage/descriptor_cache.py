@@ -51,13 +51,20 @@ _MAX_DEFAULT = 1024
 
 
 def default_limit() -> int:
-    """`TXLOG_MAX_OPEN_FILES` if set, else a quarter of the soft RLIMIT_NOFILE, clamped to [16, 1024]."""
+    """`TXLOG_MAX_OPEN_FILES` if set (at least 16), else a quarter of the soft RLIMIT_NOFILE, clamped to [16, 1024].
+
+    An unusable value raises KafkaStorageError.
+    """
     configured = os.environ.get(LIMIT_ENV)
     if configured:
         try:
             return max(_MIN_LIMIT, int(configured))
         except ValueError:
-            raise KafkaStorageError(f"{LIMIT_ENV}={configured!r} is not an integer") from None
+            raise KafkaStorageError(f"{LIMIT_ENV}={configured!r} is not a number of files") from None
+    return _from_rlimit()
+
+
+def _from_rlimit() -> int:
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         return _MAX_DEFAULT
@@ -75,7 +82,15 @@ class DescriptorCache:
     def __init__(self, limit: int | None = None):
         self.mutex = threading.Lock()
         self._files: OrderedDict[CachedFile, None] = OrderedDict()  # every open one, oldest first
-        self.limit = default_limit() if limit is None else limit
+        # Built at import: a bad TXLOG_MAX_OPEN_FILES is raised by the first open instead (an
+        # import error would be a traceback, not the CLI's one Error: line).
+        self.config_error: KafkaStorageError | None = None
+        if limit is None:
+            try:
+                limit = default_limit()
+            except KafkaStorageError as exc:
+                self.config_error, limit = exc, _from_rlimit()
+        self.limit = limit
 
     @property
     def open_count(self) -> int:
@@ -218,6 +233,10 @@ class CachedFile:
         self.used = True
         self.closed = False
         cache = self._cache = CACHE if cache is None else cache
+        if cache.config_error is not None:
+            if fd is not None:
+                os.close(fd)
+            raise cache.config_error
         if fd is None:
             fd = cache.open_file(path, flags, mode)
         try:
@@ -268,3 +287,12 @@ def set_limit(limit: int) -> None:
 
 
 CACHE = DescriptorCache()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child (`txlog process --workers`) keeps the parent's descriptors, but a mutex some other
+    thread of the parent held at the fork would stay held forever in the child: give it a fresh one."""
+    CACHE.mutex = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

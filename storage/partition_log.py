@@ -750,7 +750,7 @@ class PartitionLog:
     def _undo_partial_write(self, segment: LogSegment, size: int, next_offset: int, saved: tuple) -> None:
         try:
             segment.cut_log(size)
-        except OSError:
+        except (OSError, KafkaStorageError):  # the latter: its evicted descriptor could not be reopened
             self._failed = "could not cut a partial write"
         segment.size, segment.next_offset = size, next_offset
         segment.max_timestamp, segment.offset_of_max_timestamp, segment.first_batch_timestamp = saved

@@ -210,3 +210,13 @@ def test_scenario68_thousands_of_partitions_work_under_ulimit_1024(fast_dir, big
     assert len(consumed) == 2 * partitions
     assert sum(1 for line in consumed if line.startswith("cli-")) == partitions
     _txlog(store, "verify")
+
+
+def test_an_unusable_limit_setting_is_one_error_line(tmp_path) -> None:
+    store = str(tmp_path / "store")
+    env = dict(os.environ, PYTHONPATH=ROOT, TXLOG_MAX_OPEN_FILES="many")
+    env.pop("TXLOG_DATA_DIR", None)
+    create = [sys.executable, "-m", "cli.main", "--data-dir", store, "topics", "create", "t"]
+    result = subprocess.run(create, capture_output=True, text=True, env=env, cwd=ROOT, check=False)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == ["Error: TXLOG_MAX_OPEN_FILES='many' is not a number of files"]
