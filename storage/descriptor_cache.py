@@ -74,9 +74,10 @@ def _from_rlimit() -> int:
 class DescriptorCache:
     """Every open `CachedFile` descriptor in a CLOCK (second-chance) order; one per process (`CACHE`).
 
-    CLOCK rather than a strict LRU keeps a use cheap: a pin sets a flag and a count under one
-    lock, and only an eviction reorders. Eviction closes the oldest descriptor that is neither
-    pinned nor used since the hand last passed it.
+    CLOCK rather than a strict LRU keeps a use cheap: a pin appends to the file's `pins` and
+    sets its `used` flag, without a lock, and only an eviction (under `mutex`) reorders.
+    Eviction closes the oldest descriptor that is neither pinned nor used since the hand last
+    passed it.
     """
 
     def __init__(self, limit: int | None = None):
