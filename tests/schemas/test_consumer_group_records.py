@@ -67,7 +67,9 @@ def group_metadata(epoch: int, metadata_hash: int | None = None) -> bytes:
     return _value(body)
 
 
-def member_metadata(client_id: str = "rdkafka", assignor: str | None = None, classic: bool = False) -> bytes:
+def member_metadata(
+    client_id: str = "rdkafka", assignor: str | None = None, classic: bool = False, protocol: bytes | None = b"\x00\x03"
+) -> bytes:
     def body(w: SchemaWriter) -> None:
         w.compact_nullable_string(None)  # instance id
         w.compact_nullable_string(None)  # rack id
@@ -85,7 +87,7 @@ def member_metadata(client_id: str = "rdkafka", assignor: str | None = None, cla
             tag.i32(45000)
             tag.compact_array_count(1)
             tag.compact_string("range")
-            tag.compact_bytes(b"\x00\x03")
+            tag.compact_bytes(protocol)
             tag.tagged_fields([])
             tag.tagged_fields([])
         else:
@@ -179,7 +181,7 @@ def test_each_value_decodes_with_its_tagged_fields():
     assert cgr.decode_value(3, group_metadata(5, metadata_hash=-2)) == cgr.GroupMetadataValue(5, -2)
     assert cgr.decode_value(3, group_metadata(5)) == cgr.GroupMetadataValue(5, 0)
     assert cgr.decode_value(4, partition_metadata()) == cgr.PartitionMetadataValue(
-        (cgr.TopicMetadata(TOPIC_ID, "orders", 2),)
+        (cgr.TopicMetadata(TOPIC_ID, "orders", 2, (cgr.PartitionRacks(0, ("rack-a",)),)),)
     )
     member = cgr.decode_value(5, member_metadata(assignor="range"))
     assert member == cgr.MemberMetadataValue(None, None, "rdkafka", "/127.0.0.1", ("orders",), None, 300000, "range")
@@ -188,10 +190,12 @@ def test_each_value_decodes_with_its_tagged_fields():
     assert classic.classic == cgr.ClassicMemberMetadata(45000, (("range", b"\x00\x03"),))
     assert cgr.decode_value(6, target_metadata(4)) == cgr.TargetAssignmentMetadataValue(4, 1_700_000_000_000)
     assert cgr.decode_value(7, target_member([(TOPIC_ID, [0, 1])])) == cgr.TargetAssignmentMemberValue(
-        ((TOPIC_ID, (0, 1)),)
+        (cgr.TopicPartitions(TOPIC_ID, (0, 1)),)
     )
     assert cgr.decode_value(8, current_assignment(4, 0, [(TOPIC_ID, [1])], [(OTHER_ID, [3])])) == (
-        cgr.CurrentMemberAssignmentValue(4, 3, 0, ((TOPIC_ID, (1,)),), ((OTHER_ID, (3,)),))
+        cgr.CurrentMemberAssignmentValue(
+            4, 3, 0, (cgr.TopicPartitions(TOPIC_ID, (1,), (7,)),), (cgr.TopicPartitions(OTHER_ID, (3,)),)
+        )
     )
     assert cgr.decode_value(8, None) is None  # a tombstone
 
@@ -228,6 +232,19 @@ def test_every_truncation_is_a_corrupt_record_naming_it(record_type, data):
         (7, _value(lambda w: (w.uvarint(2), w.raw(TOPIC_ID), w.uvarint(1 << 31))), "exceeds the remaining bytes"),
         # a null client id
         (5, _value(lambda w: (w.uvarint(0), w.uvarint(0), w.uvarint(0))), "null client id"),
+        # a null where the schema has none: Kafka's readers refuse it, so it is not read as empty
+        (4, _value(lambda w: (w.uvarint(0), w.uvarint(0))), "null topics"),
+        (7, _value(lambda w: (w.uvarint(2), w.raw(TOPIC_ID), w.uvarint(0), w.uvarint(0))), "null partitions"),
+        (
+            8,
+            _value(lambda w: (w.i32(1), w.i32(0), w.i8(0), w.uvarint(1), w.uvarint(0), w.uvarint(0))),
+            "null partitions pending",
+        ),
+        (
+            5,
+            member_metadata(classic=True, protocol=None),
+            "null protocol metadata",
+        ),
         # invalid UTF-8 in the client host
         (
             5,
@@ -239,6 +256,47 @@ def test_every_truncation_is_a_corrupt_record_naming_it(record_type, data):
 def test_hostile_values_are_corrupt_records(record_type, data, reason):
     with pytest.raises(CorruptRecordError, match=reason):
         cgr.decode_value(record_type, data)
+
+
+def test_tagged_fields_hold_what_kafkas_reader_holds_when_absent_or_null():
+    """Absent: Kafka's reader keeps an empty struct or list; written as null: null. The printer tells them apart."""
+    absent = cgr.decode_value(5, member_metadata()[:-4] + b"\x00")  # the tag section without tag 0
+    assert isinstance(absent, cgr.MemberMetadataValue)
+    assert (absent.classic, absent.version) == (cgr.ClassicMemberMetadata(), 0)
+    null = cgr.decode_value(5, member_metadata())
+    assert isinstance(null, cgr.MemberMetadataValue) and null.classic is None
+    written_null = _value(
+        lambda w: (
+            w.i32(1),
+            w.i32(0),
+            w.i8(0),
+            w.uvarint(2),
+            w.raw(TOPIC_ID),
+            w.uvarint(2),
+            w.i32(0),
+            w.tagged_fields([(0, b"\x00")]),  # AssignmentEpochs: the null array
+            w.uvarint(1),
+            w.tagged_fields([]),
+        )
+    )
+    assert cgr.decode_value(8, written_null) == cgr.CurrentMemberAssignmentValue(
+        1, 0, 0, (cgr.TopicPartitions(TOPIC_ID, (0,), None),), ()
+    )
+
+
+def test_a_tag_0_in_a_target_assignment_is_not_assignment_epochs():
+    """Type 7's TopicPartition has no tagged field: its tag 0 is an unknown one, skipped."""
+    data = _value(
+        lambda w: (
+            w.uvarint(2),
+            w.raw(TOPIC_ID),
+            w.uvarint(2),
+            w.i32(0),
+            w.tagged_fields([(0, b"\x02\x00\x00\x00\x07")]),
+            w.tagged_fields([]),
+        )
+    )
+    assert cgr.decode_value(7, data) == cgr.TargetAssignmentMemberValue((cgr.TopicPartitions(TOPIC_ID, (0,)),))
 
 
 def test_unknown_tags_are_skipped():

@@ -658,10 +658,10 @@ def describe_consumer_group_records(
 
 def _named(partitions: cgr.TopicIdPartitions, topic_names: dict[str, str]) -> tuple[TopicPartition, ...]:
     found: list[TopicPartition] = []
-    for topic_id, ids in partitions:
-        name = topic_names.get(uuid_text(topic_id))
+    for topic in partitions:
+        name = topic_names.get(uuid_text(topic.topic_id))
         if name is not None:
-            found.extend(TopicPartition(name, p) for p in ids)
+            found.extend(TopicPartition(name, p) for p in topic.partitions)
     return tuple(sorted(found))
 
 

@@ -3,209 +3,160 @@
 A Kafka 4 broker keeps a consumer group of the new protocol (`group.protocol=consumer`) as
 these records beside the offset commits. txlog does not run such groups; it only shows what a
 broker wrote, as Kafka's DumpLogSegments shows it: the key as
-`{"type":"5","data":{"groupId":…,"memberId":…}}`, the value as `{"version":"0","data":{…}}` with
-the fields in schema order and a tagged field only when it differs from its default. Keys are
-non-flexible (i16 string lengths); every value schema is flexible from version 0 (compact
-lengths, a tag section per struct). The layouts are those of Kafka 4.4's
-ConsumerGroup*Key/Value schemas (the group coordinator's `generated` package).
+`{"type":"5","data":{"groupId":…,"memberId":…}}`, the value as `{"version":"0","data":{…}}`.
+This module only prints: the bytes are decoded (and judged) by
+`txlog.schemas.consumer_group_records`, the one reader of these records. What is Kafka's here
+is the printing of its generated JsonConverters (Kafka 4.4's ConsumerGroup*ValueJsonConverter):
+the JSON names, the fields in schema order, bytes as padded base64, and a tagged field shown
+only when it differs from what Kafka's reader holds for an absent tag.
 """
 
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import Any
 
+from txlog.schemas import consumer_group_records as cgr
 from txlog.schemas.cluster_metadata import json_string
-from txlog.schemas.schema_types import SchemaReader, uuid_text
-
-#: record type -> (schema name, whether the key has a member id after the group id)
-RECORD_TYPES: dict[int, tuple[str, bool]] = {
-    3: ("ConsumerGroupMetadata", False),
-    4: ("ConsumerGroupPartitionMetadata", False),
-    5: ("ConsumerGroupMemberMetadata", True),
-    6: ("ConsumerGroupTargetAssignmentMetadata", False),
-    7: ("ConsumerGroupTargetAssignmentMember", True),
-    8: ("ConsumerGroupCurrentMemberAssignment", True),
-}
-VALUE_VERSIONS = (0,)
+from txlog.schemas.schema_types import uuid_text
 
 
-def key_json(record_type: int, key: bytes) -> str:
-    """`{"type":"N","data":{"groupId":…[,"memberId":…]}}` of a key whose first i16 is `record_type`."""
-    name, has_member = RECORD_TYPES[record_type]
-    r = SchemaReader(key, f"{name} key")
-    r.i16("record type")
-    parts = [f'"groupId":{_string(r.string("group id"))}']
-    if has_member:
-        parts.append(f'"memberId":{_string(r.string("member id"))}')
-    r.expect_end()
-    return f'{{"type":"{record_type}","data":{{{",".join(parts)}}}}}'
+def key_json(key: cgr.ConsumerGroupRecordKey) -> str:
+    """`{"type":"N","data":{"groupId":…[,"memberId":…]}}`."""
+    fields = [("groupId", json_string(key.group))]
+    if key.member_id is not None:
+        fields.append(("memberId", json_string(key.member_id)))
+    return f'{{"type":"{key.record_type}","data":{_object(fields)}}}'
 
 
-def value_json(record_type: int, value: bytes) -> str:
-    """`{"version":"0","data":{…}}` of a value of this record type."""
-    name, _ = RECORD_TYPES[record_type]
-    r = SchemaReader(value, f"{name} value")
-    version = r.value_version(VALUE_VERSIONS)
-    data = _VALUE_READERS[record_type](r)
-    r.expect_end()
-    return f'{{"version":"{version}","data":{data}}}'
+def value_json(value: cgr.ConsumerGroupValue) -> str:
+    """`{"version":"0","data":{…}}` of a decoded value."""
+    data = _VALUE_PRINTERS[type(value)](value)
+    return f'{{"version":"{value.version}","data":{data}}}'
 
 
-# ---- field readers --------------------------------------------------------------------------------
+# ---- JSON pieces ----------------------------------------------------------------------------------
 
 
-def _string(value: str | None) -> str:
-    return "null" if value is None else json_string(value)
+def _object(fields: Iterable[tuple[str, str]]) -> str:
+    return "{" + ",".join(f'"{name}":{text}' for name, text in fields) + "}"
 
 
-def _compact_string(r: SchemaReader, what: str) -> str:
-    return _string(r.compact_string(what))
+def _nullable(text: str | None) -> str:
+    return "null" if text is None else json_string(text)
 
 
-def _array(r: SchemaReader, read: Callable[[SchemaReader], str], what: str, min_size: int = 1) -> str:
-    count = r.compact_array_count(min_size, what)
-    if count is None:
-        return "null"
-    return "[" + ",".join(read(r) for _ in range(count)) + "]"
+def _list(items: Iterable[Any], show: Callable[[Any], str] = str) -> str:
+    return "[" + ",".join(show(item) for item in items) + "]"
 
 
-def _int32s(r: SchemaReader, what: str) -> str:
-    return _array(r, lambda r: str(r.i32(what)), what, 4)
+def _base64(data: bytes) -> str:
+    return json_string(base64.b64encode(data).decode("ascii"))  # Jackson's BinaryNode: standard, padded
 
 
-TaggedReaders = dict[int, tuple[str, Callable[[SchemaReader], str | None]]]
+# ---- the values -----------------------------------------------------------------------------------
 
 
-def _struct(fields: list[str], tags: TaggedReaders, r: SchemaReader) -> str:
-    """Close a struct: read its tag section and add the tagged fields that are present and not default.
-
-    `tags` maps tag -> (JSON name, reader); a reader returns the field's JSON, or None for its default.
-    """
-    shown: dict[int, str] = {}
-
-    def reader(tag: int) -> Callable[[SchemaReader], None]:
-        def read(r: SchemaReader) -> None:
-            text = tags[tag][1](r)
-            if text is not None:
-                shown[tag] = text
-
-        return read
-
-    r.tagged_fields({tag: reader(tag) for tag in tags})
-    fields = fields + [f'"{tags[tag][0]}":{shown[tag]}' for tag in sorted(shown)]
-    return "{" + ",".join(fields) + "}"
+def _tagged_i64(name: str, value: int) -> list[tuple[str, str]]:
+    """A tagged int64 field whose default is 0: printed only when it is not 0."""
+    return [] if value == 0 else [(name, str(value))]
 
 
-def _non_default_i64(default: int) -> Callable[[SchemaReader], str | None]:
-    def read(r: SchemaReader) -> str | None:
-        value = r.i64("tagged int64")
-        return None if value == default else str(value)
-
-    return read
+def _group_metadata(v: cgr.GroupMetadataValue) -> str:
+    return _object([("epoch", str(v.epoch)), *_tagged_i64("metadataHash", v.metadata_hash)])
 
 
-def _group_metadata(r: SchemaReader) -> str:
-    return _struct([f'"epoch":{r.i32("epoch")}'], {0: ("metadataHash", _non_default_i64(0))}, r)
+def _partition_metadata(v: cgr.PartitionMetadataValue) -> str:
+    return _object([("topics", _list(v.topics, _topic_metadata))])
 
 
-def _partition_metadata(r: SchemaReader) -> str:
-    def partition(r: SchemaReader) -> str:
-        racks = _array(r, lambda r: _compact_string(r, "rack"), "racks")
-        fields = [f'"partition":{r.i32("partition")}', f'"racks":{racks}']
-        return _struct(fields, {}, r)
-
-    def topic(r: SchemaReader) -> str:
-        fields = [
-            f'"topicId":"{uuid_text(r.uuid("topic id"))}"',
-            f'"topicName":{_compact_string(r, "topic name")}',
-            f'"numPartitions":{r.i32("partition count")}',
-            f'"partitionMetadata":{_array(r, partition, "partition metadata")}',
+def _topic_metadata(t: cgr.TopicMetadata) -> str:
+    return _object(
+        [
+            ("topicId", json_string(uuid_text(t.topic_id))),
+            ("topicName", json_string(t.name)),
+            ("numPartitions", str(t.partitions)),
+            ("partitionMetadata", _list(t.partition_racks, _partition_racks)),
         ]
-        return _struct(fields, {}, r)
-
-    return _struct([f'"topics":{_array(r, topic, "topics", 18)}'], {}, r)
+    )
 
 
-def _classic_member_metadata(r: SchemaReader) -> str | None:
-    """The tagged ClassicMemberMetadata: Kafka writes a null one as a 0 marker, which it prints as null."""
-    if r.i8("classic member metadata marker") <= 0:
-        return "null"
+def _partition_racks(p: cgr.PartitionRacks) -> str:
+    return _object([("partition", str(p.partition)), ("racks", _list(p.racks, json_string))])
 
-    def protocol(r: SchemaReader) -> str:
-        name = _compact_string(r, "protocol name")
-        metadata = r.compact_bytes("protocol metadata")
-        shown = "null" if metadata is None else json_string(base64_text(metadata))
-        return _struct([f'"name":{name}', f'"metadata":{shown}'], {}, r)
 
+def _member_metadata(v: cgr.MemberMetadataValue) -> str:
     fields = [
-        f'"sessionTimeoutMs":{r.i32("session timeout")}',
-        f'"supportedProtocols":{_array(r, protocol, "supported protocols")}',
+        ("instanceId", _nullable(v.instance_id)),
+        ("rackId", _nullable(v.rack_id)),
+        ("clientId", json_string(v.client_id)),
+        ("clientHost", json_string(v.client_host)),
+        ("subscribedTopicNames", _list(v.subscribed_topics, json_string)),
+        ("subscribedTopicRegex", _nullable(v.subscribed_regex)),
+        ("rebalanceTimeoutMs", str(v.rebalance_timeout_ms)),
+        ("serverAssignor", _nullable(v.server_assignor)),
     ]
-    return _struct(fields, {}, r)
+    # Kafka's converter compares with the empty struct, so a null one (what Kafka 4.4 writes
+    # for a consumer-protocol member) is printed as null and an absent tag is not printed.
+    if v.classic is None:
+        fields.append(("classicMemberMetadata", "null"))
+    elif v.classic != cgr.ClassicMemberMetadata():
+        fields.append(("classicMemberMetadata", _classic_member_metadata(v.classic)))
+    return _object(fields)
 
 
-def base64_text(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")  # Jackson's BinaryNode: standard, padded
+def _classic_member_metadata(c: cgr.ClassicMemberMetadata) -> str:
+    protocols = _list(c.protocols, lambda p: _object([("name", json_string(p[0])), ("metadata", _base64(p[1]))]))
+    return _object([("sessionTimeoutMs", str(c.session_timeout_ms)), ("supportedProtocols", protocols)])
 
 
-def _member_metadata(r: SchemaReader) -> str:
-    fields = [
-        f'"instanceId":{_compact_string(r, "instance id")}',
-        f'"rackId":{_compact_string(r, "rack id")}',
-        f'"clientId":{_compact_string(r, "client id")}',
-        f'"clientHost":{_compact_string(r, "client host")}',
-        f'"subscribedTopicNames":{_array(r, lambda r: _compact_string(r, "topic"), "subscribed topics")}',
-        f'"subscribedTopicRegex":{_compact_string(r, "subscribed topic regex")}',
-        f'"rebalanceTimeoutMs":{r.i32("rebalance timeout")}',
-        f'"serverAssignor":{_compact_string(r, "server assignor")}',
-    ]
-    return _struct(fields, {0: ("classicMemberMetadata", _classic_member_metadata)}, r)
+def _target_assignment_metadata(v: cgr.TargetAssignmentMetadataValue) -> str:
+    return _object(
+        [("assignmentEpoch", str(v.assignment_epoch)), *_tagged_i64("assignmentTimestamp", v.assignment_timestamp)]
+    )
 
 
-def _target_assignment_metadata(r: SchemaReader) -> str:
-    fields = [f'"assignmentEpoch":{r.i32("assignment epoch")}']
-    return _struct(fields, {0: ("assignmentTimestamp", _non_default_i64(0))}, r)
+def _target_assignment_member(v: cgr.TargetAssignmentMemberValue) -> str:
+    return _object([("topicPartitions", _list(v.partitions, _topic_partitions))])
 
 
-def _topic_partitions(r: SchemaReader) -> str:
-    fields = [f'"topicId":"{uuid_text(r.uuid("topic id"))}"', f'"partitions":{_int32s(r, "partition")}']
-
-    def epochs(r: SchemaReader) -> str | None:
-        text = _int32s(r, "assignment epoch")
-        return None if text == "[]" else text  # the default is the empty list
-
-    return _struct(fields, {0: ("assignmentEpochs", epochs)}, r)
-
-
-def _target_assignment_member(r: SchemaReader) -> str:
-    return _struct([f'"topicPartitions":{_array(r, _topic_partitions, "topic partitions", 18)}'], {}, r)
+def _current_member_assignment(v: cgr.CurrentMemberAssignmentValue) -> str:
+    return _object(
+        [
+            ("memberEpoch", str(v.member_epoch)),
+            ("previousMemberEpoch", str(v.previous_member_epoch)),
+            ("state", str(v.state)),
+            ("assignedPartitions", _list(v.assigned, _topic_partitions)),
+            ("partitionsPendingRevocation", _list(v.pending_revocation, _topic_partitions)),
+        ]
+    )
 
 
-def _current_member_assignment(r: SchemaReader) -> str:
-    fields = [
-        f'"memberEpoch":{r.i32("member epoch")}',
-        f'"previousMemberEpoch":{r.i32("previous member epoch")}',
-        f'"state":{r.i8("state")}',
-        f'"assignedPartitions":{_array(r, _topic_partitions, "assigned partitions", 18)}',
-        f'"partitionsPendingRevocation":{_array(r, _topic_partitions, "partitions pending revocation", 18)}',
-    ]
-    return _struct(fields, {}, r)
+def _topic_partitions(t: cgr.TopicPartitions) -> str:
+    fields = [("topicId", json_string(uuid_text(t.topic_id))), ("partitions", _list(t.partitions))]
+    # Shown unless empty (Kafka's reader starts the field as an empty list): null is printed.
+    if t.assignment_epochs is None:
+        fields.append(("assignmentEpochs", "null"))
+    elif t.assignment_epochs:
+        fields.append(("assignmentEpochs", _list(t.assignment_epochs)))
+    return _object(fields)
 
 
-_VALUE_READERS: dict[int, Callable[[SchemaReader], str]] = {
-    3: _group_metadata,
-    4: _partition_metadata,
-    5: _member_metadata,
-    6: _target_assignment_metadata,
-    7: _target_assignment_member,
-    8: _current_member_assignment,
+_VALUE_PRINTERS: dict[type, Callable[[Any], str]] = {
+    cgr.GroupMetadataValue: _group_metadata,
+    cgr.PartitionMetadataValue: _partition_metadata,
+    cgr.MemberMetadataValue: _member_metadata,
+    cgr.TargetAssignmentMetadataValue: _target_assignment_metadata,
+    cgr.TargetAssignmentMemberValue: _target_assignment_member,
+    cgr.CurrentMemberAssignmentValue: _current_member_assignment,
 }
 
 
-def parse(record_type: int, key: bytes, value: bytes | None) -> tuple[str, str]:
+def parse(key: cgr.ConsumerGroupRecordKey, value: bytes | None) -> tuple[str, str]:
     """The key and payload strings of one record (a tombstone's payload is `<DELETE>`).
 
-    Raises CorruptRecordError when the bytes do not fit the schema.
+    Raises CorruptRecordError when the value does not fit its schema.
     """
-    return key_json(record_type, key), "<DELETE>" if value is None else value_json(record_type, value)
+    decoded = cgr.decode_value(key.record_type, value)
+    return key_json(key), "<DELETE>" if decoded is None else value_json(decoded)

@@ -25,14 +25,21 @@ each key is its state; a tombstone (null value) removes that key's part: a membe
 with tombstones of its records 8, 7 and 5, a deleted group also loses 6, 4 and 3.
 
 txlog never writes these (its own groups live in the classic record, see
-`txlog.coordinator.group_coordinator`); it decodes them to describe a broker's groups.
-Every byte is untrusted: a malformation is CorruptRecordError naming the record.
+`txlog.coordinator.group_coordinator`); it decodes them to describe a broker's groups and,
+through `txlog.schemas.consumer_group_json`, to print them as `kafka-dump-log
+--offsets-decoder` does. This is the one reader of these bytes, so the values keep every
+field Kafka's generated classes keep (the deprecated partition racks, the tagged fields,
+the version), and a tagged field holds what Kafka's reader leaves in it when the tag is
+absent, since the printer shows a tagged field by comparing it with that. Every byte is
+untrusted: a malformation is CorruptRecordError naming the record, and so is a null where
+the schema has no null (Kafka's readers refuse those too).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
+from typing import TypeVar
 
 from txlog.schemas.schema_types import SchemaReader
 
@@ -59,7 +66,8 @@ VALUE_VERSIONS = (0,)
 MEMBER_STATE_STABLE = 0
 MEMBER_STATE_NAMES = {0: "STABLE", 1: "UNREVOKED_PARTITIONS", 2: "UNRELEASED_PARTITIONS", 127: "UNKNOWN"}
 
-TopicIdPartitions = tuple[tuple[bytes, tuple[int, ...]], ...]  # ((16-byte topic id, (partition, ...)), ...)
+_T = TypeVar("_T")
+_S = TypeVar("_S", str, bytes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +88,17 @@ class GroupMetadataValue:
     """Type 3: the group epoch, bumped by every membership or subscription change."""
 
     epoch: int
-    metadata_hash: int = 0
+    metadata_hash: int = 0  # tag 0
+    _: KW_ONLY
+    version: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRacks:
+    """A partition's racks in type 4 (deprecated since Kafka 4.0, still written as an empty list)."""
+
+    partition: int
+    racks: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,26 +106,37 @@ class TopicMetadata:
     topic_id: bytes
     name: str
     partitions: int
+    partition_racks: tuple[PartitionRacks, ...]
 
 
 @dataclass(frozen=True, slots=True)
 class PartitionMetadataValue:
-    """Type 4: the subscribed topics as the group last saw them (their racks are dropped)."""
+    """Type 4: the subscribed topics as the group last saw them."""
 
     topics: tuple[TopicMetadata, ...]
+    _: KW_ONLY
+    version: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class ClassicMemberMetadata:
-    """A member that joined with the classic protocol (a consumer group taking in classic members)."""
+    """A member that joined with the classic protocol (a consumer group taking in classic members).
 
-    session_timeout_ms: int
-    protocols: tuple[tuple[str, bytes], ...]
+    `protocols` are (name, metadata) pairs. The defaults are the empty struct Kafka's reader
+    holds when the tag is absent.
+    """
+
+    session_timeout_ms: int = 0
+    protocols: tuple[tuple[str, bytes], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class MemberMetadataValue:
-    """Type 5: who the member is and what it subscribes to."""
+    """Type 5: who the member is and what it subscribes to.
+
+    `classic` (tag 0) is None when written as null (Kafka 4.4 writes that for every member
+    of the consumer protocol) and the empty ClassicMemberMetadata when the tag is absent.
+    """
 
     instance_id: str | None
     rack_id: str | None
@@ -118,6 +147,8 @@ class MemberMetadataValue:
     rebalance_timeout_ms: int
     server_assignor: str | None
     classic: ClassicMemberMetadata | None = None
+    _: KW_ONLY
+    version: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +156,25 @@ class TargetAssignmentMetadataValue:
     """Type 6: the epoch of the group's current target assignment."""
 
     assignment_epoch: int
-    assignment_timestamp: int = 0
+    assignment_timestamp: int = 0  # tag 0
+    _: KW_ONLY
+    version: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TopicPartitions:
+    """Partitions of one topic id, in types 7 and 8.
+
+    `assignment_epochs` (tag 0, one per partition) exists in type 8 only (type 7 leaves it
+    empty): empty when the tag is absent, as Kafka's reader leaves it, None when written as null.
+    """
+
+    topic_id: bytes
+    partitions: tuple[int, ...]
+    assignment_epochs: tuple[int, ...] | None = ()
+
+
+TopicIdPartitions = tuple[TopicPartitions, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +182,8 @@ class TargetAssignmentMemberValue:
     """Type 7: the partitions the assignor gave the member."""
 
     partitions: TopicIdPartitions
+    _: KW_ONLY
+    version: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +195,8 @@ class CurrentMemberAssignmentValue:
     state: int
     assigned: TopicIdPartitions
     pending_revocation: TopicIdPartitions
+    _: KW_ONLY
+    version: int = 0
 
 
 ConsumerGroupValue = (
@@ -166,18 +219,10 @@ def decode_key(data: bytes) -> ConsumerGroupRecordKey:
         raise ValueError(f"record type {record_type} is not a consumer group record")
     r = SchemaReader(data, f"{RECORD_NAMES[record_type]}Key")
     r.i16("record type")
-    group = _required(r, "group id")
-    member = _required(r, "member id") if record_type in _MEMBER_KEYED else None
+    group = _not_null(r, "group id", SchemaReader.string)
+    member = _not_null(r, "member id", SchemaReader.string) if record_type in _MEMBER_KEYED else None
     r.expect_end()
     return ConsumerGroupRecordKey(record_type, group, member)
-
-
-def _required(r: SchemaReader, what: str) -> str:
-    start = r.position
-    value = r.string(what)
-    if value is None:
-        raise r.corrupt(f"null {what}", start)
-    return value
 
 
 # ---- values ---------------------------------------------------------------------------------------
@@ -191,13 +236,13 @@ def decode_value(record_type: int, data: bytes | None) -> ConsumerGroupValue | N
     if decode is None:
         raise ValueError(f"record type {record_type} is not a consumer group record")
     r = SchemaReader(data, f"{RECORD_NAMES[record_type]}Value")
-    r.value_version(VALUE_VERSIONS)
-    value = decode(r)
+    version = r.value_version(VALUE_VERSIONS)
+    value = decode(r, version)
     r.expect_end()
     return value
 
 
-def _group_metadata(r: SchemaReader) -> GroupMetadataValue:
+def _group_metadata(r: SchemaReader, version: int) -> GroupMetadataValue:
     epoch = r.i32("epoch")
     found = {"hash": 0}
 
@@ -205,65 +250,79 @@ def _group_metadata(r: SchemaReader) -> GroupMetadataValue:
         found["hash"] = tr.i64("metadata hash")
 
     r.tagged_fields({0: metadata_hash})
-    return GroupMetadataValue(epoch, found["hash"])
+    return GroupMetadataValue(epoch, found["hash"], version=version)
 
 
-def _partition_metadata(r: SchemaReader) -> PartitionMetadataValue:
+def _partition_metadata(r: SchemaReader, version: int) -> PartitionMetadataValue:
     # The smallest topic: a 16-byte id, an empty name, an i32 and an empty array, then its tags.
-    count = r.compact_array_count(23, "topics") or 0
-    topics = []
-    for _ in range(count):
-        topic_id = r.uuid("topic id")
-        name = _required_compact(r, "topic name")
-        partitions = r.i32("number of partitions")
-        for _ in range(r.compact_array_count(6, "partition metadata") or 0):
-            r.i32("partition")
-            for _ in range(r.compact_array_count(1, "racks") or 0):
-                _required_compact(r, "rack")
-            r.tagged_fields()
-        r.tagged_fields()
-        topics.append(TopicMetadata(topic_id, name, partitions))
+    topics = _array(r, 23, "topics", _topic_metadata)
     r.tagged_fields()
-    return PartitionMetadataValue(tuple(topics))
+    return PartitionMetadataValue(topics, version=version)
 
 
-def _member_metadata(r: SchemaReader) -> MemberMetadataValue:
+def _topic_metadata(r: SchemaReader) -> TopicMetadata:
+    topic_id = r.uuid("topic id")
+    name = _required(r, "topic name")
+    partitions = r.i32("number of partitions")
+    racks = _array(r, 6, "partition metadata", _partition_racks)
+    r.tagged_fields()
+    return TopicMetadata(topic_id, name, partitions, racks)
+
+
+def _partition_racks(r: SchemaReader) -> PartitionRacks:
+    partition = r.i32("partition")
+    racks = _array(r, 1, "racks", lambda r: _required(r, "rack"))
+    r.tagged_fields()
+    return PartitionRacks(partition, racks)
+
+
+def _member_metadata(r: SchemaReader, version: int) -> MemberMetadataValue:
     instance_id = r.compact_string("instance id")
     rack_id = r.compact_string("rack id")
-    client_id = _required_compact(r, "client id")
-    client_host = _required_compact(r, "client host")
-    count = r.compact_array_count(1, "subscribed topic names") or 0
-    topics = tuple(_required_compact(r, "subscribed topic name") for _ in range(count))
+    client_id = _required(r, "client id")
+    client_host = _required(r, "client host")
+    topics = _array(r, 1, "subscribed topic names", lambda r: _required(r, "subscribed topic name"))
     regex = r.compact_string("subscribed topic regex")
     rebalance_timeout = r.i32("rebalance timeout")
     assignor = r.compact_string("server assignor")
-    found: dict[str, ClassicMemberMetadata | None] = {"classic": None}
+    found: dict[str, ClassicMemberMetadata | None] = {"classic": ClassicMemberMetadata()}
 
     def classic(tr: SchemaReader) -> None:
         found["classic"] = _classic_member_metadata(tr)
 
     r.tagged_fields({0: classic})
     return MemberMetadataValue(
-        instance_id, rack_id, client_id, client_host, topics, regex, rebalance_timeout, assignor, found["classic"]
+        instance_id,
+        rack_id,
+        client_id,
+        client_host,
+        topics,
+        regex,
+        rebalance_timeout,
+        assignor,
+        found["classic"],
+        version=version,
     )
 
 
 def _classic_member_metadata(r: SchemaReader) -> ClassicMemberMetadata | None:
-    """A nullable struct: Kafka's generated code writes 0 for null, then any positive for present."""
+    """A nullable struct: Kafka's generated code writes uvarint 0 for null, reads any positive as present."""
     if r.uvarint() == 0:
         return None
     session_timeout = r.i32("session timeout")
-    protocols = []
-    for _ in range(r.compact_array_count(3, "supported protocols") or 0):
-        name = _required_compact(r, "protocol name")
-        metadata = r.compact_bytes("protocol metadata") or b""
-        r.tagged_fields()
-        protocols.append((name, metadata))
+    protocols = _array(r, 3, "supported protocols", _classic_protocol)
     r.tagged_fields()
-    return ClassicMemberMetadata(session_timeout, tuple(protocols))
+    return ClassicMemberMetadata(session_timeout, protocols)
 
 
-def _target_assignment_metadata(r: SchemaReader) -> TargetAssignmentMetadataValue:
+def _classic_protocol(r: SchemaReader) -> tuple[str, bytes]:
+    name = _required(r, "protocol name")
+    metadata = _not_null(r, "protocol metadata", SchemaReader.compact_bytes)
+    r.tagged_fields()
+    return name, metadata
+
+
+def _target_assignment_metadata(r: SchemaReader, version: int) -> TargetAssignmentMetadataValue:
     epoch = r.i32("assignment epoch")
     found = {"timestamp": 0}
 
@@ -271,50 +330,67 @@ def _target_assignment_metadata(r: SchemaReader) -> TargetAssignmentMetadataValu
         found["timestamp"] = tr.i64("assignment timestamp")
 
     r.tagged_fields({0: timestamp})
-    return TargetAssignmentMetadataValue(epoch, found["timestamp"])
+    return TargetAssignmentMetadataValue(epoch, found["timestamp"], version=version)
 
 
-def _target_assignment_member(r: SchemaReader) -> TargetAssignmentMemberValue:
-    partitions = _topic_id_partitions(r, "topic partitions")
+def _target_assignment_member(r: SchemaReader, version: int) -> TargetAssignmentMemberValue:
+    partitions = _array(r, 18, "topic partitions", _topic_partitions(epochs=False))
     r.tagged_fields()
-    return TargetAssignmentMemberValue(partitions)
+    return TargetAssignmentMemberValue(partitions, version=version)
 
 
-def _current_member_assignment(r: SchemaReader) -> CurrentMemberAssignmentValue:
+def _current_member_assignment(r: SchemaReader, version: int) -> CurrentMemberAssignmentValue:
     epoch = r.i32("member epoch")
     previous = r.i32("previous member epoch")
     state = r.i8("state")
-    assigned = _topic_id_partitions(r, "assigned partitions")
-    pending = _topic_id_partitions(r, "partitions pending revocation")
+    assigned = _array(r, 18, "assigned partitions", _topic_partitions(epochs=True))
+    pending = _array(r, 18, "partitions pending revocation", _topic_partitions(epochs=True))
     r.tagged_fields()
-    return CurrentMemberAssignmentValue(epoch, previous, state, assigned, pending)
+    return CurrentMemberAssignmentValue(epoch, previous, state, assigned, pending, version=version)
 
 
-def _topic_id_partitions(r: SchemaReader, what: str) -> TopicIdPartitions:
-    """[]{TopicId uuid, Partitions []int32, tags}; a tag 0 (AssignmentEpochs, []int32) is read and dropped."""
-    out = []
-    for _ in range(r.compact_array_count(18, what) or 0):
+def _topic_partitions(epochs: bool) -> Callable[[SchemaReader], TopicPartitions]:
+    """{TopicId uuid, Partitions []int32, tags}; with `epochs`, tag 0 is AssignmentEpochs (nullable []int32)."""
+
+    def read(r: SchemaReader) -> TopicPartitions:
         topic_id = r.uuid("topic id")
-        partitions = tuple(r.i32("partition") for _ in range(r.compact_array_count(4, "partitions") or 0))
-        r.tagged_fields({0: _assignment_epochs})
-        out.append((topic_id, partitions))
-    return tuple(out)
+        partitions = _array(r, 4, "partitions", lambda r: r.i32("partition"))
+        found: dict[str, tuple[int, ...] | None] = {"epochs": ()}
+
+        def assignment_epochs(tr: SchemaReader) -> None:
+            count = tr.compact_array_count(4, "assignment epochs")
+            found["epochs"] = None if count is None else tuple(tr.i32("assignment epoch") for _ in range(count))
+
+        r.tagged_fields({0: assignment_epochs} if epochs else None)
+        return TopicPartitions(topic_id, partitions, found["epochs"])
+
+    return read
 
 
-def _assignment_epochs(r: SchemaReader) -> None:
-    for _ in range(r.compact_array_count(4, "assignment epochs") or 0):
-        r.i32("assignment epoch")
-
-
-def _required_compact(r: SchemaReader, what: str) -> str:
+def _array(r: SchemaReader, min_size: int, what: str, element: Callable[[SchemaReader], _T]) -> tuple[_T, ...]:
+    """A non-nullable compact array: its count checked against the bytes left, then its elements."""
     start = r.position
-    value = r.compact_string(what)
+    count = r.compact_array_count(min_size, what)
+    if count is None:
+        raise r.corrupt(f"null {what}", start)
+    return tuple(element(r) for _ in range(count))
+
+
+def _required(r: SchemaReader, what: str) -> str:
+    """A compact string the schema does not make nullable."""
+    return _not_null(r, what, SchemaReader.compact_string)
+
+
+def _not_null(r: SchemaReader, what: str, read: Callable[[SchemaReader, str], _S | None]) -> _S:
+    """A string or bytes field the schema does not make nullable: Kafka's reader refuses a null there."""
+    start = r.position
+    value = read(r, what)
     if value is None:
         raise r.corrupt(f"null {what}", start)
     return value
 
 
-_DECODERS: dict[int, Callable[[SchemaReader], ConsumerGroupValue]] = {
+_DECODERS: dict[int, Callable[[SchemaReader, int], ConsumerGroupValue]] = {
     GROUP_METADATA: _group_metadata,
     PARTITION_METADATA: _partition_metadata,
     MEMBER_METADATA: _member_metadata,

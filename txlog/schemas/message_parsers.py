@@ -148,7 +148,9 @@ def compact_json(value: object) -> str:
 
 def offsets_parser(record: ParsedRecord) -> tuple[str | None, str | None]:
     """`--offsets-decoder`: `{"type":"1","data":{…}}` keys and `{"version":"3","data":{…}}` payloads."""
+    from txlog.schemas import consumer_group_json
     from txlog.schemas.cluster_metadata import ZERO_UUID
+    from txlog.schemas.consumer_group_records import ConsumerGroupRecordKey
     from txlog.schemas.offset_log import (
         GroupMetadataKey,
         OffsetKey,
@@ -158,13 +160,11 @@ def offsets_parser(record: ParsedRecord) -> tuple[str | None, str | None]:
 
     if record.key is None:
         return f"Error at offset {record.offset}, skipping. the record has no key", None
-    from txlog.schemas import consumer_group_json
-
     try:
         key_version = struct.unpack_from(">h", record.key)[0] if len(record.key) >= 2 else -1
-        if key_version in consumer_group_json.RECORD_TYPES:  # KIP-848 group records
-            return consumer_group_json.parse(key_version, record.key, record.value)
         key = decode_key(record.key)
+        if isinstance(key, ConsumerGroupRecordKey):  # KIP-848 group records (types 3..8)
+            return consumer_group_json.parse(key, record.value)
         if isinstance(key, OffsetKey):
             key_json = compact_json(
                 {"type": str(key_version), "data": {"group": key.group, "topic": key.topic, "partition": key.partition}}
