@@ -689,9 +689,12 @@ class PartitionLog:
         offline (KafkaStorageException): docs/reliability-scenarios.md scenario 71.
         """
         try:
-            links = os.fstat(segment.fd).st_nlink
+            with segment.log as fd:  # an evicted descriptor's reopen by path fails once the file is gone
+                links = os.fstat(fd).st_nlink
         except OSError as exc:
             links, why = 0, exc.strerror
+        except KafkaStorageError as exc:
+            links, why = 0, str(exc)
         else:
             why = "its file was deleted"
         if links == 0:

@@ -93,7 +93,13 @@ def test_scenario71_cli_produce_says_one_error_when_the_store_is_deleted(tmp_pat
     assert proc.returncode == 1, (out, err)
     assert b"Traceback" not in err
     lines = err.decode().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error: ") and "deleted while open" in lines[0], err
+    # one Error line, after produce's account of what it wrote before the failure (the first line)
+    assert lines[-1].startswith("Error: ") and "deleted while open" in lines[-1], err
+    assert len(lines) == 2, err
+    assert lines[0].startswith(
+        "Written before the failure: 1 of the 2 records sent, to t partition 0 offsets 0-0; "
+        "the other 1 were not acknowledged"
+    ), err
     assert not os.path.exists(data)
 
 
