@@ -758,7 +758,9 @@ def _run(
             _finish_quietly(producer)
             if transactional_id is not None and _is_fenced(exc):
                 raise CommandError(_fenced_message(transactional_id)) from None
-            if not isinstance(exc, CommandError):  # a line's own error (_stop_at) already says what was written
+            # a line's own error (_stop_at) already says what was written; a failure before the first
+            # send (a bad id, a store that cannot be opened) has nothing to account for
+            if not isinstance(exc, CommandError) and tally.sent:
                 tally.settle_written()
                 typer.echo(_failure_report(store, tally, topic, transactional_id), err=True)
             raise
