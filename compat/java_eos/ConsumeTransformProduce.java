@@ -7,6 +7,8 @@ import java.util.Map;
 import java.util.Properties;
 import java.util.Set;
 import java.util.UUID;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.Future;
 
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.NewTopic;
@@ -16,6 +18,7 @@ import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.clients.producer.RecordMetadata;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.serialization.StringDeserializer;
 import org.apache.kafka.common.serialization.StringSerializer;
@@ -110,15 +113,35 @@ public final class ConsumeTransformProduce {
         return props;
     }
 
+    /**
+     * The input, every send awaited: a write that fails must fail the round here, saying so, not
+     * later as a transform that waits for records that were never written.
+     *
+     * One request in flight: on a topic created a moment before, the first produce requests can
+     * fail (the partition is not known everywhere yet) while a later batch of the same partition,
+     * retried sooner, lands first. A broker takes any first sequence number from a producer it
+     * has no state for, so that later batch is appended and the batch with sequence 0 is then
+     * refused as out of order until delivery.timeout.ms expires (seen on loaded machines:
+     * OutOfOrderSequenceException, incoming 0 against 987 at offset 37 of a new partition).
+     */
     private void produceInput(String input) throws Exception {
         Properties props = common();
         props.put("enable.idempotence", "true");
         props.put("acks", "all");
+        props.put("max.in.flight.requests.per.connection", "1");
+        List<Future<RecordMetadata>> sends = new ArrayList<>();
         try (KafkaProducer<String, String> producer = new KafkaProducer<>(props, new StringSerializer(), new StringSerializer())) {
             for (int i = 0; i < records; i++) {
-                producer.send(new ProducerRecord<>(input, "k" + i, "v" + i));
+                sends.add(producer.send(new ProducerRecord<>(input, "k" + i, "v" + i)));
             }
             producer.flush();
+        }
+        for (int i = 0; i < sends.size(); i++) {
+            try {
+                sends.get(i).get();
+            } catch (ExecutionException e) {
+                throw new IllegalStateException("input record " + i + " of " + records + " was not written: " + e.getCause(), e);
+            }
         }
     }
 
