@@ -297,7 +297,6 @@ class _Tally:
         self.pending: list[FutureProduceMany] = []
         self.count = 0
         self.sent = 0  # records handed to the producer, acknowledged or not
-        self.ranges: dict[int, list[int]] = {}
         self.spans: dict[int, list[list[int]]] = {}  # the acknowledged offsets exactly, as [first, last] runs
         self.unknown: set[int] = set()  # partitions written with acks=0: no offsets come back
 
@@ -314,8 +313,6 @@ class _Tally:
             if base < 0:
                 self.unknown.add(partition)
                 continue
-            r = self.ranges.setdefault(partition, [base, base + records - 1])
-            r[0], r[1] = min(r[0], base), max(r[1], base + records - 1)
             self._add_span(partition, base, base + records - 1)
 
     def _add_span(self, partition: int, first: int, last: int) -> None:
@@ -339,9 +336,13 @@ class _Tally:
         parts += [f"partition {p} offsets unknown (acks=0)" for p in sorted(self.unknown - set(self.spans))]
         return ", ".join(parts)
 
+    def ranges(self) -> dict[int, tuple[int, int]]:
+        """Per partition, its first and last acknowledged offset (the ends of its runs)."""
+        return {p: (runs[0][0], runs[-1][1]) for p, runs in self.spans.items()}
+
     def summary(self, topic: str) -> str:
-        parts = [f"partition {p} offsets {lo}-{hi}" for p, (lo, hi) in sorted(self.ranges.items())]
-        parts += [f"partition {p} offsets unknown (acks=0)" for p in sorted(self.unknown - set(self.ranges))]
+        parts = [f"partition {p} offsets {lo}-{hi}" for p, (lo, hi) in sorted(self.ranges().items())]
+        parts += [f"partition {p} offsets unknown (acks=0)" for p in sorted(self.unknown - set(self.spans))]
         noun = "record" if self.count == 1 else "records"
         where = f": {', '.join(parts)}" if parts else ""
         return f"Produced {self.count} {noun} to {topic}{where}."
@@ -784,10 +785,10 @@ def _run(
 def _result(tally: _Tally, topic: str, transactional_id: str | None, transaction: str) -> dict[str, Any]:
     """`--output json`: what was written, for scripts (offset ranges per partition; null with acks=0)."""
     partitions: list[dict[str, int | None]] = [
-        {"partition": p, "firstOffset": lo, "lastOffset": hi} for p, (lo, hi) in sorted(tally.ranges.items())
+        {"partition": p, "firstOffset": lo, "lastOffset": hi} for p, (lo, hi) in sorted(tally.ranges().items())
     ]
     partitions += [
-        {"partition": p, "firstOffset": None, "lastOffset": None} for p in sorted(tally.unknown - set(tally.ranges))
+        {"partition": p, "firstOffset": None, "lastOffset": None} for p in sorted(tally.unknown - set(tally.spans))
     ]
     return {
         "topic": topic,

@@ -489,9 +489,10 @@ class RecordBatch(_native.BatchHeader):
         which also refuses a stream that does not inflate at all, as Kafka's LogValidator does
         by reading every record of a compressed batch. Trusted bytes (this process's encoder)
         are not inflated when the codec cannot pass the limit at their size, or when their zstd
-        frame's content size is within it - a size believed of this process's encoder only. RecordTooLargeError, Kafka's
-        MESSAGE_TOO_LARGE, because the records may be valid, just more than a batch of this
-        size may carry: a producer can send them again in smaller batches.
+        frame's content size is within it (a size believed of this process's encoder only).
+        The error is RecordTooLargeError, Kafka's MESSAGE_TOO_LARGE: the records may be valid,
+        just more than a batch of this size may carry, so a producer can resend them in
+        smaller batches.
         """
         codec = self.compression  # UnsupportedCompressionTypeError for codes 5-7
         region = memoryview(self._buf)[self._at + HEADER_SIZE : self._at + self.size]

@@ -10,13 +10,10 @@ the classes are cached, keyed by the source's digest.
 
 from __future__ import annotations
 
-import hashlib
 import os
-import subprocess
-import tempfile
 
-from compat.harness import FAILED, PASSED, CompatError, Outcome, SuiteResult, cache_root, require, run_logged
-from tests.kafka_rig.kafka_dist import classpath, java
+from compat.harness import FAILED, PASSED, CompatError, Outcome, SuiteResult, run_logged
+from tests.kafka_rig.kafka_dist import KafkaDistError, classpath, compiled_classes, java
 
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ConsumeTransformProduce.java")
 MAIN = "ConsumeTransformProduce"
@@ -26,22 +23,10 @@ TIMEOUT_S = 600.0
 
 def prepare() -> str:
     """The compiled classes' directory, built now if the cache lacks this source's build."""
-    with open(SOURCE, "rb") as f:
-        digest = hashlib.sha256(f.read()).hexdigest()[:16]
-    classes = os.path.join(cache_root(), f"java-eos-{digest}")
-    if os.path.exists(os.path.join(classes, f"{MAIN}.class")):
-        return classes
-    javac = require("javac", "the consume-transform-produce program is compiled with a JDK")
-    os.makedirs(cache_root(), exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=cache_root(), prefix=".java-eos-") as work:
-        built = os.path.join(work, "classes")
-        result = subprocess.run(
-            [javac, "-d", built, "-cp", classpath(), SOURCE], capture_output=True, text=True, timeout=600
-        )
-        if result.returncode != 0:
-            raise CompatError(f"javac failed on {SOURCE}:\n{result.stderr}")
-        os.rename(built, classes)
-    return classes
+    try:
+        return compiled_classes(SOURCE, MAIN)
+    except KafkaDistError as exc:
+        raise CompatError(str(exc)) from None
 
 
 def run(bootstrap: str, work_dir: str) -> SuiteResult:

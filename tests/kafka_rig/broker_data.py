@@ -21,12 +21,10 @@ read_uncommitted) is written next to the data as JSON lines (`consumed_file`) fo
 from __future__ import annotations
 
 import glob
-import hashlib
 import json
 import os
 import shutil
 import subprocess
-import tempfile
 import time
 from dataclasses import dataclass
 
@@ -34,8 +32,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.kafka_rig.broker import KafkaBroker
-from tests.kafka_rig.kafka_dist import KafkaDistError, classpath, java
-from txlog.spark.jvm_build import cache_dir
+from tests.kafka_rig.kafka_dist import KafkaDistError, classpath, compiled_classes, java
 
 JAVA_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "java", "BrokerDataWriter.java")
 
@@ -96,28 +93,7 @@ class BrokerDataset:
 
 def writer_classes() -> str:
     """The compiled BrokerDataWriter, built into the cache beside Kafka's jars (keyed by the source)."""
-    with open(JAVA_SOURCE, "rb") as f:
-        digest = hashlib.sha256(f.read()).hexdigest()[:16]
-    target = os.path.join(cache_dir(), f"broker-data-writer-{digest}")
-    if os.path.exists(os.path.join(target, "BrokerDataWriter.class")):
-        return target
-    javac = shutil.which("javac")
-    if javac is None:
-        raise KafkaDistError("no `javac`: install a JDK 17+ to build the Java writer of the broker data set")
-    os.makedirs(os.path.dirname(target), exist_ok=True)
-    staging = tempfile.mkdtemp(prefix="writer.", dir=os.path.dirname(target))
-    try:
-        subprocess.run(
-            [javac, "-cp", classpath(), "-d", staging, JAVA_SOURCE], check=True, capture_output=True, timeout=300
-        )
-        try:
-            os.rename(staging, target)
-        except OSError:  # another process built it first
-            if not os.path.exists(os.path.join(target, "BrokerDataWriter.class")):
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
+    return compiled_classes(JAVA_SOURCE, "BrokerDataWriter")
 
 
 def create_topics(bootstrap: str) -> None:

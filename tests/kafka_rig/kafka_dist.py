@@ -82,6 +82,36 @@ def _fetch(libs: str) -> None:
         shutil.rmtree(staging, ignore_errors=True)
 
 
+def compiled_classes(source: str, main_class: str) -> str:
+    """The classes of one Java `source` compiled against Kafka's jars, cached beside them by the
+    source's digest (a changed source gets a fresh build); built now if the cache lacks them."""
+    with open(source, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()[:16]
+    target = os.path.join(cache_dir(), f"{main_class}-{digest}")
+    if os.path.exists(os.path.join(target, f"{main_class}.class")):
+        return target
+    home = os.environ.get("JAVA_HOME")
+    javac = os.path.join(home, "bin", "javac") if home else shutil.which("javac")
+    if not javac or not os.access(javac, os.X_OK):
+        raise KafkaDistError(f"no `javac`: install a JDK 17+ to build {os.path.basename(source)}")
+    os.makedirs(cache_dir(), exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=f".{main_class}.", dir=cache_dir())
+    try:
+        result = subprocess.run(
+            [javac, "-cp", classpath(), "-d", staging, source], capture_output=True, text=True, timeout=600
+        )
+        if result.returncode != 0:
+            raise KafkaDistError(f"javac failed on {source}:\n{result.stderr}")
+        try:
+            os.rename(staging, target)
+        except OSError:  # another process built it first; its classes are as good as ours
+            if not os.path.exists(os.path.join(target, f"{main_class}.class")):
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
 def run_tool(main_class: str, *args: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess:
     """Run one of Kafka's command-line tools (e.g. org.apache.kafka.tools.DumpLogSegments) to completion."""
     result = subprocess.run(
