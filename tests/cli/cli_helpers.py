@@ -353,6 +353,19 @@ def tree(path: str | os.PathLike) -> dict[str, tuple]:
     return out
 
 
+def log_bytes(store: str | os.PathLike, topic: str) -> int:
+    """The size of every segment of `topic`, as the files on disk say (no store opened): how a test
+    sees that a process it runs has written, without opening the store under it."""
+    total = 0
+    for name in os.listdir(store):
+        if name.rsplit("-", 1)[0] == topic:
+            directory = os.path.join(store, name)
+            total += sum(
+                os.path.getsize(os.path.join(directory, f)) for f in os.listdir(directory) if f.endswith(".log")
+            )
+    return total
+
+
 def make_store(path: str | os.PathLike, **topics: int) -> None:
     """Set-up without the CLI: a store holding `topics` (name=partition count)."""
     from storage import Store

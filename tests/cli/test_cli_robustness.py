@@ -28,7 +28,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.cli.cli_helpers import ROOT, CliRun, Ran, _env, txlog
+from tests.cli.cli_helpers import ROOT, CliRun, Ran, _env, log_bytes, txlog
 
 EXIT_CODES = {0, 1, 2, 3, 4}  # 130 only on a signal, which these runs never send
 Arg = str | bytes
@@ -282,9 +282,9 @@ def test_interrupted_transactional_produce_reports_exactly_what_it_aborted(store
     )
     # interrupt once the transaction has written something (never after a fixed time: on a slow
     # machine the signal could come before the command is ready for it)
-    logs_before = _log_bytes(store, "t")
+    logs_before = log_bytes(store, "t")
     deadline = time.monotonic() + 120
-    while _log_bytes(store, "t") == logs_before and proc.poll() is None:
+    while log_bytes(store, "t") == logs_before and proc.poll() is None:
         assert time.monotonic() < deadline, "produce wrote nothing in 120 s"
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
@@ -298,18 +298,6 @@ def test_interrupted_transactional_produce_reports_exactly_what_it_aborted(store
     else:
         assert "nothing from this input is visible" in text
     assert len(values("t", store)) == len(values("t", store, "read_uncommitted")) - aborted
-
-
-def _log_bytes(store: str, topic: str) -> int:
-    """The size of every segment of `topic`, as the files on disk say (no store opened)."""
-    total = 0
-    for name in os.listdir(store):
-        if name.rsplit("-", 1)[0] == topic:
-            directory = os.path.join(store, name)
-            total += sum(
-                os.path.getsize(os.path.join(directory, f)) for f in os.listdir(directory) if f.endswith(".log")
-            )
-    return total
 
 
 def test_a_fenced_producer_says_a_newer_instance_took_over(store, tmp_path):

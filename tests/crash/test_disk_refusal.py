@@ -23,6 +23,7 @@ import pytest
 import txlog
 from storage.errors import KafkaStorageError, ReadOnlyStoreError
 from storage.store import Store
+from tests.cli.cli_helpers import log_bytes
 from txlog.topic_partition import TopicPartition
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -35,6 +36,7 @@ ACKED = 400  # records acknowledged (acks=all, flushed, every future done) befor
 _CRASHING_PRODUCER = """
 import sys
 import txlog
+from tests.cli.cli_helpers import log_bytes
 p = txlog.Producer(sys.argv[1], linger_ms=0)
 n = 0
 while True:
@@ -95,18 +97,9 @@ def _crash_a_producer(store: str) -> set[bytes]:
 
 def _wait_for_log_growth(store: str) -> None:
     """Until the logs hold more than the acknowledged records (a condition, not a timed assertion)."""
-    first = _log_bytes(store)
-    while _log_bytes(store) <= first:
+    first = log_bytes(store, TOPIC)
+    while log_bytes(store, TOPIC) <= first:
         os.sched_yield()
-
-
-def _log_bytes(store: str) -> int:
-    return sum(
-        os.path.getsize(os.path.join(store, f"{TOPIC}-{p}", name))
-        for p in range(PARTITIONS)
-        for name in os.listdir(os.path.join(store, f"{TOPIC}-{p}"))
-        if name.endswith(".log")
-    )
 
 
 def _fill(disk: str) -> None:
