@@ -213,6 +213,7 @@ VERBS: dict[str, Verb] = {
     "topics": Verb("cli.topics", "app"),
     "transactions": Verb("cli.transactions", "app"),
     "groups": Verb("cli.groups", "app"),
+    "serve": Verb("cli.serve", "serve"),
 }
 
 

@@ -120,6 +120,9 @@ WING_RULES: dict[str, set[str]] = {
     "clients": {COMMON, "schemas", TRANSPORT},
     "spark": {COMMON, "schemas"},
     "tools": {COMMON, "schemas", "coordinator", TRANSPORT, "clients"},
+    # the Kafka protocol server: serves the request types through the transport, describes
+    # coordinator state as Admin does (ListTransactions, DescribeGroups...), never a client
+    "server": {COMMON, "schemas", "coordinator", TRANSPORT},
     "package": {COMMON, "schemas", "coordinator", TRANSPORT, "clients", "tools", "spark"},  # txlog/__init__.py
 }
 # Admin is Kafka's admin client, and like kafka-transactions.sh it describes coordinator state

@@ -39,6 +39,7 @@ VERB_MODULES = frozenset(
         "cli.sql_shell",
         "cli.topics",
         "cli.groups",
+        "cli.serve",
     }
 )
 
@@ -59,6 +60,7 @@ OWN_MODULES = {
     "transactions list": {"cli.transactions"},
     "groups": {"cli.groups"},
     "groups describe": {"cli.groups"},
+    "serve": {"cli.serve"},
 }
 
 

@@ -1,0 +1,224 @@
+"""The network side of `txlog serve`: listeners, connections, frames in and out, orderly shutdown.
+
+Kafka's SocketServer reads one request per connection at a time and answers in order; so
+does this. Each connection is a coroutine on one asyncio loop: it reads a size-prefixed frame
+(refusing sizes past socket.request.max.bytes before reading them), finds the handler of its
+API and version, runs it, writes the answer and only then reads the next frame. Handlers that
+touch the store run on one store thread, one request at a time, which keeps the coordinators
+and the store single-threaded as they are in every embedded process; a Fetch that waits for
+data waits on the loop, not on that thread.
+
+What Kafka does with bad input, this does too: a frame that is not a request of the version it
+names, an API key nobody serves or a version outside the served range closes the connection
+(ApiVersions excepted: an unsupported ApiVersions version is answered with UNSUPPORTED_VERSION
+and the served table in v0 format, so the client can pick a version). A handler that fails
+unexpectedly is logged with its traceback on stderr and the connection is closed; the server
+keeps serving everyone else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import inspect
+import ssl
+import sys
+import traceback
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from txlog.server import wire
+from txlog.server.apis import load_handlers
+from txlog.server.broker import Broker, Endpoint
+from txlog.server.request_context import Connection, RequestContext
+
+SHUTDOWN_GRACE_S = 5.0
+UNSUPPORTED_VERSION = 35  # how long in-flight requests may take once a stop is asked
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerSpec:
+    """A listener to open: host, port (0 takes a free one), and how its clients must connect."""
+
+    host: str
+    port: int
+    security_protocol: str = "PLAINTEXT"  # PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL
+    ssl_context: ssl.SSLContext | None = None
+
+
+class SocketServer:
+    def __init__(self, broker: Broker, listeners: list[ListenerSpec], *, log: Callable[[str], None] | None = None):
+        self.broker = broker
+        self.listener_specs = listeners
+        self.log = log if log is not None else stderr_line
+        self.apis = load_handlers()
+        self.store_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="txlog-store")
+        self.endpoints: list[Endpoint] = []
+        self._servers: list[asyncio.base_events.Server] = []
+        self._connections: dict[asyncio.Task, bool] = {}  # each connection's task: is it serving a request?
+        self._stopping: asyncio.Event | None = None
+        self._closing = False
+
+    # ---- lifecycle ----------------------------------------------------------------------------------
+
+    async def start(self) -> list[Endpoint]:
+        """Open every listener; returns the endpoints actually bound (a port 0 resolved)."""
+        self._stopping = asyncio.Event()
+        self.broker.data_arrived.bind(asyncio.get_running_loop())
+        for index, spec in enumerate(self.listener_specs):
+            server = await asyncio.start_server(
+                functools.partial(self._accept, listener=index), spec.host, spec.port, ssl=spec.ssl_context
+            )
+            self._servers.append(server)
+            port = server.sockets[0].getsockname()[1]
+            self.endpoints.append(Endpoint(spec.host, port))
+        return self.endpoints
+
+    def stop(self) -> None:
+        """Ask the server to stop (from a signal handler on the loop)."""
+        if self._stopping is not None:
+            self._stopping.set()
+
+    async def serve_until_stopped(self) -> None:
+        assert self._stopping is not None, "start() first"
+        await self._stopping.wait()
+        await self.shutdown()
+
+    async def shutdown(self) -> None:
+        """Stop accepting, let in-flight requests finish (SHUTDOWN_GRACE_S), close connections, close the store."""
+        for server in self._servers:
+            server.close()
+        for server in self._servers:
+            await server.wait_closed()
+        self._closing = True
+        for task, busy in list(self._connections.items()):
+            if not busy:
+                task.cancel()  # waiting for a request: stop at once; one serving a request finishes it first
+        pending = list(self._connections)
+        if pending:
+            _, late = await asyncio.wait(pending, timeout=SHUTDOWN_GRACE_S)
+            for task in late:
+                task.cancel()  # refused: the client sees the connection close and retries elsewhere or later
+            if late:
+                await asyncio.wait(late, timeout=SHUTDOWN_GRACE_S)
+        await asyncio.get_running_loop().run_in_executor(self.store_thread, self.broker.store.close)
+        self.store_thread.shutdown(wait=True)
+
+    # ---- connections --------------------------------------------------------------------------------
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, listener: int) -> None:
+        """Serve one connection until the client leaves, sends what Kafka closes a connection for, or we stop."""
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections[task] = False
+        spec, endpoint = self.listener_specs[listener], self.endpoints[listener]
+        connection = Connection(
+            peer=_peer(writer),
+            listener=endpoint,
+            security_protocol=spec.security_protocol,
+            authenticated=not spec.security_protocol.startswith("SASL"),
+        )
+        self.log(f"connection from {connection.peer} on {endpoint} ({spec.security_protocol})")
+        reason = "closed"
+        try:
+            while not self._closing:
+                frame = await _read_frame(reader)
+                self._connections[task] = True  # busy: shutdown lets this request finish
+                answer = await self._handle(connection, frame)
+                if answer is not None:
+                    writer.write(answer)
+                    await writer.drain()
+                self._connections[task] = False
+        except _Closed as exc:
+            reason = str(exc)
+        except (ConnectionError, asyncio.CancelledError):
+            reason = "connection lost" if not self._closing else "server stopping"
+        finally:
+            self._connections.pop(task, None)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+            self.log(f"connection from {connection.peer} ended: {reason}")
+
+    async def _handle(self, connection: Connection, frame: bytes) -> bytes | None:
+        """The encoded answer to one frame, None for a request without one; raises _Closed to close."""
+        api_key, version, correlation_id = wire.peek_header(frame)
+        api = self.apis.get(api_key)
+        message = wire.message_types(api_key, version)
+        if api is None or message is None or not api.min_version <= version <= api.max_version:
+            if api_key == wire.API_VERSIONS_KEY:
+                return self._unsupported_api_versions(correlation_id)
+            raise _Closed(f"{wire.api_name(api_key)} v{version} is not served")
+        try:
+            header, body = wire.decode_request(frame, message)
+        except wire.MalformedRequestError as exc:
+            raise _Closed(str(exc)) from None
+        connection.client_id = header.client_id
+        if not connection.authenticated and not api.before_auth:
+            raise _Closed(
+                f"{wire.api_name(api_key)} before authentication on a {connection.security_protocol} listener"
+            )
+        ctx = RequestContext(self.broker, connection, header, message, self.store_thread)
+        try:
+            if inspect.iscoroutinefunction(api.handler):
+                response = await api.handler(ctx, body)
+            else:
+                loop = asyncio.get_running_loop()
+                response = await loop.run_in_executor(self.store_thread, api.handler, ctx, body)
+            if response is None:
+                return None
+            return wire.encode_response(message, correlation_id, response)
+        except _Closed:
+            raise
+        except Exception:  # noqa: BLE001 - a handler's bug closes one connection, never the server
+            self.log(f"error serving {wire.api_name(api_key)} v{version} from {connection.peer}:")
+            self.log(traceback.format_exc().rstrip())
+            raise _Closed(f"internal error serving {wire.api_name(api_key)}") from None
+
+    def _unsupported_api_versions(self, correlation_id: int) -> bytes:
+        """ApiVersions at a version the broker lacks: UNSUPPORTED_VERSION and the table, in v0 (Kafka's rule)."""
+        message = wire.message_types(wire.API_VERSIONS_KEY, 0)
+        assert message is not None
+        from txlog.server.handlers.cluster import api_version_entries
+
+        body = wire.make(
+            message.response,
+            error_code=UNSUPPORTED_VERSION,
+            api_keys=api_version_entries(message.response_module, self.apis),
+        )
+        return wire.encode_response(message, correlation_id, body)
+
+
+def _peer(writer: asyncio.StreamWriter) -> str:
+    peer = writer.get_extra_info("peername")
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        return f"{peer[0]}:{peer[1]}"
+    return str(peer)
+
+
+class _Closed(Exception):
+    """The connection must close: the client went away or sent what Kafka would close it for."""
+
+
+async def _read_frame(reader: asyncio.StreamReader) -> bytes:
+    try:
+        prefix = await reader.readexactly(4)
+    except (asyncio.IncompleteReadError, ConnectionError) as exc:
+        raise _Closed("client closed the connection") from exc
+    try:
+        size = wire.frame_size(prefix)
+    except wire.MalformedRequestError as exc:
+        raise _Closed(str(exc)) from None
+    try:
+        return await reader.readexactly(size)
+    except (asyncio.IncompleteReadError, ConnectionError) as exc:
+        raise _Closed("client closed the connection mid-request") from exc
+
+
+def stderr_line(message: str) -> None:
+    """One operator line on stderr; a closed stderr never stops the server."""
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.write(message + "\n")
+        sys.stderr.flush()
