@@ -1,0 +1,1 @@
+"""Fetch, ListOffsets, OffsetForLeaderEpoch, DeleteRecords: reading the log over the wire."""

@@ -1,0 +1,1 @@
+"""Produce: batches validated (CRC, sequence, epoch) and appended as received."""

@@ -1,0 +1,1 @@
+"""SaslHandshake and SaslAuthenticate: PLAIN and SCRAM-SHA-256/512."""

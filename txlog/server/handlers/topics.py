@@ -1,0 +1,1 @@
+"""CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs, AlterConfigs, IncrementalAlterConfigs."""

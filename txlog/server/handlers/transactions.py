@@ -1,0 +1,1 @@
+"""InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, DescribeProducers, ListTransactions, DescribeTransactions."""
