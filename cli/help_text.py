@@ -41,6 +41,15 @@ SUMMARIES: dict[str, str] = {
 GLOBALS_NOTE = "Global options (--data-dir DIR, -q) may also be given after the verb."
 
 EXAMPLES: dict[str, tuple[str, ...]] = {
+    "serve": (
+        "txlog serve                                        # 127.0.0.1:9092 on ./txlog-data",
+        "txlog --data-dir /srv/log serve --listen 127.0.0.1:0   # a free port, printed on stdout",
+        "kcat -b 127.0.0.1:9092 -L                          # then any Kafka client or tool",
+        "kafka-console-consumer.sh --bootstrap-server 127.0.0.1:9092 --topic t --from-beginning "
+        "--isolation-level read_committed",
+        'python3 -c "from confluent_kafka import Producer; p = Producer({\'bootstrap.servers\': '
+        "\'127.0.0.1:9092\', \'transactional.id\': \'app-1\'}); p.init_transactions()\"",
+    ),
     "produce": (
         "seq 1000 | txlog produce -t orders",
         "txlog produce -t orders -K : keyed.txt              # each line is KEY:VALUE",

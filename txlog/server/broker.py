@@ -86,7 +86,7 @@ class DataArrival:
     """Wakes long-polling fetches when this process appends, so they answer without polling the disk.
 
     Appends by other processes on the same store are not signalled: a waiting fetch also looks
-    again every `RECHECK_S` (docs/DESIGN.md §12).
+    again every `RECHECK_S` (docs/DESIGN.md §11).
     """
 
     RECHECK_S = 0.1

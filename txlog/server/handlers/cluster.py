@@ -111,7 +111,7 @@ def metadata(ctx: RequestContext, request: Any) -> Any:
 def _topic_metadata(ctx: RequestContext, name: str | None, topic_id: uuid.UUID | None, auto_create: bool) -> Any:
     store = ctx.broker.store
     if name is None:
-        # A lookup by id: txlog topics have no ids (docs/DESIGN.md §12), so only a Kafka-written one could match.
+        # A lookup by id: txlog topics have no ids (docs/DESIGN.md §11), so only a Kafka-written one could match.
         found = next((n for n in store.list_topics() if _topic_uuid(ctx, n) == topic_id), None)
         if found is None:
             return _topic_error(ctx, None, UNKNOWN_TOPIC_ID, topic_id)
