@@ -33,6 +33,11 @@ _SPEC: dict[str, tuple[int, int, int]] = {
 CONFIG_NAMES: tuple[str, ...] = tuple(_SPEC)
 
 
+def is_long_config(name: str) -> bool:
+    """Is the config a 64-bit one (Kafka's LONG type) rather than an INT? Its range says so."""
+    return _SPEC[name][2] > INT32_MAX
+
+
 @dataclass(frozen=True, slots=True)
 class TopicConfig:
     """Effective configuration of one topic (defaults filled in)."""

@@ -180,9 +180,18 @@ class Store:
     # ---- topics -------------------------------------------------------------------------------------
 
     def create_topic(
-        self, name: str, partitions: int = 1, config: Mapping[str, Any] | None = None, *, internal: bool = False
+        self,
+        name: str,
+        partitions: int = 1,
+        config: Mapping[str, Any] | None = None,
+        *,
+        internal: bool = False,
+        dry_run: bool = False,
     ) -> None:
-        """Create a topic; its partition directories and first segments exist before it is listed."""
+        """Create a topic; its partition directories and first segments exist before it is listed.
+
+        `dry_run` checks everything a creation checks and writes nothing (Kafka's validate_only).
+        """
         self._check_writable()
         validate_topic_name(name, allow_internal=internal)
         _check_partition_count(partitions)
@@ -191,6 +200,8 @@ class Store:
             topics = self._topics()
             if name in topics:
                 raise TopicAlreadyExistsError(f"topic '{name}' already exists")
+            if dry_run:
+                return
             for p in range(partitions):
                 self._make_partition_dir(name, p)
             fsync_dir(self.root)
@@ -277,9 +288,19 @@ class Store:
         )
 
     def alter_topic_config(
-        self, name: str, set_configs: Mapping[str, Any] | None = None, delete_configs: list[str] | tuple[str, ...] = ()
+        self,
+        name: str,
+        set_configs: Mapping[str, Any] | None = None,
+        delete_configs: list[str] | tuple[str, ...] = (),
+        *,
+        replace: bool = False,
+        dry_run: bool = False,
     ) -> dict[str, int]:
-        """Change config overrides (as kafka-configs --alter); open partition logs pick them up."""
+        """Change config overrides (as kafka-configs --alter); open partition logs pick them up.
+
+        `replace` drops every override not in `set_configs` (Kafka's non-incremental AlterConfigs);
+        `dry_run` checks and returns the overrides the change would leave, writing nothing.
+        """
         self._check_writable()
         updates = validate_overrides(set_configs or {})
         unknown = [k for k in delete_configs if k not in CONFIG_NAMES]
@@ -289,10 +310,12 @@ class Store:
             topics = self._topics()
             if name not in topics:
                 raise UnknownTopicOrPartitionError(f"topic '{name}' does not exist")
-            overrides = dict(topics[name].get("config", {}))
+            overrides = {} if replace else dict(topics[name].get("config", {}))
             overrides.update(updates)
             for key in delete_configs:
                 overrides.pop(key, None)
+            if dry_run:
+                return overrides
             topics[name]["config"] = overrides
             self._write_meta(topics)
         config = TopicConfig.from_overrides(overrides)
@@ -301,8 +324,8 @@ class Store:
                 log.config = config
         return overrides
 
-    def create_partitions(self, name: str, total: int) -> None:
-        """Grow a topic to `total` partitions (Kafka never shrinks a topic)."""
+    def create_partitions(self, name: str, total: int, *, dry_run: bool = False) -> None:
+        """Grow a topic to `total` partitions (Kafka never shrinks a topic); `dry_run` only checks."""
         self._check_writable()
         _check_partition_count(total)
         with self._writer_lock:
@@ -312,6 +335,8 @@ class Store:
             current = int(topics[name]["partitions"])
             if total <= current:
                 raise InvalidPartitionsError(f"topic '{name}' has {current} partitions; the new count must be larger")
+            if dry_run:
+                return
             for p in range(current, total):
                 self._make_partition_dir(name, p)
             fsync_dir(self.root)

@@ -179,3 +179,15 @@ class UnsupportedAssignorError(KafkaError):
     """The group's members asked for an assignor the coordinator does not have (UNSUPPORTED_ASSIGNOR)."""
 
     code = 112
+
+
+class InvalidReplicationFactorError(KafkaError):
+    """A replication factor a one-node cluster cannot give (txlog serve: only 1 or -1, the default)."""
+
+    code = 38
+
+
+class InvalidReplicaAssignmentError(KafkaError):
+    """A manual partition assignment naming a broker other than the one node, or not 0..n-1."""
+
+    code = 39

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-HANDLER_MODULES = ("txlog.server.handlers.cluster",)
+HANDLER_MODULES = ("txlog.server.handlers.cluster", "txlog.server.handlers.topics")
 
 
 @dataclass(frozen=True, slots=True)
