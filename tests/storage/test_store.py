@@ -199,6 +199,35 @@ def test_alter_delete_of_unknown_key_is_rejected(store):
     assert store.topic_overrides("t") == {"segment.bytes": 1048576}
 
 
+def test_dry_runs_check_everything_and_write_nothing(store, store_path):
+    store.create_topic("t", partitions=1, config={"segment.bytes": 1048576})
+    before = snapshot_tree(store_path)
+    store.create_topic("new", partitions=2, config={"retention.ms": 5}, dry_run=True)
+    assert store.alter_topic_config("t", {"retention.ms": 5}, dry_run=True) == {
+        "segment.bytes": 1048576,
+        "retention.ms": 5,
+    }
+    store.create_partitions("t", 3, dry_run=True)
+    assert snapshot_tree(store_path) == before
+    assert (store.list_topics(), store.partition_count("t")) == (["t"], 1)
+    assert store.topic_overrides("t") == {"segment.bytes": 1048576}
+    with pytest.raises(TopicAlreadyExistsError):
+        store.create_topic("t", dry_run=True)
+    with pytest.raises(InvalidConfigurationError):
+        store.create_topic("new", config={"retention.ms": -2}, dry_run=True)
+    with pytest.raises(InvalidPartitionsError):
+        store.create_partitions("t", 1, dry_run=True)
+    assert snapshot_tree(store_path) == before
+
+
+def test_alter_with_replace_keeps_only_the_configs_given(store):
+    store.create_topic("t", partitions=1, config={"segment.bytes": 1048576, "retention.ms": 5})
+    assert store.alter_topic_config("t", {"retention.ms": 7}, replace=True) == {"retention.ms": 7}
+    assert store.topic_overrides("t") == {"retention.ms": 7}
+    assert store.alter_topic_config("t", {}, replace=True) == {}
+    assert store.topic_config("t").retention_ms == DEFAULTS["retention.ms"]
+
+
 def test_create_partitions(store, store_path):
     store.create_topic("t", partitions=1)
     store.partition("t", 0).append(batch([b"p0"]))
