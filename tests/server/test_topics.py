@@ -5,6 +5,7 @@ and Kafka's own tools against `txlog serve`, each change checked where a user wo
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
@@ -250,6 +251,19 @@ def test_kafka_python_creates_describes_and_replaces_configs(txlog_server):
         admin.close()
 
 
+def test_kafka_python_describes_the_log_dir(txlog_server):
+    txlog("topics", "create", "sized", "--partitions", "2", data_dir=txlog_server.data_dir)
+    txlog("produce", "-t", "sized", "--partition", "1", input="a-value\n", data_dir=txlog_server.data_dir)
+    admin = KafkaAdminClient(bootstrap_servers=txlog_server.bootstrap)
+    try:
+        ((broker,),) = [answer["log_dirs"] for answer in admin.describe_log_dirs({"sized": [0, 1]})]
+    finally:
+        admin.close()
+    sizes = {(t["name"], p["partition_index"]): p["partition_size"] for t in broker["topics"] for p in t["partitions"]}
+    assert sizes[("sized", 0)] == 0 < sizes[("sized", 1)]
+    assert broker["log_dir"] == os.path.abspath(txlog_server.data_dir)
+
+
 # ---- Kafka's own tools --------------------------------------------------------------------------------
 
 
@@ -288,3 +302,16 @@ def test_kafka_configs_tool_describes_and_alters_topic_configs(txlog_server):
 
     refused = run_tool(CONFIGS_TOOL, *server, *entity, "--alter", "--add-config", "cleanup.policy=compact", check=False)
     assert refused.returncode != 0 and "cleanup.policy" in refused.stdout + refused.stderr
+
+
+def test_kafka_topics_tool_manual_assignments_must_name_only_this_node(txlog_server):
+    server = ["--bootstrap-server", txlog_server.bootstrap]
+    # --replica-assignment lists partitions separated by commas, each partition's brokers by colons.
+    run_tool(TOPICS_TOOL, *server, "--create", "--topic", "placed", "--replica-assignment", "1,1")
+    assert _described(txlog_server, "placed")["partitionCount"] == 2
+    for assignment in ("2", "1,2"):  # (a repeated broker the tool itself refuses)
+        refused = run_tool(
+            TOPICS_TOOL, *server, "--create", "--topic", "misplaced", "--replica-assignment", assignment, check=False
+        )
+        assert refused.returncode != 0 and "InvalidReplicaAssignment" in refused.stdout + refused.stderr, assignment
+    assert _described(txlog_server, "misplaced") is None
