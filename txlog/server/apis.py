@@ -18,7 +18,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-HANDLER_MODULES = ("txlog.server.handlers.cluster", "txlog.server.handlers.topics")
+HANDLER_MODULES = (
+    "txlog.server.handlers.cluster",
+    "txlog.server.handlers.produce",
+    "txlog.server.handlers.fetch",
+    "txlog.server.handlers.transactions",
+    "txlog.server.handlers.groups",
+    "txlog.server.handlers.topics",
+    "txlog.server.handlers.sasl",
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,1 +1,1 @@
-"""The group APIs: classic (JoinGroup, SyncGroup, Heartbeat, LeaveGroup), KIP-848 (ConsumerGroupHeartbeat, ConsumerGroupDescribe), offsets (OffsetCommit, OffsetFetch, TxnOffsetCommit, OffsetDelete), ListGroups, DescribeGroups, DeleteGroups."""
+"""The group APIs: classic, KIP-848, offsets, and listing, describing and deleting groups."""

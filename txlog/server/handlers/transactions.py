@@ -1,1 +1,1 @@
-"""InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, DescribeProducers, ListTransactions, DescribeTransactions."""
+"""InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, and describing producers and transactions."""
