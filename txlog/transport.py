@@ -33,7 +33,7 @@ from storage.store import Store
 from storage.topic_name import CONSUMER_OFFSETS_TOPIC
 from txlog.coordinator.group_coordinator import GroupCoordinator
 from txlog.coordinator.group_offsets import GroupOffsets
-from txlog.coordinator.transaction_coordinator import TransactionCoordinator
+from txlog.coordinator.transaction_coordinator import CLIENT_TRANSACTION_VERSION_2, TransactionCoordinator
 from txlog.errors import InvalidGroupIdError
 from txlog.fetch import FetchResult, IsolationLevel, fetch, latest_offset
 from txlog.requests import (
@@ -192,14 +192,18 @@ class Transport:
     # ---- transactions: the transaction coordinator ----------------------------------------------------------
 
     def init_producer_id(
-        self, transactional_id: str | None, timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
+        self,
+        transactional_id: str | None,
+        timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS,
+        expected: ProducerIdAndEpoch | None = None,
     ) -> ProducerIdAndEpoch:
         """InitProducerId. Without a transactional id (an idempotent producer): a fresh producer id
-        at epoch 0. With one: a new epoch fencing older instances; it first rolls a decided
-        transaction of the id forward and aborts an open one (writes)."""
+        at epoch 0, whatever `expected` says (Kafka's rule). With one: a new epoch fencing older
+        instances; it first rolls a decided transaction of the id forward and aborts an open one
+        (writes); `expected` (KIP-360) must then be the current instance."""
         if transactional_id is None:
             return ProducerIdAndEpoch(self.store.allocate_producer_id(), 0)
-        return self.transaction_coordinator.init_producer_id(transactional_id, timeout_ms)
+        return self.transaction_coordinator.init_producer_id(transactional_id, timeout_ms, expected)
 
     def add_partitions_to_txn(
         self, transactional_id: str, producer_id: int, epoch: int, partitions: Iterable[tuple[str, int]]
@@ -212,9 +216,36 @@ class Transport:
         tp = self.offsets_partition(group)
         return self.transaction_coordinator.add_partitions(transactional_id, producer_id, epoch, [tp])
 
-    def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> ProducerIdAndEpoch:
-        """EndTxn: decide (PREPARE_*), write the markers (WriteTxnMarkers), complete; the next ids."""
-        return self.transaction_coordinator.end_transaction(transactional_id, producer_id, epoch, commit)
+    def end_txn(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        commit: bool,
+        *,
+        client_version: int = CLIENT_TRANSACTION_VERSION_2,
+    ) -> ProducerIdAndEpoch:
+        """EndTxn: decide (PREPARE_*), write the markers (WriteTxnMarkers), complete; the next ids.
+
+        `client_version` is the transaction protocol of the caller: 2 (txlog's producer, EndTxn
+        v5+) bumps the epoch, 0 (EndTxn v0-v4) keeps it."""
+        return self.transaction_coordinator.end_transaction(
+            transactional_id, producer_id, epoch, commit, client_version=client_version
+        )
+
+    def add_partitions_on_produce(
+        self, transactional_id: str, producer_id: int, epoch: int, partitions: Iterable[tuple[str, int]]
+    ) -> None:
+        """Transaction protocol v2 (KIP-890 part 2): a Produce adds its partitions to the open
+        transaction itself, as a broker's partition leader asks its coordinator to.
+
+        Partitions already registered cost a read of the coordinator log, no write; the others
+        are added in one coordinator write (one fsync), before any data is appended.
+        """
+        coordinator = self.transaction_coordinator
+        missing = [(t, p) for t, p in partitions if not coordinator.verify(transactional_id, producer_id, epoch, t, p)]
+        if missing:
+            coordinator.add_partitions(transactional_id, producer_id, epoch, missing)
 
     def check_transaction_alive(self, transactional_id: str, producer_id: int, epoch: int) -> TxnLogValue:
         """Is (pid, epoch) still current? Writes when the transaction has timed out: it is aborted

@@ -19,6 +19,14 @@ once for the end — so the fenced producer's epoch is never mistaken for a retr
 completed end. Markers and COMPLETE records are written while the coordinator lock is
 held, so no marker can land after the next transaction of the same id has started.
 
+Txlog's own producer speaks v2. Kafka clients that end transactions with EndTxn before v5
+(librdkafka, kafka-python, aiokafka; `txlog serve` passes `client_version=0` for them) speak
+v1: their epoch stays the same across transactions, the markers carry it, and a retried
+EndTxn is recognised by its completed state alone. Such an end records
+`client_transaction_version` 0, as Kafka's coordinator records TV_0 for an EndTxn below v5.
+A fence bumps twice whichever protocol the client speaks (Kafka with transaction.version 2
+does the same).
+
 Fsyncs, only where order needs them (docs/reliability-scenarios.md rule 19): the ONGOING
 registration is durable before any data of the transaction is written (un-synced data may
 reach the disk by writeback at any time, and data without a durable registration would pin
@@ -70,6 +78,10 @@ MAX_TRANSACTION_TIMEOUT_MS = 900_000
 DEFAULT_ID_EXPIRATION_MS = 7 * 24 * 3600 * 1000
 SNAPSHOT_NAME = "txlog-coordinator"
 SWEEP_INTERVAL_MS = 10_000  # Kafka's transaction.abort.timed.out.transaction.cleanup.interval.ms
+# The transaction protocol of the client that ends a transaction (Kafka's TransactionVersion):
+# 2 bumps the epoch at every end (EndTxn v5+, txlog's producer), 0 keeps it (EndTxn v0-v4).
+CLIENT_TRANSACTION_VERSION_0 = 0
+CLIENT_TRANSACTION_VERSION_2 = 2
 
 # (topic, partition, control, producer id, producer epoch, coordinator epoch, timestamp) -> the append
 MarkerWriter = Callable[[str, int, ControlType, int, int, int, int], AppendResult]
@@ -277,7 +289,12 @@ class TransactionCoordinator:
     # ---- the transaction end: prepare, markers, complete ----------------------------------------------
 
     def _bumped(self, value: TxnLogValue, bump: int) -> tuple[int, int]:
-        """(marker epoch, next producer id): past the exhausted epoch the id rotates (docs/kafka-formats.md §5.9)."""
+        """(marker epoch, next producer id): past the exhausted epoch the id rotates (docs/kafka-formats.md §5.9).
+
+        A v1 end (`bump` 0) keeps the epoch and never rotates: its client keeps using them.
+        """
+        if bump == 0:
+            return value.producer_epoch, -1
         epoch = value.producer_epoch + bump
         if epoch >= MAX_EPOCH or value.producer_epoch >= EXHAUSTED_EPOCH:
             return MAX_EPOCH, self.store.allocate_producer_id()
@@ -332,7 +349,14 @@ class TransactionCoordinator:
         self._write_unsynced(part, txn_id, done)  # re-derived from the durable PREPARE if lost
         return done
 
-    def _decide(self, part: _CoordinatorPartition, txn_id: str, value: TxnLogValue, commit: bool) -> TxnLogValue:
+    def _decide(
+        self,
+        part: _CoordinatorPartition,
+        txn_id: str,
+        value: TxnLogValue,
+        commit: bool,
+        client_version: int = CLIENT_TRANSACTION_VERSION_2,
+    ) -> TxnLogValue:
         """The decision of an EndTxn (or a forced end): a commit first makes the transaction's data durable.
 
         PREPARE_COMMIT is the commit point, so everything it commits must be on disk before
@@ -341,6 +365,10 @@ class TransactionCoordinator:
         """
         if commit:
             self._sync_data(value.partitions)
+        if client_version < CLIENT_TRANSACTION_VERSION_2:
+            return self._prepare(
+                part, txn_id, replace(value, client_transaction_version=client_version), commit, bump=0
+            )
         return self._prepare(part, txn_id, value, commit, bump=1)
 
     def _sync_data(self, partitions: Iterable[tuple[str, int]]) -> None:
@@ -378,9 +406,17 @@ class TransactionCoordinator:
     # ---- requests -------------------------------------------------------------------------------------------
 
     def init_producer_id(
-        self, transactional_id: str, timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
+        self,
+        transactional_id: str,
+        timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS,
+        expected: ProducerIdAndEpoch | None = None,
     ) -> ProducerIdAndEpoch:
-        """InitProducerId: a new epoch that fences every older instance, after finishing what they left."""
+        """InitProducerId: a new epoch that fences every older instance, after finishing what they left.
+
+        `expected` is the caller's current (id, epoch) when it re-initialises to recover from an
+        abortable error (KIP-360, InitProducerId v3+): only the current instance may do that;
+        any other is fenced, as Kafka's coordinator answers (PRODUCER_FENCED).
+        """
         self._check_id(transactional_id)
         if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or not 0 < timeout_ms <= self.max_timeout_ms:
             raise InvalidTransactionTimeoutError(
@@ -389,6 +425,11 @@ class TransactionCoordinator:
         with self._locked(transactional_id) as part:
             value = part.txns.get(transactional_id)
             value = self._housekeep(part, transactional_id)  # rolls a decided PREPARE forward, never aborts it
+            if expected is not None and value is not None and not _is_current(value, expected):
+                raise ProducerFencedError(
+                    f"producer {expected.producer_id} epoch {expected.epoch} of '{transactional_id}' is not its "
+                    f"current instance (producer {value.producer_id} epoch {value.producer_epoch})"
+                )
             if value is not None and value.state in _PREPARE:
                 raise ConcurrentTransactionsError(f"transaction '{transactional_id}' is still completing")
             if value is not None and value.state == TxnState.ONGOING:
@@ -440,13 +481,20 @@ class TransactionCoordinator:
             return ongoing
 
     def end_transaction(
-        self, transactional_id: str, producer_id: int | None, epoch: int | None, commit: bool
+        self,
+        transactional_id: str,
+        producer_id: int | None,
+        epoch: int | None,
+        commit: bool,
+        *,
+        client_version: int = CLIENT_TRANSACTION_VERSION_2,
     ) -> ProducerIdAndEpoch:
         """EndTxn: decide, mark every partition, complete; returns the producer's next (id, epoch).
 
         `producer_id=None` is an operator's forced end (`txlog commit|abort --transactional-id`):
         it acts on whatever transaction is open, and rolls forward one already decided the
         same way. An end that finds nothing to end, or the other decision, is an error.
+        `client_version` below 2 is a transaction protocol v1 client (`_end_v1`).
         """
         self._check_id(transactional_id)
         with self._locked(transactional_id) as part:
@@ -459,6 +507,8 @@ class TransactionCoordinator:
             if producer_id is None:
                 return self._forced_end(part, transactional_id, value, commit)
             assert epoch is not None, "a producer's EndTxn names its epoch"
+            if client_version < CLIENT_TRANSACTION_VERSION_2:
+                return self._end_v1(part, transactional_id, value, producer_id, epoch, commit, client_version)
             retry = self._completed_retry(value, producer_id, epoch, commit)
             if retry is not None:
                 return retry
@@ -469,6 +519,22 @@ class TransactionCoordinator:
                 value = replace(value, partitions=())  # TV2: abort when unsure is allowed and bumps the epoch
             done = self._finish(part, transactional_id, self._decide(part, transactional_id, value, commit))
             return _next_ids(done)
+
+    def _end_v1(self, part, txn_id, value, producer_id, epoch, commit, client_version) -> ProducerIdAndEpoch:
+        """EndTxn of a transaction protocol v1 client: the epoch must be the current one exactly and
+        stays so; a retry finds its own outcome completed (same epoch) and succeeds again, the other
+        outcome or no transaction at all is INVALID_TXN_STATE (Kafka's endTransaction for TV_0)."""
+        value = self._check_producer(txn_id, value, producer_id, epoch)
+        if value.state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
+            if (value.state == TxnState.COMPLETE_COMMIT) != commit:
+                raise InvalidTxnStateError(f"the transaction already ended with {value.state.kafka_name}")
+            return ProducerIdAndEpoch(value.producer_id, value.producer_epoch)
+        if value.state != TxnState.ONGOING:
+            raise InvalidTxnStateError(
+                f"transactional id '{txn_id}' has no transaction to end ({value.state.kafka_name})"
+            )
+        done = self._finish(part, txn_id, self._decide(part, txn_id, value, commit, client_version))
+        return _next_ids(done)
 
     def _end_prepared(self, part, txn_id, value, producer_id, epoch, commit) -> ProducerIdAndEpoch:
         decided_commit = value.state == TxnState.PREPARE_COMMIT
@@ -496,6 +562,8 @@ class TransactionCoordinator:
         """A retried EndTxn whose first attempt completed: epoch + 1 is what that end produced (KIP-890)."""
         if value is None or value.state not in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
             return None
+        if value.client_transaction_version < CLIENT_TRANSACTION_VERSION_2:
+            return None  # a v1 end did not bump the epoch: epoch + 1 is nobody's retry
         same_instance = (producer_id, epoch + 1) == (value.producer_id, value.producer_epoch) or (
             producer_id == value.previous_producer_id and value.producer_epoch == 0 and epoch >= EXHAUSTED_EPOCH
         )
@@ -602,6 +670,11 @@ def _may_complete(prepared: TxnLogValue, producer_id: int, epoch: int) -> bool:
         prepared.producer_id,
         prepared.producer_epoch,
     ) and prepared.next_producer_epoch != FENCED_ROTATION_EPOCH
+
+
+def _is_current(value: TxnLogValue, ids: ProducerIdAndEpoch) -> bool:
+    """Whether `ids` are the id's current instance (KIP-360's check of an InitProducerId that names them)."""
+    return (ids.producer_id, ids.epoch) == (value.producer_id, value.producer_epoch)
 
 
 def _is_fenced(value: TxnLogValue, producer_id: int, epoch: int) -> bool:

@@ -335,9 +335,14 @@ class FaultInjectingTransport(Transport):
         return self._call(Step.LIST_OFFSETS, lambda: self.inner.list_offsets(tp, timestamp, isolation))
 
     def init_producer_id(
-        self, transactional_id: str | None, timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
+        self,
+        transactional_id: str | None,
+        timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS,
+        expected: ProducerIdAndEpoch | None = None,
     ) -> ProducerIdAndEpoch:
-        return self._call(Step.INIT_PRODUCER_ID, lambda: self.inner.init_producer_id(transactional_id, timeout_ms))
+        return self._call(
+            Step.INIT_PRODUCER_ID, lambda: self.inner.init_producer_id(transactional_id, timeout_ms, expected)
+        )
 
     def add_partitions_to_txn(
         self, transactional_id: str, producer_id: int, epoch: int, partitions: Iterable[tuple[str, int]]
@@ -352,8 +357,21 @@ class FaultInjectingTransport(Transport):
             Step.ADD_OFFSETS_TO_TXN, lambda: self.inner.add_offsets_to_txn(transactional_id, producer_id, epoch, group)
         )
 
-    def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> ProducerIdAndEpoch:
-        return self._call(Step.END_TXN, lambda: self.inner.end_txn(transactional_id, producer_id, epoch, commit))
+    def add_partitions_on_produce(
+        self, transactional_id: str, producer_id: int, epoch: int, partitions: Iterable[tuple[str, int]]
+    ) -> None:
+        return self._call(
+            Step.ADD_PARTITIONS_TO_TXN,
+            lambda: self.inner.add_partitions_on_produce(transactional_id, producer_id, epoch, partitions),
+        )
+
+    def end_txn(
+        self, transactional_id: str, producer_id: int, epoch: int, commit: bool, *, client_version: int = 2
+    ) -> ProducerIdAndEpoch:
+        return self._call(
+            Step.END_TXN,
+            lambda: self.inner.end_txn(transactional_id, producer_id, epoch, commit, client_version=client_version),
+        )
 
     def check_transaction_alive(self, transactional_id: str, producer_id: int, epoch: int) -> TxnLogValue:
         return self._call(

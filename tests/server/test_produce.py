@@ -1,0 +1,128 @@
+"""Produce over the wire: real producers' batches land in the store as sent, with Kafka's per-partition errors."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import Producer
+
+from storage import Store
+from storage.records import build_batch
+from tests.server.raw_client import RawClient
+from tests.server.store_reads import read_values
+from txlog.topic_partition import TopicPartition
+
+PRODUCE = 0
+NONE, CORRUPT_MESSAGE, UNKNOWN_TOPIC_OR_PARTITION, MESSAGE_TOO_LARGE = 0, 2, 3, 10
+INVALID_TOPIC_EXCEPTION, INVALID_REQUIRED_ACKS, OUT_OF_ORDER_SEQUENCE_NUMBER = 17, 21, 45
+INVALID_TXN_STATE = 48
+
+
+def _create_topic(data_dir: str, name: str, partitions: int = 1, **config) -> None:
+    with Store.open(data_dir) as store:
+        store.create_topic(name, partitions, config or None)
+
+
+def _produce(
+    client: RawClient,
+    topic: str,
+    partition: int,
+    records: bytes,
+    *,
+    acks: int = -1,
+    version: int = 9,
+    transactional_id: str | None = None,
+    expect_answer: bool = True,
+):
+    data = client.nested(
+        PRODUCE,
+        version,
+        "TopicProduceData",
+        name=topic,
+        partition_data=(client.nested(PRODUCE, version, "PartitionProduceData", index=partition, records=records),),
+    )
+    response = client.send(
+        PRODUCE,
+        version,
+        expect_answer=expect_answer,
+        transactional_id=transactional_id,
+        acks=acks,
+        timeout=30000,
+        topic_data=(data,),
+    )
+    if response is None:
+        return None
+    (answer,) = response.responses[0].partition_responses
+    return answer
+
+
+def _batch(values: list[bytes], **fields) -> bytes:
+    return build_batch([(None, v, None, None) for v in values], **fields)
+
+
+def test_idempotent_confluent_kafka_producer_with_acks_all_lands_every_record_once_in_order(txlog_server):
+    _create_topic(txlog_server.data_dir, "orders", 2)
+    producer = Producer(
+        {"bootstrap.servers": txlog_server.bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 5}
+    )
+    failures: list = []
+    for i in range(400):
+        producer.produce(
+            "orders", value=b"%d" % i, partition=i % 2, on_delivery=lambda e, m: failures.append(e) if e else None
+        )
+    assert producer.flush(60) == 0
+    assert failures == []
+    for p in (0, 1):
+        values = read_values(txlog_server.data_dir, TopicPartition("orders", p), "read_uncommitted")
+        assert values == [b"%d" % i for i in range(p, 400, 2)]
+
+
+def test_a_retried_idempotent_batch_is_answered_with_its_first_offsets_and_written_once(txlog_server):
+    _create_topic(txlog_server.data_dir, "t")
+    with RawClient(txlog_server.bootstrap) as client:
+        first = _produce(client, "t", 0, _batch([b"a", b"b"], producer_id=7, producer_epoch=0, base_sequence=0))
+        second = _produce(client, "t", 0, _batch([b"c"], producer_id=7, producer_epoch=0, base_sequence=2))
+        retry = _produce(client, "t", 0, _batch([b"a", b"b"], producer_id=7, producer_epoch=0, base_sequence=0))
+        gap = _produce(client, "t", 0, _batch([b"x"], producer_id=7, producer_epoch=0, base_sequence=9))
+    assert (first.error_code, first.base_offset) == (NONE, 0)
+    assert (second.error_code, second.base_offset) == (NONE, 2)
+    assert (retry.error_code, retry.base_offset) == (NONE, 0)
+    assert gap.error_code == OUT_OF_ORDER_SEQUENCE_NUMBER and gap.base_offset == -1
+    assert read_values(txlog_server.data_dir, TopicPartition("t", 0), "read_uncommitted") == [b"a", b"b", b"c"]
+
+
+def test_produce_errors_are_per_partition_kafka_codes_and_never_create_a_topic(txlog_server):
+    _create_topic(txlog_server.data_dir, "t", **{"max.message.bytes": "200"})
+    good = _batch([b"ok"])
+    corrupt = bytearray(_batch([b"bad"]))
+    corrupt[-1] ^= 0xFF  # the CRC no longer matches
+    with RawClient(txlog_server.bootstrap) as client:
+        assert _produce(client, "nowhere", 0, good).error_code == UNKNOWN_TOPIC_OR_PARTITION
+        assert _produce(client, "t", 5, good).error_code == UNKNOWN_TOPIC_OR_PARTITION
+        assert _produce(client, "t", 0, bytes(corrupt)).error_code == CORRUPT_MESSAGE
+        assert _produce(client, "t", 0, _batch([b"x" * 500])).error_code == MESSAGE_TOO_LARGE
+        assert _produce(client, "t", 0, good, acks=2).error_code == INVALID_REQUIRED_ACKS
+        assert _produce(client, "__consumer_offsets", 0, good).error_code == INVALID_TOPIC_EXCEPTION
+        transactional = _batch([b"t"], producer_id=9, producer_epoch=0, base_sequence=0, is_transactional=True)
+        assert _produce(client, "t", 0, transactional, transactional_id="nobody").error_code != NONE
+        ok = _produce(client, "t", 0, good)
+        assert (ok.error_code, ok.base_offset, ok.log_start_offset) == (NONE, 0, 0)
+    with Store.open(txlog_server.data_dir, read_only=True) as store:
+        assert not store.has_topic("nowhere")
+    assert read_values(txlog_server.data_dir, TopicPartition("t", 0), "read_uncommitted") == [b"ok"]
+
+
+def test_acks_zero_gets_no_answer_but_is_written(txlog_server):
+    _create_topic(txlog_server.data_dir, "t")
+    with RawClient(txlog_server.bootstrap) as client:
+        assert _produce(client, "t", 0, _batch([b"quiet"]), acks=0, expect_answer=False) is None
+        after = _produce(client, "t", 0, _batch([b"loud"]), acks=1)  # answered in order: the first was served
+    assert (after.error_code, after.base_offset) == (NONE, 1)
+    assert read_values(txlog_server.data_dir, TopicPartition("t", 0), "read_uncommitted") == [b"quiet", b"loud"]
+
+
+@pytest.mark.parametrize("version", [3, 12])
+def test_every_served_produce_version_appends(txlog_server, version):
+    _create_topic(txlog_server.data_dir, "t")
+    with RawClient(txlog_server.bootstrap) as client:
+        answer = _produce(client, "t", 0, _batch([b"v"]), version=version)
+    assert (answer.error_code, answer.base_offset) == (NONE, 0)
