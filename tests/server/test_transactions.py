@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import time
 
 import pytest
@@ -10,9 +12,11 @@ from kafka import KafkaProducer
 
 from storage import Store
 from storage.records import build_batch
+from tests.kafka_rig import kafka_dist
 from tests.server.raw_client import RawClient
 from tests.server.serve_process import ServeProcess
 from tests.server.store_reads import read_values
+from txlog.clients.admin import Admin
 from txlog.fetch import IsolationLevel, latest_offset
 from txlog.topic_partition import TopicPartition
 
@@ -20,6 +24,7 @@ PRODUCE, INIT_PRODUCER_ID, ADD_PARTITIONS, END_TXN = 0, 22, 24, 26
 DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 61, 65, 66
 NONE, INVALID_TXN_STATE, INVALID_TRANSACTION_TIMEOUT, TRANSACTIONAL_ID_NOT_FOUND = 0, 48, 50, 105
 T0 = TopicPartition("t", 0)
+JAVA_PRODUCER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "java", "TxnProducerV2.java")
 WAIT_S = 120  # a bound for a background job on a loaded machine, never a speed assertion
 
 
@@ -82,6 +87,33 @@ def test_kafka_python_transactional_producer_speaks_protocol_v1(txlog_server):
             producer.abort_transaction()
     producer.close()
     assert read_values(txlog_server.data_dir, T0, "read_committed") == [b"k1", b"k3"]
+
+
+def test_the_java_4_producer_speaks_protocol_v2_and_is_fenced_by_a_second_instance(txlog_server):
+    """Java 4.x negotiates transaction.version 2: Produce v12 adds the partitions, every EndTxn bumps the epoch."""
+    _create_topic(txlog_server.data_dir, "t")
+    classes = kafka_dist.compiled_classes(JAVA_PRODUCER, "TxnProducerV2")
+    result = subprocess.run(
+        [
+            kafka_dist.java(),
+            "-cp",
+            classes + os.pathsep + kafka_dist.classpath(),
+            "TxnProducerV2",
+            txlog_server.bootstrap,
+            "t",
+            "tx-java",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "first instance fenced" in result.stdout
+    assert read_values(txlog_server.data_dir, T0, "read_committed") == [b"j1", b"j3"]
+    with Admin(txlog_server.data_dir, read_only=True) as admin:
+        state = admin.describe_transaction("tx-java").state
+    # init 0, three ends (one bump each, protocol v2), the second instance's init: 4 (protocol v1 would be 1)
+    assert (state.producer_epoch, state.client_transaction_version) == (4, 2)
 
 
 def test_a_transaction_timeout_above_the_broker_maximum_is_refused(tmp_path):
