@@ -26,6 +26,8 @@ HANDLER_MODULES = (
     "txlog.server.handlers.groups",
     "txlog.server.handlers.topics",
     "txlog.server.handlers.sasl",
+    "txlog.server.handlers.consumer_groups",
+    "txlog.server.handlers.offsets",
 )
 
 

@@ -8,7 +8,6 @@ to, so a client reaching the server through any listener is sent back to that on
 
 from __future__ import annotations
 
-import base64
 import types
 import uuid
 from collections.abc import Mapping
@@ -16,7 +15,7 @@ from typing import Any
 
 from storage.errors import InvalidTopicError, KafkaError, TopicAlreadyExistsError
 from storage.topic_name import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
-from txlog.server import wire
+from txlog.server import topic_ids, wire
 from txlog.server.apis import Api, api
 from txlog.server.errors import error_code
 from txlog.server.request_context import RequestContext
@@ -111,7 +110,6 @@ def metadata(ctx: RequestContext, request: Any) -> Any:
 def _topic_metadata(ctx: RequestContext, name: str | None, topic_id: uuid.UUID | None, auto_create: bool) -> Any:
     store = ctx.broker.store
     if name is None:
-        # A lookup by id: txlog topics have no ids (docs/DESIGN.md §11), so only a Kafka-written one could match.
         found = next((n for n in store.list_topics() if _topic_uuid(ctx, n) == topic_id), None)
         if found is None:
             return _topic_error(ctx, None, UNKNOWN_TOPIC_ID, topic_id)
@@ -165,11 +163,8 @@ def _topic_error(ctx: RequestContext, name: str | None, code: int, topic_id: uui
 
 
 def _topic_uuid(ctx: RequestContext, name: str) -> uuid.UUID:
-    """The topic's id from its partition.metadata (a Kafka-written topic), else Kafka's zero id ("none")."""
-    text = ctx.broker.store.topic_id(name)
-    if text is None:
-        return ZERO_UUID
-    return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=="))
+    """The topic's id: its partition.metadata's, or the one txlog derives (`txlog.server.topic_ids`)."""
+    return topic_ids.topic_id(ctx.broker.store, ctx.broker.cluster_id, name)
 
 
 # ---- FindCoordinator ----------------------------------------------------------------------------------
