@@ -283,3 +283,47 @@ def test_classic_and_kip848_members_do_not_share_a_group_id(server):
             topic_partitions=(m.TopicPartitions(topic_id=topic_id, partitions=()),),
         )
         assert other.error_code == ErrorCode.group_id_not_found
+
+
+def _consumer_heartbeat(client: WireClient, group: str, member_id: str, epoch: int, topics=("t",), owned=()):
+    m = message("consumer_group_heartbeat", 0)
+    return client.call(
+        "consumer_group_heartbeat",
+        0,
+        group_id=group,
+        member_id=member_id,
+        member_epoch=epoch,
+        instance_id=None,
+        rack_id=None,
+        rebalance_timeout=REBALANCE,
+        subscribed_topic_names=topics,
+        server_assignor=None,
+        topic_partitions=tuple(m.TopicPartitions(topic_id=t, partitions=ps) for t, ps in owned),
+    )
+
+
+def test_a_silent_kip848_wire_member_is_expired_and_its_partitions_move(tmp_path):
+    server = ServeProcess(str(tmp_path / "store"), args=["--config", "group.consumer.session.timeout.ms=1500"]).start()
+    try:
+        Store.open(server.data_dir).create_topic("t", 2)
+        with WireClient(server.bootstrap) as a, WireClient(server.bootstrap) as b:
+            first = _consumer_heartbeat(a, "g", "", 0)
+            second = _consumer_heartbeat(b, "g", "", 0)
+            assert first.error_code == second.error_code == ErrorCode.none
+            # b beats on alone; a falls silent past the session timeout, and b ends up with both partitions
+            deadline = time.monotonic() + DEADLINE_S
+            owned: tuple = ()
+            epoch = second.member_epoch
+            while True:
+                beat = _consumer_heartbeat(b, "g", second.member_id, epoch, owned=owned)
+                assert beat.error_code == ErrorCode.none
+                epoch = beat.member_epoch
+                owned = tuple((t.topic_id, t.partitions) for t in beat.assignment.topic_partitions)
+                if sum(len(ps) for _, ps in owned) == 2:
+                    break
+                assert time.monotonic() < deadline
+                time.sleep(0.5)
+            late = _consumer_heartbeat(a, "g", first.member_id, first.member_epoch)
+            assert late.error_code == ErrorCode.unknown_member_id
+    finally:
+        server.kill()

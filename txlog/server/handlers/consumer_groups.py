@@ -54,6 +54,7 @@ class _WireMember:
     session: MemberSession | None
     regex: re.Pattern[str] | None = None
     rebalance_timeout_ms: int = DEFAULT_MAX_POLL_INTERVAL_MS
+    last_beat_ms: int = 0
 
 
 @dataclass
@@ -114,6 +115,8 @@ def _heartbeat(ctx: RequestContext, request: Any) -> HeartbeatResponse:
         raise _Refused(ErrorCode.invalid_request, "GroupId can't be empty.")
     member_id = request.member_id or _new_member_id()
     key = (request.group_id, member_id)
+    now = time.time_ns() // 1_000_000
+    _forget_silent(broker, now)
     wire = _wire_members(broker).members
     member = wire.get(key)
     if request.member_epoch < 0:
@@ -133,8 +136,9 @@ def _heartbeat(ctx: RequestContext, request: Any) -> HeartbeatResponse:
     rebalance_ms = int(request.rebalance_timeout.total_seconds() * 1000)
     if rebalance_ms >= 0:
         member.rebalance_timeout_ms = rebalance_ms
+    member.last_beat_ms = now
     if member.session is not None:
-        member.session.beat(time.time_ns() // 1_000_000, polled=True)
+        member.session.beat(now, polled=True)
     heartbeat = HeartbeatRequest(
         request.group_id,
         member_id,
@@ -162,6 +166,15 @@ def _leave(broker: Broker, request: Any, member_id: str, member: _WireMember | N
     finally:
         # a static member's leave (-2) keeps its place until its session times out: keep the file, drop the lock
         _forget(broker, (request.group_id, member_id), remove=request.member_epoch == LEAVE_EPOCH)
+
+
+def _forget_silent(broker: Broker, now: int) -> None:
+    """Let go of the sessions of wire members silent past their session timeout (clients that vanished
+    without leaving): the coordinator has expired them already, and their files would stay open."""
+    limit = broker.config_int("group.consumer.session.timeout.ms")
+    for key, member in list(_wire_members(broker).members.items()):
+        if member.last_beat_ms and now - member.last_beat_ms > limit:
+            _forget(broker, key, remove=True)
 
 
 def _open_session(broker: Broker, group_id: str, member_id: str) -> MemberSession | None:
