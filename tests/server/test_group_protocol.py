@@ -189,6 +189,7 @@ def test_offset_commits_are_fenced_by_generation_and_survive_a_server_restart(se
         assert _fetch(client, "g", "t") == (ErrorCode.none, 7)
         # the membership was in memory: the member learns it must rejoin, as after a coordinator failover
         assert _heartbeat(client, "g", generation, member) == ErrorCode.unknown_member_id
+        assert _commit(client, "g", generation, member, "t", 8) == ErrorCode.illegal_generation  # Kafka's, v8
         assert _commit(client, "g", -1, "", "t", 9) == ErrorCode.none  # the group is empty now: an admin commit
         assert _fetch(client, "g", "t") == (ErrorCode.none, 9)
 
@@ -327,3 +328,22 @@ def test_a_silent_kip848_wire_member_is_expired_and_its_partitions_move(tmp_path
             assert late.error_code == ErrorCode.unknown_member_id
     finally:
         server.kill()
+
+
+def test_a_classic_group_left_empty_is_described_and_deleted_as_kafka_does(server):
+    with WireClient(server.bootstrap) as client:
+        member, _ = _stable_member(client, "g")
+        leave = client.call(
+            "leave_group",
+            3,
+            group_id="g",
+            members=(message("leave_group", 3).MemberIdentity(member_id=member, group_instance_id=None),),
+        )
+        assert [m.error_code for m in leave.members] == [ErrorCode.none]
+        time.sleep(0.5)  # past a few deadline checks: an Empty group is kept, not forgotten
+        [described] = client.call("describe_groups", 5, groups=("g",), include_authorized_operations=False).groups
+        assert (described.group_state, described.protocol_type, described.members) == ("Empty", "consumer", ())
+        [deleted] = client.call("delete_groups", 2, groups_names=("g",)).results
+        assert deleted.error_code == ErrorCode.none
+        [described] = client.call("describe_groups", 5, groups=("g",), include_authorized_operations=False).groups
+        assert described.group_state == "Dead"

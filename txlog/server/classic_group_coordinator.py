@@ -510,7 +510,10 @@ class ClassicGroupCoordinator:
             self.tick()
 
     def tick(self) -> None:
-        """Expire pending member ids and silent members; complete rebalances whose time is up."""
+        """Expire pending member ids and silent members; complete rebalances whose time is up.
+
+        A group left Empty stays (its generation and protocol type, as a broker keeps them) until
+        DeleteGroups removes it or the server stops."""
         now = self._clock()
         for group in list(self.groups.values()):
             for member_id, deadline in list(group.pending.items()):
@@ -522,8 +525,6 @@ class ClassicGroupCoordinator:
                 if member.join_waiter is None and silent and member.member_id in group.members:
                     self._remove(group, member.member_id)
             self._maybe_complete_join(group)
-            if group.state is ClassicGroupState.EMPTY and not group.members and not group.pending:
-                del self.groups[group.group_id]  # nothing left to remember: its offsets are in the log
 
 
 def _select_protocol(members: Iterable[ClassicMember]) -> str:

@@ -305,12 +305,15 @@ def _described(
 async def delete_groups(ctx: RequestContext, request: Any) -> Any:
     results = []
     for group_id in request.groups_names:
-        code: int | None = classic_groups(ctx.broker).delete(group_id)
-        if code is None or code == ErrorCode.none:
+        classic: int | None = classic_groups(ctx.broker).delete(group_id)
+        code: int | None = classic
+        if classic is None or classic == ErrorCode.none:
             try:
                 code = await ctx.run(_delete_stored_group, ctx.broker, group_id)
             except KafkaError as exc:
                 code = error_code(exc)
+            if classic == ErrorCode.none and code == ErrorCode.group_id_not_found:
+                code = ErrorCode.none  # an Empty classic group with no offsets: its membership was all there was
         results.append(ctx.make("DeletableGroupResult", group_id=group_id, error_code=code))
     return ctx.respond(throttle_time=0, results=tuple(results))
 

@@ -104,11 +104,19 @@ async def offset_commit(ctx: RequestContext, request: Any) -> Any:
     if code is not None and code != ErrorCode.none:
         codes = dict.fromkeys(offsets, code)
     else:
-        codes = await ctx.run(_commit, ctx.broker, request.group_id, offsets, member)
+        codes = await ctx.run(_commit, ctx, request.group_id, offsets, member, generation)
     return ctx.respond(throttle_time=0, topics=_partition_codes(ctx, request, codes))
 
 
-def _commit(broker: Broker, group_id: str, offsets: Offsets, member: MemberRef | None) -> dict[TopicPartition, int]:
+def _commit(
+    ctx: RequestContext, group_id: str, offsets: Offsets, member: MemberRef | None, generation: int
+) -> dict[TopicPartition, int]:
+    broker = ctx.broker
+    if member is not None and not _has_membership_record(broker, group_id):
+        # a generation or epoch for a group that does not exist (a classic member after a server
+        # restart): Kafka's answer, so the member rejoins
+        missing = ErrorCode.group_id_not_found if ctx.version >= 9 else ErrorCode.illegal_generation
+        return dict.fromkeys(offsets, int(missing))
     unknown = _unknown_partitions(broker, offsets)
     codes = dict.fromkeys(unknown, int(ErrorCode.unknown_topic_or_partition))
     known = {tp: om for tp, om in offsets.items() if tp not in unknown}
@@ -120,6 +128,12 @@ def _commit(broker: Broker, group_id: str, offsets: Offsets, member: MemberRef |
         code = error_code(exc)
     codes.update(dict.fromkeys(known, code))
     return codes
+
+
+def _has_membership_record(broker: Broker, group_id: str) -> bool:
+    if not broker.store.has_topic(CONSUMER_OFFSETS_TOPIC):
+        return False
+    return broker.transport.group_offsets.group_metadata(group_id) is not None
 
 
 # ---- TxnOffsetCommit ----------------------------------------------------------------------------------
@@ -239,9 +253,10 @@ def _fetch_group(
             unstable = set(transport.group_offsets.pending(group_id))
     except KafkaError as exc:
         return error_code(exc), {}
-    found: Fetched = {tp: (om, int(ErrorCode.none)) for tp, om in committed.items()}
-    for tp in wanted or ():
-        found.setdefault(tp, (None, int(ErrorCode.none)))
+    if wanted is None:
+        found: Fetched = {tp: (om, int(ErrorCode.none)) for tp, om in committed.items()}
+    else:  # in the order asked, as Kafka answers
+        found = {tp: (committed.get(tp), int(ErrorCode.none)) for tp in wanted}
     for tp in unstable & set(found):
         found[tp] = (None, int(ErrorCode.unstable_offset_commit))
     return int(ErrorCode.none), found
@@ -250,7 +265,7 @@ def _fetch_group(
 def _fetched_topics(ctx: RequestContext, found: Fetched, topic_class: str) -> tuple[Any, ...]:
     partition_class = "OffsetFetchResponsePartition" if ctx.version < 8 else "OffsetFetchResponsePartitions"
     by_topic: dict[str, list[Any]] = {}
-    for tp, (om, code) in sorted(found.items()):
+    for tp, (om, code) in found.items():
         by_topic.setdefault(tp.topic, []).append(
             ctx.make(
                 partition_class,
