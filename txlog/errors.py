@@ -191,3 +191,11 @@ class InvalidReplicaAssignmentError(KafkaError):
     """A manual partition assignment naming a broker other than the one node, or not 0..n-1."""
 
     code = 39
+class SaslAuthenticationFailedError(KafkaError):
+    """A SASL login failed: wrong password, unknown user or a malformed exchange (SASL_AUTHENTICATION_FAILED).
+
+    The message is what the client is told, so it never names which part was wrong beyond what
+    Kafka's own messages say, and never carries a password.
+    """
+
+    code = 58

@@ -19,10 +19,11 @@ class ServeProcess:
     hold the old address reconnect to the restarted server as they would to a restarted broker.
     """
 
-    def __init__(self, data_dir: str, *, args: Sequence[str] = (), port: int = 0):
+    def __init__(self, data_dir: str, *, args: Sequence[str] = (), port: int = 0, protocol: str = "PLAINTEXT"):
         self.data_dir = data_dir
         self.args = list(args)
         self.port = port
+        self.protocol = protocol  # the first listener's security protocol (SASL_SSL needs its options in args)
         self.proc: subprocess.Popen | None = None
         self.stderr_path = os.path.join(
             os.path.dirname(os.path.abspath(data_dir)), f"serve-{os.getpid()}-{id(self)}.log"
@@ -41,7 +42,7 @@ class ServeProcess:
             self.data_dir,
             "serve",
             "--listen",
-            self.bootstrap,
+            f"{self.protocol}://{self.bootstrap}",
             *self.args,
         ]
         stderr = open(self.stderr_path, "ab")  # noqa: SIM115 - the child owns it

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 from txlog.server import wire
 from txlog.server.broker import Broker, Endpoint
+from txlog.server.credentials import SaslConfig
 
 T = TypeVar("T")
 
@@ -24,6 +25,9 @@ class Connection:
     security_protocol: str = "PLAINTEXT"
     authenticated: bool = True  # a SASL listener sets False until SaslAuthenticate succeeds
     principal: str = "User:ANONYMOUS"
+    sasl: SaslConfig | None = None  # a SASL listener's users and mechanisms
+    # set by a handler whose answer must be the connection's last (a failed login): why it closes
+    close_after_response: str | None = None
     client_id: str | None = None
     # per-connection state a handler keeps between requests (the SASL exchange, for one)
     state: dict[str, Any] = field(default_factory=dict)

@@ -33,9 +33,12 @@ from storage.errors import KafkaError
 from txlog.server import wire
 from txlog.server.apis import load_handlers
 from txlog.server.broker import Broker, Endpoint
+from txlog.server.credentials import SaslConfig
 from txlog.server.request_context import Connection, RequestContext
 
 SHUTDOWN_GRACE_S = 5.0
+# Kafka's sasl.server.max.receive.size default: what a client may send before it has authenticated.
+SASL_MAX_RECEIVE_BYTES = 524_288
 UNSUPPORTED_VERSION = 35  # how long in-flight requests may take once a stop is asked
 
 
@@ -47,6 +50,7 @@ class ListenerSpec:
     port: int
     security_protocol: str = "PLAINTEXT"  # PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL
     ssl_context: ssl.SSLContext | None = None
+    sasl: SaslConfig | None = None  # SASL_PLAINTEXT and SASL_SSL: who may log in, with which mechanisms
 
 
 class SocketServer:
@@ -139,17 +143,22 @@ class SocketServer:
             listener=endpoint,
             security_protocol=spec.security_protocol,
             authenticated=not spec.security_protocol.startswith("SASL"),
+            sasl=spec.sasl,
         )
         self.log(f"connection from {connection.peer} on {endpoint} ({spec.security_protocol})")
         reason = "closed"
         try:
             while not self._closing:
-                frame = await _read_frame(reader)
+                frame = await _read_frame(
+                    reader, wire.MAX_REQUEST_BYTES if connection.authenticated else SASL_MAX_RECEIVE_BYTES
+                )
                 self._connections[task] = True  # busy: shutdown lets this request finish
                 answer = await self._handle(connection, frame)
                 if answer is not None:
                     writer.write(answer)
                     await writer.drain()
+                if connection.close_after_response is not None:
+                    raise _Closed(connection.close_after_response)
                 self._connections[task] = False
         except _Closed as exc:
             reason = str(exc)
@@ -222,7 +231,7 @@ class _Closed(Exception):
     """The connection must close: the client went away or sent what Kafka would close it for."""
 
 
-async def _read_frame(reader: asyncio.StreamReader) -> bytes:
+async def _read_frame(reader: asyncio.StreamReader, max_bytes: int) -> bytes:
     try:
         prefix = await reader.readexactly(4)
     except (asyncio.IncompleteReadError, ConnectionError) as exc:
@@ -231,6 +240,8 @@ async def _read_frame(reader: asyncio.StreamReader) -> bytes:
         size = wire.frame_size(prefix)
     except wire.MalformedRequestError as exc:
         raise _Closed(str(exc)) from None
+    if size > max_bytes:  # before authentication: Kafka's sasl.server.max.receive.size
+        raise _Closed(f"a request of {size} bytes before authentication is past {max_bytes}")
     try:
         return await reader.readexactly(size)
     except (asyncio.IncompleteReadError, ConnectionError) as exc:
