@@ -9,6 +9,9 @@ Examples:
     kcat -b 127.0.0.1:9092 -L                     # what kcat sees
     kafka-console-consumer.sh --bootstrap-server 127.0.0.1:9092 --topic t \\
         --isolation-level read_committed --from-beginning
+    txlog serve --sasl-credentials users.txt --add-scram-user alice   # password on stdin
+    txlog serve --listen SASL_SSL://0.0.0.0:9093 --ssl-certfile server.pem \\
+        --ssl-keyfile server-key.pem --sasl-credentials users.txt     # docs/serve.md §8
 
 In Python (confluent-kafka): Producer({"bootstrap.servers": "127.0.0.1:9092",
 "transactional.id": "app-1"}) works as against a broker; so do kafka-python, aiokafka,

@@ -191,6 +191,8 @@ class InvalidReplicaAssignmentError(KafkaError):
     """A manual partition assignment naming a broker other than the one node, or not 0..n-1."""
 
     code = 39
+
+
 class SaslAuthenticationFailedError(KafkaError):
     """A SASL login failed: wrong password, unknown user or a malformed exchange (SASL_AUTHENTICATION_FAILED).
 

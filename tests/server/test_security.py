@@ -464,3 +464,37 @@ def test_add_scram_user_keeps_no_password_and_replaces_the_users_entries(tmp_pat
         "serve", "--sasl-credentials", path, "--add-scram-user", "dave", "--scram-iterations", "1000", stdin="pw"
     )
     assert refused.returncode == 2 and refused.stderr.startswith("Error: ") and "4096" in refused.stderr
+
+
+# ---- the Java clients ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_java_kafka_topics_over_sasl_ssl_with_a_client_properties_file(tmp_path, credentials, pki, mechanism):
+    from tests.kafka_rig.kafka_dist import run_tool
+
+    module = "plain.PlainLoginModule" if mechanism == "PLAIN" else "scram.ScramLoginModule"
+    properties = tmp_path / "client.properties"
+    properties.write_text(
+        "security.protocol=SASL_SSL\n"
+        f"sasl.mechanism={mechanism}\n"
+        f"sasl.jaas.config=org.apache.kafka.common.security.{module} required "
+        f'username="alice" password="{PASSWORD}";\n'
+        "ssl.truststore.type=PEM\n"
+        f"ssl.truststore.location={pki['ca']}\n"
+    )
+    server = _sasl_server(tmp_path, credentials, protocol="SASL_SSL", extra=tuple(_tls_args(pki)))
+    try:
+        config = {**_sasl("SASL_SSL", mechanism, "alice", PASSWORD), "ssl.ca.location": pki["ca"]}
+        AdminClient(_confluent(server.bootstrap, **config)).list_topics("from-python", timeout=WAIT_S)
+        listed = run_tool(
+            "org.apache.kafka.tools.TopicCommand",
+            "--bootstrap-server",
+            server.bootstrap,
+            "--command-config",
+            str(properties),
+            "--list",
+        )
+        assert listed.stdout.split() == ["from-python"]
+    finally:
+        server.kill()
