@@ -231,7 +231,7 @@ class _Closed(Exception):
     """The connection must close: the client went away or sent what Kafka would close it for."""
 
 
-async def _read_frame(reader: asyncio.StreamReader, max_bytes: int) -> bytes:
+async def _read_frame(reader: asyncio.StreamReader, max_bytes: int = wire.MAX_REQUEST_BYTES) -> bytes:
     try:
         prefix = await reader.readexactly(4)
     except (asyncio.IncompleteReadError, ConnectionError) as exc:
