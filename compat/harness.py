@@ -38,6 +38,36 @@ BASELINE_BROKER_PROPS: dict[str, str] = {
 }
 
 
+# What the txlog target (`python3 -m compat --serve`) starts `txlog serve` with: the same
+# assumptions of the suites as BASELINE_BROKER_PROPS, plus the rig's immediate first group join
+# (tests/kafka_rig/broker.py's BASE_PROPS gives the baseline group.initial.rebalance.delay.ms=0).
+# Only the keys this checkout's server knows are passed (`txlog serve --config` refuses others);
+# the rest are named in the run's output and findings, since a suite's test that relies on one
+# (kafka-python's CreatePartitions test assigns replicas to node 0) may fail for that reason.
+TXLOG_SERVE_CONFIGS: dict[str, str] = {
+    **BASELINE_BROKER_PROPS,
+    "group.initial.rebalance.delay.ms": "0",
+}
+
+# The targets a run is judged for: each has its own allow-list and findings file in every suite's
+# folder, since what may fail against the baseline (one Kafka broker) and against txlog serve
+# differ, and the issue's rule (every test passing at the baseline passes against txlog, or is
+# listed with its reason) needs the txlog list apart.
+BASELINE = "baseline"
+TXLOG = "txlog"
+TARGET_KINDS = (BASELINE, TXLOG)
+
+
+def allowlist_name(kind: str) -> str:
+    """`allowlist` for the baseline, `allowlist.txlog` for txlog serve."""
+    return "allowlist" if kind == BASELINE else f"allowlist.{kind}"
+
+
+def findings_name(kind: str) -> str:
+    """`findings.md` for the baseline, `findings.txlog.md` for txlog serve."""
+    return "findings.md" if kind == BASELINE else f"findings.{kind}.md"
+
+
 class CompatError(RuntimeError):
     """A suite could not be fetched, built or run at all (not a test failure); the message says why."""
 
@@ -119,9 +149,9 @@ def load_allowlist(path: str) -> dict[str, str]:
     return entries
 
 
-def judge(result: SuiteResult, folder: str) -> Verdict:
-    """The result against compat/<folder>/allowlist."""
-    return Verdict(result, load_allowlist(os.path.join(suite_dir(folder), "allowlist")))
+def judge(result: SuiteResult, folder: str, kind: str = BASELINE) -> Verdict:
+    """The result against compat/<folder>/allowlist (or the allow-list of another target kind)."""
+    return Verdict(result, load_allowlist(os.path.join(suite_dir(folder), allowlist_name(kind))))
 
 
 def table(verdicts: Sequence[Verdict]) -> str:
@@ -144,8 +174,9 @@ def table(verdicts: Sequence[Verdict]) -> str:
     return "\n".join(lines)
 
 
-def findings(verdict: Verdict, bootstrap: str, target: str) -> str:
-    """findings.md: what failed against which target, and why (allowed or not)."""
+def findings(verdict: Verdict, bootstrap: str, target: str, notes: Sequence[str] = ()) -> str:
+    """findings.md: what failed against which target, and why (allowed or not); `notes` are what a
+    reader must know about the target itself (a config it lacked, a server that died)."""
     result = verdict.result
     out = [
         f"# {result.suite}: findings",
@@ -156,6 +187,9 @@ def findings(verdict: Verdict, bootstrap: str, target: str) -> str:
         f"{result.seconds:.0f} s.",
         "",
     ]
+    if notes:
+        out += ["## About the target", ""]
+        out += ["- " + note.replace("\n", "\n    ") for note in notes] + [""]
     if verdict.unexpected:
         out += ["## Failures not in the allow-list", ""]
         out += [f"- `{o.test}`: {_one_line(o.detail)}" for o in verdict.unexpected] + [""]

@@ -9,6 +9,7 @@ group session timeouts), which the rig's session broker deliberately lacks.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -74,7 +75,23 @@ def test_an_allow_list_entry_without_a_reason_is_refused(tmp_path) -> None:
 
 
 def test_every_shipped_allow_list_gives_reasons() -> None:
-    from compat.harness import suite_dir
+    from compat.harness import TARGET_KINDS, allowlist_name, suite_dir
 
     for folder, _ in runners().values():
-        load_allowlist(f"{suite_dir(folder)}/allowlist")
+        for kind in TARGET_KINDS:
+            path = f"{suite_dir(folder)}/{allowlist_name(kind)}"
+            assert os.path.exists(path), f"{path}: every suite has an allow-list per target, if only its header"
+            load_allowlist(path)
+
+
+def test_each_target_kind_is_judged_by_its_own_allow_list_and_notes_reach_the_findings() -> None:
+    from compat.harness import BASELINE, TXLOG, findings, judge
+
+    # librdkafka's 0103 needs replication factor 3: allowed at the one-broker baseline, not for txlog
+    result = SuiteResult("librdkafka", [Outcome("0103_transactions", FAILED, "INVALID_REPLICATION_FACTOR")])
+    assert judge(result, "librdkafka", BASELINE).unexpected == []
+    txlog = judge(result, "librdkafka", TXLOG)
+    assert [o.test for o in txlog.unexpected] == ["0103_transactions"]
+    text = findings(txlog, "127.0.0.1:1", "txlog serve", ["txlog serve exited -9 during the run;\nlast line"])
+    assert "## About the target\n\n- txlog serve exited -9 during the run;\n    last line" in text
+    assert "## Failures not in the allow-list" in text
