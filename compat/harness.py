@@ -95,6 +95,7 @@ class Verdict:
 
     result: SuiteResult
     allowlist: Mapping[str, str]
+    allowlist_file: str = "allowlist"  # its name in the suite's folder, for findings.md
 
     @property
     def run(self) -> int:
@@ -151,7 +152,8 @@ def load_allowlist(path: str) -> dict[str, str]:
 
 def judge(result: SuiteResult, folder: str, kind: str = BASELINE) -> Verdict:
     """The result against compat/<folder>/allowlist (or the allow-list of another target kind)."""
-    return Verdict(result, load_allowlist(os.path.join(suite_dir(folder), allowlist_name(kind))))
+    name = allowlist_name(kind)
+    return Verdict(result, load_allowlist(os.path.join(suite_dir(folder), name)), name)
 
 
 def table(verdicts: Sequence[Verdict]) -> str:
@@ -182,7 +184,7 @@ def findings(verdict: Verdict, bootstrap: str, target: str, notes: Sequence[str]
         f"# {result.suite}: findings",
         "",
         f"Last run against {target} at `{bootstrap}`: {verdict.run} tests run, {verdict.passed} passed, "
-        f"{len(verdict.failed)} failed ({len(verdict.allowed)} allowed by `allowlist`), "
+        f"{len(verdict.failed)} failed ({len(verdict.allowed)} allowed by `{verdict.allowlist_file}`), "
         f"{sum(1 for o in result.outcomes if o.status == SKIPPED)} skipped by the suite itself, "
         f"{result.seconds:.0f} s.",
         "",

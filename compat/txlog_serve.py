@@ -28,6 +28,7 @@ class ServeTarget:
     server: ServeProcess
     unknown_configs: list[str]
     stop_problems: list[str] = field(default_factory=list)
+    stopped: bool = False  # by txlog_serve at the end of the run: an exit after that is ours
 
     @property
     def bootstrap(self) -> str:
@@ -47,7 +48,7 @@ class ServeTarget:
                 + " that the suites assume of their broker (compat.harness.TXLOG_SERVE_CONFIGS): not passed"
             )
         proc = self.server.proc
-        if proc is not None and proc.poll() is not None and not self.stop_problems:
+        if proc is not None and not self.stopped and proc.poll() is not None:
             log = _tail(self.server.log())
             notes.append(f"txlog serve exited {proc.returncode} during the run; its log ends:\n{log}")
         return notes
@@ -80,6 +81,7 @@ def txlog_serve(work_dir: str) -> Iterator[ServeTarget]:
         yield target
     finally:
         target.stop_problems = _stop(server)
+        target.stopped = True
 
 
 def _stop(server: ServeProcess) -> list[str]:

@@ -95,3 +95,4 @@ def test_each_target_kind_is_judged_by_its_own_allow_list_and_notes_reach_the_fi
     text = findings(txlog, "127.0.0.1:1", "txlog serve", ["txlog serve exited -9 during the run;\nlast line"])
     assert "## About the target\n\n- txlog serve exited -9 during the run;\n    last line" in text
     assert "## Failures not in the allow-list" in text
+    assert "(0 allowed by `allowlist.txlog`)" in text
