@@ -47,8 +47,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "kcat -b 127.0.0.1:9092 -L                          # then any Kafka client or tool",
         "kafka-console-consumer.sh --bootstrap-server 127.0.0.1:9092 --topic t --from-beginning "
         "--isolation-level read_committed",
-        'python3 -c "from confluent_kafka import Producer; p = Producer({\'bootstrap.servers\': '
-        "\'127.0.0.1:9092\', \'transactional.id\': \'app-1\'}); p.init_transactions()\"",
+        "python3 -c \"from confluent_kafka import Producer; p = Producer({'bootstrap.servers': "
+        "'127.0.0.1:9092', 'transactional.id': 'app-1'}); p.init_transactions()\"",
     ),
     "produce": (
         "seq 1000 | txlog produce -t orders",
