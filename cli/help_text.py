@@ -23,7 +23,7 @@ SUMMARIES: dict[str, str] = {
     "topics": "Create, list, describe, alter, delete topics (kafka-topics).",
     "transactions": "List, describe and repair transactions (kafka-transactions).",
     "groups": "List, describe, reset and delete consumer group offsets.",
-    "serve": "Serve the Kafka protocol on the store (Kafka clients and tools).",
+    "serve": "Answer Kafka clients and tools over the wire (a broker).",
     "topics create": "Create a topic.",
     "topics list": "Every topic: partitions, size, end offsets.",
     "topics describe": "Describe topics: partitions, configs, offsets.",
