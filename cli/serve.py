@@ -7,6 +7,7 @@ Examples:
     txlog serve                                   # 127.0.0.1:9092, store ./txlog-data
     txlog serve --listen 127.0.0.1:0              # a free port, printed on stdout
     kcat -b 127.0.0.1:9092 -L                     # what kcat sees
+    txlog serve --fault EndTxn:COORDINATOR_NOT_AVAILABLE:2   # rehearse a commit's retries
     kafka-console-consumer.sh --bootstrap-server 127.0.0.1:9092 --topic t \\
         --isolation-level read_committed --from-beginning
     txlog serve --sasl-credentials users.txt --add-scram-user alice   # password on stdin
@@ -45,6 +46,7 @@ from cli.context import USAGE, CommandError, open_store, settings
 
 if TYPE_CHECKING:
     from txlog.server.credentials import SaslConfig
+    from txlog.server.faults import Faults
     from txlog.server.socket_server import ListenerSpec, SocketServer
 
 DEFAULT_LISTENER = "127.0.0.1:9092"
@@ -128,6 +130,15 @@ def serve(
         int,
         typer.Option("--scram-iterations", metavar="N", help="PBKDF2 iterations of --add-scram-user (4096..16384)."),
     ] = 4096,
+    fault: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--fault",
+            metavar="API:ERROR[:COUNT]",
+            help="Answer the next COUNT (default 1) requests of API with Kafka's ERROR instead of serving them "
+            "(repeatable), e.g. EndTxn:COORDINATOR_NOT_AVAILABLE:2.",
+        ),
+    ] = None,
 ) -> None:
     """Serve the Kafka protocol on the store (kcat, confluent-kafka, Java clients, kafka-python)."""
     from txlog.server.broker import DEFAULT_CONFIGS, Broker
@@ -141,10 +152,11 @@ def serve(
     )
     listeners = secure_listeners([parse_listener(text) for text in (listen or [DEFAULT_LISTENER])], security)
     overrides = dict(parse_config(text, DEFAULT_CONFIGS) for text in (config or []))
+    injected = parse_faults(fault or [])
     store = open_store(ctx, create=True)
     broker = Broker(store)
     broker.override(overrides)
-    server = SocketServer(broker, listeners, log=_log_line(quiet=settings(ctx).quiet))
+    server = SocketServer(broker, listeners, log=_log_line(quiet=settings(ctx).quiet), injected=injected)
     asyncio.run(_run(server))
 
 
@@ -334,6 +346,19 @@ def parse_config(text: str, known: dict[str, str]) -> tuple[str, str]:
             f"--config: unknown broker config '{key}' (known: {', '.join(sorted(known))})", exit_code=USAGE
         )
     return key, value
+
+
+def parse_faults(texts: list[str]) -> Faults:
+    """`--fault API:ERROR[:COUNT]` options, in order (txlog/server/faults.py)."""
+    from txlog.server.faults import Faults, parse_fault
+
+    parsed = []
+    for text in texts:
+        try:
+            parsed.append(parse_fault(text))
+        except ValueError as exc:
+            raise CommandError(f"--fault {exc}", exit_code=USAGE) from None
+    return Faults(parsed)
 
 
 async def _run(server: SocketServer) -> None:

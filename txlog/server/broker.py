@@ -22,6 +22,8 @@ from txlog.transport import Transport
 
 NODE_ID = 1  # the only node: leader of every partition and coordinator of every group and transactional id
 
+DEFAULT_QUEUED_REQUEST_BYTES = 256 * 1024 * 1024
+
 # Broker configs the handlers read, at Kafka's defaults (`txlog serve --config KEY=VALUE` overrides).
 DEFAULT_CONFIGS: dict[str, str] = {
     "auto.create.topics.enable": "true",
@@ -34,6 +36,9 @@ DEFAULT_CONFIGS: dict[str, str] = {
     "group.consumer.session.timeout.ms": "45000",
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": "10000",
     "socket.request.max.bytes": "104857600",
+    "connections.max.idle.ms": "600000",
+    # Kafka's default is -1 (unbounded); a server on a developer's machine bounds it (docs/serve.md §9).
+    "queued.max.request.bytes": str(DEFAULT_QUEUED_REQUEST_BYTES),
 }
 
 

@@ -29,17 +29,23 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from storage.errors import KafkaError
-from txlog.server import wire
+from kio.schema.errors import ErrorCode
+
+from txlog.server import faults, wire
 from txlog.server.apis import load_handlers
 from txlog.server.broker import Broker, Endpoint
 from txlog.server.credentials import SaslConfig
 from txlog.server.request_context import Connection, RequestContext
 
-SHUTDOWN_GRACE_S = 5.0
+SHUTDOWN_GRACE_S = 5.0  # how long in-flight requests may take once a stop is asked
+UNSUPPORTED_VERSION = 35
+PRODUCE_KEY = 0
+# A decoded request takes more memory than its frame: a Metadata request of 1M two-byte topic
+# names decodes into ~30 bytes of Python objects per frame byte (measured with kio 0.6.5). Produce
+# is the exception (its records stay one bytes object). queued.max.request.bytes counts this.
+DECODED_WEIGHT = 32
 # Kafka's sasl.server.max.receive.size default: what a client may send before it has authenticated.
 SASL_MAX_RECEIVE_BYTES = 524_288
-UNSUPPORTED_VERSION = 35  # how long in-flight requests may take once a stop is asked
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,8 +60,17 @@ class ListenerSpec:
 
 
 class SocketServer:
-    def __init__(self, broker: Broker, listeners: list[ListenerSpec], *, log: Callable[[str], None] | None = None):
+    def __init__(
+        self,
+        broker: Broker,
+        listeners: list[ListenerSpec],
+        *,
+        log: Callable[[str], None] | None = None,
+        injected: faults.Faults | None = None,
+    ):
         self.broker = broker
+        self.faults = injected if injected is not None else faults.Faults()
+        self.limits = RequestLimits.of(broker)
         self.listener_specs = listeners
         self.log = log if log is not None else stderr_line
         self.apis = load_handlers()
@@ -65,7 +80,6 @@ class SocketServer:
         self._connections: dict[asyncio.Task, bool] = {}  # each connection's task: is it serving a request?
         self._stopping: asyncio.Event | None = None
         self._closing = False
-        self._sweeper: asyncio.Task | None = None
 
     # ---- lifecycle ----------------------------------------------------------------------------------
 
@@ -80,7 +94,6 @@ class SocketServer:
             self._servers.append(server)
             port = server.sockets[0].getsockname()[1]
             self.endpoints.append(Endpoint(spec.host, port))
-        self._sweeper = asyncio.create_task(self._sweep_transactions())
         return self.endpoints
 
     def stop(self) -> None:
@@ -100,8 +113,6 @@ class SocketServer:
         for server in self._servers:
             await server.wait_closed()
         self._closing = True
-        if self._sweeper is not None:
-            self._sweeper.cancel()  # a sweep already on the store thread finishes before the store closes
         for task, busy in list(self._connections.items()):
             if not busy:
                 task.cancel()  # waiting for a request: stop at once; one serving a request finishes it first
@@ -114,21 +125,6 @@ class SocketServer:
                 await asyncio.wait(late, timeout=SHUTDOWN_GRACE_S)
         await asyncio.get_running_loop().run_in_executor(self.store_thread, self.broker.store.close)
         self.store_thread.shutdown(wait=True)
-
-    async def _sweep_transactions(self) -> None:
-        """Abort timed-out transactions in the background, as a broker does every
-        `transaction.abort.timed.out.transaction.cleanup.interval.ms`; the sweep runs on the store
-        thread between requests. A failed sweep (a disk refusing writes) is logged and retried."""
-        interval_s = self.broker.config_int("transaction.abort.timed.out.transaction.cleanup.interval.ms") / 1000
-        loop = asyncio.get_running_loop()
-        while True:
-            await asyncio.sleep(interval_s)
-            try:
-                await loop.run_in_executor(self.store_thread, self.broker.transport.abort_expired_transactions)
-            except KafkaError as exc:
-                self.log(f"transaction timeout sweep failed: {exc}")
-                continue
-            self.broker.data_arrived.notify()  # an aborted transaction moves its partitions' last stable offsets
 
     # ---- connections --------------------------------------------------------------------------------
 
@@ -149,17 +145,18 @@ class SocketServer:
         reason = "closed"
         try:
             while not self._closing:
-                frame = await _read_frame(
-                    reader, wire.MAX_REQUEST_BYTES if connection.authenticated else SASL_MAX_RECEIVE_BYTES
-                )
-                self._connections[task] = True  # busy: shutdown lets this request finish
-                answer = await self._handle(connection, frame)
-                if answer is not None:
-                    writer.write(answer)
-                    await writer.drain()
-                if connection.close_after_response is not None:
-                    raise _Closed(connection.close_after_response)
-                self._connections[task] = False
+                frame, charge = await self._read_request(reader, authenticated=connection.authenticated)
+                try:
+                    self._connections[task] = True  # busy: shutdown lets this request finish
+                    answer = await self._handle(connection, frame)
+                    if answer is not None:
+                        writer.write(answer)
+                        await writer.drain()
+                    if connection.close_after_response is not None:
+                        raise _Closed(connection.close_after_response)
+                    self._connections[task] = False
+                finally:
+                    await self.limits.memory.release(charge)
         except _Closed as exc:
             reason = str(exc)
         except (ConnectionError, asyncio.CancelledError):
@@ -173,7 +170,10 @@ class SocketServer:
 
     async def _handle(self, connection: Connection, frame: bytes) -> bytes | None:
         """The encoded answer to one frame, None for a request without one; raises _Closed to close."""
-        api_key, version, correlation_id = wire.peek_header(frame)
+        try:
+            api_key, version, correlation_id = wire.peek_header(frame)
+        except wire.MalformedRequestError as exc:
+            raise _Closed(str(exc)) from None
         api = self.apis.get(api_key)
         message = wire.message_types(api_key, version)
         if api is None or message is None or not api.min_version <= version <= api.max_version:
@@ -191,6 +191,9 @@ class SocketServer:
             )
         ctx = RequestContext(self.broker, connection, header, message, self.store_thread)
         try:
+            error = self.faults.take(api_key)
+            if error is not None:
+                return self._injected(ctx, body, error)
             if inspect.iscoroutinefunction(api.handler):
                 response = await api.handler(ctx, body)
             else:
@@ -205,6 +208,49 @@ class SocketServer:
             self.log(f"error serving {wire.api_name(api_key)} v{version} from {connection.peer}:")
             self.log(traceback.format_exc().rstrip())
             raise _Closed(f"internal error serving {wire.api_name(api_key)}") from None
+
+    def _injected(self, ctx: RequestContext, body: object, error: ErrorCode) -> bytes | None:
+        """The answer to a request a `--fault` takes: the error for every item, the store untouched."""
+        name = wire.api_name(ctx.message.api_key)
+        self.log(
+            f"fault injected: {name} v{ctx.version} from {ctx.connection.peer} answered with "
+            f"{error.name.upper()} (error code {error.value})"
+        )
+        if ctx.message.api_key == PRODUCE_KEY and getattr(body, "acks", None) == 0:
+            return None  # acks=0: Kafka never answers, not even with an error
+        response = faults.error_response(ctx.message, body, error)
+        return wire.encode_response(ctx.message, ctx.header.correlation_id, response)
+
+    # ---- reading requests: sizes, memory, idle connections ----------------------------------------
+
+    async def _read_request(self, reader: asyncio.StreamReader, *, authenticated: bool) -> tuple[bytes, int]:
+        """The next frame and the request memory it holds (release it once answered); raises _Closed.
+
+        Waiting for a request ends after connections.max.idle.ms (Kafka closes idle connections);
+        a request must then arrive whole within that time of its size, so a client that stalls or
+        vanishes mid-frame without closing its socket cannot hold memory for ever. The frame's
+        bytes are read only once queued.max.request.bytes has room for them: clients sending
+        large frames at once wait in turn (their bytes stay in the kernel's socket buffers).
+        Before a SASL client has authenticated, a frame past SASL_MAX_RECEIVE_BYTES closes the
+        connection (Kafka's sasl.server.max.receive.size).
+        """
+        idle_s = self.limits.idle_s
+        prefix = await _read_exactly(reader, 4, idle_s, "client closed the connection", "idle connection")
+        try:
+            size = wire.frame_size(prefix, self.limits.max_request_bytes)
+        except wire.MalformedRequestError as exc:
+            raise _Closed(str(exc)) from None
+        if not authenticated and size > SASL_MAX_RECEIVE_BYTES:
+            raise _Closed(f"a request of {size} bytes before authentication is past {SASL_MAX_RECEIVE_BYTES}")
+        head = await _read_exactly(reader, min(size, 2), idle_s, _MID_REQUEST, _STALLED)
+        api_key = int.from_bytes(head, "big", signed=True) if len(head) == 2 else -1
+        charge = await self.limits.memory.acquire(size if api_key == PRODUCE_KEY else size * DECODED_WEIGHT)
+        try:
+            rest = await _read_exactly(reader, size - len(head), idle_s, _MID_REQUEST, _STALLED)
+        except BaseException:
+            await self.limits.memory.release(charge)
+            raise
+        return head + rest, charge
 
     def _unsupported_api_versions(self, correlation_id: int) -> bytes:
         """ApiVersions at a version the broker lacks: UNSUPPORTED_VERSION and the table, in v0 (Kafka's rule)."""
@@ -231,21 +277,74 @@ class _Closed(Exception):
     """The connection must close: the client went away or sent what Kafka would close it for."""
 
 
-async def _read_frame(reader: asyncio.StreamReader, max_bytes: int = wire.MAX_REQUEST_BYTES) -> bytes:
+_MID_REQUEST = "client closed the connection mid-request"
+_STALLED = "client stalled mid-request past connections.max.idle.ms"
+
+
+async def _read_exactly(reader: asyncio.StreamReader, n: int, timeout_s: float, closed: str, idle: str) -> bytes:
+    """`n` bytes, or _Closed with `closed` if the client leaves and `idle` if nothing comes in time."""
     try:
-        prefix = await reader.readexactly(4)
+        return await asyncio.wait_for(reader.readexactly(n), timeout_s)
     except (asyncio.IncompleteReadError, ConnectionError) as exc:
-        raise _Closed("client closed the connection") from exc
-    try:
-        size = wire.frame_size(prefix)
-    except wire.MalformedRequestError as exc:
-        raise _Closed(str(exc)) from None
-    if size > max_bytes:  # before authentication: Kafka's sasl.server.max.receive.size
-        raise _Closed(f"a request of {size} bytes before authentication is past {max_bytes}")
-    try:
-        return await reader.readexactly(size)
-    except (asyncio.IncompleteReadError, ConnectionError) as exc:
-        raise _Closed("client closed the connection mid-request") from exc
+        raise _Closed(closed) from exc
+    except TimeoutError:
+        raise _Closed(idle) from None
+
+
+@dataclass(frozen=True, slots=True)
+class RequestLimits:
+    """What the server accepts from clients, from the broker's configs (Kafka's names)."""
+
+    max_request_bytes: int  # socket.request.max.bytes: a larger frame closes the connection unread
+    idle_s: float  # connections.max.idle.ms
+    memory: RequestMemory  # queued.max.request.bytes
+
+    @classmethod
+    def of(cls, broker: Broker) -> RequestLimits:
+        max_request = broker.config_int("socket.request.max.bytes")
+        queued = broker.config_int("queued.max.request.bytes")
+        return cls(
+            max_request_bytes=max_request,
+            idle_s=broker.config_int("connections.max.idle.ms") / 1000,
+            memory=RequestMemory(queued if queued > 0 else None),
+        )
+
+
+class RequestMemory:
+    """A bound on the memory of requests being read or served at once (Kafka's queued.max.request.bytes).
+
+    A request takes its charge before its body is read and gives it back once answered. A
+    charge larger than the whole bound is cut to the bound, so one request always fits alone.
+    Kafka's default is unbounded (-1); the server's is DEFAULT_QUEUED_REQUEST_BYTES (broker.py).
+    """
+
+    def __init__(self, limit: int | None):
+        self.limit = limit
+        self.used = 0
+        self._freed: asyncio.Condition | None = None
+
+    def _condition(self) -> asyncio.Condition:
+        if self._freed is None:
+            self._freed = asyncio.Condition()  # created on the loop that uses it
+        return self._freed
+
+    async def acquire(self, size: int) -> int:
+        """Wait until `size` (at most the limit) fits; returns the charge to release."""
+        if self.limit is None:
+            return 0
+        charge = min(size, self.limit)
+        freed = self._condition()
+        async with freed:
+            await freed.wait_for(lambda: self.used + charge <= self.limit)  # type: ignore[operator]
+            self.used += charge
+        return charge
+
+    async def release(self, charge: int) -> None:
+        if charge:
+            freed = self._condition()
+            async with freed:
+                self.used -= charge
+                freed.notify_all()
 
 
 def stderr_line(message: str) -> None:

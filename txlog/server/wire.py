@@ -137,11 +137,13 @@ def encode_response(message: MessageTypes, correlation_id: int, response: Any) -
     return bytes(frame)
 
 
-def frame_size(prefix: bytes) -> int:
+def frame_size(prefix: bytes, max_bytes: int = MAX_REQUEST_BYTES) -> int:
     """The size a 4-byte prefix announces, refused when negative or past socket.request.max.bytes."""
     (size,) = _FRAME_SIZE.unpack(prefix)
-    if size < 0 or size > MAX_REQUEST_BYTES:
-        raise MalformedRequestError(f"a request of {size} bytes is past socket.request.max.bytes ({MAX_REQUEST_BYTES})")
+    if size < 0:
+        raise MalformedRequestError(f"a request announcing {size} bytes")
+    if size > max_bytes:
+        raise MalformedRequestError(f"a request of {size} bytes is past socket.request.max.bytes ({max_bytes})")
     return size
 
 

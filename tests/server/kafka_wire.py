@@ -1,0 +1,130 @@
+"""A raw Kafka protocol client for tests: frames encoded with kio, sent on a plain socket, answers decoded.
+
+Real clients retry and hide what the server answered; tests of exact answers (a faulted
+response, a refused frame) speak the protocol themselves through this.
+"""
+
+from __future__ import annotations
+
+import io
+import socket
+import struct
+from typing import Any
+
+from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
+from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
+from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
+from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
+from kio.serial import entity_reader, entity_writer
+from kio.static.primitive import i16, i32
+
+from txlog.server import wire
+
+TIMEOUT_S = 60.0
+
+
+def encode_request(api_key: int, version: int, body: Any, *, correlation_id: int = 1, client_id: str = "test") -> bytes:
+    """The size-prefixed frame of a request (body: an instance of kio's request class of that version)."""
+    message = wire.message_types(api_key, version)
+    assert message is not None, (api_key, version)
+    out = io.BytesIO()
+    header_values = dict(
+        request_api_key=i16(api_key),
+        request_api_version=i16(version),
+        correlation_id=i32(correlation_id),
+        client_id=client_id,
+    )
+    if message.flexible:
+        entity_writer(RequestHeaderV2)(out, RequestHeaderV2(**header_values))
+    else:
+        entity_writer(RequestHeaderV1)(out, RequestHeaderV1(**header_values))
+    entity_writer(message.request)(out, body)
+    data = out.getvalue()
+    return struct.pack(">i", len(data)) + data
+
+
+def request_body(api_key: int, version: int, **fields: Any) -> Any:
+    message = wire.message_types(api_key, version)
+    assert message is not None
+    return wire.make(message.request, **fields)
+
+
+def decode_response(api_key: int, version: int, frame: bytes) -> tuple[int, Any]:
+    """(correlation id, body) of a response frame without its size prefix."""
+    message = wire.message_types(api_key, version)
+    assert message is not None
+    header_class = ResponseHeaderV1 if message.flexible and api_key != wire.API_VERSIONS_KEY else ResponseHeaderV0
+    header, used = entity_reader(header_class)(frame, 0)
+    body, _ = entity_reader(message.response)(frame, used)
+    return header.correlation_id, body
+
+
+class RawConnection:
+    """One TCP connection to the server, for exchanging raw frames."""
+
+    def __init__(self, bootstrap: str, timeout: float = TIMEOUT_S):
+        host, port = bootstrap.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+
+    def __enter__(self) -> RawConnection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def receive(self) -> bytes | None:
+        """The next response frame (without its size), or None when the server closed the connection."""
+        prefix = self._exactly(4)
+        if prefix is None:
+            return None
+        (size,) = struct.unpack(">i", prefix)
+        return self._exactly(size)
+
+    def _exactly(self, n: int) -> bytes | None:
+        data = b""
+        while len(data) < n:
+            try:
+                chunk = self.sock.recv(n - len(data))
+            except ConnectionResetError:
+                return None
+            if not chunk:
+                return None
+            data += chunk
+        return data
+
+    def request(self, api_key: int, version: int, correlation_id: int = 1, **fields: Any) -> Any:
+        """Send a request built from `fields` and return the decoded response body."""
+        self.send(
+            encode_request(api_key, version, request_body(api_key, version, **fields), correlation_id=correlation_id)
+        )
+        frame = self.receive()
+        assert frame is not None, f"the server closed the connection instead of answering {wire.api_name(api_key)}"
+        got, body = decode_response(api_key, version, frame)
+        assert got == correlation_id
+        return body
+
+    def closed_by_server(self) -> bool:
+        """Does the server close this connection (rather than answer anything)?"""
+        return self.receive() is None
+
+
+def api_versions(bootstrap: str) -> Any:
+    """The server's ApiVersions v3 answer, on a fresh connection."""
+    with RawConnection(bootstrap) as conn:
+        return conn.request(wire.API_VERSIONS_KEY, 3, client_software_name="t", client_software_version="1")
+
+
+def answers_api_versions(bootstrap: str) -> bool:
+    """Does the server still serve: a fresh connection gets ApiVersions answered with no error."""
+    body = api_versions(bootstrap)
+    return int(body.error_code) == 0 and len(body.api_keys) > 0
+
+
+def served_api_keys(bootstrap: str) -> set[int]:
+    return {int(k.api_key) for k in api_versions(bootstrap).api_keys}

@@ -1,0 +1,242 @@
+"""Fault rehearsal: `txlog serve --fault API:ERROR[:COUNT]` answers requests with Kafka's errors."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import types
+import typing
+import uuid
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
+from kio.schema.errors import ErrorCode
+from kio.schema.index import api_key_map
+
+from storage.store import Store
+from tests.cli.cli_helpers import txlog
+from tests.server.kafka_wire import RawConnection, answers_api_versions, served_api_keys
+from tests.server.serve_process import ServeProcess
+from txlog.server import faults, wire
+
+FIND_COORDINATOR, METADATA, END_TXN = 10, 3, 26
+COORDINATOR_NOT_AVAILABLE = 15
+_METADATA_FLAGS = {"allow_auto_topic_creation": True, "include_topic_authorized_operations": False}
+
+
+@pytest.fixture
+def serve_with(tmp_path):
+    """Start `txlog serve` with extra arguments; every server started is killed at the end."""
+    started: list[ServeProcess] = []
+
+    def start(*args: str) -> ServeProcess:
+        server = ServeProcess(str(tmp_path / "store"), args=args).start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.kill()
+
+
+def test_a_fault_answers_the_next_count_requests_then_the_api_is_served_again(serve_with):
+    server = serve_with("--fault", "FindCoordinator:COORDINATOR_NOT_AVAILABLE:2")
+    with RawConnection(server.bootstrap) as conn:
+        answers = [conn.request(FIND_COORDINATOR, 4, key_type=0, coordinator_keys=("g1", "g2")) for _ in range(3)]
+    for faulted in answers[:2]:
+        assert [(c.key, int(c.error_code)) for c in faulted.coordinators] == [
+            ("g1", COORDINATOR_NOT_AVAILABLE),
+            ("g2", COORDINATOR_NOT_AVAILABLE),
+        ]
+    assert [(c.key, int(c.error_code), c.port) for c in answers[2].coordinators] == [
+        ("g1", 0, server.port),
+        ("g2", 0, server.port),
+    ]
+    assert server.log().count("fault injected: FindCoordinator v4") == 2
+
+
+def test_a_fault_uses_the_top_level_error_code_of_versions_that_have_one(serve_with):
+    server = serve_with("--fault", "findcoordinator:not_coordinator")  # names in any case, COUNT 1
+    with RawConnection(server.bootstrap) as conn:
+        faulted = conn.request(FIND_COORDINATOR, 2, key_type=0, key="g1")
+        served = conn.request(FIND_COORDINATOR, 2, key_type=0, key="g1")
+    assert int(faulted.error_code) == int(ErrorCode.not_coordinator)
+    assert (int(served.error_code), served.port) == (0, server.port)
+
+
+def test_a_faulted_request_does_not_touch_the_store(serve_with):
+    server = serve_with("--fault", "Metadata:UNKNOWN_SERVER_ERROR")
+    with RawConnection(server.bootstrap) as conn:
+        faulted = conn.request(METADATA, 12, topics=(_metadata_topic("made-by-metadata"),), **_METADATA_FLAGS)
+    assert [(t.name, int(t.error_code)) for t in faulted.topics] == [("made-by-metadata", -1)]
+    store = Store.open_for_reading(server.data_dir)
+    try:
+        assert not store.has_topic("made-by-metadata")  # auto-create did not run
+    finally:
+        store.close()
+    with RawConnection(server.bootstrap) as conn:
+        served = conn.request(METADATA, 12, topics=(_metadata_topic("made-by-metadata"),), **_METADATA_FLAGS)
+    assert [(t.name, int(t.error_code)) for t in served.topics] == [("made-by-metadata", 0)]
+
+
+def _metadata_topic(name: str) -> Any:
+    message = wire.message_types(METADATA, 12)
+    assert message is not None
+    return wire.make(message.request_module.MetadataRequestTopic, name=name, topic_id=uuid.UUID(int=0))
+
+
+def test_librdkafka_reconnects_through_faulted_api_versions_and_gets_its_metadata(serve_with):
+    server = serve_with("--fault", "ApiVersions:UNKNOWN_SERVER_ERROR:2")
+    metadata = AdminClient({"bootstrap.servers": server.bootstrap}).list_topics("retried", timeout=60)
+    assert metadata.topics["retried"].error is None
+    assert len(metadata.topics["retried"].partitions) == 1
+    assert server.log().count("fault injected: ApiVersions") == 2
+
+
+def test_a_transactional_commit_retries_through_a_faulted_end_txn(serve_with):
+    """librdkafka retries EndTxn on COORDINATOR_NOT_AVAILABLE, and the commit succeeds.
+
+    Needs the EndTxn handler (issue 22's transactions area): skipped while the server does not serve it.
+    """
+    server = serve_with("--fault", "EndTxn:COORDINATOR_NOT_AVAILABLE:2")
+    if END_TXN not in served_api_keys(server.bootstrap):
+        pytest.skip("this server does not serve EndTxn yet")
+    producer = Producer({"bootstrap.servers": server.bootstrap, "transactional.id": "faulted-commit"})
+    producer.init_transactions(60)
+    producer.begin_transaction()
+    producer.produce("committed", b"v")
+    producer.commit_transaction(60)
+    assert server.log().count("fault injected: EndTxn") == 2
+    store = Store.open_for_reading(server.data_dir)
+    try:
+        log = store.partition("committed", 0)
+        assert log.last_stable_offset == log.log_end_offset == 2  # the record and its COMMIT marker
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize(
+    ("fault", "complaint"),
+    [
+        ("EndTxn", "not API:ERROR[:COUNT]"),
+        ("NoSuchApi:UNKNOWN_SERVER_ERROR", "unknown API 'NoSuchApi'"),
+        ("EndTxn:NO_SUCH_ERROR", "unknown Kafka error 'NO_SUCH_ERROR'"),
+        ("EndTxn:NONE", "unknown Kafka error 'NONE'"),
+        ("EndTxn:REQUEST_TIMED_OUT:0", "COUNT must be a positive whole number"),
+        ("EndTxn:REQUEST_TIMED_OUT:x", "COUNT must be a positive whole number"),
+    ],
+)
+def test_a_bad_fault_is_a_usage_error(tmp_path, fault, complaint):
+    run = txlog("serve", "--listen", "127.0.0.1:0", "--fault", fault, data_dir=tmp_path / "store")
+    assert run.returncode == 2
+    assert run.stderr.startswith("Error: --fault ") and complaint in run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1
+
+
+def test_a_server_answering_faults_keeps_serving_other_apis(serve_with):
+    server = serve_with("--fault", "Metadata:UNKNOWN_SERVER_ERROR:1000")
+    assert answers_api_versions(server.bootstrap)
+
+
+# ---- the generic error response, for every API and version kio knows -------------------------------
+
+# Responses whose items cannot be matched to the request's: AlterReplicaLogDirs and DescribeLogDirs
+# before v3 (results nested differently from the request) and AlterUserScramCredentials (results
+# for two request arrays at once). Their faulted answer is well-formed with no items.
+_UNMATCHED = {("AlterReplicaLogDirs", 1), ("AlterReplicaLogDirs", 2), ("DescribeLogDirs", 1), ("DescribeLogDirs", 2)}
+_UNMATCHED_APIS = {"AlterUserScramCredentials"}
+
+
+def _all_versions() -> list[tuple[int, int]]:
+    found = []
+    for key in sorted(api_key_map):
+        found += [(key, version) for version in range(0, 20) if wire.message_types(key, version) is not None]
+    return found
+
+
+@pytest.mark.parametrize(("api_key", "version"), _all_versions())
+def test_the_error_response_carries_the_error_for_every_item_the_request_names(api_key, version):
+    message = wire.message_types(api_key, version)
+    assert message is not None
+    request = _sample(message.request)
+    response = faults.error_response(message, request, ErrorCode.coordinator_not_available)
+    wire.encode_response(message, 7, response)  # well-formed at its version
+    codes = _error_codes(response)
+    name = wire.api_name(api_key)
+    if (name, version) in _UNMATCHED or name in _UNMATCHED_APIS:
+        return
+    assert codes, f"{name} v{version}: no error code in {response}"
+    assert set(codes) == {ErrorCode.coordinator_not_available}, f"{name} v{version}: {response}"
+
+
+def test_the_error_response_of_produce_names_each_partition_of_the_request():
+    message = wire.message_types(0, 9)
+    assert message is not None
+    request = _sample(message.request)
+    response = faults.error_response(message, request, ErrorCode.not_leader_or_follower)
+    expected = [(t.name, p.index) for t in request.topic_data for p in t.partition_data]
+    got = [(t.name, p.index, p.error_code) for t in response.responses for p in t.partition_responses]
+    assert got == [(*pair, ErrorCode.not_leader_or_follower) for pair in expected]
+
+
+def _sample(cls: type) -> Any:
+    """A request of `cls` with two distinct items in every array (values from their position)."""
+    counter = iter(range(1, 1 << 30))
+    return _sample_of(cls, counter)
+
+
+def _sample_of(cls: Any, counter: typing.Iterator[int]) -> Any:
+    values = {}
+    for f in dataclasses.fields(cls):
+        t = _unoptional(f.type)
+        if typing.get_origin(t) is tuple:
+            element = typing.get_args(t)[0]
+            values[f.name] = tuple(_one(f, element, counter) for _ in range(2))
+        else:
+            values[f.name] = _one(f, t, counter)
+    return cls(**values)
+
+
+def _one(f: dataclasses.Field, t: Any, counter: typing.Iterator[int]) -> Any:
+    if dataclasses.is_dataclass(t):
+        return _sample_of(t, counter)
+    n = next(counter)
+    kind = f.metadata["kafka_type"]
+    return {
+        "string": f"s{n}",
+        "int8": n % 100,
+        "int16": n,
+        "int32": n,
+        "int64": n,
+        "uint16": n,
+        "float64": float(n),
+        "bool": False,
+        "bytes": b"",
+        "records": b"",
+        "uuid": uuid.UUID(int=n),
+        "timedelta_i32": datetime.timedelta(milliseconds=n),
+        "timedelta_i64": datetime.timedelta(milliseconds=n),
+        "datetime_i64": datetime.datetime.fromtimestamp(n, datetime.UTC),
+        "error_code": ErrorCode.none,
+    }[kind]
+
+
+def _unoptional(t: Any) -> Any:
+    if typing.get_origin(t) in (types.UnionType, typing.Union):
+        return next(a for a in typing.get_args(t) if a is not type(None))
+    return t
+
+
+def _error_codes(entity: Any) -> list[ErrorCode]:
+    codes = []
+    for f in dataclasses.fields(entity):
+        value = getattr(entity, f.name)
+        if f.metadata.get("kafka_type") == "error_code":
+            codes.append(value)
+        elif isinstance(value, tuple):
+            codes += [c for item in value if dataclasses.is_dataclass(item) for c in _error_codes(item)]
+        elif dataclasses.is_dataclass(value):
+            codes += _error_codes(value)
+    return codes
