@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import datetime
-import types
-import typing
 import uuid
 from typing import Any
 
@@ -17,7 +14,7 @@ from kio.schema.index import api_key_map
 
 from storage.store import Store
 from tests.cli.cli_helpers import txlog
-from tests.server.kafka_wire import RawConnection, answers_api_versions, served_api_keys
+from tests.server.kafka_wire import RawConnection, answers_api_versions, sample_request, served_api_keys
 from tests.server.serve_process import ServeProcess
 from txlog.server import faults, wire
 
@@ -160,7 +157,7 @@ def _all_versions() -> list[tuple[int, int]]:
 def test_the_error_response_carries_the_error_for_every_item_the_request_names(api_key, version):
     message = wire.message_types(api_key, version)
     assert message is not None
-    request = _sample(message.request)
+    request = sample_request(message.request)
     response = faults.error_response(message, request, ErrorCode.coordinator_not_available)
     wire.encode_response(message, 7, response)  # well-formed at its version
     codes = _error_codes(response)
@@ -174,59 +171,11 @@ def test_the_error_response_carries_the_error_for_every_item_the_request_names(a
 def test_the_error_response_of_produce_names_each_partition_of_the_request():
     message = wire.message_types(0, 9)
     assert message is not None
-    request = _sample(message.request)
+    request = sample_request(message.request)
     response = faults.error_response(message, request, ErrorCode.not_leader_or_follower)
     expected = [(t.name, p.index) for t in request.topic_data for p in t.partition_data]
     got = [(t.name, p.index, p.error_code) for t in response.responses for p in t.partition_responses]
     assert got == [(*pair, ErrorCode.not_leader_or_follower) for pair in expected]
-
-
-def _sample(cls: type) -> Any:
-    """A request of `cls` with two distinct items in every array (values from their position)."""
-    counter = iter(range(1, 1 << 30))
-    return _sample_of(cls, counter)
-
-
-def _sample_of(cls: Any, counter: typing.Iterator[int]) -> Any:
-    values = {}
-    for f in dataclasses.fields(cls):
-        t = _unoptional(f.type)
-        if typing.get_origin(t) is tuple:
-            element = typing.get_args(t)[0]
-            values[f.name] = tuple(_one(f, element, counter) for _ in range(2))
-        else:
-            values[f.name] = _one(f, t, counter)
-    return cls(**values)
-
-
-def _one(f: dataclasses.Field, t: Any, counter: typing.Iterator[int]) -> Any:
-    if dataclasses.is_dataclass(t):
-        return _sample_of(t, counter)
-    n = next(counter)
-    kind = f.metadata["kafka_type"]
-    return {
-        "string": f"s{n}",
-        "int8": n % 100,
-        "int16": n,
-        "int32": n,
-        "int64": n,
-        "uint16": n,
-        "float64": float(n),
-        "bool": False,
-        "bytes": b"",
-        "records": b"",
-        "uuid": uuid.UUID(int=n),
-        "timedelta_i32": datetime.timedelta(milliseconds=n),
-        "timedelta_i64": datetime.timedelta(milliseconds=n),
-        "datetime_i64": datetime.datetime.fromtimestamp(n, datetime.UTC),
-        "error_code": ErrorCode.none,
-    }[kind]
-
-
-def _unoptional(t: Any) -> Any:
-    if typing.get_origin(t) in (types.UnionType, typing.Union):
-        return next(a for a in typing.get_args(t) if a is not type(None))
-    return t
 
 
 def _error_codes(entity: Any) -> list[ErrorCode]:

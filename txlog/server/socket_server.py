@@ -46,6 +46,9 @@ PRODUCE_KEY = 0
 DECODED_WEIGHT = 32
 # Kafka's sasl.server.max.receive.size default: what a client may send before it has authenticated.
 SASL_MAX_RECEIVE_BYTES = 524_288
+# Decoding costs Python time per item (a 2 MB Metadata request of 1M topics: seconds): frames past
+# this size are decoded on a thread of their own, one at a time, while the loop serves the rest.
+DECODE_ON_LOOP_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +78,7 @@ class SocketServer:
         self.log = log if log is not None else stderr_line
         self.apis = load_handlers()
         self.store_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="txlog-store")
+        self.decode_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="txlog-decode")
         self.endpoints: list[Endpoint] = []
         self._servers: list[asyncio.base_events.Server] = []
         self._connections: dict[asyncio.Task, bool] = {}  # each connection's task: is it serving a request?
@@ -125,6 +129,7 @@ class SocketServer:
                 await asyncio.wait(late, timeout=SHUTDOWN_GRACE_S)
         await asyncio.get_running_loop().run_in_executor(self.store_thread, self.broker.store.close)
         self.store_thread.shutdown(wait=True)
+        self.decode_thread.shutdown(wait=False, cancel_futures=True)
 
     # ---- connections --------------------------------------------------------------------------------
 
@@ -181,7 +186,7 @@ class SocketServer:
                 return self._unsupported_api_versions(correlation_id)
             raise _Closed(f"{wire.api_name(api_key)} v{version} is not served")
         try:
-            header, body = wire.decode_request(frame, message)
+            header, body = await self._decode(frame, message)
         except wire.MalformedRequestError as exc:
             raise _Closed(str(exc)) from None
         connection.client_id = header.client_id
@@ -208,6 +213,13 @@ class SocketServer:
             self.log(f"error serving {wire.api_name(api_key)} v{version} from {connection.peer}:")
             self.log(traceback.format_exc().rstrip())
             raise _Closed(f"internal error serving {wire.api_name(api_key)}") from None
+
+    async def _decode(self, frame: bytes, message: wire.MessageTypes) -> tuple[wire.RequestHeader, object]:
+        """Decode on the loop, or on the decode thread for a large frame, so the loop keeps serving others."""
+        if len(frame) <= DECODE_ON_LOOP_BYTES:
+            return wire.decode_request(frame, message)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.decode_thread, wire.decode_request, frame, message)
 
     def _injected(self, ctx: RequestContext, body: object, error: ErrorCode) -> bytes | None:
         """The answer to a request a `--fault` takes: the error for every item, the store untouched."""
@@ -244,7 +256,13 @@ class SocketServer:
             raise _Closed(f"a request of {size} bytes before authentication is past {SASL_MAX_RECEIVE_BYTES}")
         head = await _read_exactly(reader, min(size, 2), idle_s, _MID_REQUEST, _STALLED)
         api_key = int.from_bytes(head, "big", signed=True) if len(head) == 2 else -1
-        charge = await self.limits.memory.acquire(size if api_key == PRODUCE_KEY else size * DECODED_WEIGHT)
+        memory = self.limits.memory
+        weight = size if api_key == PRODUCE_KEY else size * DECODED_WEIGHT
+        if not memory.fits(weight):
+            self.log(
+                f"a request of {size} bytes waits: queued.max.request.bytes ({memory.limit}) is in use ({memory.used})"
+            )
+        charge = await memory.acquire(weight)
         try:
             rest = await _read_exactly(reader, size - len(head), idle_s, _MID_REQUEST, _STALLED)
         except BaseException:
@@ -327,6 +345,10 @@ class RequestMemory:
         if self._freed is None:
             self._freed = asyncio.Condition()  # created on the loop that uses it
         return self._freed
+
+    def fits(self, size: int) -> bool:
+        """Would a charge of `size` be taken at once?"""
+        return self.limit is None or self.used + min(size, self.limit) <= self.limit
 
     async def acquire(self, size: int) -> int:
         """Wait until `size` (at most the limit) fits; returns the charge to release."""
