@@ -32,6 +32,7 @@ SUMMARIES: dict[str, str] = {
     "transactions describe-producers": "The producers a partition remembers.",
     "transactions find-hanging": "Find open transactions no coordinator will end.",
     "transactions abort": "Abort a hanging transaction in one partition.",
+    "transactions expire": "Expire a transactional id now (fault rehearsal).",
     "groups list": "List consumer groups.",
     "groups describe": "Describe groups: offsets and lag, members or state.",
     "groups reset-offsets": "Plan or write new committed offsets of a group.",
@@ -132,6 +133,10 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "transactions abort": (
         "txlog transactions find-hanging -t orders",
         "txlog transactions abort -t orders -p 0 --start-offset 1200",
+    ),
+    "transactions expire": (
+        "txlog transactions expire --transactional-id load-1",
+        "txlog transactions expire --transactional-id load-1 --output json",
     ),
     "groups list": (
         "txlog groups list",

@@ -395,6 +395,60 @@ def _abort_hanging(
     )
 
 
+# ---- expire (fault rehearsal) ------------------------------------------------------------------------
+
+
+@app.command("expire")
+def expire(
+    ctx: typer.Context,
+    transactional_id: Annotated[
+        str,
+        typer.Option(
+            "--transactional-id",
+            metavar="ID",
+            help="The transactional id to forget now.",
+            show_default=False,
+            autocompletion=complete_transactional_ids,
+        ),
+    ],
+    output: ResultOutputOption = OutputFormat.text,
+) -> None:
+    """Expire a transactional id now, as transactional.id.expiration.ms would after it.
+
+    For rehearsing an application's handling of an expired id in seconds rather than a week:
+    an open transaction is aborted first (as its timeout would), then the id's state is
+    removed. Its producer's next transactional request gets INVALID_PRODUCER_ID_MAPPING, in
+    this store's embedded clients and through `txlog serve` alike; initializing again
+    starts afresh. Works while other processes (and `txlog serve`) use the store.
+    """
+    from txlog.errors import ConcurrentTransactionsError
+
+    with _admin(ctx, read_only=False) as admin:
+        if admin.coordinator.describe(transactional_id) is None:  # checked first: creates nothing
+            raise CommandError(f"cannot expire: transactional id '{transactional_id}' is unknown")
+        try:
+            expired = admin.coordinator.expire_transactional_id(transactional_id)
+        except ConcurrentTransactionsError as exc:
+            raise CommandError(f"cannot expire: {exc}; run the same command again") from None
+    if expired is None:  # expired by the sweep between the two looks
+        raise CommandError(f"cannot expire: transactional id '{transactional_id}' is unknown")
+    status(
+        ctx,
+        f"Expired transactional id '{transactional_id}' (producer id {expired.producer_id}, "
+        f"epoch {expired.producer_epoch}, last state {expired.state.admin_name}).",
+    )
+    print_result(
+        output,
+        {
+            "transactionalId": transactional_id,
+            "result": "expired",
+            "producerId": expired.producer_id,
+            "producerEpoch": expired.producer_epoch,
+            "lastState": expired.state.admin_name,
+        },
+    )
+
+
 # ---- commit / abort --transactional-id (top-level verbs) --------------------------------------------
 
 

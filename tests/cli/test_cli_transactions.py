@@ -143,6 +143,22 @@ def test_abort_by_transactional_id(store_dir):
     assert [json.loads(line)["transactionalId"] for line in proc.stdout.splitlines()] == ["Y"]
 
 
+def test_expire_aborts_the_open_transaction_and_forgets_the_id(store_dir):
+    pid = _open_transaction(store_dir, "Z")
+    proc = txlog("transactions", "expire", "--transactional-id", "Z", "--output", "json", data_dir=store_dir)
+    assert_ok(proc)
+    result = json.loads(proc.stdout)
+    assert (result["result"], result["producerId"], result["lastState"]) == ("expired", pid, "CompleteAbort")
+    assert _committed_values(store_dir, "t") == []
+    assert "not found" in assert_one_error(
+        txlog("transactions", "describe", "--transactional-id", "Z", data_dir=store_dir)
+    )
+    before = tree(store_dir)
+    msg = assert_one_error(txlog("transactions", "expire", "--transactional-id", "Z", data_dir=store_dir))
+    assert msg == "cannot expire: transactional id 'Z' is unknown"
+    assert tree(store_dir) == before
+
+
 def test_commit_unknown_id_is_an_error_and_creates_nothing(store_dir):
     before = tree(store_dir)
     msg = assert_one_error(txlog("commit", "--transactional-id", "nobody", data_dir=store_dir))

@@ -60,6 +60,7 @@ from txlog.errors import (
     InvalidTxnStateError,
     KafkaStorageError,
     ProducerFencedError,
+    TransactionAbortableError,
     TransactionOutcomeUnknownError,
     UnstableOffsetCommitError,
 )
@@ -1087,3 +1088,42 @@ def test_every_transaction_state_record_decodes(store, store_path):
     assert len(records) > 40 and {tid for _, _, tid, _ in records} >= {"a", "b", "c", "rot", "😀emoji"}
     result = check_store(store_path)
     assert set(result["_txn"]) >= {"a", "rot"}
+
+
+# ---- expiring a transactional id on demand (txlog transactions expire) ----------------------------------
+
+
+def test_expiring_an_open_transaction_aborts_it_then_forgets_the_id(store):
+    p = producer(store, "doomed")
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("t", b"1", partition=0)
+    p.flush()
+    pid, epoch = p.producer_id, p.producer_epoch
+    coordinator = TransactionCoordinator(store)
+    expired = coordinator.expire_transactional_id("doomed")
+    assert expired is not None and (expired.producer_id, expired.state) == (pid, TxnState.COMPLETE_ABORT)
+    assert state_of(store, "doomed") is None
+    assert [(m[2]) for m in markers(store, p=0)] == ["ABORT"] and rc(store, p=0) == []
+    with pytest.raises(InvalidProducerIdMappingError):
+        coordinator.add_partitions("doomed", pid, epoch + 2, [("t", 1)])  # even at the epoch the abort bumped to
+    with pytest.raises(InvalidProducerIdMappingError):
+        coordinator.end_transaction("doomed", pid, epoch, commit=True)
+    assert coordinator.init_producer_id("doomed").producer_id != pid  # a new id: nothing was remembered
+    p.store.close()
+
+
+def test_expiring_an_idle_transactional_id_fails_its_producers_next_transaction(store):
+    p = producer(store, "idle")
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("t", b"1", partition=0)
+    p.commit_transaction()
+    expired = TransactionCoordinator(store).expire_transactional_id("idle")
+    assert expired is not None and expired.state == TxnState.COMPLETE_COMMIT
+    p.begin_transaction()
+    p.send("t", b"2", partition=0)
+    with pytest.raises(TransactionAbortableError, match="unknown \\(expired\\?\\)"):  # the client's word for it
+        p.commit_transaction()
+    assert rc(store, p=0) == [b"1"]
+    assert TransactionCoordinator(store).expire_transactional_id("never-seen") is None

@@ -19,6 +19,8 @@ from tests.server.serve_process import ServeProcess
 from txlog.server import faults, wire
 
 FIND_COORDINATOR, METADATA, END_TXN = 10, 3, 26
+INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN = 22, 24
+INVALID_PRODUCER_ID_MAPPING = 49
 COORDINATOR_NOT_AVAILABLE = 15
 _METADATA_FLAGS = {"allow_auto_topic_creation": True, "include_topic_authorized_operations": False}
 
@@ -112,6 +114,51 @@ def test_a_transactional_commit_retries_through_a_faulted_end_txn(serve_with):
         assert log.last_stable_offset == log.log_end_offset == 2  # the record and its COMMIT marker
     finally:
         store.close()
+
+
+def test_an_expired_transactional_id_is_refused_with_invalid_producer_id_mapping(serve_with):
+    """`txlog transactions expire` beside a running server: the producer's next requests get Kafka's error.
+
+    Needs the transaction handlers (issue 22's transactions area): skipped while the server does not serve them.
+    """
+    server = serve_with()
+    if not {INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, END_TXN} <= served_api_keys(server.bootstrap):
+        pytest.skip("this server does not serve InitProducerId, AddPartitionsToTxn and EndTxn yet")
+    with RawConnection(server.bootstrap) as conn:
+        conn.request(METADATA, 12, topics=(_metadata_topic("expiring"),), **_METADATA_FLAGS)  # auto-creates it
+        init = conn.request(INIT_PRODUCER_ID, 1, transactional_id="app", transaction_timeout=60000)
+        assert int(init.error_code) == 0
+        run = txlog("-q", "transactions", "expire", "--transactional-id", "app", data_dir=server.data_dir)
+        assert run.returncode == 0, run.stderr
+        topic = _add_partitions_topic("expiring", 0)
+        added = conn.request(
+            ADD_PARTITIONS_TO_TXN,
+            3,
+            v3_and_below_transactional_id="app",
+            v3_and_below_producer_id=init.producer_id,
+            v3_and_below_producer_epoch=init.producer_epoch,
+            v3_and_below_topics=(topic,),
+        )
+        ended = conn.request(
+            END_TXN,
+            3,
+            transactional_id="app",
+            producer_id=init.producer_id,
+            producer_epoch=init.producer_epoch,
+            committed=True,
+        )
+    assert [
+        (t.name, p.partition_index, int(p.partition_error_code))
+        for t in added.results_by_topic_v3_and_below
+        for p in t.results_by_partition
+    ] == [("expiring", 0, INVALID_PRODUCER_ID_MAPPING)]
+    assert int(ended.error_code) == INVALID_PRODUCER_ID_MAPPING
+
+
+def _add_partitions_topic(name: str, partition: int) -> Any:
+    message = wire.message_types(ADD_PARTITIONS_TO_TXN, 3)
+    assert message is not None
+    return wire.make(message.request_module.AddPartitionsToTxnTopic, name=name, partitions=(partition,))
 
 
 @pytest.mark.parametrize(

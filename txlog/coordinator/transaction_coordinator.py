@@ -603,6 +603,26 @@ class TransactionCoordinator:
         with self._locked(transactional_id) as part:
             return self._check_producer(transactional_id, self._housekeep(part, transactional_id), producer_id, epoch)
 
+    def expire_transactional_id(self, transactional_id: str) -> TxnLogValue | None:
+        """Forget a transactional id now, as `transactional.id.expiration.ms` would once it had been idle.
+
+        For fault rehearsal (`txlog transactions expire`): an open transaction is first fenced and
+        aborted (what the transaction timeout would have done), a decided one rolled forward, then
+        the id is tombstoned. Its producer's next AddPartitionsToTxn, AddOffsetsToTxn or EndTxn gets
+        INVALID_PRODUCER_ID_MAPPING, as from a broker that expired it; InitProducerId starts afresh.
+        Returns the state that was expired (after the abort), None if the id was unknown.
+        """
+        with self._locked(transactional_id) as part:
+            value = self._housekeep(part, transactional_id)  # rolls a decided PREPARE forward
+            if value is not None and value.state == TxnState.ONGOING:
+                value = self._fence_and_abort(part, transactional_id, value)
+            if value is None:
+                return None
+            if value.state in _PREPARE:  # its markers could not all be written: a retry completes them
+                raise ConcurrentTransactionsError(f"transaction '{transactional_id}' is still completing")
+            self._write(part, transactional_id, None)
+            return value
+
     # ---- reading -----------------------------------------------------------------------------------------
 
     def describe(self, transactional_id: str) -> TransactionDescription | None:
