@@ -139,6 +139,15 @@ def serve(
             "(repeatable), e.g. EndTxn:COORDINATOR_NOT_AVAILABLE:2.",
         ),
     ] = None,
+    fault_file: Annotated[
+        str | None,
+        typer.Option(
+            "--fault-file",
+            metavar="PATH",
+            help="More faults, one API:ERROR[:COUNT] a line; on SIGHUP the server re-reads it and the "
+            "faults it lists replace those pending.",
+        ),
+    ] = None,
 ) -> None:
     """Serve the Kafka protocol on the store (kcat, confluent-kafka, Java clients, kafka-python)."""
     from txlog.server.broker import DEFAULT_CONFIGS, Broker
@@ -152,12 +161,12 @@ def serve(
     )
     listeners = secure_listeners([parse_listener(text) for text in (listen or [DEFAULT_LISTENER])], security)
     overrides = dict(parse_config(text, DEFAULT_CONFIGS) for text in (config or []))
-    injected = parse_faults(fault or [])
+    injected = parse_faults(fault or [], fault_file)
     store = open_store(ctx, create=True)
     broker = Broker(store)
     broker.override(overrides)
     server = SocketServer(broker, listeners, log=_log_line(quiet=settings(ctx).quiet), injected=injected)
-    asyncio.run(_run(server))
+    asyncio.run(_run(server, fault_file))
 
 
 def parse_listener(text: str) -> ListenerSpec:
@@ -348,9 +357,9 @@ def parse_config(text: str, known: dict[str, str]) -> tuple[str, str]:
     return key, value
 
 
-def parse_faults(texts: list[str]) -> Faults:
-    """`--fault API:ERROR[:COUNT]` options, in order (txlog/server/faults.py)."""
-    from txlog.server.faults import Faults, parse_fault
+def parse_faults(texts: list[str], fault_file: str | None) -> Faults:
+    """`--fault API:ERROR[:COUNT]` options, in order, then the `--fault-file`'s (txlog/server/faults.py)."""
+    from txlog.server.faults import Faults, parse_fault, read_fault_file
 
     parsed = []
     for text in texts:
@@ -358,10 +367,31 @@ def parse_faults(texts: list[str]) -> Faults:
             parsed.append(parse_fault(text))
         except ValueError as exc:
             raise CommandError(f"--fault {exc}", exit_code=USAGE) from None
+    if fault_file is not None:
+        try:
+            parsed += read_fault_file(fault_file)
+        except ValueError as exc:
+            raise CommandError(f"--fault-file {exc}", exit_code=USAGE) from None
     return Faults(parsed)
 
 
-async def _run(server: SocketServer) -> None:
+def _reload_faults_on_sighup(server: SocketServer, fault_file: str) -> None:
+    """SIGHUP: the faults the file lists now replace the pending ones (a bad file changes nothing)."""
+    from txlog.server.faults import read_fault_file
+
+    def reload() -> None:
+        try:
+            faults = read_fault_file(fault_file)
+        except ValueError as exc:
+            server.log(f"error: --fault-file {exc}; faults unchanged")
+            return
+        server.faults.replace(faults)
+        server.log(f"faults reloaded from {fault_file}: {', '.join(map(str, faults)) or 'none'}")
+
+    asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reload)
+
+
+async def _run(server: SocketServer, fault_file: str | None = None) -> None:
     try:
         endpoints = await server.start()
     except OSError as exc:
@@ -370,6 +400,8 @@ async def _run(server: SocketServer) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, server.stop)
+    if fault_file is not None:
+        _reload_faults_on_sighup(server, fault_file)
     for endpoint in endpoints:
         print(f"listening on {endpoint}", flush=True)
     await server.serve_until_stopped()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import signal
+import time
 import uuid
 from typing import Any
 
@@ -177,6 +179,40 @@ def test_a_bad_fault_is_a_usage_error(tmp_path, fault, complaint):
     assert run.returncode == 2
     assert run.stderr.startswith("Error: --fault ") and complaint in run.stderr
     assert len(run.stderr.strip().splitlines()) == 1
+
+
+def test_faults_change_at_runtime_when_sighup_rereads_the_fault_file(serve_with, tmp_path):
+    fault_file = tmp_path / "faults"
+    fault_file.write_text("# none yet\n")
+    server = serve_with("--fault-file", str(fault_file))
+    with RawConnection(server.bootstrap) as conn:
+        assert int(conn.request(FIND_COORDINATOR, 2, key_type=0, key="g").error_code) == 0
+        fault_file.write_text("FindCoordinator:NOT_COORDINATOR   # one, then served again\n")
+        _sighup_and_wait(server, "faults reloaded from")
+        answers = [int(conn.request(FIND_COORDINATOR, 2, key_type=0, key="g").error_code) for _ in range(2)]
+        assert answers == [int(ErrorCode.not_coordinator), 0]
+        fault_file.write_text("FindCoordinator:NO_SUCH_ERROR\n")
+        _sighup_and_wait(server, "faults unchanged")
+        assert int(conn.request(FIND_COORDINATOR, 2, key_type=0, key="g").error_code) == 0
+    assert "line 1: unknown Kafka error 'NO_SUCH_ERROR'" in server.log()
+
+
+def _sighup_and_wait(server: ServeProcess, line: str) -> None:
+    seen = server.log().count(line)
+    assert server.proc is not None
+    server.proc.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + 60
+    while server.log().count(line) == seen:
+        assert time.monotonic() < deadline, server.log()
+        time.sleep(0.05)
+
+
+def test_a_bad_fault_file_is_a_usage_error(tmp_path):
+    fault_file = tmp_path / "faults"
+    fault_file.write_text("EndTxn:COORDINATOR_NOT_AVAILABLE:2\nEndTxn\n")
+    run = txlog("serve", "--listen", "127.0.0.1:0", "--fault-file", str(fault_file), data_dir=tmp_path / "store")
+    assert run.returncode == 2
+    assert run.stderr == f"Error: --fault-file {fault_file} line 2: 'EndTxn' is not API:ERROR[:COUNT]\n"
 
 
 def test_a_server_answering_faults_keeps_serving_other_apis(serve_with):

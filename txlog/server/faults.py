@@ -72,6 +72,24 @@ def parse_fault(text: str) -> Fault:
     return Fault(api_key, error, count)
 
 
+def read_fault_file(path: str) -> list[Fault]:
+    """The faults a file lists, one `API:ERROR[:COUNT]` a line (blank lines and `#` comments skipped)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    found = []
+    for number, line in enumerate(lines, 1):
+        text = line.split("#", 1)[0].strip()
+        if text:
+            try:
+                found.append(parse_fault(text))
+            except ValueError as exc:
+                raise ValueError(f"{path} line {number}: {exc}") from None
+    return found
+
+
 def api_key_by_name(name: str) -> int:
     """The key of an API named as Kafka does (`EndTxn`, `endtxn`, `end_txn`)."""
     wanted = name.replace("_", "").lower()
