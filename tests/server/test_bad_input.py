@@ -14,6 +14,7 @@ import socket
 import struct
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -35,6 +36,7 @@ from txlog.server import wire
 from txlog.server.socket_server import RequestMemory
 
 METADATA, PRODUCE = 3, 0
+UNKNOWN_TOPIC_ID = 100
 LOG_WAIT_S = 60.0
 
 
@@ -111,6 +113,18 @@ def test_tagged_fields_the_server_does_not_know_are_ignored_as_kafka_ignores_the
     correlation_id, response = decode_response(METADATA, 12, answer)
     assert correlation_id == 5
     assert [(t.name, int(t.error_code)) for t in response.topics] == [("known", 0)]
+
+
+def test_a_metadata_v11_lookup_by_topic_id_alone_is_answered(server):
+    """v10 and v11 requests may leave a topic's name null (found by the fuzz test: the answer failed to encode)."""
+    message = wire.message_types(METADATA, 11)
+    assert message is not None
+    topic = wire.make(message.request_module.MetadataRequestTopic, name=None, topic_id=uuid.UUID(int=7))
+    with RawConnection(server.bootstrap) as conn:
+        answer = conn.request(
+            METADATA, 11, topics=(topic,), allow_auto_topic_creation=False, include_topic_authorized_operations=False
+        )
+    assert [(t.name, int(t.error_code)) for t in answer.topics] == [("", UNKNOWN_TOPIC_ID)]
 
 
 def test_a_client_vanishing_mid_frame_is_logged_and_forgotten(server):

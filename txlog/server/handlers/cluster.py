@@ -151,6 +151,8 @@ def _topic_metadata(ctx: RequestContext, name: str | None, topic_id: uuid.UUID |
 
 
 def _topic_error(ctx: RequestContext, name: str | None, code: int, topic_id: uuid.UUID | None = None) -> Any:
+    if name is None and ctx.version < 12:
+        name = ""  # v10 and v11 requests may name a topic by id alone, but their answers cannot carry a null name
     return ctx.make(
         "MetadataResponseTopic",
         error_code=code,
