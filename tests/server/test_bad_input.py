@@ -33,7 +33,7 @@ from tests.server.kafka_wire import (
 )
 from tests.server.serve_process import ServeProcess
 from txlog.server import wire
-from txlog.server.socket_server import RequestMemory
+from txlog.server.socket_server import DECODE_ON_LOOP_BYTES, RequestMemory
 
 METADATA, PRODUCE = 3, 0
 UNKNOWN_TOPIC_ID = 100
@@ -125,6 +125,27 @@ def test_a_metadata_v11_lookup_by_topic_id_alone_is_answered(server):
             METADATA, 11, topics=(topic,), allow_auto_topic_creation=False, include_topic_authorized_operations=False
         )
     assert [(t.name, int(t.error_code)) for t in answer.topics] == [("", UNKNOWN_TOPIC_ID)]
+
+
+def test_a_large_request_is_decoded_off_the_loop_and_answered(server):
+    """A frame past DECODE_ON_LOOP_BYTES goes through the decode thread; its answer is the same."""
+    message = wire.message_types(METADATA, 12)
+    assert message is not None
+    names = [f"no-such-topic-{i:06d}" for i in range(5000)]
+    topics = tuple(
+        wire.make(message.request_module.MetadataRequestTopic, name=name, topic_id=uuid.UUID(int=0)) for name in names
+    )
+    body = wire.make(
+        message.request, topics=topics, allow_auto_topic_creation=False, include_topic_authorized_operations=False
+    )
+    frame = encode_request(METADATA, 12, body)
+    assert len(frame) > DECODE_ON_LOOP_BYTES
+    with RawConnection(server.bootstrap) as conn:
+        conn.send(frame)
+        answer = conn.receive()
+    assert answer is not None
+    _, response = decode_response(METADATA, 12, answer)
+    assert [(t.name, int(t.error_code)) for t in response.topics] == [(name, 3) for name in names]  # unknown topic
 
 
 def test_a_client_vanishing_mid_frame_is_logged_and_forgotten(server):

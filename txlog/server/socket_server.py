@@ -13,7 +13,9 @@ names, an API key nobody serves or a version outside the served range closes the
 (ApiVersions excepted: an unsupported ApiVersions version is answered with UNSUPPORTED_VERSION
 and the served table in v0 format, so the client can pick a version). A handler that fails
 unexpectedly is logged with its traceback on stderr and the connection is closed; the server
-keeps serving everyone else.
+keeps serving everyone else. Idle and stalled connections close after connections.max.idle.ms,
+and queued.max.request.bytes bounds the memory of the requests read at once (docs/serve.md §9).
+A request a `--fault` takes is answered with its error without reaching its handler (§10).
 """
 
 from __future__ import annotations
