@@ -22,7 +22,9 @@ files without a `PartitionLog`):
   ListOffsets(LATEST): min(LSO, HW) under read_committed, the HW under read_uncommitted),
   the one place the high watermark caps a reader;
 * `visible_batches` with `AbortedFilter`: which batches it shows, judged from headers;
-* `visible_records`: which records of a shown batch fall inside the offsets asked for.
+* `visible_records`: which records of a shown batch fall inside the offsets asked for;
+* `read_batches`: the broker half alone, whole batches and the aborted list, for `txlog serve`,
+  whose clients run the consumer half themselves.
 """
 
 from __future__ import annotations
@@ -120,22 +122,80 @@ def fetch(
     """
     isolation = IsolationLevel.parse(isolation)
     _check_limits(max_records, max_bytes)
-    bounds = LogBounds.of(log, isolation)
-    log_start, _, log_end, hw = bounds
-    if start_offset < log_start or start_offset > log_end:
-        raise OffsetOutOfRangeError(
-            f"offset {start_offset} is outside [{log_start}, {log_end}] of {log.topic}-{log.partition}"
-        )
-    upper = latest_offset(bounds, isolation)
+    bounds, upper = fetch_window(log, start_offset, isolation)
+    hw = bounds.high_watermark
     stable = latest_offset(bounds, IsolationLevel.READ_COMMITTED)  # Kafka's LSO is never past the HW either
     if start_offset >= upper:
-        if isolation is IsolationLevel.READ_COMMITTED and upper < log_end:
-            log.check_transactions_known()  # held at an LSO that damage may have left behind: say so
         return FetchResult([], start_offset, hw, stable)
     walk = _Walk(log, start_offset, upper, max_records, isolation is IsolationLevel.READ_COMMITTED)
     for read_from, batches in _reads(log, start_offset, upper, max_bytes, walk):
         walk.take(read_from, batches)
     return FetchResult(walk.records, walk.next_offset, hw, stable, walk.fetched_bytes)
+
+
+def fetch_window(log: PartitionLog, start_offset: int, isolation: IsolationLevel) -> tuple[LogBounds, int]:
+    """One look at `log` for a fetch from `start_offset`: its bounds, and where `isolation` stops the read.
+
+    Raises OffsetOutOfRangeError when `start_offset` is outside [log start, log end] (between
+    the cap and the log end a fetch returns nothing, as Kafka's does). A read_committed fetch
+    held at an LSO below the log end first checks that damage did not leave that LSO behind.
+    """
+    bounds = LogBounds.of(log, isolation)
+    log_start, _, log_end, _ = bounds
+    if start_offset < log_start or start_offset > log_end:
+        raise OffsetOutOfRangeError(
+            f"offset {start_offset} is outside [{log_start}, {log_end}] of {log.topic}-{log.partition}"
+        )
+    upper = latest_offset(bounds, isolation)
+    if start_offset >= upper and isolation is IsolationLevel.READ_COMMITTED and upper < log_end:
+        log.check_transactions_known()  # held at an LSO that damage may have left behind: say so
+    return bounds, upper
+
+
+@dataclass(frozen=True)
+class BatchesRead:
+    """The broker's half of one fetch: whole batches as stored, for a reader that filters them itself.
+
+    What a Kafka broker puts in a Fetch response: the batches from the one holding the
+    fetch offset, control and aborted ones included, and under read_committed the aborted
+    transactions overlapping them, which the client's consumer half (`AbortedFilter`'s
+    rule, in its own code) uses to drop them.
+    """
+
+    bounds: LogBounds
+    batches: list[RecordBatch]
+    #: (producer id, first offset) of every aborted transaction with data in the batches; None under read_uncommitted.
+    aborted: list[AbortedTxn] | None
+
+    @property
+    def size(self) -> int:
+        return sum(batch.size for batch in self.batches)
+
+    def data(self) -> bytes:
+        """The batches' bytes, back to back as in the segment files."""
+        return b"".join(batch.buffer for batch in self.batches)
+
+
+def read_batches(
+    log: PartitionLog, start_offset: int, isolation: IsolationLevel, max_bytes: int, *, min_one: bool = True
+) -> BatchesRead:
+    """Whole batches holding offsets ≥ `start_offset` below `isolation`'s cap, about `max_bytes` of them.
+
+    With `min_one` the first batch is returned however large (Kafka's rule for the first
+    partition of a fetch with data, so a consumer always progresses); without it a first
+    batch larger than `max_bytes` is left for a later fetch and nothing is returned.
+    Raises as `fetch_window` does.
+    """
+    bounds, upper = fetch_window(log, start_offset, isolation)
+    committed = isolation is IsolationLevel.READ_COMMITTED
+    wanted = start_offset < upper and (min_one or max_bytes > 0)
+    batches = log.read(start_offset, max(1, max_bytes), max_offset=upper) if wanted else []
+    if batches and not min_one and batches[0].size > max_bytes:
+        batches = []
+    aborted: list[AbortedTxn] | None = None
+    if committed:
+        aborted = log.aborted_transactions(start_offset, batches[-1].next_offset) if batches else []
+    return BatchesRead(bounds, batches, aborted)
 
 
 def _check_limits(max_records: int, max_bytes: int) -> None:

@@ -22,9 +22,10 @@ from hypothesis import strategies as st
 
 from storage import Store
 from storage.compression import Compression
+from storage.log_files import log_file
 from storage.records import ControlType, RecordBatch, TimestampType, build_batch
 from txlog.errors import OffsetOutOfRangeError
-from txlog.fetch import FetchResult, IllegalArgumentError, IsolationLevel, fetch
+from txlog.fetch import FetchResult, IllegalArgumentError, IsolationLevel, fetch, read_batches
 
 
 @contextmanager
@@ -454,3 +455,31 @@ def test_fetched_bytes_are_the_sizes_of_the_batches_records_came_from(log, w):
     cut = fetch(log, 1, RC, max_records=1)  # one record of a batch still counts the whole batch
     assert [r.offset for r in cut.records] == [1] and cut.fetched_bytes == sizes[0]
     assert fetch(log, log.log_end_offset, RC).fetched_bytes == 0
+
+
+# ---- read_batches: the broker half alone (txlog serve's Fetch) ------------------------------------------
+
+
+def test_read_batches_returns_stored_batches_and_the_aborts_they_overlap(tmp_path):
+    with Store.open(str(tmp_path / "s")) as store:
+        _check_read_batches(store)
+
+
+def _check_read_batches(store: Store) -> None:
+    store.create_topic("t", 1)
+    log = store.partition("t", 0)
+    log.append(build_batch([(None, b"x" * 3000, [], NOW)]))
+    aborted = build_batch(
+        [(None, b"y", [], NOW)], producer_id=8, producer_epoch=0, base_sequence=0, is_transactional=True
+    )
+    log.append(aborted)
+    log.append_marker(ControlType.ABORT, 8, 1, 0, NOW)
+    whole = read_batches(log, 0, RC, 1 << 20)
+    with open(log_file(log.directory, 0), "rb") as f:
+        assert whole.data() == f.read()  # control and aborted batches too: the client drops them
+    assert [(t.producer_id, t.first_offset) for t in whole.aborted] == [(8, 1)]
+    assert read_batches(log, 0, RU, 1 << 20).aborted is None
+    assert [b.base_offset for b in read_batches(log, 0, RU, 10).batches] == [0]  # the first batch, however large
+    assert read_batches(log, 0, RU, 10, min_one=False).batches == []  # not the first partition: it waits
+    with pytest.raises(OffsetOutOfRangeError):
+        read_batches(log, 4, RU, 10)
