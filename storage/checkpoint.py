@@ -24,6 +24,9 @@ LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
 #: txlog's own: per segment, how many `.txnindex` entries its ABORT markers call for (storage/txnindex_check.py).
 TXN_INDEX_COUNT_CHECKPOINT = "txnindex-count-checkpoint"
+#: txlog's own, per partition: a log start DeleteRecords moved inside a segment (one entry, the offset).
+#: Kafka keeps the same number in its log dir's `log-start-offset-checkpoint`, for all partitions at once.
+LOG_START_CHECKPOINT = "log-start-checkpoint"
 
 _INT = re.compile(r"[+-]?[0-9]+")  # what Java's Integer.parseInt accepts, and nothing more
 
@@ -111,6 +114,24 @@ def read_leader_epoch_checkpoint(partition_dir: str) -> list[tuple[int, int]]:
             raise CorruptIndexError(f"malformed checkpoint file {path}: entry {epoch} {start} is not two integers")
         result.append((int(epoch), int(start)))
     return result
+
+
+def write_log_start_checkpoint(partition_dir: str, offset: int) -> None:
+    """Persist the partition's log start (before any data below it is deleted: rule 8)."""
+    if offset < 0:
+        raise ValueError(f"a log start offset is non-negative: {offset}")
+    write_checkpoint(os.path.join(partition_dir, LOG_START_CHECKPOINT), [(offset,)])
+
+
+def read_log_start_checkpoint(partition_dir: str) -> int | None:
+    """The log start DeleteRecords persisted, or None if it never ran here; CorruptIndexError if damaged."""
+    path = os.path.join(partition_dir, LOG_START_CHECKPOINT)
+    entries = read_checkpoint(path, fields=1)
+    if not entries:
+        return None
+    if len(entries) != 1 or not _INT.fullmatch(entries[0][0]) or int(entries[0][0]) < 0:
+        raise CorruptIndexError(f"malformed checkpoint file {path}: expected one non-negative offset")
+    return int(entries[0][0])
 
 
 # ---- per-partition offset checkpoints of a log dir ------------------------------------------

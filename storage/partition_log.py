@@ -38,6 +38,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import pairwise
 
+from storage.checkpoint import LOG_START_CHECKPOINT, read_log_start_checkpoint, write_log_start_checkpoint
 from storage.config import TopicConfig
 from storage.durable import write_refused
 from storage.errors import (
@@ -66,7 +67,7 @@ from storage.producer_state import (
 )
 from storage.producer_state_snapshots import clean_snapshots
 from storage.records import ControlType, RecordBatch, build_control_batch
-from storage.retention import delete_segments, segments_past_retention
+from storage.retention import delete_segments, segments_below, segments_past_retention
 from storage.safe_open import refuse_links
 from storage.segment import LogSegment
 from storage.transaction_index import AbortedTxn, collect_aborted
@@ -176,6 +177,11 @@ class PartitionLog:
         self._own_unsynced = False
         self._last_expiry_check = 0
         self._closed = False
+        # A log start DeleteRecords moved inside a segment (LOG_START_CHECKPOINT), and which
+        # version of that file this view read: the log start is the larger of it and the first
+        # segment's base offset (`_log_start`).
+        self._start_floor = 0
+        self._start_file: tuple[int, int, int] | None = None
         if read_only:
             with self._mutex:
                 self._loader.load(repair=False)
@@ -190,6 +196,8 @@ class PartitionLog:
                 if refusal is None or self._failed:
                     raise
                 self._open_without_writing(refusal)
+        with self._mutex:
+            self._refresh_log_start()
 
     def _open_without_writing(self, refusal: OSError) -> None:
         """The disk refused recovery's writes (full, read-only, no permission): open as a read-only view.
@@ -219,9 +227,10 @@ class PartitionLog:
 
     @property
     def log_start_offset(self) -> int:
+        """The first offset a reader may read: the first segment's, or past it where DeleteRecords moved it."""
         with self._mutex:
             self._refresh_segment_list()
-            return self._segments[0].base_offset
+            return self._log_start()
 
     @property
     def log_end_offset(self) -> int:
@@ -265,10 +274,14 @@ class PartitionLog:
         """
         with self._mutex:
             self._refresh_segment_list()
-            return self._segments[0].base_offset, self._lso(), self._segments[-1].next_offset
+            return self._log_start(), self._lso(), self._segments[-1].next_offset
 
     def _lso(self) -> int:
-        return self._state.last_stable_offset(self._segments[0].base_offset, self._segments[-1].next_offset)
+        return self._state.last_stable_offset(self._log_start(), self._segments[-1].next_offset)
+
+    def _log_start(self) -> int:
+        """The log start of this view: never before its first segment, never past its log end."""
+        return max(self._segments[0].base_offset, min(self._start_floor, self._segments[-1].next_offset))
 
     @property
     def high_watermark(self) -> int:
@@ -295,7 +308,7 @@ class PartitionLog:
             self._refresh_segment_list()
             lso = self._lso()
             hw = self._high_watermark(lso if committed_only else None)
-            return self._segments[0].base_offset, lso, self._segments[-1].next_offset, hw
+            return self._log_start(), lso, self._segments[-1].next_offset, hw
 
     def _high_watermark(self, needed: int | None = None) -> int:
         """The HW of this view (caught up), from the HW file; with no file (older stores, Kafka dirs) the log end.
@@ -310,7 +323,7 @@ class PartitionLog:
         self._durable = max(self._durable, stored)
         if self._durable < (self._segments[-1].next_offset if needed is None else needed):
             self._sync_for_reader()
-        return max(self._segments[0].base_offset, min(self._durable, self._segments[-1].next_offset))
+        return max(self._log_start(), min(self._durable, self._segments[-1].next_offset))
 
     def _sync_for_reader(self) -> None:
         """Make the unsynced tail durable if no writer is at work, as recovery would (see `high_watermark`).
@@ -418,6 +431,26 @@ class PartitionLog:
             return
         while len(self._segments) > 1 and self._segments[0].base_offset < bases[0]:
             self._segments.pop(0).close()
+        self._refresh_log_start()
+
+    def _refresh_log_start(self) -> None:
+        """Take up a log start another process's DeleteRecords persisted (the file is read only when it changed)."""
+        try:
+            st = os.stat(os.path.join(self.directory, LOG_START_CHECKPOINT))
+        except FileNotFoundError:
+            return
+        key = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if key == self._start_file:
+            return
+        self._start_file = key
+        try:
+            offset = read_log_start_checkpoint(self.directory)
+        except (CorruptIndexError, KafkaStorageError) as exc:
+            # The view keeps the log start it knew; the next DeleteRecords rewrites the file.
+            _log.warning("%s: ignoring its log start checkpoint (%s)", self, exc)
+            return
+        if offset is not None:
+            self._start_floor = max(self._start_floor, offset)
 
     # ---- appending -----------------------------------------------------------------------------------
 
@@ -802,7 +835,7 @@ class PartitionLog:
         """
         with self._mutex:
             self._refresh_segment_list()
-            start = self._segments[0].base_offset
+            start = self._log_start()
             end = self._segments[-1].next_offset
             if start_offset < start or start_offset > end:
                 raise OffsetOutOfRangeError(
@@ -1016,6 +1049,7 @@ class PartitionLog:
         """
         with self._mutex:
             self._refresh_segment_list()
+            start = self._log_start()
             for seg in self._segments:
                 if seg.size == 0 and seg is self._segments[-1]:
                     continue
@@ -1031,7 +1065,7 @@ class PartitionLog:
                     if batch is None or batch.is_control:
                         continue
                     for record in batch.records():
-                        if record.timestamp >= timestamp:
+                        if record.timestamp >= timestamp and record.offset >= start:  # none below the log start
                             return record.offset
             return None
 
@@ -1045,7 +1079,12 @@ class PartitionLog:
             return self._enforce_retention_locked(self._clock())
 
     def _enforce_retention_locked(self, now: int) -> int:
-        doomed = segments_past_retention(self._segments, self.config, now)
+        self._refresh_log_start()
+        doomed = max(
+            segments_past_retention(self._segments, self.config, now),
+            segments_below(self._segments, self._log_start()),
+            key=len,
+        )
         if not doomed:
             return 0
         # The counts go before the snapshot retention takes (see LogLoader.snapshot).
@@ -1053,6 +1092,30 @@ class PartitionLog:
         delete_segments(self.directory, doomed, self._segments[len(doomed)].base_offset, self._state)
         del self._segments[: len(doomed)]
         return len(doomed)
+
+    def delete_records(self, offset: int) -> int:
+        """Kafka's DeleteRecords: move the log start up to `offset`; returns the log start after it.
+
+        The new log start is persisted first (LOG_START_CHECKPOINT), then the whole segments
+        below it are deleted as retention deletes them; a segment holding it stays, its
+        offsets below it no longer readable. An offset at or below the log start changes
+        nothing; one past the high watermark is refused (OffsetOutOfRangeError), as Kafka does.
+        """
+        self._check_writable()
+        with self._mutex, self._writer_lock:
+            self._catch_up(repair=True)
+            self._refresh_segment_list()
+            hw = self._high_watermark()
+            if offset < 0 or offset > hw:
+                raise OffsetOutOfRangeError(
+                    f"cannot move the log start of {self.topic}-{self.partition} to {offset}: "
+                    f"it is outside [0, {hw}] (the high watermark)"
+                )
+            if offset > self._log_start():
+                write_log_start_checkpoint(self.directory, offset)
+                self._start_floor = offset
+                self._enforce_retention_locked(self._clock())
+            return self._log_start()
 
     def _clean_snapshots(self, *, keep_latest: bool) -> None:
         clean_snapshots(self.directory, (s.base_offset for s in self._segments), keep_latest=keep_latest)

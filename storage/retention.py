@@ -1,4 +1,4 @@
-"""Time- and size-based retention: which sealed segments go, and their deletion.
+"""Time- and size-based retention, and the log start DeleteRecords moves: which sealed segments go, and their deletion.
 
 Kafka deletes whole segments only, oldest first, and never the active one. A segment goes
 when its newest record is older than retention.ms, or when the log without it is still at
@@ -36,6 +36,16 @@ def segments_past_retention(segments: Sequence[LogSegment], config: TopicConfig,
             break
         doomed.append(seg)
         total -= seg.size
+    return doomed
+
+
+def segments_below(segments: Sequence[LogSegment], log_start: int) -> list[LogSegment]:
+    """The leading sealed segments holding only offsets below `log_start` (moved there by DeleteRecords)."""
+    doomed: list[LogSegment] = []
+    for seg, following in zip(segments[:-1], segments[1:], strict=True):
+        if following.base_offset > log_start:
+            break
+        doomed.append(seg)
     return doomed
 
 

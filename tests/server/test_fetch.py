@@ -434,3 +434,30 @@ def test_offset_for_leader_epoch_follows_kafkas_rules_for_the_one_epoch(txlog_se
     assert (undefined.leader_epoch, undefined.end_offset) == (-1, -1)
     assert offset_for_epoch(txlog_server.bootstrap, "epochs", 0, current=3).error_code == 75  # UNKNOWN_LEADER_EPOCH
     assert offset_for_epoch(txlog_server.bootstrap, "nowhere", 0).error_code == 3
+
+
+# ---- DeleteRecords ------------------------------------------------------------------------------------------
+
+
+def test_delete_records_moves_the_log_start_and_a_fetch_below_it_is_out_of_range(txlog_server):
+    from confluent_kafka.admin import AdminClient
+
+    d = txlog_server.data_dir
+    create_topic(d, "trim")
+    produce_plain(d, "trim", [b"v%d" % i for i in range(10)])
+    admin = AdminClient({"bootstrap.servers": txlog_server.bootstrap})
+    (future,) = admin.delete_records([CKTopicPartition("trim", 0, 4)], request_timeout=POLL_S).values()
+    assert future.result(POLL_S).low_watermark == 4
+    assert one_partition(raw_fetch(txlog_server.bootstrap, "trim", 2)).error_code == 1  # OFFSET_OUT_OF_RANGE
+    # A consumer positioned below the log start resets (auto.offset.reset=earliest) to it.
+    assert ck_read_to_end(txlog_server.bootstrap, "trim", "read_uncommitted") == [b"v%d" % i for i in range(4, 10)]
+    c = ck_consumer(txlog_server.bootstrap, "read_committed")
+    try:
+        assert c.get_watermark_offsets(CKTopicPartition("trim", 0), timeout=POLL_S, cached=False) == (4, 10)
+    finally:
+        c.close()
+    (past,) = admin.delete_records([CKTopicPartition("trim", 0, 11)], request_timeout=POLL_S).values()
+    with pytest.raises(Exception, match="OFFSET_OUT_OF_RANGE|out of range"):
+        past.result(POLL_S)
+    (everything,) = admin.delete_records([CKTopicPartition("trim", 0, -1)], request_timeout=POLL_S).values()
+    assert everything.result(POLL_S).low_watermark == 10  # -1: up to the high watermark

@@ -23,8 +23,9 @@ import datetime
 from dataclasses import dataclass
 from typing import Any
 
-from storage.errors import KafkaError
+from storage.errors import InvalidTopicError, KafkaError
 from storage.log_loader import LEADER_EPOCH
+from storage.topic_name import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from txlog.fetch import BatchesRead, IsolationLevel, read_batches
 from txlog.server.apis import api
 from txlog.server.broker import Broker
@@ -42,6 +43,8 @@ UNDEFINED_EPOCH = -1
 UNDEFINED_OFFSET = -1
 NO_LEADER_EPOCH = -1  # a request's current_leader_epoch when the client does not know it: no check
 READ_COMMITTED_LEVEL = 1  # the wire's isolation_level byte for read_committed
+HIGH_WATERMARK = -1  # DeleteRecords' offset meaning "up to the high watermark"
+INTERNAL_TOPICS = frozenset({CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
 
 
 def _isolation(level: int) -> IsolationLevel:
@@ -273,3 +276,33 @@ def _epoch_end_offset(ctx: RequestContext, topic: str, partition: Any) -> Any:
         except KafkaError as exc:
             code = error_code(exc)
     return ctx.make("EpochEndOffset", error_code=code, partition=index, leader_epoch=epoch, end_offset=end)
+
+
+# ---- DeleteRecords ----------------------------------------------------------------------------------------
+
+
+@api(21, 0, 2)
+def delete_records(ctx: RequestContext, request: Any) -> Any:
+    topics = tuple(
+        ctx.make(
+            "DeleteRecordsTopicResult",
+            name=t.name,
+            partitions=tuple(_delete_before(ctx, t.name, p.partition_index, p.offset) for p in t.partitions),
+        )
+        for t in request.topics
+    )
+    return ctx.respond(throttle_time=0, topics=topics)
+
+
+def _delete_before(ctx: RequestContext, topic: str, index: int, offset: int) -> Any:
+    """One partition's log start moved to `offset` (-1: the high watermark), as `PartitionLog.delete_records` rules."""
+    try:
+        if topic in INTERNAL_TOPICS:  # Kafka's ReplicaManager refuses clients this
+            raise InvalidTopicError(f"cannot delete records of internal topic {topic}")
+        log = ctx.broker.store.partition(topic, index)
+        low_watermark = log.delete_records(log.high_watermark if offset == HIGH_WATERMARK else offset)
+    except KafkaError as exc:
+        low_watermark, code = -1, error_code(exc)
+    else:
+        code = NONE
+    return ctx.make("DeleteRecordsPartitionResult", partition_index=index, low_watermark=low_watermark, error_code=code)
