@@ -1069,6 +1069,30 @@ class PartitionLog:
                             return record.offset
             return None
 
+    def max_timestamp_offset(self) -> tuple[int, int] | None:
+        """(offset, timestamp) of the record with the largest timestamp (ListOffsets MAX_TIMESTAMP), or None if empty.
+
+        Kafka's UnifiedLog rule: the first segment with the largest indexed timestamp, in it the
+        first batch with that max timestamp, in that batch the first record carrying it.
+        May rebuild a sealed segment's index files (see `_indexes_checked_repairing`).
+        """
+        with self._mutex:
+            self._refresh_segment_list()
+            candidates = [self._indexes_checked_repairing(seg) for seg in self._segments if seg.size > 0]
+            if not candidates:
+                return None
+            best = max(candidates, key=lambda seg: seg.largest_timestamp())  # the first of equals, as Scala's maxBy
+            largest = best.largest_timestamp()
+            end = readable_end(self._segments, best)
+            for header in best.headers(0, end):
+                if header.max_timestamp != largest:
+                    continue
+                batch = best.records.batch_at(header.position, end)
+                for record in batch.records() if batch is not None else ():
+                    if record.timestamp == largest:
+                        return record.offset, largest
+            return None
+
     # ---- retention and snapshots -------------------------------------------------------------------------
 
     def enforce_retention(self) -> int:

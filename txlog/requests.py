@@ -45,6 +45,11 @@ def check_id(value: object, what: str, error: type[KafkaError]) -> str:
 # Kafka's ListOffsets special timestamps (ListOffsetsRequest.EARLIEST_TIMESTAMP / LATEST_TIMESTAMP).
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
+# ...and the later ones: the record with the largest timestamp (v7+, KIP-734), and two about tiered
+# storage (v8+ earliest local offset, v9+ latest tiered offset, KIP-1005), which txlog does not have.
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+LATEST_TIERED_TIMESTAMP = -5
 
 # ---- InitProducerId / EndTxn ------------------------------------------------------------------------
 

@@ -38,8 +38,11 @@ from txlog.errors import InvalidGroupIdError
 from txlog.fetch import FetchResult, IsolationLevel, fetch, latest_offset
 from txlog.requests import (
     DEFAULT_TRANSACTION_TIMEOUT_MS,
+    EARLIEST_LOCAL_TIMESTAMP,
     EARLIEST_TIMESTAMP,
+    LATEST_TIERED_TIMESTAMP,
     LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
     HeartbeatRequest,
     HeartbeatResponse,
     MemberRef,
@@ -167,19 +170,26 @@ class Transport:
         )
 
     def list_offsets(self, tp: TopicPartition, timestamp: int, isolation: IsolationLevel) -> tuple[int, int] | None:
-        """ListOffsets: (offset, timestamp) for EARLIEST_TIMESTAMP, LATEST_TIMESTAMP or a time in ms.
+        """ListOffsets: (offset, timestamp) for EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP or a time in ms.
 
         LATEST is `latest_offset`'s: min(last stable offset, high watermark) under read_committed,
         the high watermark otherwise; a time answers the first record at or after it below that
-        end (None if there is none).
+        end (None if there is none), MAX_TIMESTAMP the record with the largest timestamp if it
+        lies below that end. With no tiered storage, EARLIEST_LOCAL is EARLIEST and
+        LATEST_TIERED has no offset (None), as on a Kafka broker without it.
         The special timestamps answer with timestamp -1, as Kafka does.
         """
         log = self.store.partition(tp.topic, tp.partition)
-        if timestamp == EARLIEST_TIMESTAMP:
+        if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
             return log.log_start_offset, -1
+        if timestamp == LATEST_TIERED_TIMESTAMP:
+            return None
         end = latest_offset(log, isolation)
         if timestamp == LATEST_TIMESTAMP:
             return end, -1
+        if timestamp == MAX_TIMESTAMP:
+            found = log.max_timestamp_offset()
+            return found if found is not None and found[0] < end else None
         offset = log.offset_for_timestamp(timestamp)
         if offset is None or offset >= end:
             return None

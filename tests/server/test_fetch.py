@@ -389,22 +389,45 @@ def test_list_offsets_earliest_latest_and_by_time_for_both_isolation_levels(txlo
         t.close()
 
 
-def test_list_offsets_of_an_unknown_partition_is_a_partition_error(txlog_server):
-    req = wire.message_types(2, 6).request_module  # type: ignore[union-attr]
+def test_list_offsets_max_timestamp_and_the_tiered_storage_specs(txlog_server):
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    d = txlog_server.data_dir
+    create_topic(d, "newest")
+    p = txlog.Producer(d)
+    for ts in (3_000, 9_000, 5_000):
+        p.send("newest", value=b"v", partition=0, timestamp_ms=ts)
+        p.flush()  # one batch each
+    p.close()
+    admin = AdminClient({"bootstrap.servers": txlog_server.bootstrap})
+    (future,) = admin.list_offsets({CKTopicPartition("newest", 0): OffsetSpec.max_timestamp()}).values()
+    info = future.result(POLL_S)
+    assert (info.offset, info.timestamp) == (1, 9_000)
+    answers = {spec: list_offset(txlog_server.bootstrap, "newest", spec) for spec in (-3, -4, -5)}
+    assert {spec: (a.error_code, a.offset) for spec, a in answers.items()} == {-3: (0, 1), -4: (0, 0), -5: (0, -1)}
+
+
+def list_offset(bootstrap: str, topic: str, timestamp: int, version: int = 10) -> Any:
+    req = wire.message_types(2, version).request_module  # type: ignore[union-attr]
     body = wire.make(
         req.ListOffsetsRequest,
         replica_id=-1,
         isolation_level=0,
+        timeout=30_000,
         topics=(
             wire.make(
                 req.ListOffsetsTopic,
-                name="nowhere",
-                partitions=(wire.make(req.ListOffsetsPartition, partition_index=0, timestamp=-1),),
+                name=topic,
+                partitions=(wire.make(req.ListOffsetsPartition, partition_index=0, timestamp=timestamp),),
             ),
         ),
     )
-    response = raw_request(txlog_server.bootstrap, 2, 6, body)
-    (part,) = response.topics[0].partitions
+    (part,) = raw_request(bootstrap, 2, version, body).topics[0].partitions
+    return part
+
+
+def test_list_offsets_of_an_unknown_partition_is_a_partition_error(txlog_server):
+    part = list_offset(txlog_server.bootstrap, "nowhere", -1)
     assert (part.error_code, part.offset) == (3, -1)
 
 

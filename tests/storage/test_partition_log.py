@@ -703,3 +703,18 @@ def test_segment_ms_rolls_on_the_incoming_batch_timestamp(store, store_path):
     assert data_records(log) == [(0, b"a"), (1, b"b"), (2, b"c"), (3, b"d")]
     snapshots = sorted(n for n in os.listdir(partition_dir(store_path)) if n.endswith(".snapshot"))
     assert "00000000000000000002.snapshot" in snapshots  # producer state snapshotted at the roll
+
+
+def test_max_timestamp_offset_is_the_first_record_with_the_largest_timestamp(store_path):
+    """ListOffsets MAX_TIMESTAMP's lookup (Kafka's UnifiedLog): across segments, and inside a batch."""
+    s = Store.open(store_path)
+    s.create_topic("t", partitions=1, config={"segment.bytes": 300, "retention.ms": -1})
+    log = s.partition("t", 0)
+    assert log.max_timestamp_offset() is None
+    for ts in (5_000, 9_000, 7_000, 8_000):
+        log.append(build_batch([(None, b"x" * 60, [], ts)]))  # offsets 0-3, over more than one segment
+    log.append(build_batch([(None, b"a", [], 9_500), (None, b"b", [], 9_900), (None, b"c", [], 9_900)]))  # 4-6
+    log.append(build_batch([(None, b"later", [], 1_000)]))  # 7: newer offset, older time
+    assert len(log.segments) > 1
+    assert log.max_timestamp_offset() == (5, 9_900)
+    s.close()

@@ -193,7 +193,7 @@ def _partition_data(ctx: RequestContext, answer: _Answer) -> Any:
 # ---- ListOffsets ------------------------------------------------------------------------------------------
 
 
-@api(2, 1, 6)
+@api(2, 1, 10)
 def list_offsets(ctx: RequestContext, request: Any) -> Any:
     isolation = _isolation(getattr(request, "isolation_level", 0))
     topics = tuple(
