@@ -4,14 +4,12 @@ Data is written by txlog's embedded producer on the server's own store directory
 server is one more process on it), so these tests read what another process appended:
 the long-poll test also shows that a fetch waiting for data notices such an append.
 A few answers no client exposes (the raw batch bytes, the aborted list, session and epoch
-rules) are checked with requests built by kio, the codec the server itself uses.
+rules) are checked with requests sent by `RawClient`.
 """
 
 from __future__ import annotations
 
-import io
 import os
-import socket
 import struct
 import time
 import uuid
@@ -20,16 +18,10 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaError
 from confluent_kafka import TopicPartition as CKTopicPartition
-from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
-from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
-from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
-from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
-from kio.serial import entity_reader, entity_writer
-from kio.static.primitive import i16, i32
 
 import txlog
 from storage.log_files import log_file
-from txlog.server import wire
+from tests.server.raw_client import RawClient
 
 POLL_S = 60.0  # a ceiling for clients' waits, never a measurement
 
@@ -154,69 +146,25 @@ def kp_read_all(bootstrap: str, topic: str, isolation: str, expected: int) -> li
 # ---- raw requests, for what no client shows ----------------------------------------------------------------
 
 
-def raw_request(bootstrap: str, api_key: int, version: int, body: Any) -> Any:
-    """Send one request body (a kio object) and return the decoded response body."""
-    message = wire.message_types(api_key, version)
-    assert message is not None
-    out = io.BytesIO()
-    if message.flexible:
-        header: Any = RequestHeaderV2(
-            request_api_key=i16(api_key), request_api_version=i16(version), correlation_id=i32(7), client_id="t"
-        )
-    else:
-        header = RequestHeaderV1(
-            request_api_key=i16(api_key), request_api_version=i16(version), correlation_id=i32(7), client_id="t"
-        )
-    entity_writer(type(header))(out, header)
-    entity_writer(message.request)(out, body)
-    payload = out.getvalue()
-    host, port = bootstrap.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=POLL_S) as s:
-        s.sendall(struct.pack(">i", len(payload)) + payload)
-        size = struct.unpack(">i", _recv(s, 4))[0]
-        frame = _recv(s, size)
-    response_header = ResponseHeaderV1 if message.flexible else ResponseHeaderV0
-    head, used = entity_reader(response_header)(frame, 0)
-    assert head.correlation_id == 7
-    response, _ = entity_reader(message.response)(frame, used)
-    return response
-
-
-def _recv(s: socket.socket, n: int) -> bytes:
-    buf = b""
-    while len(buf) < n:
-        chunk = s.recv(n - len(buf))
-        assert chunk, "server closed the connection"
-        buf += chunk
-    return buf
-
-
 def raw_fetch(
-    bootstrap: str,
-    topic: str,
-    offset: int,
-    *,
-    isolation: int = 0,
-    version: int = 12,
-    session_epoch: int = -1,
-    **kw: Any,
+    bootstrap: str, topic: str, offset: int, *, isolation: int = 0, session_epoch: int = -1, **kw: Any
 ) -> Any:
-    req = wire.message_types(1, version).request_module  # type: ignore[union-attr]
     limit = kw.get("max_bytes", 1 << 20)
-    part = wire.make(req.FetchPartition, partition=0, fetch_offset=offset, partition_max_bytes=limit)
-    body = wire.make(
-        req.FetchRequest,
-        replica_id=-1,
-        max_wait=kw.get("max_wait_ms", 0),
-        min_bytes=kw.get("min_bytes", 0),
-        max_bytes=limit,
-        isolation_level=isolation,
-        session_id=0,
-        session_epoch=session_epoch,
-        topics=(wire.make(req.FetchTopic, topic=topic, partitions=(part,)),),
-        forgotten_topics_data=(),
-    )
-    return raw_request(bootstrap, 1, version, body)
+    with RawClient(bootstrap) as c:
+        part = c.nested(1, 12, "FetchPartition", partition=0, fetch_offset=offset, partition_max_bytes=limit)
+        return c.send(
+            1,
+            12,
+            replica_id=-1,
+            max_wait=0,
+            min_bytes=0,
+            max_bytes=limit,
+            isolation_level=isolation,
+            session_id=0,
+            session_epoch=session_epoch,
+            topics=(c.nested(1, 12, "FetchTopic", topic=topic, partitions=(part,)),),
+            forgotten_topics_data=(),
+        )
 
 
 def one_partition(response: Any) -> Any:
@@ -408,22 +356,12 @@ def test_list_offsets_max_timestamp_and_the_tiered_storage_specs(txlog_server):
 
 
 def list_offset(bootstrap: str, topic: str, timestamp: int, version: int = 10) -> Any:
-    req = wire.message_types(2, version).request_module  # type: ignore[union-attr]
-    body = wire.make(
-        req.ListOffsetsRequest,
-        replica_id=-1,
-        isolation_level=0,
-        timeout=30_000,
-        topics=(
-            wire.make(
-                req.ListOffsetsTopic,
-                name=topic,
-                partitions=(wire.make(req.ListOffsetsPartition, partition_index=0, timestamp=timestamp),),
-            ),
-        ),
-    )
-    (part,) = raw_request(bootstrap, 2, version, body).topics[0].partitions
-    return part
+    with RawClient(bootstrap) as c:
+        part = c.nested(2, version, "ListOffsetsPartition", partition_index=0, timestamp=timestamp)
+        topics = (c.nested(2, version, "ListOffsetsTopic", name=topic, partitions=(part,)),)
+        response = c.send(2, version, replica_id=-1, isolation_level=0, timeout=30_000, topics=topics)
+    (answer,) = response.topics[0].partitions
+    return answer
 
 
 def test_list_offsets_of_an_unknown_partition_is_a_partition_error(txlog_server):
@@ -435,14 +373,12 @@ def test_list_offsets_of_an_unknown_partition_is_a_partition_error(txlog_server)
 
 
 def offset_for_epoch(bootstrap: str, topic: str, epoch: int, current: int = -1) -> Any:
-    req = wire.message_types(23, 4).request_module  # type: ignore[union-attr]
-    part = wire.make(req.OffsetForLeaderPartition, partition=0, current_leader_epoch=current, leader_epoch=epoch)
-    body = wire.make(
-        req.OffsetForLeaderEpochRequest,
-        replica_id=-1,
-        topics=(wire.make(req.OffsetForLeaderTopic, topic=topic, partitions=(part,)),),
-    )
-    (result,) = raw_request(bootstrap, 23, 4, body).topics[0].partitions
+    with RawClient(bootstrap) as c:
+        part = c.nested(
+            23, 4, "OffsetForLeaderPartition", partition=0, current_leader_epoch=current, leader_epoch=epoch
+        )
+        topics = (c.nested(23, 4, "OffsetForLeaderTopic", topic=topic, partitions=(part,)),)
+        (result,) = c.send(23, 4, replica_id=-1, topics=topics).topics[0].partitions
     return result
 
 
