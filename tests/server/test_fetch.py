@@ -54,11 +54,13 @@ def produce_txn(data_dir: str, topic: str, values: list[bytes], *, commit: bool,
         p.close()
 
 
-def produce_plain(data_dir: str, topic: str, values: list[bytes], *, compression: str | None = None) -> None:
+def produce_plain(
+    data_dir: str, topic: str, values: list[bytes], *, compression: str | None = None, partition: int = 0
+) -> None:
     p = txlog.Producer(data_dir, compression_type=compression)
     try:
         for v in values:
-            p.send(topic, value=v, partition=0, timestamp_ms=1_000)
+            p.send(topic, value=v, partition=partition, timestamp_ms=1_000)
         p.flush()
     finally:
         p.close()
@@ -247,6 +249,31 @@ def test_max_bytes_still_returns_the_first_batch_whole(txlog_server):
     assert answer.records == segment[:first]  # one batch, larger than the limits, and nothing more
     rest = one_partition(raw_fetch(txlog_server.bootstrap, "big", 1, max_bytes=100))
     assert rest.records == segment[first:]
+
+
+def test_only_the_first_partition_with_data_may_pass_the_response_limit(txlog_server):
+    d = txlog_server.data_dir
+    create_topic(d, "two", partitions=2)
+    for partition in (0, 1):
+        produce_plain(d, "two", [os.urandom(5000)], partition=partition)
+    with RawClient(txlog_server.bootstrap) as c:
+        parts = tuple(
+            c.nested(1, 12, "FetchPartition", partition=p, fetch_offset=0, partition_max_bytes=1 << 20) for p in (0, 1)
+        )
+        response = c.send(
+            1,
+            12,
+            replica_id=-1,
+            max_wait=0,
+            min_bytes=0,
+            max_bytes=100,
+            isolation_level=0,
+            topics=(c.nested(1, 12, "FetchTopic", topic="two", partitions=parts),),
+            forgotten_topics_data=(),
+        )
+    first, second = response.responses[0].partitions
+    assert len(first.records) > 5000  # the one batch however large: the consumer progresses
+    assert (second.error_code, second.records, second.high_watermark) == (0, b"", 1)  # its turn comes next fetch
 
 
 def test_a_fetch_out_of_range_or_of_an_unknown_partition_gets_the_partition_error(txlog_server):
