@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
+from storage.errors import KafkaError
 from txlog.server import faults, wire
 from txlog.server.apis import load_handlers
 from txlog.server.broker import Broker, Endpoint
@@ -86,6 +87,7 @@ class SocketServer:
         self._connections: dict[asyncio.Task, bool] = {}  # each connection's task: is it serving a request?
         self._stopping: asyncio.Event | None = None
         self._closing = False
+        self._sweeper: asyncio.Task | None = None
 
     # ---- lifecycle ----------------------------------------------------------------------------------
 
@@ -100,6 +102,7 @@ class SocketServer:
             self._servers.append(server)
             port = server.sockets[0].getsockname()[1]
             self.endpoints.append(Endpoint(spec.host, port))
+        self._sweeper = asyncio.create_task(self._sweep_transactions())
         return self.endpoints
 
     def stop(self) -> None:
@@ -119,6 +122,8 @@ class SocketServer:
         for server in self._servers:
             await server.wait_closed()
         self._closing = True
+        if self._sweeper is not None:
+            self._sweeper.cancel()  # a sweep already on the store thread finishes before the store closes
         for task, busy in list(self._connections.items()):
             if not busy:
                 task.cancel()  # waiting for a request: stop at once; one serving a request finishes it first
@@ -132,6 +137,21 @@ class SocketServer:
         await asyncio.get_running_loop().run_in_executor(self.store_thread, self.broker.store.close)
         self.store_thread.shutdown(wait=True)
         self.decode_thread.shutdown(wait=False, cancel_futures=True)
+
+    async def _sweep_transactions(self) -> None:
+        """Abort timed-out transactions in the background, as a broker does every
+        `transaction.abort.timed.out.transaction.cleanup.interval.ms`; the sweep runs on the store
+        thread between requests. A failed sweep (a disk refusing writes) is logged and retried."""
+        interval_s = self.broker.config_int("transaction.abort.timed.out.transaction.cleanup.interval.ms") / 1000
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await loop.run_in_executor(self.store_thread, self.broker.transport.abort_expired_transactions)
+            except KafkaError as exc:
+                self.log(f"transaction timeout sweep failed: {exc}")
+                continue
+            self.broker.data_arrived.notify()  # an aborted transaction moves its partitions' last stable offsets
 
     # ---- connections --------------------------------------------------------------------------------
 

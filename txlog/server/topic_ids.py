@@ -4,7 +4,7 @@ Kafka names topics by id in KIP-848's assignments (ConsumerGroupHeartbeat carrie
 and in newer Metadata, Fetch and OffsetCommit versions; the Java consumer and librdkafka
 resolve an assignment's ids through Metadata, so Metadata and the group APIs must answer
 the same id for a topic. A Kafka-written topic keeps the id in its `partition.metadata`;
-a txlog topic has none (docs/DESIGN.md §12), so it gets one derived from the store's
+a txlog topic has none (docs/DESIGN.md §11), so it gets one derived from the store's
 cluster id and the topic's name: stable across server restarts, with nothing to persist.
 
 The price of deriving it: a topic deleted and created again under the same name keeps its

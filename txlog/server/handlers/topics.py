@@ -226,7 +226,7 @@ def _delete_one(ctx: RequestContext, name: str | None, topic_id: uuid.UUID | Non
 
 
 def _name_of(ctx: RequestContext, topic_id: uuid.UUID | None) -> str | None:
-    """The topic with this id: only a Kafka-written topic has one (txlog topics have the zero id)."""
+    """The topic with this id (a Kafka-written topic's recorded one, a txlog topic's derived one: topic_ids.py)."""
     if topic_id in (None, ZERO_UUID):
         return None
     return next((n for n in ctx.broker.store.list_topics() if _topic_uuid(ctx, n) == topic_id), None)
