@@ -39,17 +39,26 @@ SUMMARIES: dict[str, str] = {
     "groups delete-offsets": "Delete a group's committed offsets.",
 }
 
+# Other programs' command lines a verb's help shows after its own examples (they are not txlog's,
+# so tests/cli/test_help_examples.py, which parses every example, does not read them).
+CLIENT_EXAMPLES: dict[str, tuple[str, ...]] = {
+    "serve": (
+        "kcat -b 127.0.0.1:9092 -L",
+        "kafka-console-consumer.sh --bootstrap-server 127.0.0.1:9092 --topic orders \\",
+        "    --from-beginning --isolation-level read_committed",
+        "kafka-transactions.sh --bootstrap-server 127.0.0.1:9092 list",
+        "python3 -c \"from confluent_kafka import Producer; p = Producer({'bootstrap.servers':",
+        "    '127.0.0.1:9092', 'transactional.id': 'app-1'}); p.init_transactions()\"",
+    ),
+}
+
 GLOBALS_NOTE = "Global options (--data-dir DIR, -q) may also be given after the verb."
 
 EXAMPLES: dict[str, tuple[str, ...]] = {
     "serve": (
         "txlog serve                                        # 127.0.0.1:9092 on ./txlog-data",
         "txlog --data-dir /srv/log serve --listen 127.0.0.1:0   # a free port, printed on stdout",
-        "kcat -b 127.0.0.1:9092 -L                          # then any Kafka client or tool",
-        "kafka-console-consumer.sh --bootstrap-server 127.0.0.1:9092 --topic t --from-beginning "
-        "--isolation-level read_committed",
-        "python3 -c \"from confluent_kafka import Producer; p = Producer({'bootstrap.servers': "
-        "'127.0.0.1:9092', 'transactional.id': 'app-1'}); p.init_transactions()\"",
+        "txlog serve --fault EndTxn:COORDINATOR_NOT_AVAILABLE:2   # rehearse a commit's retries",
     ),
     "produce": (
         "seq 1000 | txlog produce -t orders",
@@ -161,4 +170,8 @@ def epilog(path: str) -> str | None:
     lines = EXAMPLES.get(path)
     if lines is None:
         return "\b\n" + GLOBALS_NOTE
-    return "\b\nExamples:\n" + "\n".join(f"  {line}" for line in lines) + "\n\n\b\n" + GLOBALS_NOTE
+    text = "\b\nExamples:\n" + "\n".join(f"  {line}" for line in lines)
+    clients = CLIENT_EXAMPLES.get(path)
+    if clients:
+        text += "\n\n\b\nKafka's clients and tools against it:\n" + "\n".join(f"  {line}" for line in clients)
+    return text + "\n\n\b\n" + GLOBALS_NOTE
