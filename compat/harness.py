@@ -44,9 +44,13 @@ BASELINE_BROKER_PROPS: dict[str, str] = {
 # Only the keys this checkout's server knows are passed (`txlog serve --config` refuses others);
 # the rest are named in the run's output and findings, since a suite's test that relies on one
 # (kafka-python's CreatePartitions test assigns replicas to node 0) may fail for that reason.
+# librdkafka's 0103 creates every topic with replication factor 3 (its own test cluster has three
+# brokers; the names are random, so nothing can create them first): the server's opt-in takes the
+# factor and makes one replica, which Metadata then reports (docs/serve.md §7).
 TXLOG_SERVE_CONFIGS: dict[str, str] = {
     **BASELINE_BROKER_PROPS,
     "group.initial.rebalance.delay.ms": "0",
+    "txlog.replication.factor.cap.enable": "true",
 }
 
 # The targets a run is judged for: each has its own allow-list and findings file in every suite's

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
@@ -27,6 +28,7 @@ from kafka.errors import InvalidConfigurationError, InvalidReplicationFactorErro
 
 from tests.cli.cli_helpers import txlog
 from tests.kafka_rig.kafka_dist import run_tool
+from tests.server.raw_client import RawClient
 
 TOPICS_TOOL = "org.apache.kafka.tools.TopicCommand"
 CONFIGS_TOOL = "org.apache.kafka.tools.ConfigCommand"
@@ -104,6 +106,39 @@ def test_create_topics_refuses_what_a_one_node_store_cannot_make(txlog_server, t
     assert error is not None and error.code() == code, error
     assert error.str(), "the refusal says why"
     assert _described(txlog_server, topic.topic) is None
+
+
+def test_replication_factor_cap_makes_one_replica_and_every_answer_says_so(tmp_path):
+    """Opted in (docs/serve.md §7), a factor of 3 makes the topic, and no answer pretends there are 3
+    replicas: CreateTopics' result and Metadata say one replica, one in sync, and the log says why."""
+    from tests.server.serve_process import ServeProcess
+
+    config = "txlog.replication.factor.cap.enable=true"
+    server = ServeProcess(str(tmp_path / "store"), args=["--config", config]).start()
+    try:
+        with RawClient(server.bootstrap) as c:
+            topic = c.nested(
+                19,
+                7,
+                "CreatableTopic",
+                name="replicated",
+                num_partitions=2,
+                replication_factor=3,
+                assignments=(),
+                configs=(),
+            )
+            (created,) = c.send(19, 7, topics=(topic,), timeout_ms=30000, validate_only=False).topics
+            assert (created.error_code, created.num_partitions, created.replication_factor) == (0, 2, 1)
+            wanted = (c.nested(3, 12, "MetadataRequestTopic", name="replicated", topic_id=uuid.UUID(int=0)),)
+            metadata = c.send(
+                3, 12, topics=wanted, allow_auto_topic_creation=False, include_topic_authorized_operations=False
+            )
+        (described,) = metadata.topics
+        assert [(p.replica_nodes, p.isr_nodes) for p in described.partitions] == [((1,), (1,))] * 2
+        assert _described(server, "replicated")["partitionCount"] == 2
+        assert "topic replicated created with replication factor 1, not the 3 asked for" in server.log()
+    finally:
+        server.kill()
 
 
 def test_create_topics_answers_each_topic_on_its_own(txlog_server):

@@ -23,6 +23,7 @@ from txlog.transport import Transport
 NODE_ID = 1  # the only node: leader of every partition and coordinator of every group and transactional id
 
 DEFAULT_QUEUED_REQUEST_BYTES = 256 * 1024 * 1024
+REPLICATION_FACTOR_CAP = "txlog.replication.factor.cap.enable"
 
 # Broker configs the handlers read, at Kafka's defaults (`txlog serve --config KEY=VALUE` overrides).
 DEFAULT_CONFIGS: dict[str, str] = {
@@ -39,6 +40,10 @@ DEFAULT_CONFIGS: dict[str, str] = {
     "connections.max.idle.ms": "600000",
     # Kafka's default is -1 (unbounded); a server on a developer's machine bounds it (docs/serve.md §9).
     "queued.max.request.bytes": str(DEFAULT_QUEUED_REQUEST_BYTES),
+    # txlog's own, off as a one-broker Kafka: when true, CreateTopics takes a replication factor
+    # above 1 and makes the topic with the one replica there is, for tests written against a
+    # cluster of several brokers (docs/serve.md §7). Every answer afterwards says 1 replica.
+    REPLICATION_FACTOR_CAP: "false",
 }
 
 

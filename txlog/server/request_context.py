@@ -40,6 +40,7 @@ class RequestContext:
     header: wire.RequestHeader
     message: wire.MessageTypes
     store_thread: Executor
+    log: Callable[[str], None]  # the server's operator lines on stderr (`SocketServer.log`)
 
     @property
     def version(self) -> int:

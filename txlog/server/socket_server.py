@@ -216,7 +216,7 @@ class SocketServer:
             raise _Closed(
                 f"{wire.api_name(api_key)} before authentication on a {connection.security_protocol} listener"
             )
-        ctx = RequestContext(self.broker, connection, header, message, self.store_thread)
+        ctx = RequestContext(self.broker, connection, header, message, self.store_thread, self.log)
         try:
             error = self.faults.take(api_key)
             if error is not None:

@@ -23,7 +23,7 @@ from storage.errors import InvalidConfigurationError, InvalidRequestError, Kafka
 from storage.topic_name import INTERNAL_TOPICS
 from txlog.errors import InvalidReplicaAssignmentError, InvalidReplicationFactorError
 from txlog.server.apis import api
-from txlog.server.broker import DEFAULT_CONFIGS
+from txlog.server.broker import DEFAULT_CONFIGS, REPLICATION_FACTOR_CAP
 from txlog.server.errors import NONE, error_code, error_message
 from txlog.server.handlers.cluster import ZERO_UUID, _topic_uuid
 from txlog.server.request_context import RequestContext
@@ -92,24 +92,31 @@ def _create_topic(ctx: RequestContext, topic: Any, validate_only: bool) -> tuple
     if topic.assignments:
         partitions = _assigned_partition_count(ctx, topic)
     else:
-        _check_replication_factor(topic.replication_factor)
+        _check_replication_factor(topic.replication_factor, ctx.broker.config_bool(REPLICATION_FACTOR_CAP))
         partitions = topic.num_partitions
         if partitions == -1:
             partitions = ctx.broker.config_int("num.partitions")
     configs = {c.name: c.value for c in topic.configs}
     _check_config_values(configs)
     ctx.broker.store.create_topic(topic.name, partitions, configs, dry_run=validate_only)
+    if topic.replication_factor > 1 and not validate_only:
+        ctx.log(
+            f"topic {topic.name} created with replication factor 1, not the {topic.replication_factor} asked for "
+            f"({REPLICATION_FACTOR_CAP}=true): txlog serve is one node"
+        )
     return partitions, validate_overrides(configs)
 
 
-def _check_replication_factor(factor: int) -> None:
-    """One node holds one replica: 1 or -1 (the default, 1) are the factors it can give."""
+def _check_replication_factor(factor: int, capped: bool) -> None:
+    """One node holds one replica: 1 or -1 (the default, 1) are the factors it can give; a larger
+    one only when the operator asked for it to be capped at 1 (REPLICATION_FACTOR_CAP)."""
     if factor < -1 or factor == 0:
         raise InvalidReplicationFactorError("Replication factor must be larger than 0, or -1 to use the default value.")
-    if factor > 1:
+    if factor > 1 and not capped:
         raise InvalidReplicationFactorError(
             f"Unable to replicate the partition {factor} time(s): "
-            "txlog serve is a cluster of one node, so the replication factor is 1."
+            f"txlog serve is a cluster of one node, so the replication factor is 1 "
+            f"(unless started with --config {REPLICATION_FACTOR_CAP}=true)."
         )
 
 
