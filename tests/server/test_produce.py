@@ -15,6 +15,7 @@ PRODUCE = 0
 NONE, CORRUPT_MESSAGE, UNKNOWN_TOPIC_OR_PARTITION, MESSAGE_TOO_LARGE = 0, 2, 3, 10
 INVALID_TOPIC_EXCEPTION, INVALID_REQUIRED_ACKS, OUT_OF_ORDER_SEQUENCE_NUMBER = 17, 21, 45
 INVALID_TXN_STATE = 48
+NOT_ENOUGH_REPLICAS = 19
 
 
 def _create_topic(data_dir: str, name: str, partitions: int = 1, **config) -> None:
@@ -109,6 +110,25 @@ def test_produce_errors_are_per_partition_kafka_codes_and_never_create_a_topic(t
     with Store.open(txlog_server.data_dir, read_only=True) as store:
         assert not store.has_topic("nowhere")
     assert read_values(txlog_server.data_dir, TopicPartition("t", 0), "read_uncommitted") == [b"ok"]
+
+
+def test_min_insync_replicas_above_one_refuses_acks_all_but_not_acks_one(tmp_path):
+    """One replica cannot meet min.insync.replicas=2: acks=all is refused before anything is written,
+    as Kafka refuses it, while acks=1 (which asks for the leader's copy alone) is written."""
+    from tests.server.serve_process import ServeProcess
+
+    server = ServeProcess(str(tmp_path / "store"), args=["--config", "min.insync.replicas=2"]).start()
+    try:
+        _create_topic(server.data_dir, "t")
+        with RawClient(server.bootstrap) as client:
+            refused = _produce(client, "t", 0, _batch([b"all"]), acks=-1)
+            written = _produce(client, "t", 0, _batch([b"one"]), acks=1)
+        assert (refused.error_code, refused.base_offset) == (NOT_ENOUGH_REPLICAS, -1)
+        assert "min.isr requirement of 2" in refused.error_message
+        assert (written.error_code, written.base_offset) == (NONE, 0)
+        assert read_values(server.data_dir, TopicPartition("t", 0), "read_uncommitted") == [b"one"]
+    finally:
+        server.kill()
 
 
 def test_acks_zero_gets_no_answer_but_is_written(txlog_server):

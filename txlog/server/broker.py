@@ -40,6 +40,9 @@ DEFAULT_CONFIGS: dict[str, str] = {
     "connections.max.idle.ms": "600000",
     # Kafka's default is -1 (unbounded); a server on a developer's machine bounds it (docs/serve.md §9).
     "queued.max.request.bytes": str(DEFAULT_QUEUED_REQUEST_BYTES),
+    # Kafka's broker-wide default for topics without their own; the store has no such topic config.
+    # Above 1 it cannot be met by the one replica: acks=all produces get NOT_ENOUGH_REPLICAS.
+    "min.insync.replicas": "1",
     # txlog's own, off as a one-broker Kafka: when true, CreateTopics takes a replication factor
     # above 1 and makes the topic with the one replica there is, for tests written against a
     # cluster of several brokers (docs/serve.md §7). Every answer afterwards says 1 replica.

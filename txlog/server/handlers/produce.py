@@ -86,6 +86,8 @@ def produce(ctx: RequestContext, request: Any) -> Any:
             work.fail(topic, index, INVALID_REQUIRED_ACKS, f"acks={request.acks} is not -1, 0 or 1")
     else:
         _check_topics(ctx, work)
+        if request.acks == -1:
+            _check_min_insync_replicas(ctx, work)
         if request.transactional_id is not None and ctx.version >= ADD_PARTITIONS_FROM_VERSION:
             _add_to_transaction(ctx, work, request.transactional_id)
         _append(ctx, work, request.transactional_id)
@@ -103,6 +105,22 @@ def _check_topics(ctx: RequestContext, work: _Request) -> None:
             work.fail(topic, index, INVALID_TOPIC_EXCEPTION, f"cannot append to internal topic {topic}")
         elif not store.has_topic(topic) or not 0 <= index < store.partition_count(topic):
             work.fail(topic, index, UNKNOWN_TOPIC_OR_PARTITION, f"this server does not host {topic}-{index}")
+
+
+def _check_min_insync_replicas(ctx: RequestContext, work: _Request) -> None:
+    """acks=all asks for `min.insync.replicas` copies; the one replica here meets at most 1, and
+    Kafka refuses such a write before appending rather than acknowledging fewer copies."""
+    wanted = ctx.broker.config_int("min.insync.replicas")
+    if wanted <= 1:
+        return
+    for topic, index, _ in list(work.pending()):
+        work.fail(
+            topic,
+            index,
+            NOT_ENOUGH_REPLICAS,
+            f"The size of the current ISR (1) is insufficient to satisfy the min.isr requirement of {wanted} "
+            f"for partition {topic}-{index}",
+        )
 
 
 def _add_to_transaction(ctx: RequestContext, work: _Request, transactional_id: str) -> None:
