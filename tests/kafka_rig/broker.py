@@ -98,8 +98,10 @@ class KafkaBroker:
         os.makedirs(self.log_dir, exist_ok=True)
         config = self._write_config()
         began = time.monotonic()
-        cluster_id = run_tool("kafka.tools.StorageTool", "random-uuid").stdout.strip().splitlines()[-1]
-        run_tool("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", config, "--standalone")
+        # a restart (after stop() or kill()) keeps the formatted log directory, as a real broker's does
+        if not os.path.exists(os.path.join(self.log_dir, "meta.properties")):
+            cluster_id = run_tool("kafka.tools.StorageTool", "random-uuid").stdout.strip().splitlines()[-1]
+            run_tool("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", config, "--standalone")
         log4j = os.path.join(self.work_dir, "log4j2.properties")
         with open(log4j, "w") as f:
             f.write(LOG4J2.format(path=self.server_log))
@@ -113,9 +115,10 @@ class KafkaBroker:
             "kafka.Kafka",
             config,
         ]
-        with open(os.path.join(self.work_dir, "stdout.log"), "wb") as stdout:
+        seen = _count(self.server_log, STARTED_LINE)  # a restart appends to the first start's log
+        with open(os.path.join(self.work_dir, "stdout.log"), "ab") as stdout:
             self.process = subprocess.Popen(command, stdout=stdout, stderr=subprocess.STDOUT, start_new_session=True)
-        self._wait_started(began)
+        self._wait_started(began, seen)
         return self
 
     def _write_config(self) -> str:
@@ -131,13 +134,13 @@ class KafkaBroker:
             f.writelines(f"{key}={value}\n" for key, value in props.items())
         return path
 
-    def _wait_started(self, began: float) -> None:
+    def _wait_started(self, began: float, seen: int) -> None:
         assert self.process is not None
         deadline = began + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise KafkaDistError(f"the broker exited {self.process.returncode} while starting:\n{self._log_tail()}")
-            if _contains(self.server_log, STARTED_LINE):
+            if _count(self.server_log, STARTED_LINE) > seen:
                 self.started_in_s = time.monotonic() - began
                 return
             time.sleep(0.2)
@@ -166,6 +169,12 @@ class KafkaBroker:
             self.process.kill()
             self.process.wait()
 
+    def kill(self) -> None:
+        """kill -9: the crash; start() then recovers the same log directory on the same ports."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
     def rss_mb(self) -> float:
         """The broker process's resident memory now, in MiB (from /proc)."""
         assert self.process is not None
@@ -186,12 +195,12 @@ class KafkaBroker:
         return os.path.join(self.log_dir, f"{topic}-{partition}")
 
 
-def _contains(path: str, needle: str) -> bool:
+def _count(path: str, needle: str) -> int:
     try:
         with open(path, errors="replace") as f:
-            return needle in f.read()
+            return f.read().count(needle)
     except FileNotFoundError:
-        return False
+        return 0
 
 
 def main(argv: list[str]) -> int:

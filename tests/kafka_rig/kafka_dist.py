@@ -112,10 +112,14 @@ def compiled_classes(source: str, main_class: str) -> str:
     return target
 
 
-def run_tool(main_class: str, *args: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess:
-    """Run one of Kafka's command-line tools (e.g. org.apache.kafka.tools.DumpLogSegments) to completion."""
+def run_tool(
+    main_class: str, *args: str, timeout: float = 300, check: bool = True, input: str | None = None
+) -> subprocess.CompletedProcess:
+    """Run one of Kafka's command-line tools (e.g. org.apache.kafka.tools.DumpLogSegments) to completion;
+    `input` is its standard input (the console producer reads records from it)."""
     result = subprocess.run(
         [java(), "-Xmx512m", "-cp", classpath(), main_class, *args],
+        input=input,
         capture_output=True,
         text=True,
         timeout=timeout,
