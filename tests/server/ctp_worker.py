@@ -30,7 +30,9 @@ from tests.server.client_checks import transform
 # bounds on a call that never answers: a hung server fails the run instead of hanging it
 CALL_TIMEOUT_S = 120.0
 RUN_DEADLINE_S = 600.0
-STUCK_EXIT = 75  # the exit code of a worker whose librdkafka call never returned (see _watchdog)
+# the exit code of a worker that must be started again: a librdkafka call never returned (see
+# _watchdog), or a fatal error made its producer unusable
+STUCK_EXIT = 75
 
 
 @dataclass
@@ -114,7 +116,9 @@ def _end_offsets(consumer: Consumer, job: Job) -> dict[int, int]:
 def _consume(consumer: Consumer, batch: int) -> list[Message]:
     messages = consumer.consume(batch, 1.0)
     for msg in messages:
-        if msg.error() and msg.error().code() != KafkaError._PARTITION_EOF:
+        # librdkafka reports a lost connection as an event and recovers by itself; only a fatal
+        # error ends the application
+        if msg.error() and msg.error().fatal():
             raise KafkaException(msg.error())
     return [msg for msg in messages if not msg.error()]
 
@@ -151,8 +155,9 @@ def _watchdog(seconds: float | None) -> Iterator[None]:
 
     librdkafka's send_offsets_to_transaction can wait forever, past its timeout, when the
     coordinator went away during the call (confluentinc/librdkafka#5456 and #5511, open in
-    2.16): the process is then stuck for good, and what an operator does, restart it with the same
-    transactional.id, is what a test does on this exit code.
+    2.16), and after a broker's kill -9 and restart its consumer's committed() was seen to time out
+    again and again: the process is then stuck for good, and what an operator does, restart it
+    with the same transactional.id, is what a test does on this exit code.
     """
     if seconds is None:
         yield
@@ -211,7 +216,15 @@ def _rewind(consumer: Consumer, batch: list[Message]) -> None:
 
 
 def _group_done(consumer: Consumer, job: Job, ends: dict[int, int]) -> bool:
-    committed = consumer.committed([TopicPartition(job.input, p) for p in range(job.partitions)], CALL_TIMEOUT_S)
+    try:
+        partitions = [TopicPartition(job.input, p) for p in range(job.partitions)]
+        with _watchdog(job.exit_if_stuck_s):
+            committed = consumer.committed(partitions, CALL_TIMEOUT_S)
+    except KafkaException as exc:
+        # e.g. NOT_COORDINATOR or a timeout while the server restarts: ask again later
+        if not (exc.args[0].retriable() or exc.args[0].code() == KafkaError._TIMED_OUT):
+            raise
+        return False
     return all(tp.offset >= ends[tp.partition] for tp in committed)
 
 
@@ -238,7 +251,15 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--exit-if-stuck-s", type=float)
     parser.add_argument("--transaction-timeout-ms", type=int, default=10_000)
     job = Job(**vars(parser.parse_args(argv)))
-    commits = run(job, say=lambda line: print(line, flush=True))
+    try:
+        commits = run(job, say=lambda line: print(line, flush=True))
+    except KafkaException as exc:
+        if not exc.args[0].fatal():
+            raise
+        # librdkafka's rule: after a fatal error the producer is unusable; the application
+        # starts again with a new one (same transactional.id), which the caller does on this code
+        print(f"FATAL {exc.args[0]}", flush=True)
+        return STUCK_EXIT
     print(f"DONE {commits}", flush=True)
     return 0
 

@@ -109,13 +109,20 @@ def test_kill_9_of_the_server_mid_stream_and_a_restart_on_the_same_data(own_endp
     source, sink, inputs = _topics(endpoint, request.node.nodeid, n)
     txn_id = f"{sink}-txn"
 
-    # librdkafka 2.16's send_offsets_to_transaction can wait forever when the coordinator goes
-    # away during the call (see ctp_worker._watchdog): the worker then exits STUCK_EXIT and is
-    # started again with its transactional.id, as an operator would; exactly-once must hold anyway
-    options = ("--batch", "10", "--pause-ms", "100", "--exit-if-stuck-s", "60")
+    # A worker exits STUCK_EXIT when librdkafka left it stuck (send_offsets_to_transaction can
+    # wait forever when the coordinator goes away during the call, see ctp_worker._watchdog) or
+    # its producer hit a fatal error; it is started again with its transactional.id, as an
+    # operator would, and exactly-once must hold anyway
+    options = ("--batch", "10", "--pause-ms", "100", "--exit-if-stuck-s", "60", "--transaction-timeout-ms", "60000")
     worker = Worker(endpoint, source, sink, txn_id, *options, log_dir=str(tmp_path))
     worker.wait_for("COMMITTED 3")
-    endpoint.kill()
+    if endpoint.kind == "kafka":
+        # Kafka 4.4 after kill -9 was seen to answer this group's OffsetFetch (require_stable)
+        # with UNSTABLE_OFFSET_COMMIT for minutes, so no client can start; its controlled
+        # shutdown is what this test asks of the oracle (findings in the lead's report)
+        endpoint.stop()
+    else:
+        endpoint.kill()
     endpoint.start()  # same data, same port: the client reconnects to it
     runs = [worker]
     while runs[-1].proc.wait(WAIT_S) == STUCK_EXIT and len(runs) < MAX_RUNS:
