@@ -354,6 +354,12 @@ def parse_config(text: str, known: dict[str, str]) -> tuple[str, str]:
         raise CommandError(
             f"--config: unknown broker config '{key}' (known: {', '.join(sorted(known))})", exit_code=USAGE
         )
+    from txlog.server.broker import check_config
+
+    try:
+        check_config(key, value)
+    except ValueError as exc:
+        raise CommandError(f"--config: {exc}", exit_code=USAGE) from None
     return key, value
 
 

@@ -226,6 +226,37 @@ def test_describe_configs_of_the_broker_shows_its_start_configs_read_only(tmp_pa
     assert (auto_create.value, auto_create.source) == ("true", ConfigSource.DEFAULT_CONFIG.value)
 
 
+def test_node_id_config_names_the_node_in_metadata_assignments_and_broker_configs(tmp_path):
+    from tests.server.serve_process import ServeProcess
+
+    server = ServeProcess(str(tmp_path / "store"), args=["--config", "node.id=0"]).start()
+    try:
+        admin = _admin(server)
+        assert _error(admin.create_topics([NewTopic("placed", 1, 1)])["placed"]) is None
+        # kafka-python's own CreatePartitions test places the new partitions on node 0
+        growth = NewPartitions("placed", 3, replica_assignment=[[0], [0]])
+        assert _error(admin.create_partitions([growth])["placed"]) is None
+        metadata = admin.list_topics(timeout=30)
+        (future,) = admin.describe_configs([ConfigResource(ResourceType.BROKER, "0")]).values()
+        configs = future.result(60)
+    finally:
+        server.kill()
+    assert list(metadata.brokers) == [0] and metadata.controller_id == 0
+    assert {p.leader for p in metadata.topics["placed"].partitions.values()} == {0}
+    assert (configs["node.id"].value, configs["node.id"].source) == ("0", ConfigSource.STATIC_BROKER_CONFIG.value)
+    advertised = configs["advertised.listeners"]
+    assert (advertised.value, advertised.source, advertised.is_read_only) == (
+        f"PLAINTEXT://{server.bootstrap}",
+        ConfigSource.STATIC_BROKER_CONFIG.value,
+        True,
+    )
+
+
+def test_a_node_id_that_is_not_a_node_id_is_refused_at_start(tmp_path):
+    run = txlog("serve", "--config", "node.id=-1", data_dir=str(tmp_path / "store"))
+    assert run.returncode == 2 and run.stderr.strip().startswith("Error: --config: node.id must be an integer")
+
+
 def test_incremental_alter_configs_sets_and_deletes_and_refuses_append_and_broker_changes(txlog_server):
     admin = _admin(txlog_server)
     assert _error(admin.create_topics([NewTopic("alt", 1, 1, config={"segment.bytes": "1048576"})])["alt"]) is None

@@ -20,13 +20,17 @@ from typing import Any
 from storage.store import Store
 from txlog.transport import Transport
 
-NODE_ID = 1  # the only node: leader of every partition and coordinator of every group and transactional id
+# The only node's id (`node.id`): leader of every partition and coordinator of every group and
+# transactional id. Kafka has no default (a KRaft node must be given one); 1 is what the rig's broker runs.
+NODE_ID = 1
 
+MAX_NODE_ID = 2**31 - 1  # an int32 on the wire
 DEFAULT_QUEUED_REQUEST_BYTES = 256 * 1024 * 1024
 REPLICATION_FACTOR_CAP = "txlog.replication.factor.cap.enable"
 
 # Broker configs the handlers read, at Kafka's defaults (`txlog serve --config KEY=VALUE` overrides).
 DEFAULT_CONFIGS: dict[str, str] = {
+    "node.id": str(NODE_ID),
     "auto.create.topics.enable": "true",
     "num.partitions": "1",
     "transaction.max.timeout.ms": "900000",
@@ -65,15 +69,20 @@ class Endpoint:
 class Broker:
     store: Store
     configs: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_CONFIGS))
-    node_id: int = NODE_ID
     transport: Transport = field(init=False)
     cluster_id: str = field(init=False)
     data_arrived: DataArrival = field(init=False)
+    # The listeners as Kafka's `listeners` config writes them (PROTOCOL://HOST:PORT), once bound.
+    listeners: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.transport = Transport(self.store)
         self.cluster_id = cluster_id_of(self.store.root)
         self.data_arrived = DataArrival()
+
+    @property
+    def node_id(self) -> int:
+        return self.config_int("node.id")
 
     def config(self, name: str) -> str:
         return self.configs[name]
@@ -85,7 +94,15 @@ class Broker:
         return self.configs[name].strip().lower() == "true"
 
     def override(self, overrides: Mapping[str, Any]) -> None:
+        for key, value in overrides.items():
+            check_config(key, str(value))
         self.configs.update({k: str(v) for k, v in overrides.items()})
+
+
+def check_config(key: str, value: str) -> None:
+    """Refuse a broker config value the server cannot run with (ValueError, its message for the user)."""
+    if key == "node.id" and not (value.isdigit() and int(value) <= MAX_NODE_ID):
+        raise ValueError(f"node.id must be an integer from 0 to {MAX_NODE_ID}, not {value!r}")
 
 
 def cluster_id_of(root: str) -> str:

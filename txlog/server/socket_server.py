@@ -102,6 +102,7 @@ class SocketServer:
             self._servers.append(server)
             port = server.sockets[0].getsockname()[1]
             self.endpoints.append(Endpoint(spec.host, port))
+            self.broker.listeners.append(f"{spec.security_protocol}://{Endpoint(spec.host, port)}")
         self._sweeper = asyncio.create_task(self._sweep_transactions())
         return self.endpoints
 

@@ -1,8 +1,8 @@
 """The cluster a client discovers: ApiVersions, Metadata, FindCoordinator, DescribeCluster.
 
-A txlog server is a cluster of one node (`NODE_ID`): it leads every partition, with itself as
-the only replica and in-sync replica at leader epoch 0, and it coordinates every group and
-transactional id. Metadata answers with the address of the listener the client connected
+A txlog server is a cluster of one node (`node.id`, 1 unless `--config` sets it): it leads
+every partition, with itself as the only replica and in-sync replica at leader epoch 0, and it
+coordinates every group and transactional id. Metadata answers with the address of the listener the client connected
 to, so a client reaching the server through any listener is sent back to that one.
 """
 

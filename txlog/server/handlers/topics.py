@@ -23,7 +23,7 @@ from storage.errors import InvalidConfigurationError, InvalidRequestError, Kafka
 from storage.topic_name import INTERNAL_TOPICS
 from txlog.errors import InvalidReplicaAssignmentError, InvalidReplicationFactorError
 from txlog.server.apis import api
-from txlog.server.broker import DEFAULT_CONFIGS, REPLICATION_FACTOR_CAP
+from txlog.server.broker import DEFAULT_CONFIGS, REPLICATION_FACTOR_CAP, Broker
 from txlog.server.errors import NONE, error_code, error_message
 from txlog.server.handlers.cluster import ZERO_UUID, _topic_uuid
 from txlog.server.request_context import RequestContext
@@ -34,7 +34,9 @@ UNKNOWN_TOPIC_ID = 100
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
 # Config sources (DescribeConfigsResponse.json) and the types a client shows (ConfigEntry.ConfigType).
 DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
-TYPE_BOOLEAN, TYPE_STRING, TYPE_INT, TYPE_LONG = 1, 2, 3, 5
+TYPE_BOOLEAN, TYPE_STRING, TYPE_INT, TYPE_LONG, TYPE_LIST = 1, 2, 3, 5, 7
+# The listener configs a broker reports: where it listens and what it tells clients (the same here).
+LISTENER_CONFIGS = ("advertised.listeners", "listeners")
 # IncrementalAlterConfigs operations (AlterConfigOp.OpType).
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 OPERATION_NAMES = {SET: "SET", DELETE: "DELETE", APPEND: "APPEND", SUBTRACT: "SUBTRACT"}
@@ -323,11 +325,17 @@ def _topic_entries(overrides: dict[str, int], keys: Iterable[str] | None) -> lis
     return entries
 
 
-def _broker_entries(configs: dict[str, str], keys: Iterable[str] | None) -> list[_Entry]:
-    """The broker configs `txlog serve` reads: read-only, set by `--config` (static) or Kafka's default."""
+def _broker_entries(broker: Broker, keys: Iterable[str] | None) -> list[_Entry]:
+    """The broker configs `txlog serve` reads: read-only, set by `--config` (static) or Kafka's default;
+    and its listeners, which `--listen` sets (static; Kafka lists both listener configs as LIST)."""
     wanted = set(keys) if keys is not None else None
     entries = []
-    for name, value in sorted(configs.items()):
+    listeners = ",".join(broker.listeners)
+    for name in LISTENER_CONFIGS:
+        if wanted is None or name in wanted:
+            synonyms = [(name, listeners, STATIC_BROKER_CONFIG)]
+            entries.append(_Entry(name, listeners, STATIC_BROKER_CONFIG, TYPE_LIST, True, synonyms))
+    for name, value in sorted(broker.configs.items()):
         if wanted is not None and name not in wanted:
             continue
         default = DEFAULT_CONFIGS.get(name)
@@ -370,7 +378,7 @@ def _describe(ctx: RequestContext, resource: Any) -> list[_Entry]:
         return _topic_entries(ctx.broker.store.topic_overrides(resource.resource_name), keys)
     if resource.resource_type == BROKER_RESOURCE:
         _check_broker_name(ctx, resource.resource_name)
-        return _broker_entries(ctx.broker.configs, keys)
+        return _broker_entries(ctx.broker, keys)
     raise InvalidRequestError(f"txlog serve has no configs of resource type {resource.resource_type}")
 
 
