@@ -22,6 +22,7 @@ from confluent_kafka.admin import AdminClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka import KafkaAdminClient
+from kio.static.primitive import i32
 
 from tests.server.kafka_wire import (
     RawConnection,
@@ -35,7 +36,7 @@ from tests.server.serve_process import ServeProcess
 from txlog.server import wire
 from txlog.server.socket_server import DECODE_ON_LOOP_BYTES, RequestMemory
 
-METADATA, PRODUCE = 3, 0
+METADATA, PRODUCE, DESCRIBE_TOPIC_PARTITIONS = 3, 0, 75
 UNKNOWN_TOPIC_ID = 100
 LOG_WAIT_S = 60.0
 
@@ -167,6 +168,24 @@ def test_a_claimed_count_past_the_frame_is_refused_before_kio_reserves_room_for_
     frame = _header(METADATA, version, flexible=message.flexible) + claim + b"\x00\x01t" * 3
     with pytest.raises(wire.MalformedRequestError, match="a count of .* with 9 bytes left"):
         wire.decode_request(frame, message)
+
+
+@pytest.mark.parametrize("cursor", [None, ("t", 2)], ids=["null", "present"])
+def test_a_nullable_struct_is_read_after_its_null_marker(cursor):
+    """A nullable struct (DescribeTopicPartitions' cursor) starts with an int8, -1 for null: the
+    size check reads it before the struct, as kio's decoder does, so the request decodes."""
+    import kio.schema.describe_topic_partitions.v0.request as dtp
+
+    message = wire.message_types(DESCRIBE_TOPIC_PARTITIONS, 0)
+    assert message is not None
+    body = dtp.DescribeTopicPartitionsRequest(
+        topics=(dtp.TopicRequest(name="t"),),
+        response_partition_limit=i32(1),
+        cursor=None if cursor is None else dtp.Cursor(topic_name=cursor[0], partition_index=i32(cursor[1])),
+    )
+    frame = encode_request(DESCRIBE_TOPIC_PARTITIONS, 0, body)[4:]
+    _, decoded = wire.decode_request(frame, message)
+    assert decoded == body
 
 
 # ---- idle connections ----------------------------------------------------------------------------------

@@ -152,6 +152,7 @@ _FIXED_WIDTH = {
     "uuid": 16,
 }
 _INT16 = struct.Struct(">h")
+NULL_STRUCT = 0xFF  # the int8 -1 before a nullable struct that is null
 _INT32 = struct.Struct(">i")
 
 
@@ -210,6 +211,7 @@ class _Step:
     prefixed: bool = False  # a string, bytes or records: a length, then that many bytes
     wide: bool = False  # a legacy length of 4 bytes rather than 2 (bytes, records, arrays)
     nested: _Plan | None = None
+    nullable: bool = False  # a nullable struct: an int8 first, -1 for null (Kafka's generated encoders)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -241,7 +243,8 @@ def _step(field: dataclasses.Field) -> _Step:
     entity = _entity_of(kind)
     array = element is not None
     if entity is not None:
-        return _Step(field.name, array, nested=_plan(entity))
+        nullable = not array and _unoptional(field.type) is not field.type
+        return _Step(field.name, array, nested=_plan(entity), nullable=nullable)
     kafka_type = field.metadata.get("kafka_type")
     if kafka_type in _FIXED_WIDTH:
         return _Step(field.name, array, width=_FIXED_WIDTH[kafka_type])
@@ -273,6 +276,11 @@ def _walk_field(step: _Step, flexible: bool, frame: memoryview, position: int, d
 
 def _walk_value(step: _Step, flexible: bool, frame: memoryview, position: int, drops: list[_Drop] | None) -> int:
     if step.nested is not None:
+        if step.nullable:
+            _within(frame, position, 1)
+            position += 1
+            if frame[position - 1] == NULL_STRUCT:
+                return position
         return _walk(step.nested, frame, position, drops)
     if step.width:
         return _within(frame, position, step.width)
