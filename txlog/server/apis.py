@@ -25,6 +25,7 @@ HANDLER_MODULES = (
     "txlog.server.handlers.transactions",
     "txlog.server.handlers.groups",
     "txlog.server.handlers.topics",
+    "txlog.server.handlers.replicas",
     "txlog.server.handlers.sasl",
     "txlog.server.handlers.consumer_groups",
     "txlog.server.handlers.offsets",

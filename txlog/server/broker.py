@@ -42,6 +42,7 @@ DEFAULT_CONFIGS: dict[str, str] = {
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": "10000",
     "socket.request.max.bytes": "104857600",
     "connections.max.idle.ms": "600000",
+    "max.request.partition.size.limit": "2000",
     # Kafka's default is -1 (unbounded); a server on a developer's machine bounds it (docs/serve.md §9).
     "queued.max.request.bytes": str(DEFAULT_QUEUED_REQUEST_BYTES),
     # Kafka's broker-wide default for topics without their own; the store has no such topic config.

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import types
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from storage.errors import InvalidTopicError, KafkaError, TopicAlreadyExistsError
-from storage.topic_name import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
+from storage.topic_name import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, validate_topic_name
 from txlog.server import topic_ids, wire
 from txlog.server.apis import Api, api
 from txlog.server.errors import error_code
@@ -167,6 +167,82 @@ def _topic_error(ctx: RequestContext, name: str | None, code: int, topic_id: uui
 def _topic_uuid(ctx: RequestContext, name: str) -> uuid.UUID:
     """The topic's id: its partition.metadata's, or the one txlog derives (`txlog.server.topic_ids`)."""
     return topic_ids.topic_id(ctx.broker.store, ctx.broker.cluster_id, name)
+
+
+# ---- DescribeTopicPartitions ----------------------------------------------------------------------------
+
+
+@api(75, 0, 0)
+def describe_topic_partitions(ctx: RequestContext, request: Any) -> Any:
+    """Metadata's topics, paged (KIP-966): topics by name from the cursor, at most
+    `response_partition_limit` partitions (capped by `max.request.partition.size.limit`), and a
+    cursor to the next partition when the limit stops the answer early (Kafka's KRaftMetadataCache)."""
+    cursor = request.cursor
+    named = [t.name for t in request.topics]
+    first = cursor.topic_name if cursor is not None else ""
+    if cursor is not None and ((named and cursor.topic_name not in named) or cursor.partition_index < 0):
+        return ctx.respond(
+            throttle_time=0,
+            topics=tuple(_described_topic(ctx, name, INVALID_REQUEST) for name in named),
+            next_cursor=None,
+        )
+    names = sorted({n for n in (named or ctx.broker.store.list_topics()) if n >= first})
+    remaining = min(request.response_partition_limit, ctx.broker.config_int("max.request.partition.size.limit"))
+    topics: list[Any] = []
+    next_cursor = None
+    for name in names:
+        if remaining <= 0:  # the previous topic filled the page: the next one starts the next page
+            next_cursor = ctx.make("Cursor", topic_name=name, partition_index=0)
+            break
+        if not ctx.broker.store.has_topic(name):
+            if named:  # a listing of every topic leaves out what vanished meanwhile
+                topics.append(_described_topic(ctx, name, _missing_topic_code(name)))
+            continue
+        start = cursor.partition_index if cursor is not None and name == cursor.topic_name else 0
+        partitions = [p for p in ctx.broker.store.partitions(name) if p >= start]
+        page = partitions[:remaining]
+        if len(partitions) > len(page):
+            next_cursor = ctx.make("Cursor", topic_name=name, partition_index=partitions[len(page)])
+        topics.append(_described_topic(ctx, name, NONE, page))
+        remaining -= len(page)
+        if next_cursor is not None:
+            break
+    return ctx.respond(throttle_time=0, topics=tuple(topics), next_cursor=next_cursor)
+
+
+def _missing_topic_code(name: str) -> int:
+    try:
+        validate_topic_name(name, allow_internal=True)
+    except InvalidTopicError:
+        return INVALID_TOPIC_EXCEPTION
+    return UNKNOWN_TOPIC_OR_PARTITION
+
+
+def _described_topic(ctx: RequestContext, name: str, code: int, partitions: Sequence[int] = ()) -> Any:
+    node = ctx.broker.node_id
+    return ctx.make(
+        "DescribeTopicPartitionsResponseTopic",
+        error_code=code,
+        name=name,
+        topic_id=_topic_uuid(ctx, name) if code == NONE else ZERO_UUID,
+        is_internal=name in INTERNAL_TOPICS,
+        partitions=tuple(
+            ctx.make(
+                "DescribeTopicPartitionsResponsePartition",
+                error_code=NONE,
+                partition_index=p,
+                leader_id=node,
+                leader_epoch=0,
+                replica_nodes=(node,),
+                isr_nodes=(node,),
+                eligible_leader_replicas=(),
+                last_known_elr=(),
+                offline_replicas=(),
+            )
+            for p in partitions
+        ),
+        topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+    )
 
 
 # ---- FindCoordinator ----------------------------------------------------------------------------------

@@ -31,7 +31,10 @@ from txlog.server.request_context import RequestContext
 UNKNOWN_TOPIC_ID = 100
 
 # DescribeConfigs resource types (Kafka's ConfigResource.Type).
-TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
+TOPIC_RESOURCE, BROKER_RESOURCE, BROKER_LOGGER_RESOURCE, CLIENT_METRICS_RESOURCE, GROUP_RESOURCE = 2, 4, 8, 16, 32
+# The types ListConfigResources v1 lists (Kafka's supported set); this server has configs of the first two only.
+LISTABLE_RESOURCES = (TOPIC_RESOURCE, BROKER_RESOURCE, BROKER_LOGGER_RESOURCE, CLIENT_METRICS_RESOURCE, GROUP_RESOURCE)
+UNSUPPORTED_VERSION = 35
 # Config sources (DescribeConfigsResponse.json) and the types a client shows (ConfigEntry.ConfigType).
 DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
 TYPE_BOOLEAN, TYPE_STRING, TYPE_INT, TYPE_LONG, TYPE_LIST = 1, 2, 3, 5, 7
@@ -406,6 +409,33 @@ def _config_result(ctx: RequestContext, entry: _Entry, include_synonyms: bool) -
     )
 
 
+# ---- ListConfigResources ------------------------------------------------------------------------------
+
+
+@api(74, 0, 1)
+def list_config_resources(ctx: RequestContext, request: Any) -> Any:
+    """The resources that have configs here (KIP-1142): every topic and this broker.
+
+    v0 asks for client-metrics subscriptions only, and v1 may ask for broker loggers, client
+    metrics or groups: txlog serve has configs of none of those, so they list nothing. No
+    types (v1) means every type Kafka supports; another type is UNSUPPORTED_VERSION.
+    """
+    types = set(getattr(request, "resource_types", ()) or ()) or set(LISTABLE_RESOURCES)
+    if ctx.version == 0:
+        types = {CLIENT_METRICS_RESOURCE}
+    if not types <= set(LISTABLE_RESOURCES):
+        return ctx.respond(throttle_time=0, error_code=UNSUPPORTED_VERSION, config_resources=())
+    listed: list[tuple[str, int]] = []
+    if TOPIC_RESOURCE in types:
+        listed += [(name, TOPIC_RESOURCE) for name in sorted(ctx.broker.store.list_topics())]
+    if BROKER_RESOURCE in types:
+        listed.append((str(ctx.broker.node_id), BROKER_RESOURCE))
+    resources = tuple(
+        ctx.make("ConfigResource", resource_name=name, resource_type=resource_type) for name, resource_type in listed
+    )
+    return ctx.respond(throttle_time=0, error_code=NONE, config_resources=resources)
+
+
 # ---- AlterConfigs and IncrementalAlterConfigs ---------------------------------------------------------
 
 
@@ -497,9 +527,10 @@ def _alter_response(ctx: RequestContext, request: Any, alter: Callable[[Any], No
 # ---- DescribeLogDirs ----------------------------------------------------------------------------------
 
 
-@api(35, 1, 4)
+@api(35, 1, 5)
 def describe_log_dirs(ctx: RequestContext, request: Any) -> Any:
-    """The store is the one log directory; each partition's size is its segments' bytes, lag 0."""
+    """The store is the one log directory; each partition's size is its segments' bytes, lag 0.
+    v5's `is_cordoned` (KIP-1066) stays false: new partitions may always be placed in it."""
     store = ctx.broker.store
     if request.topics is None:
         wanted = [(name, store.partitions(name)) for name in store.list_topics()]
@@ -534,5 +565,6 @@ def describe_log_dirs(ctx: RequestContext, request: Any) -> Any:
         topics=topics,
         total_bytes=space.f_blocks * space.f_frsize,
         usable_bytes=space.f_bavail * space.f_frsize,
+        is_cordoned=False,
     )
     return ctx.respond(throttle_time=0, error_code=NONE, results=(result,))
