@@ -88,3 +88,14 @@ def test_kafka_python_infers_the_newest_broker_it_knows(admin):
         assert consumer.config["api_version"] >= (4, 3)
     finally:
         consumer.close()
+
+
+def test_the_metadata_quorum_is_this_node_alone_with_an_empty_metadata_log(admin):
+    result = admin.describe_metadata_quorum()
+    (topic,) = result["topics"]
+    assert topic["topic_name"] == "__cluster_metadata"
+    (partition,) = topic["partitions"]
+    assert (partition["partition_index"], partition["error"]) == (0, None)
+    assert (partition["leader_id"], partition["leader_epoch"], partition["high_watermark"]) == (NODE, 0, 0)
+    assert [v["replica_id"] for v in partition["current_voters"]] == [NODE]
+    assert partition["observers"] == []

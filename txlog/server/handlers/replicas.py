@@ -1,5 +1,5 @@
 """Where replicas live: ElectLeaders, AlterPartitionReassignments, ListPartitionReassignments,
-AlterReplicaLogDirs, as a cluster of one node answers them.
+AlterReplicaLogDirs, DescribeQuorum, as a cluster of one node answers them.
 
 Every partition has one replica, on this node, which leads it, in the store directory, the one
 log dir. So these APIs have nothing to change, and each answers what a Kafka broker answers
@@ -13,6 +13,7 @@ for that request. Nothing here writes.
 from __future__ import annotations
 
 import os
+import uuid
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -174,3 +175,71 @@ def alter_replica_log_dirs(ctx: RequestContext, request: Any) -> Any:
         for name, partitions in results.items()
     )
     return ctx.respond(throttle_time=0, results=topics)
+
+
+# ---- DescribeQuorum -----------------------------------------------------------------------------------
+
+METADATA_TOPIC = "__cluster_metadata"
+
+
+@api(55, 0, 2)
+def describe_quorum(ctx: RequestContext, request: Any) -> Any:
+    """The KRaft quorum of `__cluster_metadata`, as a one-node cluster has it: this node alone.
+
+    The node is the only voter, has led the quorum since it started (epoch 0) and has no
+    metadata log: topics and configs live in the store's `txlog.json`, not in records, so the
+    high watermark and the voter's log end offset are 0 and it was never fetched from (-1).
+    Any other topic or partition is UNKNOWN_TOPIC_OR_PARTITION, as Kafka's controller answers.
+    """
+    node = ctx.broker.node_id
+    topics = tuple(
+        ctx.make(
+            "TopicData",
+            topic_name=topic.topic_name,
+            partitions=tuple(
+                _quorum_partition(ctx, topic.topic_name, p.partition_index, node) for p in topic.partitions
+            ),
+        )
+        for topic in request.topics
+    )
+    nodes = (ctx.make("Node", node_id=node, listeners=_listeners(ctx)),) if ctx.version >= 2 else ()
+    return ctx.respond(error_code=NONE, error_message=None, topics=topics, nodes=nodes)
+
+
+def _quorum_partition(ctx: RequestContext, topic: str, partition: int, node: int) -> Any:
+    if (topic, partition) != (METADATA_TOPIC, 0):
+        return ctx.make(
+            "PartitionData",
+            partition_index=partition,
+            error_code=ErrorCode.unknown_topic_or_partition,
+            error_message=f"{topic}-{partition} is not the metadata partition {METADATA_TOPIC}-0",
+            leader_id=-1,
+            leader_epoch=-1,
+            high_watermark=-1,
+            current_voters=(),
+            observers=(),
+        )
+    voter = ctx.make(
+        "ReplicaState",
+        replica_id=node,
+        replica_directory_id=uuid.UUID(int=0),
+        log_end_offset=0,
+        last_fetch_timestamp=-1,
+        last_caught_up_timestamp=-1,
+    )
+    return ctx.make(
+        "PartitionData",
+        partition_index=partition,
+        error_code=NONE,
+        error_message=None,
+        leader_id=node,
+        leader_epoch=0,
+        high_watermark=0,
+        current_voters=(voter,),
+        observers=(),
+    )
+
+
+def _listeners(ctx: RequestContext) -> tuple[Any, ...]:
+    endpoint = ctx.connection.listener
+    return (ctx.make("Listener", name=ctx.connection.security_protocol, host=endpoint.host, port=endpoint.port),)
