@@ -20,7 +20,7 @@ from txlog.clients.admin import Admin
 from txlog.fetch import IsolationLevel, latest_offset
 from txlog.topic_partition import TopicPartition
 
-PRODUCE, INIT_PRODUCER_ID, ADD_PARTITIONS, END_TXN = 0, 22, 24, 26
+PRODUCE, OFFSET_FETCH, INIT_PRODUCER_ID, ADD_PARTITIONS, END_TXN, TXN_OFFSET_COMMIT = 0, 9, 22, 24, 26, 28
 DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 61, 65, 66
 NONE, INVALID_TXN_STATE, INVALID_TRANSACTION_TIMEOUT, TRANSACTIONAL_ID_NOT_FOUND = 0, 48, 50, 105
 T0 = TopicPartition("t", 0)
@@ -182,6 +182,20 @@ def test_produce_v12_adds_its_partition_to_the_transaction_without_add_partition
     assert read_values(txlog_server.data_dir, T0, "read_committed") == [b"first", b"second"]
 
 
+def test_txn_offset_commit_v5_adds_the_offsets_partition_without_add_offsets_to_txn(txlog_server):
+    """KIP-890 part 2: a v2 client (franz-go, Java 4.x) sends no AddOffsetsToTxn; TxnOffsetCommit v5
+    joins the group's `__consumer_offsets` partition to the transaction, as Kafka's group
+    coordinator asks the transaction coordinator to. Below v5 the partition must have been added."""
+    _create_topic(txlog_server.data_dir, "t")
+    with RawClient(txlog_server.bootstrap) as client:
+        ids = _init(client, "tx-offsets")
+        assert _txn_offset_commit(client, "tx-offsets", ids, "g", 7, version=4) == INVALID_TXN_STATE
+        assert _txn_offset_commit(client, "tx-offsets", ids, "g", 7, version=5) == NONE
+        assert _committed(client, "g") == -1  # pending until the transaction commits
+        assert _end(client, "tx-offsets", ids, commit=True, version=5).error_code == NONE
+        assert _committed(client, "g") == 7
+
+
 def test_describe_and_list_transactions_and_describe_producers(txlog_server):
     _create_topic(txlog_server.data_dir, "t")
     with RawClient(txlog_server.bootstrap) as client:
@@ -260,6 +274,41 @@ def _produce_txn(
     )
     response = client.send(PRODUCE, version, transactional_id=tid, acks=-1, timeout=30000, topic_data=(data,))
     return response.responses[0].partition_responses[0]
+
+
+def _txn_offset_commit(
+    client: RawClient, tid: str, ids: tuple[int, int], group: str, offset: int, *, version: int
+) -> int:
+    """A commit from outside group management (no member), as an assign()ing consumer sends it."""
+    partition = client.nested(
+        TXN_OFFSET_COMMIT,
+        version,
+        "TxnOffsetCommitRequestPartition",
+        partition_index=0,
+        committed_offset=offset,
+        committed_leader_epoch=-1,
+        committed_metadata="",
+    )
+    topic = client.nested(TXN_OFFSET_COMMIT, version, "TxnOffsetCommitRequestTopic", name="t", partitions=(partition,))
+    answer = client.send(
+        TXN_OFFSET_COMMIT,
+        version,
+        transactional_id=tid,
+        group_id=group,
+        producer_id=ids[0],
+        producer_epoch=ids[1],
+        generation_id=-1,
+        member_id="",
+        group_instance_id=None,
+        topics=(topic,),
+    )
+    return answer.topics[0].partitions[0].error_code
+
+
+def _committed(client: RawClient, group: str) -> int:
+    topic = client.nested(OFFSET_FETCH, 7, "OffsetFetchRequestTopic", name="t", partition_indexes=(0,))
+    answer = client.send(OFFSET_FETCH, 7, group_id=group, topics=(topic,), require_stable=False)
+    return answer.topics[0].partitions[0].committed_offset
 
 
 def _end(client: RawClient, tid: str, ids: tuple[int, int], *, commit: bool, version: int):

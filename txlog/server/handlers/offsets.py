@@ -14,7 +14,8 @@ what wire clients commit and the other way round. Who may commit is checked firs
 TxnOffsetCommit (KIP-447) is written as the transactional producer's own batch: the
 server builds it from the request with the producer's id and epoch, at the next sequence of
 that producer on the group's `__consumer_offsets` partition, so the transaction's markers
-decide it as they decide its data.
+decide it as they decide its data. From v5 (transaction protocol v2, KIP-890 part 2) the commit
+adds that partition to the transaction itself; below v5 AddOffsetsToTxn must have added it.
 """
 
 from __future__ import annotations
@@ -40,6 +41,10 @@ from txlog.topic_partition import OffsetAndMetadata, TopicPartition
 
 INT32_MAX = (1 << 31) - 1
 OFFSET_COMMIT_KEY = 8
+# KIP-890 part 2: from TxnOffsetCommit v5 the client sends no AddOffsetsToTxn; the commit itself adds
+# the group's `__consumer_offsets` partition to the transaction (Kafka's group coordinator asks the
+# transaction coordinator to, as a Produce v12's partition leader does).
+TXN_OFFSET_COMMIT_ADDS_FROM_VERSION = 5
 
 Offsets = dict[TopicPartition, OffsetAndMetadata]
 
@@ -157,16 +162,27 @@ async def txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
     if code is not None and code != ErrorCode.none:
         codes = dict.fromkeys(offsets, code)
     else:
-        codes = await ctx.run(_txn_commit, ctx.broker, request, offsets, member)
+        adds = ctx.version >= TXN_OFFSET_COMMIT_ADDS_FROM_VERSION
+        codes = await ctx.run(_txn_commit, ctx.broker, request, offsets, member, adds)
     return ctx.respond(throttle_time=0, topics=_partition_codes(ctx, request, codes))
 
 
-def _txn_commit(broker: Broker, request: Any, offsets: Offsets, member: MemberRef | None) -> dict[TopicPartition, int]:
+def _txn_commit(
+    broker: Broker, request: Any, offsets: Offsets, member: MemberRef | None, adds: bool
+) -> dict[TopicPartition, int]:
     unknown = _unknown_partitions(broker, offsets)
     codes = dict.fromkeys(unknown, int(ErrorCode.unknown_topic_or_partition))
     known = {tp: om for tp, om in offsets.items() if tp not in unknown}
     try:
         if known:
+            if adds:
+                target = broker.transport.offsets_partition(request.group_id)
+                broker.transport.add_partitions_on_produce(
+                    request.transactional_id,
+                    request.producer_id,
+                    request.producer_epoch,
+                    [(target.topic, target.partition)],
+                )
             _append_txn_offsets(broker, request, known, member)
         code = int(ErrorCode.none)
     except KafkaError as exc:
