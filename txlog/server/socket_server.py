@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import cProfile
 import functools
 import inspect
+import os
 import ssl
 import sys
 import traceback
@@ -52,6 +54,10 @@ SASL_MAX_RECEIVE_BYTES = 524_288
 # Decoding costs Python time per item (a 2 MB Metadata request of 1M topics: seconds): frames past
 # this size are decoded on a thread of their own, one at a time, while the loop serves the rest.
 DECODE_ON_LOOP_BYTES = 64 * 1024
+# Set to a path prefix, the server profiles its two busy threads (cProfile sees only the thread that
+# enables it) and writes PREFIX.loop.prof and PREFIX.store.prof on a clean stop: where a benchmark's
+# server time goes (tests/benchmarks/bench_serve.py --profile). Unset, nothing is profiled.
+PROFILE_ENV = "TXLOG_SERVE_PROFILE"
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +86,13 @@ class SocketServer:
         self.listener_specs = listeners
         self.log = log if log is not None else stderr_line
         self.apis = load_handlers()
-        self.store_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="txlog-store")
+        self._profile_prefix = os.environ.get(PROFILE_ENV) or None
+        self._profiles: dict[str, cProfile.Profile] = {}
+        self.store_thread = ThreadPoolExecutor(
+            max_workers=1,
+            thread_name_prefix="txlog-store",
+            initializer=functools.partial(self._start_profile, "store") if self._profile_prefix else None,
+        )
         self.decode_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="txlog-decode")
         self.endpoints: list[Endpoint] = []
         self._servers: list[asyncio.base_events.Server] = []
@@ -94,6 +106,8 @@ class SocketServer:
     async def start(self) -> list[Endpoint]:
         """Open every listener; returns the endpoints actually bound (a port 0 resolved)."""
         self._stopping = asyncio.Event()
+        if self._profile_prefix:
+            self._start_profile("loop")
         self.broker.data_arrived.bind(asyncio.get_running_loop())
         for index, spec in enumerate(self.listener_specs):
             server = await asyncio.start_server(
@@ -135,7 +149,11 @@ class SocketServer:
                 task.cancel()  # refused: the client sees the connection close and retries elsewhere or later
             if late:
                 await asyncio.wait(late, timeout=SHUTDOWN_GRACE_S)
-        await asyncio.get_running_loop().run_in_executor(self.store_thread, self.broker.store.close)
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self.store_thread, self.broker.store.close)
+        if self._profile_prefix:
+            await loop.run_in_executor(self.store_thread, self._stop_profile, "store")
+            self._stop_profile("loop")
         self.store_thread.shutdown(wait=True)
         self.decode_thread.shutdown(wait=False, cancel_futures=True)
 
@@ -153,6 +171,18 @@ class SocketServer:
                 self.log(f"transaction timeout sweep failed: {exc}")
                 continue
             self.broker.data_arrived.notify()  # an aborted transaction moves its partitions' last stable offsets
+
+    def _start_profile(self, name: str) -> None:
+        """Profile the calling thread (PROFILE_ENV)."""
+        profile = self._profiles[name] = cProfile.Profile()
+        profile.enable()
+
+    def _stop_profile(self, name: str) -> None:
+        """Stop the calling thread's profile and write it to PREFIX.NAME.prof."""
+        profile = self._profiles.pop(name, None)
+        if profile is not None:
+            profile.disable()
+            profile.dump_stats(f"{self._profile_prefix}.{name}.prof")
 
     # ---- connections --------------------------------------------------------------------------------
 
