@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import os
+import pstats
 import statistics
 import sys
 import time
@@ -57,6 +58,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from tests.kafka_rig.broker import KafkaBroker  # noqa: E402
 from tests.kafka_rig.kafka_dist import KAFKA_VERSION  # noqa: E402
 from tests.server.serve_process import ServeProcess  # noqa: E402
+from txlog.server.socket_server import PROFILE_ENV  # noqa: E402
 
 VALUE = b"v" * 100
 TXN_SIZES = (1, 100, 10_000)
@@ -209,8 +211,12 @@ def create_topic(bootstrap: str, name: str) -> None:
         raise BenchError(f"CreateTopics {name}: {exc!r}") from None
 
 
-def produce(bootstrap: str, topic: str, records: int) -> float:
-    """Seconds to produce `records` values with an idempotent acks=all producer and flush them."""
+def produce(bootstrap: str, topic: str, records: int, producers: int = 1) -> float:
+    """Seconds to produce `records` values with idempotent acks=all producers and flush them.
+
+    With several producers (each its own connection) the records go round-robin from one
+    thread, so the server sees that many connections' Produce requests to one partition at once.
+    """
     errors = ClientErrors()
     failed: list[str] = []
 
@@ -218,13 +224,15 @@ def produce(bootstrap: str, topic: str, records: int) -> float:
         if err is not None and len(failed) < 3:
             failed.append(f"{err.name()}: {err.str()}")
 
-    producer = Producer(producer_config(bootstrap, errors, on_delivery=delivered))
-    # connecting, Metadata and InitProducerId are not throughput: one record sent before the clock
-    producer.produce(topic, VALUE)
-    if _flush(producer, errors, "produce") or failed:
-        raise BenchError(f"produce: {failed[0] if failed else 'the first record was not sent'}{errors.summary()}")
+    clients = [Producer(producer_config(bootstrap, errors, on_delivery=delivered)) for _ in range(producers)]
+    # connecting, Metadata and InitProducerId are not throughput: one record each sent before the clock
+    for producer in clients:
+        producer.produce(topic, VALUE)
+        if _flush(producer, errors, "produce") or failed:
+            raise BenchError(f"produce: {failed[0] if failed else 'the first record was not sent'}{errors.summary()}")
     start = time.perf_counter()
-    for _ in range(records):
+    for i in range(records):
+        producer = clients[i % producers]
         while True:
             try:
                 producer.produce(topic, VALUE)
@@ -234,7 +242,7 @@ def produce(bootstrap: str, topic: str, records: int) -> float:
                 errors.check("produce")
         if failed:
             break
-    left = _flush(producer, errors, "produce")
+    left = sum(_flush(producer, errors, "produce") for producer in clients)
     seconds = time.perf_counter() - start
     if failed or left:
         raise BenchError(f"produce: {failed[0] if failed else f'{left} records unsent'}{errors.summary()}")
@@ -350,7 +358,7 @@ def describe(exc: BaseException) -> str:
     return f"{exc!r} at {os.path.basename(where.filename)}:{where.lineno}"
 
 
-def measure(target: Target, records: int, reps: int, txn_counts: dict[int, int]) -> Result:
+def measure(target: Target, records: int, reps: int, txn_counts: dict[int, int], producers: int) -> Result:
     result = Result(target.name)
     print(f"[{target.name}] starting ...", file=sys.stderr, flush=True)
     try:
@@ -361,6 +369,8 @@ def measure(target: Target, records: int, reps: int, txn_counts: dict[int, int])
     try:
         print(f"[{target.name}] at {bootstrap}: produce/consume x{reps} ...", file=sys.stderr, flush=True)
         _throughput(result, target, bootstrap, records, reps)
+        print(f"[{target.name}] {producers} producers x{reps} ...", file=sys.stderr, flush=True)
+        _many_producers(result, target, bootstrap, records, reps, producers)
         for size in TXN_SIZES:
             print(f"[{target.name}] {txn_counts[size]} transactions of {size} ...", file=sys.stderr, flush=True)
             with phase(result, target, f"commit {size}"):
@@ -391,11 +401,31 @@ def _throughput(result: Result, target: Target, bootstrap: str, records: int, re
             consumed.append(consume(bootstrap, topic, records))
         if "consume" in result.errors:
             break
-    for metric, rates in (("produce msg/s", produced), ("consume msg/s", consumed)):
-        kept = rates[1:] or rates
-        if kept and metric.split()[0] not in result.errors:
-            result.values[metric] = statistics.median(kept)
-            result.spread[metric] = min(kept), max(kept)
+    _keep(result, "produce msg/s", "produce", produced)
+    _keep(result, "consume msg/s", "consume", consumed)
+
+
+def _many_producers(result: Result, target: Target, bootstrap: str, records: int, reps: int, producers: int) -> None:
+    """`producers` connections producing to one partition at once, a fresh topic per repetition:
+    what a server that syncs each request alone (no group commit) is slowest at."""
+    name = f"produce x{producers}"
+    rates: list[float] = []
+    for rep in range(reps):
+        topic = f"bench-many-{rep}"
+        with phase(result, target, name):
+            create_topic(bootstrap, topic)
+            rates.append(records / produce(bootstrap, topic, records, producers))
+        if name in result.errors:
+            return
+    _keep(result, f"{name} msg/s", name, rates)
+
+
+def _keep(result: Result, metric: str, phase_name: str, rates: list[float]) -> None:
+    """The median of the repetitions but the first (cold), and their spread."""
+    kept = rates[1:] or rates
+    if kept and phase_name not in result.errors:
+        result.values[metric] = statistics.median(kept)
+        result.spread[metric] = min(kept), max(kept)
 
 
 def percentile(values: list[float], pct: float) -> float:
@@ -410,11 +440,12 @@ def percentile(values: list[float], pct: float) -> float:
 ROWS = [
     ("produce msg/s", "produce", True),
     ("consume msg/s", "consume", True),
+    ("produce x{producers} msg/s", "produce x{producers}", True),
     *[(f"commit {size} {p}", f"commit {size}", False) for size in TXN_SIZES for p in ("p50", "p99")],
 ]
 
 
-def render(results: list[Result]) -> str:
+def render(results: list[Result], producers: int) -> str:
     """Rows are metrics, columns the targets, then txlog's speed against each Kafka target."""
     by_name = {r.target: r for r in results}
     txlog = by_name.get("txlog")
@@ -423,7 +454,8 @@ def render(results: list[Result]) -> str:
     if txlog is not None:
         header += [f"txlog vs {k.target}" for k in kafkas]
     lines = [header]
-    for metric, phase_name, higher_is_better in ROWS:
+    for metric_name, phase_template, higher_is_better in ROWS:
+        metric, phase_name = metric_name.format(producers=producers), phase_template.format(producers=producers)
         row = [metric if higher_is_better else f"{metric} (ms)"]
         for r in results:
             row.append(_cell(r, metric, phase_name, higher_is_better))
@@ -463,18 +495,30 @@ def spread_lines(results: list[Result]) -> str:
     """The min..max of the kept repetitions: how far a median can be trusted on a shared machine."""
     out = []
     for r in results:
-        ranges = [f"{metric.split()[0]} {lo:,.0f}..{hi:,.0f}" for metric, (lo, hi) in r.spread.items()]
+        ranges = [f"{metric.removesuffix(' msg/s')} {lo:,.0f}..{hi:,.0f}" for metric, (lo, hi) in r.spread.items()]
         if ranges:
             out.append(f"  {r.target:12} " + ", ".join(ranges))
     return "spread of the repetitions kept (msg/s):\n" + "\n".join(out) if out else ""
 
 
-def server_cpu_lines(results: list[Result]) -> str:
-    phases = ["produce", "consume", *(f"commit {s}" for s in TXN_SIZES)]
+def server_cpu_lines(results: list[Result], producers: int) -> str:
+    phases = ["produce", "consume", f"produce x{producers}", *(f"commit {s}" for s in TXN_SIZES)]
     out = ["server CPU s per phase (all repetitions): " + ", ".join(phases)]
     for r in results:
         out.append(f"  {r.target:12} " + "  ".join(f"{r.server_cpu.get(p, 0.0):7.2f}" for p in phases))
     return "\n".join(out)
+
+
+def print_profiles(prefix: str, top: int = 25) -> None:
+    """The server's own profile of each busy thread (written on its clean stop), by internal time."""
+    for thread in ("loop", "store"):
+        path = f"{prefix}.{thread}.prof"
+        if not os.path.exists(path):
+            print(f"no profile of the {thread} thread ({path})")
+            continue
+        print(f"--- txlog serve, {thread} thread, top {top} by internal time ---")
+        stats = pstats.Stats(path, stream=sys.stdout)
+        stats.sort_stats("tottime").print_stats(top)
 
 
 def main() -> int:
@@ -482,8 +526,10 @@ def main() -> int:
     ap.add_argument("--only", choices=("kafka", "txlog"), help="only the Kafka targets (both), or only txlog")
     ap.add_argument("--records", type=int, default=200_000, help="records per produce/consume repetition")
     ap.add_argument("--reps", type=int, default=3, help="produce/consume repetitions (the first dropped)")
+    ap.add_argument("--producers", type=int, default=8, help="connections of the many-producers row")
     ap.add_argument("--big", action="store_true", help="more transactions per size, for a steadier p99")
     ap.add_argument("--dir", help="scratch parent (default <repo>/.bench-tmp)")
+    ap.add_argument("--profile", action="store_true", help="cProfile txlog's loop and store threads; print the top")
     args = ap.parse_args()
     txn_counts = TXN_COUNTS_BIG if args.big else TXN_COUNTS
     names = [t for t in TARGETS if args.only is None or t.startswith(args.only)]
@@ -498,11 +544,15 @@ def main() -> int:
         for name in names:
             if name == "txlog":
                 target: Target = TxlogTarget(workdir)
+                if args.profile:
+                    os.environ[PROFILE_ENV] = os.path.join(workdir, "txlog", "serve")
             else:
                 target = KafkaTarget(name, workdir, KAFKA_FSYNC_PROPS if name == "kafka-fsync" else {})
-            results.append(measure(target, args.records, args.reps, txn_counts))
-    print(render(results))
-    for lines in (spread_lines(results), server_cpu_lines(results)):
+            results.append(measure(target, args.records, args.reps, txn_counts, args.producers))
+        if args.profile and "txlog" in names:
+            print_profiles(os.path.join(workdir, "txlog", "serve"))
+    print(render(results, args.producers))
+    for lines in (spread_lines(results), server_cpu_lines(results, args.producers)):
         if lines:
             print(lines)
     errors = report_errors(results)
