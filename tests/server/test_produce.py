@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 from confluent_kafka import Producer
 
@@ -9,6 +15,8 @@ from storage import Store
 from storage.records import build_batch
 from tests.server.raw_client import RawClient
 from tests.server.store_reads import read_values
+from txlog.server.broker import Broker
+from txlog.server.socket_server import ListenerSpec, SocketServer
 from txlog.topic_partition import TopicPartition
 
 PRODUCE = 0
@@ -146,3 +154,74 @@ def test_every_served_produce_version_appends(txlog_server, version):
     with RawClient(txlog_server.bootstrap) as client:
         answer = _produce(client, "t", 0, _batch([b"v"]), version=version)
     assert (answer.error_code, answer.base_offset) == (NONE, 0)
+
+
+class _CountingExecutor(ThreadPoolExecutor):
+    """The server's store thread, counting the work handed to it (what the test waits on)."""
+
+    def __init__(self) -> None:
+        super().__init__(max_workers=1, thread_name_prefix="txlog-store")
+        self.submitted = 0
+
+    def submit(self, fn, /, *args, **kwargs):  # type: ignore[override]
+        self.submitted += 1
+        return super().submit(fn, *args, **kwargs)
+
+
+def test_produce_requests_arriving_during_an_fdatasync_share_the_next_one(tmp_path, monkeypatch):
+    """Group commit: three connections' requests that arrive while the partition's fdatasync runs
+    are appended before any of them syncs, so one fdatasync makes all three durable.
+
+    In-process server: the test holds the first fdatasync until the three requests have reached the
+    store thread's queue, then counts the fdatasyncs the answers took (a server syncing each request
+    in the same turn as its append takes three)."""
+    data_dir = str(tmp_path / "store")
+    _create_topic(data_dir, "t")
+    server = SocketServer(Broker(Store.open(data_dir)), [ListenerSpec("127.0.0.1", 0)], log=lambda _: None)
+    server.store_thread = counting = _CountingExecutor()
+    held, release = threading.Event(), threading.Event()
+    syncs: list[int] = []
+    submitted_when_held: list[int] = []
+    real_fdatasync = os.fdatasync
+
+    def fdatasync(fd: int) -> None:
+        syncs.append(fd)
+        if len(syncs) == 1:
+            submitted_when_held.append(counting.submitted)
+            held.set()
+            release.wait(60)
+        real_fdatasync(fd)
+
+    loop = asyncio.new_event_loop()
+    started = threading.Event()
+
+    async def serve() -> None:
+        await server.start()
+        started.set()
+        await server.serve_until_stopped()
+
+    thread = threading.Thread(target=loop.run_until_complete, args=(serve(),), daemon=True)
+    thread.start()
+    assert started.wait(60)
+    bootstrap = f"127.0.0.1:{server.endpoints[0].port}"
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    clients = [RawClient(bootstrap) for _ in range(4)]
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            first = pool.submit(_produce, clients[0], "t", 0, _batch([b"first"]))
+            assert held.wait(60), "the first request never reached its fdatasync"
+            others = [pool.submit(_produce, c, "t", 0, _batch([b"other"])) for c in clients[1:]]
+            deadline = time.monotonic() + 60  # a wait for the server to read them, not a timed assertion
+            while counting.submitted < submitted_when_held[0] + 3 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            release.set()
+            answers = [first.result(60), *(f.result(60) for f in others)]
+    finally:
+        release.set()
+        for client in clients:
+            client.close()
+        loop.call_soon_threadsafe(server.stop)
+        thread.join(60)
+    assert [a.error_code for a in answers] == [0, 0, 0, 0]
+    assert sorted(a.base_offset for a in answers) == [0, 1, 2, 3]
+    assert len(syncs) == 2, f"{len(syncs)} fdatasyncs for the first request and the three that waited"

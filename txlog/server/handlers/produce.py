@@ -7,6 +7,11 @@ request is written without fdatasync and then synced once before the answer, wha
 says: the store's high watermark only covers synced data, so an acknowledged batch is both
 visible to readers and durable (docs/serve.md §3).
 
+Group commit: the appends and the sync are two turns on the store thread, with the loop in
+between, so the Produce requests of other connections that arrived meanwhile are appended
+before this request's sync runs, and that one fdatasync makes them all durable; their own
+syncs then find the partition already synced and cost nothing (`PartitionLog.sync`).
+
 A transactional produce is verified against its transaction by the partition (KIP-890 part
 1). From Produce v12 (transaction protocol v2, KIP-890 part 2) the client no longer sends
 AddPartitionsToTxn: the partitions of the request are added to the open transaction here,
@@ -75,7 +80,7 @@ class _Request:
 
 
 @api(0, 3, 12)
-def produce(ctx: RequestContext, request: Any) -> Any:
+async def produce(ctx: RequestContext, request: Any) -> Any:
     work = _Request()
     for topic in request.topic_data:
         work.topics.append((topic.name, [(p.index, p.records) for p in topic.partition_data]))
@@ -84,16 +89,23 @@ def produce(ctx: RequestContext, request: Any) -> Any:
     if request.acks not in (-1, 0, 1):
         for topic, index, _ in work.partitions():
             work.fail(topic, index, INVALID_REQUIRED_ACKS, f"acks={request.acks} is not -1, 0 or 1")
-    else:
-        _check_topics(ctx, work)
-        if request.acks == -1:
-            _check_min_insync_replicas(ctx, work)
-        if request.transactional_id is not None and ctx.version >= ADD_PARTITIONS_FROM_VERSION:
-            _add_to_transaction(ctx, work, request.transactional_id)
-        _append(ctx, work, request.transactional_id)
+    elif await ctx.run(_write, ctx, work, request.transactional_id, request.acks):
+        # a turn of its own: other connections' appends queued meanwhile share this fdatasync
+        await ctx.run(_sync, ctx, work)
     if request.acks == 0:
         return None  # acks=0: the client reads no answer (errors are only in the broker's view)
     return _response(ctx, work)
+
+
+def _write(ctx: RequestContext, work: _Request, transactional_id: str | None, acks: int) -> bool:
+    """The request's checks and appends, without fdatasync (store thread); did anything get written?"""
+    _check_topics(ctx, work)
+    if acks == -1:
+        _check_min_insync_replicas(ctx, work)
+    if transactional_id is not None and ctx.version >= ADD_PARTITIONS_FROM_VERSION:
+        _add_to_transaction(ctx, work, transactional_id)
+    _append(ctx, work, transactional_id)
+    return any(o.written for o in work.outcomes.values())
 
 
 def _check_topics(ctx: RequestContext, work: _Request) -> None:
@@ -149,7 +161,7 @@ def _add_to_transaction(ctx: RequestContext, work: _Request, transactional_id: s
 
 
 def _append(ctx: RequestContext, work: _Request, transactional_id: str | None) -> None:
-    """Append every partition without fdatasync, then sync each written partition once."""
+    """Append every partition without fdatasync (`_sync` makes them durable)."""
     transport = ctx.broker.transport
     for topic, index, records in work.pending():
         outcome = work.outcomes[(topic, index)]
@@ -161,6 +173,12 @@ def _append(ctx: RequestContext, work: _Request, transactional_id: str | None) -
             outcome.message = error_message(exc)
             continue
         outcome.base_offset, outcome.written = result.base_offset, True
+
+
+def _sync(ctx: RequestContext, work: _Request) -> None:
+    """Sync each written partition once (store thread): nothing to do if another request's sync
+    since the append covered it. Readers and the answer wait for this."""
+    transport = ctx.broker.transport
     written = [(t, p) for (t, p), o in work.outcomes.items() if o.written]
     for topic, index in written:
         outcome = work.outcomes[(topic, index)]
