@@ -55,8 +55,10 @@ from benchutil import scratch_dir  # noqa: E402
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
+from storage.records import build_batch  # noqa: E402
 from tests.kafka_rig.broker import KafkaBroker  # noqa: E402
 from tests.kafka_rig.kafka_dist import KAFKA_VERSION  # noqa: E402
+from tests.server.raw_client import RawClient  # noqa: E402
 from tests.server.serve_process import ServeProcess  # noqa: E402
 from txlog.server.socket_server import PROFILE_ENV  # noqa: E402
 
@@ -70,6 +72,11 @@ TXN_COUNTS_BIG = {1: 501, 100: 201, 10_000: 51}
 STALL_S = 45.0
 # librdkafka retries a failing request until the message times out: bound that too.
 CLIENT_TIMEOUT_MS = 40_000
+
+# the raw Produce row: records per request, seconds per repetition, Produce version
+RAW_BATCH_RECORDS = 100
+RAW_SECONDS = 3.0
+RAW_PRODUCE_VERSION = 9
 
 TARGETS = ("kafka", "kafka-fsync", "txlog")
 KAFKA_FSYNC_PROPS = {"log.flush.interval.messages": "1"}
@@ -249,6 +256,40 @@ def produce(bootstrap: str, topic: str, records: int, producers: int = 1) -> flo
     return seconds
 
 
+def raw_produce(bootstrap: str, topic: str, connections: int, seconds: float = RAW_SECONDS) -> float:
+    """Records per second that `connections` wire clients get acknowledged, each sending Produce
+    requests of one prebuilt batch (RAW_BATCH_RECORDS values, no producer id, acks=-1) one after
+    the other for `seconds`. The client does almost nothing (encode a request, read the answer, on
+    threads that wait with the GIL released), so this is the server's cost per request: its
+    Python, and fsyncs a server makes per request or shares between connections (group commit)."""
+    batch = build_batch([(None, VALUE, None, None)] * RAW_BATCH_RECORDS)
+    deadline = time.monotonic() + seconds
+    failed: list[str] = []
+
+    def connection() -> int:
+        acknowledged = 0
+        with RawClient(bootstrap) as client:
+            partition = client.nested(0, RAW_PRODUCE_VERSION, "PartitionProduceData", index=0, records=batch)
+            data = client.nested(0, RAW_PRODUCE_VERSION, "TopicProduceData", name=topic, partition_data=(partition,))
+            while time.monotonic() < deadline and not failed:
+                response = client.send(
+                    0, RAW_PRODUCE_VERSION, transactional_id=None, acks=-1, timeout=30_000, topic_data=(data,)
+                )
+                code = response.responses[0].partition_responses[0].error_code
+                if code != 0:
+                    failed.append(f"raw produce: error code {code}")
+                acknowledged += RAW_BATCH_RECORDS
+        return acknowledged
+
+    start = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(connections) as pool:
+        total = sum(pool.map(lambda _: connection(), range(connections)))
+    elapsed = time.perf_counter() - start
+    if failed:
+        raise BenchError(failed[0])
+    return total / elapsed
+
+
 def _flush(producer: Producer, errors: ClientErrors, what: str) -> int:
     """flush() until nothing is in flight, giving up after STALL_S without progress."""
     left, last, stalled_since = len(producer), -1, time.monotonic()
@@ -418,6 +459,16 @@ def _many_producers(result: Result, target: Target, bootstrap: str, records: int
         if name in result.errors:
             return
     _keep(result, f"{name} msg/s", name, rates)
+    name = f"raw produce x{producers}"
+    rates = []
+    for rep in range(reps):
+        topic = f"bench-raw-{rep}"
+        with phase(result, target, name):
+            create_topic(bootstrap, topic)
+            rates.append(raw_produce(bootstrap, topic, producers))
+        if name in result.errors:
+            return
+    _keep(result, f"{name} msg/s", name, rates)
 
 
 def _keep(result: Result, metric: str, phase_name: str, rates: list[float]) -> None:
@@ -441,6 +492,7 @@ ROWS = [
     ("produce msg/s", "produce", True),
     ("consume msg/s", "consume", True),
     ("produce x{producers} msg/s", "produce x{producers}", True),
+    ("raw produce x{producers} msg/s", "raw produce x{producers}", True),
     *[(f"commit {size} {p}", f"commit {size}", False) for size in TXN_SIZES for p in ("p50", "p99")],
 ]
 
@@ -502,7 +554,8 @@ def spread_lines(results: list[Result]) -> str:
 
 
 def server_cpu_lines(results: list[Result], producers: int) -> str:
-    phases = ["produce", "consume", f"produce x{producers}", *(f"commit {s}" for s in TXN_SIZES)]
+    many = [f"produce x{producers}", f"raw produce x{producers}"]
+    phases = ["produce", "consume", *many, *(f"commit {s}" for s in TXN_SIZES)]
     out = ["server CPU s per phase (all repetitions): " + ", ".join(phases)]
     for r in results:
         out.append(f"  {r.target:12} " + "  ".join(f"{r.server_cpu.get(p, 0.0):7.2f}" for p in phases))
