@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from storage.errors import CorruptRecordError, KafkaError
+from storage.errors import CorruptRecordError, KafkaError, UnknownTopicOrPartitionError
 from storage.records import TRANSACTIONAL_MASK, BatchHeader
 from storage.topic_name import INTERNAL_TOPICS
 from txlog.server.apis import api
@@ -112,10 +112,17 @@ def _check_topics(ctx: RequestContext, work: _Request) -> None:
     """Refuse what Kafka refuses before any write: unknown partitions (Produce never creates a
     topic; Metadata does) and internal topics, which only the coordinators write."""
     store = ctx.broker.store
+    counts: dict[str, int] = {}  # each topic's partition count, read once a request (a read of the store's metadata)
     for topic, index, _ in work.partitions():
         if topic in INTERNAL_TOPICS:
             work.fail(topic, index, INVALID_TOPIC_EXCEPTION, f"cannot append to internal topic {topic}")
-        elif not store.has_topic(topic) or not 0 <= index < store.partition_count(topic):
+            continue
+        if topic not in counts:
+            try:
+                counts[topic] = store.partition_count(topic)
+            except UnknownTopicOrPartitionError:
+                counts[topic] = 0
+        if not 0 <= index < counts[topic]:
             work.fail(topic, index, UNKNOWN_TOPIC_OR_PARTITION, f"this server does not host {topic}-{index}")
 
 
