@@ -263,6 +263,7 @@ def raw_produce(bootstrap: str, topic: str, connections: int, seconds: float = R
     threads that wait with the GIL released), so this is the server's cost per request: its
     Python, and fsyncs a server makes per request or shares between connections (group commit)."""
     batch = build_batch([(None, VALUE, None, None)] * RAW_BATCH_RECORDS)
+    _await_leader(bootstrap, topic, batch)
     deadline = time.monotonic() + seconds
     failed: list[str] = []
 
@@ -288,6 +289,26 @@ def raw_produce(bootstrap: str, topic: str, connections: int, seconds: float = R
     if failed:
         raise BenchError(failed[0])
     return total / elapsed
+
+
+def _await_leader(bootstrap: str, topic: str, batch: bytes) -> None:
+    """Produce one batch until it is accepted: a Kafka broker answers a topic it has just created
+    with UNKNOWN_TOPIC_OR_PARTITION or NOT_LEADER_OR_FOLLOWER until its leader is in place."""
+    retriable = {3, 6}
+    give_up = time.monotonic() + STALL_S
+    with RawClient(bootstrap) as client:
+        partition = client.nested(0, RAW_PRODUCE_VERSION, "PartitionProduceData", index=0, records=batch)
+        data = client.nested(0, RAW_PRODUCE_VERSION, "TopicProduceData", name=topic, partition_data=(partition,))
+        while True:
+            response = client.send(
+                0, RAW_PRODUCE_VERSION, transactional_id=None, acks=-1, timeout=30_000, topic_data=(data,)
+            )
+            code = response.responses[0].partition_responses[0].error_code
+            if code == 0:
+                return
+            if code not in retriable or time.monotonic() > give_up:
+                raise BenchError(f"raw produce: error code {code}")
+            time.sleep(0.1)
 
 
 def _flush(producer: Producer, errors: ClientErrors, what: str) -> int:
