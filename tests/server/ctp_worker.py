@@ -5,7 +5,8 @@ the group's offsets committed inside each transaction (send_offsets_to_transacti
 The end-to-end tests run it in-process and as a child process that they kill -9 and start again
 (tests/server/test_client_faults.py). It stops when the group's committed offsets reach the end
 of every input partition (the input is written before it starts). It prints one line per
-committed transaction, `COMMITTED <n>`, and `HOLDING` when `hold_open_after` transactions are
+committed transaction, `COMMITTED <n> <t>` (t: time.monotonic() when it began, the system's
+CLOCK_MONOTONIC, which a parent process can compare with its own), and `HOLDING` when `hold_open_after` transactions are
 committed and it has written the next one's records and waits, the transaction left open, to be
 killed.
 
@@ -51,6 +52,7 @@ class Job:
     # librdkafka waits for an absent coordinator (the server-restart test lengthens it)
     transaction_timeout_ms: int = 10_000
     exit_if_stuck_s: float | None = None  # see _watchdog
+    rebootstrap: bool = True  # librdkafka's default; see _client_config
     pause_ms: int = 0  # after each commit: a slow application, so a test can act mid-stream
 
 
@@ -59,7 +61,7 @@ def run(job: Job, say: Callable[[str], None] = print) -> int:
     consumer = Consumer(_consumer_config(job))
     producer = Producer(
         {
-            "bootstrap.servers": job.bootstrap,
+            **_client_config(job),
             "transactional.id": job.transactional_id,
             "transaction.timeout.ms": job.transaction_timeout_ms,
         }
@@ -80,9 +82,10 @@ def run(job: Job, say: Callable[[str], None] = print) -> int:
             if job.hold_open_after is not None and commits >= job.hold_open_after:
                 _hold_open(producer, job, batch, say)
             abort = job.abort_every > 0 and attempts % job.abort_every == 0
+            began = time.monotonic()
             if _transaction(producer, consumer, job, batch, abort):
                 commits += 1
-                say(f"COMMITTED {commits}")
+                say(f"COMMITTED {commits} {began:.6f}")
                 time.sleep(job.pause_ms / 1000)
             else:
                 _rewind(consumer, batch)
@@ -91,9 +94,24 @@ def run(job: Job, say: Callable[[str], None] = print) -> int:
         consumer.close()
 
 
+def _client_config(job: Job) -> dict:
+    """What the producer and the consumer share.
+
+    With one broker, its restart takes every connection down at once, which makes librdkafka
+    (2.10+, KIP-899) re-bootstrap at once: it decommissions the broker handle, and its cache of
+    group coordinators keeps pointing at the dead handle, so the TxnOffsetCommit of the next
+    send_offsets_to_transaction waits for it forever (seen with librdkafka 2.16 against both
+    servers). `metadata.recovery.strategy=none` keeps the handle, which reconnects.
+    """
+    config: dict = {"bootstrap.servers": job.bootstrap}
+    if not job.rebootstrap:
+        config["metadata.recovery.strategy"] = "none"
+    return config
+
+
 def _consumer_config(job: Job) -> dict:
     config = {
-        "bootstrap.servers": job.bootstrap,
+        **_client_config(job),
         "group.id": job.group,
         "group.protocol": job.group_protocol,
         "isolation.level": "read_committed",
@@ -155,9 +173,9 @@ def _watchdog(seconds: float | None) -> Iterator[None]:
 
     librdkafka's send_offsets_to_transaction can wait forever, past its timeout, when the
     coordinator went away during the call (confluentinc/librdkafka#5456 and #5511, open in
-    2.16), and after a broker's kill -9 and restart its consumer's committed() was seen to time out
-    again and again: the process is then stuck for good, and what an operator does, restart it
-    with the same transactional.id, is what a test does on this exit code.
+    2.16; after a single broker's restart this was its re-bootstrap, see _client_config): the
+    process is then stuck for good, and what an operator does, restart it with the same
+    transactional.id, is what a test does on this exit code.
     """
     if seconds is None:
         yield
@@ -250,6 +268,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--pause-ms", type=int, default=0)
     parser.add_argument("--exit-if-stuck-s", type=float)
     parser.add_argument("--transaction-timeout-ms", type=int, default=10_000)
+    parser.add_argument("--no-rebootstrap", dest="rebootstrap", action="store_false")
     job = Job(**vars(parser.parse_args(argv)))
     try:
         commits = run(job, say=lambda line: print(line, flush=True))
