@@ -137,6 +137,15 @@ def served_api_keys(bootstrap: str) -> set[int]:
     return {int(k.api_key) for k in api_versions(bootstrap).api_keys}
 
 
+def served_versions(bootstrap: str) -> list[tuple[int, int]]:
+    """Every (API key, version) the server's ApiVersions answer names."""
+    return [
+        (int(k.api_key), version)
+        for k in api_versions(bootstrap).api_keys
+        for version in range(int(k.min_version), int(k.max_version) + 1)
+    ]
+
+
 # ---- sample requests: every field filled, two items in every array ---------------------------------
 
 
@@ -145,21 +154,32 @@ def sample_request(cls: type) -> Any:
     return _sample_of(cls, iter(range(1, 1 << 30)))
 
 
-def _sample_of(cls: Any, counter: Iterator[int]) -> Any:
-    values = {}
+def null_request(cls: type) -> Any:
+    """A request of kio class `cls` with every nullable field null and every other array empty."""
+    return _sample_of(cls, iter(range(1, 1 << 30)), nulls=True)
+
+
+def _sample_of(cls: Any, counter: Iterator[int], *, nulls: bool = False) -> Any:
+    values: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         t = _unoptional(f.type)
+        if nulls and t is not f.type:
+            values[f.name] = None
+            continue
+        if nulls and typing.get_origin(t) is tuple:
+            values[f.name] = ()
+            continue
         if typing.get_origin(t) is tuple:
             element = typing.get_args(t)[0]
-            values[f.name] = tuple(_one(f, element, counter) for _ in range(2))
+            values[f.name] = tuple(_one(f, element, counter, nulls) for _ in range(2))
         else:
-            values[f.name] = _one(f, t, counter)
+            values[f.name] = _one(f, t, counter, nulls)
     return cls(**values)
 
 
-def _one(f: dataclasses.Field, t: Any, counter: Iterator[int]) -> Any:
+def _one(f: dataclasses.Field, t: Any, counter: Iterator[int], nulls: bool = False) -> Any:
     if dataclasses.is_dataclass(t):
-        return _sample_of(t, counter)
+        return _sample_of(t, counter, nulls=nulls)
     n = next(counter)
     kind = f.metadata["kafka_type"]
     return {

@@ -17,8 +17,10 @@ from kafka.errors import (
 )
 from kafka.structs import TopicPartition, TopicPartitionReplica
 
+from tests.server.raw_client import RawClient
 from tests.server.serve_process import ServeProcess
 
+ELECT_LEADERS = 43
 NODE = 0  # not the default (1): the answers must follow node.id
 
 
@@ -40,6 +42,15 @@ def test_elections_are_never_needed_and_unknown_partitions_are_named(admin):
     assert sorted((p[0], p[1]) for p in results) == [(p, ElectionNotNeededError.errno) for p in range(3)]
     with pytest.raises(KafkaError, match="No such partition as a-7"):
         admin.elect_leaders(0, {"a": [7]})
+
+
+def test_an_election_at_v0_asks_for_the_preferred_leader(admin):
+    """ElectLeaders v0 has no election type: the preferred leader is implied, as Kafka reads it."""
+    with RawClient(admin.server.bootstrap) as client:
+        topic = client.nested(ELECT_LEADERS, 0, "TopicPartitions", topic="a", partitions=(0,))
+        answer = client.send(ELECT_LEADERS, 0, topic_partitions=(topic,), timeout=1000)
+    ((result,),) = [r.partition_result for r in answer.replica_election_results]
+    assert (result.partition_id, result.error_code) == (0, ElectionNotNeededError.errno)
 
 
 def test_reassignments_to_this_node_are_done_and_none_is_ever_in_progress(admin):

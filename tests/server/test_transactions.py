@@ -23,6 +23,7 @@ from txlog.topic_partition import TopicPartition
 PRODUCE, OFFSET_FETCH, INIT_PRODUCER_ID, ADD_PARTITIONS, END_TXN, TXN_OFFSET_COMMIT = 0, 9, 22, 24, 26, 28
 DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 61, 65, 66
 NONE, INVALID_TXN_STATE, INVALID_TRANSACTION_TIMEOUT, TRANSACTIONAL_ID_NOT_FOUND = 0, 48, 50, 105
+UNKNOWN_TOPIC_OR_PARTITION = 3
 T0 = TopicPartition("t", 0)
 JAVA_PRODUCER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "java", "TxnProducerV2.java")
 WAIT_S = 120  # a bound for a background job on a loaded machine, never a speed assertion
@@ -233,6 +234,14 @@ def test_describe_and_list_transactions_and_describe_producers(txlog_server):
         (partition,) = producers.topics[0].partitions
         (state,) = partition.active_producers
         assert (state.producer_id, state.producer_epoch, state.current_txn_start_offset) == (ids[0], ids[1], 0)
+
+        unknown = client.send(
+            DESCRIBE_PRODUCERS,
+            0,
+            topics=(client.nested(DESCRIBE_PRODUCERS, 0, "TopicRequest", name="nowhere", partition_indexes=(0,)),),
+        )
+        (missing,) = unknown.topics[0].partitions
+        assert (missing.error_code, list(missing.active_producers)) == (UNKNOWN_TOPIC_OR_PARTITION, [])
 
 
 # ---- helpers: one request each ----------------------------------------------------------------------------

@@ -212,6 +212,7 @@ class _Step:
     wide: bool = False  # a legacy length of 4 bytes rather than 2 (bytes, records, arrays)
     nested: _Plan | None = None
     nullable: bool = False  # a nullable struct: an int8 first, -1 for null (Kafka's generated encoders)
+    null_ok: bool = False  # a null count or length is allowed (the spec's nullableVersions, as kio types it)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -242,14 +243,14 @@ def _step(field: dataclasses.Field) -> _Step:
     kind = field.type if element is None else element
     entity = _entity_of(kind)
     array = element is not None
+    optional = _unoptional(field.type) is not field.type
     if entity is not None:
-        nullable = not array and _unoptional(field.type) is not field.type
-        return _Step(field.name, array, nested=_plan(entity), nullable=nullable)
+        return _Step(field.name, array, nested=_plan(entity), nullable=optional and not array, null_ok=optional)
     kafka_type = field.metadata.get("kafka_type")
     if kafka_type in _FIXED_WIDTH:
-        return _Step(field.name, array, width=_FIXED_WIDTH[kafka_type])
+        return _Step(field.name, array, width=_FIXED_WIDTH[kafka_type], null_ok=optional)
     if kafka_type in ("string", "bytes", "records"):
-        return _Step(field.name, array, prefixed=True, wide=kafka_type != "string")
+        return _Step(field.name, array, prefixed=True, wide=kafka_type != "string", null_ok=optional)
     raise LookupError(f"no size rule for field {field.name} ({kafka_type})")
 
 
@@ -267,6 +268,7 @@ def _walk_field(step: _Step, flexible: bool, frame: memoryview, position: int, d
     if not step.array:
         return _walk_value(step, flexible, frame, position, drops)
     count, position = _read_count(frame, position, flexible, wide=True)
+    count = _non_null(step, count)
     if step.width:
         return _within(frame, position, count * step.width)
     for _ in range(count):
@@ -285,7 +287,20 @@ def _walk_value(step: _Step, flexible: bool, frame: memoryview, position: int, d
     if step.width:
         return _within(frame, position, step.width)
     length, position = _read_count(frame, position, flexible, wide=step.wide)
-    return _within(frame, position, length)
+    return _within(frame, position, _non_null(step, length))
+
+
+def _non_null(step: _Step, count: int) -> int:
+    """A claimed count, where a negative one (null) is refused unless the field is nullable.
+
+    Kafka's generated readers refuse it ("non-nullable field ... was serialized as null"); kio
+    would hand the handlers a None where the spec promises a value.
+    """
+    if count >= 0:
+        return count
+    if not step.null_ok:
+        raise MalformedRequestError(f"non-nullable field {step.name} was serialized as null")
+    return 0
 
 
 def _walk_tagged_fields(plan: _Plan, frame: memoryview, position: int, drops: list[_Drop] | None) -> int:
@@ -318,7 +333,7 @@ def _uvarint(value: int) -> bytes:
 
 
 def _read_count(frame: memoryview, position: int, flexible: bool, *, wide: bool) -> tuple[int, int]:
-    """A claimed count or length (null counts as 0), checked to fit in what is left of the frame."""
+    """A claimed count or length (negative: null), checked to fit in what is left of the frame."""
     if flexible:
         raw, position = _read_uvarint(frame, position)
         count = raw - 1
@@ -330,7 +345,6 @@ def _read_count(frame: memoryview, position: int, flexible: bool, *, wide: bool)
         _within(frame, position, 2)
         (count,) = _INT16.unpack_from(frame, position)
         position += 2
-    count = max(count, 0)
     if count > len(frame) - position:
         raise MalformedRequestError(f"a count of {count} with {len(frame) - position} bytes left")
     return count, position

@@ -50,8 +50,9 @@ def elect_leaders(ctx: RequestContext, request: Any) -> Any:
     only the partitions whose election was needed, here none. An unknown election type is
     INVALID_REQUEST for the request.
     """
-    if request.election_type not in (PREFERRED, UNCLEAN):
-        return _elect_refused(ctx, request, f"Unknown election type {request.election_type}")
+    election_type = getattr(request, "election_type", PREFERRED)  # v1+; v0 only asks for the preferred leader
+    if election_type not in (PREFERRED, UNCLEAN):
+        return _elect_refused(ctx, request, f"Unknown election type {election_type}")
     store = ctx.broker.store
     if request.topic_partitions is None:
         results = tuple(

@@ -221,7 +221,11 @@ def _producers_of(ctx: RequestContext, topic: str, partition: int) -> Any:
         states = ctx.broker.store.partition(topic, partition).producer_states()
     except KafkaError as exc:
         return ctx.make(
-            "PartitionResponse", partition_index=partition, error_code=error_code(exc), error_message=str(exc)
+            "PartitionResponse",
+            partition_index=partition,
+            error_code=error_code(exc),
+            error_message=str(exc),
+            active_producers=(),
         )
     producers = tuple(
         ctx.make(
