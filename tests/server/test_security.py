@@ -149,8 +149,14 @@ def test_kafka_python_with_a_wrong_scram_password_fails_authentication(tmp_path,
         assert _logged(server, "ended: SCRAM-SHA-256 authentication failed")
     finally:
         server.kill()
-    assert "SaslAuthenticationFailedError" in caplog.text
-    assert "invalid credentials with SASL mechanism SCRAM-SHA-256" in caplog.text
+    # kafka-python 3.0.12 drops what arrives in the same read as the connection's end
+    # (kafka/net/transport.py, _sock_recv), and the server closes right after its answer, as a
+    # broker does: on a loaded machine the client may see only the close. The answer itself is
+    # checked on the wire by test_requests_before_authentication_close_the_connection_and_api_versions_is_answered.
+    if "SaslAuthenticationFailedError" in caplog.text:
+        assert "invalid credentials with SASL mechanism SCRAM-SHA-256" in caplog.text
+    else:
+        assert "socket disconnected" in caplog.text
 
 
 def test_only_the_enabled_mechanisms_are_offered(tmp_path, credentials):

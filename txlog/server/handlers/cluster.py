@@ -125,20 +125,7 @@ def _topic_metadata(ctx: RequestContext, name: str | None, topic_id: uuid.UUID |
             return _topic_error(ctx, name, error_code(exc))
     if not store.has_topic(name):
         return _topic_error(ctx, name, UNKNOWN_TOPIC_OR_PARTITION)
-    node = ctx.broker.node_id
-    partitions = tuple(
-        ctx.make(
-            "MetadataResponsePartition",
-            error_code=NONE,
-            partition_index=p,
-            leader_id=node,
-            leader_epoch=0,
-            replica_nodes=(node,),
-            isr_nodes=(node,),
-            offline_replicas=(),
-        )
-        for p in store.partitions(name)
-    )
+    partitions = tuple(_one_replica(ctx, "MetadataResponsePartition", p) for p in store.partitions(name))
     return ctx.make(
         "MetadataResponseTopic",
         error_code=NONE,
@@ -218,29 +205,34 @@ def _missing_topic_code(name: str) -> int:
     return UNKNOWN_TOPIC_OR_PARTITION
 
 
-def _described_topic(ctx: RequestContext, name: str, code: int, partitions: Sequence[int] = ()) -> Any:
+def _one_replica(ctx: RequestContext, class_name: str, partition: int) -> Any:
+    """A partition as Metadata and DescribeTopicPartitions show it: its one replica, on this node, leads.
+
+    Its leader epoch stays 0: no election ever happens, as OffsetForLeaderEpoch in docs/serve.md says.
+    """
     node = ctx.broker.node_id
+    return ctx.make(
+        class_name,
+        error_code=NONE,
+        partition_index=partition,
+        leader_id=node,
+        leader_epoch=0,
+        replica_nodes=(node,),
+        isr_nodes=(node,),
+        eligible_leader_replicas=(),
+        last_known_elr=(),
+        offline_replicas=(),
+    )
+
+
+def _described_topic(ctx: RequestContext, name: str, code: int, partitions: Sequence[int] = ()) -> Any:
     return ctx.make(
         "DescribeTopicPartitionsResponseTopic",
         error_code=code,
         name=name,
         topic_id=_topic_uuid(ctx, name) if code == NONE else ZERO_UUID,
         is_internal=name in INTERNAL_TOPICS,
-        partitions=tuple(
-            ctx.make(
-                "DescribeTopicPartitionsResponsePartition",
-                error_code=NONE,
-                partition_index=p,
-                leader_id=node,
-                leader_epoch=0,
-                replica_nodes=(node,),
-                isr_nodes=(node,),
-                eligible_leader_replicas=(),
-                last_known_elr=(),
-                offline_replicas=(),
-            )
-            for p in partitions
-        ),
+        partitions=tuple(_one_replica(ctx, "DescribeTopicPartitionsResponsePartition", p) for p in partitions),
         topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
     )
 
