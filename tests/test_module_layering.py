@@ -118,12 +118,15 @@ WING_RULES: dict[str, set[str]] = {
     "coordinator": {COMMON, "schemas"},
     TRANSPORT: {COMMON, "schemas", "coordinator"},
     "clients": {COMMON, "schemas", TRANSPORT},
-    "spark": {COMMON, "schemas"},
+    # the planner and Arrow reader of `txlog.scan`: what the Spark source reads through too;
+    # never Spark, never a client (it reads segment files, as a Consumer's fetch does)
+    "scan": {COMMON},
+    "spark": {COMMON, "schemas", "scan"},
     "tools": {COMMON, "schemas", "coordinator", TRANSPORT, "clients"},
     # the Kafka protocol server: serves the request types through the transport, describes
     # coordinator state as Admin does (ListTransactions, DescribeGroups...), never a client
     "server": {COMMON, "schemas", "coordinator", TRANSPORT},
-    "package": {COMMON, "schemas", "coordinator", TRANSPORT, "clients", "tools", "spark"},  # txlog/__init__.py
+    "package": {COMMON, "schemas", "coordinator", TRANSPORT, "clients", "tools", "scan", "spark"},  # txlog/__init__.py
 }
 # Admin is Kafka's admin client, and like kafka-transactions.sh it describes coordinator state
 # the request types do not carry (docs/DESIGN.md §10).
@@ -139,7 +142,7 @@ def wing_of(module: str) -> str | None:
         return None
     if len(parts) == 1:
         return "package"
-    if parts[1] in WING_RULES:  # a sub-package: clients, coordinator, schemas, spark, tools
+    if parts[1] in WING_RULES:  # a sub-package: clients, coordinator, schemas, scan, spark, tools
         return parts[1]
     return TRANSPORT if parts[1] == TRANSPORT else COMMON
 

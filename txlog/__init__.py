@@ -7,6 +7,7 @@ transaction coordinator, group offsets, and the consume-transform-produce loop::
     p = txlog.Producer(path, transactional_id="app-1")
     c = txlog.Consumer(path, group_id="group-1", isolation_level="read_committed")
     admin = txlog.Admin(path)
+    table = txlog.scan(path, "orders").to_arrow()   # Arrow, pandas, Polars, DuckDB: docs/analysis.md
 
 Names are imported on first use, so `import txlog` (and the CLI's start-up) stays cheap.
 """
@@ -37,12 +38,15 @@ _EXPORTS = {
     "Store": "storage.store",
 }
 
-__all__ = sorted(_EXPORTS) + ["errors", "__version__"]
+#: Sub-packages reached as attributes: `txlog.scan` is a package that is also callable (txlog/scan/__init__.py).
+_PACKAGES = ("errors", "scan")
+
+__all__ = sorted([*_EXPORTS, *_PACKAGES]) + ["__version__"]
 
 
 def __getattr__(name: str):
-    if name == "errors":
-        return importlib.import_module("txlog.errors")
+    if name in _PACKAGES:
+        return importlib.import_module(f"txlog.{name}")
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'txlog' has no attribute {name!r}")

@@ -533,9 +533,8 @@ def profile_read(
 ) -> None:
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from txlog.spark.options import parse_options
-    from txlog.spark.planning import plan_batch
-    from txlog.spark.range_reader import range_batches, read_range
+    from txlog.scan.range_reader import range_batches, read_range
+    from txlog.spark.options import parse_options, plan_batch
 
     schema = to_arrow_schema(txlog_df(spark, root, "read_committed", reader_kind="python").schema, timezone="UTC")
 
@@ -628,8 +627,8 @@ def arrow_pieces(r0) -> None:
     """Time what read_range's flush() does, piece by piece, on the first chunk of a range it would flush."""
     import pyarrow as pa
 
-    from txlog.spark.arrow_columns import timestamp_array
-    from txlog.spark.range_reader import ROWS_PER_ARROW_BATCH, range_batches
+    from txlog.scan.arrow_columns import timestamp_array
+    from txlog.scan.range_reader import ROWS_PER_ARROW_BATCH, range_batches
 
     batches, n = [], 0
     for batch in range_batches(r0):

@@ -19,9 +19,8 @@ from storage.records import ControlType, TimestampType, build_batch  # noqa: E40
 from storage.store import Store  # noqa: E402
 from txlog.clients.consumer import Consumer  # noqa: E402
 from txlog.errors import IllegalArgumentError  # noqa: E402
-from txlog.spark.options import parse_options  # noqa: E402
-from txlog.spark.planning import plan_batch  # noqa: E402
-from txlog.spark.range_reader import read_range  # noqa: E402
+from txlog.scan.range_reader import read_range  # noqa: E402
+from txlog.spark.options import parse_options, plan_batch  # noqa: E402
 from txlog.topic_partition import TopicPartition  # noqa: E402
 
 SPARK_TS = pa.timestamp("us", tz="UTC")

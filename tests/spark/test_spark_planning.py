@@ -28,9 +28,8 @@ import txlog
 from storage.errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from txlog.errors import IllegalArgumentError
 from txlog.fetch import IsolationLevel
-from txlog.spark.options import DEFAULT_MAX_BYTES_PER_PARTITION, parse_options
-from txlog.spark.planning import plan_batch
-from txlog.spark.range_reader import read_range
+from txlog.scan.range_reader import read_range
+from txlog.spark.options import DEFAULT_MAX_BYTES_PER_PARTITION, parse_options, plan_batch
 
 RC, RU = "read_committed", "read_uncommitted"
 MIXED_TPS = [("audit", 0), ("orders", 0), ("orders", 1), ("orders", 2)]
@@ -643,7 +642,7 @@ def test_segments_deleted_after_planning(tmp_path):
 
 def test_small_arrow_batches_keep_every_row(mixed, consumer_view, monkeypatch):
     """A range longer than ROWS_PER_ARROW_BATCH comes out as several Arrow batches, nothing lost."""
-    import txlog.spark.range_reader as range_reader
+    import txlog.scan.range_reader as range_reader
 
     monkeypatch.setattr(range_reader, "ROWS_PER_ARROW_BATCH", 4)
     for iso in (RC, RU):

@@ -32,8 +32,7 @@ from spark_stores import (
 
 import txlog
 from txlog.spark import jvm_reader
-from txlog.spark.options import parse_options
-from txlog.spark.planning import plan_batch
+from txlog.spark.options import parse_options, plan_batch
 
 ROOT_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RC, RU = "read_committed", "read_uncommitted"

@@ -234,9 +234,8 @@ def test_scenario61_rebuilt_index_is_the_original(store):
 
 
 def test_scenario61_spark_plan_hands_executors_every_abort(store):
-    """The Spark planner hands each executor the aborted transactions of its range (txlog/spark/planning.py)."""
-    from txlog.spark.options import parse_options
-    from txlog.spark.planning import plan_batch
+    """The Spark planner hands each executor the aborted transactions of its range (txlog/scan/planning.py)."""
+    from txlog.spark.options import parse_options, plan_batch
 
     for path in txn_indexes(store):
         os.remove(path)

@@ -39,10 +39,10 @@ from storage.errors import KafkaError
 from storage.extent import SegmentExtent
 from storage.records import COMPRESSION_MASK, NO_TIMESTAMP, ControlType, RecordBatch
 from storage.store import Store
-from txlog.spark.arrow_columns import timestamp_array
+from txlog.scan.arrow_columns import timestamp_array
+from txlog.scan.planning import open_store
+from txlog.scan.range_reader import ROWS_PER_ARROW_BATCH, extent_batches
 from txlog.spark.options import SourceOptions
-from txlog.spark.planning import open_store, select_partitions
-from txlog.spark.range_reader import ROWS_PER_ARROW_BATCH, extent_batches
 
 SCHEMA = (
     "topic string, partition int, baseOffset long, lastOffset long, recordCount int, sizeBytes int, "
@@ -67,7 +67,7 @@ def plan(options: SourceOptions) -> list[LogPart]:
     """One part per selected topic-partition, each its whole log."""
     store = open_store(options.path)
     try:
-        return plan_whole_logs(store, select_partitions(store, options), options.fail_on_data_loss)
+        return plan_whole_logs(store, options.select_partitions(store), options.fail_on_data_loss)
     finally:
         store.close()
 

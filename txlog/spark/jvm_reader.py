@@ -11,7 +11,7 @@ Two formats, each a reader of its own, and no patch of PySpark:
 `read(spark, path, **options)` takes the `"txlog"` source's options, plans here and loads
 `"txlog_jvm"` with the plan when the session has the jar on its classpath (local_session puts
 it there) and the view is the records; otherwise, or with `spark.txlog.reader=python`, it loads
-`"txlog"`. One planner: txlog/spark/planning.py decides the ranges, their ends (the LSO under
+`"txlog"`. One planner: txlog/scan/planning.py decides the ranges, their ends (the LSO under
 read_committed) and the aborted transactions of each, exactly as it does for the Python source;
 `plan_json` hands that plan over. The JVM side only walks the planned bytes, drops control
 batches and skips a transactional batch that one of the plan's aborted transactions spans.
@@ -30,9 +30,9 @@ import warnings
 from typing import Any
 
 from storage.log_files import log_file
+from txlog.scan.planning import OffsetRange
 from txlog.spark.jvm_build import JVM_FORMAT, PROVIDER_CLASS, JarBuildError, jar_path
-from txlog.spark.options import FORMAT, SourceOptions, parse_options
-from txlog.spark.planning import OffsetRange, plan_batch
+from txlog.spark.options import FORMAT, SourceOptions, parse_options, plan_batch
 from txlog.spark.schemas import record_schema
 
 #: Session conf choosing the reader of `read()`'s record reads: "jvm" (the default: the JVM

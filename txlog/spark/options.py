@@ -16,23 +16,30 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from storage.store import Store
 from txlog.errors import IllegalArgumentError
 from txlog.fetch import IsolationLevel
+from txlog.scan.planning import (
+    DEFAULT_MAX_BYTES_PER_PIECE,
+    EARLIEST,
+    LATEST,
+    OffsetRange,
+    ReadRequest,
+    TopicPartitionKey,
+    open_store,
+    plan_read,
+    select_partitions,
+)
 
 #: The name the source is registered under: `spark.read.format(FORMAT)`.
 FORMAT = "txlog"
 
-#: Offsets a JSON spec may use for "the earliest offset" and "the latest offset" (as Kafka).
-EARLIEST = -2
-LATEST = -1
-
 VIEWS = ("records", "batches", "transactions")
 
-#: Input partitions are cut at segment boundaries once a range has this many bytes
-#: (Spark's own default for files, spark.sql.files.maxPartitionBytes).
-DEFAULT_MAX_BYTES_PER_PARTITION = 128 << 20
+#: Input partitions are cut at segment boundaries once a range has this many bytes.
+DEFAULT_MAX_BYTES_PER_PARTITION = DEFAULT_MAX_BYTES_PER_PIECE
 
-#: "earliest", "latest", or {topic: {partition: offset}} with EARLIEST/LATEST allowed.
+#: "earliest", "latest", or Spark's JSON {topic: {partition: offset}} with EARLIEST/LATEST allowed.
 OffsetSpec = str | dict[str, dict[int, int]]
 
 
@@ -63,6 +70,42 @@ class SourceOptions:
     @property
     def has_topic_selection(self) -> bool:
         return self.subscribe is not None or self.subscribe_pattern is not None or self.assign is not None
+
+    def select_partitions(self, store: Store) -> list[TopicPartitionKey]:
+        """The partitions `subscribe`, `subscribePattern` or `assign` name (every topic when none is given)."""
+        return select_partitions(store, topics=self.subscribe, pattern=self.subscribe_pattern, assign=self.assign)
+
+    def read_request(self) -> ReadRequest:
+        """These options as the shared planner's request (txlog/scan/planning.py): one planner for Spark and scan."""
+        return ReadRequest(
+            isolation=self.isolation,
+            starting_offsets=flat_offsets(self.starting_offsets),
+            ending_offsets=flat_offsets(self.ending_offsets),
+            fail_on_data_loss=self.fail_on_data_loss,
+            min_pieces=self.min_partitions,
+            max_records_per_piece=self.max_records_per_partition,
+            max_bytes_per_piece=self.max_bytes_per_partition,
+            every_partition=True,
+            starting_name="startingOffsets",
+            ending_name="endingOffsets",
+            data_loss_hint="; set failOnDataLoss=false to read from there instead",
+        )
+
+
+def flat_offsets(spec: OffsetSpec) -> str | dict[TopicPartitionKey, int]:
+    """Spark's {topic: {partition: offset}} as the planner's {(topic, partition): offset}."""
+    if isinstance(spec, str):
+        return spec
+    return {(topic, p): offset for topic, parts in spec.items() for p, offset in parts.items()}
+
+
+def plan_batch(options: SourceOptions) -> list[OffsetRange]:
+    """The input partitions of a batch query: startingOffsets to endingOffsets of every selected partition."""
+    store = open_store(options.path)
+    try:
+        return plan_read(store, options.select_partitions(store), options.read_request())
+    finally:
+        store.close()
 
 
 def parse_options(options: Mapping[str, str], *, streaming: bool | None = False) -> SourceOptions:

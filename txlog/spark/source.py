@@ -22,9 +22,8 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
-from txlog.spark.options import FORMAT, SourceOptions, parse_options
-from txlog.spark.planning import plan_batch
-from txlog.spark.range_reader import read_range
+from txlog.scan.range_reader import read_range
+from txlog.spark.options import FORMAT, SourceOptions, parse_options, plan_batch
 from txlog.spark.schemas import record_schema
 
 

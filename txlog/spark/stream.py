@@ -30,16 +30,15 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from txlog.fetch import LogBounds, latest_offset
-from txlog.spark.options import SourceOptions
-from txlog.spark.planning import (
+from txlog.scan.planning import (
     TopicPartitionKey,
     open_store,
     partition_bounds,
     plan_ranges,
     resolve_offsets,
-    select_partitions,
 )
-from txlog.spark.range_reader import read_range
+from txlog.scan.range_reader import read_range
+from txlog.spark.options import SourceOptions, flat_offsets
 
 Offsets = dict[TopicPartitionKey, int]
 
@@ -70,7 +69,10 @@ class TxlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         bounds = self._bounds()
         return to_json_offsets(
             resolve_offsets(
-                self.options.starting_offsets, bounds, isolation=self.options.isolation, option="startingOffsets"
+                flat_offsets(self.options.starting_offsets),
+                bounds,
+                isolation=self.options.isolation,
+                option="startingOffsets",
             )
         )
 
@@ -104,7 +106,7 @@ class TxlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         try:
             bounds = partition_bounds(store, list(finish))
             begin = {tp: begin.get(tp, b.log_start_offset) for tp, b in bounds.items()}
-            ranges = plan_ranges(store, self.options, bounds, begin, finish)
+            ranges = plan_ranges(store, self.options.read_request(), bounds, begin, finish)
         finally:
             store.close()
         return [InputPartition(r) for r in ranges]
@@ -120,7 +122,7 @@ class TxlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _bounds(self) -> dict[TopicPartitionKey, LogBounds]:
         store = open_store(self.options.path)
         try:
-            return partition_bounds(store, select_partitions(store, self.options))
+            return partition_bounds(store, self.options.select_partitions(store))
         finally:
             store.close()
 

@@ -41,12 +41,12 @@ from storage.records import Record
 from storage.store import Store
 from storage.topic_name import TRANSACTION_STATE_TOPIC
 from txlog.errors import IllegalArgumentError
+from txlog.scan.arrow_columns import timestamp_array
+from txlog.scan.planning import open_store
+from txlog.scan.range_reader import ROWS_PER_ARROW_BATCH
 from txlog.schemas.transaction_log import KEY_VERSION, TxnLogValue, decode_key, decode_value
-from txlog.spark.arrow_columns import timestamp_array
 from txlog.spark.batches_view import LogPart, log_batches, plan_whole_logs
 from txlog.spark.options import SourceOptions
-from txlog.spark.planning import open_store, select_partitions
-from txlog.spark.range_reader import ROWS_PER_ARROW_BATCH
 
 SCHEMA = (
     "transactionalId string, producerId long, producerEpoch int, state string, transactionTimeoutMs int, "
@@ -70,7 +70,7 @@ def plan(options: SourceOptions) -> list[LogPart]:
 def _log_partitions(store: Store, options: SourceOptions) -> list[tuple[str, int]]:
     """All of the topic's partitions, or those `assign`/`subscribe` pick; naming another topic is a mistake."""
     if options.has_topic_selection:
-        selected = select_partitions(store, options)
+        selected = options.select_partitions(store)
         others = sorted({topic for topic, _ in selected if topic != TRANSACTION_STATE_TOPIC})
         if others:
             raise IllegalArgumentError(

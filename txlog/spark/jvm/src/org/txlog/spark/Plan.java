@@ -10,7 +10,7 @@ import java.util.Arrays;
 import java.util.List;
 
 /**
- * The plan of one batch query, as txlog's Python planner (txlog/spark/planning.py) fixed it.
+ * The plan of one batch query, as txlog's Python planner (txlog/scan/planning.py) fixed it.
  *
  * <p>The JVM side plans nothing: which offsets of which partitions, each range's end (the last
  * stable offset under read_committed) and the aborted transactions inside it all come from the

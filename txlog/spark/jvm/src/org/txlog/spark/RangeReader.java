@@ -26,7 +26,7 @@ import java.nio.file.StandardOpenOption;
  * batches are dropped, and under read_committed a transactional batch is dropped when an
  * aborted transaction of the plan (same producer, first offset to ABORT marker) spans it. That
  * is all the JVM knows of visibility; which ranges, where they end (the LSO) and which
- * transactions aborted were fixed by the Python planner (txlog/spark/planning.py).
+ * transactions aborted were fixed by the Python planner (txlog/scan/planning.py).
  * tests/spark/test_spark_jvm.py holds the result to txlog.Consumer's.
  */
 final class RangeReader implements PartitionReader<ColumnarBatch> {

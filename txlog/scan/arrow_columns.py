@@ -1,8 +1,10 @@
-"""Arrow columns in Spark's types, shared by the source's readers.
+"""The record view's Arrow columns, shared by `txlog.scan` and the Spark source's readers.
 
-Spark's TimestampType travels as Arrow `timestamp[us, tz=UTC]` (what
-`pyspark.sql.pandas.types.to_arrow_schema` maps it to), while Kafka's timestamps are
-epoch milliseconds: converted here, in one vectorised step per column.
+Names and types are Spark's Kafka source's (a `txlog.scan` table and a Spark DataFrame
+of the same records agree column for column). Spark's TimestampType travels as Arrow
+`timestamp[us, tz=UTC]` (what `pyspark.sql.pandas.types.to_arrow_schema` maps it to),
+while Kafka's timestamps are epoch milliseconds: converted here, in one vectorised step
+per column.
 
 `record_batch` turns the natively decoded columns of `storage.arrow_records` into the
 record view's Arrow batch: only the columns the query's schema names are built (a
@@ -20,7 +22,7 @@ from storage.arrow_records import RecordColumns
 from storage.records import TimestampType
 from txlog.errors import IllegalArgumentError
 
-SPARK_TIMESTAMP = pa.timestamp("us", tz="UTC")
+TIMESTAMP = pa.timestamp("us", tz="UTC")
 
 #: The record view's columns decoded from the batches: Spark name -> storage.arrow_records name.
 DECODED = {
@@ -38,11 +40,31 @@ DECODED = {
 #: Columns that are the same for every row of a range.
 CONSTANT = ("topic", "partition")
 
+#: Every column of the record view, in its order, with the Arrow type `txlog.scan` gives it.
+RECORD_SCHEMA = pa.schema(
+    [
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("timestamp", TIMESTAMP),
+        ("timestampType", pa.int32()),
+        ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
+        ("producerId", pa.int64()),
+        ("producerEpoch", pa.int16()),
+        ("sequence", pa.int32()),
+        ("isTransactional", pa.bool_()),
+    ]
+)
+#: The columns of a scan that names none: Spark's Kafka source's, with headers.
+DEFAULT_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers")
+
 
 def timestamp_array(epoch_ms: Iterable[int | None] | pa.Array) -> pa.Array:
     """Kafka epoch-millisecond timestamps (None for null) as Spark timestamps."""
     millis = epoch_ms if isinstance(epoch_ms, pa.Array) else pa.array(epoch_ms, pa.int64())
-    return pc.multiply(millis, 1000).cast(SPARK_TIMESTAMP)
+    return pc.multiply(millis, 1000).cast(TIMESTAMP)
 
 
 def check_record_schema(schema: pa.Schema) -> None:
@@ -58,8 +80,8 @@ def check_record_schema(schema: pa.Schema) -> None:
 def record_batch(columns: RecordColumns, topic: str, partition: int, schema: pa.Schema) -> pa.RecordBatch:
     """The rows gathered in `columns` as an Arrow batch of `schema`'s columns, in its order."""
     wanted = [DECODED[name] for name in schema.names if name in DECODED]
+    rows = columns.rows  # before `table()` finishes the builder; a table of no column has no rows to count
     table = columns.table(wanted)
-    rows = table.num_rows
     arrays = []
     for field in schema:
         if field.name == "topic":
@@ -67,12 +89,12 @@ def record_batch(columns: RecordColumns, topic: str, partition: int, schema: pa.
         elif field.name == "partition":
             array = pa.repeat(pa.scalar(partition, pa.int32()), rows)
         else:
-            array = _spark_column(field.name, table.column(DECODED[field.name]).combine_chunks())
+            array = _view_column(field.name, table.column(DECODED[field.name]).combine_chunks())
         arrays.append(array if array.type == field.type else array.cast(field.type))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-def _spark_column(name: str, array: pa.Array) -> pa.Array:
+def _view_column(name: str, array: pa.Array) -> pa.Array:
     """One decoded column as Spark's Kafka source shows it."""
     if name == "timestamp":
         return timestamp_array(array)

@@ -7,7 +7,7 @@ and offsets see the same records. Batches are judged by their headers: an aborte
 control batch is never decompressed or decoded.
 
 Records are decoded natively straight into Arrow columns (storage.arrow_records: no Python
-object per record) and handed to Spark tens of thousands at a time.
+object per record) and handed on (to Spark, to `txlog.scan`) tens of thousands at a time.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from storage.errors import OffsetOutOfRangeError
 from storage.extent import SegmentExtent, read_extent
 from storage.records import RecordBatch
 from txlog.fetch import AbortedFilter, visible_batches
-from txlog.spark.arrow_columns import check_record_schema, record_batch
-from txlog.spark.planning import OffsetRange
+from txlog.scan.arrow_columns import check_record_schema, record_batch
+from txlog.scan.planning import OffsetRange
 
-#: Rows per Arrow batch handed to Spark (its own default is 10,000 per Arrow batch).
+#: Rows per Arrow batch handed on (Spark's own default is 10,000 per Arrow batch).
 ROWS_PER_ARROW_BATCH = 32_768
 #: ... and at most about this many bytes of batches in one, so large records stay far below
 #: Arrow's 2 GiB per binary column (a compressed batch decodes to more than its size).
