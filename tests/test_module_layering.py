@@ -196,3 +196,25 @@ def test_only_storage_imports_the_native_extension():
             if any(name == "storage._native" for name in names):
                 users.append(module)
     assert users == []
+
+
+def test_the_scan_wing_imports_no_spark():
+    """txlog.scan is the JVM-free path (docs/analysis.md): Spark imports it, never the other way."""
+    users = []
+    for module, path in _modules().items():
+        if not module.startswith("txlog.scan"):
+            continue
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+        for node in ast.walk(tree):
+            names = (
+                [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else []
+            )
+            if any(name.split(".")[0] in ("pyspark", "py4j") for name in names):
+                users.append(module)
+    assert users == []
+    assert "spark" not in WING_RULES["scan"] and "clients" not in WING_RULES["scan"]

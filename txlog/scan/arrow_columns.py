@@ -91,6 +91,8 @@ def record_batch(columns: RecordColumns, topic: str, partition: int, schema: pa.
         else:
             array = _view_column(field.name, table.column(DECODED[field.name]).combine_chunks())
         arrays.append(array if array.type == field.type else array.cast(field.type))
+    if not arrays:  # no column asked for (a count): the batch still has its rows
+        return pa.record_batch([pa.nulls(rows)], names=["rows"]).select([])
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
