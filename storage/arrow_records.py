@@ -4,7 +4,8 @@ object per record (storage._native.ColumnBuilder; docs/kafka-formats.md §1.3 fo
 pyarrow is optional (the `spark` extra), so it is imported only when a table is built. The
 native builder hands over contiguous little-endian buffers which pyarrow wraps as they are
 (`pa.Array.from_buffers`, zero-copy); only the per-batch columns (producer id and epoch,
-the transactional flag, the timestamp type) are broadcast here, once per column.
+the transactional flag, the timestamp type as Kafka's name or its id) are broadcast here,
+once per column.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ COLUMNS = (
     "producer_epoch",
     "sequence",
     "is_transactional",
+    "timestamp_type_id",
 )
 
 
@@ -89,12 +91,14 @@ class RecordColumns:
             return pa.ListArray.from_arrays(offsets, entries)
         # per-batch columns, broadcast by the index of the batch each row came from
         index = pa.Array.from_buffers(pa.int32(), rows, [None, pa.py_buffer(cols["batch_index"])])
-        field = ("producer_id", "producer_epoch", "is_transactional", "timestamp_type").index(name)
+        # timestamp_type_id is the attribute's value (0 CreateTime, 1 LogAppendTime): no string per row
+        field = {"producer_id": 0, "producer_epoch": 1, "is_transactional": 2}.get(name, 3)
         kind = {
             "producer_id": pa.int64(),
             "producer_epoch": pa.int16(),
             "is_transactional": pa.bool_(),
             "timestamp_type": pa.string(),
+            "timestamp_type_id": pa.int32(),
         }[name]
         per_batch = [b[field] for b in self._batches]
         if name == "timestamp_type":

@@ -457,6 +457,7 @@ def test_arrow_columns_hold_the_decoded_records() -> None:
             b.producer_epoch,
             s,
             b.is_transactional,
+            int(b.timestamp_type),
         )
         for b in batches
         for o, ts, k, v, h, s in b.record_tuples()

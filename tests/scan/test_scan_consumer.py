@@ -164,3 +164,21 @@ def test_topics_none_reads_every_user_topic_and_no_internal_one(mixed):
     assert topics == {"orders", "audit"}
     with txlog.Store.open(mixed, read_only=True) as store:
         assert any(t.startswith("__") for t in store.list_topics()), "the store has internal topics to leave out"
+
+
+def test_log_append_time_batches_read_as_the_consumer(tmp_path):
+    """A broker-stamped batch: timestampType 1 and the batch's append time, as the Consumer shows them."""
+    from storage.records import TimestampType, build_batch
+
+    path = str(tmp_path / "lat")
+    with txlog.Store.open(path) as store:
+        store.create_topic("lat", 1, {"retention.ms": -1})
+        log = store.partition("lat", 0)
+        log.append(build_batch([(b"c", b"v", None, 1000)] * 2))
+        stamped = build_batch(
+            [(b"l", b"v", None, 1005)] * 3, timestamp_type=TimestampType.LOG_APPEND_TIME, log_append_time=2000
+        )
+        log.append(stamped)
+    table = txlog.scan(path, columns=ALL_COLUMNS).to_arrow()
+    assert scan_tuples(table) == consumer_tuples(path, RC)
+    assert table["timestampType"].to_pylist() == [0, 0, 1, 1, 1]

@@ -30,7 +30,7 @@ DECODED = {
     "value": "value",
     "offset": "offset",
     "timestamp": "timestamp",
-    "timestampType": "timestamp_type",
+    "timestampType": "timestamp_type_id",
     "headers": "headers",
     "producerId": "producer_id",
     "producerEpoch": "producer_epoch",
@@ -101,7 +101,7 @@ def _view_column(name: str, array: pa.Array) -> pa.Array:
     if name == "timestamp":
         return timestamp_array(array)
     if name == "timestampType":  # 0 CreateTime, 1 LogAppendTime: Spark's Kafka source's int
-        return pc.equal(array, TimestampType.LOG_APPEND_TIME.kafka_name).cast(pa.int32())
+        return pc.equal(array, int(TimestampType.LOG_APPEND_TIME)).cast(pa.int32())
     if name == "headers":  # null, not [], for a record without headers: what Spark's Kafka source returns
         empty = pc.equal(pc.list_value_length(array), 0)
         return pa.ListArray.from_arrays(array.offsets, array.values, mask=empty)
