@@ -244,3 +244,34 @@ def test_real_broker_directories_read_as_the_consumer(tmp_path, name):
         assert got == consumer_tuples(root, isolation)
         assert got, f"{name} has records in its user topics"
     assert isinstance(pa.table(txlog.scan(root)), pa.Table)
+
+
+def test_a_reader_streams_lazily_range_by_range(segmented, monkeypatch):
+    """to_reader / __arrow_c_stream__ never materialise the log: files are read as batches are taken,
+    so a segment deleted after the first batch was taken is only noticed when its turn comes."""
+    import txlog.scan.range_reader as range_reader
+
+    monkeypatch.setattr(range_reader, "ROWS_PER_ARROW_BATCH", 8)
+    s = txlog.scan(segmented, "orders")
+    reader = s.to_reader()
+    first = reader.read_next_batch()
+    assert 8 <= first.num_rows < 40 and set(first["partition"].to_pylist()) == {0}
+    last = s.ranges[-1]
+    doomed = os.path.join(last.extents[-1].directory, f"{last.extents[-1].base_offset:020d}.log")
+    saved = doomed + ".saved"
+    os.rename(doomed, saved)
+    try:
+        with pytest.raises(OffsetOutOfRangeError, match="deleted after the query was planned"):
+            reader.read_all()
+    finally:
+        os.rename(saved, doomed)
+
+
+def test_an_open_store_object_is_scanned_and_left_open(segmented):
+    with txlog.Store.open(segmented, read_only=True) as store:
+        s = txlog.scan(store, "orders")
+        narrow = s.narrowed(offsets=(0, 5))
+        assert narrow.to_arrow().num_rows == sum(o < 5 for o in s.to_arrow()["offset"].to_pylist()) > 0
+        assert store.partition("orders", 0).log_end_offset > 0  # still open
+    with pytest.raises(IllegalArgumentError, match="store must be a path"):
+        txlog.scan(42)
