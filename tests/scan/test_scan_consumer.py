@@ -126,7 +126,7 @@ def test_every_output_gives_the_same_rows(mixed, isolation):
     assert pa.table(s).equals(table)
     frame = s.to_pandas()
     assert list(frame["offset"]) == table.column("offset").to_pylist()
-    assert s.to_polars()["offset"].to_list() == table.column("offset").to_pylist()
+    assert s.to_polars().collect()["offset"].to_list() == table.column("offset").to_pylist()
     assert s.to_duckdb().arrow().read_all().column("offset").to_pylist() == table.column("offset").to_pylist()
     assert s.to_duckdb().count("*").fetchall() == [(table.num_rows,)]
 

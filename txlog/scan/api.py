@@ -194,15 +194,18 @@ class Scan:
         return self.to_arrow().to_pandas()
 
     def to_polars(self) -> Any:
-        """Every row, as a Polars DataFrame."""
-        pl = optional_module("polars", "Scan.to_polars")
-        return pl.from_arrow(self.to_arrow())
+        """A Polars LazyFrame over the rows; its projection, filters and limit narrow the read (docs/analysis.md §2)."""
+        optional_module("polars", "Scan.to_polars")
+        from txlog.scan.polars_source import to_polars
+
+        return to_polars(self)
 
     def to_duckdb(self, connection: Any = None) -> Any:
         """A DuckDB relation over the rows, on `connection` (DuckDB's default connection when None)."""
-        duckdb = optional_module("duckdb", "Scan.to_duckdb")
-        con = connection if connection is not None else duckdb.default_connection()
-        return con.from_arrow(self.to_arrow())
+        optional_module("duckdb", "Scan.to_duckdb")
+        from txlog.scan.duckdb_source import to_duckdb
+
+        return to_duckdb(self, connection)
 
     # ---- pushdown ------------------------------------------------------------------------------
 
