@@ -10,6 +10,7 @@ storage.file_records reads), so a test sees what was read, not what was planned.
 from __future__ import annotations
 
 import os
+import shutil
 
 import pytest
 
@@ -66,3 +67,17 @@ class LogReads:
         """The bytes counted since the last take."""
         n, self.bytes = self.bytes, 0
         return n
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+KAFKA_DIRS = os.path.join(os.path.dirname(ROOT), "shared", "fixtures", "kafka-dirs")
+REAL_DIRS = ("macsakini-gzip-mixed", "lanxuage-gzip", "ravi-kraft-metadata")
+
+
+def real_broker_dir(tmp_path, name: str) -> str:
+    """A copy of one real broker's data directory (the fixture is read-only); skips without the fixtures."""
+    if not os.path.isdir(KAFKA_DIRS):
+        pytest.skip("shared/fixtures/kafka-dirs is not beside the repository")
+    root = str(tmp_path / name)
+    shutil.copytree(os.path.join(KAFKA_DIRS, name), root)
+    return root

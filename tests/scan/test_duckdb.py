@@ -8,7 +8,15 @@ import pytest
 duckdb = pytest.importorskip("duckdb")
 
 import txlog  # noqa: E402
-from tests.scan.engine_stores import BASE_MS, SPREAD_PARTITIONS, SPREAD_RECORDS, LogReads, spread_store  # noqa: E402
+from tests.scan.engine_stores import (  # noqa: E402
+    BASE_MS,
+    REAL_DIRS,
+    SPREAD_PARTITIONS,
+    SPREAD_RECORDS,
+    LogReads,
+    real_broker_dir,
+    spread_store,
+)
 from tests.spark.spark_stores import mixed_store, no_fsync  # noqa: E402
 
 ISOLATIONS = ("read_committed", "read_uncommitted")
@@ -141,3 +149,17 @@ def test_filter_that_cannot_be_pushed_reads_everything_and_is_exact(spread_con, 
     read, got = bytes_read(monkeypatch, spread_con, sql)
     assert read == everything
     assert got == [(7,)]
+
+
+@pytest.mark.parametrize("name", REAL_DIRS)
+def test_real_broker_directories(tmp_path, name):
+    root = real_broker_dir(tmp_path, name)
+    scan = txlog.scan(root)
+    pushed, plain = duckdb.connect(), duckdb.connect()
+    scan.to_duckdb(pushed).create_view("records")
+    plain.register("records", scan.to_arrow())
+    topic, partition = plain.sql("SELECT topic, partition FROM records LIMIT 1").fetchall()[0]
+    for sql in ("SELECT * FROM records", f"SELECT * FROM records WHERE topic = '{topic}' AND partition = {partition}"):
+        expected = rows(plain, sql)
+        assert expected
+        assert rows(pushed, sql) == expected

@@ -11,7 +11,15 @@ pl = pytest.importorskip("polars")
 from polars.testing import assert_frame_equal  # noqa: E402
 
 import txlog  # noqa: E402
-from tests.scan.engine_stores import BASE_MS, SPREAD_PARTITIONS, SPREAD_RECORDS, LogReads, spread_store  # noqa: E402
+from tests.scan.engine_stores import (  # noqa: E402
+    BASE_MS,
+    REAL_DIRS,
+    SPREAD_PARTITIONS,
+    SPREAD_RECORDS,
+    LogReads,
+    real_broker_dir,
+    spread_store,
+)
 from tests.spark.spark_stores import mixed_store, no_fsync  # noqa: E402
 
 ENGINES = ("in-memory", "streaming")
@@ -165,3 +173,15 @@ def test_filter_that_cannot_be_pushed_reads_everything_and_is_exact(spread, monk
     read, got = bytes_read(monkeypatch, scan.to_polars().filter(pl.col("value").bin.ends_with(b"-1-7")))
     assert read == everything
     assert sorted(got["offset"].to_list()) == [7]
+
+
+@pytest.mark.parametrize("name", REAL_DIRS)
+def test_real_broker_directories(tmp_path, name):
+    root = real_broker_dir(tmp_path, name)
+    scan = txlog.scan(root)
+    expected = pl.from_arrow(scan.to_arrow())
+    assert expected.height > 0
+    assert_frame_equal(sort(scan.to_polars().collect(engine="streaming")), sort(expected))
+    first = expected.row(0, named=True)
+    one = (pl.col("topic") == first["topic"]) & (pl.col("partition") == first["partition"])
+    assert_frame_equal(sort(scan.to_polars().filter(one).collect()), sort(expected.filter(one)))
