@@ -44,6 +44,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import analysis_engines as engines
 from benchutil import Sample, fsync_skipped, median_after_cold, scratch_dir, spread, timed, verdict
 
 import txlog
@@ -91,6 +92,9 @@ def parquet_read_table(b: Bench) -> int:
 
 CASES: list[Case] = [
     Case("scan to_arrow", scan_to_arrow, parquet_read_table, "parquet read_table"),
+    # a GROUP BY partition (count, value bytes) in each engine, over txlog and over the Parquet copy
+    Case("duckdb group by", engines.duckdb_over_txlog, engines.duckdb_over_parquet, "duckdb group by parquet"),
+    Case("polars group_by", engines.polars_over_txlog, engines.polars_over_parquet, "polars group_by parquet"),
 ]
 
 
