@@ -20,6 +20,7 @@ SUMMARIES: dict[str, str] = {
     "verify": "Check every file and transaction of the store.",
     "process": "Exactly-once consume-transform-produce through a command.",
     "sql": "Run a Spark SQL query over the store (one view per topic).",
+    "export": "Export committed records to Parquet, Delta or Iceberg, once.",
     "topics": "Create, list, describe, alter, delete topics (kafka-topics).",
     "transactions": "List, describe and repair transactions (kafka-transactions).",
     "groups": "List, describe, reset and delete consumer group offsets.",
@@ -98,6 +99,11 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         'txlog sql "SELECT key, count(*) FROM orders GROUP BY key"',
         "txlog sql --file report.sql --output csv",
         "txlog sql          # an interactive shell on a terminal",
+    ),
+    "export": (
+        "txlog export --format delta --to lake/orders orders",
+        "txlog export --format parquet --to lake/raw orders payments   # again later: adds only what is new",
+        "txlog export --format iceberg --to lake/orders-ice orders --progress",
     ),
     "topics create": (
         "txlog topics create orders --partitions 3",

@@ -210,6 +210,7 @@ VERBS: dict[str, Verb] = {
     "verify": Verb("cli.verify", "verify"),
     "process": Verb("cli.process", "process", {"allow_interspersed_args": False}),
     "sql": Verb("cli.sql", "sql"),
+    "export": Verb("cli.export", "export"),
     "topics": Verb("cli.topics", "app"),
     "transactions": Verb("cli.transactions", "app"),
     "groups": Verb("cli.groups", "app"),

@@ -122,6 +122,8 @@ WING_RULES: dict[str, set[str]] = {
     # never Spark, never a client (it reads segment files, as a Consumer's fetch does)
     "scan": {COMMON},
     "spark": {COMMON, "schemas", "scan"},
+    # `txlog export`: committed records into lake tables, read through txlog.scan; never a client, never Spark
+    "export": {COMMON, "scan"},
     "tools": {COMMON, "schemas", "coordinator", TRANSPORT, "clients"},
     # the Kafka protocol server: serves the request types through the transport, describes
     # coordinator state as Admin does (ListTransactions, DescribeGroups...), never a client

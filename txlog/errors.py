@@ -201,3 +201,8 @@ class SaslAuthenticationFailedError(KafkaError):
     """
 
     code = 58
+
+
+class ExportTargetError(KafkaError):
+    """The path an export writes to holds something else than the table asked for, or the offsets
+    its table records do not fit the store (a topic deleted and created again, another store)."""

@@ -40,6 +40,7 @@ VERB_MODULES = frozenset(
         "cli.topics",
         "cli.groups",
         "cli.serve",
+        "cli.export",
     }
 )
 
@@ -61,6 +62,7 @@ OWN_MODULES = {
     "groups": {"cli.groups"},
     "groups describe": {"cli.groups"},
     "serve": {"cli.serve"},
+    "export": {"cli.export"},
 }
 
 
