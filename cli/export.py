@@ -89,5 +89,5 @@ def summary(result: ExportResult) -> str:
     line = f"Exported {count(result.total, 'record')} to {result.path} ({result.fmt}): {'; '.join(parts)}"
     if result.deleted:
         gone = ", ".join(f"{t}-{p} {a}..{b - 1}" for (t, p), (a, b) in sorted(result.deleted.items()))
-        line += f" (deleted by retention before they were exported: {gone})"
+        line += f" (deleted from the store before they were exported: {gone})"
     return line

@@ -197,3 +197,19 @@ def test_a_missing_library_names_the_pip_extra(tmp_path):
     proc = txlog_process("export", "--format", "delta", "--to", str(tmp_path / "t"), "orders", data_dir=store, env=env)
     message = assert_one_error(proc)
     assert "needs deltalake" in message and "pip install 'txlog[analysis]'" in message
+
+
+def test_records_deleted_before_their_export_are_skipped_and_named(tmp_path):
+    store, path = str(tmp_path / "store"), str(tmp_path / "table")
+    make_store(store, orders=1)
+    plain(store, [("orders", 0, f"k{i}".encode(), b"v", None) for i in range(5)])
+    assert_ok(_export(store, "parquet", path, "orders"))
+    plain(store, [("orders", 0, f"k{i}".encode(), b"v", None) for i in range(5, 10)])
+    from storage import Store
+
+    with Store.open(store) as s:
+        s.partition("orders", 0).delete_records(8)  # as retention or DeleteRecords would
+    second = _export(store, "parquet", path, "orders")
+    assert_ok(second)
+    assert "deleted from the store before they were exported: orders-0 5..7" in second.stderr
+    assert [r[2] for r in rows_of(read_with_library("parquet", path))] == [0, 1, 2, 3, 4, 8, 9]
