@@ -8,10 +8,11 @@ aborted or still-open transaction.
 from __future__ import annotations
 
 import os
+import shutil
 
 import pytest
 
-from tests.cli.cli_helpers import assert_ok, assert_one_error
+from tests.cli.cli_helpers import ROOT, assert_ok, assert_one_error, txlog
 from tests.export.export_helpers import (
     FORMATS,
     committed_rows,
@@ -31,6 +32,7 @@ pytest.importorskip("pyiceberg")
 pytest.importorskip("duckdb")
 
 TOPICS = ("orders", "payments")
+KAFKA_DIRS = os.path.join(os.path.dirname(ROOT), "shared", "fixtures", "kafka-dirs")
 
 
 def _first_history(store: str) -> Producer:
@@ -213,3 +215,33 @@ def test_records_deleted_before_their_export_are_skipped_and_named(tmp_path):
     assert_ok(second)
     assert "deleted from the store before they were exported: orders-0 5..7" in second.stderr
     assert [r[2] for r in rows_of(read_with_library("parquet", path))] == [0, 1, 2, 3, 4, 8, 9]
+
+
+@pytest.mark.parametrize("name", ["macsakini-gzip-mixed", "lanxuage-gzip", "ravi-kraft-metadata"])
+def test_a_real_broker_directory_exports_as_the_consumer_reads_it(tmp_path, name):
+    if not os.path.isdir(KAFKA_DIRS):
+        pytest.skip("shared/fixtures/kafka-dirs is not beside the repository")
+    store = str(tmp_path / name)
+    shutil.copytree(os.path.join(KAFKA_DIRS, name), store)
+    from storage import Store
+
+    with Store.open(store, read_only=True) as s:
+        topics = s.list_topics(include_internal=False)
+    for fmt in ("parquet", "delta"):
+        assert_ok(export_cli(store, fmt, str(tmp_path / fmt), *topics))
+        rows = rows_of(read_with_library(fmt, str(tmp_path / fmt)))
+        assert rows and rows == committed_rows(store, topics)
+
+
+def test_progress_lines_when_asked_off_a_terminal(tmp_path):
+    store, path = str(tmp_path / "store"), str(tmp_path / "table")
+    make_store(store, orders=1)
+    plain(store, [("orders", 0, b"k", b"v", None)] * 7)
+    proc = txlog("export", "--format", "parquet", "--to", path, "orders", "--progress", data_dir=store)
+    assert_ok(proc)
+    lines = proc.stderr.splitlines()
+    assert lines[0].startswith("export: 7 records, ") and lines[0].endswith(" (done)")
+    assert lines[1].startswith("Exported 7 records to ")
+    quiet = txlog("export", "--format", "parquet", "--to", path, "orders", "--progress", "-q", data_dir=store)
+    assert_ok(quiet)
+    assert quiet.stderr == ""
