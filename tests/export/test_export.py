@@ -7,6 +7,7 @@ aborted or still-open transaction.
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 
@@ -245,3 +246,25 @@ def test_progress_lines_when_asked_off_a_terminal(tmp_path):
     quiet = txlog("export", "--format", "parquet", "--to", path, "orders", "--progress", "-q", data_dir=store)
     assert_ok(quiet)
     assert quiet.stderr == ""
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_damaged_segment_is_one_error_line_and_commits_nothing(tmp_path, fmt):
+    """The writers pull batches through Arrow's C stream, which would turn the store's typed error into
+    their own generic one: the user still reads the store's message (file and byte), and nothing is written."""
+    store, path = str(tmp_path / "store"), str(tmp_path / "table")
+    make_store(store, orders=1)
+    for i in range(3):  # three appends: three batches, the damaged one followed by a valid one
+        plain(store, [("orders", 0, f"k{i}".encode(), b"v" * 50, None)])
+    segment = os.path.join(store, "orders-0", f"{0:020d}.log")
+    with open(segment, "r+b") as f:
+        first = 12 + int.from_bytes(f.read(12)[8:12], "big")  # batch length + the offset and length fields
+        f.seek(first + 70)  # inside the second batch's record
+        byte = f.read(1)
+        f.seek(first + 70)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    message = assert_one_error(_export(store, fmt, path, "orders"))
+    assert "CRC" in message and "00000000000000000000.log" in message, message
+    assert table_version(fmt, path) in (None, [])
+    if fmt == "parquet":
+        assert glob.glob(os.path.join(path, "*", "*")) + glob.glob(os.path.join(path, "*", ".*")) == []

@@ -89,9 +89,11 @@ def _export_locked(
             reader = pa.RecordBatchReader.from_batches(schema, batches)
             if fmt == "delta":
                 delta.check_columns(path, schema)
-                delta.commit(path, reader, plan.next_offsets)
+                with counter.original_errors():
+                    delta.commit(path, reader, plan.next_offsets)
             else:
                 iceberg.check_columns(path, schema)
-                iceberg.commit(path, reader, {**recorded, **plan.next_offsets})  # the property holds every partition
+                with counter.original_errors():  # the property holds every partition the table has
+                    iceberg.commit(path, reader, {**recorded, **plan.next_offsets})
     spans = {tp: (start, plan.next_offsets[tp]) for tp, start in plan.starts.items()}
     return ExportResult(fmt, path, counter.rows, spans, plan.deleted)

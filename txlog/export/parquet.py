@@ -84,16 +84,22 @@ def commit(
     pq = optional_module("pyarrow.parquet", PURPOSE)
     current: _RangeFile | None = None
     finished: set[TopicPartitionKey] = set()
-    for batch in batches:
-        tp = (batch.column("topic")[0].as_py(), batch.column("partition")[0].as_py())
-        if current is None or current.tp != tp:
-            if current is not None:
-                current.finish()
-                finished.add(current.tp)
-            if tp in finished:  # a scan yields each partition's rows together, in offset order
-                raise IllegalStateError(f"the scan came back to {tp[0]}-{tp[1]} after another partition")
-            current = _RangeFile(pq, path, tp, starts[tp], next_offsets[tp], schema)
-        current.write(batch)
+    try:
+        for batch in batches:
+            tp = (batch.column("topic")[0].as_py(), batch.column("partition")[0].as_py())
+            if current is None or current.tp != tp:
+                if current is not None:
+                    current.finish()
+                    finished.add(current.tp)
+                    current = None
+                if tp in finished:  # a scan yields each partition's rows together, in offset order
+                    raise IllegalStateError(f"the scan came back to {tp[0]}-{tp[1]} after another partition")
+                current = _RangeFile(pq, path, tp, starts[tp], next_offsets[tp], schema)
+            current.write(batch)
+    except BaseException:
+        if current is not None:
+            current.discard()  # the finished partitions stay: each file is whole and named by its range
+        raise
     if current is not None:
         current.finish()
 
@@ -111,6 +117,10 @@ class _RangeFile:
 
     def write(self, batch: pa.RecordBatch) -> None:
         self.writer.write_batch(batch)
+
+    def discard(self) -> None:
+        self.writer.close()
+        os.unlink(self.partial)
 
     def finish(self) -> None:
         self.writer.close()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -209,21 +210,41 @@ class ExportResult:
 
 
 class RowCounter:
-    """Passes a scan's batches through, counting rows per topic and telling `on_rows` the running total."""
+    """Passes a scan's batches through, counting rows per topic and telling `on_rows` the running total.
+
+    A writer that pulls the batches through Arrow's C stream (deltalake, pyiceberg) reports an
+    error raised while reading as its own, with the original only as text; `failure` keeps
+    the original (a CorruptRecordError naming the file, an interrupt) so it can be raised as is.
+    """
 
     def __init__(self, topics: Sequence[str], on_rows: Any = None):
         self.rows = dict.fromkeys(topics, 0)
         self.total = 0
         self.on_rows = on_rows
+        self.failure: BaseException | None = None
 
     def count(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow.compute as pc
 
-        for batch in batches:
-            if batch.num_rows:
-                for item in pc.value_counts(batch.column("topic")).to_pylist():
-                    self.rows[item["values"]] += item["counts"]
-                self.total += batch.num_rows
-                if self.on_rows is not None:
-                    self.on_rows(self.total)
-            yield batch
+        try:
+            for batch in batches:
+                if batch.num_rows:
+                    for item in pc.value_counts(batch.column("topic")).to_pylist():
+                        self.rows[item["values"]] += item["counts"]
+                    self.total += batch.num_rows
+                    if self.on_rows is not None:
+                        self.on_rows(self.total)
+                yield batch
+        except BaseException as exc:
+            self.failure = exc
+            raise
+
+    @contextmanager
+    def original_errors(self) -> Iterator[None]:
+        """Around a writer reading `count`'s batches: an error of the reading comes out as itself."""
+        try:
+            yield
+        except Exception:
+            if self.failure is not None:
+                raise self.failure from None
+            raise
