@@ -32,7 +32,7 @@ def export(
     topics: Annotated[
         list[str],
         typer.Argument(
-            metavar="TOPIC...",
+            metavar="TOPIC",
             autocompletion=complete_topic_names,
             help="The topics to export (every partition of each).",
             show_default=False,
