@@ -53,9 +53,13 @@ def commit(path: str, reader: pa.RecordBatchReader, next_offsets: dict[TopicPart
     """Append `reader`'s rows and every partition's next offset as one Delta commit (creating the table)."""
     deltalake = optional_module("deltalake", PURPOSE)
     transactions = [deltalake.Transaction(app_id(*tp), offset) for tp, offset in sorted(next_offsets.items())]
-    deltalake.write_deltalake(
-        path,
-        reader,
-        mode="append",
-        commit_properties=deltalake.CommitProperties(app_transactions=transactions),
-    )
+    errors = optional_module("deltalake.exceptions", PURPOSE)
+    try:
+        deltalake.write_deltalake(
+            path,
+            reader,
+            mode="append",
+            commit_properties=deltalake.CommitProperties(app_transactions=transactions),
+        )
+    except errors.DeltaError as exc:  # a commit that lost to another writer, a protocol it cannot write...
+        raise ExportTargetError(f"{path}: the Delta commit failed, nothing was added: {exc}") from exc

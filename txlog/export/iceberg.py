@@ -86,7 +86,11 @@ def commit(path: str, reader: pa.RecordBatchReader, next_offsets: dict[TopicPart
     catalog = _catalog(path)
     catalog.create_namespace_if_not_exists(IDENTIFIER[0])
     table = catalog.create_table_if_not_exists(IDENTIFIER, schema=reader.schema, location=_uri(os.path.abspath(path)))
-    table.append(reader, snapshot_properties={NEXT_OFFSETS_PROPERTY: encode_next_offsets(next_offsets)})
+    exceptions = optional_module("pyiceberg.exceptions", PURPOSE)
+    try:
+        table.append(reader, snapshot_properties={NEXT_OFFSETS_PROPERTY: encode_next_offsets(next_offsets)})
+    except exceptions.CommitFailedException as exc:  # another writer committed first (not a txlog export: those lock)
+        raise ExportTargetError(f"{path}: the Iceberg commit failed, nothing was added: {exc}") from exc
 
 
 def table_of(path: str) -> Any:
