@@ -32,8 +32,9 @@ from collections import Counter
 import pytest
 
 import txlog as api
-from cli.sql import BinaryFormat, _Cells, _iso_timestamp, _unique, quoted, spark_message
+from cli.sql import BinaryFormat, _Cells, _iso_timestamp, _unique, quoted
 from cli.sql_shell import Statement, script_statements, split_statements
+from cli.sql_spark import spark_message
 from tests.cli.cli_helpers import ROOT, _env, assert_ok, assert_one_error, txlog_process
 from tests.spark.spark_stores import mixed_store
 from txlog.topic_partition import TopicPartition
@@ -108,9 +109,20 @@ def _partition_counts(path: str, isolation: str) -> dict[int, int]:
     return dict(sorted(Counter(r.partition for r in rows).items()))
 
 
-def _sql(store: str, *args: str, quiet: bool = False, stdin: str = ""):
-    """`txlog sql ARGS` with `stdin` piped in (not a terminal: a script, never the shell)."""
-    cmd = [sys.executable, "-m", "cli.main", "--data-dir", store, *(["-q"] if quiet else []), "sql", *args]
+def _sql(store: str, *args: str, quiet: bool = False, stdin: str = "", engine: str = "duckdb"):
+    """`txlog sql --engine ENGINE ARGS` with `stdin` piped in (not a terminal: a script, never the shell)."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "cli.main",
+        "--data-dir",
+        store,
+        *(["-q"] if quiet else []),
+        "sql",
+        "--engine",
+        engine,
+        *args,
+    ]
     return subprocess.run(
         cmd, check=False, cwd=ROOT, env=_env(), capture_output=True, text=True, input=stdin, timeout=SPARK_TIMEOUT
     )
@@ -139,7 +151,7 @@ def _counts(lines: list[str]) -> dict[int, int]:
 def test_a_script_runs_every_statement_in_one_spark_session_and_stops_at_the_first_failure(store, tmp_path):
     script = tmp_path / "report.sql"
     script.write_text(SCRIPT)
-    proc = _sql(store, "-f", str(script))
+    proc = _sql(store, "-f", str(script), engine="spark")
     assert proc.returncode == 1, (proc.stdout, proc.stderr)
     assert "Traceback" not in proc.stderr
 
@@ -178,6 +190,62 @@ def test_a_script_runs_every_statement_in_one_spark_session_and_stops_at_the_fir
     _no_jvm_noise(proc.stderr)
 
 
+DUCKDB_SCRIPT = f"""-- a comment; with a semicolon
+SELECT 1 AS one;
+{COUNT_QUERY};
+CREATE TEMPORARY VIEW semi AS SELECT 'a;b' AS s, 'c' AS "c;d" /* ; */ ;
+SELECT * FROM semi;;
+SELECT * FROM odrers
+"""
+
+
+def test_a_script_runs_every_statement_in_embedded_duckdb_and_stops_at_the_first_failure(store, tmp_path):
+    script = tmp_path / "report.sql"
+    script.write_text(DUCKDB_SCRIPT)
+    proc = _sql(store, "-f", str(script))  # the default engine
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr
+
+    one, counts, semi = proc.stdout.split("\n\n")
+    assert one.split() == ["one", "-----", "1"]
+    lines = counts.splitlines()
+    assert lines[0].split() == ["partition", "n"] and set(lines[1]) <= {"-", " "}
+    assert _counts(lines[2:]) == _partition_counts(store, "read_committed")
+    assert semi.split() == ["s", "c;d", "---", "-----", "a;b", "c"]  # ';' inside literals and comments kept
+
+    err = proc.stderr.splitlines()
+    assert "Starting Spark" not in proc.stderr
+    assert err[0].removeprefix("Registered views: ").split(", ") == [
+        "__consumer_offsets",
+        "__transaction_state",
+        "audit",
+        "orders",
+        f"`{DASHED}`",
+        "txlog_batches",
+        "txlog_transactions",
+    ]
+    assert [line.split(" (")[0] for line in err if line.endswith(" s)")] == ["1 row", "3 rows", "OK", "1 row"]
+    assert err[-1].startswith("Error: statement 5 (line 6): Catalog Error: Table with name odrers does not exist")
+    assert proc.stdout.count("Registered views") == 0
+
+
+def test_a_damaged_log_is_one_error_line_naming_the_python_error(store, tmp_path):
+    """A view's reader failing inside DuckDB (a CRC mismatch): the exception, not DuckDB's traceback."""
+    import shutil
+
+    damaged = tmp_path / "store"
+    shutil.copytree(store, damaged)
+    log = damaged / "orders-0" / "00000000000000000000.log"
+    data = bytearray(log.read_bytes())
+    data[200:210] = b"\xff" * 10  # inside the first batch's records: its CRC no longer matches
+    log.write_bytes(bytes(data))
+    proc = _sql(str(damaged), "SELECT count(*) FROM audit; SELECT count(*) FROM orders")
+    message = proc.stderr.splitlines()[-1]
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert message.startswith("Error: statement 2 (line 1): CorruptRecordError: CRC mismatch"), message
+    assert proc.stdout.split() == ["count_star()", "--------------", "1"]  # audit was read: only orders is damaged
+
+
 ANALYSIS_QUERY = """
     SELECT 'batches' AS what, topic AS name, count(*) AS n FROM txlog_batches GROUP BY topic
     UNION ALL
@@ -205,7 +273,8 @@ def _batches(path: str):
                     offset = batches[-1].next_offset
 
 
-def test_statements_on_stdin_csv_read_uncommitted_and_the_analysis_views(store):
+@pytest.mark.parametrize("engine", ["duckdb", "spark"])
+def test_statements_on_stdin_csv_read_uncommitted_and_the_analysis_views(store, engine):
     """Piped stdin is a script; -q leaves stderr empty; two csv results, a blank line apart."""
     proc = _sql(
         store,
@@ -215,6 +284,7 @@ def test_statements_on_stdin_csv_read_uncommitted_and_the_analysis_views(store):
         "read_uncommitted",
         quiet=True,
         stdin=f"{COUNT_QUERY};\n{ANALYSIS_QUERY};\n",
+        engine=engine,
     )
     assert_ok(proc)
     assert proc.stderr == ""
@@ -238,12 +308,13 @@ def test_statements_on_stdin_csv_read_uncommitted_and_the_analysis_views(store):
     assert "opener=Ongoing" in states and "eu-writer=CompleteAbort" in states
 
 
-def test_json_of_a_dashed_topic_matches_the_consumer(store):
+@pytest.mark.parametrize("engine", ["duckdb", "spark"])
+def test_json_of_a_dashed_topic_matches_the_consumer(store, engine):
     query = (
-        f"SELECT partition, offset, key, value, timestamp, headers, producerId, isTransactional "
-        f"FROM `{DASHED}` ORDER BY partition, offset"
+        f"SELECT partition, `offset`, key, value, timestamp, headers, producerId, isTransactional "
+        f"FROM `{DASHED}` ORDER BY partition, `offset`"  # offset is reserved in DuckDB: backticks in both engines
     )
-    proc = _sql(store, query, "--output", "json", "--include-headers", "--include-transaction-columns")
+    proc = _sql(store, query, "--output", "json", "--include-headers", "--include-transaction-columns", engine=engine)
     assert_ok(proc)
     got = json.loads(proc.stdout)
     records = consumer_rows(store, DASHED, "read_committed")
@@ -278,17 +349,29 @@ def test_json_of_a_dashed_topic_matches_the_consumer(store):
     assert "Running query..." in proc.stderr.splitlines()  # one statement: no "1 of 1"
 
 
-LONG_QUERY = "SELECT count(*) FROM range(0, 1000000000000, 1, 2)"  # minutes of work: only Ctrl-C ends it
+#: Minutes of work, that only Ctrl-C ends, in each engine's dialect.
+LONG_QUERY = {
+    "spark": "SELECT count(*) FROM range(0, 1000000000000, 1, 2)",
+    "duckdb": "SELECT count(*) FROM range(0, 1000000000000) AS t(x) WHERE x % 7 = 3",
+}
+#: How each engine reports a syntax error (the first line of its message) and types an int column.
+SYNTAX_ERROR = {"spark": "Error: [PARSE_SYNTAX_ERROR]", "duckdb": "Error: Parser Error: syntax error"}
+INT_TYPE = {"spark": "int", "duckdb": "INTEGER"}
+#: The one line a run ends with after Ctrl-C.
+CANCELLED = {
+    "spark": "Error: interrupted (SIGINT); Spark's running jobs were cancelled",
+    "duckdb": "Error: interrupted (SIGINT); the statement was cancelled",
+}
 
 
 class _Terminal:
     """`txlog sql` on a pseudo-terminal (its controlling terminal: ^C is SIGINT, ^D is end of input)."""
 
-    def __init__(self, store: str, home: str):
+    def __init__(self, store: str, home: str, engine: str):
         import pty
 
         env = _env({"HOME": home, "TERM": "dumb"})
-        argv = [sys.executable, "-m", "cli.main", "--data-dir", store, "sql"]
+        argv = [sys.executable, "-m", "cli.main", "--data-dir", store, "sql", "--engine", engine]
         self.pid, self.fd = pty.fork()
         if self.pid == 0:  # the child: become txlog at once
             try:
@@ -343,17 +426,21 @@ class _Terminal:
 PROMPT = "txlog> "
 
 
-def test_the_interactive_shell(store, tmp_path):
-    """One Spark start-up serves every statement; errors and Ctrl-C keep the shell; Ctrl-D leaves;
+@pytest.mark.parametrize("engine", ["duckdb", "spark"])
+def test_the_interactive_shell(store, tmp_path, engine):
+    """One engine start-up serves every statement; errors and Ctrl-C keep the shell; Ctrl-D leaves;
     each statement sees the store as it is when it runs."""
     import shutil
 
     store = str(shutil.copytree(store, tmp_path / "store"))  # this test writes to it
-    term = _Terminal(store, str(tmp_path))
+    term = _Terminal(store, str(tmp_path), engine)
     startup = term.expect(PROMPT)
-    assert startup.startswith("Starting Spark (local[2])...\n"), startup
-    assert re.search(r"\r\x1b\[KStarting Spark: the JVM is starting, \d+\.\d s", startup), startup  # redrawn in place
-    assert re.search(r"\r\x1b\[KSpark started in \d+\.\d s\n", startup), startup  # the line erased, the total
+    if engine == "spark":
+        assert startup.startswith("Starting Spark (local[2])...\n"), startup
+        assert re.search(r"\r\x1b\[KStarting Spark: the JVM is starting, \d+\.\d s", startup), startup  # in place
+        assert re.search(r"\r\x1b\[KSpark started in \d+\.\d s\n", startup), startup  # the line erased, the total
+    else:
+        assert startup.startswith("Registered views: "), startup  # nothing to start
     assert "Registered views: " in startup and ".tables" in startup
 
     term.send("SELECT partition, count(*) AS n\n")
@@ -366,7 +453,7 @@ def test_the_interactive_shell(store, tmp_path):
 
     term.send("SELEC 1;\n")  # a syntax error: one line, and the shell goes on
     errors = [line for line in term.expect(PROMPT).splitlines() if "Error" in line or "Traceback" in line]
-    assert len(errors) == 1 and errors[0].startswith("Error: [PARSE_SYNTAX_ERROR]"), errors
+    assert len(errors) == 1 and errors[0].startswith(SYNTAX_ERROR[engine]), errors
 
     term.send("CREATE TEMPORARY VIEW mine AS SELECT 2 AS two;\n")
     assert re.search(r"^OK \(\d+\.\d\d s\)$", term.expect(PROMPT), re.MULTILINE)
@@ -390,7 +477,7 @@ def test_the_interactive_shell(store, tmp_path):
     assert re.search(r"^n\n-+\n2\n1 row ", term.expect(PROMPT), re.MULTILINE)
     term.send(f".schema {DASHED}\n")
     schema = term.expect(PROMPT)
-    assert re.search(r"^timestampType\s+int\b", schema, re.MULTILINE), schema
+    assert re.search(rf"^timestampType\s+{INT_TYPE[engine]}\b", schema, re.MULTILINE), schema
     term.send(".nope\n")
     assert "Error: unknown command '.nope'; .help lists the commands" in term.expect(PROMPT)
 
@@ -406,8 +493,8 @@ def test_the_interactive_shell(store, tmp_path):
         term.interrupt()
         dropped = term.expect(PROMPT)
     assert "never run" not in dropped.replace("SELECT 'never run'", "")
-    term.send(LONG_QUERY + ";\n")
-    term.expect(LONG_QUERY)
+    term.send(LONG_QUERY[engine] + ";\n")
+    term.expect(LONG_QUERY[engine])
     time.sleep(5)  # the job is running
     term.interrupt()
     cancelled = term.expect(PROMPT)
@@ -426,9 +513,10 @@ def test_the_interactive_shell(store, tmp_path):
     assert b"Traceback" not in term.output and b"WARN" not in term.output
 
 
-def test_ctrl_c_cancels_the_running_statement_and_exits_130(store):
+@pytest.mark.parametrize("engine", ["duckdb", "spark"])
+def test_ctrl_c_cancels_the_running_statement_and_exits_130(store, engine):
     proc = subprocess.Popen(
-        [sys.executable, "-m", "cli.main", "--data-dir", store, "sql", LONG_QUERY],
+        [sys.executable, "-m", "cli.main", "--data-dir", store, "sql", "--engine", engine, LONG_QUERY[engine]],
         cwd=ROOT,
         env=_env(),
         stdin=subprocess.DEVNULL,
@@ -448,7 +536,7 @@ def test_ctrl_c_cancels_the_running_statement_and_exits_130(store):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130, (out, err)
-    assert out == "" and err.splitlines() == ["Error: interrupted (SIGINT); Spark's running jobs were cancelled"]
+    assert out == "" and err.splitlines() == [CANCELLED[engine]]
 
 
 # ---- before Spark: argument mistakes cost nothing ----------------------------------------------------
