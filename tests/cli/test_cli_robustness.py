@@ -392,17 +392,17 @@ def test_sql_without_java_says_which_java_to_install(store, tmp_path):
                 (bin_dir / name).symlink_to(os.path.join(d, name))
     path = os.pathsep.join([str(bin_dir), os.path.dirname(sys.executable)])
     env = {k: v for k, v in _env({"PATH": path}).items() if k != "JAVA_HOME"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "cli.main", "--data-dir", store, "sql", "SELECT 1"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        timeout=120,
-        check=False,
-    )
+
+    def sql(engine: str) -> subprocess.CompletedProcess:
+        argv = [sys.executable, "-m", "cli.main", "--data-dir", store, "sql", "--engine", engine, "SELECT 1 AS one"]
+        return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, timeout=120, check=False)
+
+    proc = sql("spark")
     message = one_error(proc)
     assert "Java 17 or 21" in message and "install" in message
     assert proc.stderr.decode().count("\n") == 1  # no "Starting Spark" first: Spark never starts
+    embedded = sql("duckdb")  # the embedded engine needs no Java
+    assert embedded.returncode == 0 and embedded.stdout.decode().split() == ["one", "-----", "1"], embedded
 
 
 # ---- the property: random bytes and option values at every verb ---------------------------------------------
