@@ -19,7 +19,7 @@ SUMMARIES: dict[str, str] = {
     "inspect": "Dump log, index and snapshot files (kafka-dump-log.sh).",
     "verify": "Check every file and transaction of the store.",
     "process": "Exactly-once consume-transform-produce through a command.",
-    "sql": "Run a Spark SQL query over the store (one view per topic).",
+    "sql": "Run SQL over the store in embedded DuckDB or Spark (one view per topic).",
     "export": "Export committed records to Parquet, Delta or Iceberg, once.",
     "topics": "Create, list, describe, alter, delete topics (kafka-topics).",
     "transactions": "List, describe and repair transactions (kafka-transactions).",
@@ -99,6 +99,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         'txlog sql "SELECT key, count(*) FROM orders GROUP BY key"',
         "txlog sql --file report.sql --output csv",
         "txlog sql          # an interactive shell on a terminal",
+        'txlog sql --engine spark "SELECT count(*) FROM orders"   # in a local Spark session',
     ),
     "export": (
         "txlog export --format delta --to lake/orders orders",

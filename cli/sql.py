@@ -268,7 +268,7 @@ def python_sigint() -> None:
 # ---- what to run: decided before an engine starts -------------------------------------------------------
 
 
-def _script(query: str | None, file: Path | None) -> list[Statement] | None:
+def _script(query: str | None, file: Path | None, *, backslash_escapes: bool) -> list[Statement] | None:
     """The statements to run, or None for the interactive shell; usage mistakes fail here, cheaply."""
     if query is not None and file is not None:
         raise CommandError("give a QUERY or --file, not both", exit_code=USAGE)
@@ -280,7 +280,7 @@ def _script(query: str | None, file: Path | None) -> list[Statement] | None:
         return None  # a terminal and nothing to run: the shell
     else:
         text = query
-    statements = script_statements(text)
+    statements = script_statements(text, backslash_escapes=backslash_escapes)
     if not statements:
         raise CommandError("the query is empty", exit_code=USAGE)
     return statements
@@ -405,7 +405,7 @@ def _read_line(prompt: str) -> str:
     return input(prompt)
 
 
-def _run_shell(ctx: typer.Context, session: _Session) -> None:
+def _run_shell(ctx: typer.Context, session: _Session, *, backslash_escapes: bool) -> None:
     def reported(action: Callable[P, None]) -> Callable[P, None]:
         def run(*args: P.args, **kwargs: P.kwargs) -> None:
             try:
@@ -425,6 +425,7 @@ def _run_shell(ctx: typer.Context, session: _Session) -> None:
             interrupted=lambda: error_line(f"{INTERRUPTED}; the statement was cancelled"),
         ),
         read_line=_read_line,
+        backslash_escapes=backslash_escapes,
     )
 
 
@@ -529,7 +530,8 @@ def sql(
     seeing the store as it was when the run began; the first failing one ends the run (exit 1).
     The shell reads the store again before each statement.
     """
-    statements = _script(query, file)
+    backslash_escapes = engine is EngineChoice.spark  # how the engine's parser reads '\'' (cli/sql_shell.py)
+    statements = _script(query, file, backslash_escapes=backslash_escapes)
     with open_store(ctx, read_only=True) as store:
         topics = store.list_topics()
     path = os.path.abspath(settings(ctx).data_dir)
@@ -548,6 +550,6 @@ def sql(
         status(ctx, f"Registered views: {', '.join(running.names)}")
         session = _Session(ctx, running, output=output, limit=limit, binary=binary_format, interactive=interactive)
         if statements is None:
-            _run_shell(ctx, session)
+            _run_shell(ctx, session, backslash_escapes=backslash_escapes)
         else:
             _run_script(ctx, session, statements)

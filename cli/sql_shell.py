@@ -1,15 +1,16 @@
 """The text side of `txlog sql`: splitting input into statements, and the interactive shell.
 
-Nothing here imports Spark: the statements of a `-f` file or a query argument are split
-(and an empty input refused) before the JVM starts, so a usage mistake costs nothing.
+Nothing here imports an engine: the statements of a `-f` file or a query argument are split
+(and an empty input refused) before DuckDB or Spark starts, so a usage mistake costs nothing.
 
 Statements end with `;` outside string literals ('...', "..."), quoted identifiers
 (`...`) and comments (`-- ...` to the end of the line, `/* ... */`, which nest in Spark
-SQL); a backslash escapes the next character inside a string literal, as Spark's parser
-reads it. A last statement without `;` still runs, as the `spark-sql -e` and `psql -c`
-users expect. The shell (sqlite3's and psql's habits) reads lines until a statement is
-complete, keeps a readline history in ~/.txlog_sql_history, and takes dot commands
-(`.tables`, `.schema VIEW`, `.help`, `.quit`) at the start of a statement.
+SQL); a backslash escapes the next character inside a string literal where the engine's
+parser reads it so (Spark's; DuckDB's literals are standard SQL's, where only '' escapes).
+A last statement without `;` still runs, as the `spark-sql -e` and `psql -c` users expect.
+The shell (sqlite3's and psql's habits) reads lines until a statement is complete, keeps a
+readline history in ~/.txlog_sql_history, and takes dot commands (`.tables`, `.schema VIEW`,
+`.help`, `.quit`) at the start of a statement.
 """
 
 from __future__ import annotations
@@ -43,8 +44,9 @@ class Statement:
 class _Scanner:
     """Walks SQL text once, tracking whether each character is code, a literal or a comment."""
 
-    def __init__(self, text: str):
+    def __init__(self, text: str, backslash_escapes: bool):
         self.text = text
+        self.backslash_escapes = backslash_escapes
         self.statements: list[Statement] = []
         self._start = 0  # where the current statement's text begins
         self._first: int | None = None  # index of its first character that is not blank or comment
@@ -88,7 +90,7 @@ class _Scanner:
         i += 1
         while i < n:
             ch = text[i]
-            if ch == "\\" and quote != "`":
+            if ch == "\\" and quote != "`" and self.backslash_escapes:
                 i += 2
                 continue
             if ch == quote:
@@ -114,16 +116,16 @@ class _Scanner:
         return n
 
 
-def split_statements(text: str) -> tuple[list[Statement], str]:
+def split_statements(text: str, *, backslash_escapes: bool = True) -> tuple[list[Statement], str]:
     """The statements ended by ';' in `text`, and the unfinished rest ('' if only blanks/comments)."""
-    scanner = _Scanner(text)
+    scanner = _Scanner(text, backslash_escapes)
     rest = scanner.run()
     return scanner.statements, rest
 
 
-def script_statements(text: str) -> list[Statement]:
+def script_statements(text: str, *, backslash_escapes: bool = True) -> list[Statement]:
     """Every statement of a script or query argument; the last one needs no ';'."""
-    scanner = _Scanner(text + "\n;")  # the newline ends a trailing `--` comment
+    scanner = _Scanner(text + "\n;", backslash_escapes)  # the newline ends a trailing `--` comment
     scanner.run()
     return scanner.statements
 
@@ -133,10 +135,10 @@ def script_statements(text: str) -> list[Statement]:
 
 @dataclass(frozen=True, slots=True)
 class ShellActions:
-    """What the shell asks of the Spark side: run a statement, list views, describe one.
+    """What the shell asks of the engine's side: run a statement, list views, describe one.
 
     Each returns normally after printing its result or its one `Error:` line; Ctrl-C while one
-    runs raises KeyboardInterrupt after the Spark side has cancelled its jobs.
+    runs raises KeyboardInterrupt after the engine has cancelled the statement.
     """
 
     run: Callable[[Statement], None]
@@ -173,7 +175,11 @@ class _History:
 
 
 def run_shell(
-    actions: ShellActions, *, read_line: Callable[[str], str] = input, history_file: str = HISTORY_FILE
+    actions: ShellActions,
+    *,
+    read_line: Callable[[str], str] = input,
+    history_file: str = HISTORY_FILE,
+    backslash_escapes: bool = True,
 ) -> None:
     """Read statements until Ctrl-D or `.quit`; run each as soon as its ';' is typed."""
     history = _History(history_file)
@@ -194,7 +200,7 @@ def run_shell(
                     return
                 continue
             buffer += line + "\n"
-            statements, buffer = split_statements(buffer)
+            statements, buffer = split_statements(buffer, backslash_escapes=backslash_escapes)
             for statement in statements:
                 try:
                     actions.run(statement)

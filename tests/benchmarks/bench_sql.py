@@ -118,7 +118,8 @@ def rows(store: str, committed: int, reps: int, engines: list[str]) -> list[tupl
 
 def report(table: list[tuple[str, float, float, float]], records: int, reps: int) -> None:
     print(f"txlog sql over {records:,} records (first answer goal: <= 2 s with the embedded engine)")
-    print(f"  {'engine':<8} {'first answer s':>15} {'repeated statement s':>21} {f'CPU s, whole run of {reps + 1}':>24}")
+    cpu_title = f"CPU s, whole run of {reps + 1}"
+    print(f"  {'engine':<8} {'first answer s':>15} {'repeated statement s':>21} {cpu_title:>24}")
     for engine, first, repeated, cpu in table:
         print(f"  {engine:<8} {first:>15.2f} {repeated:>21.3f} {cpu:>24.2f}")
 

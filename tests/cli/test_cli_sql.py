@@ -632,6 +632,13 @@ def test_statements_split_at_semicolons_outside_literals_and_comments():
     assert split_statements("/* open ; comment\n") == ([], "/* open ; comment\n")
     assert split_statements("-- only a comment;\n  ;\n") == ([], "")
     assert script_statements("  ; /* */ -- \n") == []
+    # DuckDB's literals are standard SQL's: a backslash is a character, '' the one escape
+    standard = "SELECT 'C:\\'; SELECT 'it''s;'"
+    assert script_statements(standard, backslash_escapes=False) == [
+        Statement("SELECT 'C:\\'", 1),
+        Statement("SELECT 'it''s;'", 1),
+    ]
+    assert len(script_statements(standard)) == 1  # as Spark reads it, the first literal is still open
 
 
 def test_the_shell_loop_without_spark(tmp_path, capsys):
