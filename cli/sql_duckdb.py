@@ -4,10 +4,12 @@ No JVM and no server: DuckDB reads each view through Arrow, so the first answer 
 imports (duckdb, pyarrow) and the reading of the topics the statement names, not a start-up.
 Every view is registered before the first statement, but registering reads nothing: a topic
 view is a `txlog.scan` (planned when made, so it is a snapshot; read again by each statement
-that names it, through the Consumer's visibility rule), and the analysis views are the Spark
-source's own planners and readers (txlog/spark/batches_view.py, transactions_view.py, which
-need no Spark), planned when made and read when a statement names them. A statement that names
-one topic reads that topic only.
+that names it, through the Consumer's visibility rule) handed to DuckDB by `Scan.to_duckdb`,
+which reads only the columns a statement uses and narrows the read by its filters on
+partition, offset and timestamp; the analysis views are the Spark source's own planners and
+readers (txlog/spark/batches_view.py, transactions_view.py, which need no Spark), planned when
+made and read when a statement names them. A statement that names one topic reads that topic
+only.
 
 The connection's time zone is UTC, as the Spark engine's session's is, so that hour(), date
 parts and casts of the `timestamp` columns agree between the two engines. A failing statement
@@ -27,7 +29,15 @@ import typer
 
 from cli.context import CommandError, open_store
 from cli.output import status
-from cli.sql import BATCHES_VIEW, INTERRUPTED, TRANSACTIONS_VIEW, ViewOptions, quoted, raised_in_python, viewed_topics
+from cli.sql_engine import (
+    BATCHES_VIEW,
+    INTERRUPTED,
+    TRANSACTIONS_VIEW,
+    ViewOptions,
+    quoted,
+    raised_in_python,
+    viewed_topics,
+)
 
 if TYPE_CHECKING:  # DuckDB and Arrow are imported when the engine starts, not when the CLI does
     from types import FrameType
@@ -153,11 +163,19 @@ def _analysis_view(path: str, view: str) -> _PlannedView:
     return _PlannedView(arrow_schema(module.SCHEMA), module.plan(SourceOptions(path=path, view=view)), module.read)
 
 
-def _topic_view(path: str, topic: str, views: ViewOptions) -> object:
-    """A topic's records as DuckDB reads them: a `txlog.scan`, planned now (the snapshot)."""
+def _register_topic(con: duckdb.DuckDBPyConnection, path: str, topic: str, views: ViewOptions) -> None:
+    """View `topic`: a `txlog.scan` planned now (the snapshot), through `Scan.to_duckdb`, so that
+    DuckDB reads only the columns a statement uses and narrows the read by its filters on
+    partition, offset and timestamp (txlog/scan/duckdb_source.py)."""
     import txlog
 
-    return txlog.scan(path, topic, isolation_level=views.isolation, columns=topic_columns(views))
+    scan = txlog.scan(path, topic, isolation_level=views.isolation, columns=topic_columns(views))
+    scan.to_duckdb(con).create_view(topic, replace=True)
+
+
+def _identifier(name: str) -> str:
+    """A name as DuckDB's SQL quotes an identifier."""
+    return '"' + name.replace('"', '""') + '"'
 
 
 # ---- the engine ------------------------------------------------------------------------------------
@@ -179,15 +197,15 @@ class DuckDBEngine:
                 status(self.ctx, message)
 
         kept = viewed_topics(topics, note)
-        made = {topic: _topic_view(self.path, topic, self.views) for topic in kept}
-        made.update({name: _analysis_view(self.path, view) for name, view in ANALYSIS_VIEWS.items()})
         for topic in self.topics:
-            if topic not in made:  # deleted since
-                self.con.unregister(topic)
-        for name, view in made.items():
-            self.con.register(name, view)
+            if topic not in kept:  # deleted since
+                self.con.execute(f"DROP VIEW IF EXISTS {_identifier(topic)}")
+        for topic in kept:
+            _register_topic(self.con, self.path, topic, self.views)
+        for name, view in ANALYSIS_VIEWS.items():
+            self.con.register(name, _analysis_view(self.path, view))
         self.topics = kept
-        self.names = [quoted(name) for name in made]
+        self.names = [quoted(name) for name in [*kept, *ANALYSIS_VIEWS]]
 
     def refresh(self) -> None:
         """Register the views again from the store as it is now."""

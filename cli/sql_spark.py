@@ -26,7 +26,7 @@ import typer
 
 from cli.context import CommandError, open_store, require_java
 from cli.output import status
-from cli.sql import (
+from cli.sql_engine import (
     BATCHES_VIEW,
     INTERRUPTED,
     TRANSACTIONS_VIEW,
