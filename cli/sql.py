@@ -339,6 +339,16 @@ def _run_shell(ctx: typer.Context, session: _Session, *, backslash_escapes: bool
     )
 
 
+def _spark_options_need_spark(ctx: typer.Context, engine: EngineChoice) -> None:
+    """--master and --spark-log given with the DuckDB engine would be ignored: say so instead."""
+    if engine is EngineChoice.spark:
+        return
+    for name, flag in (("master", "--master"), ("spark_log", "--spark-log")):
+        source = ctx.get_parameter_source(name)  # by name: typer may bring its own click's enum
+        if source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP"):
+            raise CommandError(f"{flag} is for --engine spark (the engine is {engine.value})", exit_code=USAGE)
+
+
 # ---- the command --------------------------------------------------------------------------------
 
 
@@ -436,10 +446,12 @@ def sql(
     Topic views read read_committed by default; a topic whose name is not a plain identifier is
     written with backticks (SELECT * FROM `orders-eu`). The views in use are listed on stderr.
     --engine duckdb (the default) answers at once; --engine spark starts a local Spark session
-    first (20-40 s). Several statements run in one engine, each result printed in turn, all
+    first (20-40 s). In DuckDB, offset is a reserved word: write `offset` (in backticks, which
+    Spark reads too). Several statements run in one engine, each result printed in turn, all
     seeing the store as it was when the run began; the first failing one ends the run (exit 1).
     The shell reads the store again before each statement.
     """
+    _spark_options_need_spark(ctx, engine)
     backslash_escapes = engine is EngineChoice.spark  # how the engine's parser reads '\'' (cli/sql_shell.py)
     statements = _script(query, file, backslash_escapes=backslash_escapes)
     with open_store(ctx, read_only=True) as store:

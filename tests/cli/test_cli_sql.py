@@ -557,6 +557,9 @@ def test_argument_mistakes_are_reported_before_spark_starts(store, tmp_path):
     assert proc.returncode == 2 and "Error: the query is empty" in proc.stderr
     proc = _sql(store, "SELECT 1", "--output", "yaml")
     assert proc.returncode == 2 and "Starting Spark" not in proc.stderr
+    for flag, value in (("--master", "local[4]"), ("--spark-log", str(tmp_path / "spark.log"))):
+        proc = _sql(store, "SELECT 1", flag, value)  # the default engine, DuckDB, would ignore it
+        assert proc.returncode == 2 and f"Error: {flag} is for --engine spark" in proc.stderr, proc.stderr
 
 
 def test_a_missing_store_is_one_error_line(tmp_path):
