@@ -119,6 +119,7 @@ VERBS = [
     ["commit", "--transactional-id", "tx"],
     ["abort", "--transactional-id", "tx"],
     ["verify"],
+    ["sql", "SELECT 1"],  # the default engine (DuckDB) runs in process
 ]
 
 
