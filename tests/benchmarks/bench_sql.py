@@ -15,8 +15,9 @@ runs it, a `txlog sql` process with the statement R+1 times (default R 5) in one
              Python start, imports, the engine's start, registering the views, the statement
   repeated   the median of the later statements' own times (as `txlog sql` reports them): the
              engine warm, the topic read again by each (both engines read the store per statement)
-  CPU        the CPU seconds of the whole run (the process and the children it waited for): on a
-             shared machine, a first answer far above it is time other processes took
+  CPU        the CPU seconds of the whole run of the txlog process (and the children it waited
+             for, which Spark's JVM is not: for spark this leaves the JVM's CPU out): on a
+             shared machine, a DuckDB first answer far above it is time other processes took
 The statement: per partition, count(*), sum(octet_length(value)), max(`offset`) -- a scan of
 every committed record, an aggregate, 4 rows out. Each engine's rows are checked equal.
 `rows(...)` gives the table's rows to tests/benchmarks/bench_analysis.py, which prints them in
