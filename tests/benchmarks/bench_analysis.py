@@ -25,6 +25,9 @@ Cases are a list (`CASES`): a case is a name, a txlog function, an optional base
 function and a goal; each function takes the `Bench` (paths, N) and returns its row count.
 Add a case by appending to `CASES` (or with `add_case`).
 
+Then `txlog sql`'s rows (tests/benchmarks/bench_sql.py says what they time): the first answer
+and a repeated statement, each engine run as a `txlog sql` process over the same store.
+
 --profile runs cProfile over one `to_arrow()` of the scan and prints where its time goes.
 """
 
@@ -187,6 +190,13 @@ def profile(b: Bench) -> None:
     print(text.getvalue())
 
 
+def sql_rows(b: Bench, reps: int) -> None:
+    """`txlog sql`'s first answer and repeated statement with each engine (tests/benchmarks/bench_sql.py)."""
+    import bench_sql
+
+    bench_sql.report(bench_sql.rows(b.store, b.rows, reps, ["duckdb", "spark"]), b.rows, reps)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--big", action="store_true", help=f"{BIG_RECORDS:,} rows (default {DEFAULT_RECORDS:,})")
@@ -213,6 +223,8 @@ def main() -> None:
         bench = Bench(store, parquet, records, args.partitions)
         cases = [c for c in CASES if args.only is None or args.only in c.name]
         run_cases(bench, cases, args.reps)
+        if args.only is None or args.only in "txlog sql":
+            sql_rows(bench, args.reps)
         if args.profile:
             profile(bench)
 

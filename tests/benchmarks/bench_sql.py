@@ -20,8 +20,8 @@ runs it, a `txlog sql` process with the statement R+1 times (default R 5) in one
              shared machine, a DuckDB first answer far above it is time other processes took
 The statement: per partition, count(*), sum(octet_length(value)), max(`offset`) -- a scan of
 every committed record, an aggregate, 4 rows out. Each engine's rows are checked equal.
-`rows(...)` gives the table's rows to tests/benchmarks/bench_analysis.py, which prints them in
-its run.
+`rows(...)` and `report(...)` give the same rows in tests/benchmarks/bench_analysis.py's run, over
+its store (the same topic name, its N committed records).
 """
 
 from __future__ import annotations
