@@ -19,7 +19,7 @@ SUMMARIES: dict[str, str] = {
     "inspect": "Dump log, index and snapshot files (kafka-dump-log.sh).",
     "verify": "Check every file and transaction of the store.",
     "process": "Exactly-once consume-transform-produce through a command.",
-    "sql": "Run SQL over the store in embedded DuckDB or Spark (one view per topic).",
+    "sql": "SQL over the store, in DuckDB or Spark (a view per topic).",
     "export": "Export committed records to Parquet, Delta or Iceberg, once.",
     "topics": "Create, list, describe, alter, delete topics (kafka-topics).",
     "transactions": "List, describe and repair transactions (kafka-transactions).",
