@@ -3,6 +3,8 @@ projection and filters reaching the plan (fewer segment bytes read)."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 duckdb = pytest.importorskip("duckdb")
@@ -77,6 +79,21 @@ def test_same_rows_as_to_arrow(mixed, isolation, name):
     expected = rows(plain, sql)
     assert bool(expected) != (name == "no partition matches"), "a query that keeps nothing proves nothing"
     assert rows(pushed, sql) == expected
+
+
+def test_without_duckdbs_source_module_the_scan_is_a_plain_arrow_stream_with_the_same_rows(mixed, monkeypatch):
+    """Another DuckDB line may lack the underscored `duckdb._sources`: no pushdown, same rows."""
+    from txlog.scan import duckdb_source
+
+    monkeypatch.setattr(duckdb_source, "_SOURCE_CLASS", None)
+    monkeypatch.setitem(sys.modules, "duckdb._sources", None)  # its import now fails
+    assert duckdb_source._source_class() is None
+    scan = txlog.scan(mixed)
+    fallback, plain = duckdb.connect(), duckdb.connect()
+    scan.to_duckdb(fallback).create_view("records")
+    plain.register("records", scan.to_arrow())
+    for name in ("all", "partition", "offset range", "group by"):
+        assert rows(fallback, QUERIES[name]) == rows(plain, QUERIES[name])
 
 
 def test_default_connection_and_relation_api(mixed):
