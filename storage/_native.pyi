@@ -5,7 +5,7 @@ and storage.codec_errors wrap it. `python3 -m mypy.stubtest storage._native` che
 against the built module (.ci/run).
 """
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Literal, Self, TypeAlias, TypedDict, TypeVar, final, overload
 
 from _typeshed import ReadableBuffer, WriteableBuffer
@@ -14,6 +14,7 @@ from typing_extensions import Unpack, disjoint_base
 __all__ = [
     "BatchHeader",
     "CodecError",
+    "ColumnBuffer",
     "ColumnBuilder",
     "RecordBatchBuilder",
     "compress",
@@ -112,35 +113,45 @@ def decode_consumer_records(
 def walk_records(buf: ReadableBuffer, start: int, end: int) -> tuple[int, int]:
     """(records seen, largest timestamp delta) of the uncompressed records region buf[start:end]."""
 
+@final
+class ColumnBuffer:
+    """One column's bytes handed over by `ColumnBuilder.finish` without a copy (read-only buffer protocol)."""
+
+    def __len__(self) -> int: ...
+    def __bytes__(self) -> bytes: ...
+
 class _ColumnBuffers(TypedDict):
     rows: int
-    offset: bytes
-    timestamp: bytes
-    sequence: bytes
-    batch_index: bytes
-    key_offsets: bytes
-    key_data: bytes
-    key_validity: bytes | None
+    offset: ColumnBuffer
+    timestamp: ColumnBuffer
+    sequence: ColumnBuffer
+    batch_index: ColumnBuffer
+    key_offsets: ColumnBuffer
+    key_data: ColumnBuffer
+    key_validity: ColumnBuffer | None
     key_nulls: int
-    value_offsets: bytes
-    value_data: bytes
-    value_validity: bytes | None
+    value_offsets: ColumnBuffer
+    value_data: ColumnBuffer
+    value_validity: ColumnBuffer | None
     value_nulls: int
-    header_offsets: bytes
-    header_key_offsets: bytes
-    header_key_data: bytes
-    header_key_validity: bytes | None
+    header_offsets: ColumnBuffer
+    header_key_offsets: ColumnBuffer
+    header_key_data: ColumnBuffer
+    header_key_validity: ColumnBuffer | None
     header_key_nulls: int
-    header_value_offsets: bytes
-    header_value_data: bytes
-    header_value_validity: bytes | None
+    header_value_offsets: ColumnBuffer
+    header_value_data: ColumnBuffer
+    header_value_validity: ColumnBuffer | None
     header_value_nulls: int
 
 @final
 class ColumnBuilder:
     """Decoded records gathered column by column in Arrow's layout (storage.arrow_records)."""
 
-    def __init__(self) -> None: ...
+    def __new__(cls, columns: Sequence[str] | None = None) -> Self:
+        """Fill only the named columns (offset, timestamp, sequence, batch_index, key, value,
+        headers; all when None); ValueError for an unknown name."""
+
     def add(
         self,
         buf: ReadableBuffer,
@@ -153,14 +164,24 @@ class ColumnBuilder:
         """Append the records of the batch `header` at offsets in [start_offset, end_offset);
         the rows added. A corrupt batch adds nothing."""
 
+    def add_batches(
+        self,
+        spans: Iterable[tuple[ReadableBuffer, int, BatchHeader]],
+        *,
+        start_offset: int = -9223372036854775808,
+        end_offset: int = 9223372036854775807,
+    ) -> int:
+        """`add` for each (buf, position, header) in order, in one call (without the GIL for
+        large spans); stops at the first corrupt batch, the earlier ones staying added."""
+
     @property
     def rows(self) -> int: ...
     @property
     def batches(self) -> int:
-        """How many add() calls succeeded: the next batch_index."""
+        """How many batches were added since the last finish: the next batch_index."""
 
     def finish(self) -> _ColumnBuffers:
-        """The columns as little-endian buffers (see storage/native/src/columns.rs)."""
+        """The columns as little-endian buffers (see storage/native/src/columns.rs); empties the builder."""
 
 def compress(codec: int, data: ReadableBuffer) -> bytes:
     """`data` compressed with `codec` (1-4) in the stream format Kafka's Java client writes."""

@@ -421,6 +421,29 @@ class RecordBatch(_native.BatchHeader):
         except CodecError as exc:
             raise self._codec_error(exc) from None
 
+    @staticmethod
+    def add_columns_of(
+        builder: _native.ColumnBuilder,
+        batches: Sequence[RecordBatch],
+        numbered: list[RecordBatch],
+        start: int = -(1 << 63),
+        end: int = (1 << 63) - 1,
+    ) -> int:
+        """`add_columns` for many batches in one native call (decoded without the GIL once
+        they are large enough to be worth it); returns the rows added. The batches the builder
+        numbered are appended to `numbered`, in order. A corrupt batch raises its
+        CorruptRecordError; the ones before it stay added (and numbered)."""
+        decoded = [batch for batch in batches if batch._has_record_bytes()]
+        before = builder.batches
+        try:
+            added = builder.add_batches([(b._buf, b._at, b) for b in decoded], start_offset=start, end_offset=end)
+        except CodecError as exc:
+            done = builder.batches - before
+            numbered.extend(decoded[:done])
+            raise decoded[done]._codec_error(exc) from None
+        numbered.extend(decoded)
+        return added
+
     def __iter__(self) -> Iterator[Record]:
         return iter(self.records())
 

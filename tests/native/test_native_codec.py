@@ -482,6 +482,77 @@ def test_a_corrupt_batch_adds_no_columns() -> None:
     assert table.num_rows == 6 and table.column("headers").to_pylist() == [[{"key": "h", "value": b"1"}]] * 6
 
 
+def test_bulk_add_builds_the_columns_one_by_one_adds_build() -> None:
+    """add_all (one native call, without the GIL past DETACH_BYTES) gives what add gives batch by
+    batch, for batches of several buffers and codecs, with offset bounds cutting edge batches."""
+    pytest.importorskip("pyarrow")
+    from storage.arrow_records import COLUMNS, RecordColumns
+
+    rng = random.Random(8)
+    batches = [RecordBatch.parse(random_batch(rng)) for _ in range(40)]
+    big = [(os.urandom(8), os.urandom(3000), [("h", b"1")], TS + i) for i in range(200)]
+    batches += [RecordBatch.parse(build_batch(big, base_offset=1000 + 200 * i)) for i in range(3)]  # > 256 KiB
+    offsets = [o for b in batches for o, *_ in b.record_tuples()]
+    start, end = sorted(offsets)[3], sorted(offsets)[-3]
+    one_by_one, bulk = RecordColumns(), RecordColumns()
+    for batch in batches:
+        one_by_one.add(batch, start, end)
+    assert bulk.add_all(batches, start, end) == one_by_one.rows > 0
+    assert bulk.table().equals(one_by_one.table())
+    picked = RecordColumns(["value", "producer_id"])
+    picked.add_all(batches, start, end)
+    names = ["value", "producer_id"]
+    assert picked.table(names).equals(one_by_one_table(batches, start, end, names))
+    with pytest.raises(ValueError, match="'key' was not built"):
+        picked.table(["key"])
+    with pytest.raises(ValueError, match="unknown record column 'kye'"):
+        RecordColumns(["kye"])
+    assert set(COLUMNS) >= {"value", "producer_id"}
+
+
+def one_by_one_table(batches: list[RecordBatch], start: int, end: int, names: list[str]):
+    from storage.arrow_records import RecordColumns
+
+    columns = RecordColumns()
+    for batch in batches:
+        columns.add(batch, start, end)
+    return columns.table(names)
+
+
+def test_bulk_add_names_the_corrupt_batch_and_keeps_the_ones_before() -> None:
+    pytest.importorskip("pyarrow")
+    from storage.arrow_records import RecordColumns
+
+    rows = [(b"k", b"v", [("h", b"1")], TS)] * 3
+    good = RecordBatch.parse(build_batch(rows))
+    buf = bytearray(build_batch(rows, base_offset=3))
+    buf[-2] = 0x7E  # the last record's header value length (63) overruns the batch
+    bad = RecordBatch.parse(with_crc(buf), path="/x/00.log", origin=4242)
+    after = RecordBatch.parse(build_batch(rows, base_offset=6))
+    columns = RecordColumns(["offset", "is_transactional"])
+    with pytest.raises(CorruptRecordError) as caught:
+        columns.add_all([good, bad, after])
+    assert caught.value.position == 4242 and "base offset 3" in str(caught.value)
+    table = columns.table(["offset", "is_transactional"])
+    assert table.column("offset").to_pylist() == [0, 1, 2]
+    assert table.column("is_transactional").to_pylist() == [False] * 3
+
+
+def test_finish_hands_the_buffers_over_and_empties_the_builder() -> None:
+    pa = pytest.importorskip("pyarrow")
+    builder = _native.ColumnBuilder(["value"])
+    buf = build_batch([(b"k", b"value", None, TS)] * 2)
+    builder.add_batches([(buf, 0, _native.BatchHeader(buf, 0))])
+    cols = builder.finish()
+    assert (cols["rows"], builder.rows, builder.batches) == (2, 0, 0)
+    data = pa.py_buffer(cols["value_data"])
+    assert data.to_pybytes() == bytes(cols["value_data"]) == b"valuevalue" and len(cols["value_data"]) == 10
+    assert memoryview(cols["value_data"]).readonly
+    assert len(cols["key_data"]) == 0 and bytes(cols["key_offsets"]) == bytes(4)  # not asked for: empty
+    with pytest.raises(ValueError, match="unknown builder column"):
+        _native.ColumnBuilder(["vaule"])
+
+
 def test_encoder_takes_what_the_python_encoder_took() -> None:
     rows = [(bytearray(b"k"), memoryview(b"v"), [["h", b"1"], (b"raw", None)], TS)]
     batch = RecordBatch.parse(build_batch(rows))
@@ -492,6 +563,9 @@ def test_encoder_takes_what_the_python_encoder_took() -> None:
         build_batch([(b"k", b"v", [("h", b"1", b"extra")], TS)])
     with pytest.raises(ValueError, match="out of range"):
         build_batch([(b"k", b"v", None, TS)], producer_epoch=1 << 20)
+
+
+_BUILDER_COLUMNS = ["offset", "timestamp", "sequence", "batch_index", "key", "value", "headers"]
 
 
 class AnyTuple(tuple):
@@ -518,6 +592,16 @@ def test_hostile_arguments_to_every_native_entry_point_raise_never_crash() -> No
         data = rng.choice((data, bytearray(data), memoryview(data)))
         start, end = rng.randint(-3, 130), rng.randint(-3, 130)
         header = rng.choice(headers)  # a header with any buffer and any position: it may not fit
+        spans = (  # add_batches' items: fitting or not, and things that are no span at all
+            (data, start, header),
+            (good, 0, _native.BatchHeader(good, 0)),
+            (data, -1, header),
+            (data, start),
+            [data, start, header],
+            (data, start, "not a header"),
+            ("not bytes", 0, header),
+            None,
+        )
         codec = rng.randint(0, 8)
         calls = (  # (function, arguments, keyword arguments): one is called with this iteration's values
             (_native.BatchHeader, (data, rng.randint(-1, 100), rng.random() < 0.5), {}),
@@ -537,6 +621,11 @@ def test_hostile_arguments_to_every_native_entry_point_raise_never_crash() -> No
             (_native.walk_records, (data, start, end), {}),
             (_native.decompress, (codec, data), {}),
             (_native.ColumnBuilder().add, (data, start, header), {"start_offset": 0, "end_offset": 3}),
+            (
+                _native.ColumnBuilder(rng.sample(_BUILDER_COLUMNS, rng.randint(0, 7))).add_batches,
+                ([rng.choice(spans) for _ in range(rng.randint(0, 5))],),
+                {"start_offset": 0, "end_offset": rng.choice((3, 2**63 - 1))},
+            ),
             (_native.crc32c, (data, rng.randint(0, 2**32 - 1)), {}),
         )
         function, args, kwargs = rng.choice(calls)

@@ -21,7 +21,7 @@ from storage.errors import OffsetOutOfRangeError
 from storage.extent import SegmentExtent, read_extent
 from storage.records import RecordBatch
 from txlog.fetch import AbortedFilter, visible_batches
-from txlog.scan.arrow_columns import check_record_schema, record_batch
+from txlog.scan.arrow_columns import DECODED, check_record_schema, record_batch
 from txlog.scan.planning import OffsetRange
 
 #: Rows per Arrow batch handed on (Spark's own default is 10,000 per Arrow batch).
@@ -42,7 +42,8 @@ def read_range(r: OffsetRange, arrow_schema: pa.Schema, *, fail_on_data_loss: bo
         chunk = columns.fill(batches, r.start, r.end)
         if chunk is None:
             return
-        yield chunk
+        if chunk.num_rows:  # batches at the range's edges may hold no row inside it
+            yield chunk
 
 
 def range_batches(r: OffsetRange, *, fail_on_data_loss: bool = True) -> Iterator[RecordBatch]:
@@ -75,30 +76,34 @@ def extent_batches(
 
 
 class _Columns:
-    """The rows gathered so far, decoded natively into columns (no Python object per record)."""
+    """The rows gathered so far, decoded natively into columns (no Python object per record).
+
+    Visible batches are judged one by one (their headers, in Python: the Consumer's rule),
+    then decoded together, an Arrow batch's worth in one native call that releases the GIL,
+    so ranges read on other threads decode meanwhile (Scan.to_batches).
+    """
 
     def __init__(self, topic: str, partition: int, schema: pa.Schema):
         check_record_schema(schema)
         self.topic, self.partition, self.schema = topic, partition, schema
-        self._reset()
+        self.decoded = [DECODED[name] for name in schema.names if name in DECODED]
 
     def fill(self, batches: Iterator[RecordBatch], start: int, end: int) -> pa.RecordBatch | None:
         """Decode batches until an Arrow batch is full; None once `batches` is exhausted and nothing is left.
 
-        `add(batch, start, end)` keeps the records at offsets in [start, end): `visible_records`' rule.
+        `add_all(batches, start, end)` keeps the records at offsets in [start, end): `visible_records`' rule.
+        A batch's record count bounds the rows it adds (a batch at an edge adds fewer).
         """
+        pending: list[RecordBatch] = []
+        rows = size = 0
         for batch in batches:
-            self.columns.add(batch, start, end)
-            self.batch_bytes += batch.size
-            if self.columns.rows >= ROWS_PER_ARROW_BATCH or self.batch_bytes >= BYTES_PER_ARROW_BATCH:
-                return self.flush()
-        return self.flush() if self.columns.rows else None
-
-    def _reset(self) -> None:
-        self.columns = RecordColumns()
-        self.batch_bytes = 0
-
-    def flush(self) -> pa.RecordBatch:
-        chunk = record_batch(self.columns, self.topic, self.partition, self.schema)
-        self._reset()
-        return chunk
+            pending.append(batch)
+            rows += batch.records_count
+            size += batch.size
+            if rows >= ROWS_PER_ARROW_BATCH or size >= BYTES_PER_ARROW_BATCH:
+                break
+        if not pending:
+            return None
+        columns = RecordColumns(self.decoded)
+        columns.add_all(pending, start, end)
+        return record_batch(columns, self.topic, self.partition, self.schema)

@@ -63,15 +63,15 @@ impl BinaryColumn {
         self.len = len;
     }
 
-    /// int32 LE offsets, `len + 1` of them (a lone 0 for an empty column).
-    pub fn offsets(&self) -> Vec<u8> {
-        if self.offsets.is_empty() {
-            0i32.to_le_bytes().to_vec()
-        } else {
-            self.offsets.clone()
-        }
+    /// The buffers, moved out (offsets as `offsets()` gives them, validity as `validity()`).
+    pub fn into_parts(self) -> BinaryParts {
+        let offsets = if self.offsets.is_empty() { 0i32.to_le_bytes().to_vec() } else { self.offsets };
+        BinaryParts { offsets, data: self.data, validity: (self.nulls > 0).then_some(self.validity), nulls: self.nulls }
     }
+}
 
+#[cfg(test)] // the bindings take the buffers with into_parts
+impl BinaryColumn {
     pub fn data(&self) -> &[u8] {
         &self.data
     }
@@ -86,9 +86,101 @@ impl BinaryColumn {
     }
 }
 
+/// A binary column's buffers, owned (see `BinaryColumn`'s accessors for the layout).
+pub struct BinaryParts {
+    pub offsets: Vec<u8>,
+    pub data: Vec<u8>,
+    pub validity: Option<Vec<u8>>,
+    pub nulls: usize,
+}
+
+/// Every buffer of a `RecordColumns`, owned (see its accessors for the layout); the columns
+/// not wanted are empty.
+pub struct ColumnParts {
+    pub rows: usize,
+    pub offset: Vec<u8>,
+    pub timestamp: Vec<u8>,
+    pub sequence: Vec<u8>,
+    pub batch_index: Vec<u8>,
+    pub key: BinaryParts,
+    pub value: BinaryParts,
+    pub header_offsets: Vec<u8>,
+    pub header_key: BinaryParts,
+    pub header_value: BinaryParts,
+}
+
+/// Which columns a builder fills: a query reading `length(value)` should not copy keys and
+/// headers. A column left out stays empty (no item per row).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Wanted {
+    pub offset: bool,
+    pub timestamp: bool,
+    pub sequence: bool,
+    pub batch_index: bool,
+    pub key: bool,
+    pub value: bool,
+    pub headers: bool,
+}
+
+impl Wanted {
+    pub const ALL: Wanted = Wanted {
+        offset: true,
+        timestamp: true,
+        sequence: true,
+        batch_index: true,
+        key: true,
+        value: true,
+        headers: true,
+    };
+    pub const NONE: Wanted = Wanted {
+        offset: false,
+        timestamp: false,
+        sequence: false,
+        batch_index: false,
+        key: false,
+        value: false,
+        headers: false,
+    };
+
+    /// The flags of the named columns (the names of `RecordColumns`' accessors); an unknown
+    /// name is an error naming it.
+    pub fn from_names<'a>(names: impl IntoIterator<Item = &'a str>) -> Result<Wanted> {
+        let mut wanted = Wanted::NONE;
+        for name in names {
+            let flag = match name {
+                "offset" => &mut wanted.offset,
+                "timestamp" => &mut wanted.timestamp,
+                "sequence" => &mut wanted.sequence,
+                "batch_index" => &mut wanted.batch_index,
+                "key" => &mut wanted.key,
+                "value" => &mut wanted.value,
+                "headers" => &mut wanted.headers,
+                other => return Err(CodecError::Value(format!("unknown builder column {other:?}"))),
+            };
+            *flag = true;
+        }
+        Ok(wanted)
+    }
+}
+
+impl Default for Wanted {
+    fn default() -> Self {
+        Wanted::ALL
+    }
+}
+
+/// One batch to decode in bulk (`RecordColumns::add_all`): the batch `header` parsed at
+/// `buf[position]`.
+pub struct Span<'a> {
+    pub buf: &'a [u8],
+    pub position: usize,
+    pub header: Header,
+}
+
 /// The columns of every record added so far (see the accessors for the layout).
 #[derive(Debug, Default)]
 pub struct RecordColumns {
+    wanted: Wanted,
     rows: usize,
     offset: Vec<u8>,      // int64 LE
     timestamp: Vec<u8>,   // int64 LE (epoch ms)
@@ -104,6 +196,22 @@ pub struct RecordColumns {
 }
 
 impl RecordColumns {
+    /// A builder filling only the `wanted` columns.
+    pub fn with_columns(wanted: Wanted) -> Self {
+        RecordColumns { wanted, ..Default::default() }
+    }
+
+    /// `add` for each span in order, stopping at the first that fails (the earlier ones stay
+    /// added, `batches()` counts them, so the caller can tell which batch failed). Returns the
+    /// rows added.
+    pub fn add_all(&mut self, spans: &[Span<'_>], lo: i64, hi: i64) -> Result<usize> {
+        let mut added = 0;
+        for span in spans {
+            added += self.add(span.buf, span.position, &span.header, lo, hi)?;
+        }
+        Ok(added)
+    }
+
     /// Decode the records of the batch `header` (parsed at `buf[position]`) and append those at
     /// offsets in [lo, hi); returns how many rows were added. A batch that fails half way adds
     /// nothing and does not count as added.
@@ -142,15 +250,36 @@ impl RecordColumns {
     }
 
     fn push(&mut self, offset: i64, ts: i64, sequence: i32, batch: i32, rec: &RecordView) -> Result<()> {
+        let w = self.wanted;
+        if w.offset {
+            self.offset.extend_from_slice(&offset.to_le_bytes());
+        }
+        if w.timestamp {
+            self.timestamp.extend_from_slice(&ts.to_le_bytes());
+        }
+        if w.sequence {
+            self.sequence.extend_from_slice(&sequence.to_le_bytes());
+        }
+        if w.batch_index {
+            self.batch_index.extend_from_slice(&batch.to_le_bytes());
+        }
+        if w.key {
+            self.key.push(rec.key)?;
+        }
+        if w.value {
+            self.value.push(rec.value)?;
+        }
+        if w.headers {
+            self.push_headers(rec)?;
+        }
+        self.rows += 1;
+        Ok(())
+    }
+
+    fn push_headers(&mut self, rec: &RecordView) -> Result<()> {
         if self.header_offsets.is_empty() {
             self.header_offsets.extend_from_slice(&0i32.to_le_bytes());
         }
-        self.offset.extend_from_slice(&offset.to_le_bytes());
-        self.timestamp.extend_from_slice(&ts.to_le_bytes());
-        self.sequence.extend_from_slice(&sequence.to_le_bytes());
-        self.batch_index.extend_from_slice(&batch.to_le_bytes());
-        self.key.push(rec.key)?;
-        self.value.push(rec.value)?;
         for (name, value) in &rec.headers {
             // Arrow strings must be UTF-8: decode as Java does, invalid bytes become U+FFFD
             self.header_key.push(Some(String::from_utf8_lossy(name).as_bytes()))?;
@@ -159,7 +288,6 @@ impl RecordColumns {
         self.header_count = i32::try_from(self.header_key.len)
             .map_err(|_| CodecError::Value("too many headers for one builder".into()))?;
         self.header_offsets.extend_from_slice(&self.header_count.to_le_bytes());
-        self.rows += 1;
         Ok(())
     }
 
@@ -168,10 +296,9 @@ impl RecordColumns {
         if self.rows == rows {
             return;
         }
-        let keep_headers = if rows == 0 {
-            0
-        } else {
-            i32::from_le_bytes(self.header_offsets[rows * 4..rows * 4 + 4].try_into().unwrap_or([0; 4])) as usize
+        let keep_headers = match self.header_offsets.get(rows * 4..rows * 4 + 4) {
+            Some(end) if rows > 0 => i32::from_le_bytes(end.try_into().unwrap_or([0; 4])) as usize,
+            _ => 0,
         };
         self.offset.truncate(rows * 8);
         self.timestamp.truncate(rows * 8);
@@ -195,6 +322,33 @@ impl RecordColumns {
         self.batches
     }
 
+    /// Hand the columns over and start afresh (same wanted columns): what `finish` exports
+    /// without copying.
+    pub fn take(&mut self) -> RecordColumns {
+        std::mem::replace(self, RecordColumns::with_columns(self.wanted))
+    }
+
+    /// The buffers, moved out.
+    pub fn into_parts(self) -> ColumnParts {
+        let header_offsets =
+            if self.header_offsets.is_empty() { 0i32.to_le_bytes().to_vec() } else { self.header_offsets };
+        ColumnParts {
+            rows: self.rows,
+            offset: self.offset,
+            timestamp: self.timestamp,
+            sequence: self.sequence,
+            batch_index: self.batch_index,
+            key: self.key.into_parts(),
+            value: self.value.into_parts(),
+            header_offsets,
+            header_key: self.header_key.into_parts(),
+            header_value: self.header_value.into_parts(),
+        }
+    }
+}
+
+#[cfg(test)] // the bindings take the buffers with into_parts
+impl RecordColumns {
     /// int64 LE per row.
     pub fn offset(&self) -> &[u8] {
         &self.offset
@@ -234,9 +388,5 @@ impl RecordColumns {
 
     pub fn header_key(&self) -> &BinaryColumn {
         &self.header_key
-    }
-
-    pub fn header_value(&self) -> &BinaryColumn {
-        &self.header_value
     }
 }

@@ -40,6 +40,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(decode::decode_consumer_records, m)?)?;
     m.add_function(wrap_pyfunction!(decode::walk_records, m)?)?;
     m.add_class::<column_bindings::ColumnBuilder>()?;
+    m.add_class::<column_bindings::ColumnBuffer>()?;
     m.add_function(wrap_pyfunction!(codecs::compress, m)?)?;
     m.add_function(wrap_pyfunction!(codecs::decompress, m)?)?;
     m.add_function(wrap_pyfunction!(codecs::inflated_size, m)?)?;

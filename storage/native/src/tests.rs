@@ -412,7 +412,7 @@ mod encoder_tests {
 
 mod column_tests {
     use crate::codec::{self, CodecError, RecordIn};
-    use crate::columns::RecordColumns;
+    use crate::columns::{RecordColumns, Span, Wanted};
     use crate::compression;
 
     /// A batch of `count` records (values 0, 1, ...; the second record null-keyed), timestamps
@@ -495,6 +495,37 @@ mod column_tests {
         assert_eq!(int32s(columns.batch_index()), vec![0, 0, 0, 1, 1, 1]);
         assert_eq!(int32s(&columns.header_offsets()), vec![0, 1, 2, 3, 4, 5, 6]);
         assert_eq!(columns.key().validity(), Some([0b101101].as_slice()));
+    }
+
+    #[test]
+    fn only_the_wanted_columns_are_filled() {
+        let data = batch(4, 0);
+        let header = codec::parse_header(&data, 0, true).unwrap();
+        let mut columns = RecordColumns::with_columns(Wanted::from_names(["value", "offset"]).unwrap());
+        assert_eq!(columns.add(&data, 0, &header, i64::MIN, i64::MAX).unwrap(), 4);
+        assert_eq!(int64s(columns.offset()), vec![10, 11, 12, 13]);
+        assert_eq!(columns.value().data(), [0, 1, 2, 3].as_slice());
+        assert!(columns.timestamp().is_empty() && columns.key().data().is_empty());
+        assert!(columns.batch_index().is_empty() && columns.header_key().data().is_empty());
+        assert_eq!(int32s(&columns.header_offsets()), vec![0]);
+        assert!(matches!(Wanted::from_names(["vaule"]), Err(CodecError::Value(m)) if m.contains("vaule")));
+        let taken = columns.take();
+        assert_eq!((taken.rows(), columns.rows(), columns.batches()), (4, 0, 0));
+    }
+
+    #[test]
+    fn add_all_stops_at_the_first_corrupt_batch_keeping_the_earlier_ones() {
+        let good = batch(3, 0);
+        let header = codec::parse_header(&good, 0, true).unwrap();
+        let mut bad = good.clone();
+        let last = bad.len() - 1;
+        bad[last] = 0x7E;
+        let span = |buf| Span { buf, position: 0, header };
+        let mut columns = RecordColumns::default();
+        assert_eq!(columns.add_all(&[span(&good), span(&good)], 11, i64::MAX).unwrap(), 4);
+        let result = columns.add_all(&[span(&good), span(&bad), span(&good)], i64::MIN, i64::MAX);
+        assert_eq!(result, Err(CodecError::Truncated));
+        assert_eq!((columns.rows(), columns.batches()), (7, 3));
     }
 
     #[test]
