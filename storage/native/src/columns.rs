@@ -229,24 +229,18 @@ impl RecordColumns {
     fn add_rows(&mut self, buf: &[u8], position: usize, header: &Header, lo: i64, hi: i64) -> Result<()> {
         let mut owned = Vec::new();
         let data = codec::records_region(buf, position, header, &mut owned)?;
-        // decode everything first so a corrupt batch adds nothing
-        let mut rows: Vec<RecordView> = Vec::new();
-        codec::for_each_record(data, header.records_count, |rec| {
-            rows.push(rec);
-            Ok(())
-        })?;
+        // rows go straight into the columns: `add` truncates them back if the batch fails half way
         let base = header.record_base();
         let batch = self.batches;
-        for rec in rows {
+        codec::for_each_record(data, header.records_count, |rec| {
             // int64 columns: offsets saturate and timestamps wrap, as the buffers hold them
             let offset = base.offset.saturating_add(rec.offset_delta as i64);
             if offset < lo || offset >= hi {
-                continue;
+                return Ok(());
             }
             let ts = if base.use_deltas { base.timestamp.wrapping_add(rec.timestamp_delta) } else { base.timestamp };
-            self.push(offset, ts, base.sequence_of(&rec) as i32, batch, &rec)?;
-        }
-        Ok(())
+            self.push(offset, ts, base.sequence_of(&rec) as i32, batch, &rec)
+        })
     }
 
     fn push(&mut self, offset: i64, ts: i64, sequence: i32, batch: i32, rec: &RecordView) -> Result<()> {
