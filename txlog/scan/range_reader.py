@@ -79,8 +79,8 @@ class _Columns:
     """The rows gathered so far, decoded natively into columns (no Python object per record).
 
     Visible batches are judged one by one (their headers, in Python: the Consumer's rule),
-    then decoded together, an Arrow batch's worth in one native call that releases the GIL,
-    so ranges read on other threads decode meanwhile (Scan.to_batches).
+    then decoded together, an Arrow batch's worth in one native call that releases the GIL
+    (other Python threads run meanwhile) and builds only the columns the schema names.
     """
 
     def __init__(self, topic: str, partition: int, schema: pa.Schema):
