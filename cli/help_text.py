@@ -25,6 +25,7 @@ SUMMARIES: dict[str, str] = {
     "transactions": "List, describe and repair transactions (kafka-transactions).",
     "groups": "List, describe, reset and delete consumer group offsets.",
     "serve": "Answer Kafka clients and tools over the wire (a broker).",
+    "mirror": "Copy topics to or from a Kafka cluster, exactly once.",
     "topics create": "Create a topic.",
     "topics list": "Every topic: partitions, size, end offsets.",
     "topics describe": "Describe topics: partitions, configs, offsets.",
@@ -43,6 +44,13 @@ SUMMARIES: dict[str, str] = {
 # Other programs' command lines a verb's help shows after its own examples (they are not txlog's,
 # so tests/cli/test_help_examples.py, which parses every example, does not read them).
 CLIENT_EXAMPLES: dict[str, tuple[str, ...]] = {
+    "mirror": (
+        "txlog mirror --to kafka1:9092 --all                 # every topic, then exit",
+        "txlog mirror --to kafka1:9092 -t orders --follow    # keep copying until Ctrl-C",
+        "txlog mirror --to kafka1:9093 --all -X security.protocol=SASL_SSL -X sasl.mechanism=PLAIN \\",
+        "    -X sasl.username=mirror -X sasl.password=secret",
+        "txlog mirror --from kafka1:9092 -t orders",
+    ),
     "serve": (
         "kcat -b 127.0.0.1:9092 -L",
         "kafka-console-consumer.sh --bootstrap-server 127.0.0.1:9092 --topic orders \\",

@@ -215,6 +215,7 @@ VERBS: dict[str, Verb] = {
     "transactions": Verb("cli.transactions", "app"),
     "groups": Verb("cli.groups", "app"),
     "serve": Verb("cli.serve", "serve"),
+    "mirror": Verb("cli.mirror", "mirror"),
 }
 
 

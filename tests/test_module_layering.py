@@ -128,6 +128,9 @@ WING_RULES: dict[str, set[str]] = {
     # the Kafka protocol server: serves the request types through the transport, describes
     # coordinator state as Admin does (ListTransactions, DescribeGroups...), never a client
     "server": {COMMON, "schemas", "coordinator", TRANSPORT},
+    # `txlog mirror`: a store to a Kafka cluster and back through confluent-kafka; the store side
+    # through the clients (FROM's transactional producer) and txlog.fetch; never the server
+    "mirror": {COMMON, "schemas", TRANSPORT, "clients"},
     "package": {COMMON, "schemas", "coordinator", TRANSPORT, "clients", "tools", "scan", "spark"},  # txlog/__init__.py
 }
 # Admin is Kafka's admin client, and like kafka-transactions.sh it describes coordinator state
@@ -220,3 +223,25 @@ def test_the_scan_wing_imports_no_spark():
                 users.append(module)
     assert users == []
     assert "spark" not in WING_RULES["scan"] and "clients" not in WING_RULES["scan"]
+
+
+def test_the_mirror_wing_imports_confluent_kafka_only_inside_functions():
+    """confluent-kafka is the `mirror` extra: importing txlog.mirror must not need it (pyproject's extras)."""
+    users = []
+    for module, path in _modules().items():
+        if not module.startswith("txlog.mirror"):
+            continue
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+        for node in tree.body:  # module level only: imports inside functions run when a mirror does
+            names = (
+                [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else []
+            )
+            if any(name.split(".")[0] == "confluent_kafka" for name in names):
+                users.append(module)
+    assert users == []
+    assert "server" not in WING_RULES["mirror"]

@@ -206,3 +206,11 @@ class SaslAuthenticationFailedError(KafkaError):
 class ExportTargetError(KafkaError):
     """The path an export writes to holds something else than the table asked for, or the offsets
     its table records do not fit the store (a topic deleted and created again, another store)."""
+
+
+class ClusterError(KafkaError):
+    """A Kafka cluster a mirror talks to refused or failed a request (`txlog mirror`).
+
+    The message names the broker's error (Kafka's name, e.g. TOPIC_AUTHORIZATION_FAILED) as the
+    Kafka client reported it, so a user sees the cluster's own words, not a traceback.
+    """

@@ -20,7 +20,20 @@ from tests.cli.cli_helpers import python
 
 # Top-level packages no help may import.
 HEAVY = frozenset(
-    {"storage", "txlog", "pyspark", "py4j", "pyarrow", "duckdb", "pandas", "numpy", "crc32c", "cramjam", "rich"}
+    {
+        "storage",
+        "txlog",
+        "pyspark",
+        "py4j",
+        "pyarrow",
+        "duckdb",
+        "pandas",
+        "numpy",
+        "crc32c",
+        "cramjam",
+        "rich",
+        "confluent_kafka",
+    }
 )
 
 # Every verb's module and the cli modules they own; a verb's help may import only its own.
@@ -43,6 +56,7 @@ VERB_MODULES = frozenset(
         "cli.topics",
         "cli.groups",
         "cli.serve",
+        "cli.mirror",
         "cli.export",
     }
 )
@@ -67,6 +81,7 @@ OWN_MODULES = {
     "groups describe": {"cli.groups"},
     "serve": {"cli.serve"},
     "export": {"cli.export"},
+    "mirror": {"cli.mirror"},
 }
 
 
