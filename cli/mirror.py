@@ -135,7 +135,7 @@ def _run(
 ) -> None:
     """Run one direction until caught up (or stopped), with progress, then print the summary."""
     shown: Progress[MirrorProgress] = Progress(ctx, "mirror", _describe, asked=progress)
-    with _StopOnSignal(stop), shown:
+    with _StopOnSignal(stop) as interrupts, shown:
         if to is not None:
             from txlog.mirror.to_cluster import mirror_to
 
@@ -169,6 +169,8 @@ def _run(
                     stop=stop,
                 )
     status(ctx, summary.line())
+    if interrupts:
+        raise typer.Exit(130)  # stopped by Ctrl-C/SIGTERM between transactions (docs/cli-conventions.md)
 
 
 def _describe(p: MirrorProgress) -> str:

@@ -39,6 +39,7 @@ def write_transactions(
             key, value, headers, ts = record(n * 4 + j, "aborted" if aborted else f"{codec}-t")
             producer.send(topic, value, key=key, partition=j % 2, headers=headers, timestamp_ms=ts)
         if aborted:
+            producer.flush()  # the aborted records reach the log (unflushed ones would just be dropped)
             producer.abort_transaction()
         else:
             producer.commit_transaction()

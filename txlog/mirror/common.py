@@ -153,5 +153,7 @@ def cluster_error(exc: BaseException, doing: str) -> ClusterError:
     """A confluent-kafka exception as one ClusterError naming the broker's error and what was being done."""
     err = exc.args[0] if getattr(exc, "args", None) else None
     if err is not None and hasattr(err, "name") and hasattr(err, "str"):
+        if err.name() == "_INVALID_ARG":  # librdkafka refused a setting before talking to any broker
+            return ClusterError(f"the Kafka client settings (-X): {err.str()}")
         return ClusterError(f"{doing}: {err.name()}: {err.str()}")
     return ClusterError(f"{doing}: {exc}")

@@ -180,8 +180,8 @@ class _Mirror:
         from confluent_kafka import KafkaException
         from confluent_kafka.admin import AdminClient, NewTopic
 
-        admin = AdminClient(self.base)
         try:
+            admin = AdminClient(self.base)
             metadata = admin.list_topics(timeout=CLIENT_TIMEOUT_S)
         except KafkaException as exc:
             raise cluster_error(exc, f"listing the topics of {self.summary.bootstrap}") from None
@@ -208,27 +208,22 @@ class _Mirror:
         consumer that only reads the group's positions and lends its group metadata."""
         from confluent_kafka import Consumer, KafkaException, Producer
 
-        self.producer = Producer(
-            {
-                "linger.ms": 5,
-                "queue.buffering.max.messages": 1_000_000,
-                **self.base,
-                "transactional.id": self.name,
-                "enable.idempotence": True,
-            }
-        )
         try:
+            self.producer = Producer(
+                {
+                    "linger.ms": 5,
+                    "queue.buffering.max.messages": 1_000_000,
+                    **self.base,
+                    "transactional.id": self.name,
+                    "enable.idempotence": True,
+                }
+            )
             self.producer.init_transactions(CLIENT_TIMEOUT_S)
+            self.consumer = Consumer(
+                {**self.base, "group.id": self.name, "enable.auto.commit": False, "isolation.level": "read_committed"}
+            )
         except KafkaException as exc:
             raise cluster_error(exc, f"initializing transactional id '{self.name}'") from None
-        self.consumer = Consumer(
-            {
-                **self.base,
-                "group.id": self.name,
-                "enable.auto.commit": False,
-                "isolation.level": "read_committed",
-            }
-        )
 
     def _read_positions(self) -> None:
         """Each partition's committed position (source offset) or, the first time, the log start."""

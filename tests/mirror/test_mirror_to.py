@@ -1,0 +1,156 @@
+"""`txlog mirror --to` against the rig's real Kafka 4.4 broker (tests/kafka_rig): exactly once under kill -9.
+
+The store holds every codec, committed and aborted transactions over two partitions, plain
+records, null keys and values, empty values and headers. The mirror is killed (SIGKILL) at
+random moments several times, then runs with --follow while a producer keeps writing (and is
+killed once more there). At the end the broker's read_committed consumer must return, per
+partition and in order, exactly what read_committed shows of the store: nothing lost, nothing
+twice, no aborted record; and Kafka's own `kafka-transactions.sh find-hanging` finds nothing.
+`--big` kills more often over more data.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+from storage.store import Store
+from tests.cli.cli_helpers import ROOT, assert_one_error, txlog
+from tests.kafka_rig.kafka_dist import run_tool
+from tests.mirror.cluster_reads import cluster_rows, mirror_positions
+from tests.mirror.store_data import CODECS, committed_rows, write_mixed, write_transactions
+
+TRANSACTIONS_TOOL = "org.apache.kafka.tools.TransactionsCommand"
+CONFIGS_TOOL = "org.apache.kafka.tools.ConfigCommand"
+#: A bound for the --follow mirror to catch up (a hang, not a speed check).
+CATCH_UP_DEADLINE_S = 300.0
+
+
+def _mirror_process(store_dir: str, bootstrap: str, topic: str, name: str, *extra: str) -> subprocess.Popen:
+    """`txlog mirror --to` as a real process (it is killed with SIGKILL), small transactions so a kill lands mid-run."""
+    env = {**os.environ, "PYTHONPATH": ROOT, "NO_COLOR": "1"}
+    command = [sys.executable, "-m", "cli.main", "--data-dir", store_dir, "mirror", "--to", bootstrap]
+    command += ["-t", topic, "--name", name, "--transaction-bytes", "400", *extra]
+    return subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _kill_at_random(proc: subprocess.Popen, rng: random.Random) -> None:
+    """SIGKILL after a random 0.2-4 s (whatever it is doing then: starting, producing, committing), or let it end."""
+    try:
+        proc.wait(timeout=rng.uniform(0.2, 4.0))
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    proc.communicate()
+
+
+def _hanging(bootstrap: str) -> list[str]:
+    out = run_tool(TRANSACTIONS_TOOL, "--bootstrap-server", bootstrap, "find-hanging", "--broker-id", "1").stdout
+    return [line for line in out.splitlines()[1:] if line.strip()]
+
+
+def _wait_caught_up(bootstrap: str, name: str, store: Store, topic: str, proc: subprocess.Popen) -> None:
+    """Until the mirror's committed positions reach read_committed's end of every partition of the store."""
+    ends = {p: store.partition(topic, p).last_stable_offset for p in store.partitions(topic)}
+    deadline = time.monotonic() + CATCH_UP_DEADLINE_S
+    while mirror_positions(bootstrap, name, topic, len(ends)) != ends:
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, f"the mirror did not catch up: {ends}"
+        time.sleep(0.5)
+
+
+def test_kill9_at_random_moments_then_follow_mirrors_every_committed_record_once(kafka_broker, tmp_path, big):
+    rng = random.Random(os.environ.get("TXLOG_MIRROR_SEED", "27"))
+    store_dir, topic, name = str(tmp_path / "store"), "mirrored", f"m-{tmp_path.name}"
+    store = Store.open(store_dir)
+    store.create_topic(topic, 2, {"retention.ms": 86_400_000 * 30})
+    write_mixed(store, topic, 30 if big else 6)
+    kills = 12 if big else 3
+
+    for _ in range(kills):
+        _kill_at_random(_mirror_process(store_dir, kafka_broker.bootstrap, topic, name), rng)
+
+    follow = _mirror_process(store_dir, kafka_broker.bootstrap, topic, name, "--follow")
+    for round_ in range(2):
+        for codec in CODECS:
+            write_transactions(store, topic, round_ * 100, 8 if big else 3, tid=f"later-{codec}", codec=codec)
+        if round_ == 0:  # once more while following: killed between (or inside) its transactions
+            time.sleep(rng.uniform(0.2, 2.0))
+            follow.kill()
+            follow.communicate()
+            follow = _mirror_process(store_dir, kafka_broker.bootstrap, topic, name, "--follow")
+    _wait_caught_up(kafka_broker.bootstrap, name, store, topic, follow)
+    follow.send_signal(signal.SIGTERM)
+    _, err = follow.communicate(timeout=120)
+    assert follow.returncode == 130, err
+    assert "Traceback" not in err and "(stopped)" in err.splitlines()[-1]
+
+    expected = committed_rows(store, topic)
+    got = cluster_rows(kafka_broker.bootstrap, topic, 2)
+    assert sum(map(len, expected.values())) > 100
+    assert not any(
+        value is not None and value.startswith(b"aborted") for rows in got.values() for _, value, _, _ in rows
+    )
+    for p in (0, 1):
+        assert got[p] == expected[p]  # every committed record once, in order, keys/values/headers/timestamps kept
+    assert _hanging(kafka_broker.bootstrap) == []
+    described = run_tool(
+        CONFIGS_TOOL, "--bootstrap-server", kafka_broker.bootstrap, "--describe", "--entity-type", "topics",
+        "--entity-name", topic,
+    ).stdout  # fmt: skip
+    assert f"retention.ms={86_400_000 * 30}" in described
+
+
+def test_a_second_run_mirrors_only_what_was_committed_since(kafka_broker, tmp_path):
+    store_dir, topic, name = str(tmp_path / "store"), "again", f"m-{tmp_path.name}"
+    store = Store.open(store_dir)
+    store.create_topic(topic, 2)
+    write_transactions(store, topic, 0, 4, tid="a")
+    first = txlog(
+        "mirror", "--to", kafka_broker.bootstrap, "-t", topic, "--name", name, data_dir=store_dir, timeout=180
+    )
+    assert first.returncode == 0, first.stderr
+    assert "Mirrored 12 records" in first.stderr  # transactions 0..3, 2 aborted: 3 committed x 4 records
+    write_transactions(store, topic, 4, 3, tid="a")  # 4..6, 5 aborted: 2 x 4 records
+    second = txlog(
+        "mirror", "--to", kafka_broker.bootstrap, "-t", topic, "--name", name, data_dir=store_dir, timeout=180
+    )
+    assert second.returncode == 0, second.stderr
+    assert "Mirrored 8 records" in second.stderr
+    assert cluster_rows(kafka_broker.bootstrap, topic, 2) == committed_rows(store, topic)
+
+
+def test_a_topic_with_another_partition_count_on_the_cluster_is_one_error(kafka_broker, kafka_topic, tmp_path):
+    topic = kafka_topic(partitions=3)
+    store = Store.open(str(tmp_path / "store"))
+    store.create_topic(topic, 2)
+    proc = txlog("mirror", "--to", kafka_broker.bootstrap, "-t", topic, data_dir=str(tmp_path / "store"), timeout=120)
+    assert "2 partitions in the source and 3 in the target" in assert_one_error(proc)
+
+
+def test_a_setting_the_kafka_client_refuses_is_one_error(kafka_broker, tmp_path):
+    store = Store.open(str(tmp_path / "store"))
+    store.create_topic("t", 1)
+    proc = txlog(
+        "mirror", "--to", kafka_broker.bootstrap, "-t", "t", "-X", "no.such.setting=1", data_dir=str(tmp_path / "store")
+    )
+    assert "no.such.setting" in assert_one_error(proc)
+
+
+def test_mistakes_on_the_command_line_are_one_error(tmp_path):
+    store = Store.open(str(tmp_path / "store"))
+    store.create_topic("t", 1)
+    data_dir = str(tmp_path / "store")
+    assert "exactly one of --to" in assert_one_error(txlog("mirror", "-t", "t", data_dir=data_dir))
+    assert "exactly one of --to" in assert_one_error(
+        txlog("mirror", "--to", "a:1", "--from", "b:1", "-t", "t", data_dir=data_dir)
+    )
+    assert "key=value" in assert_one_error(txlog("mirror", "--to", "a:1", "-t", "t", "-X", "oops", data_dir=data_dir))
+    assert "set by the mirror" in assert_one_error(
+        txlog("mirror", "--to", "a:1", "-t", "t", "-X", "transactional.id=x", data_dir=data_dir)
+    )
+    assert "does not exist" in assert_one_error(txlog("mirror", "--to", "a:1", "-t", "nope", data_dir=data_dir))
+    assert "--all" in assert_one_error(txlog("mirror", "--to", "a:1", data_dir=data_dir))
