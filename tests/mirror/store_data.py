@@ -76,3 +76,44 @@ def committed_rows(store, topic: str) -> dict[int, list[Row]]:
             position = result.next_offset
         out[p] = rows
     return out
+
+
+def transaction_parts(store, topic: str) -> dict[tuple[int, int], dict[int, tuple[int, int]]]:
+    """Each ended transaction, (producer id, epoch) -> partition -> (first offset, offset past its marker).
+
+    Read from the batch headers (storage's reader); under transaction protocol v2 a transaction's
+    (producer id, epoch) is its own, so its parts in different partitions share the key.
+    """
+    parts: dict[tuple[int, int], dict[int, tuple[int, int]]] = {}
+    for p in store.partitions(topic):
+        log = store.partition(topic, p)
+        open_: dict[int, tuple[tuple[int, int], int]] = {}
+        position = log.log_start_offset
+        while position < log.log_end_offset:
+            batches = log.read(position, 1 << 20)
+            for batch in batches:
+                if batch.is_control:
+                    key, first = open_.pop(batch.producer_id)
+                    parts.setdefault(key, {})[p] = (first, batch.next_offset)
+                elif batch.is_transactional and batch.producer_id not in open_:
+                    open_[batch.producer_id] = ((batch.producer_id, batch.producer_epoch), batch.base_offset)
+            position = batches[-1].next_offset
+    return parts
+
+
+def split_transactions(parts: dict[tuple[int, int], dict[int, tuple[int, int]]], positions: dict[int, int]) -> list:
+    """The transactions a set of mirror positions splits: mirrored in one partition and not (or half) in another.
+
+    A part is mirrored when the position is past its marker, not mirrored when the position is at
+    or before its first offset; anything else (a position inside a part) splits it too.
+    """
+    split = []
+    for key, by_partition in parts.items():
+        states = set()
+        for p, (first, end) in by_partition.items():
+            position = positions.get(p, -1)
+            position = 0 if position < 0 else position
+            states.add("done" if position >= end else "not" if position <= first else "inside")
+        if len(states) > 1 or "inside" in states:
+            split.append((key, by_partition, positions))
+    return split

@@ -22,7 +22,14 @@ from storage.store import Store
 from tests.cli.cli_helpers import ROOT, assert_one_error, txlog
 from tests.kafka_rig.kafka_dist import run_tool
 from tests.mirror.cluster_reads import cluster_rows, mirror_positions
-from tests.mirror.store_data import CODECS, committed_rows, write_mixed, write_transactions
+from tests.mirror.store_data import (
+    CODECS,
+    committed_rows,
+    split_transactions,
+    transaction_parts,
+    write_mixed,
+    write_transactions,
+)
 
 TRANSACTIONS_TOOL = "org.apache.kafka.tools.TransactionsCommand"
 CONFIGS_TOOL = "org.apache.kafka.tools.ConfigCommand"
@@ -70,8 +77,12 @@ def test_kill9_at_random_moments_then_follow_mirrors_every_committed_record_once
     write_mixed(store, topic, 30 if big else 6)
     kills = 12 if big else 3
 
+    parts = transaction_parts(store, topic)
+    assert sum(len(by_partition) == 2 for by_partition in parts.values()) > 20
     for _ in range(kills):
         _kill_at_random(_mirror_process(store_dir, kafka_broker.bootstrap, topic, name), rng)
+        # where the killed mirror's last committed transaction left it: no source transaction half copied
+        assert split_transactions(parts, mirror_positions(kafka_broker.bootstrap, name, topic, 2)) == []
 
     follow = _mirror_process(store_dir, kafka_broker.bootstrap, topic, name, "--follow")
     for round_ in range(2):
