@@ -44,13 +44,6 @@ SUMMARIES: dict[str, str] = {
 # Other programs' command lines a verb's help shows after its own examples (they are not txlog's,
 # so tests/cli/test_help_examples.py, which parses every example, does not read them).
 CLIENT_EXAMPLES: dict[str, tuple[str, ...]] = {
-    "mirror": (
-        "txlog mirror --to kafka1:9092 --all                 # every topic, then exit",
-        "txlog mirror --to kafka1:9092 -t orders --follow    # keep copying until Ctrl-C",
-        "txlog mirror --to kafka1:9093 --all -X security.protocol=SASL_SSL -X sasl.mechanism=PLAIN \\",
-        "    -X sasl.username=mirror -X sasl.password=secret",
-        "txlog mirror --from kafka1:9092 -t orders",
-    ),
     "serve": (
         "kcat -b 127.0.0.1:9092 -L",
         "kafka-console-consumer.sh --bootstrap-server 127.0.0.1:9092 --topic orders \\",
@@ -64,6 +57,12 @@ CLIENT_EXAMPLES: dict[str, tuple[str, ...]] = {
 GLOBALS_NOTE = "Global options (--data-dir DIR, -q) may also be given after the verb."
 
 EXAMPLES: dict[str, tuple[str, ...]] = {
+    "mirror": (
+        "txlog mirror --to kafka1:9092 --all                 # every topic, then exit",
+        "txlog mirror --to kafka1:9092 -t orders --follow    # keep copying until Ctrl-C",
+        "txlog mirror --to kafka1:9093 --all -X security.protocol=SSL -X ssl.ca.location=ca.pem",
+        "txlog mirror --from kafka1:9092 -t orders",
+    ),
     "serve": (
         "txlog serve                                        # 127.0.0.1:9092 on ./txlog-data",
         "txlog --data-dir /srv/log serve --listen 127.0.0.1:0   # a free port, printed on stdout",

@@ -2,7 +2,7 @@
 
 One verb, two directions (docs/mirror.md): `--to` runs txlog/mirror/to_cluster.py's `mirror_to`
 (committed store transactions re-produced as Kafka transactions, positions committed inside
-them), `--from` runs txlog/mirror/from_cluster.py's `mirror_from`. Client settings pass through
+them), `--from` runs `mirror_from` of the wing's `from_cluster` module. Client settings pass through
 as `-X key=value` (kcat's convention). Ctrl-C/SIGTERM stop between transactions (`--follow`
 runs until then). Progress on a terminal (cli/progress.py), one summary line on stderr at the end.
 """
@@ -154,7 +154,7 @@ def _run(
                 )
         else:
             assert from_ is not None
-            from txlog.mirror.from_cluster import mirror_from  # type: ignore[import-untyped,import-not-found,unused-ignore]  # helper FROM's module
+            from txlog.mirror.from_cluster import mirror_from  # type: ignore[import-untyped,import-not-found,unused-ignore]
 
             with open_store(ctx, create=True) as store:
                 summary = mirror_from(

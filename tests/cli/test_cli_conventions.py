@@ -41,6 +41,7 @@ SHORT_FLAGS = {
     "-i": {"--input-topic"},
     "-n": {"--transaction-size"},
     "-w": {"--workers"},
+    "-X": set(),  # kcat's client setting key=value (mirror), no long form
     "-h": {"--help"},
 }
 
