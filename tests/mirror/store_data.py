@@ -27,9 +27,12 @@ def record(i: int, tag: str) -> tuple[bytes | None, bytes | None, list[tuple[str
 
 
 def write_transactions(
-    store, topic: str, start: int, count: int, *, tid: str, codec: str = "none", abort_every: int = 3
+    store, topic: str, start: int, count: int, *, tid: str, codec: str = "none", abort_every: int = 3, lopsided=False
 ):
-    """`count` transactions of 4 records over partitions 0 and 1; every `abort_every`-th aborted (tag 'aborted')."""
+    """`count` transactions of 4 records over partitions 0 and 1; every `abort_every`-th aborted (tag 'aborted').
+
+    `lopsided` puts 1 record of each in partition 0 and 3 in partition 1, so the partitions' bytes (and a
+    mirror's per-partition read budget) do not keep step with the transactions."""
     producer = Producer(store, transactional_id=tid, compression_type=None if codec == "none" else codec)
     producer.init_transactions()
     for n in range(start, start + count):
@@ -37,7 +40,8 @@ def write_transactions(
         producer.begin_transaction()
         for j in range(4):
             key, value, headers, ts = record(n * 4 + j, "aborted" if aborted else f"{codec}-t")
-            producer.send(topic, value, key=key, partition=j % 2, headers=headers, timestamp_ms=ts)
+            partition = min(j, 1) if lopsided else j % 2
+            producer.send(topic, value, key=key, partition=partition, headers=headers, timestamp_ms=ts)
         if aborted:
             producer.flush()  # the aborted records reach the log (unflushed ones would just be dropped)
             producer.abort_transaction()
@@ -56,10 +60,11 @@ def write_plain(store, topic: str, count: int, codec: str) -> None:
 
 
 def write_mixed(store, topic: str, transactions_per_codec: int = 6) -> None:
-    """Every codec: plain records, then committed and aborted two-partition transactions."""
+    """Every codec: plain records, then committed and aborted two-partition transactions (even, then lopsided)."""
     for codec in CODECS:
         write_plain(store, topic, 5, codec)
         write_transactions(store, topic, 0, transactions_per_codec, tid=f"w-{codec}", codec=codec)
+        write_transactions(store, topic, 100, transactions_per_codec, tid=f"w-{codec}", codec=codec, lopsided=True)
 
 
 def committed_rows(store, topic: str) -> dict[int, list[Row]]:
@@ -79,7 +84,7 @@ def committed_rows(store, topic: str) -> dict[int, list[Row]]:
 
 
 def transaction_parts(store, topic: str) -> dict[tuple[int, int], dict[int, tuple[int, int]]]:
-    """Each ended transaction, (producer id, epoch) -> partition -> (first offset, offset past its marker).
+    """Each committed transaction, (producer id, epoch) -> partition -> (first offset, offset past its marker).
 
     Read from the batch headers (storage's reader); under transaction protocol v2 a transaction's
     (producer id, epoch) is its own, so its parts in different partitions share the key.
@@ -94,7 +99,8 @@ def transaction_parts(store, topic: str) -> dict[tuple[int, int], dict[int, tupl
             for batch in batches:
                 if batch.is_control:
                     key, first = open_.pop(batch.producer_id)
-                    parts.setdefault(key, {})[p] = (first, batch.next_offset)
+                    if not batch.is_abort_marker():  # an aborted transaction is not mirrored at all
+                        parts.setdefault(key, {})[p] = (first, batch.next_offset)
                 elif batch.is_transactional and batch.producer_id not in open_:
                     open_[batch.producer_id] = ((batch.producer_id, batch.producer_epoch), batch.base_offset)
             position = batches[-1].next_offset

@@ -30,6 +30,8 @@ from tests.mirror.store_data import (
     write_mixed,
     write_transactions,
 )
+from txlog.mirror.common import Progress
+from txlog.mirror.to_cluster import mirror_to
 
 TRANSACTIONS_TOOL = "org.apache.kafka.tools.TransactionsCommand"
 CONFIGS_TOOL = "org.apache.kafka.tools.ConfigCommand"
@@ -87,7 +89,9 @@ def test_kill9_at_random_moments_then_follow_mirrors_every_committed_record_once
     follow = _mirror_process(store_dir, kafka_broker.bootstrap, topic, name, "--follow")
     for round_ in range(2):
         for codec in CODECS:
-            write_transactions(store, topic, round_ * 100, 8 if big else 3, tid=f"later-{codec}", codec=codec)
+            write_transactions(
+                store, topic, round_ * 100, 8 if big else 3, tid=f"later-{codec}", codec=codec, lopsided=round_ == 1
+            )
         if round_ == 0:  # once more while following: killed between (or inside) its transactions
             time.sleep(rng.uniform(0.2, 2.0))
             follow.kill()
@@ -165,3 +169,24 @@ def test_mistakes_on_the_command_line_are_one_error(tmp_path):
     )
     assert "does not exist" in assert_one_error(txlog("mirror", "--to", "a:1", "-t", "nope", data_dir=data_dir))
     assert "--all" in assert_one_error(txlog("mirror", "--to", "a:1", data_dir=data_dir))
+
+
+def test_no_transaction_the_mirror_commits_splits_a_source_transaction(kafka_broker, tmp_path):
+    """After every cluster transaction (the progress callback), the committed positions cut no committed
+    source transaction in two: its parts in both partitions are copied by the same cluster transaction.
+    Lopsided transactions make the partitions' read budgets end at different transactions."""
+    store, topic, name = Store.open(str(tmp_path / "store")), "atomic", f"m-{tmp_path.name}"
+    store.create_topic(topic, 2)
+    write_mixed(store, topic, 6)
+    parts = transaction_parts(store, topic)
+    seen: list[dict[int, int]] = []
+
+    def after_each_transaction(progress: Progress) -> None:
+        seen.append(mirror_positions(kafka_broker.bootstrap, name, topic, 2))
+
+    summary = mirror_to(
+        store, kafka_broker.bootstrap, [topic], group=name, progress=after_each_transaction, round_bytes=400
+    )
+    assert summary.transactions > 20 and len(seen) > summary.transactions
+    assert [split for positions in seen for split in split_transactions(parts, positions)] == []
+    assert cluster_rows(kafka_broker.bootstrap, topic, 2) == committed_rows(store, topic)

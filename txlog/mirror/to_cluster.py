@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import os
 import threading
+import time
+from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,6 +58,9 @@ FOLLOW_WAIT_S = 0.2
 CLIENT_TIMEOUT_S = 60.0
 #: Reads of the source go in pieces of about this many bytes.
 READ_BYTES = 1 << 20
+
+#: Errors of a cluster's group coordinator that pass by themselves (it is moving or loading).
+TRANSIENT = frozenset({"NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE"})
 
 NO_END = 1 << 62  # the end of a unit whose commit marker was not read
 
@@ -150,6 +155,7 @@ class _Mirror:
         self.consumer: Any = None
         self.positions: dict[tuple[str, int], int] = {}
         self.target_ends: dict[tuple[str, int], str] = {}
+        self.later: dict[tuple[str, int], _LaterKeys] = {}
 
     def close(self) -> None:
         if self.consumer is not None:
@@ -230,10 +236,18 @@ class _Mirror:
         from confluent_kafka import KafkaException, TopicPartition
 
         wanted = [TopicPartition(t, p) for t in self.topics for p in self.store.partitions(t)]
-        try:
-            committed = self.consumer.committed(wanted, timeout=CLIENT_TIMEOUT_S)
-        except KafkaException as exc:
-            raise cluster_error(exc, f"reading the positions of group '{self.name}'") from None
+        deadline = time.monotonic() + CLIENT_TIMEOUT_S
+        while True:
+            try:
+                committed = self.consumer.committed(wanted, timeout=CLIENT_TIMEOUT_S)
+                break
+            except KafkaException as exc:
+                # a cluster whose __consumer_offsets was just created answers NOT_COORDINATOR (or
+                # COORDINATOR_LOAD_IN_PROGRESS) for a moment; librdkafka marks those retriable
+                err = exc.args[0]
+                if not (err.retriable() or err.name() in TRANSIENT) or time.monotonic() > deadline:
+                    raise cluster_error(exc, f"reading the positions of group '{self.name}'") from None
+                time.sleep(0.5)
         for tp in committed:
             log = self.store.partition(tp.topic, tp.partition)
             start = log.log_start_offset
@@ -248,13 +262,14 @@ class _Mirror:
                 position = tp.offset
                 self.target_ends[(tp.topic, tp.partition)] = tp.metadata or ""
             self.positions[(tp.topic, tp.partition)] = position
+            self.later[(tp.topic, tp.partition)] = _LaterKeys()
 
     # -- rounds --------------------------------------------------------------------------------
 
     def _round(self, budget: int) -> tuple[bool, int]:
         """Read, cut and mirror one round; (whether any position moved, the lag after it)."""
         reads = [
-            _read_partition(self.store.partition(t, p), self.positions[(t, p)], budget)
+            _read_partition(self.store.partition(t, p), self.positions[(t, p)], budget, self.later[(t, p)])
             for (t, p) in sorted(self.positions)
         ]
         _cut(reads)
@@ -336,7 +351,7 @@ def _kept_records(read: _PartitionRead) -> Iterable[tuple[Any, Any, Any, int]]:
             yield key, value, headers, timestamp
 
 
-def _read_partition(log: PartitionLog, start: int, budget: int) -> _PartitionRead:
+def _read_partition(log: PartitionLog, start: int, budget: int, later_keys: _LaterKeys) -> _PartitionRead:
     """Units from `start` up to read_committed's end (or about `budget` bytes), and the keys past them."""
     bounds = LogBounds.of(log, IsolationLevel.READ_COMMITTED)
     upper = latest_offset(bounds, IsolationLevel.READ_COMMITTED)
@@ -358,7 +373,7 @@ def _read_partition(log: PartitionLog, start: int, budget: int) -> _PartitionRea
             if used >= budget:
                 break  # the round ends at a batch boundary; units left open here are cut by `_cut`
     stopped = min(position, upper) if position > start else start
-    later = _keys_from(log, stopped, bounds.log_end_offset)
+    later = later_keys.keys(log, stopped, bounds.log_end_offset)
     return _PartitionRead(log.topic, log.partition, start, stopped, units, later, upper)
 
 
@@ -380,21 +395,47 @@ def _walk(batch: RecordBatch, aborted: AbortedFilter, units: list[_Unit], open_u
         units.append(_Unit(None, batch.base_offset, batch.next_offset, [batch]))
 
 
-def _keys_from(log: PartitionLog, start: int, end: int) -> set[tuple[int, int]]:
-    """(producer id, epoch) of every transactional data batch in [start, end): transactions a round must not
-    take part of elsewhere, because their part here is not read yet (open, unstable, or past the budget)."""
-    keys: set[tuple[int, int]] = set()
-    position = start
-    while position < end:
-        try:
-            batches = log.read(position, READ_BYTES, max_offset=end)
-        except OffsetOutOfRangeError:
-            break
-        if not batches:
-            break
-        keys.update((b.producer_id, b.producer_epoch) for b in batches if b.is_transactional and not b.is_control)
-        position = batches[-1].next_offset
-    return keys
+class _LaterKeys:
+    """(producer id, epoch) of the transactional data batches of one partition from an offset to its end.
+
+    Kept between rounds: each round asks from where its read stopped, which only moves forward
+    (or back a little, to a cut), so the log is scanned once, not once per round, and the entries
+    a round has passed are dropped from the front.
+    """
+
+    def __init__(self) -> None:
+        self.entries: deque[tuple[int, tuple[int, int]]] = deque()  # (base offset, key), in log order
+        self.counts: Counter[tuple[int, int]] = Counter()
+        self.scanned_from = self.scanned_to = 0
+
+    def keys(self, log: PartitionLog, start: int, end: int) -> set[tuple[int, int]]:
+        """The keys in [start, end): from the entries kept, plus a scan of what was appended since."""
+        if start < self.scanned_from or start > self.scanned_to:
+            self.entries.clear()
+            self.counts.clear()
+            self.scanned_from = self.scanned_to = start
+        while self.entries and self.entries[0][0] < start:
+            _, key = self.entries.popleft()
+            self.counts[key] -= 1
+            if not self.counts[key]:
+                del self.counts[key]
+        self.scanned_from = start
+        position = self.scanned_to
+        while position < end:
+            try:
+                batches = log.read(position, READ_BYTES, max_offset=end)
+            except OffsetOutOfRangeError:
+                break
+            if not batches:
+                break
+            for b in batches:
+                if b.is_transactional and not b.is_control and b.base_offset >= position:
+                    key = (b.producer_id, b.producer_epoch)
+                    self.entries.append((b.base_offset, key))
+                    self.counts[key] += 1
+            position = batches[-1].next_offset
+        self.scanned_to = max(self.scanned_to, position)
+        return set(self.counts)
 
 
 def _cut(reads: list[_PartitionRead]) -> None:
