@@ -46,8 +46,12 @@ def cluster_rows(bootstrap: str, topic: str, partitions: int) -> dict[int, list[
 
 
 def mirror_positions(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
-    """The source offsets a mirror has committed in its group on the cluster (-1001: none yet)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "isolation.level": "read_committed"})
+    """The source offsets a mirror's committed transactions left in its group on the cluster (-1001: none yet).
+
+    read_uncommitted, so the look does not wait (require_stable) for the transaction a killed mirror
+    left open: that one's offsets are pending and not returned, which is what "committed" means here.
+    """
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "isolation.level": "read_uncommitted"})
     try:
         committed = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=30)
         return {tp.partition: tp.offset for tp in committed}

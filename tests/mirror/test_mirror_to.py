@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 from storage.store import Store
 from tests.cli.cli_helpers import ROOT, assert_one_error, txlog
@@ -47,13 +48,20 @@ def _mirror_process(store_dir: str, bootstrap: str, topic: str, name: str, *extr
     return subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _kill_at_random(proc: subprocess.Popen, rng: random.Random) -> None:
-    """SIGKILL after a random 0.2-4 s (whatever it is doing then: starting, producing, committing), or let it end."""
+def _kill_at_random(proc: subprocess.Popen, rng: random.Random, moved: Callable[[], bool] | None = None) -> bool:
+    """SIGKILL at a random moment (whatever it is doing then: starting, producing, committing), or let it end;
+    whether it was killed. With `moved`, the moment is 0-0.4 s after `moved()` first says the mirror committed."""
+    if moved is not None:
+        while proc.poll() is None and not moved():
+            time.sleep(0.05)
     try:
-        proc.wait(timeout=rng.uniform(0.2, 4.0))
+        proc.wait(timeout=rng.uniform(0, 0.4) if moved is not None else rng.uniform(0.2, 3.0))
+        killed = False
     except subprocess.TimeoutExpired:
         proc.kill()
+        killed = True
     proc.communicate()
+    return killed
 
 
 def _hanging(bootstrap: str) -> list[str]:
@@ -81,10 +89,25 @@ def test_kill9_at_random_moments_then_follow_mirrors_every_committed_record_once
 
     parts = transaction_parts(store, topic)
     assert sum(len(by_partition) == 2 for by_partition in parts.values()) > 20
-    for _ in range(kills):
-        _kill_at_random(_mirror_process(store_dir, kafka_broker.bootstrap, topic, name), rng)
+    ends = {p: store.partition(topic, p).last_stable_offset for p in (0, 1)}
+    cut_short = 0  # kills that left the mirror with work to do (the others came before it began or after it ended)
+    positions = mirror_positions(kafka_broker.bootstrap, name, topic, 2)
+    for attempt in range(kills * 3):  # a kill that came after the mirror ended does not count: try again
+        before = positions
+
+        def moved(before: dict[int, int] = before) -> bool:
+            return mirror_positions(kafka_broker.bootstrap, name, topic, 2) != before
+
+        # the first kill at any moment (start-up included), the others once the mirror is copying
+        proc = _mirror_process(store_dir, kafka_broker.bootstrap, topic, name)
+        killed = _kill_at_random(proc, rng, moved if attempt else None)
+        positions = mirror_positions(kafka_broker.bootstrap, name, topic, 2)
         # where the killed mirror's last committed transaction left it: no source transaction half copied
-        assert split_transactions(parts, mirror_positions(kafka_broker.bootstrap, name, topic, 2)) == []
+        assert split_transactions(parts, positions) == []
+        cut_short += killed and positions != ends
+        if cut_short == kills or positions == ends:
+            break
+    assert cut_short >= 1
 
     follow = _mirror_process(store_dir, kafka_broker.bootstrap, topic, name, "--follow")
     for round_ in range(2):
