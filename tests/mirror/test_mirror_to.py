@@ -19,6 +19,8 @@ import sys
 import time
 from collections.abc import Callable
 
+from confluent_kafka import Consumer, TopicPartition
+
 from storage.store import Store
 from tests.cli.cli_helpers import ROOT, assert_one_error, txlog
 from tests.kafka_rig.kafka_dist import run_tool
@@ -159,6 +161,16 @@ def test_a_second_run_mirrors_only_what_was_committed_since(kafka_broker, tmp_pa
     assert second.returncode == 0, second.stderr
     assert "Mirrored 8 records" in second.stderr
     assert cluster_rows(kafka_broker.bootstrap, topic, 2) == committed_rows(store, topic)
+    # the group offset is the source position; its metadata the cluster partition's end (group cut-over's mapping)
+    consumer = Consumer({"bootstrap.servers": kafka_broker.bootstrap, "group.id": name})
+    try:
+        committed = consumer.committed([TopicPartition(topic, 0), TopicPartition(topic, 1)], timeout=30)
+        for tp in committed:
+            assert tp.offset == store.partition(topic, tp.partition).log_end_offset
+            last = consumer.get_watermark_offsets(TopicPartition(topic, tp.partition), timeout=30)[1] - 2  # its marker
+            assert tp.metadata == f"target={last + 1}"
+    finally:
+        consumer.close()
 
 
 def test_a_topic_with_another_partition_count_on_the_cluster_is_one_error(kafka_broker, kafka_topic, tmp_path):
