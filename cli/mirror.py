@@ -21,6 +21,7 @@ from cli.output import status
 from cli.progress import Progress, ProgressOption, count
 
 if TYPE_CHECKING:  # the CLI imports txlog only when a command runs
+    from storage.store import Store
     from txlog.mirror.common import Progress as MirrorProgress
 
 
@@ -95,6 +96,16 @@ def mirror(
             "source transaction is never split).",
         ),
     ] = 8 << 20,
+    carry_groups: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--carry-group",
+            metavar="GROUP",
+            help="After the copy (--to), give this store consumer group's positions to the same group on "
+            "the cluster, translated to the cluster's offsets; its consumers must be stopped (repeat for more).",
+            show_default=False,
+        ),
+    ] = None,
     progress: ProgressOption = False,
 ) -> None:
     """Mirror topics to or from a Kafka cluster, exactly once.
@@ -110,10 +121,27 @@ def mirror(
 
     if (to is None) == (from_ is None):
         raise IllegalArgumentError("give exactly one of --to BOOTSTRAP or --from BOOTSTRAP")
+    if carry_groups and (to is None or follow):
+        raise IllegalArgumentError(
+            "--carry-group goes with --to and without --follow: it runs once the copy has caught up"
+        )
     client_config = parse_client_settings(settings or [])
     stop = threading.Event()
     try:
-        _run(ctx, to, from_, topics, all_topics, follow, client_config, name, transaction_bytes, progress, stop)
+        _run(
+            ctx,
+            to,
+            from_,
+            topics,
+            all_topics,
+            follow,
+            client_config,
+            name,
+            transaction_bytes,
+            progress,
+            stop,
+            carry_groups,
+        )
     except ImportError as exc:
         if "pip install" not in str(exc):
             raise
@@ -132,9 +160,12 @@ def _run(
     transaction_bytes: int,
     progress: bool,
     stop: threading.Event,
+    carry_groups: list[str] | None = None,
 ) -> None:
-    """Run one direction until caught up (or stopped), with progress, then print the summary."""
+    """Run one direction until caught up (or stopped), with progress, then print the summary
+    (and, after a copy that caught up, carry the groups: docs/mirror.md §3)."""
     shown: Progress[MirrorProgress] = Progress(ctx, "mirror", _describe, asked=progress)
+    carried: list[str] = []
     with _StopOnSignal(stop) as interrupts, shown:
         if to is not None:
             from txlog.mirror.to_cluster import mirror_to
@@ -152,6 +183,8 @@ def _run(
                     stop=stop,
                     round_bytes=transaction_bytes,
                 )
+                if carry_groups and not stop.is_set():
+                    carried = _carry(store, to, carry_groups, client_config, name)
         else:
             assert from_ is not None
             from txlog.mirror.from_cluster import mirror_from  # type: ignore[import-untyped,import-not-found,unused-ignore]
@@ -169,8 +202,21 @@ def _run(
                     stop=stop,
                 )
     status(ctx, summary.line())
+    for line in carried:
+        status(ctx, line)
     if interrupts:
         raise typer.Exit(130)  # stopped by Ctrl-C/SIGTERM between transactions (docs/cli-conventions.md)
+
+
+def _carry(
+    store: Store, bootstrap: str, groups: list[str], client_config: dict[str, str], name: str | None
+) -> list[str]:
+    """The store groups' positions onto the cluster (txlog/mirror/groups.py); one line per group."""
+    from txlog.mirror.common import mirror_name
+    from txlog.mirror.groups import carry_groups
+
+    carried = carry_groups(store, bootstrap, groups, client_config=client_config, mirror_group=mirror_name(name, "to"))
+    return [group.line() for group in carried]
 
 
 def _describe(p: MirrorProgress) -> str:
