@@ -60,6 +60,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "mirror": (
         "txlog mirror --to kafka1:9092 --all                 # every topic, then exit",
         "txlog mirror --to kafka1:9092 -t orders --follow    # keep copying until Ctrl-C",
+        "txlog mirror --to kafka1:9092 --all --carry-group billing  # + its positions",
         "txlog mirror --to kafka1:9093 --all -X security.protocol=SSL -X ssl.ca.location=ca.pem",
         "txlog mirror --from kafka1:9092 -t orders",
     ),

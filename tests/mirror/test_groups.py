@@ -237,3 +237,13 @@ def test_cli_carries_groups_after_the_copy(kafka_broker: KafkaBroker, tmp_path) 
     assert f"Carried group {group}: {topic} [1: {visible[1][1].offset} -> " in result.output
     seen = _kafka_group_reads(kafka_broker.bootstrap, group, topic)
     assert seen[1] == [_store_row(r) for r in visible[1][1:]]
+
+
+def test_cli_refuses_carry_group_with_follow_or_from(kafka_broker: KafkaBroker, tmp_path) -> None:
+    store_dir = str(tmp_path / "store")
+    for direction in (["--to", kafka_broker.bootstrap, "--follow"], ["--from", kafka_broker.bootstrap]):
+        result = CliRunner().invoke(app, ["--data-dir", store_dir, "mirror", *direction, "--all", "--carry-group", "g"])
+        assert result.exit_code != 0
+        assert result.output.strip().splitlines() == [
+            "Error: --carry-group goes with --to and without --follow: it runs once the copy has caught up"
+        ]
