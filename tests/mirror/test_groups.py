@@ -21,7 +21,7 @@ import txlog
 from cli.main import app
 from storage.store import Store
 from tests.kafka_rig.broker import KafkaBroker
-from txlog.errors import ClusterError, GroupNotEmptyError
+from txlog.errors import ClusterError, GroupIdNotFoundError, GroupNotEmptyError
 from txlog.mirror.groups import carry_groups
 from txlog.mirror.to_cluster import mirror_to
 from txlog.topic_partition import TopicPartition
@@ -214,6 +214,8 @@ def test_a_group_ahead_of_the_mirror_or_still_running_is_refused(kafka_broker: K
     with Store.open(store_dir) as store:
         with pytest.raises(ClusterError, match="past the mirror's"):
             carry_groups(store, kafka_broker.bootstrap, [group], client_config={}, mirror_group=MIRROR)
+        with pytest.raises(GroupIdNotFoundError, match="no committed positions"):
+            carry_groups(store, kafka_broker.bootstrap, ["never-committed"], client_config={}, mirror_group=MIRROR)
         live = txlog.Consumer(store, group_id=group)
         live.subscribe([topic])
         live.poll(timeout_ms=100)

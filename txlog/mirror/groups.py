@@ -30,7 +30,7 @@ from typing import Any
 
 from storage.store import Store
 from txlog.clients.admin import Admin
-from txlog.errors import ClusterError, GroupNotEmptyError, OffsetOutOfRangeError
+from txlog.errors import ClusterError, GroupIdNotFoundError, GroupNotEmptyError, OffsetOutOfRangeError
 from txlog.fetch import IsolationLevel, fetch
 from txlog.mirror.common import cluster_error
 
@@ -80,11 +80,12 @@ def carry_groups(
 ) -> list[CarriedGroup]:
     """Give each of `groups` on the cluster the positions its store group has, translated exactly.
 
-    `mirror_group` is the group in which the mirror (`txlog mirror --to`, stopped) committed its
-    positions on the cluster. Raises GroupNotEmptyError while a store group has live members,
-    ClusterError when a position cannot be translated exactly (the group read past the mirror,
-    the cluster no longer holds the records, the cluster group already stands elsewhere) or the
-    cluster refuses a request; nothing is written for a group until all its positions translate.
+    `mirror_group` is the group in which the mirror (`txlog mirror --to`) commits its positions on
+    the cluster. Raises GroupNotEmptyError while a store group has live members, GroupIdNotFoundError
+    for one without committed positions, ClusterError when a position cannot be translated exactly
+    (the group read past the mirror, the cluster no longer holds the records, the cluster group
+    already stands elsewhere) or the cluster refuses a request; nothing is written for a group
+    until all its positions translate.
     """
     from confluent_kafka.admin import AdminClient
 
@@ -254,7 +255,7 @@ def _stopped_group_offsets(admin: Admin, group: str) -> dict:
         )
     offsets = admin.list_consumer_group_offsets(group)
     if not offsets:
-        raise ClusterError(f"the store group '{group}' has no committed positions")
+        raise GroupIdNotFoundError(f"the store group '{group}' has no committed positions")
     return offsets
 
 
