@@ -9,6 +9,10 @@ mirror's own aborted transactions on the cluster take offsets too).
 
 from __future__ import annotations
 
+import os
+import random
+import subprocess
+import sys
 import time
 import uuid
 
@@ -26,6 +30,7 @@ from txlog.mirror.groups import carry_groups
 from txlog.mirror.to_cluster import mirror_to
 from txlog.topic_partition import TopicPartition
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PARTITIONS = 4
 MIRROR = "txlog-mirror-to"
 
@@ -249,3 +254,36 @@ def test_cli_refuses_carry_group_with_follow_or_from(kafka_broker: KafkaBroker, 
         assert result.output.strip().splitlines() == [
             "Error: --carry-group goes with --to and without --follow: it runs once the copy has caught up"
         ]
+
+
+def test_positions_carry_exactly_after_the_mirror_was_killed_mid_copy(
+    kafka_broker: KafkaBroker, tmp_path, big: bool
+) -> None:
+    """A real `txlog mirror --to` killed (-9) at random moments, rerun, then --carry-group: the
+    killed runs' open transactions are aborted on the cluster, and the count still comes out exact."""
+    store_dir, topic, group = str(tmp_path / "store"), _unique("orders"), _unique("billing")
+    _fill(store_dir, topic, rounds=150 if not big else 600)  # about 100 cluster transactions: kills land mid-copy
+    visible = _visible(store_dir, topic)
+    read = {p: random.randrange(len(visible[p]) + 1) for p in range(PARTITIONS)}
+    _commit(
+        store_dir,
+        group,
+        {
+            TopicPartition(topic, p): visible[p][n].offset if n < len(visible[p]) else visible[p][-1].offset + 1
+            for p, n in read.items()
+        },
+    )
+    command = [sys.executable, "-m", "cli.main", "--data-dir", store_dir, "mirror", "--to", kafka_broker.bootstrap]
+    command += ["--topic", topic, "--transaction-bytes", "200"]  # many small cluster transactions
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    for _ in range(3 if not big else 15):
+        process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(random.uniform(0.5, 4.0))  # a random moment: start-up, mid-copy or done
+        process.kill()
+        process.wait()
+    finished = subprocess.run([*command, "--carry-group", group], env=env, capture_output=True, text=True, timeout=600)
+    assert finished.returncode == 0, finished.stderr
+
+    seen = _kafka_group_reads(kafka_broker.bootstrap, group, topic)
+    for p in range(PARTITIONS):
+        assert seen[p] == [_store_row(r) for r in visible[p][read[p] :]], f"partition {p} (read {read[p]})"
