@@ -187,7 +187,7 @@ def _run(
                     carried = _carry(store, to, carry_groups, client_config, name)
         else:
             assert from_ is not None
-            from txlog.mirror.from_cluster import mirror_from  # type: ignore[import-untyped,import-not-found,unused-ignore]
+            from txlog.mirror.from_cluster import mirror_from
 
             with open_store(ctx, create=True) as store:
                 summary = mirror_from(

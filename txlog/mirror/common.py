@@ -140,6 +140,17 @@ def target_topic_configs(overrides: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
+def store_topic_configs(cluster_configs: Mapping[str, str]) -> dict[str, str]:
+    """The cluster topic's own config overrides to set on the store topic `mirror --from` creates.
+
+    The same `COPIED_TOPIC_CONFIGS` as the other way: they mean the same in a store (storage/config.py).
+    The store has no setting for the rest (cleanup.policy, compression.type,
+    message.timestamp.type, ...), so they are not copied; records keep the timestamps the cluster
+    gave them either way.
+    """
+    return {key: str(cluster_configs[key]) for key in COPIED_TOPIC_CONFIGS if key in cluster_configs}
+
+
 def check_partition_counts(topic: str, source: int, target: int) -> None:
     """A topic that exists on both sides must have as many partitions: record p goes to partition p."""
     if source != target:
