@@ -183,6 +183,9 @@ public final class ConsumeTransformProduce {
                 }
                 producer.sendOffsetsToTransaction(offsets, consumer.groupMetadata());
                 if (++transactions % 3 == 0) {
+                    // abortTransaction drops what is still unsent: flush first, so the aborted
+                    // records reach the log and read_uncommitted can see them (the check below)
+                    producer.flush();
                     producer.abortTransaction();
                     aborted++;
                     // redo the batch: its partitions go back to where it started
