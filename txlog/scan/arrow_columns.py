@@ -19,7 +19,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from storage.arrow_records import RecordColumns
-from storage.records import TimestampType
 from txlog.errors import IllegalArgumentError
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
@@ -100,8 +99,6 @@ def _view_column(name: str, array: pa.Array) -> pa.Array:
     """One decoded column as Spark's Kafka source shows it."""
     if name == "timestamp":
         return timestamp_array(array)
-    if name == "timestampType":  # 0 CreateTime, 1 LogAppendTime: Spark's Kafka source's int
-        return pc.equal(array, int(TimestampType.LOG_APPEND_TIME)).cast(pa.int32())
     if name == "headers":  # null, not [], for a record without headers: what Spark's Kafka source returns
         empty = pc.equal(pc.list_value_length(array), 0)
         return pa.ListArray.from_arrays(array.offsets, array.values, mask=empty)

@@ -152,13 +152,14 @@ def resolve_offsets(
     isolation: IsolationLevel,
     option: str,
     every_partition: bool = True,
+    default: int = EARLIEST,
 ) -> dict[TopicPartitionKey, int]:
     """Turn 'earliest' / 'latest' / {(topic, partition): offset} into one offset per selected partition.
 
     A dict may name only selected partitions. With `every_partition` it must name each of
     them (Spark's Kafka rule: a forgotten partition would otherwise be read from a silently
-    chosen offset); without, a partition it leaves out keeps the side's default ('earliest'
-    for a start, 'latest' for an end: `option` says which side, by its name).
+    chosen offset); without, a partition it leaves out takes `default` (EARLIEST for a start,
+    LATEST for an end). `option` names the side in errors.
     """
     if isinstance(spec, str):
         return {tp: _sentinel(EARLIEST if spec == "earliest" else LATEST, b, isolation) for tp, b in bounds.items()}
@@ -168,7 +169,6 @@ def resolve_offsets(
         what = f"names {_tp(extra[0])}, which is not subscribed" if extra else f"lacks {_tp(missing[0])}"
         rule = "must give an offset for every subscribed partition" if every_partition else "may name only read ones"
         raise IllegalArgumentError(f"option '{option}' {rule}; it {what}")
-    default = EARLIEST if "start" in option.lower() else LATEST
     return {tp: _sentinel(spec.get(tp, default), b, isolation) for tp, b in bounds.items()}
 
 
@@ -203,8 +203,10 @@ def _tp(tp: TopicPartitionKey) -> str:
 def plan_read(store: Store, partitions: Iterable[TopicPartitionKey], request: ReadRequest) -> list[OffsetRange]:
     """The ranges of a batch read: the request's start to end of every selected partition, fixed now."""
     bounds = partition_bounds(store, partitions)
-    starts = _side(store, bounds, request, request.starting_offsets, request.starting_timestamp, request.starting_name)
-    ends = _side(store, bounds, request, request.ending_offsets, request.ending_timestamp, request.ending_name)
+    starts = _side(
+        store, bounds, request, request.starting_offsets, request.starting_timestamp, request.starting_name, EARLIEST
+    )
+    ends = _side(store, bounds, request, request.ending_offsets, request.ending_timestamp, request.ending_name, LATEST)
     return plan_ranges(store, request, bounds, starts, ends)
 
 
@@ -215,12 +217,18 @@ def _side(
     spec: OffsetSpec,
     timestamp: int | None,
     option: str,
+    default: int,
 ) -> dict[TopicPartitionKey, int]:
     """One end of every range: from a timestamp when one is given, else from the offset spec."""
     if timestamp is not None:
         return resolve_timestamp(store, bounds, timestamp, isolation=request.isolation)
     return resolve_offsets(
-        spec, bounds, isolation=request.isolation, option=option, every_partition=request.every_partition
+        spec,
+        bounds,
+        isolation=request.isolation,
+        option=option,
+        every_partition=request.every_partition,
+        default=default,
     )
 
 
