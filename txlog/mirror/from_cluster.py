@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from storage.store import Store
+from storage.topic_name import INTERNAL_PREFIX
 from txlog.clients.admin import Admin
 from txlog.clients.producer import Producer
 from txlog.errors import IllegalArgumentError, KafkaError, TopicAlreadyExistsError, UnknownTopicOrPartitionError
@@ -97,7 +98,7 @@ def _cluster_topics(ck: Any, base: Mapping[str, str], topics: list[str] | None, 
     found = {name: len(t.partitions) for name, t in metadata.topics.items() if t.error is None}
     if all_topics:
         # internal topics (__consumer_offsets, __transaction_state) belong to the cluster itself
-        return {name: count for name, count in sorted(found.items()) if not name.startswith("__")}
+        return {name: count for name, count in sorted(found.items()) if not name.startswith(INTERNAL_PREFIX)}
     assert topics is not None
     for name in topics:
         if name not in found:
