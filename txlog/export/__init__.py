@@ -51,7 +51,7 @@ def export(
     opened = store if isinstance(store, Store) else Store.open(store, read_only=True)
     try:
         check_topics(opened, names)
-        check_target(target, fmt)
+        check_target(target, fmt, mark=False)  # the directory exists for the lock; marked under it
         lock = FileLock(os.path.join(target, LOCK))
         try:
             with lock:
@@ -68,6 +68,7 @@ def _export_locked(
 ) -> ExportResult:
     from txlog.export import delta, iceberg, parquet
 
+    check_target(path, fmt)
     recorded: dict[tuple[str, int], int]
     if fmt == "delta":
         recorded = delta.recorded_offsets(path, [(t, p) for t in topics for p in store.partitions(t)])

@@ -109,8 +109,12 @@ def _marker_format(marker: str) -> str:
     return str(fmt)
 
 
-def check_target(path: str, fmt: str) -> None:
-    """Refuse a directory that holds a table of another format; mark a new one as `fmt`'s."""
+def check_target(path: str, fmt: str, *, mark: bool = True) -> None:
+    """Refuse a directory that holds a table of another format; mark a new one as `fmt`'s.
+
+    Marking is done under the export's lock (`mark=False` before it is taken): two first runs
+    with different formats then cannot both pass, since the second sees the first's mark.
+    """
     found = target_format(path)
     if found is not None and found != fmt:
         raise ExportTargetError(
@@ -118,7 +122,7 @@ def check_target(path: str, fmt: str) -> None:
         )
     os.makedirs(path, exist_ok=True)
     marker = os.path.join(path, MARKER)
-    if not os.path.exists(marker):
+    if mark and not os.path.exists(marker):
         atomic_write(marker, json.dumps({"format": fmt, "version": 1}).encode() + b"\n")
 
 
