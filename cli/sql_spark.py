@@ -317,12 +317,14 @@ class SparkEngine:
             if notes:
                 status(self.ctx, message)
 
+        # deleted since: dropped first, as Spark's view names ignore case (dropping `orders`
+        # after registering would take the new view of a remaining `Orders` with it)
+        _drop_views(self.spark, [t for t in self.topics if t not in topics])
         names = _spark_call(
             self.spark,
             impatient=impatient,
             action=lambda: _register(note, self.spark, self.path, topics, self.views),
         )
-        _drop_views(self.spark, [t for t in self.topics if t not in topics])  # deleted since
         self.topics, self.names = topics, names
 
     def refresh(self) -> None:
