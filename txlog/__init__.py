@@ -21,6 +21,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "Producer": "txlog.clients.producer",
     "FutureRecordMetadata": "txlog.clients.producer",
+    "PreparedTxnState": "txlog.clients.prepared_txn_state",
     "Consumer": "txlog.clients.consumer",
     "Admin": "txlog.clients.admin",
     "TopicPartition": "txlog.topic_partition",

@@ -64,6 +64,19 @@ class ProducerIdAndEpoch:
     epoch: int
 
 
+NO_PRODUCER_ID_AND_EPOCH = ProducerIdAndEpoch(-1, -1)
+
+
+@dataclass(frozen=True, slots=True)
+class InitProducerIdResult:
+    """InitProducerId v6's answer (KIP-939): the ids to stamp batches with, and with
+    `keep_prepared_txn` the ids of the transaction left open (OngoingTxnProducerId/Epoch),
+    (-1, -1) when there is none."""
+
+    ids: ProducerIdAndEpoch
+    ongoing: ProducerIdAndEpoch = NO_PRODUCER_ID_AND_EPOCH
+
+
 # ---- ConsumerGroupHeartbeat (KIP-848) ---------------------------------------------------------------
 
 JOIN_EPOCH = 0  # a heartbeat with member epoch 0 joins (KIP-848)

@@ -45,6 +45,7 @@ from txlog.requests import (
     MAX_TIMESTAMP,
     HeartbeatRequest,
     HeartbeatResponse,
+    InitProducerIdResult,
     MemberRef,
     ProducerIdAndEpoch,
     check_id,
@@ -214,6 +215,20 @@ class Transport:
         if transactional_id is None:
             return ProducerIdAndEpoch(self.store.allocate_producer_id(), 0)
         return self.transaction_coordinator.init_producer_id(transactional_id, timeout_ms, expected)
+
+    def init_producer_id_2pc(
+        self,
+        transactional_id: str,
+        timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS,
+        *,
+        enable_2pc: bool,
+        keep_prepared_txn: bool,
+    ) -> InitProducerIdResult:
+        """InitProducerId v6 (KIP-939): a two-phase-commit participant's instance, keeping the
+        transaction a previous instance left open when `keep_prepared_txn` (its ids in `ongoing`)."""
+        return self.transaction_coordinator.init_producer_id_2pc(
+            transactional_id, timeout_ms, enable_2pc=enable_2pc, keep_prepared_txn=keep_prepared_txn
+        )
 
     def add_partitions_to_txn(
         self, transactional_id: str, producer_id: int, epoch: int, partitions: Iterable[tuple[str, int]]

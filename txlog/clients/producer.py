@@ -58,6 +58,7 @@ from storage.topic_name import CONSUMER_OFFSETS_TOPIC
 from txlog.clients.future_record_metadata import FutureProduceMany, FutureRecordMetadata, ProduceRequestResult
 from txlog.clients.membership import ConsumerGroupMetadata
 from txlog.clients.partitioner import DEFAULT_PARTITIONER, PARTITIONER_NAMES, named_partitioner, partition_many
+from txlog.clients.prepared_txn_state import PreparedTxnState
 from txlog.clients.record_accumulator import ProducerBatch, RecordAccumulator
 from txlog.clients.sender import Sender, SenderConfig, retry_timeouts
 from txlog.clients.transaction_manager import FENCING_ERRORS, TransactionManager, TransactionState
@@ -138,7 +139,8 @@ class Producer:
         batch_size: int = 16384,
         linger_ms: int = 5,
         compression_type: str | None = None,
-        transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS,
+        transaction_timeout_ms: int | None = None,
+        transaction_two_phase_commit_enable: bool = False,
         partitioner: str | Callable[[bytes | None, int], int] | None = None,
         max_in_flight_requests_per_connection: int = 5,
         delivery_timeout_ms: int | None = None,
@@ -154,6 +156,9 @@ class Producer:
             # Kafka's default, stretched (as Kafka does) to cover a long linger
             delivery_timeout_ms = max(DEFAULT_DELIVERY_TIMEOUT_MS, linger_ms + DEFAULT_DELIVERY_TIMEOUT_MS)
         self.idempotent = _idempotence(enable_idempotence, transactional_id, self.acks)
+        _check_two_phase_commit(transaction_two_phase_commit_enable, transactional_id, transaction_timeout_ms)
+        if transaction_timeout_ms is None:
+            transaction_timeout_ms = DEFAULT_TRANSACTION_TIMEOUT_MS
         _check_config(
             self.idempotent,
             compression_type,
@@ -181,6 +186,7 @@ class Producer:
         self.delivery_timeout_ms = delivery_timeout_ms
         self.compression = Compression[(compression_type or "none").upper()]
         self.transaction_timeout_ms = transaction_timeout_ms
+        self.transaction_two_phase_commit_enable = transaction_two_phase_commit_enable
         # partitioner: a name (Kafka's murmur2 by default, or murmur3; txlog/clients/partitioner.py) hashes
         # keyed records only; a callable is kafka-python's hook and sees every record, keyless too.
         self._partitioner = partitioner if callable(partitioner) else None
@@ -197,6 +203,7 @@ class Producer:
             transactional_id=transactional_id,
             idempotent=self.idempotent,
             transaction_timeout_ms=transaction_timeout_ms,
+            enable_2pc=transaction_two_phase_commit_enable,
             clock=self._clock,
         )
         self._sender_config = SenderConfig(
@@ -503,9 +510,16 @@ class Producer:
 
     # ---- transactions (the TransactionManager keeps the state; this side flushes) ------------------------
 
-    def init_transactions(self) -> None:
-        """Get this transactional id's producer id and a new epoch, fencing older instances."""
-        self._txn.init_transactions()
+    def init_transactions(self, keep_prepared_txn: bool = False) -> None:
+        """Get this transactional id's producer id and a new epoch, fencing older instances.
+
+        An older instance's open transaction is aborted, unless `keep_prepared_txn` (KIP-939, needs
+        `transaction_two_phase_commit_enable=True`; InvalidRequestError otherwise): then a
+        transaction it left open stays open and this producer holds it prepared, to be ended by
+        `complete_transaction(state)`, `commit_transaction()` or `abort_transaction()` before
+        anything else.
+        """
+        self._txn.init_transactions(keep_prepared_txn)
 
     def begin_transaction(self) -> None:
         self._txn.begin_transaction()
@@ -560,6 +574,37 @@ class Producer:
             raise
         txn.advance_sequence(tp, builder.record_count)
 
+    def prepare_transaction(self) -> PreparedTxnState:
+        """First phase of a two-phase commit (KIP-939): send and make durable every record of the
+        open transaction, and return the state naming it (its producer id and epoch).
+
+        The transaction stays open, and the coordinator never times it out: keep `str(state)`
+        with your decision, then end it with `complete_transaction(state)` (or commit/abort), here
+        or, after a crash, in a new instance opened with `init_transactions(keep_prepared_txn=True)`.
+        Until then only those calls are allowed. Closing the producer leaves a prepared transaction
+        open. InvalidTxnStateError without two-phase commit or without a transaction in progress.
+        """
+        self._txn.ensure_can_prepare()
+        self._flush(None, sync=True)
+        ids = self._txn.prepare_transaction()
+        return PreparedTxnState(ids.producer_id, ids.epoch)
+
+    def complete_transaction(self, state: PreparedTxnState) -> None:
+        """Second phase (KIP-939): commit the prepared transaction if `state` names it, abort it
+        otherwise (a state kept from another transaction, or no state: `PreparedTxnState()`).
+
+        InvalidTxnStateError when no transaction is prepared: this instance did not prepare one,
+        or `init_transactions(keep_prepared_txn=True)` found none open (it was completed already,
+        aborted by an instance that did not keep it, or never wrote a record).
+        """
+        if not isinstance(state, PreparedTxnState):
+            raise IllegalArgumentError(f"expected a PreparedTxnState, not {state!r}")
+        prepared = self._txn.ensure_can_complete()
+        if PreparedTxnState(prepared.producer_id, prepared.epoch) == state:
+            self.commit_transaction()
+        else:
+            self.abort_transaction()
+
     def commit_transaction(self) -> None:
         """Send what is buffered, then commit: every record and offset of the transaction becomes
         visible at once. The coordinator makes the data durable before it decides."""
@@ -594,7 +639,9 @@ class Producer:
         if txn.state is TransactionState.CLOSED:
             return
         try:
-            if txn.has_open_transaction and txn.fatal_error is None:
+            if txn.state is TransactionState.PREPARED:
+                pass  # KIP-939: a prepared transaction outlives its producer; its manager completes it
+            elif txn.has_open_transaction and txn.fatal_error is None:
                 self._quietly("abort its open transaction (its timeout will)", self._abort_on_close)
             elif self.transactional_id is None and txn.fatal_error is None:
                 self._quietly("flush", lambda: self.flush(timeout))
@@ -657,6 +704,22 @@ def _idempotence(enable: bool | None, transactional_id: str | None, acks: int) -
             raise InvalidConfigurationError("idempotence and transactions need acks=all")
         return False
     return enable is not False
+
+
+def _check_two_phase_commit(enable: Any, transactional_id: str | None, transaction_timeout_ms: int | None) -> None:
+    """KIP-939's configuration rules: two-phase commit needs a transactional id, and a 2PC
+    transaction has no timeout, so setting transaction.timeout.ms with it is a contradiction."""
+    if not isinstance(enable, bool):
+        raise InvalidConfigurationError(f"transaction_two_phase_commit_enable must be True or False, not {enable!r}")
+    if not enable:
+        return
+    if transactional_id is None:
+        raise InvalidConfigurationError("transaction_two_phase_commit_enable needs a transactional_id")
+    if transaction_timeout_ms is not None:
+        raise InvalidConfigurationError(
+            "transaction_timeout_ms cannot be set with transaction_two_phase_commit_enable: "
+            "a two-phase commit transaction is never timed out"
+        )
 
 
 def _check_config(

@@ -47,12 +47,18 @@ from txlog.errors import (
     ConcurrentTransactionsError,
     IllegalStateError,
     InvalidProducerEpochError,
+    InvalidTxnStateError,
     OutOfOrderSequenceError,
     ProducerFencedError,
     TransactionAbortableError,
     UnknownProducerIdError,
 )
-from txlog.requests import DEFAULT_TRANSACTION_TIMEOUT_MS, ProducerIdAndEpoch
+from txlog.requests import (
+    DEFAULT_TRANSACTION_TIMEOUT_MS,
+    NO_PRODUCER_ID_AND_EPOCH,
+    InitProducerIdResult,
+    ProducerIdAndEpoch,
+)
 from txlog.topic_partition import TopicPartition
 from txlog.transport import Transport
 
@@ -81,6 +87,9 @@ class TransactionState(Enum):
     READY = "ready"  # no transaction open
     IN_TRANSACTION = "in-transaction"
     ABORTABLE = "abortable"  # a write of the transaction failed: only abort_transaction() is allowed
+    # KIP-939 (Kafka's PREPARED_TRANSACTION): prepare_transaction() flushed it, or init_transactions(
+    # keep_prepared_txn=True) found it open; only commit, abort and complete_transaction() are allowed
+    PREPARED = "prepared-transaction"
     FENCED = "fenced"  # a newer instance took over: every call raises the fencing error
     CLOSED = "closed"
 
@@ -100,11 +109,19 @@ class TransactionManager:
         transactional_id: str | None,
         idempotent: bool,
         transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS,
+        enable_2pc: bool = False,
         clock: Callable[[], int] = lambda: int(time.time() * 1000),
     ):
         self.transactional_id = transactional_id
         self.idempotent = idempotent
         self.transaction_timeout_ms = transaction_timeout_ms
+        #: KIP-939 two-phase commit (transaction.two.phase.commit.enable): the coordinator never times
+        #: this id's transactions out, and prepare_transaction / keep_prepared_txn are allowed.
+        self.enable_2pc = enable_2pc
+        # The (producer id, epoch) of the prepared transaction (Kafka's preparedTxnState), while PREPARED.
+        self._prepared = NO_PRODUCER_ID_AND_EPOCH
+        # A transaction kept open at init (keep_prepared_txn): registered at the coordinator, not by us.
+        self._kept_open = False
         #: Held by whoever uses the transport, the ids or the sequences: a sender round, or one of
         #: the application's requests (InitProducerId, TxnOffsetCommit, EndTxn, a flush's sync).
         self.lock = threading.RLock()
@@ -147,8 +164,13 @@ class TransactionManager:
 
     @property
     def has_open_transaction(self) -> bool:
-        """A transaction was begun and not ended (it may be abortable)."""
-        return self._state in (TransactionState.IN_TRANSACTION, TransactionState.ABORTABLE)
+        """A transaction was begun (or kept at init) and not ended (it may be abortable or prepared)."""
+        return self._state in (TransactionState.IN_TRANSACTION, TransactionState.ABORTABLE, TransactionState.PREPARED)
+
+    @property
+    def prepared_ids(self) -> ProducerIdAndEpoch:
+        """The ids of the prepared transaction while PREPARED (Kafka's preparedTransactionState), else (-1, -1)."""
+        return self._prepared
 
     # ---- the application's calls ---------------------------------------------------------------------------
 
@@ -174,23 +196,42 @@ class TransactionManager:
         if self._fatal is not None:
             raise self._fatal
 
-    def init_transactions(self) -> None:
+    def init_transactions(self, keep_prepared_txn: bool = False) -> None:
         """InitProducerId for the transactional id: its producer id and a new epoch, fencing older
-        instances (the coordinator ends whatever they left open). UNINITIALIZED -> READY."""
+        instances (the coordinator ends whatever they left open). UNINITIALIZED -> READY.
+
+        With two-phase commit, `keep_prepared_txn` keeps the transaction a previous instance left
+        open (KIP-939): -> PREPARED with its ids, when there is one. Without two-phase commit it is
+        refused by the coordinator (InvalidRequestError), as Kafka's is.
+        """
         self.ensure_transactional()
         if self._state is not TransactionState.UNINITIALIZED:
             raise IllegalStateError(f"init_transactions() called twice (state {self._state.value})")
+        tid = self.required_transactional_id()
         with self.lock:
-            self._set_ids(
-                self._retry_concurrent(
-                    lambda: self._transport.init_producer_id(self.transactional_id, self.transaction_timeout_ms)
+            if self.enable_2pc or keep_prepared_txn:
+                result = self._retry_concurrent(
+                    lambda: self._transport.init_producer_id_2pc(
+                        tid,
+                        self.transaction_timeout_ms,
+                        enable_2pc=self.enable_2pc,
+                        keep_prepared_txn=keep_prepared_txn,
+                    )
                 )
-            )
-        self._transition(TransactionState.READY)
+            else:
+                result = InitProducerIdResult(
+                    self._retry_concurrent(lambda: self._transport.init_producer_id(tid, self.transaction_timeout_ms))
+                )
+            self._set_ids(result.ids)
+            if result.ongoing.producer_id >= 0:
+                self._prepared = result.ongoing
+                self._kept_open = True
+        self._transition(TransactionState.PREPARED if self._kept_open else TransactionState.READY)
 
     def begin_transaction(self) -> None:
         """READY -> IN_TRANSACTION; nothing is asked of the coordinator until the first write."""
         self.ensure_transactional()
+        self.ensure_not_prepared()
         if self._state is TransactionState.UNINITIALIZED:
             raise IllegalStateError("call init_transactions() before begin_transaction()")
         if self._state is not TransactionState.READY:
@@ -202,24 +243,72 @@ class TransactionManager:
 
     def check_can_send(self) -> None:
         """Raise why a record may not be sent now: closed, fenced or dead, the transaction must be
-        aborted (TransactionAbortableError), or a transactional producer outside a transaction."""
+        aborted (TransactionAbortableError), is prepared, or a transactional producer outside a transaction."""
         if self._state is TransactionState.CLOSED:
             raise IllegalStateError("the producer is closed")
         if self._fatal is not None:
             raise self._fatal
+        self.ensure_not_prepared()
         if self.transactional_id is not None:
             if self._state is TransactionState.ABORTABLE:
                 raise TransactionAbortableError(f"the transaction must be aborted: {self._txn_error}")
             if self._state is not TransactionState.IN_TRANSACTION:
                 raise IllegalStateError("send outside a transaction: call begin_transaction() first")
 
+    def ensure_not_prepared(self) -> None:
+        """Raise while a transaction is prepared: only commit, abort and complete_transaction() may
+        follow (Kafka's throwIfInPreparedState)."""
+        if self._state is TransactionState.PREPARED:
+            raise IllegalStateError(
+                "the transaction is prepared: only commit_transaction(), abort_transaction() or "
+                "complete_transaction() may follow"
+            )
+
     def ensure_can_commit(self) -> None:
         """Raise unless the open transaction may commit (checked before its records are flushed)."""
         self.ensure_transactional()
         if self._state is TransactionState.ABORTABLE:
             raise TransactionAbortableError(f"the transaction cannot commit: {self._txn_error}")
-        if self._state is not TransactionState.IN_TRANSACTION:
+        if self._state not in (TransactionState.IN_TRANSACTION, TransactionState.PREPARED):
             raise IllegalStateError(f"commit_transaction() while {self._state.value}")
+
+    def ensure_can_prepare(self) -> None:
+        """Raise unless the open transaction may be prepared (KIP-939): two-phase commit is enabled
+        and a transaction is in progress (InvalidTxnStateError otherwise, as Kafka's client raises),
+        and none of its writes failed (TransactionAbortableError)."""
+        self.ensure_transactional()
+        if not self.enable_2pc:
+            raise InvalidTxnStateError(
+                "cannot prepare a transaction when two-phase commit is not enabled "
+                "(transaction_two_phase_commit_enable=True)"
+            )
+        self.ensure_not_prepared()
+        if self._state is TransactionState.ABORTABLE:
+            raise TransactionAbortableError(f"the transaction cannot be prepared: {self._txn_error}")
+        if self._state is not TransactionState.IN_TRANSACTION:
+            raise InvalidTxnStateError(f"no transaction in progress to prepare (state {self._state.value})")
+
+    def prepare_transaction(self) -> ProducerIdAndEpoch:
+        """IN_TRANSACTION -> PREPARED, once the producer flushed (and synced) every record; returns
+        the ids that wrote it. Nothing is asked of the coordinator: with two-phase commit the
+        transaction is already safe from the timeout, and what it holds is durable."""
+        if self._fatal is not None:
+            raise self._fatal
+        if self._txn_error is not None:
+            raise TransactionAbortableError(f"the transaction cannot be prepared: {self._txn_error}")
+        self._prepared = self._ids
+        self._transition(TransactionState.PREPARED)
+        return self._prepared
+
+    def ensure_can_complete(self) -> ProducerIdAndEpoch:
+        """The prepared ids, or InvalidTxnStateError when no transaction is prepared (Kafka's words)."""
+        self.ensure_transactional()
+        if self._state is not TransactionState.PREPARED:
+            raise InvalidTxnStateError(
+                "cannot complete the transaction: none is prepared (call prepare_transaction() first, "
+                "or init_transactions(keep_prepared_txn=True) found no transaction left open)"
+            )
+        return self._prepared
 
     def commit_transaction(self) -> None:
         """EndTxn(commit), once the producer sent everything buffered: raises what a write of the
@@ -340,8 +429,9 @@ class TransactionManager:
     def _end(self, commit: bool) -> None:
         """EndTxn and its answer: the next epoch (protocol v2), or the fencing it met."""
         with self.lock:
-            if not self._registered:  # nothing reached the log: there is nothing to mark
+            if not self._registered and not self._kept_open:  # nothing reached the log: there is nothing to mark
                 self._transition(TransactionState.READY)
+                self._prepared = NO_PRODUCER_ID_AND_EPOCH
                 return
             tid = self.required_transactional_id()
             try:
@@ -355,6 +445,8 @@ class TransactionManager:
             self._set_ids(ids)
             self._registered.clear()
             self._unsynced.clear()  # the coordinator synced the data (commit) or marked it (abort)
+            self._kept_open = False
+            self._prepared = NO_PRODUCER_ID_AND_EPOCH
             self._transition(TransactionState.READY)
 
     def _set_ids(self, ids: ProducerIdAndEpoch) -> None:

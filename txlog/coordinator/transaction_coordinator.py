@@ -61,8 +61,9 @@ from txlog.errors import (
     ProducerFencedError,
     TransactionOutcomeUnknownError,
 )
-from txlog.requests import DEFAULT_TRANSACTION_TIMEOUT_MS, ProducerIdAndEpoch, check_id
+from txlog.requests import DEFAULT_TRANSACTION_TIMEOUT_MS, InitProducerIdResult, ProducerIdAndEpoch, check_id
 from txlog.schemas.transaction_log import (
+    TWO_PHASE_COMMIT_TIMEOUT_MS,
     TxnLogValue,
     TxnState,
     decode_key,
@@ -309,6 +310,7 @@ class TransactionCoordinator:
         instance at epoch 32766 would otherwise look like the retry of an end that rotated to
         (new id, 0) (`_completed_retry`) and be handed the new id instead of being fenced.
         """
+        value = _adopted(value)
         epoch, next_pid = self._bumped(value, bump)
         next_epoch = FENCED_ROTATION_EPOCH if next_pid >= 0 and bump > 1 else -1
         prepared = replace(
@@ -418,44 +420,124 @@ class TransactionCoordinator:
         any other is fenced, as Kafka's coordinator answers (PRODUCER_FENCED).
         """
         self._check_id(transactional_id)
+        self._check_timeout(timeout_ms)
+        with self._locked(transactional_id) as part:
+            value = self._housekept_for_init(part, transactional_id, expected)
+            if value is not None and value.state == TxnState.ONGOING:
+                value = self._fence_and_abort(part, transactional_id, value)
+            return self._new_instance(part, transactional_id, value, timeout_ms)
+
+    def init_producer_id_2pc(
+        self,
+        transactional_id: str,
+        timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS,
+        *,
+        enable_2pc: bool,
+        keep_prepared_txn: bool,
+    ) -> InitProducerIdResult:
+        """InitProducerId v6 (KIP-939): `enable_2pc` makes the id a two-phase-commit participant,
+        whose transactions the timeout never aborts (its timeout is recorded as Integer.MAX_VALUE,
+        `timeout_ms` is not used); `keep_prepared_txn` keeps the transaction a previous instance left
+        open instead of aborting it.
+
+        Kept, the open transaction stays Ongoing with its partitions and the (producer id, epoch)
+        that wrote it, and the new instance is staged as Kafka stages it: NextProducerId /
+        NextProducerEpoch of the Ongoing record (tagged fields 1 and 3 of TransactionLogValue) hold
+        the instance that may now end it, at the next epoch, so the writer's epoch is fenced and a
+        second recovery finds the same transaction under the same ids. The answer names both:
+        `ids` to end it with, `ongoing` the ids that wrote it, which the prepared state the
+        external transaction manager kept (`PreparedTxnState`) must equal to commit it.
+
+        Refused as Kafka refuses them: `keep_prepared_txn` without `enable_2pc` (INVALID_REQUEST),
+        and keeping an open transaction of a non-2PC instance (INVALID_TXN_STATE: its timeout may
+        abort it at any moment, so nobody can have prepared it).
+        """
+        self._check_id(transactional_id)
+        if keep_prepared_txn and not enable_2pc:
+            raise InvalidRequestError(
+                "keep_prepared_txn needs two-phase commit (transaction.two.phase.commit.enable=true)"
+            )
+        if not enable_2pc:
+            return InitProducerIdResult(self.init_producer_id(transactional_id, timeout_ms))
+        with self._locked(transactional_id) as part:
+            value = self._housekept_for_init(part, transactional_id, None)
+            if value is not None and value.state == TxnState.ONGOING:
+                if keep_prepared_txn:
+                    return self._keep_prepared(part, transactional_id, value)
+                value = self._fence_and_abort(part, transactional_id, value)
+            return InitProducerIdResult(self._new_instance(part, transactional_id, value, TWO_PHASE_COMMIT_TIMEOUT_MS))
+
+    def _check_timeout(self, timeout_ms: object) -> None:
         if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or not 0 < timeout_ms <= self.max_timeout_ms:
             raise InvalidTransactionTimeoutError(
                 f"transaction.timeout.ms={timeout_ms!r} must be in 1..{self.max_timeout_ms}"
             )
-        with self._locked(transactional_id) as part:
-            value = part.txns.get(transactional_id)
-            value = self._housekeep(part, transactional_id)  # rolls a decided PREPARE forward, never aborts it
-            if expected is not None and value is not None and not _is_current(value, expected):
-                raise ProducerFencedError(
-                    f"producer {expected.producer_id} epoch {expected.epoch} of '{transactional_id}' is not its "
-                    f"current instance (producer {value.producer_id} epoch {value.producer_epoch})"
-                )
-            if value is not None and value.state in _PREPARE:
-                raise ConcurrentTransactionsError(f"transaction '{transactional_id}' is still completing")
-            if value is not None and value.state == TxnState.ONGOING:
-                value = self._fence_and_abort(part, transactional_id, value)
-            now = self._clock()
-            if value is None:
-                pid, epoch, previous = self.store.allocate_producer_id(), 0, -1
-            elif value.producer_epoch >= EXHAUSTED_EPOCH:
-                pid, epoch, previous = self.store.allocate_producer_id(), 0, value.producer_id
-            else:
-                pid, epoch, previous = value.producer_id, value.producer_epoch + 1, value.previous_producer_id
-            self._write(
-                part,
-                transactional_id,
-                TxnLogValue(
-                    producer_id=pid,
-                    producer_epoch=epoch,
-                    timeout_ms=timeout_ms,
-                    state=TxnState.EMPTY,
-                    partitions=(),
-                    last_update_ms=now,
-                    start_ms=-1,
-                    previous_producer_id=previous,
-                ),
+
+    def _housekept_for_init(
+        self, part: _CoordinatorPartition, transactional_id: str, expected: ProducerIdAndEpoch | None
+    ) -> TxnLogValue | None:
+        """The id's state once a decided PREPARE is rolled forward (never aborted), checked against
+        `expected` (KIP-360); a decision whose markers are still pending is ConcurrentTransactions."""
+        value = self._housekeep(part, transactional_id)
+        if expected is not None and value is not None and not _is_current(value, expected):
+            raise ProducerFencedError(
+                f"producer {expected.producer_id} epoch {expected.epoch} of '{transactional_id}' is not its "
+                f"current instance (producer {value.producer_id} epoch {value.producer_epoch})"
             )
-            return ProducerIdAndEpoch(pid, epoch)
+        if value is not None and value.state in _PREPARE:
+            raise ConcurrentTransactionsError(f"transaction '{transactional_id}' is still completing")
+        return value
+
+    def _new_instance(
+        self, part: _CoordinatorPartition, transactional_id: str, value: TxnLogValue | None, timeout_ms: int
+    ) -> ProducerIdAndEpoch:
+        """Write the id's next instance (Empty, the next epoch or a new producer id) and return its ids."""
+        if value is None:
+            pid, epoch, previous = self.store.allocate_producer_id(), 0, -1
+        elif value.producer_epoch >= EXHAUSTED_EPOCH:
+            pid, epoch, previous = self.store.allocate_producer_id(), 0, value.producer_id
+        else:
+            pid, epoch, previous = value.producer_id, value.producer_epoch + 1, value.previous_producer_id
+        self._write(
+            part,
+            transactional_id,
+            TxnLogValue(
+                producer_id=pid,
+                producer_epoch=epoch,
+                timeout_ms=timeout_ms,
+                state=TxnState.EMPTY,
+                partitions=(),
+                last_update_ms=self._clock(),
+                start_ms=-1,
+                previous_producer_id=previous,
+            ),
+        )
+        return ProducerIdAndEpoch(pid, epoch)
+
+    def _keep_prepared(self, part: _CoordinatorPartition, txn_id: str, value: TxnLogValue) -> InitProducerIdResult:
+        """The open transaction, kept for a new instance at the next epoch (see init_producer_id_2pc)."""
+        if not value.is_two_phase_commit:
+            raise InvalidTxnStateError(
+                f"transactional id '{txn_id}' has an open transaction that is not a two-phase commit one "
+                f"(transaction.timeout.ms={value.timeout_ms}): it cannot be kept; init without keep_prepared_txn"
+            )
+        _, current_epoch = _current_ids(value)
+        if current_epoch + 1 >= EXHAUSTED_EPOCH:
+            raise InvalidTxnStateError(
+                f"the open transaction of '{txn_id}' has used the epochs of producer {value.producer_id} up to "
+                f"{current_epoch}: it cannot be kept again; init without keep_prepared_txn aborts it"
+            )
+        kept = replace(
+            value,
+            next_producer_id=value.producer_id,
+            next_producer_epoch=current_epoch + 1,
+            last_update_ms=self._clock(),
+        )
+        self._write(part, txn_id, kept)
+        return InitProducerIdResult(
+            ProducerIdAndEpoch(value.producer_id, current_epoch + 1),
+            ProducerIdAndEpoch(value.producer_id, value.producer_epoch),
+        )
 
     def add_partitions(
         self, transactional_id: str, producer_id: int, epoch: int, partitions: Iterable[tuple[str, int]]
@@ -668,15 +750,16 @@ class TransactionCoordinator:
         """`value` if (producer_id, epoch) is its current instance; a typed refusal otherwise."""
         if value is None:
             raise InvalidProducerIdMappingError(f"transactional id '{txn_id}' is unknown (expired?); init again")
-        if producer_id != value.producer_id:
+        current_id, current_epoch = _current_ids(value)
+        if producer_id != current_id:
             if producer_id == value.previous_producer_id:
-                raise ProducerFencedError(f"producer {producer_id} of '{txn_id}' was replaced by {value.producer_id}")
+                raise ProducerFencedError(f"producer {producer_id} of '{txn_id}' was replaced by {current_id}")
             raise InvalidProducerIdMappingError(
                 f"producer id {producer_id} does not belong to transactional id '{txn_id}'"
             )
-        if epoch != value.producer_epoch:
+        if epoch != current_epoch:
             raise ProducerFencedError(
-                f"producer {producer_id} epoch {epoch} of '{txn_id}' is fenced by epoch {value.producer_epoch}"
+                f"producer {producer_id} epoch {epoch} of '{txn_id}' is fenced by epoch {current_epoch}"
             )
         return value
 
@@ -694,14 +777,37 @@ def _may_complete(prepared: TxnLogValue, producer_id: int, epoch: int) -> bool:
 
 def _is_current(value: TxnLogValue, ids: ProducerIdAndEpoch) -> bool:
     """Whether `ids` are the id's current instance (KIP-360's check of an InitProducerId that names them)."""
-    return (ids.producer_id, ids.epoch) == (value.producer_id, value.producer_epoch)
+    return (ids.producer_id, ids.epoch) == _current_ids(value)
 
 
 def _is_fenced(value: TxnLogValue, producer_id: int, epoch: int) -> bool:
-    """Whether (pid, epoch) belongs to an instance of the id that a newer one replaced."""
-    if producer_id == value.producer_id:
-        return epoch < value.producer_epoch
+    """Whether (pid, epoch) belongs to an instance of the id that a newer one replaced (a 2PC
+    transaction kept by a new instance fences the instance that wrote it)."""
+    current_id, current_epoch = _current_ids(value)
+    if producer_id == current_id:
+        return epoch < current_epoch
     return producer_id == value.previous_producer_id
+
+
+def _kept(value: TxnLogValue) -> bool:
+    """An Ongoing transaction that a new instance kept (KIP-939 keepPreparedTxn): the instance that
+    may end it is staged in next_producer_id/next_producer_epoch (on an Ongoing record they mean
+    nothing else; a decided end's id rotation lives on PREPARE records only)."""
+    return value.state == TxnState.ONGOING and value.next_producer_id >= 0
+
+
+def _current_ids(value: TxnLogValue) -> tuple[int, int]:
+    """The (producer id, epoch) of the id's current instance: the one requests must carry."""
+    if _kept(value):
+        return value.next_producer_id, value.next_producer_epoch
+    return value.producer_id, value.producer_epoch
+
+
+def _adopted(value: TxnLogValue) -> TxnLogValue:
+    """A kept transaction as its current instance ends it: epochs are bumped from that instance's."""
+    if not _kept(value):
+        return value
+    return replace(value, producer_epoch=value.next_producer_epoch, next_producer_id=-1, next_producer_epoch=-1)
 
 
 def _next_ids(value: TxnLogValue) -> ProducerIdAndEpoch:

@@ -26,6 +26,9 @@ from storage.errors import CorruptRecordError
 from txlog.schemas.schema_types import SchemaReader, SchemaWriter
 
 KEY_VERSION = 0
+#: TransactionTimeoutMs of a KIP-939 two-phase-commit transactional id: Integer.MAX_VALUE, as
+#: Kafka's coordinator resolves it for InitProducerId with enable2Pc (`TxnLogValue.is_two_phase_commit`).
+TWO_PHASE_COMMIT_TIMEOUT_MS = (1 << 31) - 1
 VALUE_VERSIONS = (0, 1)
 _FLEXIBLE_VALUE_VERSION = 1
 
@@ -99,9 +102,24 @@ class TxnLogValue:
         """
         return self.state == TxnState.ONGOING and (topic, partition) in self.partitions
 
+    @property
+    def is_two_phase_commit(self) -> bool:
+        """A KIP-939 two-phase-commit transactional id: its transactions are never timed out.
+
+        Kafka persists nothing new for it: the id's TransactionTimeoutMs is Integer.MAX_VALUE
+        (TransactionMetadata.isDistributedTwoPhaseCommitTxn), so the mark survives a restart in
+        the bytes Kafka itself writes.
+        """
+        return self.timeout_ms == TWO_PHASE_COMMIT_TIMEOUT_MS
+
     def is_expired(self, now_ms: int) -> bool:
-        """Ongoing past its timeout: the coordinator fences the producer and aborts the transaction."""
-        return self.state == TxnState.ONGOING and self.start_ms + self.timeout_ms < now_ms
+        """Ongoing past its timeout: the coordinator fences the producer and aborts the transaction.
+
+        A two-phase-commit transaction never expires: its outcome belongs to an external
+        transaction manager (Kafka's TransactionStateManager skips it in the same way)."""
+        return (
+            self.state == TxnState.ONGOING and not self.is_two_phase_commit and self.start_ms + self.timeout_ms < now_ms
+        )
 
     def _comparable(self) -> tuple:
         """Every field (so a new one cannot be forgotten), the partitions sorted."""

@@ -52,6 +52,7 @@ from txlog.requests import (
     DEFAULT_TRANSACTION_TIMEOUT_MS,
     HeartbeatRequest,
     HeartbeatResponse,
+    InitProducerIdResult,
     MemberRef,
     ProducerIdAndEpoch,
 )
@@ -342,6 +343,21 @@ class FaultInjectingTransport(Transport):
     ) -> ProducerIdAndEpoch:
         return self._call(
             Step.INIT_PRODUCER_ID, lambda: self.inner.init_producer_id(transactional_id, timeout_ms, expected)
+        )
+
+    def init_producer_id_2pc(
+        self,
+        transactional_id: str,
+        timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS,
+        *,
+        enable_2pc: bool,
+        keep_prepared_txn: bool,
+    ) -> InitProducerIdResult:
+        return self._call(
+            Step.INIT_PRODUCER_ID,
+            lambda: self.inner.init_producer_id_2pc(
+                transactional_id, timeout_ms, enable_2pc=enable_2pc, keep_prepared_txn=keep_prepared_txn
+            ),
         )
 
     def add_partitions_to_txn(
