@@ -43,6 +43,7 @@ from cli.output import (
 
 if TYPE_CHECKING:  # pragma: no cover
     from txlog.clients.admin import Admin
+    from txlog.clients.prepared_txn_state import PreparedTxnState
     from txlog.schemas.transaction_log import TxnState
 
 AMBIGUOUS = 4  # exit code: the transaction's outcome is unknown (docs/reliability-scenarios.md scenario 26)
@@ -91,6 +92,7 @@ LIST_COLUMNS = (
     ("Coordinator", "coordinator"),
     ("ProducerId", "producerId"),
     ("TransactionState", "transactionState"),
+    ("TwoPhaseCommit", "twoPhaseCommit"),  # txlog's: a KIP-939 participant (kafka-transactions has no column)
 )
 DESCRIBE_COLUMNS = (
     ("CoordinatorId", "coordinatorId"),
@@ -102,6 +104,8 @@ DESCRIBE_COLUMNS = (
     ("CurrentTransactionStartTimeMs", "currentTransactionStartTimeMs"),
     ("TransactionDurationMs", "transactionDurationMs"),
     ("TopicPartitions", "topicPartitions"),
+    ("TwoPhaseCommit", "twoPhaseCommit"),  # txlog's, as in `list`
+    ("PreparedTxnState", "preparedTxnState"),  # txlog's: what `commit --prepared-state` must be given
 )
 PRODUCER_COLUMNS = (
     ("ProducerId", "producerId"),
@@ -192,6 +196,7 @@ def list_(
             "coordinator": BROKER_ID,
             "producerId": d.state.producer_id,
             "transactionState": d.state.state.admin_name,
+            "twoPhaseCommit": d.state.is_two_phase_commit,
             "coordinatorPartition": d.coordinator_partition,
         }
         for d in found
@@ -218,7 +223,12 @@ def describe(
     no_sweep: NoSweepOption = False,
     output: OutputOption = OutputFormat.text,
 ) -> None:
-    """Describe one transactional id: producer, epoch, state, timeout, open partitions."""
+    """Describe one transactional id: producer, epoch, state, timeout, open partitions.
+
+    For a two-phase commit (KIP-939) id, PreparedTxnState is the producer id:epoch of its open
+    transaction: the state its transaction manager must have kept to commit it.
+    """
+    from txlog.coordinator.transaction_coordinator import prepared_txn_ids
 
     with _admin(ctx, read_only=no_sweep) as admin:
         d = admin.describe_transaction(transactional_id)
@@ -238,6 +248,8 @@ def describe(
         "currentTransactionStartTimeMs": v.start_ms if started else None,
         "transactionDurationMs": _now_ms() - v.start_ms if started else None,
         "topicPartitions": [f"{t}-{p}" for t, p in v.partitions],
+        "twoPhaseCommit": v.is_two_phase_commit,
+        "preparedTxnState": None if (ids := prepared_txn_ids(v)) is None else f"{ids.producer_id}:{ids.epoch}",
         "coordinatorPartition": d.coordinator_partition,
     }
     emit([row], DESCRIBE_COLUMNS, output, text=pretty_print_table, single=True)
@@ -449,10 +461,43 @@ def expire(
     )
 
 
+# ---- force-terminate (Kafka 4.x, KIP-939) -------------------------------------------------------------
+
+
+@app.command("force-terminate")
+def force_terminate(
+    ctx: typer.Context,
+    transactional_id: Annotated[
+        str,
+        typer.Option(
+            "--transactional-id",
+            metavar="ID",
+            help="Abort the open transaction of this id, prepared (two-phase commit) or not.",
+            show_default=False,
+            autocompletion=complete_transactional_ids,
+        ),
+    ],
+    output: ResultOutputOption = OutputFormat.text,
+) -> None:
+    """Abort a transactional id's open transaction and fence its producer (kafka-transactions forceTerminate).
+
+    For a two-phase commit (KIP-939) transaction whose transaction manager is gone for good:
+    nothing else ends it, since the transaction timeout never does. The same as
+    `txlog abort --transactional-id ID`.
+    """
+    _end(ctx, transactional_id, commit=False, output=output)
+
+
 # ---- commit / abort --transactional-id (top-level verbs) --------------------------------------------
 
 
-def _end(ctx: typer.Context, transactional_id: str, commit: bool, output: OutputFormat = OutputFormat.text) -> None:
+def _end(
+    ctx: typer.Context,
+    transactional_id: str,
+    commit: bool,
+    output: OutputFormat = OutputFormat.text,
+    prepared_state: PreparedTxnState | None = None,
+) -> None:
     from txlog.errors import (
         InvalidProducerEpochError,
         InvalidProducerIdMappingError,
@@ -466,7 +511,10 @@ def _end(ctx: typer.Context, transactional_id: str, commit: bool, output: Output
         if admin.coordinator.describe(transactional_id) is None:  # checked first: creates nothing
             raise CommandError(f"cannot {verb}: transactional id '{transactional_id}' is unknown")
         try:
-            ids = admin.end_transaction(transactional_id, commit)
+            if prepared_state is not None:
+                ids = admin.commit_prepared_transaction(transactional_id, prepared_state)
+            else:
+                ids = admin.end_transaction(transactional_id, commit)
         except InvalidProducerIdMappingError as exc:
             raise CommandError(f"cannot {verb}: {exc}") from None
         except InvalidTxnStateError as exc:
@@ -506,15 +554,41 @@ def commit(
             autocompletion=complete_transactional_ids,
         ),
     ],
+    prepared_state: Annotated[
+        str | None,
+        typer.Option(
+            "--prepared-state",
+            metavar="PID:EPOCH",
+            help="For a two-phase commit (KIP-939) transaction: the prepared state its transaction manager kept.",
+            show_default=False,
+        ),
+    ] = None,
     output: ResultOutputOption = OutputFormat.text,
 ) -> None:
     """Commit the open transaction of a transactional id.
 
-    For a transaction left open by `produce --no-commit` or by a producer that died.
-    Exit 1 if the id is unknown, has no open transaction, or was already decided the other
-    way; exit 4 if the outcome is ambiguous (run the same command again).
+    For a transaction left open by `produce --no-commit` or by a producer that died. A
+    two-phase commit transaction (KIP-939) commits only with --prepared-state, the
+    producer id:epoch its transaction manager kept, and only if that names it (see
+    `transactions describe`); abort needs no state. Exit 1 if the id is unknown, has no open
+    transaction, or was already decided the other way; exit 4 if the outcome is ambiguous
+    (run the same command again).
     """
-    _end(ctx, transactional_id, commit=True, output=output)
+    state = None if prepared_state is None else _parse_prepared_state(prepared_state)
+    _end(ctx, transactional_id, commit=True, output=output, prepared_state=state)
+
+
+def _parse_prepared_state(text: str) -> PreparedTxnState:
+    from txlog.clients.prepared_txn_state import PreparedTxnState
+    from txlog.errors import IllegalArgumentError
+
+    try:
+        state = PreparedTxnState.parse(text)
+    except IllegalArgumentError as exc:
+        raise typer.BadParameter(str(exc), param_hint="'--prepared-state'") from None
+    if not state.has_transaction:
+        raise typer.BadParameter("an empty state names no transaction", param_hint="'--prepared-state'")
+    return state
 
 
 def abort(

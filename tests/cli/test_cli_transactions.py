@@ -81,8 +81,8 @@ def test_open_transaction_listed_described_then_committed(store_dir):
     proc = txlog("transactions", "list", data_dir=store_dir)
     assert_ok(proc)
     assert _table(proc.stdout) == [
-        ["TransactionalId", "Coordinator", "ProducerId", "TransactionState"],
-        ["X", "0", str(pid), "Ongoing"],
+        ["TransactionalId", "Coordinator", "ProducerId", "TransactionState", "TwoPhaseCommit"],
+        ["X", "0", str(pid), "Ongoing", "False"],
     ]
 
     proc = txlog("transactions", "describe", "--transactional-id", "X", data_dir=store_dir)
@@ -98,6 +98,8 @@ def test_open_transaction_listed_described_then_committed(store_dir):
         "CurrentTransactionStartTimeMs",
         "TransactionDurationMs",
         "TopicPartitions",
+        "TwoPhaseCommit",
+        "PreparedTxnState",
     ]
     d = dict(zip(header, row, strict=True))
     assert (d["TransactionalId"], d["ProducerId"], d["TransactionState"], d["TopicPartitions"]) == (
@@ -178,7 +180,7 @@ def test_list_filters_and_formats(store_dir):
     proc = txlog("transactions", "list", "--state", "ongoing", "-o", "csv", data_dir=store_dir)
     assert_ok(proc)
     rows = list(csv.reader(io.StringIO(proc.stdout)))
-    assert rows[0] == ["TransactionalId", "Coordinator", "ProducerId", "TransactionState"]
+    assert rows[0] == ["TransactionalId", "Coordinator", "ProducerId", "TransactionState", "TwoPhaseCommit"]
     assert [r[0] for r in rows[1:]] == ["a"]
 
     proc = txlog("transactions", "list", "-o", "json", data_dir=store_dir)
@@ -191,7 +193,13 @@ def test_list_filters_and_formats(store_dir):
     assert json.loads(proc.stdout) == []
 
     proc = txlog("transactions", "list", "-o", "table", data_dir=store_dir)
-    assert proc.stdout.splitlines()[0].split() == ["TransactionalId", "Coordinator", "ProducerId", "TransactionState"]
+    assert proc.stdout.splitlines()[0].split() == [
+        "TransactionalId",
+        "Coordinator",
+        "ProducerId",
+        "TransactionState",
+        "TwoPhaseCommit",
+    ]
 
     assert_usage_error(txlog("transactions", "list", "--state", "Sleeping", data_dir=store_dir))
 

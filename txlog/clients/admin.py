@@ -19,6 +19,7 @@ from typing import Any
 from storage.records import ControlType
 from storage.store import Store, TopicDescription
 from storage.topic_name import CONSUMER_OFFSETS_TOPIC, INTERNAL_TOPICS
+from txlog.clients.prepared_txn_state import PreparedTxnState
 from txlog.coordinator.group_coordinator import GroupCoordinator, GroupDescription, GroupListing, GroupState
 from txlog.coordinator.group_offsets import GroupOffsets
 from txlog.coordinator.transaction_coordinator import (
@@ -237,6 +238,12 @@ class Admin:
     def end_transaction(self, transactional_id: str, commit: bool) -> ProducerIdAndEpoch:
         """Commit or abort the open transaction of an id from outside its producer (`txlog commit|abort`)."""
         return self.coordinator.end_transaction(transactional_id, None, None, commit)
+
+    def commit_prepared_transaction(self, transactional_id: str, state: PreparedTxnState) -> ProducerIdAndEpoch:
+        """Commit an open two-phase-commit transaction by the prepared state its manager kept (KIP-939),
+        from outside its producer (`txlog commit --prepared-state`); a state naming another
+        transaction is refused (InvalidTxnStateError)."""
+        return self.coordinator.commit_prepared(transactional_id, ProducerIdAndEpoch(state.producer_id, state.epoch))
 
     def fence_producers(
         self, transactional_ids: Iterable[str], timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS

@@ -628,14 +628,49 @@ class TransactionCoordinator:
         return _next_ids(done)
 
     def _forced_end(self, part, txn_id, value, commit) -> ProducerIdAndEpoch:
+        value = self._open_transaction(part, txn_id, value)
+        if commit and value.is_two_phase_commit:
+            # KIP-939: the outcome belongs to the transaction manager; only the state it kept may commit
+            raise InvalidTxnStateError(
+                f"the open transaction of '{txn_id}' is a two-phase commit one: commit it with the prepared state "
+                f"its transaction manager kept (producer id:epoch; it was written by "
+                f"{_prepared_ids_text(value)}), or abort it"
+            )
+        done = self._finish(part, txn_id, self._decide(part, txn_id, value, commit))
+        return _next_ids(done)
+
+    @staticmethod
+    def _open_transaction(part, txn_id, value: TxnLogValue | None) -> TxnLogValue:
+        """`value` if a transaction is open (Ongoing), else InvalidTxnStateError saying how the last one ended."""
         if value is None or value.state != TxnState.ONGOING:
             last = "expired" if value is None else value.state.kafka_name
             timed_out = _timed_out_transaction(part, txn_id) if last == "CompleteAbort" else None
             if timed_out is not None:
                 raise InvalidTxnStateError(f"transactional id '{txn_id}' has no open transaction: {timed_out}")
             raise InvalidTxnStateError(f"transactional id '{txn_id}' has no open transaction (last state: {last})")
-        done = self._finish(part, txn_id, self._decide(part, txn_id, value, commit))
-        return _next_ids(done)
+        return value
+
+    def commit_prepared(self, transactional_id: str, prepared: ProducerIdAndEpoch) -> ProducerIdAndEpoch:
+        """Commit an open two-phase-commit transaction from outside its producer, by the prepared state its
+        transaction manager kept (`txlog commit --prepared-state`): what `complete_transaction` does in a
+        new instance, except that a state that does not name the open transaction is refused
+        (InvalidTxnStateError), not taken as a decision to abort. Returns the id's next (id, epoch)."""
+        self._check_id(transactional_id)
+        with self._locked(transactional_id) as part:
+            value = self._open_transaction(part, transactional_id, self._housekeep(part, transactional_id))
+            ongoing = prepared_txn_ids(value)
+            if ongoing is None:
+                raise InvalidTxnStateError(
+                    f"the open transaction of '{transactional_id}' is not a two-phase commit one: it has no prepared "
+                    "state (commit it without one)"
+                )
+            if ongoing != prepared:
+                raise InvalidTxnStateError(
+                    f"the prepared state {prepared.producer_id}:{prepared.epoch} does not name the open transaction "
+                    f"of '{transactional_id}' (written by {_prepared_ids_text(value)}): nothing was committed"
+                )
+            done = self._finish(part, transactional_id, self._decide(part, transactional_id, value, True))
+            return _next_ids(done)
 
     @staticmethod
     def _completed_retry(
@@ -787,6 +822,19 @@ def _is_fenced(value: TxnLogValue, producer_id: int, epoch: int) -> bool:
     if producer_id == current_id:
         return epoch < current_epoch
     return producer_id == value.previous_producer_id
+
+
+def prepared_txn_ids(value: TxnLogValue) -> ProducerIdAndEpoch | None:
+    """The ids naming an open two-phase-commit transaction (KIP-939's PreparedTxnState: the producer id
+    and epoch that wrote it), None when `value` is not one. The coordinator cannot tell a prepared
+    transaction from one still being written (Kafka's cannot either: prepare asks nothing of it)."""
+    if value.state != TxnState.ONGOING or not value.is_two_phase_commit:
+        return None
+    return ProducerIdAndEpoch(value.producer_id, value.producer_epoch)
+
+
+def _prepared_ids_text(value: TxnLogValue) -> str:
+    return f"{value.producer_id}:{value.producer_epoch}"
 
 
 def _kept(value: TxnLogValue) -> bool:
