@@ -223,11 +223,12 @@ class Transport:
         *,
         enable_2pc: bool,
         keep_prepared_txn: bool,
+        expected: ProducerIdAndEpoch | None = None,
     ) -> InitProducerIdResult:
         """InitProducerId v6 (KIP-939): a two-phase-commit participant's instance, keeping the
         transaction a previous instance left open when `keep_prepared_txn` (its ids in `ongoing`)."""
         return self.transaction_coordinator.init_producer_id_2pc(
-            transactional_id, timeout_ms, enable_2pc=enable_2pc, keep_prepared_txn=keep_prepared_txn
+            transactional_id, timeout_ms, enable_2pc=enable_2pc, keep_prepared_txn=keep_prepared_txn, expected=expected
         )
 
     def add_partitions_to_txn(

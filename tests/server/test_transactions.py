@@ -343,3 +343,55 @@ def _wait_for(condition) -> bool:
             return True
         time.sleep(0.1)
     return False
+
+
+# ---- KIP-939: InitProducerId v6 -------------------------------------------------------------------------
+
+INVALID_REQUEST, TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 42, 53
+
+
+def _init_v6(client: RawClient, tid: str, *, enable_2pc: bool, keep: bool):
+    return client.send(
+        INIT_PRODUCER_ID,
+        6,
+        transactional_id=tid,
+        transaction_timeout=60000,
+        producer_id=-1,
+        producer_epoch=-1,
+        enable2_pc=enable_2pc,
+        keep_prepared_txn=keep,
+    )
+
+
+def test_two_phase_commit_is_refused_while_the_broker_does_not_enable_it(txlog_server):
+    with RawClient(txlog_server.bootstrap) as client:
+        for enable_2pc, keep in ((True, False), (True, True), (False, True)):
+            answer = _init_v6(client, "tx-2pc", enable_2pc=enable_2pc, keep=keep)
+            assert answer.error_code == TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+
+
+def test_init_producer_id_v6_keeps_a_prepared_transaction_for_the_next_instance(tmp_path):
+    server = ServeProcess(str(tmp_path / "store"), args=["--config", "transaction.two.phase.commit.enable=true"])
+    server.start()
+    try:
+        _create_topic(server.data_dir, "t")
+        with RawClient(server.bootstrap) as client:
+            assert _init_v6(client, "tx-2pc", enable_2pc=False, keep=True).error_code == INVALID_REQUEST
+            first = _init_v6(client, "tx-2pc", enable_2pc=True, keep=False)
+            assert first.error_code == NONE
+            assert (first.ongoing_txn_producer_id, first.ongoing_txn_producer_epoch) == (-1, -1)
+            ids = (first.producer_id, first.producer_epoch)
+            _add(client, "tx-2pc", ids, "t", 0)
+            assert _produce_txn(client, "tx-2pc", ids, 0, b"prepared").error_code == NONE
+            # the first instance "prepared" and died; the next one keeps its transaction
+            kept = _init_v6(client, "tx-2pc", enable_2pc=True, keep=True)
+            assert kept.error_code == NONE
+            assert (kept.ongoing_txn_producer_id, kept.ongoing_txn_producer_epoch) == ids
+            assert (kept.producer_id, kept.producer_epoch) == (ids[0], ids[1] + 1)
+            assert _describe(client, "tx-2pc").transaction_state == "Ongoing"
+            assert _end(client, "tx-2pc", ids, commit=True, version=5).error_code != NONE  # the writer is fenced
+            new = (kept.producer_id, kept.producer_epoch)
+            assert _end(client, "tx-2pc", new, commit=True, version=5).error_code == NONE
+        assert read_values(server.data_dir, T0, "read_committed") == [b"prepared"]
+    finally:
+        server.kill()

@@ -434,6 +434,7 @@ class TransactionCoordinator:
         *,
         enable_2pc: bool,
         keep_prepared_txn: bool,
+        expected: ProducerIdAndEpoch | None = None,
     ) -> InitProducerIdResult:
         """InitProducerId v6 (KIP-939): `enable_2pc` makes the id a two-phase-commit participant,
         whose transactions the timeout never aborts (its timeout is recorded as Integer.MAX_VALUE,
@@ -458,9 +459,9 @@ class TransactionCoordinator:
                 "keep_prepared_txn needs two-phase commit (transaction.two.phase.commit.enable=true)"
             )
         if not enable_2pc:
-            return InitProducerIdResult(self.init_producer_id(transactional_id, timeout_ms))
+            return InitProducerIdResult(self.init_producer_id(transactional_id, timeout_ms, expected))
         with self._locked(transactional_id) as part:
-            value = self._housekept_for_init(part, transactional_id, None)
+            value = self._housekept_for_init(part, transactional_id, expected)
             if value is not None and value.state == TxnState.ONGOING:
                 if keep_prepared_txn:
                     return self._keep_prepared(part, transactional_id, value)

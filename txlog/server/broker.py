@@ -34,6 +34,8 @@ DEFAULT_CONFIGS: dict[str, str] = {
     "auto.create.topics.enable": "true",
     "num.partitions": "1",
     "transaction.max.timeout.ms": "900000",
+    # KIP-939: InitProducerId v6 `enable2Pc` is served only when this is true (Kafka's default is false)
+    "transaction.two.phase.commit.enable": "false",
     "group.min.session.timeout.ms": "6000",
     "group.max.session.timeout.ms": "1800000",
     "group.initial.rebalance.delay.ms": "3000",

@@ -352,11 +352,16 @@ class FaultInjectingTransport(Transport):
         *,
         enable_2pc: bool,
         keep_prepared_txn: bool,
+        expected: ProducerIdAndEpoch | None = None,
     ) -> InitProducerIdResult:
         return self._call(
             Step.INIT_PRODUCER_ID,
             lambda: self.inner.init_producer_id_2pc(
-                transactional_id, timeout_ms, enable_2pc=enable_2pc, keep_prepared_txn=keep_prepared_txn
+                transactional_id,
+                timeout_ms,
+                enable_2pc=enable_2pc,
+                keep_prepared_txn=keep_prepared_txn,
+                expected=expected,
             ),
         )
 

@@ -22,8 +22,8 @@ from txlog.coordinator.transaction_coordinator import (
     TransactionCoordinator,
     TransactionDescription,
 )
-from txlog.errors import InvalidTxnStateError
-from txlog.requests import ProducerIdAndEpoch
+from txlog.errors import InvalidRequestError, InvalidTxnStateError
+from txlog.requests import NO_PRODUCER_ID_AND_EPOCH, InitProducerIdResult, ProducerIdAndEpoch
 from txlog.schemas.transaction_log import TxnState
 from txlog.server.apis import api
 from txlog.server.errors import NONE, error_code
@@ -58,36 +58,56 @@ def _ms(value: Any) -> int:
 def init_producer_id(ctx: RequestContext, request: Any) -> Any:
     """A producer id and epoch: fresh for an idempotent producer, the next instance of a transactional id.
 
-    KIP-939's two-phase commit (v6 `enable2_pc`, `keep_prepared_txn`) is not offered, as a broker
-    with `transaction.two.phase.commit.enable=false` refuses it: TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
+    v6's two-phase commit (KIP-939: `enable2_pc`, `keep_prepared_txn`) is served as the embedded
+    coordinator serves it (TransactionCoordinator.init_producer_id_2pc; the answer's
+    OngoingTxnProducerId/Epoch name a kept transaction) when the broker config
+    `transaction.two.phase.commit.enable` is true; while it is false, Kafka's default, it is
+    refused as Kafka's broker refuses it: TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
     """
-    if getattr(request, "enable2_pc", False) or getattr(request, "keep_prepared_txn", False):
+    two_pc = bool(getattr(request, "enable2_pc", False))
+    keep = bool(getattr(request, "keep_prepared_txn", False))
+    if (two_pc or keep) and not ctx.broker.config_bool("transaction.two.phase.commit.enable"):
         return _init_answer(ctx, TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     expected = None
     if getattr(request, "producer_id", -1) >= 0 and getattr(request, "producer_epoch", -1) >= 0:
         expected = ProducerIdAndEpoch(request.producer_id, request.producer_epoch)  # KIP-360 (v3+)
     try:
         if request.transactional_id is None:
-            ids = ctx.broker.transport.init_producer_id(None)
+            if two_pc or keep:
+                raise InvalidRequestError("two-phase commit needs a transactional id")
+            result = InitProducerIdResult(ctx.broker.transport.init_producer_id(None))
+        elif two_pc or keep:
+            _coordinator(ctx)
+            result = ctx.broker.transport.init_producer_id_2pc(
+                request.transactional_id,
+                _ms(request.transaction_timeout),
+                enable_2pc=two_pc,
+                keep_prepared_txn=keep,
+                expected=expected,
+            )
         else:
             _coordinator(ctx)
-            ids = ctx.broker.transport.init_producer_id(
-                request.transactional_id, _ms(request.transaction_timeout), expected
+            result = InitProducerIdResult(
+                ctx.broker.transport.init_producer_id(
+                    request.transactional_id, _ms(request.transaction_timeout), expected
+                )
             )
     except KafkaError as exc:
         return _init_answer(ctx, error_code(exc))
     ctx.broker.data_arrived.notify()  # an open transaction it aborted moved the last stable offsets
-    return _init_answer(ctx, NONE, ids)
+    return _init_answer(ctx, NONE, result)
 
 
-def _init_answer(ctx: RequestContext, code: int, ids: ProducerIdAndEpoch | None = None) -> Any:
+def _init_answer(ctx: RequestContext, code: int, result: InitProducerIdResult | None = None) -> Any:
+    ids = None if result is None else result.ids
+    ongoing = NO_PRODUCER_ID_AND_EPOCH if result is None else result.ongoing
     return ctx.respond(
         throttle_time=0,
         error_code=code,
         producer_id=ids.producer_id if ids else -1,
         producer_epoch=ids.epoch if ids else -1,
-        ongoing_txn_producer_id=-1,
-        ongoing_txn_producer_epoch=-1,
+        ongoing_txn_producer_id=ongoing.producer_id,
+        ongoing_txn_producer_epoch=ongoing.epoch,
     )
 
 
