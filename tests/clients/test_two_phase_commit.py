@@ -210,3 +210,22 @@ def test_prepared_txn_state_text_is_kafkas():
     for bad in ("1", "1:2:3", "-1:-1", "a:b", "1:99999"):
         with pytest.raises(IllegalArgumentError):
             PreparedTxnState.parse(bad)
+
+
+def test_close_aborts_a_two_phase_commit_transaction_that_was_not_prepared(path):
+    """Only prepare hands the outcome to the manager; before it, close() aborts as always
+    (the timeout would never do it for a 2PC id)."""
+    p = _producer(path)
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("out", value=b"a")
+    p.flush()
+    p.close()
+    log = txlog.Admin(path).store.partition("out", 0)
+    assert log.last_stable_offset == log.log_end_offset
+    q = _producer(path)
+    q.init_transactions(keep_prepared_txn=True)
+    with pytest.raises(InvalidTxnStateError):
+        q.complete_transaction(PreparedTxnState(0, 0))
+    q.close()
+    assert _committed(path) == []
