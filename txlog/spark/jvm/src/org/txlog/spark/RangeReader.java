@@ -4,6 +4,8 @@ import org.apache.spark.sql.connector.read.PartitionReader;
 import org.apache.spark.sql.execution.vectorized.ConstantColumnVector;
 import org.apache.spark.sql.execution.vectorized.OnHeapColumnVector;
 import org.apache.spark.sql.execution.vectorized.WritableColumnVector;
+import org.apache.spark.sql.types.ArrayType;
+import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.vectorized.ColumnVector;
@@ -158,6 +160,11 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
         private final WritableColumnVector timestamp;
         private final WritableColumnVector timestampType;
         private final WritableColumnVector headers;
+        // The headers' element fields Spark asked for: nested-schema pruning may hand us a struct
+        // of `key` alone or `value` alone (explode(headers).key, headers.value), so each is found
+        // by name in the requested element type; -1 = not requested, read past and not written.
+        private final int headerKeyField;
+        private final int headerValueField;
         private final WritableColumnVector producerId;
         private final WritableColumnVector producerEpoch;
         private final WritableColumnVector sequence;
@@ -181,10 +188,32 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
             timestamp = vector("timestamp");
             timestampType = vector("timestampType");
             headers = vector("headers");
+            StructType headerFields = headers == null ? null : headerElement(schema);
+            headerKeyField = fieldIndex(headerFields, "key");
+            headerValueField = fieldIndex(headerFields, "value");
             producerId = vector("producerId");
             producerEpoch = vector("producerEpoch");
             sequence = vector("sequence");
             isTransactional = vector("isTransactional");
+        }
+
+        /** The element struct of the requested `headers` column (array of struct, possibly pruned). */
+        private static StructType headerElement(StructType schema) {
+            DataType type = schema.fields()[schema.fieldIndex("headers")].dataType();
+            return (StructType) ((ArrayType) type).elementType();
+        }
+
+        private static int fieldIndex(StructType struct, String name) {
+            if (struct == null) {
+                return -1;
+            }
+            String[] names = struct.fieldNames();
+            for (int i = 0; i < names.length; i++) {
+                if (names[i].equals(name)) {
+                    return i;
+                }
+            }
+            return -1;
         }
 
         private WritableColumnVector vector(String name) {
@@ -346,8 +375,12 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
                 int valueLength = c.varint();
                 int valueAt = c.skip(valueLength);
                 elements.appendStruct(false);
-                elements.getChild(0).appendByteArray(c.data, keyAt, keyLength);
-                appendBytes(elements.getChild(1), c.data, valueAt, valueLength);
+                if (headerKeyField >= 0) {
+                    elements.getChild(headerKeyField).appendByteArray(c.data, keyAt, keyLength);
+                }
+                if (headerValueField >= 0) {
+                    appendBytes(elements.getChild(headerValueField), c.data, valueAt, valueLength);
+                }
             }
         }
 
