@@ -156,3 +156,30 @@ def test_duckdb_messages_are_one_line():
     assert duckdb_message(Fake("")) == "Fake"
     reserved = duckdb_message(Fake('Parser Error: syntax error at or near "offset"\n\nLINE 1: SELECT offset'))
     assert reserved.startswith('Parser Error: syntax error at or near "offset" (') and "`offset`" in reserved
+
+
+def test_spark_topic_views_are_served_by_the_jvm_reader(store):
+    """The topic views are txlog.spark.read's JVM reader (the physical plan names its scan), the
+    analysis views the Python source; a query pruning the headers' struct reads through it."""
+    script = (
+        "EXPLAIN SELECT count(*) FROM orders;\n"
+        "EXPLAIN SELECT count(*) FROM txlog_batches;\n"
+        "SELECT h.key AS k, count(*) AS n FROM (SELECT explode(headers) AS h FROM orders) GROUP BY h.key;\n"
+    )
+    proc = _sql(store, "--output", "jsonl", "--include-headers", stdin=script, engine="spark")
+    assert_ok(proc)
+    rows = [json.loads(line) for line in proc.stdout.splitlines()]
+    plans = [row["plan"] for row in rows if "plan" in row]
+    assert len(plans) == 2
+    assert "txlog JVM reader" in plans[0], plans[0]
+    assert "txlog JVM reader" not in plans[1], plans[1]
+    counts = {row["k"]: row["n"] for row in rows if "k" in row}
+    duckdb = _sql(
+        store,
+        "--output",
+        "jsonl",
+        "--include-headers",
+        stdin="SELECT h.key AS k, count(*) AS n FROM (SELECT unnest(headers) AS h FROM orders) GROUP BY h.key;\n",
+    )
+    assert_ok(duckdb)
+    assert counts == {row["k"]: row["n"] for row in map(json.loads, duckdb.stdout.splitlines())} and counts

@@ -17,7 +17,7 @@ import textwrap
 import time
 
 import pytest
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 from pyspark.sql.types import StructType
 from spark_stores import consumer_rows, mixed_store
 
@@ -78,8 +78,6 @@ def test_max_offsets_per_trigger_shares_the_budget_by_backlog(tmp_path):
     assert from_json_offsets(reader.latestOffset(start, ReadAllAvailable())) == {
         tp: b[1] for tp, b in _bounds(path).items()
     }
-    # ReadMinRows waits (returns the start) until enough has arrived
-    assert reader.latestOffset(start, ReadMinRows(10**6)) == start
 
 
 def test_a_micro_batch_never_splits_an_undecided_transaction(tmp_path):

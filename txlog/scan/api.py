@@ -67,22 +67,18 @@ def scan(
     """
     isolation = _isolation(isolation_level)
     names = _columns(columns)
+    start_ts = _timestamp(starting_timestamp, "starting_timestamp")
+    end_ts = _timestamp(ending_timestamp, "ending_timestamp")
+    if start_ts is not None and end_ts is not None and end_ts < start_ts:
+        raise IllegalArgumentError(f"ending_timestamp {end_ts} is before starting_timestamp {start_ts}")
     request = ReadRequest(
         isolation=isolation,
         starting_offsets=_offset_spec(starting_offsets, "starting_offsets"),
         ending_offsets=_offset_spec(ending_offsets, "ending_offsets"),
-        starting_timestamp=_timestamp(starting_timestamp, "starting_timestamp"),
-        ending_timestamp=_timestamp(ending_timestamp, "ending_timestamp"),
+        starting_timestamp=start_ts,
+        ending_timestamp=end_ts,
         max_bytes_per_piece=_ONE_PIECE,
     )
-    if (
-        request.starting_timestamp is not None
-        and request.ending_timestamp is not None
-        and request.ending_timestamp < request.starting_timestamp
-    ):
-        raise IllegalArgumentError(
-            f"ending_timestamp {request.ending_timestamp} is before starting_timestamp {request.starting_timestamp}"
-        )
     with _opened(store) as opened:
         partitions = select_partitions(opened, topics=_topics(topics), internal=False)
         ranges = plan_read(opened, partitions, request)

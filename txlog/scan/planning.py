@@ -36,6 +36,15 @@ LATEST = -1
 #: "earliest", "latest", or {(topic, partition): offset} with EARLIEST/LATEST allowed.
 OffsetSpec = str | dict[TopicPartitionKey, int]
 
+#: One timestamp (epoch ms) for every partition, or {(topic, partition): timestamp}; in a dict,
+#: EARLIEST/LATEST ask for those offsets, as they do in Kafka's ListOffsets.
+TimestampSpec = int | dict[TopicPartitionKey, int]
+
+#: What a starting timestamp no record matches resolves to: the latest offset, or an error
+#: (Spark's startingOffsetsByTimestampStrategy "latest" / "error").
+NO_MATCH_LATEST = "latest"
+NO_MATCH_ERROR = "error"
+
 #: Input pieces are cut at segment boundaries once a range has this many bytes
 #: (Spark's own default for files, spark.sql.files.maxPartitionBytes).
 DEFAULT_MAX_BYTES_PER_PIECE = 128 << 20
@@ -45,17 +54,20 @@ DEFAULT_MAX_BYTES_PER_PIECE = 128 << 20
 class ReadRequest:
     """What to read of the selected partitions, whoever asks (Spark's options, `txlog.scan`'s arguments).
 
-    A starting or ending timestamp (epoch ms) resolves per partition to the first offset whose
-    record timestamp is at or after it (Kafka's ListOffsets rule), and takes the place of the
-    offsets on that side. `every_partition` is Spark's rule for offset dicts: they must name
-    each selected partition; otherwise a partition left out reads from earliest / to latest.
+    A starting or ending timestamp (epoch ms; one for all partitions or one per partition)
+    resolves per partition to the first offset whose record timestamp is at or after it
+    (Kafka's ListOffsets rule), and takes the place of the offsets on that side.
+    `every_partition` is Spark's rule for offset dicts: they must name each selected
+    partition; otherwise a partition left out reads from earliest / to latest.
     """
 
     isolation: IsolationLevel = IsolationLevel.READ_COMMITTED
     starting_offsets: OffsetSpec = "earliest"
     ending_offsets: OffsetSpec = "latest"
-    starting_timestamp: int | None = None
-    ending_timestamp: int | None = None
+    starting_timestamp: TimestampSpec | None = None
+    ending_timestamp: TimestampSpec | None = None
+    #: A starting timestamp without a matching record: NO_MATCH_LATEST or NO_MATCH_ERROR (an end always takes latest).
+    starting_no_match: str = NO_MATCH_LATEST
     fail_on_data_loss: bool = True
     min_pieces: int | None = None
     max_records_per_piece: int | None = None
@@ -64,6 +76,8 @@ class ReadRequest:
     #: How the offset specs are named in errors (Spark's option names, or scan's arguments).
     starting_name: str = "starting_offsets"
     ending_name: str = "ending_offsets"
+    starting_timestamp_name: str = "starting_timestamp"
+    ending_timestamp_name: str = "ending_timestamp"
     #: What the reader can do about deleted offsets, appended to the error saying so.
     data_loss_hint: str = ""
 
@@ -173,19 +187,55 @@ def resolve_offsets(
 
 
 def resolve_timestamp(
-    store: Store, bounds: dict[TopicPartitionKey, LogBounds], timestamp: int, *, isolation: IsolationLevel
+    store: Store,
+    bounds: dict[TopicPartitionKey, LogBounds],
+    timestamp: TimestampSpec,
+    *,
+    isolation: IsolationLevel,
+    option: str = "timestamp",
+    no_match: str = NO_MATCH_LATEST,
 ) -> dict[TopicPartitionKey, int]:
-    """Per partition, the first offset whose record timestamp is ≥ `timestamp` (Kafka's ListOffsets).
+    """Per partition, the first offset whose record timestamp is ≥ its timestamp (Kafka's ListOffsets).
 
-    A partition with no such record (or none the isolation level can see yet) resolves to
-    its latest offset: a start there reads nothing, an end there reads everything visible.
+    As Kafka's ListOffsets, an offset the isolation level cannot see yet (at or past the LSO
+    under read_committed) is no match. A partition with no match resolves to its latest
+    offset (a start there reads nothing, an end there everything visible), or, with
+    `no_match` NO_MATCH_ERROR, fails (Spark's startingOffsetsByTimestampStrategy "error").
+    A dict must name exactly the selected partitions; `option` names it in errors.
     """
+    per_partition = _per_partition(timestamp, bounds, option)
     out = {}
     for tp, b in bounds.items():
+        target = per_partition[tp]
+        if target in (EARLIEST, LATEST):
+            out[tp] = _sentinel(target, b, isolation)
+            continue
         latest = latest_offset(b, isolation)
-        found = store.partition(*tp).offset_for_timestamp(timestamp)
-        out[tp] = latest if found is None else min(max(found, b.log_start_offset), latest)
+        found = store.partition(*tp).offset_for_timestamp(target)
+        if found is None or found >= latest:
+            if no_match == NO_MATCH_ERROR:
+                raise IllegalArgumentError(
+                    f"option '{option}': no offset matched from request of topic-partition {_tp(tp)} and timestamp "
+                    f"{target} (set startingOffsetsByTimestampStrategy=latest to start at the latest offset instead)"
+                )
+            out[tp] = latest
+        else:
+            out[tp] = max(found, b.log_start_offset)
     return out
+
+
+def _per_partition(
+    timestamp: TimestampSpec, bounds: dict[TopicPartitionKey, LogBounds], option: str
+) -> dict[TopicPartitionKey, int]:
+    """One timestamp per selected partition; a dict must name each of them and no other (Spark's rule)."""
+    if isinstance(timestamp, int):
+        return dict.fromkeys(bounds, timestamp)
+    extra = sorted(set(timestamp) - set(bounds))
+    missing = sorted(set(bounds) - set(timestamp))
+    if extra or missing:
+        what = f"names {_tp(extra[0])}, which is not subscribed" if extra else f"lacks {_tp(missing[0])}"
+        raise IllegalArgumentError(f"option '{option}' must give a timestamp for every subscribed partition; it {what}")
+    return dict(timestamp)
 
 
 def _sentinel(offset: int, bounds: LogBounds, isolation: IsolationLevel) -> int:
@@ -203,11 +253,35 @@ def _tp(tp: TopicPartitionKey) -> str:
 def plan_read(store: Store, partitions: Iterable[TopicPartitionKey], request: ReadRequest) -> list[OffsetRange]:
     """The ranges of a batch read: the request's start to end of every selected partition, fixed now."""
     bounds = partition_bounds(store, partitions)
-    starts = _side(
-        store, bounds, request, request.starting_offsets, request.starting_timestamp, request.starting_name, EARLIEST
+    starts = starting_offsets(store, bounds, request)
+    ends = _side(
+        store,
+        bounds,
+        request,
+        request.ending_offsets,
+        request.ending_timestamp,
+        request.ending_name,
+        LATEST,
+        timestamp_name=request.ending_timestamp_name,
     )
-    ends = _side(store, bounds, request, request.ending_offsets, request.ending_timestamp, request.ending_name, LATEST)
     return plan_ranges(store, request, bounds, starts, ends)
+
+
+def starting_offsets(
+    store: Store, bounds: dict[TopicPartitionKey, LogBounds], request: ReadRequest
+) -> dict[TopicPartitionKey, int]:
+    """Where the request starts in each partition (a batch read's start, a stream's first offsets)."""
+    return _side(
+        store,
+        bounds,
+        request,
+        request.starting_offsets,
+        request.starting_timestamp,
+        request.starting_name,
+        EARLIEST,
+        timestamp_name=request.starting_timestamp_name,
+        no_match=request.starting_no_match,
+    )
 
 
 def _side(
@@ -215,13 +289,18 @@ def _side(
     bounds: dict[TopicPartitionKey, LogBounds],
     request: ReadRequest,
     spec: OffsetSpec,
-    timestamp: int | None,
+    timestamp: TimestampSpec | None,
     option: str,
     default: int,
+    *,
+    timestamp_name: str,
+    no_match: str = NO_MATCH_LATEST,
 ) -> dict[TopicPartitionKey, int]:
     """One end of every range: from a timestamp when one is given, else from the offset spec."""
     if timestamp is not None:
-        return resolve_timestamp(store, bounds, timestamp, isolation=request.isolation)
+        return resolve_timestamp(
+            store, bounds, timestamp, isolation=request.isolation, option=timestamp_name, no_match=no_match
+        )
     return resolve_offsets(
         spec,
         bounds,

@@ -1,16 +1,19 @@
 """The options of `spark.read.format("txlog")`, checked once on the driver.
 
 Names and meanings are those of Spark's Kafka source (`subscribe`, `startingOffsets`,
-`failOnDataLoss`, ...) so a job written against Kafka runs here with only the format
-and path changed; `kafka.`-prefixed spellings of client settings are accepted too.
-Everything is parsed into one frozen value before planning, so a bad option fails the
-query at analysis time with a message naming the option, never inside a task.
+`startingTimestamp`, `failOnDataLoss`, ...) so a job written against Kafka runs here with
+only the format and path changed. Everything is parsed into one frozen value before
+planning, so a bad option fails the query at analysis time with a message naming the
+option, never inside a task. An option this reader does not know is refused, not ignored
+(a misspelled `startingOffset` would otherwise read everything); see `_check_names` for the
+few that are accepted without effect and why (docs/spark.md "Options").
 
 Pure Python: the planner and its tests do not need Spark.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from collections.abc import Mapping
@@ -23,6 +26,8 @@ from txlog.scan.planning import (
     DEFAULT_MAX_BYTES_PER_PIECE,
     EARLIEST,
     LATEST,
+    NO_MATCH_ERROR,
+    NO_MATCH_LATEST,
     OffsetRange,
     ReadRequest,
     TopicPartitionKey,
@@ -41,6 +46,60 @@ DEFAULT_MAX_BYTES_PER_PARTITION = DEFAULT_MAX_BYTES_PER_PIECE
 
 #: "earliest", "latest", or Spark's JSON {topic: {partition: offset}} with EARLIEST/LATEST allowed.
 OffsetSpec = str | dict[str, dict[int, int]]
+
+#: startingTimestamp (one epoch-ms value for every partition) or startingOffsetsByTimestamp's
+#: {topic: {partition: timestamp}}.
+TimestampSpec = int | dict[str, dict[int, int]]
+
+#: Spark's default maxTriggerDelay (KafkaSourceProvider.DEFAULT_MAX_TRIGGER_DELAY): 15 minutes.
+DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
+
+#: Every option the reader takes, spelled as Spark's Kafka source spells them (compared ignoring
+#: case, as Spark compares them). `path` is what Spark puts there from load(path).
+OPTIONS = (
+    "path",
+    "view",
+    "subscribe",
+    "subscribePattern",
+    "assign",
+    "startingOffsets",
+    "endingOffsets",
+    "startingTimestamp",
+    "endingTimestamp",
+    "startingOffsetsByTimestamp",
+    "endingOffsetsByTimestamp",
+    "startingOffsetsByTimestampStrategy",
+    "isolation.level",
+    "kafka.isolation.level",
+    "failOnDataLoss",
+    "minPartitions",
+    "maxRecordsPerPartition",
+    "maxBytesPerPartition",
+    "includeHeaders",
+    "includeTransactionColumns",
+    "maxOffsetsPerTrigger",
+    "minOffsetsPerTrigger",
+    "maxTriggerDelay",
+)
+
+#: Spark Kafka source options that tune its network consumer (group ids, offset-fetch retries,
+#: poll timeouts): accepted so a Kafka job runs unchanged, and without effect, as there is no
+#: consumer and no broker to retry against: the reader reads the segment files.
+CONSUMER_ONLY_OPTIONS = (
+    "groupIdPrefix",
+    "fetchOffset.numRetries",
+    "fetchOffset.retryIntervalMs",
+    "kafkaConsumer.pollTimeoutMs",
+)
+
+#: `kafka.` consumer settings Spark's Kafka source itself refuses, with its reasons.
+REFUSED_KAFKA_OPTIONS = {
+    "kafka.auto.offset.reset": "set startingOffsets to 'earliest' or 'latest' instead",
+    "kafka.key.deserializer": "keys are bytes; deserialize them with DataFrame operations",
+    "kafka.value.deserializer": "values are bytes; deserialize them with DataFrame operations",
+    "kafka.enable.auto.commit": "progress lives in Spark's checkpoint, not in a consumer group",
+    "kafka.interceptor.classes": "interceptors could change records, so they are not supported",
+}
 
 
 @dataclass(frozen=True)
@@ -62,6 +121,16 @@ class SourceOptions:
     include_headers: bool = False
     include_transaction_columns: bool = False
     max_offsets_per_trigger: int | None = None
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
+    #: startingTimestamp / startingOffsetsByTimestamp (they take precedence over startingOffsets)
+    starting_timestamps: TimestampSpec | None = None
+    ending_timestamps: TimestampSpec | None = None
+    #: startingOffsetsByTimestampStrategy: what a starting timestamp no record matches does
+    starting_no_match: str = NO_MATCH_ERROR
+    #: the names of the options the timestamps came from, for errors
+    starting_timestamp_name: str = "startingTimestamp"
+    ending_timestamp_name: str = "endingTimestamp"
 
     @property
     def committed_only(self) -> bool:
@@ -81,6 +150,9 @@ class SourceOptions:
             isolation=self.isolation,
             starting_offsets=flat_offsets(self.starting_offsets),
             ending_offsets=flat_offsets(self.ending_offsets),
+            starting_timestamp=_flat_timestamps(self.starting_timestamps),
+            ending_timestamp=_flat_timestamps(self.ending_timestamps),
+            starting_no_match=self.starting_no_match,
             fail_on_data_loss=self.fail_on_data_loss,
             min_pieces=self.min_partitions,
             max_records_per_piece=self.max_records_per_partition,
@@ -88,6 +160,8 @@ class SourceOptions:
             every_partition=True,
             starting_name="startingOffsets",
             ending_name="endingOffsets",
+            starting_timestamp_name=self.starting_timestamp_name,
+            ending_timestamp_name=self.ending_timestamp_name,
             data_loss_hint="; set failOnDataLoss=false to read from there instead",
         )
 
@@ -97,6 +171,12 @@ def flat_offsets(spec: OffsetSpec) -> str | dict[TopicPartitionKey, int]:
     if isinstance(spec, str):
         return spec
     return {(topic, p): offset for topic, parts in spec.items() for p, offset in parts.items()}
+
+
+def _flat_timestamps(spec: TimestampSpec | None) -> int | dict[TopicPartitionKey, int] | None:
+    if spec is None or isinstance(spec, int):
+        return spec
+    return {(topic, p): ts for topic, parts in spec.items() for p, ts in parts.items()}
 
 
 def plan_batch(options: SourceOptions) -> list[OffsetRange]:
@@ -114,6 +194,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool | None = False)
     `streaming` None checks only what holds for both kinds of query (enough for the schema).
     """
     opts = {str(k).lower(): v for k, v in options.items() if v is not None}
+    _check_names(opts)
     path = opts.get("path")
     if not path:
         raise IllegalArgumentError("the txlog source needs a store path: .load('/path/to/store')")
@@ -121,12 +202,24 @@ def parse_options(options: Mapping[str, str], *, streaming: bool | None = False)
     if view not in VIEWS:
         raise IllegalArgumentError(f"option 'view' must be one of {', '.join(VIEWS)}, not {view!r}")
     subscribe, pattern, assign = _topic_selection(opts, required=view == "records")
+    if streaming:
+        _refuse_ends_in_a_stream(opts)
     starting = _offset_spec(opts, "startingoffsets", "startingOffsets", "latest" if streaming else "earliest")
     ending = _offset_spec(opts, "endingoffsets", "endingOffsets", "latest")
-    if streaming and "endingoffsets" in opts:
-        raise IllegalArgumentError("option 'endingOffsets' is for batch queries only; a stream has no end")
+    starting_ts, starting_ts_name = _timestamps(opts, "startingTimestamp", "startingOffsetsByTimestamp")
+    ending_ts, ending_ts_name = _timestamps(opts, "endingTimestamp", "endingOffsetsByTimestamp")
     if streaming is False:
-        _check_batch_bounds(starting, ending)
+        # Spark's precedence: a timestamp option takes the offsets' place, so only an offset spec
+        # that is used is checked against the batch rules
+        _check_batch_bounds(starting if starting_ts is None else "earliest", ending if ending_ts is None else "latest")
+    _check_timestamp_pair(starting_ts, ending_ts)
+    max_per_trigger = _positive_int(opts, "maxoffsetspertrigger", "maxOffsetsPerTrigger")
+    min_per_trigger = _positive_int(opts, "minoffsetspertrigger", "minOffsetsPerTrigger")
+    if min_per_trigger is not None and max_per_trigger is not None and min_per_trigger > max_per_trigger:
+        raise IllegalArgumentError(
+            f"option 'minOffsetsPerTrigger' ({min_per_trigger}) is higher than 'maxOffsetsPerTrigger' "
+            f"({max_per_trigger})"
+        )
     return SourceOptions(
         path=str(path),
         view=view,
@@ -143,8 +236,132 @@ def parse_options(options: Mapping[str, str], *, streaming: bool | None = False)
         fail_on_data_loss=_bool(opts, "failondataloss", "failOnDataLoss", True),
         include_headers=_bool(opts, "includeheaders", "includeHeaders", False),
         include_transaction_columns=_bool(opts, "includetransactioncolumns", "includeTransactionColumns", False),
-        max_offsets_per_trigger=_positive_int(opts, "maxoffsetspertrigger", "maxOffsetsPerTrigger"),
+        max_offsets_per_trigger=max_per_trigger,
+        min_offsets_per_trigger=min_per_trigger,
+        max_trigger_delay_ms=_duration_ms(opts, "maxtriggerdelay", "maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY_MS),
+        starting_timestamps=starting_ts,
+        ending_timestamps=ending_ts,
+        starting_no_match=_no_match_strategy(opts),
+        starting_timestamp_name=starting_ts_name,
+        ending_timestamp_name=ending_ts_name,
     )
+
+
+_KNOWN = {name.lower(): name for name in OPTIONS + CONSUMER_ONLY_OPTIONS}
+
+
+def _check_names(opts: dict[str, str]) -> None:
+    """Refuse an option this reader does not know, naming it (and the option it is close to).
+
+    `kafka.`-prefixed options configure Spark's Kafka consumer, which has no counterpart here:
+    `kafka.isolation.level` is honoured, those Spark's Kafka source refuses are refused with
+    its reasons, and the rest (bootstrap servers, security, fetch tuning) are accepted without
+    effect, so a Kafka job runs unchanged; a near-miss of `kafka.isolation.level` is refused,
+    as a misspelled isolation level would silently read uncommitted-or-not data.
+    """
+    for key in opts:
+        if key in _KNOWN:
+            continue
+        if key in REFUSED_KAFKA_OPTIONS:
+            raise IllegalArgumentError(f"option '{key}' is not supported: {REFUSED_KAFKA_OPTIONS[key]}")
+        close = difflib.get_close_matches(key, _KNOWN, n=1, cutoff=0.8)
+        if key.startswith("kafka.") and not close:
+            continue
+        hint = f"; did you mean '{_KNOWN[close[0]]}'?" if close else ""
+        raise IllegalArgumentError(f"unknown option '{key}' for the txlog reader{hint}")
+
+
+def _refuse_ends_in_a_stream(opts: dict[str, str]) -> None:
+    """A stream has no end: Spark's Kafka source refuses these with the same words."""
+    if "endingoffsets" in opts:
+        raise IllegalArgumentError("option 'endingOffsets': ending offset not valid in streaming queries")
+    for key, name in (("endingtimestamp", "endingTimestamp"), ("endingoffsetsbytimestamp", "endingOffsetsByTimestamp")):
+        if key in opts:
+            raise IllegalArgumentError(f"option '{name}': ending timestamp not valid in streaming queries")
+
+
+def _timestamps(opts: dict[str, str], global_name: str, by_partition_name: str) -> tuple[TimestampSpec | None, str]:
+    """The timestamp side of one end, by Spark's precedence: the global timestamp, then the per-partition JSON.
+
+    Returns the spec (None when neither is given) and the name of the option it came from.
+    """
+    if global_name.lower() in opts:
+        text = str(opts[global_name.lower()]).strip()
+        if not re.fullmatch(r"-?[0-9]+", text) or int(text) < 0:
+            raise IllegalArgumentError(
+                f"option '{global_name}' must be a timestamp in epoch milliseconds ≥ 0, not {text!r}"
+            )
+        return int(text), global_name
+    if by_partition_name.lower() in opts:
+        return _timestamp_json(str(opts[by_partition_name.lower()]), by_partition_name), by_partition_name
+    return None, global_name
+
+
+def _timestamp_json(text: str, name: str) -> dict[str, dict[int, int]]:
+    """{"topicA":{"0":1700000000000,"1":-2}}: a timestamp per partition; -2 / -1 ask for earliest / latest
+    (Kafka's ListOffsets reads those timestamps so, and Spark hands them on to it)."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    ok = isinstance(value, dict) and bool(value) and all(isinstance(parts, dict) for parts in value.values())
+    spec: dict[str, dict[int, int]] = {}
+    for topic, parts in value.items() if ok else ():
+        for partition, ts in parts.items():
+            if not str(partition).isdigit() or isinstance(ts, bool) or not isinstance(ts, int) or ts < EARLIEST:
+                ok = False
+                break
+            spec.setdefault(str(topic), {})[int(partition)] = ts
+    if not ok:
+        raise IllegalArgumentError(
+            f'option \'{name}\' must be JSON like {{"topicA":{{"0":1700000000000}}}} (epoch ms per partition), '
+            f"not {text.strip()!r}"
+        )
+    return spec
+
+
+def _check_timestamp_pair(starting: TimestampSpec | None, ending: TimestampSpec | None) -> None:
+    """Spark's checkOffsetLimitValidity for two per-partition timestamp maps: same partitions, start ≤ end."""
+    if not isinstance(starting, dict) or not isinstance(ending, dict):
+        return
+    start, end = _flat_timestamps(starting), _flat_timestamps(ending)
+    assert isinstance(start, dict) and isinstance(end, dict)
+    if set(start) != set(end):
+        raise IllegalArgumentError(
+            "options 'startingOffsetsByTimestamp' and 'endingOffsetsByTimestamp' must name the same partitions"
+        )
+    for tp, ts in sorted(start.items()):
+        if ts >= 0 and end[tp] >= 0 and ts > end[tp]:
+            raise IllegalArgumentError(
+                f"option 'startingOffsetsByTimestamp': the timestamp {ts} of {tp[0]}-{tp[1]} is after its "
+                f"ending timestamp {end[tp]}"
+            )
+
+
+def _no_match_strategy(opts: dict[str, str]) -> str:
+    text = str(opts.get("startingoffsetsbytimestampstrategy", NO_MATCH_ERROR)).strip().lower()
+    if text not in (NO_MATCH_ERROR, NO_MATCH_LATEST):
+        raise IllegalArgumentError(
+            f"option 'startingOffsetsByTimestampStrategy' must be error or latest, not "
+            f"{opts['startingoffsetsbytimestampstrategy']!r}"
+        )
+    return text
+
+
+#: Spark's time-string suffixes (JavaUtils.timeStringAs): a bare number is milliseconds.
+_TIME_UNITS_MS = {"us": 0.001, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def _duration_ms(opts: dict[str, str], key: str, name: str, default: int) -> int:
+    if key not in opts:
+        return default
+    text = str(opts[key]).strip().lower()
+    found = re.fullmatch(r"([0-9]+)\s*([a-z]*)", text)
+    if found is None or found.group(2) not in (*_TIME_UNITS_MS, ""):
+        raise IllegalArgumentError(
+            f"option '{name}' must be a duration such as 30s, 5m or 100ms (a bare number is ms), not {opts[key]!r}"
+        )
+    return int(int(found.group(1)) * _TIME_UNITS_MS.get(found.group(2), 1))
 
 
 def _topic_selection(opts: dict[str, str], *, required: bool):

@@ -22,9 +22,11 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
+from storage.errors import KafkaError
 from txlog.scan.range_reader import read_range
 from txlog.spark.options import FORMAT, SourceOptions, parse_options, plan_batch
 from txlog.spark.schemas import record_schema
+from txlog.spark.worker_errors import one_line_errors
 
 
 class TxlogDataSource(DataSource):
@@ -35,7 +37,8 @@ class TxlogDataSource(DataSource):
         return FORMAT
 
     def schema(self) -> str:
-        options = parse_options(self.options, streaming=None)
+        with one_line_errors():
+            options = parse_options(self.options, streaming=None)
         if options.view != "records":
             return _view_module(options.view).SCHEMA
         return record_schema(
@@ -43,12 +46,19 @@ class TxlogDataSource(DataSource):
         )
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return TxlogReader(parse_options(self.options, streaming=False), schema)
+        with one_line_errors():
+            return TxlogReader(parse_options(self.options, streaming=False), schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        from txlog.spark.stream import TxlogStreamReader  # streaming is the rarer path
+        from txlog.spark.stream import RefusedStreamReader, TxlogStreamReader  # streaming is the rarer path
 
-        return TxlogStreamReader(parse_options(self.options, streaming=True), schema)
+        try:
+            options = parse_options(self.options, streaming=True)
+        except KafkaError as exc:
+            # Raised here, PySpark 4.3's stream runner would hide it behind an UnboundLocalError of
+            # its own (its `finally: reader.stop()` has no reader): the query's first call raises it
+            return RefusedStreamReader(exc)
+        return TxlogStreamReader(options, schema)
 
 
 class TxlogReader(DataSourceReader):
@@ -59,10 +69,12 @@ class TxlogReader(DataSourceReader):
         self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
 
     def partitions(self) -> list[InputPartition]:
-        return [InputPartition(part) for part in plan_view(self.options)]
+        with one_line_errors():
+            return [InputPartition(part) for part in plan_view(self.options)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return read_view(self.options, partition.value, self.arrow_schema)
+        with one_line_errors():
+            yield from read_view(self.options, partition.value, self.arrow_schema)
 
 
 def _view_module(view: str):
