@@ -194,7 +194,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool | None = False)
     `streaming` None checks only what holds for both kinds of query (enough for the schema).
     """
     opts = {str(k).lower(): v for k, v in options.items() if v is not None}
-    _check_names(opts)
+    _check_names([str(k) for k, v in options.items() if v is not None])
     path = opts.get("path")
     if not path:
         raise IllegalArgumentError("the txlog source needs a store path: .load('/path/to/store')")
@@ -250,7 +250,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool | None = False)
 _KNOWN = {name.lower(): name for name in OPTIONS + CONSUMER_ONLY_OPTIONS}
 
 
-def _check_names(opts: dict[str, str]) -> None:
+def _check_names(names: list[str]) -> None:
     """Refuse an option this reader does not know, naming it (and the option it is close to).
 
     `kafka.`-prefixed options configure Spark's Kafka consumer, which has no counterpart here:
@@ -259,16 +259,17 @@ def _check_names(opts: dict[str, str]) -> None:
     effect, so a Kafka job runs unchanged; a near-miss of `kafka.isolation.level` is refused,
     as a misspelled isolation level would silently read uncommitted-or-not data.
     """
-    for key in opts:
+    for name in names:
+        key = name.lower()
         if key in _KNOWN:
             continue
         if key in REFUSED_KAFKA_OPTIONS:
-            raise IllegalArgumentError(f"option '{key}' is not supported: {REFUSED_KAFKA_OPTIONS[key]}")
+            raise IllegalArgumentError(f"option '{name}' is not supported: {REFUSED_KAFKA_OPTIONS[key]}")
         close = difflib.get_close_matches(key, _KNOWN, n=1, cutoff=0.8)
         if key.startswith("kafka.") and not close:
             continue
         hint = f"; did you mean '{_KNOWN[close[0]]}'?" if close else ""
-        raise IllegalArgumentError(f"unknown option '{key}' for the txlog reader{hint}")
+        raise IllegalArgumentError(f"unknown option '{name}' for the txlog reader{hint}")
 
 
 def _refuse_ends_in_a_stream(opts: dict[str, str]) -> None:
