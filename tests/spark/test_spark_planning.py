@@ -681,3 +681,47 @@ def test_a_plan_over_damage_reaches_the_log_end_and_its_read_fails_at_the_damage
         with pytest.raises(CorruptRecordError) as err:
             read_plan([r])
         assert (err.value.path, err.value.position) == (path, victim.position)
+
+
+# ---- timestamp options (Spark's Kafka source), planned without Spark ------------------------------------------
+
+
+def _timed(path: str) -> str:
+    """Topic t, 2 partitions, records 0..5 with timestamps 1000 + 100 * i."""
+    with txlog.Admin(path) as admin:
+        admin.create_topic("t", 2)
+    producer = txlog.Producer(path, batch_size=1)
+    for i in range(6):
+        for p in (0, 1):
+            producer.send("t", b"v", partition=p, timestamp_ms=1000 + 100 * i)
+    producer.close()
+    return path
+
+
+def _spans(path: str, **options: str) -> dict:
+    ranges = plan_batch(parse_options({"path": path, "subscribe": "t", **options}))
+    return {(r.topic, r.partition): (r.start, r.end) for r in ranges}
+
+
+def test_per_partition_timestamps_may_ask_for_earliest_and_latest_as_list_offsets_does(tmp_path):
+    path = _timed(str(tmp_path / "s"))
+    spans = _spans(
+        path, startingOffsetsByTimestamp='{"t":{"0":-2,"1":1250}}', endingOffsetsByTimestamp='{"t":{"0":1150,"1":-1}}'
+    )
+    assert spans == {("t", 0): (0, 2), ("t", 1): (3, 6)}
+
+
+def test_per_partition_timestamps_must_name_every_subscribed_partition(tmp_path):
+    path = _timed(str(tmp_path / "s"))
+    with pytest.raises(IllegalArgumentError, match="option 'endingOffsetsByTimestamp' .* lacks t-1"):
+        _spans(path, endingOffsetsByTimestamp='{"t":{"0":1150}}')
+
+
+def test_a_stream_refuses_ending_options_in_sparks_words():
+    for option, words in (
+        ("endingOffsets", "ending offset not valid in streaming queries"),
+        ("endingTimestamp", "ending timestamp not valid in streaming queries"),
+        ("endingOffsetsByTimestamp", "ending timestamp not valid in streaming queries"),
+    ):
+        with pytest.raises(IllegalArgumentError, match=f"option '{option}': {words}"):
+            parse_options({"path": "/x", "subscribe": "t", option: "1"}, streaming=True)
