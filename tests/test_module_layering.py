@@ -121,7 +121,9 @@ WING_RULES: dict[str, set[str]] = {
     # the planner and Arrow reader of `txlog.scan`: what the Spark source reads through too;
     # never Spark, never a client (it reads segment files, as a Consumer's fetch does)
     "scan": {COMMON},
-    "spark": {COMMON, "schemas", "scan"},
+    # the Spark source reads through scan; its sink (txlog/spark/writer.py) writes as a client does,
+    # with the Producer's two-phase commit and a group's offsets for its decisions
+    "spark": {COMMON, "schemas", "scan", "clients"},
     # `txlog export`: committed records into lake tables, read through txlog.scan; never a client, never Spark
     "export": {COMMON, "scan"},
     "tools": {COMMON, "schemas", "coordinator", TRANSPORT, "clients"},

@@ -3,6 +3,7 @@
     import txlog.spark
     spark = txlog.spark.local_session()        # or your session, then txlog.spark.register(spark)
     df = txlog.spark.read(spark, "/path/to/store", subscribe="orders")
+    df.write.format("txlog").option("topic", "out").mode("append").save("/path/to/store")  # exactly once
 
 Two format names, two readers, chosen explicitly (nothing of PySpark is patched):
 
@@ -12,6 +13,8 @@ Two format names, two readers, chosen explicitly (nothing of PySpark is patched)
   source (txlog/spark/jvm_reader.py plans and chooses, txlog/spark/jvm_build.py builds).
 * `spark.read.format("txlog")` / `spark.readStream.format("txlog")` (FORMAT): the Python data
   source, for every view, batch and streaming.
+* `df.write.format("txlog")` / `df.writeStream.format("txlog")`, and `write_batch` for
+  `foreachBatch`: the exactly-once sink (txlog/spark/writer.py).
 
 Registering is all a session needs for the Python source: its classes are pickled by
 reference and found by module name on the executors, so the txlog package installed there
@@ -27,9 +30,10 @@ back (the source takes FORMAT from `options`), so there is no import cycle throu
 
 from __future__ import annotations
 
+from txlog.spark.foreach_batch import write_batch
 from txlog.spark.jvm_build import JVM_FORMAT
 from txlog.spark.jvm_reader import read
 from txlog.spark.options import FORMAT
 from txlog.spark.session import local_session, register
 
-__all__ = ["FORMAT", "JVM_FORMAT", "local_session", "read", "register"]
+__all__ = ["FORMAT", "JVM_FORMAT", "local_session", "read", "register", "write_batch"]

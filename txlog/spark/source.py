@@ -3,7 +3,8 @@
     spark.read.format("txlog").option("subscribe", "orders").load("/path/to/store")
 
 `DataSource` is what Spark instantiates from the format name; it hands out a batch
-reader (planning on the driver, reading on executors) and a stream reader. Which rows
+reader (planning on the driver, reading on executors), a stream reader, and the exactly-once
+batch and streaming writers of txlog/spark/writer.py. Which rows
 come out is chosen by the `view` option: the records themselves (Spark's Kafka source
 schema), one row per batch, or the decoded `__transaction_state` history.
 
@@ -18,7 +19,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    InputPartition,
+)
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
@@ -59,6 +67,16 @@ class TxlogDataSource(DataSource):
             # its own (its `finally: reader.stop()` has no reader): the query's first call raises it
             return RefusedStreamReader(exc)
         return TxlogStreamReader(options, schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from txlog.spark.writer import batch_writer  # the sink: txlog/spark/writer.py
+
+        return batch_writer(self.options, schema, overwrite)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from txlog.spark.writer import stream_writer
+
+        return stream_writer(self.options, schema, overwrite)
 
 
 class TxlogReader(DataSourceReader):
