@@ -96,7 +96,9 @@ def latest_decision(path: str, query_id: str) -> tuple[Decision | None, dict[int
     for p in range(count):
         entry = offsets.get(TopicPartition(PREPARED_TOPIC, p))
         if entry is None or entry.offset != batch.offset:
-            raise InvalidTxnStateError(f"group '{group_id(query_id)}' holds an incomplete decision for batch {batch.offset}")
+            raise InvalidTxnStateError(
+                f"group '{group_id(query_id)}' holds an incomplete decision for batch {batch.offset}"
+            )
         states.append(entry.metadata)
     written = {tp.partition: om.offset for tp, om in offsets.items() if tp.topic == WRITTEN_TOPIC}
     return Decision(query_id, batch.offset, tuple(states)), written
@@ -111,7 +113,9 @@ def record_decision(path: str, decision: Decision) -> None:
         consumer.commit(offsets)
 
 
-def written_mark(query_id: str, batch_id: int, partition_id: int) -> tuple[dict[TopicPartition, OffsetAndMetadata], str]:
+def written_mark(
+    query_id: str, batch_id: int, partition_id: int
+) -> tuple[dict[TopicPartition, OffsetAndMetadata], str]:
     """What a task commits inside its transaction: (offsets, group) for send_offsets_to_transaction."""
     return {TopicPartition(WRITTEN_TOPIC, partition_id): OffsetAndMetadata(batch_id)}, group_id(query_id)
 
@@ -164,9 +168,14 @@ def check_prepared(admin: Admin, tid: str, state: PreparedTxnState) -> None:
     after this attempt prepared) fenced it otherwise, and committing the batch would lose its rows."""
     description = admin.describe_transaction(tid)
     value = None if description is None else description.state
-    if value is None or value.state is not TxnState.ONGOING or (value.producer_id, value.producer_epoch) != (
-        state.producer_id,
-        state.epoch,
+    if (
+        value is None
+        or value.state is not TxnState.ONGOING
+        or (value.producer_id, value.producer_epoch)
+        != (
+            state.producer_id,
+            state.epoch,
+        )
     ):
         raise InvalidTxnStateError(
             f"transaction {tid} is no longer the one its task prepared ({state}): another attempt of the "
