@@ -164,8 +164,8 @@ def test_write_batch_writes_each_query_batch_once(spark, tmp_path):
 
 def test_a_decision_left_uncompleted_is_completed_by_the_next_run(spark, tmp_path, monkeypatch):
     """A driver that dies after recording its decision, before completing the transactions: they
-    stay prepared (a two-phase-commit transaction is never timed out), and the next run of the
-    query completes them from the decision before its own tasks could fence them, writing nothing."""
+    stay prepared (a two-phase-commit transaction is never timed out), and the query's next batch
+    completes them from the decision before its own tasks run."""
     import pyarrow as pa
 
     from txlog.spark import write_guard
@@ -184,8 +184,32 @@ def test_a_decision_left_uncompleted_is_completed_by_the_next_run(spark, tmp_pat
         assert [d.transactional_id for d in admin.list_transactions(OPEN_STATES)] == ["txlog-spark-cut-0-0"]
 
     df = spark.range(0, 50, numPartitions=2).selectExpr("cast(id + 1000 as string) as value")
-    write_batch(df, 0, query_id="cut", path=path, topic="out")  # the re-run: completes, writes nothing new
-    assert [int(r.value) for r in _records(path, {"out": 1})] == list(range(50))
+    write_batch(df, 1, query_id="cut", path=path, topic="out")  # the next batch: batch 0 completed first
+    assert [int(r.value) for r in _records(path, {"out": 1})] == list(range(50)) + list(range(1000, 1050))
+    write_batch(df, 0, query_id="cut", path=path, topic="out")  # batch 0 again: decided, writes nothing
+    assert len(_records(path, {"out": 1})) == 100
+    assert_settled(path)
+
+
+def test_an_attempt_fenced_after_it_prepared_is_not_committed(tmp_path):
+    """A later attempt of a task (a speculative copy) fenced an attempt that had prepared: the
+    driver must not decide on the fenced one's state (completing with it would abort the later
+    attempt's rows too, and the batch would be lost without an error)."""
+    import pyarrow as pa
+
+    from txlog.errors import InvalidTxnStateError
+    from txlog.spark.writer import WritePlan, commit_batch, write_task
+
+    path = _store(tmp_path, {"out": 1})
+    plan = WritePlan(path, "out", "spec", 0, -1, ("value",))
+    rows = pa.record_batch([pa.array([str(i) for i in range(20)])], names=["value"])
+    first = write_task(plan, 0, iter([rows]))
+    second = write_task(plan, 0, iter([rows]))  # same task, same transactional id: fences the first
+    with pytest.raises(InvalidTxnStateError, match="another attempt of the task fenced it"):
+        commit_batch(path, "spec", 0, [first])
+    assert _records(path, {"out": 1}) == []
+    commit_batch(path, "spec", 0, [second])
+    assert [int(r.value) for r in _records(path, {"out": 1})] == list(range(20))
     assert_settled(path)
 
 
@@ -299,6 +323,7 @@ def _message(exc: BaseException) -> str:
         ),
         (["cast(id as string) as value", "array('x') as headers"], {"topic": "out"}, "headers attribute type must be"),
         (["cast(id as string) as value"], {"topic": "out", "subscribe": "x"}, "unknown option 'subscribe'"),
+        (["cast(id as string) as value"], {"topic": "nope"}, "topic 'nope' does not exist in store"),
         (["cast(id as string) as value"], {"topic": "out", "queryId": "a.b"}, "option 'queryId' must be"),
         (["cast(id as string) as value"], {"topic": "out", "batchId": "1"}, "option 'batchId' needs option 'queryId'"),
     ],
@@ -312,6 +337,16 @@ def test_a_bad_write_is_refused_at_save_in_one_line(spark, tmp_path, select, opt
         writer.save(path)
     assert wanted in _message(info.value)
     assert _records(path, {"out": 1}) == []
+
+
+def test_a_path_without_a_store_is_refused_not_created(spark, tmp_path):
+    missing = str(tmp_path / "no-store")
+    with pytest.raises(AnalysisException) as info:
+        spark.range(3).selectExpr("cast(id as string) as value").write.format("txlog").option("topic", "t").mode(
+            "append"
+        ).save(missing)
+    assert f"no txlog store at {missing}" in _message(info.value)
+    assert not os.path.exists(missing)
 
 
 def test_modes_other_than_append_are_refused(spark, tmp_path):

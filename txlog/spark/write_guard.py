@@ -29,6 +29,7 @@ import logging
 import re
 from dataclasses import dataclass
 
+from storage.store import Store
 from txlog.clients.admin import Admin
 from txlog.clients.consumer import Consumer
 from txlog.clients.prepared_txn_state import PreparedTxnState
@@ -84,9 +85,9 @@ class Decision:
         ]
 
 
-def latest_decision(path: str, query_id: str) -> tuple[Decision | None, dict[int, int]]:
+def latest_decision(store: Store, query_id: str) -> tuple[Decision | None, dict[int, int]]:
     """The query's latest decided batch (None if none), and the `written` marks per task partition."""
-    with Admin(path) as admin:
+    with Admin(store) as admin:
         offsets = admin.list_consumer_group_offsets(group_id(query_id))
     batch = offsets.get(BATCH_ENTRY)
     if batch is None:
@@ -104,12 +105,12 @@ def latest_decision(path: str, query_id: str) -> tuple[Decision | None, dict[int
     return Decision(query_id, batch.offset, tuple(states)), written
 
 
-def record_decision(path: str, decision: Decision) -> None:
+def record_decision(store: Store, decision: Decision) -> None:
     """The commit point: one atomic, durable offset commit naming every task's prepared state."""
     offsets = {BATCH_ENTRY: OffsetAndMetadata(decision.batch_id, str(len(decision.states)))}
     for p, state in enumerate(decision.states):
         offsets[TopicPartition(PREPARED_TOPIC, p)] = OffsetAndMetadata(decision.batch_id, state)
-    with Consumer(path, group_id=group_id(decision.query_id), enable_auto_commit=False) as consumer:
+    with Consumer(store, group_id=group_id(decision.query_id), enable_auto_commit=False) as consumer:
         consumer.commit(offsets)
 
 
@@ -120,32 +121,32 @@ def written_mark(
     return {TopicPartition(WRITTEN_TOPIC, partition_id): OffsetAndMetadata(batch_id)}, group_id(query_id)
 
 
-def settle(path: str, query_id: str) -> int:
+def settle(store: Store, query_id: str) -> int:
     """Finish the query's latest decision (a driver may have died while completing it); returns
     its batch id, or -1 when the query has decided nothing yet.
 
     Runs on the driver before a batch's tasks start, so no task of that batch can fence a
     decided transaction first (a task's init_transactions() aborts what its id left open).
     """
-    decision, written = latest_decision(path, query_id)
+    decision, written = latest_decision(store, query_id)
     if decision is None:
         return -1
-    complete(path, decision, written)
+    complete(store, decision, written)
     return decision.batch_id
 
 
-def complete(path: str, decision: Decision, written: dict[int, int] | None = None) -> None:
+def complete(store: Store, decision: Decision, written: dict[int, int] | None = None) -> None:
     """Commit every transaction the decision names, skipping the tasks whose mark shows them committed."""
     for p, (tid, state) in enumerate(decision.transactions()):
         if written is not None and written.get(p) == decision.batch_id:
             continue
-        complete_one(path, tid, state)
+        complete_one(store, tid, state)
 
 
-def complete_one(path: str, tid: str, state: PreparedTxnState) -> None:
+def complete_one(store: Store, tid: str, state: PreparedTxnState) -> None:
     """KIP-939's recovery: a new instance keeps the prepared transaction and completes it with the
     state the decision holds (a transaction that is not the one named is aborted, never committed)."""
-    with Producer(path, transactional_id=tid, transaction_two_phase_commit_enable=True) as producer:
+    with Producer(store, transactional_id=tid, transaction_two_phase_commit_enable=True) as producer:
         producer.init_transactions(keep_prepared_txn=True)
         try:
             producer.complete_transaction(state)
@@ -156,28 +157,22 @@ def complete_one(path: str, tid: str, state: PreparedTxnState) -> None:
             _log.info("transaction %s of a decided batch was already complete", tid)
 
 
-def abort(path: str, tid: str) -> None:
+def abort(store: Store, tid: str) -> None:
     """End whatever transaction `tid` left open, without keeping it (KIP-939: that aborts a prepared one)."""
-    with Producer(path, transactional_id=tid, transaction_two_phase_commit_enable=True) as producer:
+    with Producer(store, transactional_id=tid, transaction_two_phase_commit_enable=True) as producer:
         producer.init_transactions()
 
 
-def check_prepared(admin: Admin, tid: str, state: PreparedTxnState) -> None:
-    """Before deciding: the coordinator still holds `tid`'s transaction open with the producer id and
-    epoch the task reported. A later attempt of the task (a speculative copy, a retry that started
+def check_prepared(store: Store, prepared: list[tuple[str, PreparedTxnState]]) -> None:
+    """Before deciding: the coordinator still holds each transaction open with the producer id and
+    epoch its task reported. A later attempt of the task (a speculative copy, a retry that started
     after this attempt prepared) fenced it otherwise, and committing the batch would lose its rows."""
-    description = admin.describe_transaction(tid)
-    value = None if description is None else description.state
-    if (
-        value is None
-        or value.state is not TxnState.ONGOING
-        or (value.producer_id, value.producer_epoch)
-        != (
-            state.producer_id,
-            state.epoch,
-        )
-    ):
-        raise InvalidTxnStateError(
-            f"transaction {tid} is no longer the one its task prepared ({state}): another attempt of the "
-            "task fenced it; the batch is aborted and must run again"
-        )
+    with Admin(store) as admin:
+        states = {d.transactional_id: d.state for d in admin.list_transactions([TxnState.ONGOING])}
+    for tid, state in prepared:
+        value = states.get(tid)
+        if value is None or (value.producer_id, value.producer_epoch) != (state.producer_id, state.epoch):
+            raise InvalidTxnStateError(
+                f"transaction {tid} is no longer the one its task prepared ({state}): another attempt of the "
+                "task fenced it; the batch is aborted and must run again"
+            )

@@ -19,6 +19,7 @@ import json
 import os
 import uuid
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -26,10 +27,12 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
 
+import txlog.spark.write_guard as write_guard
+from storage.store import Store
 from txlog.clients.partitioner import partition_many
+from txlog.clients.prepared_txn_state import PreparedTxnState
 from txlog.clients.producer import Producer
-from txlog.errors import IllegalArgumentError, InvalidTxnStateError
-from txlog.spark import write_guard
+from txlog.errors import IllegalArgumentError, InvalidTxnStateError, UnknownTopicOrPartitionError
 from txlog.spark.write_guard import Decision
 
 #: Spark's Kafka sink columns (KafkaWriter's attributes); txlog refuses any other.
@@ -174,7 +177,9 @@ def batch_writer(options: Mapping[str, str], schema: StructType, overwrite: bool
     topic = _option(options, "topic")
     columns = check_schema(schema, topic)
     query_id, batch_id = _batch_query_id(options)
-    decided = write_guard.settle(path, query_id)
+    with _driver_store(path) as store:
+        _check_topic(store, path, topic)
+        decided = write_guard.settle(store, query_id)
     return TxlogBatchWriter(WritePlan(path, topic, query_id, batch_id, decided, columns))
 
 
@@ -189,7 +194,9 @@ def stream_writer(options: Mapping[str, str], schema: StructType, overwrite: boo
     if _option(options, "batchId") is not None:
         raise IllegalArgumentError("option 'batchId' is for batch writes: a stream's batches are Spark's")
     query_id = stream_query_id(options)
-    decided = write_guard.settle(path, query_id)
+    with _driver_store(path) as store:
+        _check_topic(store, path, topic)
+        decided = write_guard.settle(store, query_id)
     return TxlogStreamWriter(WritePlan(path, topic, query_id, None, decided, columns))
 
 
@@ -291,22 +298,25 @@ def send_batch(producer: Producer, batch: pa.RecordBatch, default_topic: str | N
 
 
 def _send_topic(producer: Producer, topic: str, batch: pa.RecordBatch) -> None:
-    """Rows of one topic: by their `partition` where given, else where the producer's partitioner puts them."""
+    """Rows of one topic, one `produce_many` per partition: a row's `partition` where given, else
+    Kafka's partitioner on its key, computed here for the whole column at once (natively), so the
+    producer gets whole runs of rows for one partition and no row is looked at in Python."""
     names = batch.schema.names
     keys = _bytes_column(batch, "key")
-    if "partition" not in names or batch.column(names.index("partition")).null_count == batch.num_rows:
-        _produce(producer, topic, batch, keys, None)
+    given = batch.column(names.index("partition")) if "partition" in names else None
+    if given is not None and given.null_count == batch.num_rows:
+        given = None
+    count = producer.store.partition_count(topic)
+    if given is None and (keys is None or count == 1):
+        _produce(producer, topic, batch, keys, None)  # one partition, or keyless rows: the sticky partition
         return
-    given = batch.column(names.index("partition"))
-    if given.null_count:
-        # rows without a partition go where the producer would put them, computed here so every row
-        # bound for one partition is sent in one group, in row order (keyless rows: -1, the sticky one)
-        by_key = pa.array(partition_many(keys or [None] * batch.num_rows, producer.store.partition_count(topic)))
-        given = pc.if_else(pc.is_null(given), by_key, given)
-    distinct = pc.unique(given).to_pylist()
-    for p in distinct:
-        part = batch if len(distinct) == 1 else batch.filter(pc.equal(given, p))
-        _produce(producer, topic, part, _bytes_column(part, "key"), None if p < 0 else p)
+    chosen = pa.array(partition_many(keys or [None] * batch.num_rows, count), type=pa.int32())
+    if given is not None:
+        chosen = pc.if_else(pc.is_null(given), chosen, given.cast(pa.int32()))
+    distinct = pc.unique(chosen).to_pylist()
+    for p in distinct:  # -1: a keyless row without a partition, to the producer's sticky partition
+        part = batch if len(distinct) == 1 else batch.filter(pc.equal(chosen, p))
+        _produce(producer, topic, part, keys if part is batch else _bytes_column(part, "key"), None if p < 0 else p)
 
 
 def _produce(producer: Producer, topic: str, batch: pa.RecordBatch, keys: list | None, partition: int | None) -> None:
@@ -340,26 +350,22 @@ def _headers_column(batch: pa.RecordBatch) -> list | None:
 
 def commit_batch(path: str, query_id: str, batch_id: int, messages: list[WriterCommitMessage | None]) -> None:
     """Record the decision (the commit point), then complete every task's prepared transaction."""
-    decided, written = write_guard.latest_decision(path, query_id)
-    if decided is not None and decided.batch_id >= batch_id:
-        # decided before: the tasks wrote nothing (they saw it when the batch was planned)
-        if decided.batch_id == batch_id:
-            write_guard.complete(path, decided, written)
-        return
-    answers = _task_answers(messages)
-    if any(m.skipped for m in answers):
-        raise InvalidTxnStateError(
-            f"batch {batch_id} of query {query_id} was planned as decided, but no decision for it is in the store"
-        )
-    from txlog.clients.admin import Admin
-    from txlog.clients.prepared_txn_state import PreparedTxnState
-
-    with Admin(path) as admin:
-        for m in answers:
-            write_guard.check_prepared(admin, m.transactional_id, PreparedTxnState.parse(m.state))
-    decision = Decision(query_id, batch_id, tuple(m.state for m in answers))
-    write_guard.record_decision(path, decision)
-    write_guard.complete(path, decision)
+    with _driver_store(path) as store:
+        decided, written = write_guard.latest_decision(store, query_id)
+        if decided is not None and decided.batch_id >= batch_id:
+            # decided before: the tasks wrote nothing (they saw it when the batch was planned)
+            if decided.batch_id == batch_id:
+                write_guard.complete(store, decided, written)
+            return
+        answers = _task_answers(messages)
+        if any(m.skipped for m in answers):
+            raise InvalidTxnStateError(
+                f"batch {batch_id} of query {query_id} was planned as decided, but no decision for it is in the store"
+            )
+        write_guard.check_prepared(store, [(m.transactional_id, PreparedTxnState.parse(m.state)) for m in answers])
+        decision = Decision(query_id, batch_id, tuple(m.state for m in answers))
+        write_guard.record_decision(store, decision)
+        write_guard.complete(store, decision)
 
 
 def _task_answers(messages: list[WriterCommitMessage | None]) -> list[TxlogCommitMessage]:
@@ -371,8 +377,28 @@ def _task_answers(messages: list[WriterCommitMessage | None]) -> list[TxlogCommi
 
 def abort_batch(path: str, query_id: str, batch_id: int, messages: list[WriterCommitMessage | None]) -> None:
     """Abort every transaction of the batch's tasks (by their ids: a failed task sends no message)."""
-    decided = write_guard.settle(path, query_id)
-    if decided >= batch_id:
-        return  # decided: nothing of it is left to abort, and settle completed what was left
-    for partition_id in range(len(messages)):
-        write_guard.abort(path, write_guard.transactional_id(query_id, batch_id, partition_id))
+    with _driver_store(path) as store:
+        decided = write_guard.settle(store, query_id)
+        if decided >= batch_id:
+            return  # decided: nothing of it is left to abort, and settle completed what was left
+        for partition_id in range(len(messages)):
+            write_guard.abort(store, write_guard.transactional_id(query_id, batch_id, partition_id))
+
+
+def _check_topic(store: Store, path: str, topic: str | None) -> None:
+    """The `topic` option names a topic of the store (rows' own topics are checked as they are sent)."""
+    if topic is not None and not store.has_topic(topic):
+        raise UnknownTopicOrPartitionError(f"topic '{topic}' does not exist in store {path}: create it first")
+
+
+@contextmanager
+def _driver_store(path: str) -> Iterator[Store]:
+    """The store, opened once for all of a driver step's clients (each open and close of a store
+    costs fsyncs of its derived files). A path without a store is refused, not made into one."""
+    if not os.path.isdir(path):
+        raise IllegalArgumentError(f"no txlog store at {path}: a write goes into an existing store and topic")
+    store = Store.open(path)
+    try:
+        yield store
+    finally:
+        store.close()
