@@ -14,6 +14,8 @@ repetition dropped, the median of the rest shown):
   txlog    df.write.format("txlog").option("topic", ...).mode("append").save(store)
            (P two-phase-commit transactions, the decision, the completions)
   parquet  df.write.mode("overwrite").parquet(fresh directory)
+  py-floor a Python data source writer that only iterates the Arrow batches it is handed: the
+           cost of the Spark -> Python hand-over any Python sink pays, shown for scale
 Target: txlog >= 1.0x Parquet's rows/s.
 
 Streaming: a txlog topic of M records (default 1,000,000, written once by the sink), read by a
@@ -38,11 +40,32 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchutil import Sample, median_after_cold, scratch_dir, spread, verdict
+from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
 
 import txlog
 import txlog.spark
 
 TOPIC = "bench"
+FLOOR_FORMAT = "bench_arrow_floor"
+
+
+class ArrowFloor(DataSource):
+    """A Python sink that only takes the Arrow batches Spark hands it: what any Python data
+    source writer pays before it does anything (defined in this script, so Spark pickles it by value)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FLOOR_FORMAT
+
+    def writer(self, schema, overwrite):
+        return _FloorWriter()
+
+
+class _FloorWriter(DataSourceArrowWriter):
+    def write(self, iterator):
+        for _ in iterator:
+            pass
+        return WriterCommitMessage()
 
 
 def _store(path: str, topics: dict[str, int]) -> str:
@@ -86,7 +109,7 @@ def bench_batch(spark, work: str, records: int, partitions: int, reps: int) -> f
     # one store, a fresh topic per repetition: a write into a store in use (the store's internal
     # topics, made by its first transaction, exist already; the cold repetition made them)
     store = _store(os.path.join(work, "batch-store"), {})
-    samples: dict[str, list[Sample]] = {"txlog": [], "parquet": []}
+    samples: dict[str, list[Sample]] = {"txlog": [], "parquet": [], "py-floor": []}
     for rep in range(reps):
         topic = f"{TOPIC}{rep}"
         with txlog.Admin(store) as admin:
@@ -98,7 +121,8 @@ def bench_batch(spark, work: str, records: int, partitions: int, reps: int) -> f
         target = os.path.join(work, "batch-parquet")
         samples["parquet"].append(_time(lambda target=target: df.write.mode("overwrite").parquet(target)))
         assert spark.read.parquet(target).count() == records
-        print(f"  rep {rep}: txlog {samples['txlog'][-1].wall:.2f}s, parquet {samples['parquet'][-1].wall:.2f}s")
+        samples["py-floor"].append(_time(lambda: df.write.format(FLOOR_FORMAT).mode("append").save()))
+        print("  rep", rep, ", ".join(f"{name} {s[-1].wall:.2f}s" for name, s in samples.items()))
     df.unpersist()
     return _report("batch write", records, samples, "parquet", target=1.0)
 
@@ -185,6 +209,7 @@ def main() -> None:
     parser.add_argument("--dir", default=None)
     args = parser.parse_args()
     spark = txlog.spark.local_session("local[2]", app_name="bench-spark-write")
+    spark.dataSource.register(ArrowFloor)
     try:
         with scratch_dir(args.dir, "bench-spark-write-") as work:
             bench_batch(spark, work, args.records, args.partitions, args.reps)
