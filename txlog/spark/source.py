@@ -71,12 +71,14 @@ class TxlogDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from txlog.spark.writer import batch_writer  # the sink: txlog/spark/writer.py
 
-        return batch_writer(self.options, schema, overwrite)
+        with one_line_errors():
+            return batch_writer(self.options, schema, overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         from txlog.spark.writer import stream_writer
 
-        return stream_writer(self.options, schema, overwrite)
+        with one_line_errors():
+            return stream_writer(self.options, schema, overwrite)
 
 
 class TxlogReader(DataSourceReader):

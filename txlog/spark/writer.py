@@ -33,6 +33,7 @@ from txlog.clients.partitioner import partition_many
 from txlog.clients.prepared_txn_state import PreparedTxnState
 from txlog.clients.producer import Producer
 from txlog.errors import IllegalArgumentError, InvalidTxnStateError, UnknownTopicOrPartitionError
+from txlog.spark.worker_errors import one_line_errors
 from txlog.spark.write_guard import Decision
 
 #: Spark's Kafka sink columns (KafkaWriter's attributes); txlog refuses any other.
@@ -211,15 +212,18 @@ class TxlogBatchWriter(DataSourceArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TxlogCommitMessage:
         assert self.plan.batch_id is not None, "a batch write's plan carries its batch id"
-        return write_task(self.plan, self.plan.batch_id, iterator)
+        with one_line_errors():
+            return write_task(self.plan, self.plan.batch_id, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         assert self.plan.batch_id is not None
-        commit_batch(self.plan.path, self.plan.query_id, self.plan.batch_id, messages)
+        with one_line_errors():
+            commit_batch(self.plan.path, self.plan.query_id, self.plan.batch_id, messages)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         assert self.plan.batch_id is not None
-        abort_batch(self.plan.path, self.plan.query_id, self.plan.batch_id, messages)
+        with one_line_errors():
+            abort_batch(self.plan.path, self.plan.query_id, self.plan.batch_id, messages)
 
 
 class TxlogStreamWriter(DataSourceStreamArrowWriter):
@@ -233,15 +237,18 @@ class TxlogStreamWriter(DataSourceStreamArrowWriter):
 
         context = TaskContext.get()
         text = None if context is None else context.getLocalProperty(BATCH_ID_PROPERTY)
-        if text is None:
-            raise InvalidTxnStateError(f"the task has no Spark batch id ({BATCH_ID_PROPERTY} is not set)")
-        return write_task(self.plan, int(text), iterator)
+        with one_line_errors():
+            if text is None:
+                raise InvalidTxnStateError(f"the task has no Spark batch id ({BATCH_ID_PROPERTY} is not set)")
+            return write_task(self.plan, int(text), iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        commit_batch(self.plan.path, self.plan.query_id, batchId, messages)
+        with one_line_errors():
+            commit_batch(self.plan.path, self.plan.query_id, batchId, messages)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        abort_batch(self.plan.path, self.plan.query_id, batchId, messages)
+        with one_line_errors():
+            abort_batch(self.plan.path, self.plan.query_id, batchId, messages)
 
 
 # ---- a task: its rows in one prepared transaction -------------------------------------------------------
