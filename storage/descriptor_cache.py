@@ -40,7 +40,7 @@ import resource
 import threading
 from collections import OrderedDict
 
-from storage.errors import KafkaStorageError
+from storage.errors import FileReplacedError, KafkaStorageError
 from storage.safe_open import open_no_follow
 
 __all__ = ["CACHE", "LIMIT_ENV", "CachedFile", "DescriptorCache", "default_limit", "set_limit"]
@@ -137,7 +137,7 @@ class DescriptorCache:
         try:
             fd = open_no_follow(cached.path, cached.flags & ~os.O_CREAT)
         except FileNotFoundError:
-            raise KafkaStorageError(f"{cached.path} was removed while this process had it open") from None
+            raise FileReplacedError(f"{cached.path} was removed while this process had it open") from None
         except OSError as exc:
             if exc.errno != errno.EMFILE:
                 raise KafkaStorageError(f"cannot reopen {cached.path}: {exc.strerror}") from exc
@@ -148,7 +148,7 @@ class DescriptorCache:
                 raise KafkaStorageError(f"cannot reopen {cached.path}: {again.strerror}") from again
         if _identity(fd) != cached.identity:
             os.close(fd)
-            raise KafkaStorageError(f"{cached.path} was replaced by another file while this process had it open")
+            raise FileReplacedError(f"{cached.path} was replaced by another file while this process had it open")
         cached.fd = fd
         self.add(cached)
         return fd

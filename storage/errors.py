@@ -134,6 +134,15 @@ class KafkaStorageError(KafkaError):
     code = 56
 
 
+class FileReplacedError(KafkaStorageError):
+    """A file this process had open was removed or replaced by another under its name.
+
+    Retention and the log cleaner's swap (storage/log_cleaner.py) do this to readers that
+    take no lock: the reader's view is stale, and it lists the segments again and retries
+    the read from the same offset (docs/DESIGN.md §3).
+    """
+
+
 class UnknownProducerIdError(KafkaError):
     """The partition has no state for this producer id and the batch does not start a new one."""
 

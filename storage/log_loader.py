@@ -23,15 +23,24 @@ LogLoader fills the log's `LogSegments`) and restores the producer state it is g
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from itertools import pairwise
 
 from storage.checkpoint import write_leader_epoch_checkpoint
 from storage.config import TopicConfig
-from storage.durable import unlink_durably
+from storage.durable import fsync_dir, unlink_durably
 from storage.errors import CorruptIndexError, CorruptRecordError, CorruptSnapshotError, KafkaStorageError
 from storage.file_records import Damage
-from storage.log_files import INDEX_FILE_SUFFIXES, LOG_FILE_SUFFIX, TEMP_FILE_SUFFIXES, offset_of
+from storage.log_files import (
+    CLEANED_FILE_SUFFIX,
+    INDEX_FILE_SUFFIXES,
+    LOG_FILE_SUFFIX,
+    SWAP_FILE_SUFFIX,
+    TEMP_FILE_SUFFIXES,
+    offset_of,
+    segment_file,
+)
 from storage.producer_snapshot import delete_snapshot, list_snapshots, read_snapshot
 from storage.producer_state import ProducerStateManager
 from storage.producer_state_snapshots import delete_snapshots_after, state_at_segment_start, take_snapshot
@@ -42,6 +51,10 @@ from storage.txnindex_check import TxnIndexCheck, abort_replayer, read_txn_count
 
 LEADER_EPOCH = 0  # a single "broker" that never changes leadership
 RELOAD_ATTEMPTS = 20
+#: How long a reader waits (at most) for a cleaner's swap in flight to end before listing anyway.
+SWAP_WAIT_ATTEMPTS = 5000
+SWAP_WAIT_S = 0.001
+_SWAP_LOG_SUFFIX = LOG_FILE_SUFFIX + SWAP_FILE_SUFFIX
 
 
 def create_empty_log(directory: str) -> None:
@@ -85,8 +98,11 @@ class LogLoader:
         *,
         read_only: bool,
         clock: Callable[[], int],
+        swap_in_flight: Callable[[], bool] | None = None,
     ):
         self.directory = directory
+        # Whether another process holds the partition's lock (a cleaner mid-swap): see segment_bases.
+        self._swap_in_flight = swap_in_flight
         self.config = config
         self.segments = segments  # the partition log's list, filled here in place
         self.state = state
@@ -185,15 +201,31 @@ class LogLoader:
         return seg
 
     def segment_bases(self) -> list[int]:
-        """Base offsets of the `.log` files in the directory, ascending."""
-        bases = (offset_of(name, LOG_FILE_SUFFIX) for name in os.listdir(self.directory))
+        """Base offsets of the `.log` files in the directory, ascending.
+
+        A listing taken while a cleaner swaps segments in (a `.log.swap` beside them, the lock
+        held elsewhere) may lack the replaced segments and not yet show the cleaned one: it is
+        taken again once the swap is over (docs/DESIGN.md §3). A `.swap` left by a crashed
+        cleaner (nobody holds the lock) does not wait: the next writer's open completes it.
+        """
+        names = os.listdir(self.directory)
+        for _ in range(SWAP_WAIT_ATTEMPTS):
+            if self._swap_in_flight is None or not any(n.endswith(_SWAP_LOG_SUFFIX) for n in names):
+                break
+            if not self._swap_in_flight():
+                break
+            time.sleep(SWAP_WAIT_S)
+            names = os.listdir(self.directory)
+        bases = (offset_of(name, LOG_FILE_SUFFIX) for name in names)
         return sorted(base for base in bases if base is not None)
 
     def _remove_temp_and_orphan_files(self) -> None:
-        """Remove leftovers of interrupted writes, deletes and swaps, and indexes whose `.log` is gone.
+        """Remove leftovers of interrupted writes, deletes and cleanings, complete interrupted swaps,
+        and remove indexes whose `.log` is gone.
 
         Retention deletes a segment's `.log` first, so a crash midway leaves such orphans.
         """
+        recover_swaps(self.directory)
         names = os.listdir(self.directory)
         logs = {n[: -len(LOG_FILE_SUFFIX)] for n in names if n.endswith(LOG_FILE_SUFFIX)}
         doomed = []
@@ -266,9 +298,11 @@ class LogLoader:
     def _locate_from(idx: int, seg: LogSegment, position: int, end: int, offset: int) -> tuple[int, int] | None:
         """`locate`'s walk from `position`; damage raises."""
         for pos, batch in seg.iter_batches(position, end):
-            if batch.base_offset == offset:
+            if batch.base_offset >= offset:
+                # The batch at `offset`, or the first after a gap cleaning left (compacted
+                # segments keep offsets, not every batch): the replay starts there either way.
                 return idx, pos
-            if batch.base_offset > offset or batch.last_offset >= offset:
+            if batch.last_offset >= offset:
                 return None
             if batch.last_offset + 1 == offset:
                 return idx, pos + batch.size  # whatever follows is validated by the replay
@@ -472,3 +506,69 @@ class LogLoader:
             and last.last_offset == active.next_offset
             and self.state.open_transactions().get(last.producer_id) == last.first_offset
         )
+
+
+# ---- an interrupted cleaner swap (Kafka's LogLoader: .cleaned, .swap and .deleted files) -----------
+
+
+def recover_swaps(directory: str) -> None:
+    """Finish or undo a cleaner's swap cut short (caller holds the partition's lock), as Kafka's LogLoader does.
+
+    * `.deleted` files are what a swap had already replaced: removed (with every temp file, later).
+    * `.cleaned` files are a cleaning that never reached its swap: removed; a `.swap` at or past
+      the smallest of them belongs to a swap whose renames to `.swap` were not all done, so the
+      replaced segments are all still there: it is removed too.
+    * A `.swap` index is removed (its segment's indexes are rebuilt from the log).
+    * A remaining `.log.swap` is the cleaned segment of a swap past its point of no return: the
+      segments it replaces (the `.log` files with bases in [its base, its next offset)) are
+      removed, and it takes its real name.
+    """
+    names = os.listdir(directory)
+    prefixes = (n.split(".", 1)[0] for n in names if n.endswith(CLEANED_FILE_SUFFIX))
+    min_cleaned = min((int(p) for p in prefixes if p.isdigit() and p.isascii()), default=None)
+    doomed: list[str] = []
+    swaps: list[int] = []
+    for name in names:
+        if name.endswith(SWAP_FILE_SUFFIX):
+            base = offset_of(name, _SWAP_LOG_SUFFIX)
+            if base is None or (min_cleaned is not None and base >= min_cleaned):
+                doomed.append(name)
+            else:
+                swaps.append(base)
+    if doomed:
+        unlink_durably([os.path.join(directory, n) for n in doomed], directory)
+    for base in sorted(swaps):
+        _complete_swap(directory, base)
+
+
+def _complete_swap(directory: str, base: int) -> None:
+    swap_path = segment_file(directory, base, _SWAP_LOG_SUFFIX)
+    end = _next_offset_of(swap_path, base)
+    replaced: list[str] = []
+    for name in os.listdir(directory):
+        offset = offset_of(name, LOG_FILE_SUFFIX)
+        if offset is not None and base <= offset < end:
+            replaced.extend(
+                segment_file(directory, offset, suffix) for suffix in (LOG_FILE_SUFFIX, *INDEX_FILE_SUFFIXES)
+            )
+    for suffix in INDEX_FILE_SUFFIXES:  # the cleaned segment's indexes are rebuilt from its log
+        replaced.append(segment_file(directory, base, suffix))
+    unlink_durably(replaced, directory)
+    os.rename(swap_path, segment_file(directory, base, LOG_FILE_SUFFIX))
+    fsync_dir(directory)
+
+
+def _next_offset_of(path: str, base: int) -> int:
+    """The offset after the last whole batch of a segment file (its base if it holds none)."""
+    from storage.file_records import FileRecords
+
+    end = base
+    records = FileRecords.open(path)
+    try:
+        for header in records.headers():
+            end = header.last_offset + 1
+    except CorruptRecordError:
+        pass  # a torn tail: what precedes it is the segment
+    finally:
+        records.close()
+    return end

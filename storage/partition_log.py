@@ -44,6 +44,7 @@ from storage.durable import write_refused
 from storage.errors import (
     CorruptIndexError,
     CorruptRecordError,
+    FileReplacedError,
     InvalidRecordError,
     KafkaError,
     KafkaStorageError,
@@ -56,8 +57,17 @@ from storage.file_records import FileRecords
 from storage.high_watermark import HighWatermarkFile
 from storage.legacy_records import LegacyMessage
 from storage.lock import FileLock, writer_lock_if_free
+from storage.log_cleaner import (
+    Cleanable,
+    CleanerStats,
+    PassPlan,
+    clean_pass,
+    cleanable_range,
+    read_cleaner_checkpoint,
+)
 from storage.log_files import log_file
 from storage.log_loader import LEADER_EPOCH, LogLoader, readable_end, segment_index_for
+from storage.offset_map import DEFAULT_DEDUPE_BUFFER_SIZE, OffsetMap, cleaner_buffer_size
 from storage.producer_snapshot import list_snapshots
 from storage.producer_state import (
     BatchMetadata,
@@ -77,6 +87,7 @@ _log = logging.getLogger(__name__)
 
 LOCK_FILE = "txlog.lock"
 MAX_RELATIVE_OFFSET = 2**31 - 1
+RELOAD_ON_SWAP_ATTEMPTS = 20
 EXPIRY_CHECK_INTERVAL_MS = 60_000
 
 
@@ -167,8 +178,18 @@ class PartitionLog:
         # the HW file's word); the HW readers get is this, capped at the log end.
         self._durable = 0
         self._loader = LogLoader(
-            directory, config, self._segments, self._state, self._txn_check, read_only=read_only, clock=clock
+            directory,
+            config,
+            self._segments,
+            self._state,
+            self._txn_check,
+            read_only=read_only,
+            clock=clock,
+            swap_in_flight=self._locked_elsewhere,
         )
+        # The partition directory's (mtime, inode) when this view last compared its segments with
+        # the files: a change may be a cleaner's swap (`_reload_if_swapped`).
+        self._dir_key: tuple[int, int] | None = None
         self._failed: str | None = None
         # Why this view of a writable store may not write (the disk refused recovery's writes at open).
         self._write_refused: str | None = None
@@ -421,8 +442,10 @@ class PartitionLog:
             self._txn_check.expect(rolled, 0, rolled.base_offset)  # this view replays all of it
 
     def _refresh_segment_list(self) -> None:
-        """Drop segments other processes deleted (retention) and pick up ones they rolled."""
+        """Drop segments other processes deleted (retention), pick up rolled ones, reload after a cleaner's swap."""
         self._catch_up(repair=False)
+        if self._reload_if_swapped():
+            return
         bases = self._loader.segment_bases()
         if not bases:
             return
@@ -432,6 +455,46 @@ class PartitionLog:
         while len(self._segments) > 1 and self._segments[0].base_offset < bases[0]:
             self._segments.pop(0).close()
         self._refresh_log_start()
+
+    def _locked_elsewhere(self) -> bool:
+        """Whether another process (or descriptor) holds this partition's writer lock: a swap may be in flight."""
+        if self._lock is not None and self._lock.held:
+            return False  # this view is the writer: no other process is cleaning
+        with writer_lock_if_free(os.path.join(self.directory, LOCK_FILE)) as free:
+            return not free
+
+    def _reload_if_swapped(self) -> bool:
+        """Reload the view if a cleaner replaced segments it holds; True if it did.
+
+        A swap renames and unlinks files in the partition directory, which moves the
+        directory's mtime: only then are the view's segments compared with the files (one
+        stat each). A segment gone from the listing though later ones remain, or one whose
+        name now holds another file, was replaced: the view is loaded again. Retention's
+        deletion of leading segments is no swap (the caller drops those).
+        """
+        try:
+            st = os.stat(self.directory)
+        except FileNotFoundError:
+            return False
+        key = (st.st_mtime_ns, st.st_ino)
+        if key == self._dir_key:
+            return False
+        self._dir_key = key
+        bases = self._loader.segment_bases()
+        if not bases:
+            return False
+        for seg in self._segments:
+            if seg.base_offset < bases[0]:
+                continue
+            try:
+                same = (os.stat(seg.log_path).st_dev, os.stat(seg.log_path).st_ino) == seg.log.identity
+            except FileNotFoundError:
+                same = False
+            if not same:
+                self._loader.load(repair=False)
+                self._refresh_log_start()
+                return True
+        return False
 
     def _refresh_log_start(self) -> None:
         """Take up a log start another process's DeleteRecords persisted (the file is read only when it changed)."""
@@ -498,9 +561,19 @@ class PartitionLog:
             if batch.is_control:
                 raise InvalidRecordError("control batches can only be written by the transaction coordinator")
             batches.append((batch, batch.validate_framing(trusted)))
+            if self.config.compact:
+                self._check_keys(batch)
         if not batches:
             raise InvalidRecordError("append of zero batches")
         return batches
+
+    def _check_keys(self, batch: RecordBatch) -> None:
+        """A compacted topic refuses records without a key, as Kafka's LogValidator does: the cleaner could
+        not keep or drop them by key."""
+        if any(record.key is None for record in batch.records()):
+            raise InvalidRecordError(
+                f"Compacted topic cannot accept message without key in topic partition {self.topic}-{self.partition}."
+            )
 
     def append(
         self,
@@ -688,7 +761,7 @@ class PartitionLog:
             return active
         too_big = active.size + incoming > self.config.segment_bytes
         first_ts = active.first_batch_timestamp
-        too_old = first_ts >= 0 and max_timestamp - first_ts > self.config.segment_ms
+        too_old = first_ts >= 0 and max_timestamp - first_ts > self.config.max_segment_ms
         overflow = last_offset - active.base_offset > MAX_RELATIVE_OFFSET
         if too_big or too_old or overflow:
             self._roll()
@@ -808,6 +881,8 @@ class PartitionLog:
         self._txn_check.expect(self._segments[-1], 0, base)
         self._clean_snapshots(keep_latest=False)
         self._enforce_retention_locked(self._clock())
+        if self.config.compact:
+            self._compact_after_roll()
 
     def roll(self) -> None:
         """Force a new segment (as `segment.ms` would); a no-op on an empty active segment."""
@@ -844,13 +919,26 @@ class PartitionLog:
             limit = end if max_offset is None else min(max_offset, end)
             out: list[RecordBatch] = []
             try:
-                self._read_into(out, start_offset, max_bytes, limit)
+                self._read_into_retrying(out, start_offset, max_bytes, limit)
             except CorruptRecordError:
                 # Damage met after some batches were read: they are returned, and the next
                 # read, which starts at the damaged batch, raises (docs/reliability-scenarios.md rule 17).
                 if not out:
                     raise
             return out
+
+    def _read_into_retrying(self, out: list[RecordBatch], start_offset: int, max_bytes: int, limit: int) -> None:
+        """`_read_into`, started again from the same offset on a fresh view when a cleaner replaced a
+        segment file under this view (its descriptor was evicted, and the name now holds the cleaned one)."""
+        for _ in range(RELOAD_ON_SWAP_ATTEMPTS):
+            try:
+                self._read_into(out, start_offset, max_bytes, limit)
+                return
+            except FileReplacedError:
+                out.clear()
+                self._loader.load(repair=False)
+                self._dir_key = None
+        self._read_into(out, start_offset, max_bytes, limit)
 
     def _read_into(self, out: list[RecordBatch], start_offset: int, max_bytes: int, limit: int) -> None:
         """Append to `out` the whole, CRC-checked batches from the one holding `start_offset`, about max_bytes of them.
@@ -925,13 +1013,16 @@ class PartitionLog:
         """
         with self._mutex:
             self._refresh_segment_list()
-            found: list[AbortedTxn] = []
-            for seg in self._segments[segment_index_for(self._segments, start_offset) :]:
-                entries, complete = collect_aborted(self._aborts_checked_repairing(seg), start_offset, end_offset)
-                found.extend(entries)
-                if complete:
-                    break
-            return found
+            return self._aborted_in(start_offset, end_offset)
+
+    def _aborted_in(self, start_offset: int, end_offset: int) -> list[AbortedTxn]:
+        found: list[AbortedTxn] = []
+        for seg in self._segments[segment_index_for(self._segments, start_offset) :]:
+            entries, complete = collect_aborted(self._aborts_checked_repairing(seg), start_offset, end_offset)
+            found.extend(entries)
+            if complete:
+                break
+        return found
 
     # ---- lookups that may repair derived files ---------------------------------------------------
 
@@ -1093,6 +1184,141 @@ class PartitionLog:
                         return record.offset, largest
             return None
 
+    # ---- compaction (storage/log_cleaner.py) -------------------------------------------------------------
+
+    def compact(
+        self,
+        *,
+        force: bool = False,
+        now: int | None = None,
+        dedupe_buffer_size: int | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> CleanerStats | None:
+        """Clean the partition as Kafka's log cleaner does, under the writer lock; None when nothing was done.
+
+        Nothing is done when cleanup.policy has no `compact`, when nothing is cleanable, or
+        (without `force`) when the dirty ratio is not above min.cleanable.dirty.ratio and no
+        dirty record is past max.compaction.lag.ms. `now` is the cleaner's clock (ms; delete
+        horizons and the compaction lags use it), `dedupe_buffer_size` Kafka's
+        log.cleaner.dedupe.buffer.size (a smaller one makes more passes), `progress(bytes done,
+        bytes to do)` is called after each segment recopied.
+        """
+        self._check_writable()
+        if not self.config.compact:
+            return None
+        with self._mutex, self._writer_lock:
+            self._catch_up(repair=True)
+            self._check_writable()
+            self._reload_if_swapped()
+            return self._compact_locked(
+                force=force,
+                now=self._clock() if now is None else now,
+                memory=cleaner_buffer_size(
+                    DEFAULT_DEDUPE_BUFFER_SIZE if dedupe_buffer_size is None else dedupe_buffer_size
+                ),
+                progress=progress,
+            )
+
+    def _compact_after_roll(self) -> None:
+        """The automatic trigger: after a roll of a compacted topic, clean if it is due (lock held).
+
+        A cleaning that fails leaves the log as it was (the swap is crash-safe) and does not fail
+        the append that rolled: it is logged, as Kafka's cleaner logs and skips a partition.
+        """
+        try:
+            self._compact_locked(force=False, now=self._clock(), memory=cleaner_buffer_size(), progress=None)
+        except (KafkaError, OSError) as exc:
+            _log.warning("%s: compaction after a roll failed (%s); the next roll tries again", self, exc)
+
+    def _cleanable(self, now: int) -> Cleanable:
+        root = os.path.dirname(os.path.abspath(self.directory))
+        return cleanable_range(
+            self._segments,
+            self.config,
+            read_cleaner_checkpoint(root, self.topic, self.partition),
+            self._log_start(),
+            self._state.first_unstable_offset(),
+            now,
+        )
+
+    def _compact_locked(
+        self, *, force: bool, now: int, memory: int, progress: Callable[[int, int], None] | None
+    ) -> CleanerStats | None:
+        started = time.monotonic()
+        cleanable = self._cleanable(now)
+        if cleanable.empty or not (force or cleanable.due(self.config)):
+            return None
+        self._check_transactions_known()  # the LSO bounds the cleaning: it must be known
+        segments_before = len(self._segments)
+        offset_map = OffsetMap(memory)
+        first_dirty, passes = cleanable.first_dirty, 0
+        totals = [0, 0, 0, 0]
+        while first_dirty < cleanable.first_uncleanable:
+            plan = self._pass_plan(first_dirty, cleanable.first_uncleanable, now)
+            todo = sum(s.size for s in plan.segments if s.base_offset < cleanable.first_uncleanable)
+            done = [0]
+
+            def step(size: int, done: list[int] = done, todo: int = todo) -> None:
+                done[0] += size
+                if progress is not None:
+                    progress(done[0], todo)
+
+            end, counters = clean_pass(plan, offset_map, self._swapped_in, step)
+            passes += 1
+            for i, value in enumerate(
+                (counters.bytes_read, counters.bytes_written, counters.records_read, counters.records_retained)
+            ):
+                totals[i] += value
+            first_dirty = end
+        # The `.txnindex` counts of the cleaned segments, for the next open (see LogLoader.snapshot).
+        write_txn_counts(self.directory, self._segments, self._txn_check)
+        self._dir_key = None
+        return CleanerStats(
+            self.topic,
+            self.partition,
+            cleanable.first_dirty,
+            first_dirty,
+            totals[0],
+            totals[1],
+            totals[2],
+            totals[3],
+            segments_before,
+            len(self._segments),
+            passes,
+            time.monotonic() - started,
+        )
+
+    def _pass_plan(self, first_dirty: int, first_uncleanable: int, now: int) -> PassPlan:
+        last_records = {
+            pid: (entry.batches[-1].last_offset if entry.batches else None, entry.epoch)
+            for pid, entry in self._state.producers.items()
+        }
+        return PassPlan(
+            directory=self.directory,
+            root=os.path.dirname(os.path.abspath(self.directory)),
+            topic=self.topic,
+            partition=self.partition,
+            segments=list(self._segments),
+            config=self.config,
+            first_dirty=first_dirty,
+            first_uncleanable=first_uncleanable,
+            now=now,
+            last_records=last_records,
+            aborted=self._aborted_in,
+            readable_end=lambda seg: readable_end(self._segments, seg),
+        )
+
+    def _swapped_in(self, replaced: list[LogSegment], base: int) -> None:
+        """Put the cleaned segment in this view where the group it replaced was (lock held)."""
+        at = self._segments.index(replaced[0])
+        following = self._segments[at + len(replaced)]
+        for seg in replaced:
+            seg.close()
+        cleaned = self._loader.open_segment(base, writable=True)
+        cleaned.size, cleaned.next_offset = cleaned.file_size(), following.base_offset
+        self._segments[at : at + len(replaced)] = [cleaned]
+        self._txn_check.mark_rebuilt(cleaned)  # its `.txnindex` was written with it, from the same batches
+
     # ---- retention and snapshots -------------------------------------------------------------------------
 
     def enforce_retention(self) -> int:
@@ -1105,7 +1331,9 @@ class PartitionLog:
     def _enforce_retention_locked(self, now: int) -> int:
         self._refresh_log_start()
         doomed = max(
-            segments_past_retention(self._segments, self.config, now),
+            # Time and size retention only where cleanup.policy has delete (Kafka's rule); the log
+            # start DeleteRecords moved applies to every policy.
+            segments_past_retention(self._segments, self.config, now) if self.config.delete else [],
             segments_below(self._segments, self._log_start()),
             key=len,
         )

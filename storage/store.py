@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from storage.config import CONFIG_NAMES, TopicConfig, validate_overrides
+from storage.config import CONFIG_NAMES, ConfigValue, TopicConfig, validate_overrides
 from storage.durable import atomic_write, fsync_dir
 from storage.errors import (
     InconsistentTopicIdError,
@@ -35,6 +35,7 @@ from storage.errors import (
     UnknownTopicOrPartitionError,
 )
 from storage.lock import FileLock
+from storage.log_cleaner import CleanerStats
 from storage.log_loader import create_empty_log
 from storage.partition_log import PartitionLog
 from storage.partition_metadata import read_topic_id
@@ -62,8 +63,8 @@ class PartitionDescription:
 class TopicDescription:
     name: str
     partitions: list[PartitionDescription]
-    config: dict[str, int]
-    overrides: dict[str, int] = field(default_factory=dict)
+    config: dict[str, ConfigValue]
+    overrides: dict[str, ConfigValue] = field(default_factory=dict)
     topic_id: str | None = None  # from Kafka's partition.metadata; txlog topics have none
     absent: list[int] = field(default_factory=list)  # partitions below the count this log dir lacks
 
@@ -196,6 +197,7 @@ class Store:
         validate_topic_name(name, allow_internal=internal)
         _check_partition_count(partitions)
         overrides = validate_overrides(config or {})
+        TopicConfig.from_overrides(overrides)  # the rules between configs (min/max compaction lag)
         with self._writer_lock:
             topics = self._topics()
             if name in topics:
@@ -257,7 +259,7 @@ class Store:
             raise InconsistentTopicIdError(f"the partitions of topic '{name}' record different topic ids ({listed})")
         return found.pop() if found else None
 
-    def topic_overrides(self, name: str) -> dict[str, int]:
+    def topic_overrides(self, name: str) -> dict[str, ConfigValue]:
         return dict(self._topic(name).get("config", {}))
 
     def topic_config(self, name: str) -> TopicConfig:
@@ -295,7 +297,7 @@ class Store:
         *,
         replace: bool = False,
         dry_run: bool = False,
-    ) -> dict[str, int]:
+    ) -> dict[str, ConfigValue]:
         """Change config overrides (as kafka-configs --alter); open partition logs pick them up.
 
         `replace` drops every override not in `set_configs` (Kafka's non-incremental AlterConfigs);
@@ -314,6 +316,7 @@ class Store:
             overrides.update(updates)
             for key in delete_configs:
                 overrides.pop(key, None)
+            TopicConfig.from_overrides(overrides)  # the rules between configs, before anything is written
             if dry_run:
                 return overrides
             topics[name]["config"] = overrides
@@ -408,6 +411,36 @@ class Store:
             for p in range(int(meta["partitions"])):
                 deleted += self.partition(name, p).enforce_retention()
         return deleted
+
+    def compact(
+        self,
+        topic: str,
+        partition: int | None = None,
+        *,
+        force: bool = True,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> list[CleanerStats]:
+        """Clean a compacted topic's partitions (one, or all) now: what Kafka's cleaner thread does, on demand.
+
+        `force` cleans whatever is cleanable even below min.cleanable.dirty.ratio. Returns the
+        stats of the partitions that were cleaned. UnknownTopicOrPartitionError for an unknown
+        topic or partition; InvalidConfigurationError when the topic's cleanup.policy has no `compact`.
+        """
+        self._check_writable()
+        meta = self._topic(topic)
+        config = TopicConfig.from_overrides(meta.get("config", {}))
+        if not config.compact:
+            raise InvalidConfigurationError(
+                f"topic '{topic}' has cleanup.policy={config.cleanup_policy}: only a policy with compact is compacted"
+            )
+        targets = self.partitions(topic) if partition is None else [partition]
+        logs = [self.partition(topic, p) for p in targets]  # every partition checked before any is cleaned
+        out = []
+        for log in logs:
+            stats = log.compact(force=force, progress=progress)
+            if stats is not None:
+                out.append(stats)
+        return out
 
     def close(self) -> None:
         """Close every open partition cleanly (a snapshot at each log end)."""

@@ -93,7 +93,7 @@ def test_create_topics_takes_the_broker_default_partition_count(tmp_path):
     ("topic", "code"),
     [
         (NewTopic("replicated", 1, 3), KafkaError.INVALID_REPLICATION_FACTOR),
-        (NewTopic("badconfig", 1, 1, config={"cleanup.policy": "compact"}), KafkaError.INVALID_CONFIG),
+        (NewTopic("badconfig", 1, 1, config={"compression.type": "zstd"}), KafkaError.INVALID_CONFIG),
         (NewTopic("badvalue", 1, 1, config={"segment.bytes": "abc"}), KafkaError.INVALID_CONFIG),
         (NewTopic("bad/name", 1, 1), KafkaError.TOPIC_EXCEPTION),
         (NewTopic("nopartitions", 0, 1), KafkaError.INVALID_PARTITIONS),
@@ -276,7 +276,7 @@ def test_incremental_alter_configs_sets_and_deletes_and_refuses_append_and_broke
 
     append = ConfigEntry("segment.ms", "1", incremental_operation=AlterConfigOpType.APPEND)
     assert alter(append).code() == KafkaError.INVALID_CONFIG
-    unknown = ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.SET)
+    unknown = ConfigEntry("compression.type", "zstd", incremental_operation=AlterConfigOpType.SET)
     assert alter(unknown).code() == KafkaError.INVALID_CONFIG
     too_small = ConfigEntry("retention.ms", "-5", incremental_operation=AlterConfigOpType.SET)
     assert alter(too_small).code() == KafkaError.INVALID_CONFIG
@@ -366,8 +366,8 @@ def test_kafka_configs_tool_describes_and_alters_topic_configs(txlog_server):
     described = run_tool(CONFIGS_TOOL, *server, *entity, "--describe").stdout
     assert "retention.ms=4000" in described and "segment.bytes" not in described, described
 
-    refused = run_tool(CONFIGS_TOOL, *server, *entity, "--alter", "--add-config", "cleanup.policy=compact", check=False)
-    assert refused.returncode != 0 and "cleanup.policy" in refused.stdout + refused.stderr
+    refused = run_tool(CONFIGS_TOOL, *server, *entity, "--alter", "--add-config", "compression.type=zstd", check=False)
+    assert refused.returncode != 0 and "compression.type" in refused.stdout + refused.stderr
 
 
 def test_kafka_topics_tool_manual_assignments_must_name_only_this_node(txlog_server):

@@ -34,6 +34,11 @@ DEFAULTS = {
     "index.interval.bytes": 4096,
     "producer.id.expiration.ms": 86400000,
     "max.producer.ids": 0,
+    "cleanup.policy": "delete",
+    "min.cleanable.dirty.ratio": 0.5,
+    "min.compaction.lag.ms": 0,
+    "max.compaction.lag.ms": 9223372036854775807,
+    "delete.retention.ms": 86400000,
 }
 
 
@@ -165,7 +170,12 @@ def test_alter_topic_config(store):
     "config",
     [
         {"no.such.key": 1},
-        {"cleanup.policy": "compact"},
+        {"cleanup.policy": "compact,shred"},
+        {"cleanup.policy": ""},
+        {"min.cleanable.dirty.ratio": 1.5},
+        {"min.cleanable.dirty.ratio": "nan"},
+        {"min.compaction.lag.ms": 10, "max.compaction.lag.ms": 5},
+        {"delete.retention.ms": -1},
         {"segment.bytes": "abc"},
         {"segment.bytes": 13},
         {"segment.bytes": 2**31},

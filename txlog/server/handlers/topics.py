@@ -18,7 +18,15 @@ from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any
 
-from storage.config import CONFIG_NAMES, TopicConfig, is_long_config, validate_overrides
+from storage.config import (
+    CONFIG_NAMES,
+    ConfigType,
+    ConfigValue,
+    TopicConfig,
+    config_type,
+    format_config_value,
+    validate_overrides,
+)
 from storage.errors import InvalidConfigurationError, InvalidRequestError, KafkaError
 from storage.topic_name import INTERNAL_TOPICS
 from txlog.errors import InvalidReplicaAssignmentError, InvalidReplicationFactorError
@@ -37,7 +45,14 @@ LISTABLE_RESOURCES = (TOPIC_RESOURCE, BROKER_RESOURCE, BROKER_LOGGER_RESOURCE, C
 UNSUPPORTED_VERSION = 35
 # Config sources (DescribeConfigsResponse.json) and the types a client shows (ConfigEntry.ConfigType).
 DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
-TYPE_BOOLEAN, TYPE_STRING, TYPE_INT, TYPE_LONG, TYPE_LIST = 1, 2, 3, 5, 7
+TYPE_BOOLEAN, TYPE_STRING, TYPE_INT, TYPE_LONG, TYPE_DOUBLE, TYPE_LIST = 1, 2, 3, 5, 6, 7
+# The store's config types as DescribeConfigs numbers them.
+CONFIG_TYPES = {
+    ConfigType.INT: TYPE_INT,
+    ConfigType.LONG: TYPE_LONG,
+    ConfigType.DOUBLE: TYPE_DOUBLE,
+    ConfigType.LIST: TYPE_LIST,
+}
 # The listener configs a broker reports: where it listens and what it tells clients (the same here).
 LISTENER_CONFIGS = ("advertised.listeners", "listeners")
 # IncrementalAlterConfigs operations (AlterConfigOp.OpType).
@@ -92,7 +107,7 @@ def create_topics(ctx: RequestContext, request: Any) -> Any:
     return ctx.respond(throttle_time=0, topics=tuple(results))
 
 
-def _create_topic(ctx: RequestContext, topic: Any, validate_only: bool) -> tuple[int, dict[str, int]]:
+def _create_topic(ctx: RequestContext, topic: Any, validate_only: bool) -> tuple[int, dict[str, ConfigValue]]:
     """Create (or, validating only, check) one topic; returns its partition count and overrides."""
     if topic.assignments:
         partitions = _assigned_partition_count(ctx, topic)
@@ -162,7 +177,7 @@ def _check_config_values(configs: dict[str, str | None]) -> None:
 
 
 def _created(
-    ctx: RequestContext, name: str, code: int, message: str | None, made: tuple[int, dict[str, int]] | None
+    ctx: RequestContext, name: str, code: int, message: str | None, made: tuple[int, dict[str, ConfigValue]] | None
 ) -> Any:
     """One CreateTopics result; from v5 a created (or validated) topic's carries its partitions and configs."""
     if code != NONE or made is None:
@@ -191,7 +206,7 @@ def _created(
     )
 
 
-def _creation_configs(ctx: RequestContext, overrides: dict[str, int]) -> tuple[Any, ...]:
+def _creation_configs(ctx: RequestContext, overrides: dict[str, ConfigValue]) -> tuple[Any, ...]:
     """The new topic's configs as DescribeConfigs would list them (CreateTopics v5+, KIP-525)."""
     return tuple(
         ctx.make(
@@ -308,7 +323,7 @@ class _Entry:
         self.config_type, self.read_only, self.synonyms = config_type, read_only, synonyms
 
 
-def _topic_entries(overrides: dict[str, int], keys: Iterable[str] | None) -> list[_Entry]:
+def _topic_entries(overrides: dict[str, ConfigValue], keys: Iterable[str] | None) -> list[_Entry]:
     """Every topic config the store knows (or those of `keys`): the override, else the default."""
     effective = TopicConfig.from_overrides(overrides).to_dict()
     defaults = TopicConfig().to_dict()
@@ -319,12 +334,12 @@ def _topic_entries(overrides: dict[str, int], keys: Iterable[str] | None) -> lis
             continue
         synonyms = []
         if name in overrides:
-            synonyms.append((name, str(overrides[name]), DYNAMIC_TOPIC_CONFIG))
+            synonyms.append((name, format_config_value(overrides[name]), DYNAMIC_TOPIC_CONFIG))
         if name in BROKER_SYNONYMS:
-            synonyms.append((BROKER_SYNONYMS[name], str(defaults[name]), DEFAULT_CONFIG))
+            synonyms.append((BROKER_SYNONYMS[name], format_config_value(defaults[name]), DEFAULT_CONFIG))
         source = DYNAMIC_TOPIC_CONFIG if name in overrides else DEFAULT_CONFIG
-        config_type = TYPE_LONG if is_long_config(name) else TYPE_INT
-        entries.append(_Entry(name, str(effective[name]), source, config_type, False, synonyms))
+        kind = CONFIG_TYPES[config_type(name)]
+        entries.append(_Entry(name, format_config_value(effective[name]), source, kind, False, synonyms))
     return entries
 
 

@@ -1,0 +1,729 @@
+"""Log compaction (Kafka's LogCleaner, Cleaner, LogCleanerManager, CleanedTransactionMetadata).
+
+What a cleaning pass keeps, as Kafka's cleaner decides it (docs/kafka-formats.md §8):
+
+* The dirty section is [first dirty, first uncleanable): the first dirty offset comes from the
+  `cleaner-offset-checkpoint` at the store root (else the log start); the first uncleanable
+  offset is the base of the segment holding the smallest of the active segment's base, the
+  first unstable offset (an open transaction) and the first segment younger than
+  min.compaction.lag.ms. Nothing at or past it is touched.
+* A key map (storage/offset_map.py, bounded as Kafka's dedupe buffer) is built over the dirty
+  section, aborted transactions left out; when it fills, the pass cleans up to where the map
+  got and the next pass goes on from there.
+* Every segment below the map's end is recopied, grouped as Kafka groups them
+  (`group_segments_by_size`): a record survives if it is the latest for its key (or past the
+  map's end); a tombstone survives until its batch's delete horizon (KIP-534: set, with the
+  batch's base timestamp, by the first pass that keeps it); records of aborted transactions
+  go; a marker stays until its transaction's data is gone and its own delete horizon passed;
+  a batch emptied of records stays as an empty header when it is a producer's last (its
+  producer state) or ends the cleaning round. Offsets are never rewritten.
+
+The swap of a cleaned group is crash-safe and runs as the module-level steps `SWAP_STEPS`
+names (a crash test wraps each one); recovery of a swap cut short is LogLoader's
+(`storage/log_loader.py`, `recover_swaps`).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from heapq import heappop, heappush
+
+from storage.checkpoint import read_offset_checkpoint
+from storage.checkpoint import write_checkpoint as write_checkpoint_file
+from storage.compression import compress
+from storage.config import TopicConfig
+from storage.durable import create_durably, fsync_dir, fsync_fd, write_all
+from storage.errors import CorruptIndexError
+from storage.lock import FileLock
+from storage.log_files import (
+    CLEANED_FILE_SUFFIX,
+    DELETED_FILE_SUFFIX,
+    INDEX_FILE_SUFFIX,
+    LOG_FILE_SUFFIX,
+    SWAP_FILE_SUFFIX,
+    TIME_INDEX_FILE_SUFFIX,
+    TXN_INDEX_FILE_SUFFIX,
+    segment_file,
+)
+from storage.offset_index import OffsetIndex
+from storage.offset_map import OffsetMap
+from storage.records import (
+    CONTROL_MASK,
+    DELETE_HORIZON_MASK,
+    TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_MASK,
+    Record,
+    RecordBatch,
+)
+from storage.segment import LogSegment
+from storage.time_index import TimeIndex
+from storage.transaction_index import AbortedTxn, TransactionIndex
+from storage.varint import encode_varint, encode_varlong
+
+#: The store-root file of per-partition cleaned-up-to offsets, as in a Kafka log dir.
+CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
+#: The store-level lock its read-modify-write takes (processes clean different partitions at once).
+CLEANER_CHECKPOINT_LOCK = "txlog.cleaner.lock"
+#: Kafka's segment.index.bytes default: groupSegmentsBySize keeps a group's indexes under it.
+MAX_INDEX_SIZE = 10 * 1024 * 1024
+_INT32_MAX = 2**31 - 1
+#: The order of the file steps of one group's swap (each a function of this module, see below).
+SWAP_STEPS: tuple[str, ...] = (
+    "write_cleaned",  # <base>.log.cleaned and .index/.timeindex/.txnindex.cleaned written and fsynced
+    "rename_to_swap",  # each .cleaned renamed to .swap (the .log first); the directory fsynced
+    "delete_replaced",  # the replaced segments' files renamed to .deleted, then unlinked; directory fsynced
+    "rename_swap_to_log",  # each .swap renamed to its real name (the .log last); directory fsynced
+    "write_checkpoint",  # after every group of a pass: cleaner-offset-checkpoint says where cleaning got
+)
+_SEGMENT_SUFFIXES = (LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, TXN_INDEX_FILE_SUFFIX)
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+
+
+@dataclass(frozen=True)
+class CleanerStats:
+    """What one `PartitionLog.compact` did (Kafka's CleanerStats, summed over its passes)."""
+
+    topic: str
+    partition: int
+    first_dirty_offset: int
+    cleaned_up_to: int  # [first dirty, first uncleanable) was cleaned when this reaches it
+    bytes_read: int
+    bytes_written: int
+    records_read: int
+    records_retained: int
+    segments_before: int
+    segments_after: int
+    passes: int
+    elapsed_s: float
+
+
+# ---- where the dirty section lies (LogCleanerManager) ----------------------------------------------
+
+
+@dataclass(frozen=True)
+class Cleanable:
+    """A partition's cleanable range and whether it is due (Kafka's LogToClean)."""
+
+    first_dirty: int
+    first_uncleanable: int
+    clean_bytes: int
+    cleanable_bytes: int
+    need_compaction_now: bool
+
+    @property
+    def ratio(self) -> float:
+        total = self.clean_bytes + self.cleanable_bytes
+        return self.cleanable_bytes / total if total else 0.0
+
+    @property
+    def empty(self) -> bool:
+        return self.first_uncleanable <= self.first_dirty
+
+    def due(self, config: TopicConfig) -> bool:
+        """Kafka's filter: past max.compaction.lag.ms with something to clean, or dirtier than the ratio."""
+        if self.empty or self.cleanable_bytes <= 0:
+            return False
+        return self.need_compaction_now or self.ratio > config.min_cleanable_dirty_ratio
+
+
+def segments_overlapping(segments: Sequence[LogSegment], start: int, end: int) -> list[LogSegment]:
+    """Kafka's logSegments(start, end): the segments holding offsets in [start, end)."""
+    out: list[LogSegment] = []
+    if end <= start:
+        return out
+    for i, seg in enumerate(segments):
+        following = segments[i + 1].base_offset if i + 1 < len(segments) else None
+        if seg.base_offset >= end:
+            break
+        if following is not None and following <= start:
+            continue
+        out.append(seg)
+    return out
+
+
+def cleanable_range(
+    segments: Sequence[LogSegment],
+    config: TopicConfig,
+    checkpoint: int | None,
+    log_start: int,
+    first_unstable: int | None,
+    now: int,
+) -> Cleanable:
+    """Kafka's LogCleanerManager.cleanableOffsets and calculateCleanableBytes for one partition."""
+    active = segments[-1]
+    first_dirty = log_start if checkpoint is None or not log_start <= checkpoint <= active.next_offset else checkpoint
+    sealed_dirty = [s for s in segments_overlapping(segments, first_dirty, active.base_offset) if s is not active]
+    candidates = [active.base_offset]
+    if first_unstable is not None:
+        candidates.append(first_unstable)
+    if config.min_compaction_lag_ms > 0:
+        young = [s.base_offset for s in sealed_dirty if s.largest_timestamp() > now - config.min_compaction_lag_ms]
+        candidates.extend(young[:1])
+    uncleanable = min(candidates)
+    # Rounded down to the base of the segment holding it: only whole segments are dirty.
+    holding = [s for s in segments if s.base_offset <= uncleanable]
+    first_uncleanable = holding[-1].base_offset if holding else segments[0].base_offset
+    clean_bytes = sum(s.size for s in segments_overlapping(segments, -1, first_dirty))
+    cleanable_bytes = sum(s.size for s in segments_overlapping(segments, first_dirty, first_uncleanable))
+    need_now = False
+    if config.max_compaction_lag_ms > 0:
+        stamps = [s.first_batch_timestamp for s in sealed_dirty if s.first_batch_timestamp > 0]
+        need_now = bool(stamps) and min(stamps) < now - config.max_compaction_lag_ms
+    return Cleanable(first_dirty, first_uncleanable, clean_bytes, cleanable_bytes, need_now)
+
+
+# ---- the cleaner checkpoint ------------------------------------------------------------------------
+
+
+def read_cleaner_checkpoint(root: str, topic: str, partition: int) -> int | None:
+    """Where cleaning of the partition got (None if never, or the file is damaged: cleaning starts over)."""
+    try:
+        return read_offset_checkpoint(os.path.join(root, CLEANER_CHECKPOINT)).get((topic, partition))
+    except CorruptIndexError:
+        return None
+
+
+def write_checkpoint_entry(root: str, topic: str, partition: int, offset: int) -> None:
+    """Set the partition's entry of `cleaner-offset-checkpoint`, atomically, under the store-level lock."""
+    lock = FileLock(os.path.join(root, CLEANER_CHECKPOINT_LOCK))
+    try:
+        with lock:
+            path = os.path.join(root, CLEANER_CHECKPOINT)
+            try:
+                entries = read_offset_checkpoint(path)
+            except CorruptIndexError:
+                entries = {}  # a damaged file is rewritten whole; the others' cleaning starts over
+            entries[(topic, partition)] = offset
+            write_checkpoint_file(path, [(t, p, o) for (t, p), o in sorted(entries.items())])
+    finally:
+        lock.close()
+
+
+# ---- which transactions' data goes (CleanedTransactionMetadata) ------------------------------------
+
+
+@dataclass
+class _AbortedInFlight:
+    txn: AbortedTxn
+    last_observed_batch: int | None = None
+
+
+@dataclass
+class TransactionTracker:
+    """Follows transactions through the batches in offset order: which data is aborted, which marker may go.
+
+    Fed the aborted transactions of each range before its batches (from the `.txnindex`es);
+    `cleaned_index` collects the aborts whose markers the cleaned segment keeps.
+    """
+
+    _aborted: list[tuple[int, int, AbortedTxn]] = field(default_factory=list)
+    _ongoing_aborted: dict[int, _AbortedInFlight] = field(default_factory=dict)
+    _ongoing_committed: set[int] = field(default_factory=set)
+    _seen: set[AbortedTxn] = field(default_factory=set)
+    cleaned_index: list[AbortedTxn] | None = None
+
+    def add_aborted(self, txns: Iterable[AbortedTxn]) -> None:
+        for txn in txns:
+            if txn not in self._seen:
+                self._seen.add(txn)
+                heappush(self._aborted, (txn.first_offset, txn.last_offset, txn))
+
+    def _consume_up_to(self, offset: int) -> None:
+        while self._aborted and self._aborted[0][0] <= offset:
+            txn = heappop(self._aborted)[2]
+            self._ongoing_aborted.setdefault(txn.producer_id, _AbortedInFlight(txn))
+
+    def on_control_batch(self, batch: RecordBatch, control_type: int | None) -> bool:
+        """Whether the marker may be discarded (its transaction's data is gone); notes a kept abort's entry."""
+        self._consume_up_to(batch.last_offset)
+        if control_type is None:
+            return True  # an empty control batch was cleaned before: safe to discard
+        pid = batch.producer_id
+        if control_type == 0:  # ABORT
+            ongoing = self._ongoing_aborted.pop(pid, None)
+            if ongoing is not None and ongoing.last_observed_batch is not None:
+                if self.cleaned_index is not None:
+                    self.cleaned_index.append(ongoing.txn)
+                return False
+            return True
+        if control_type == 1:  # COMMIT
+            if pid in self._ongoing_committed:
+                self._ongoing_committed.discard(pid)
+                return False
+            return True
+        return False
+
+    def on_batch(self, batch: RecordBatch) -> bool:
+        """Whether the data batch belongs to an aborted transaction."""
+        self._consume_up_to(batch.last_offset)
+        if not batch.is_transactional:
+            return False
+        ongoing = self._ongoing_aborted.get(batch.producer_id)
+        if ongoing is not None:
+            ongoing.last_observed_batch = batch.last_offset
+            return True
+        self._ongoing_committed.add(batch.producer_id)
+        return False
+
+
+def _control_type(batch: RecordBatch) -> int | None:
+    """The control record's type (ABORT 0, COMMIT 1, ...), or None for a control batch emptied by cleaning."""
+    if batch.records_count == 0:
+        return None
+    key = batch.records()[0].key
+    if key is None or len(key) < 4:
+        return -1
+    return int(struct.unpack_from(">h", key, 2)[0])
+
+
+# ---- the key map (buildOffsetMap) ------------------------------------------------------------------
+
+
+def build_offset_map(
+    dirty: Sequence[LogSegment],
+    start: int,
+    end: int,
+    offset_map: OffsetMap,
+    aborted: Sequence[AbortedTxn],
+    readable_end: Callable[[LogSegment], int],
+) -> int:
+    """Map the keys of [start, end) (whole segments `dirty`) until the map is full; returns bytes scanned.
+
+    The map's latest offset then says where this pass's cleaning may go (Kafka's buildOffsetMap).
+    """
+    offset_map.clear()
+    tracker = TransactionTracker()
+    tracker.add_aborted(aborted)
+    scanned = 0
+    for i, seg in enumerate(dirty):
+        following = dirty[i + 1].base_offset if i + 1 < len(dirty) else end
+        position = seg.read_position(start) if seg.base_offset < start else 0
+        for _, batch in seg.iter_batches(position, readable_end(seg)):
+            scanned += batch.size
+            if batch.is_control:
+                tracker.on_control_batch(batch, _control_type(batch))
+            elif not tracker.on_batch(batch):
+                for record in batch.records():
+                    if record.key is not None and record.offset >= start:
+                        if len(offset_map) >= offset_map.capacity:
+                            return scanned  # full: this pass cleans up to the latest offset mapped
+                        offset_map.put(record.key, record.offset)
+            if batch.last_offset >= start:
+                offset_map.update_latest_offset(batch.last_offset)
+        offset_map.update_latest_offset(following - 1)  # over a gap at the segment's end
+    return scanned
+
+
+# ---- grouping (groupSegmentsBySize) ----------------------------------------------------------------
+
+
+def _file_size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except FileNotFoundError:
+        return 0
+
+
+def group_segments_by_size(
+    segments: Sequence[LogSegment], max_size: int, max_index_size: int, first_uncleanable: int
+) -> list[list[LogSegment]]:
+    """Consecutive segments merged while the log stays within segment.bytes, each index within
+    `max_index_size`, and the offsets within int32 of the group's base (Kafka's groupSegmentsBySize)."""
+    groups: list[list[LogSegment]] = []
+    rest = list(segments)
+    while rest:
+        group = [rest.pop(0)]
+        log_size = group[0].size
+        index_size = _file_size(group[0].offset_index.path)
+        time_size = _file_size(group[0].time_index.path)
+        while rest:
+            head = rest[0]
+            last_offset = rest[1].base_offset - 1 if len(rest) > 1 else first_uncleanable - 1
+            if not (
+                log_size + head.size <= max_size
+                and index_size + _file_size(head.offset_index.path) <= max_index_size
+                and time_size + _file_size(head.time_index.path) <= max_index_size
+                and (head.size == 0 or last_offset - group[-1].base_offset <= _INT32_MAX)
+            ):
+                break
+            group.append(rest.pop(0))
+            log_size += head.size
+            index_size += _file_size(head.offset_index.path)
+            time_size += _file_size(head.time_index.path)
+        groups.append(group)
+    return groups
+
+
+# ---- the filter (Cleaner.cleanInto, MemoryRecords.filterTo) ----------------------------------------
+
+_DELETE, _DELETE_EMPTY, _RETAIN_EMPTY = 0, 1, 2
+
+
+@dataclass
+class PassCounters:
+    bytes_read: int = 0
+    bytes_written: int = 0
+    records_read: int = 0
+    records_retained: int = 0
+
+
+@dataclass
+class BatchFilter:
+    """Decides, batch by batch, what one cleaning round keeps."""
+
+    offset_map: OffsetMap
+    tracker: TransactionTracker
+    now: int
+    delete_retention_ms: int
+    upper_bound: int  # the round's first uncleanable offset
+    last_records: dict[int, tuple[int | None, int]]  # producer id -> (last data offset, epoch)
+    counters: PassCounters = field(default_factory=PassCounters)
+
+    def filter(self, batch: RecordBatch) -> bytes | None:
+        """The bytes that replace `batch` in the cleaned segment, or None when it goes."""
+        self.counters.bytes_read += batch.size
+        control_type = _control_type(batch) if batch.is_control else None
+        if batch.is_control:
+            can_discard = self.tracker.on_control_batch(batch, control_type)
+            horizon = batch.base_timestamp if batch.has_delete_horizon else None
+            discard_records = can_discard and horizon is not None and horizon <= self.now
+        else:
+            can_discard = self.tracker.on_batch(batch)
+            discard_records = can_discard
+        retention = self._retention(batch, discard_records)
+        if retention == _DELETE:
+            return None
+        records = batch.records()
+        self.counters.records_read += len(records)
+        kept = [r for r in records if self._keep(batch, r, discard_records)]
+        if kept:
+            self.counters.records_retained += len(kept)
+            tombstones = any(r.value is None for r in kept) and not batch.is_control
+            needs_horizon = (tombstones or (can_discard and batch.is_control)) and not batch.has_delete_horizon
+            if len(kept) == len(records) and not needs_horizon:
+                return batch.buffer
+            if needs_horizon:
+                horizon_ms = self.now + self.delete_retention_ms
+            else:
+                horizon_ms = batch.base_timestamp if batch.has_delete_horizon else -1
+            return encode_retained(batch, kept, horizon_ms)
+        if retention == _RETAIN_EMPTY:
+            return empty_batch_header(batch)
+        return None
+
+    def _retention(self, batch: RecordBatch, discard_records: bool) -> int:
+        if batch.has_producer_id and self._last_of_producer(batch):
+            return _RETAIN_EMPTY  # it carries the producer's last sequence (or epoch): producer state survives
+        if batch.next_offset == self.upper_bound:
+            return _RETAIN_EMPTY  # the round's last batch keeps the log's end offset where it was
+        return _DELETE if discard_records else _DELETE_EMPTY
+
+    def _last_of_producer(self, batch: RecordBatch) -> bool:
+        last = self.last_records.get(batch.producer_id)
+        if last is None:
+            return False
+        last_data_offset, epoch = last
+        if last_data_offset is not None:
+            return batch.last_offset == last_data_offset
+        return batch.is_control and batch.producer_epoch == epoch
+
+    def _keep(self, batch: RecordBatch, record: Record, discard_records: bool) -> bool:
+        if discard_records:
+            return False  # the batch stays only for its producer state
+        if batch.is_control:
+            return True
+        if record.offset > self.offset_map.latest_offset:
+            return True
+        if record.key is None:
+            return False  # invalid in a compacted topic (Kafka counts it as an invalid message)
+        if record.offset < self.offset_map.get(record.key):
+            return False
+        if record.value is not None:
+            return True
+        return not batch.has_delete_horizon or self.now < batch.base_timestamp
+
+
+# ---- batch encoding for retained records ----------------------------------------------------------
+
+
+def _sized(data: bytes | None) -> bytes:
+    return encode_varint(-1) if data is None else encode_varint(len(data)) + data
+
+
+def _encode_record(record: Record, base_offset: int, base_timestamp: int) -> bytes:
+    """One record of a v2 batch (docs/kafka-formats.md §1.3), its offset delta kept from the original."""
+    parts = [
+        b"\x00",
+        encode_varlong(record.timestamp - base_timestamp),
+        encode_varint(record.offset - base_offset),
+        _sized(record.key),
+        _sized(record.value),
+        encode_varint(len(record.headers)),
+    ]
+    for name, value in record.headers:
+        parts.append(_sized(name.encode("utf-8")))
+        parts.append(_sized(value))
+    body = b"".join(parts)
+    return encode_varint(len(body)) + body
+
+
+def _assemble(batch: RecordBatch, attributes: int, base_ts: int, max_ts: int, count: int, region: bytes) -> bytes:
+    """Header (the original's offsets, producer fields and leader epoch) + records region, CRC computed."""
+    from storage._native import crc32c
+
+    length = _HEADER.size - 12 + len(region)
+    header = bytearray(
+        _HEADER.pack(
+            batch.base_offset,
+            length,
+            batch.partition_leader_epoch,
+            2,
+            0,
+            attributes,
+            batch.last_offset_delta,  # kept: the last sequence, and the offsets, stay as they were
+            base_ts,
+            max_ts,
+            batch.producer_id,
+            batch.producer_epoch,
+            batch.base_sequence,
+            count,
+        )
+    )
+    out = header + region
+    struct.pack_into(">I", out, 17, crc32c(memoryview(out)[21:]))
+    return bytes(out)
+
+
+def encode_retained(batch: RecordBatch, kept: list[Record], delete_horizon: int) -> bytes:
+    """The batch rebuilt with only `kept` (Kafka's buildRetainedRecordsInto); a delete horizon >= 0 sets
+    the attribute bit and becomes the base timestamp (KIP-534)."""
+    log_append = bool(batch.attributes & TIMESTAMP_TYPE_MASK)
+    base_ts = delete_horizon if delete_horizon >= 0 else kept[0].timestamp
+    max_ts = batch.max_timestamp if log_append else max(r.timestamp for r in kept)
+    region = b"".join(_encode_record(r, batch.base_offset, base_ts) for r in kept)
+    codec = batch.attributes & 0x07
+    if codec:
+        region = compress(codec, region)
+    attributes = batch.attributes & ~DELETE_HORIZON_MASK
+    if delete_horizon >= 0:
+        attributes |= DELETE_HORIZON_MASK
+    return _assemble(batch, attributes, base_ts, max_ts, len(kept), region)
+
+
+def empty_batch_header(batch: RecordBatch) -> bytes:
+    """A batch with no records that keeps the original's offsets and producer fields (writeEmptyHeader)."""
+    attributes = batch.attributes & (TIMESTAMP_TYPE_MASK | TRANSACTIONAL_MASK | CONTROL_MASK)
+    return _assemble(batch, attributes, batch.max_timestamp, batch.max_timestamp, 0, b"")
+
+
+# ---- the swap steps --------------------------------------------------------------------------------
+
+
+def _path(directory: str, base: int, suffix: str, extra: str = "") -> str:
+    return segment_file(directory, base, suffix) + extra
+
+
+@dataclass
+class CleanedOutput:
+    """What a group's cleaning produced: its batches (bytes) and the aborts its `.txnindex` keeps."""
+
+    base_offset: int
+    batches: Iterator[bytes]
+    aborted: list[AbortedTxn]
+    index_interval_bytes: int
+
+
+def write_cleaned(directory: str, output: CleanedOutput) -> int:
+    """Write `<base>.log.cleaned` and its three indexes `.cleaned`, fsynced; returns the log's size.
+
+    The indexes are built as a segment's rebuild builds them (an offset-index entry each time a
+    batch starts more than index.interval.bytes after the last indexed one).
+    """
+    base = output.base_offset
+    log_path = _path(directory, base, LOG_FILE_SUFFIX, CLEANED_FILE_SUFFIX)
+    for suffix in _SEGMENT_SUFFIXES:
+        try:
+            os.unlink(_path(directory, base, suffix, CLEANED_FILE_SUFFIX))  # a leftover of a failed attempt
+        except FileNotFoundError:
+            pass
+    offset_index = OffsetIndex(_path(directory, base, INDEX_FILE_SUFFIX, CLEANED_FILE_SUFFIX), base, writable=True)
+    time_index = TimeIndex(_path(directory, base, TIME_INDEX_FILE_SUFFIX, CLEANED_FILE_SUFFIX), base, writable=True)
+    txn_index = TransactionIndex(_path(directory, base, TXN_INDEX_FILE_SUFFIX, CLEANED_FILE_SUFFIX), base)
+    fd = create_durably(log_path)
+    position = last_indexed = 0
+    max_ts, max_ts_offset = -1, base
+    try:
+        for data in output.batches:
+            batch = RecordBatch.parse(data)
+            write_all(fd, data)
+            if batch.max_timestamp > max_ts:
+                max_ts, max_ts_offset = batch.max_timestamp, batch.last_offset
+            if position - last_indexed > output.index_interval_bytes:
+                offset_index.append(batch.last_offset, position)
+                time_index.maybe_append(max_ts, max_ts_offset)
+                last_indexed = position
+            position += len(data)
+        if max_ts >= 0:
+            time_index.maybe_append(max_ts, max_ts_offset)
+        for txn in output.aborted:
+            txn_index.append(txn)
+        fsync_fd(fd)
+        for index in (offset_index, time_index, txn_index):
+            index.flush()
+            _fsync_path(index.path)
+    finally:
+        os.close(fd)
+        for index in (offset_index, time_index, txn_index):
+            index.close()
+    return position
+
+
+def _fsync_path(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return  # an index with nothing to say was never created
+    try:
+        fsync_fd(fd)
+    finally:
+        os.close(fd)
+
+
+def _rename_all(directory: str, base: int, old: str, new: str, suffixes: Sequence[str]) -> None:
+    for suffix in suffixes:
+        try:
+            os.rename(_path(directory, base, suffix, old), _path(directory, base, suffix, new))
+        except FileNotFoundError:
+            if suffix == LOG_FILE_SUFFIX:
+                raise
+    fsync_dir(directory)
+
+
+def rename_to_swap(directory: str, base: int) -> None:
+    """The cleaned files become `.swap`, the `.log` first: from here recovery completes the swap."""
+    _rename_all(directory, base, CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX, _SEGMENT_SUFFIXES)
+
+
+def delete_replaced(directory: str, bases: Sequence[int]) -> None:
+    """The replaced segments' files renamed to `.deleted` (ascending, the `.log` first), then unlinked."""
+    for base in sorted(bases):
+        _rename_all(directory, base, "", DELETED_FILE_SUFFIX, _SEGMENT_SUFFIXES)
+    for base in sorted(bases):
+        for suffix in _SEGMENT_SUFFIXES:
+            try:
+                os.unlink(_path(directory, base, suffix, DELETED_FILE_SUFFIX))
+            except FileNotFoundError:
+                pass
+    fsync_dir(directory)
+
+
+def rename_swap_to_log(directory: str, base: int) -> None:
+    """The `.swap` files take their real names, the indexes first and the `.log` last, so a segment
+    that is listed (by its `.log`) has its indexes."""
+    _rename_all(directory, base, SWAP_FILE_SUFFIX, "", tuple(reversed(_SEGMENT_SUFFIXES)))
+
+
+def write_checkpoint(root: str, topic: str, partition: int, offset: int) -> None:
+    """cleaner-offset-checkpoint: the partition is clean below `offset`."""
+    write_checkpoint_entry(root, topic, partition, offset)
+
+
+# ---- one pass ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class PassPlan:
+    """The inputs of one cleaning round, gathered by the partition log under its lock."""
+
+    directory: str
+    root: str
+    topic: str
+    partition: int
+    segments: list[LogSegment]
+    config: TopicConfig
+    first_dirty: int
+    first_uncleanable: int
+    now: int
+    last_records: dict[int, tuple[int | None, int]]
+    aborted: Callable[[int, int], list[AbortedTxn]]
+    readable_end: Callable[[LogSegment], int]
+
+
+def clean_pass(
+    plan: PassPlan,
+    offset_map: OffsetMap,
+    on_swapped: Callable[[list[LogSegment], int], None],
+    progress: Callable[[int], None] | None = None,
+) -> tuple[int, PassCounters]:
+    """One Kafka cleaning round: map the dirty section, recopy every group below the map's end, swap
+    each in (`on_swapped(replaced, base)` updates the caller's view), then checkpoint. Returns the end."""
+    dirty = segments_overlapping(plan.segments, plan.first_dirty, plan.first_uncleanable)
+    build_offset_map(
+        dirty,
+        plan.first_dirty,
+        plan.first_uncleanable,
+        offset_map,
+        plan.aborted(plan.first_dirty, plan.first_uncleanable),
+        plan.readable_end,
+    )
+    end = offset_map.latest_offset + 1
+    tracker = TransactionTracker()
+    counters = PassCounters()
+    groups = group_segments_by_size(
+        segments_overlapping(plan.segments, 0, end), plan.config.segment_bytes, MAX_INDEX_SIZE, plan.first_uncleanable
+    )
+    batch_filter = BatchFilter(
+        offset_map,
+        tracker,
+        plan.now,
+        plan.config.delete_retention_ms,
+        plan.first_uncleanable,
+        plan.last_records,
+        counters,
+    )
+    following = {s.base_offset: plan.segments[i + 1] for i, s in enumerate(plan.segments[:-1])}
+    for group in groups:
+        cleaned_index: list[AbortedTxn] = []
+        tracker.cleaned_index = cleaned_index
+        output = CleanedOutput(
+            group[0].base_offset,
+            _group_batches(group, plan, tracker, batch_filter, following, progress),
+            cleaned_index,
+            plan.config.index_interval_bytes,
+        )
+        counters.bytes_written += write_cleaned(plan.directory, output)
+        rename_to_swap(plan.directory, output.base_offset)
+        delete_replaced(plan.directory, [s.base_offset for s in group])
+        rename_swap_to_log(plan.directory, output.base_offset)
+        on_swapped(group, output.base_offset)
+    write_checkpoint(plan.root, plan.topic, plan.partition, end)
+    return end, counters
+
+
+def _group_batches(
+    group: list[LogSegment],
+    plan: PassPlan,
+    tracker: TransactionTracker,
+    batch_filter: BatchFilter,
+    following: dict[int, LogSegment],
+    progress: Callable[[int], None] | None,
+) -> Iterator[bytes]:
+    """The retained bytes of the group's batches, in order; each segment's aborts fed to the tracker first."""
+    for seg in group:
+        nxt = following.get(seg.base_offset)
+        upper = nxt.base_offset if nxt is not None else seg.next_offset
+        tracker.add_aborted(plan.aborted(seg.base_offset, upper))
+        for _, batch in seg.iter_batches(0, plan.readable_end(seg)):
+            kept = batch_filter.filter(batch)
+            if kept is not None:
+                yield kept
+        if progress is not None:
+            progress(seg.size)
+
+
+def elapsed_since(start: float) -> float:
+    return time.monotonic() - start

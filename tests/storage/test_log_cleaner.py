@@ -1,0 +1,330 @@
+"""Log compaction through PartitionLog.compact / Store.compact: each of Kafka's retain rules, the bounds of
+the dirty section, multi-pass cleaning, and the files a cleaning leaves (storage/log_cleaner.py)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from storage import Store
+from storage.checkpoint import read_offset_checkpoint
+from storage.errors import InvalidConfigurationError, InvalidRecordError, UnknownTopicOrPartitionError
+from storage.file_check import Findings, PartitionFileCheck, Severity
+from storage.log_cleaner import CLEANER_CHECKPOINT, SWAP_STEPS
+from storage.records import ControlType, build_batch
+
+T0 = 1_700_000_000_000
+DAY = 86_400_000
+
+
+class Clock:
+    def __init__(self, now: int = T0):
+        self.now = now
+
+    def __call__(self) -> int:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def store(store_path, clock):
+    s = Store.open(store_path, clock=clock)
+    yield s
+    s.close()
+
+
+def compact_topic(store, name="c", **config):
+    """A compacted topic; its automatic cleaning after a roll is off unless the test sets the ratio
+    (a dirty ratio is never above 1.0 and max.compaction.lag.ms is Long.MAX by default)."""
+    config = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": 1.0, **config}
+    store.create_topic(name, 1, config)
+    return store.partition(name, 0)
+
+
+def put(log, key, value, ts=T0, **producer):
+    """One record as its own batch; returns its offset."""
+    data = build_batch([(key, value, None, ts)], **producer)
+    return log.append(data).base_offset
+
+
+def records(log, *, with_batches=False):
+    """Every record from the log start (offset, key, value), reading batch by batch."""
+    out, batches = [], []
+    offset = log.log_start_offset
+    end = log.log_end_offset
+    while offset < end:
+        got = log.read(offset)
+        if not got:
+            break
+        for batch in got:
+            batches.append(batch)
+            out.extend((r.offset, r.key, r.value) for r in batch.records())
+        offset = got[-1].last_offset + 1
+    return (out, batches) if with_batches else out
+
+
+def file_findings(store, topic="c"):
+    findings = Findings()
+    check = PartitionFileCheck(
+        findings, store.partition_dir(topic, 0), topic, 0, store.topic_config(topic), now=T0, gaps_allowed=True
+    )
+    check.run()
+    check.against_the_log(store.partition(topic, 0))
+    return [f for f in findings if f.severity is not Severity.INFO]
+
+
+# ---- the configs ---------------------------------------------------------------------------------------
+
+
+def test_compact_configs_have_kafkas_defaults_and_are_normalised(store):
+    store.create_topic("p", 1, {"cleanup.policy": "delete, compact"})
+    config = store.topic_config("p")
+    assert config.cleanup_policy == "compact,delete" and config.compact and config.delete
+    assert (config.min_cleanable_dirty_ratio, config.min_compaction_lag_ms) == (0.5, 0)
+    assert (config.max_compaction_lag_ms, config.delete_retention_ms) == (2**63 - 1, 86_400_000)
+    store.alter_topic_config("p", {"max.compaction.lag.ms": 5000, "segment.ms": 60_000})
+    assert store.topic_config("p").max_segment_ms == 5000  # a compact topic rolls at the smaller
+    store.alter_topic_config("p", {"cleanup.policy": "delete"})
+    assert store.topic_config("p").max_segment_ms == 60_000
+    with pytest.raises(InvalidConfigurationError):
+        store.alter_topic_config("p", {"min.compaction.lag.ms": 6000, "max.compaction.lag.ms": 5000})
+
+
+def test_a_compacted_topic_refuses_records_without_a_key(store):
+    log = compact_topic(store)
+    with pytest.raises(InvalidRecordError, match="without key"):
+        log.append(build_batch([(b"k", b"v", None, T0), (None, b"v", None, T0)]))
+    assert log.log_end_offset == 0
+    store.create_topic("d", 1)
+    put(store.partition("d", 0), None, b"v")  # a delete topic takes them
+
+
+def test_store_compact_refuses_unknown_topics_and_non_compact_policies(store):
+    store.create_topic("d", 1)
+    with pytest.raises(InvalidConfigurationError, match="cleanup.policy"):
+        store.compact("d")
+    with pytest.raises(UnknownTopicOrPartitionError):
+        store.compact("absent")
+    compact_topic(store)
+    with pytest.raises(UnknownTopicOrPartitionError):
+        store.compact("c", 3)
+    assert store.partition("d", 0).compact(force=True) is None
+
+
+def test_retention_by_time_applies_only_with_delete_in_the_policy(store, clock):
+    log = compact_topic(store, **{"retention.ms": 1000})
+    put(log, b"a", b"1")
+    log.roll()
+    put(log, b"b", b"2")
+    clock.now += DAY
+    assert log.enforce_retention() == 0
+    store.alter_topic_config("c", {"cleanup.policy": "compact,delete"})
+    assert log.enforce_retention() == 1
+
+
+# ---- what survives -------------------------------------------------------------------------------------
+
+
+def test_the_latest_record_per_key_survives_with_its_offset(store):
+    log = compact_topic(store)
+    for i in range(12):
+        put(log, f"k{i % 3}".encode(), f"v{i}".encode())
+        if i % 4 == 3:
+            log.roll()
+    put(log, b"k0", b"active")  # the active segment is never cleaned
+    stats = log.compact(force=True)
+    assert stats is not None and (stats.first_dirty_offset, stats.cleaned_up_to) == (0, 12)
+    assert stats.records_read == 12 and stats.records_retained == 3 and stats.passes == 1
+    assert stats.segments_before == 4 and stats.segments_after == 2
+    assert records(log) == [(9, b"k0", b"v9"), (10, b"k1", b"v10"), (11, b"k2", b"v11"), (12, b"k0", b"active")]
+    assert log.log_end_offset == 13 and log.log_start_offset == 0
+    assert file_findings(store) == []
+
+
+def test_the_cleaned_up_to_offset_is_checkpointed_in_kafkas_format(store, store_path):
+    log = compact_topic(store)
+    put(log, b"a", b"1")
+    put(log, b"a", b"2")
+    log.roll()
+    put(log, b"a", b"3")
+    log.compact(force=True)
+    path = os.path.join(store_path, CLEANER_CHECKPOINT)
+    assert read_offset_checkpoint(path) == {("c", 0): 2}
+    with open(path) as f:
+        assert f.read() == "0\n1\nc 0 2\n"
+    assert log.compact(force=True) is None  # nothing dirty below the active segment
+
+
+def test_a_tombstone_survives_until_its_delete_horizon(store, clock):
+    log = compact_topic(store, **{"delete.retention.ms": 1000})
+    put(log, b"a", b"1")
+    put(log, b"a", None)
+    put(log, b"b", b"2")
+    log.roll()
+    put(log, b"b", b"3")
+    log.compact(force=True)
+    kept, batches = records(log, with_batches=True)
+    assert kept == [(1, b"a", None), (2, b"b", b"2"), (3, b"b", b"3")]
+    tomb = batches[0]
+    # KIP-534: the first pass that keeps it sets the bit and the horizon as the base timestamp.
+    assert tomb.has_delete_horizon and tomb.base_timestamp == clock.now + 1000
+    assert tomb.records()[0].timestamp == T0  # the record's own timestamp is unchanged
+    clock.now += 999
+    put(log, b"c", b"4")  # something dirty, so that a round runs (and recopies the clean part too)
+    log.roll()
+    log.compact(force=True)
+    assert (1, b"a", None) in records(log)
+    clock.now += 1
+    put(log, b"c", b"5")
+    log.roll()
+    log.compact(force=True)
+    assert [r for r in records(log) if r[1] == b"a"] == []
+    assert file_findings(store) == []
+
+
+def test_aborted_data_goes_and_its_marker_stays_until_its_horizon(store, clock):
+    log = compact_topic(store, **{"delete.retention.ms": 1000})
+    pid, epoch = 7, 0
+    put(log, b"x", b"aborted", producer_id=pid, producer_epoch=epoch, base_sequence=0, is_transactional=True)
+    log.append_marker(ControlType.ABORT, pid, epoch, timestamp=T0)
+    put(log, b"x", b"committed-before", producer_id=8, producer_epoch=0, base_sequence=0, is_transactional=True)
+    log.append_marker(ControlType.COMMIT, 8, 0, timestamp=T0)
+    put(log, b"y", b"plain")
+    log.roll()
+    put(log, b"z", b"active")
+    log.compact(force=True)
+    kept, batches = records(log, with_batches=True)
+    values = [v for _, _, v in kept]
+    assert b"aborted" not in values and b"committed-before" in values
+    abort = [b for b in batches if b.is_control and b.producer_id == pid]
+    assert len(abort) == 1  # data was in the log when this pass read the marker: kept, no horizon yet
+    assert log.aborted_transactions(0, 10)[0].producer_id == pid
+    log.compact(force=True)  # nothing dirty: no second round
+    put(log, b"z", b"2")
+    log.roll()
+    # The data batch stays as an empty batch (the producer's last), so the marker stays too.
+    stats = log.compact(force=True)
+    assert stats is not None
+    _, batches = records(log, with_batches=True)
+    data = [b for b in batches if b.producer_id == pid and not b.is_control]
+    assert [(b.base_offset, b.records_count, b.base_sequence) for b in data] == [(0, 0, 0)]
+    assert file_findings(store) == []
+
+
+def test_a_batch_emptied_by_cleaning_keeps_its_producer_state(store):
+    log = compact_topic(store)
+    put(log, b"k", b"old", producer_id=5, producer_epoch=2, base_sequence=0)
+    put(log, b"k", b"new")
+    log.roll()
+    put(log, b"other", b"v")
+    log.compact(force=True)
+    kept, batches = records(log, with_batches=True)
+    assert kept == [(1, b"k", b"new"), (2, b"other", b"v")]
+    empty = batches[0]
+    assert (empty.base_offset, empty.records_count, empty.producer_id, empty.producer_epoch) == (0, 0, 5, 2)
+    assert (empty.base_sequence, empty.last_offset_delta) == (0, 0)
+    assert log.producer_states()[5]["last_sequence"] == 0
+
+
+def test_nothing_at_or_past_the_first_unstable_offset_is_cleaned(store):
+    log = compact_topic(store)
+    put(log, b"a", b"1")
+    put(log, b"a", b"2")
+    log.roll()
+    put(log, b"t", b"open", producer_id=9, producer_epoch=0, base_sequence=0, is_transactional=True)
+    put(log, b"a", b"3")
+    log.roll()
+    put(log, b"a", b"4")
+    log.roll()
+    stats = log.compact(force=True)
+    assert stats is not None and stats.cleaned_up_to == 2  # the open transaction's segment starts at 2
+    assert [v for _, k, v in records(log) if k == b"a"] == [b"2", b"3", b"4"]
+
+
+def test_segments_younger_than_min_compaction_lag_are_not_cleaned(store, clock):
+    log = compact_topic(store, **{"min.compaction.lag.ms": 10_000})
+    put(log, b"a", b"1", ts=T0 - 20_000)
+    log.roll()
+    put(log, b"a", b"2", ts=T0 - 1_000)
+    log.roll()
+    put(log, b"a", b"3", ts=T0)
+    stats = log.compact(force=True)
+    assert stats is not None and stats.cleaned_up_to == 1
+    assert [v for _, _, v in records(log)] == [b"1", b"2", b"3"]  # nothing dirty before it is older
+
+
+def test_the_dirty_ratio_decides_without_force(store):
+    log = compact_topic(store, **{"min.cleanable.dirty.ratio": 0.99})
+    put(log, b"a", b"1")
+    put(log, b"a", b"2")
+    log.roll()
+    log.compact(force=True)  # the segment [0, 2) is now clean
+    put(log, b"a", b"3")
+    log.roll()
+    assert log.compact() is None  # half dirty, under 0.99
+    store.alter_topic_config("c", {"min.cleanable.dirty.ratio": 0.1})
+    assert log.compact() is not None
+
+
+def test_cleaning_runs_after_a_roll_when_due(store):
+    log = compact_topic(store, **{"segment.bytes": 200, "min.cleanable.dirty.ratio": 0.01})
+    for i in range(60):
+        put(log, f"k{i % 2}".encode(), b"v" * 20)
+    assert len(records(log)) < 20  # the appends' rolls cleaned it
+    assert file_findings(store) == []
+
+
+def test_a_tiny_dedupe_buffer_makes_more_passes_with_the_same_result(store_path, clock):
+    def run(name, dedupe):
+        with Store.open(os.path.join(store_path, name), clock=clock) as s:
+            log = compact_topic(s)
+            for i in range(200):
+                put(log, f"k{(i * 7) % 23}".encode(), f"{i}".encode())
+                if i % 40 == 39:
+                    log.roll()
+            stats = log.compact(force=True, dedupe_buffer_size=dedupe)
+            return stats, records(log)
+
+    one, expected = run("one", None)
+    many, got = run("many", 10 * 24)  # room for 9 keys per pass
+    assert one.passes == 1 and many.passes > 1
+    assert got == expected and len(expected) == 23  # every key once, at its latest offset
+    assert many.cleaned_up_to == one.cleaned_up_to == 200
+
+
+def test_cleaned_segments_reopen_with_right_indexes(store_path, clock):
+    with Store.open(store_path, clock=clock) as s:
+        log = compact_topic(s, **{"index.interval.bytes": 100})
+        for i in range(300):
+            put(log, f"k{i % 50}".encode(), b"x" * 30)
+            if i % 100 == 99:
+                log.roll()
+        log.compact(force=True)
+        before = records(log)
+    with Store.open(store_path, clock=clock) as s:
+        log = s.partition("c", 0)
+        for seg in log.segments:
+            seg.full_index_check()
+            assert seg.offset_index.entries() or seg.size <= 100
+        assert records(log) == before
+        for offset, _, _ in before[::7]:
+            assert log.read(offset, 1)[0].base_offset == offset
+        assert file_findings(s) == []
+
+
+def test_swap_steps_are_named_in_order():
+    import storage.log_cleaner as cleaner
+
+    assert SWAP_STEPS == (
+        "write_cleaned",
+        "rename_to_swap",
+        "delete_replaced",
+        "rename_swap_to_log",
+        "write_checkpoint",
+    )
+    assert all(callable(getattr(cleaner, name)) for name in SWAP_STEPS)
