@@ -210,6 +210,7 @@ def write_checkpoint_entry(root: str, topic: str, partition: int, offset: int) -
 class _AbortedInFlight:
     txn: AbortedTxn
     last_observed_batch: int | None = None
+    first_retained: int | None = None  # the first of its batches the cleaned log keeps (empty)
 
 
 @dataclass
@@ -246,8 +247,13 @@ class TransactionTracker:
         if control_type == 0:  # ABORT
             ongoing = self._ongoing_aborted.pop(pid, None)
             if ongoing is not None and ongoing.last_observed_batch is not None:
-                if self.cleaned_index is not None:
-                    self.cleaned_index.append(ongoing.txn)
+                if self.cleaned_index is not None and ongoing.first_retained is not None:
+                    # Kafka keeps the entry as it was, even when none of the transaction's batches
+                    # survive this round; here it is kept only while one does (an empty batch
+                    # holding producer state), starting there: the entry the log's ABORT marker
+                    # replays to, so txlog's `.txnindex` checks (txnindex_check.py, file_check.py)
+                    # agree with the cleaned log. A read_committed reader skips the same data.
+                    self.cleaned_index.append(ongoing.txn._replace(first_offset=ongoing.first_retained))
                 return False
             return True
         if control_type == 1:  # COMMIT
@@ -256,6 +262,12 @@ class TransactionTracker:
                 return False
             return True
         return False
+
+    def note_retained_aborted(self, batch: RecordBatch) -> None:
+        """An aborted transaction's batch is kept (emptied): its `.txnindex` entry will start there at the latest."""
+        ongoing = self._ongoing_aborted.get(batch.producer_id)
+        if ongoing is not None and ongoing.first_retained is None:
+            ongoing.first_retained = batch.base_offset
 
     def on_batch(self, batch: RecordBatch) -> bool:
         """Whether the data batch belongs to an aborted transaction."""
@@ -412,6 +424,8 @@ class BatchFilter:
                 horizon_ms = batch.base_timestamp if batch.has_delete_horizon else -1
             return encode_retained(batch, kept, horizon_ms)
         if retention == _RETAIN_EMPTY:
+            if can_discard and not batch.is_control:
+                self.tracker.note_retained_aborted(batch)
             return empty_batch_header(batch)
         return None
 

@@ -10,7 +10,7 @@ import pytest
 from storage import Store
 from storage.checkpoint import read_offset_checkpoint
 from storage.errors import InvalidConfigurationError, InvalidRecordError, UnknownTopicOrPartitionError
-from storage.file_check import Findings, PartitionFileCheck, Severity
+from storage.file_check import Findings, PartitionFileCheck
 from storage.log_cleaner import CLEANER_CHECKPOINT, SWAP_STEPS
 from storage.records import ControlType, build_batch
 
@@ -75,7 +75,7 @@ def file_findings(store, topic="c"):
     )
     check.run()
     check.against_the_log(store.partition(topic, 0))
-    return [f for f in findings if f.severity is not Severity.INFO]
+    return list(findings)
 
 
 # ---- the configs ---------------------------------------------------------------------------------------
@@ -328,3 +328,174 @@ def test_swap_steps_are_named_in_order():
         "write_checkpoint",
     )
     assert all(callable(getattr(cleaner, name)) for name in SWAP_STEPS)
+
+
+def test_an_abort_marker_stays_while_its_data_does_then_until_its_horizon(store, clock):
+    log = compact_topic(store, **{"delete.retention.ms": 1000})
+    txn = {"producer_id": 7, "producer_epoch": 0, "is_transactional": True}
+    put(log, b"x", b"aborted", base_sequence=0, **txn)
+    log.append_marker(ControlType.ABORT, 7, 0, timestamp=T0)
+    put(log, b"y", b"committed", base_sequence=1, **txn)  # the producer's last data: 0 is no longer kept
+    log.append_marker(ControlType.COMMIT, 7, 0, timestamp=T0)
+
+    def markers():
+        _, batches = records(log, with_batches=True)
+        return [(b.base_offset, b.has_delete_horizon) for b in batches if b.is_control]
+
+    def round_(advance=0):
+        clock.now += advance
+        put(log, b"z", b"dirty")
+        log.roll()
+        assert log.compact(force=True) is not None
+
+    round_()  # the aborted batch goes; its marker read it this round, so it stays as it was
+    assert markers() == [(1, False), (3, False)] and b"aborted" not in [v for _, _, v in records(log)]
+    assert log.aborted_transactions(0, 10) == []  # none of the transaction's batches is left to skip
+    round_()  # no data of the abort left: the marker gets its delete horizon
+    assert markers() == [(1, True), (3, False)]
+    round_(999)
+    assert markers() == [(1, True), (3, False)]
+    round_(1)  # past the horizon: gone; the commit marker stays while its data does
+    assert markers() == [(3, False)]
+    assert file_findings(store) == []
+
+
+# ---- recovery of a swap cut short (the files as each step leaves them) --------------------------------
+
+
+def _dirty_log(store):
+    log = compact_topic(store)
+    for i in range(30):
+        put(log, f"k{i % 4}".encode(), f"v{i}".encode())
+        if i % 10 == 9:
+            log.roll()  # three segments of 10, merged into one group by the cleaner
+    put(log, b"k0", b"active")
+    return log
+
+
+EXPECTED_CLEAN = [(26, b"k2", b"v26"), (27, b"k3", b"v27"), (28, b"k0", b"v28"), (29, b"k1", b"v29")]
+EXPECTED_DIRTY = [(i, f"k{i % 4}".encode(), f"v{i}".encode()) for i in range(30)]
+
+
+class Interrupted(Exception):
+    pass
+
+
+def _interrupt_before(monkeypatch, step):
+    import storage.log_cleaner as cleaner
+
+    def crash(*args, **kwargs):
+        raise Interrupted(step)
+
+    monkeypatch.setattr(cleaner, step, crash)
+
+
+def _reopen_and_check(store_path, clock, expected):
+    with Store.open(store_path, clock=clock) as s:
+        log = s.partition("c", 0)
+        names = os.listdir(s.partition_dir("c", 0))
+        assert [n for n in names if n.endswith((".cleaned", ".swap", ".deleted"))] == []
+        assert records(log) == expected + [(30, b"k0", b"active")]
+        for seg in log.segments:
+            seg.full_index_check()
+        assert file_findings(s) == []
+        log.compact(force=True)  # the next cleaning completes
+        assert records(log) == EXPECTED_CLEAN + [(30, b"k0", b"active")]
+        assert file_findings(s) == []
+
+
+@pytest.mark.parametrize(
+    ("step", "expected"),
+    [
+        ("rename_to_swap", EXPECTED_DIRTY),  # only .cleaned files: removed
+        ("delete_replaced", EXPECTED_CLEAN),  # .swap beside the replaced segments: the swap completes
+        ("rename_swap_to_log", EXPECTED_CLEAN),  # .swap alone: it takes its name
+        ("write_checkpoint", EXPECTED_CLEAN),  # swapped; the checkpoint is behind, which only redoes work
+    ],
+)
+def test_a_swap_interrupted_before_each_step_recovers_at_open(store_path, clock, monkeypatch, step, expected):
+    with Store.open(store_path, clock=clock) as s:
+        log = _dirty_log(s)
+        _interrupt_before(monkeypatch, step)
+        with pytest.raises(Interrupted):
+            log.compact(force=True)
+        monkeypatch.undo()
+        s._logs.clear()  # a crash: no clean close of the partition
+    _reopen_and_check(store_path, clock, expected)
+
+
+def _stop_before_delete(store_path, clock, monkeypatch) -> str:
+    with Store.open(store_path, clock=clock) as s:
+        _dirty_log(s)
+        log = s.partition("c", 0)
+        _interrupt_before(monkeypatch, "delete_replaced")
+        with pytest.raises(Interrupted):
+            log.compact(force=True)
+        monkeypatch.undo()
+        s._logs.clear()
+        return s.partition_dir("c", 0)
+
+
+def test_a_swap_whose_renames_to_swap_were_not_all_done_is_dropped(store_path, clock, monkeypatch):
+    directory = _stop_before_delete(store_path, clock, monkeypatch)
+    # As if the crash came between the `.log` and the `.index` renames of rename_to_swap.
+    os.rename(
+        os.path.join(directory, "00000000000000000000.index.swap"),
+        os.path.join(directory, "00000000000000000000.index.cleaned"),
+    )
+    _reopen_and_check(store_path, clock, EXPECTED_DIRTY)
+
+
+def test_a_swap_midway_through_deleting_the_replaced_segments_completes(store_path, clock, monkeypatch):
+    directory = _stop_before_delete(store_path, clock, monkeypatch)
+    for suffix in (".log", ".index", ".timeindex"):  # the first replaced segment already renamed
+        name = "00000000000000000000" + suffix
+        if os.path.exists(os.path.join(directory, name)):
+            os.rename(os.path.join(directory, name), os.path.join(directory, name + ".deleted"))
+    os.unlink(os.path.join(directory, "00000000000000000010.log"))  # the second one's log already unlinked
+    _reopen_and_check(store_path, clock, EXPECTED_CLEAN)
+
+
+def test_a_swap_midway_through_taking_its_names_completes(store_path, clock, monkeypatch):
+    directory = _stop_before_delete(store_path, clock, monkeypatch)
+    import storage.log_cleaner as cleaner
+
+    cleaner.delete_replaced(directory, [0, 10, 20])
+    # The indexes took their names, the `.log` did not yet.
+    for suffix in (".index", ".timeindex"):
+        os.rename(
+            os.path.join(directory, "00000000000000000000" + suffix + ".swap"),
+            os.path.join(directory, "00000000000000000000" + suffix),
+        )
+    _reopen_and_check(store_path, clock, EXPECTED_CLEAN)
+
+
+def test_txnindex_entries_naming_offsets_cleaning_removed_stay_valid(store_path, clock):
+    """An abort's entry records the LSO of its time: another producer's transaction start, whose
+    batch cleaning may remove. The entry stays (readers skip by it), and no check takes it for damage."""
+    with Store.open(store_path, clock=clock) as s:
+        log = compact_topic(s)
+        a = {"producer_id": 1, "producer_epoch": 0, "is_transactional": True}
+        b = {"producer_id": 2, "producer_epoch": 0, "is_transactional": True}
+        put(log, b"k", b"a0", base_sequence=0, **a)  # offset 0: A's transaction starts
+        put(log, b"j", b"b1", base_sequence=0, **b)  # offset 1: B's only data
+        log.append_marker(ControlType.ABORT, 2, 0, timestamp=T0)  # offset 2, entry LSO 0
+        put(log, b"k", b"a3", base_sequence=1, **a)  # offset 3 supersedes 0, and is A's last
+        log.append_marker(ControlType.COMMIT, 1, 0, timestamp=T0)
+        log.roll()
+        put(log, b"z", b"active")
+        log.compact(force=True)
+        _, batches = records(log, with_batches=True)
+        assert 0 not in [b.base_offset for b in batches]  # A's first batch went
+        assert [
+            (t.producer_id, t.first_offset, t.last_offset, t.last_stable_offset) for t in log.aborted_transactions(0, 6)
+        ] == [(2, 1, 2, 0)]
+        txnindex = os.path.join(s.partition_dir("c", 0), "00000000000000000000.txnindex")
+        before = os.stat(txnindex)
+        assert file_findings(s) == []
+    with Store.open(store_path, clock=clock) as s:
+        log = s.partition("c", 0)
+        # Not rewritten from the log as if it disagreed with it (the rewrite would record LSO 3).
+        assert [tuple(t) for t in log.aborted_transactions(0, 6)] == [(2, 1, 2, 0)]
+        assert os.stat(txnindex).st_mtime_ns == before.st_mtime_ns
+        assert file_findings(s) == []
