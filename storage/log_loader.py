@@ -30,7 +30,13 @@ from itertools import pairwise
 from storage.checkpoint import write_leader_epoch_checkpoint
 from storage.config import TopicConfig
 from storage.durable import fsync_dir, unlink_durably
-from storage.errors import CorruptIndexError, CorruptRecordError, CorruptSnapshotError, KafkaStorageError
+from storage.errors import (
+    CorruptIndexError,
+    CorruptRecordError,
+    CorruptSnapshotError,
+    FileReplacedError,
+    KafkaStorageError,
+)
 from storage.file_records import Damage
 from storage.log_files import (
     CLEANED_FILE_SUFFIX,
@@ -121,14 +127,14 @@ class LogLoader:
         """Build the view from the files, recovering them when `repair` (caller holds the lock).
 
         Another process's retention may delete a segment between the listing and its
-        opening; the load then starts over from a fresh listing.
+        opening, or its cleaner replace it; the load then starts over from a fresh listing.
         """
-        vanished: FileNotFoundError | None = None
+        vanished: OSError | FileReplacedError | None = None
         for _ in range(RELOAD_ATTEMPTS):
             try:
                 return self._load_once(repair=repair)
-            except FileNotFoundError as exc:
-                vanished = exc
+            except (FileNotFoundError, FileReplacedError) as exc:
+                vanished = exc  # a cleaner's swap replaces files by name, as retention removes them
         raise KafkaStorageError(f"segments of {self.directory} keep disappearing while loading: {vanished}")
 
     def _load_once(self, *, repair: bool) -> None:

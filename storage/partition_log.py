@@ -419,6 +419,8 @@ class PartitionLog:
         """
         if self._closed:
             raise KafkaStorageError(f"partition {self.topic}-{self.partition} is closed")
+        if repair and self._reload_if_swapped(repair=True):
+            return  # another process's cleaner replaced segments: the view was loaded afresh
         while True:
             active = self._segments[-1]
             size = active.file_size()
@@ -444,7 +446,7 @@ class PartitionLog:
     def _refresh_segment_list(self) -> None:
         """Drop segments other processes deleted (retention), pick up rolled ones, reload after a cleaner's swap."""
         self._catch_up(repair=False)
-        if self._reload_if_swapped():
+        if self._reload_if_swapped(repair=False):
             return
         bases = self._loader.segment_bases()
         if not bases:
@@ -463,14 +465,15 @@ class PartitionLog:
         with writer_lock_if_free(os.path.join(self.directory, LOCK_FILE)) as free:
             return not free
 
-    def _reload_if_swapped(self) -> bool:
+    def _reload_if_swapped(self, *, repair: bool) -> bool:
         """Reload the view if a cleaner replaced segments it holds; True if it did.
 
         A swap renames and unlinks files in the partition directory, which moves the
         directory's mtime: only then are the view's segments compared with the files (one
         stat each). A segment gone from the listing though later ones remain, or one whose
-        name now holds another file, was replaced: the view is loaded again. Retention's
-        deletion of leading segments is no swap (the caller drops those).
+        name now holds another file, was replaced: the view is loaded again (with `repair`,
+        the writer lock held, as recovery: a swap a crashed cleaner left is completed).
+        Retention's deletion of leading segments is no swap (the caller drops those).
         """
         try:
             st = os.stat(self.directory)
@@ -487,11 +490,11 @@ class PartitionLog:
             if seg.base_offset < bases[0]:
                 continue
             try:
-                same = (os.stat(seg.log_path).st_dev, os.stat(seg.log_path).st_ino) == seg.log.identity
+                st = os.stat(seg.log_path)
             except FileNotFoundError:
-                same = False
-            if not same:
-                self._loader.load(repair=False)
+                st = None
+            if st is None or (st.st_dev, st.st_ino) != seg.log.identity:
+                self._loader.load(repair=repair)
                 self._refresh_log_start()
                 return True
         return False
@@ -1209,7 +1212,6 @@ class PartitionLog:
         with self._mutex, self._writer_lock:
             self._catch_up(repair=True)
             self._check_writable()
-            self._reload_if_swapped()
             return self._compact_locked(
                 force=force,
                 now=self._clock() if now is None else now,
