@@ -1,6 +1,6 @@
 """Log compaction (Kafka's LogCleaner, Cleaner, LogCleanerManager, CleanedTransactionMetadata).
 
-What a cleaning pass keeps, as Kafka's cleaner decides it (docs/kafka-formats.md §8):
+What a cleaning pass keeps, as Kafka's cleaner decides it (docs/kafka-formats.md §11):
 
 * The dirty section is [first dirty, first uncleanable): the first dirty offset comes from the
   `cleaner-offset-checkpoint` at the store root (else the log start); the first uncleanable

@@ -490,10 +490,11 @@ class PartitionLog:
             if seg.base_offset < bases[0]:
                 continue
             try:
-                st = os.stat(seg.log_path)
+                found = os.stat(seg.log_path)
+                identity: tuple[int, int] | None = (found.st_dev, found.st_ino)
             except FileNotFoundError:
-                st = None
-            if st is None or (st.st_dev, st.st_ino) != seg.log.identity:
+                identity = None
+            if identity != seg.log.identity:
                 self._loader.load(repair=repair)
                 self._refresh_log_start()
                 return True

@@ -499,3 +499,43 @@ def test_txnindex_entries_naming_offsets_cleaning_removed_stay_valid(store_path,
         assert [tuple(t) for t in log.aborted_transactions(0, 6)] == [(2, 1, 2, 0)]
         assert os.stat(txnindex).st_mtime_ns == before.st_mtime_ns
         assert file_findings(s) == []
+
+
+def test_a_dirty_record_past_max_compaction_lag_makes_the_roll_clean(store, clock):
+    log = compact_topic(store, **{"max.compaction.lag.ms": 60_000})
+    put(log, b"a", b"1", ts=T0 - 120_000)
+    put(log, b"a", b"2", ts=T0 - 120_000)
+    put(log, b"b", b"3", ts=T0)  # a record past the (max lag) segment age: the append rolls first
+    assert [v for _, _, v in records(log)] == [b"2", b"3"]  # the ratio (1.0) alone never says so
+
+
+def test_progress_is_reported_per_segment_up_to_the_total(store):
+    log = compact_topic(store)
+    for i in range(9):
+        put(log, f"k{i % 2}".encode(), b"v")
+        if i % 3 == 2:
+            log.roll()
+    seen = []
+    stats = store.compact("c", progress=lambda done, total: seen.append((done, total)))
+    assert [s.partition for s in stats] == [0]
+    assert len(seen) == 3 and seen[-1][0] == seen[-1][1] > 0
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen)
+
+
+def test_a_producer_snapshot_inside_a_cleaned_segment_stays_usable(store_path, clock):
+    with Store.open(store_path, clock=clock) as s:
+        log = compact_topic(s)
+        for i in range(30):
+            put(log, f"k{i % 4}".encode(), f"{i}".encode(), producer_id=3, producer_epoch=0, base_sequence=i)
+            if i % 10 == 9:
+                log.roll()
+        log.compact(force=True)
+        directory = s.partition_dir("c", 0)
+        s._logs.clear()  # no clean close: no snapshot at the log end
+    os.unlink(os.path.join(directory, "00000000000000000030.snapshot"))
+    # 20 now lies in a gap of the cleaned segment [0, 30): the replay starts at the next batch.
+    with Store.open(store_path, clock=clock) as s:
+        log = s.partition("c", 0)
+        assert os.path.exists(os.path.join(directory, "00000000000000000020.snapshot"))
+        assert log.producer_states()[3]["last_sequence"] == 29
+        put(log, b"k0", b"next", producer_id=3, producer_epoch=0, base_sequence=30)
