@@ -225,6 +225,10 @@ class LogLoader:
         bases = (offset_of(name, LOG_FILE_SUFFIX) for name in names)
         return sorted(base for base in bases if base is not None)
 
+    def swap_left_over(self) -> bool:
+        """Whether the directory holds a `.log.swap` (a swap in flight, or one a crashed cleaner left)."""
+        return any(name.endswith(_SWAP_LOG_SUFFIX) for name in os.listdir(self.directory))
+
     def _remove_temp_and_orphan_files(self) -> None:
         """Remove leftovers of interrupted writes, deletes and cleanings, complete interrupted swaps,
         and remove indexes whose `.log` is gone.

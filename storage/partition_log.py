@@ -483,6 +483,12 @@ class PartitionLog:
         if key == self._dir_key:
             return False
         self._dir_key = key
+        if repair and self._loader.swap_left_over():
+            # Under the lock no cleaner is at work: a `.swap` is a crashed one's, which recovery
+            # completes now rather than leaving readers to wait on it at every listing.
+            self._loader.load(repair=True)
+            self._refresh_log_start()
+            return True
         bases = self._loader.segment_bases()
         if not bases:
             return False

@@ -133,3 +133,30 @@ def test_a_view_opened_before_a_cleaning_reads_the_cleaned_log(store_path):
             finally:
                 set_limit(limit)
         assert got == [(4 * KEYS + k, f"k{k}".encode(), b"4") for k in range(KEYS)]
+
+
+def test_a_writer_completes_a_swap_a_crashed_cleaner_left_before_it_writes(store_path, monkeypatch):
+    """Another process's view, open across the crash, finds the `.swap` at its next write and completes
+    it, so readers do not wait on it at every listing."""
+    import storage.log_cleaner as cleaner
+
+    with Store.open(store_path) as writer, Store.open(store_path) as crashed:
+        log = _compact_topic(writer)
+        _write_rounds(log, 4)
+        victim = crashed.partition("c", 0)
+
+        def crash(*args, **kwargs):
+            raise RuntimeError("killed")
+
+        monkeypatch.setattr(cleaner, "delete_replaced", crash)
+        try:
+            victim.compact(force=True)
+        except RuntimeError:
+            pass
+        monkeypatch.undo()
+        directory = writer.partition_dir("c", 0)
+        assert any(n.endswith(".log.swap") for n in os.listdir(directory))
+        log.append(_batch("k0", "4"))
+        assert not any(n.endswith((".swap", ".cleaned", ".deleted")) for n in os.listdir(directory))
+        got = [(r.key, r.value) for b in log.read(log.log_start_offset, 1 << 20) for r in b.records()]
+        assert got == [(f"k{k}".encode(), b"3") for k in range(KEYS)] + [(b"k0", b"4")]
