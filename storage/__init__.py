@@ -5,12 +5,14 @@ coordinators, consumer groups, the CLI or Spark (docs/DESIGN.md §1).
 """
 
 from storage.config import TopicConfig
+from storage.log_cleaner import CleanerStats
 from storage.partition_log import AppendResult, BatchAppendResult, PartitionLog
 from storage.store import PartitionDescription, Store, TopicDescription
 
 __all__ = [
     "AppendResult",
     "BatchAppendResult",
+    "CleanerStats",
     "PartitionDescription",
     "PartitionLog",
     "Store",

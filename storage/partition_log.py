@@ -190,6 +190,9 @@ class PartitionLog:
         # The partition directory's (mtime, inode) when this view last compared its segments with
         # the files: a change may be a cleaner's swap (`_reload_if_swapped`).
         self._dir_key: tuple[int, int] | None = None
+        # The directory's inode when this view first looked: another directory under the name
+        # (the topic deleted and made again) is no swap, and this view must not move into it.
+        self._dir_ino: int | None = None
         self._failed: str | None = None
         # Why this view of a writable store may not write (the disk refused recovery's writes at open).
         self._write_refused: str | None = None
@@ -219,6 +222,7 @@ class PartitionLog:
                 self._open_without_writing(refusal)
         with self._mutex:
             self._refresh_log_start()
+            self._dir_ino = os.stat(directory).st_ino
 
     def _open_without_writing(self, refusal: OSError) -> None:
         """The disk refused recovery's writes (full, read-only, no permission): open as a read-only view.
@@ -483,6 +487,8 @@ class PartitionLog:
         if key == self._dir_key:
             return False
         self._dir_key = key
+        if st.st_ino != self._dir_ino:
+            return False
         if repair and self._loader.swap_left_over():
             # Under the lock no cleaner is at work: a `.swap` is a crashed one's, which recovery
             # completes now rather than leaving readers to wait on it at every listing.

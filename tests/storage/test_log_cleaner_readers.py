@@ -160,3 +160,22 @@ def test_a_writer_completes_a_swap_a_crashed_cleaner_left_before_it_writes(store
         assert not any(n.endswith((".swap", ".cleaned", ".deleted")) for n in os.listdir(directory))
         got = [(r.key, r.value) for b in log.read(log.log_start_offset, 1 << 20) for r in b.records()]
         assert got == [(f"k{k}".encode(), b"3") for k in range(KEYS)] + [(b"k0", b"4")]
+
+
+def test_a_view_of_a_deleted_topic_does_not_move_into_a_new_one_of_the_name(store_path):
+    """The swap check reloads a view whose segment names hold other files; a topic deleted and made
+    again is not that: the old view's writes are refused (scenario 71), nothing reaches the new topic."""
+    from storage.errors import KafkaStorageError
+
+    with Store.open(store_path) as old, Store.open(store_path) as other:
+        stale = _compact_topic(old)
+        stale.append(_batch("k0", "old"))
+        other.delete_topic("c")
+        _compact_topic(other).append(_batch("k0", "new"))
+        try:
+            stale.append(_batch("k0", "stale"))
+        except KafkaStorageError:
+            pass
+        fresh = other.partition("c", 0)
+        got = [(r.key, r.value) for b in fresh.read(0, 1 << 20) for r in b.records()]
+        assert got == [(b"k0", b"new")]
