@@ -211,19 +211,34 @@ class LogLoader:
 
         A listing taken while a cleaner swaps segments in (a `.log.swap` beside them, the lock
         held elsewhere) may lack the replaced segments and not yet show the cleaned one: it is
-        taken again once the swap is over (docs/DESIGN.md §3). A `.swap` left by a crashed
-        cleaner (nobody holds the lock) does not wait: the next writer's open completes it.
+        taken again once the swap is over (docs/DESIGN.md §3), as is one the directory changed
+        under (`_listing`). A `.swap` left by a crashed cleaner (nobody holds the lock) does not
+        wait: the next writer completes it.
         """
-        names = os.listdir(self.directory)
+        names = self._listing()
         for _ in range(SWAP_WAIT_ATTEMPTS):
-            if self._swap_in_flight is None or not any(n.endswith(_SWAP_LOG_SUFFIX) for n in names):
+            if self._swap_in_flight is None:
                 break
-            if not self._swap_in_flight():
+            if names is not None and not any(n.endswith(_SWAP_LOG_SUFFIX) for n in names):
+                break
+            if names is not None and not self._swap_in_flight():
                 break
             time.sleep(SWAP_WAIT_S)
+            names = self._listing()
+        if names is None:
             names = os.listdir(self.directory)
         bases = (offset_of(name, LOG_FILE_SUFFIX) for name in names)
         return sorted(base for base in bases if base is not None)
+
+    def _listing(self) -> list[str] | None:
+        """The directory's names, or None if it changed while they were read.
+
+        A directory read concurrent with a rename may see neither name of the file: the
+        directory's mtime, the same before and after, says no rename happened meanwhile.
+        """
+        before = os.stat(self.directory).st_mtime_ns
+        names = os.listdir(self.directory)
+        return names if os.stat(self.directory).st_mtime_ns == before else None
 
     def swap_left_over(self) -> bool:
         """Whether the directory holds a `.log.swap` (a swap in flight, or one a crashed cleaner left)."""

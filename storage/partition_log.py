@@ -29,6 +29,7 @@ a read-only view (or one whose fsync failed) keeps its repairs in memory instead
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -37,6 +38,7 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import pairwise
+from typing import Concatenate, ParamSpec, TypeVar
 
 from storage.checkpoint import LOG_START_CHECKPOINT, read_log_start_checkpoint, write_log_start_checkpoint
 from storage.config import TopicConfig
@@ -125,6 +127,31 @@ def _scan_end(seg: LogSegment, position: int, end: int, budget: int) -> int:
     if header is None:
         return end
     return min(end, max(want, position + header.size))
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _fresh_view_on_replace(
+    method: Callable[Concatenate[PartitionLog, _P], _R],
+) -> Callable[Concatenate[PartitionLog, _P], _R]:
+    """Run a lookup again on a fresh view when a file it used was replaced under its name (a cleaner's
+    swap met by a view that did not see it coming: docs/DESIGN.md §3). Offsets never change, so the
+    answer is the one the lookup would have given after the swap."""
+
+    @functools.wraps(method)
+    def retrying(self: PartitionLog, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        for _ in range(RELOAD_ON_SWAP_ATTEMPTS):
+            try:
+                return method(self, *args, **kwargs)
+            except FileReplacedError:
+                with self._mutex:
+                    self._loader.load(repair=False)
+                    self._dir_key = None
+        return method(self, *args, **kwargs)
+
+    return retrying
 
 
 def _consecutive(batches: list[tuple[RecordBatch, int]]) -> bool:
@@ -425,6 +452,16 @@ class PartitionLog:
             raise KafkaStorageError(f"partition {self.topic}-{self.partition} is closed")
         if repair and self._reload_if_swapped(repair=True):
             return  # another process's cleaner replaced segments: the view was loaded afresh
+        try:
+            self._catch_up_on_tail(repair=repair)
+        except FileReplacedError:
+            # The view's last segment was rolled and cleaned since it looked (a reader far
+            # behind): its file name holds the cleaned segment now. Start from the files.
+            self._loader.load(repair=repair)
+            self._dir_key = None
+
+    def _catch_up_on_tail(self, *, repair: bool) -> None:
+        """`_catch_up`'s walk: replay what grew in the view's last segment, open the segments rolled after it."""
         while True:
             active = self._segments[-1]
             size = active.file_size()
@@ -989,6 +1026,7 @@ class PartitionLog:
             if scan_end < seg_end:
                 return  # the byte budget ended inside this segment
 
+    @_fresh_view_on_replace
     def extents(self, start_offset: int, end_offset: int) -> list[SegmentExtent]:
         """Where the batches holding offsets [start_offset, end_offset) lie, one extent per segment.
 
@@ -1016,6 +1054,7 @@ class PartitionLog:
                 out.append(SegmentExtent(seg.directory, seg.base_offset, position, readable_end(segments, seg)))
             return out
 
+    @_fresh_view_on_replace
     def aborted_transactions(self, start_offset: int, end_offset: int) -> list[AbortedTxn]:
         """Aborted transactions with data in [start_offset, end_offset): what a read_committed
         reader must skip there (docs/kafka-formats.md §5.6).
@@ -1149,6 +1188,7 @@ class PartitionLog:
             self._loader.rewrite_txn_index(seg)
         return seg.txn_index.entries()
 
+    @_fresh_view_on_replace
     def offset_for_timestamp(self, timestamp: int) -> int | None:
         """First offset whose record timestamp is ≥ `timestamp` (Kafka's ListOffsets), or None.
 
@@ -1176,6 +1216,7 @@ class PartitionLog:
                             return record.offset
             return None
 
+    @_fresh_view_on_replace
     def max_timestamp_offset(self) -> tuple[int, int] | None:
         """(offset, timestamp) of the record with the largest timestamp (ListOffsets MAX_TIMESTAMP), or None if empty.
 
