@@ -71,6 +71,7 @@ CLEANER_CHECKPOINT_LOCK = "txlog.cleaner.lock"
 #: Kafka's segment.index.bytes default: groupSegmentsBySize keeps a group's indexes under it.
 MAX_INDEX_SIZE = 10 * 1024 * 1024
 _INT32_MAX = 2**31 - 1
+_INT64_MAX = 2**63 - 1
 #: The order of the file steps of one group's swap (each a function of this module, see below).
 SWAP_STEPS: tuple[str, ...] = (
     "write_cleaned",  # <base>.log.cleaned and .index/.timeindex/.txnindex.cleaned written and fsynced
@@ -419,7 +420,8 @@ class BatchFilter:
             if len(kept) == len(records) and not needs_horizon:
                 return batch.buffer
             if needs_horizon:
-                horizon_ms = self.now + self.delete_retention_ms
+                # Clamped: delete.retention.ms may be Long.MAX (Java's sum would wrap negative).
+                horizon_ms = min(self.now + self.delete_retention_ms, _INT64_MAX)
             else:
                 horizon_ms = batch.base_timestamp if batch.has_delete_horizon else -1
             return encode_retained(batch, kept, horizon_ms)
@@ -572,7 +574,7 @@ def write_cleaned(directory: str, output: CleanedOutput) -> int:
     max_ts, max_ts_offset = -1, base
     try:
         for data in output.batches:
-            batch = RecordBatch.parse(data)
+            batch = RecordBatch.parse(data, verify_crc=False)  # copied whole-and-checked, or built here
             write_all(fd, data)
             if batch.max_timestamp > max_ts:
                 max_ts, max_ts_offset = batch.max_timestamp, batch.last_offset

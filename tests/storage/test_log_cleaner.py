@@ -539,3 +539,17 @@ def test_a_producer_snapshot_inside_a_cleaned_segment_stays_usable(store_path, c
         assert os.path.exists(os.path.join(directory, "00000000000000000020.snapshot"))
         assert log.producer_states()[3]["last_sequence"] == 29
         put(log, b"k0", b"next", producer_id=3, producer_epoch=0, base_sequence=30)
+
+
+def test_a_delete_retention_of_long_max_keeps_tombstones(store, clock):
+    log = compact_topic(store, **{"delete.retention.ms": 2**63 - 1})
+    put(log, b"a", None)
+    log.roll()
+    put(log, b"b", b"1")
+    log.compact(force=True)
+    _, batches = records(log, with_batches=True)
+    assert batches[0].has_delete_horizon and batches[0].base_timestamp == 2**63 - 1
+    put(log, b"b", b"2")
+    log.roll()
+    log.compact(force=True)
+    assert (0, b"a", None) in records(log)
