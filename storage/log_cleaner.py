@@ -673,7 +673,7 @@ def clean_pass(
     plan: PassPlan,
     offset_map: OffsetMap,
     on_swapped: Callable[[list[LogSegment], int], None],
-    progress: Callable[[int], None] | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> tuple[int, PassCounters]:
     """One Kafka cleaning round: map the dirty section, recopy every group below the map's end, swap
     each in (`on_swapped(replaced, base)` updates the caller's view), then checkpoint. Returns the end."""
@@ -702,12 +702,20 @@ def clean_pass(
         counters,
     )
     following = {s.base_offset: plan.segments[i + 1] for i, s in enumerate(plan.segments[:-1])}
+    total = sum(seg.size for group in groups for seg in group)
+    done = [0]
+
+    def step(size: int) -> None:
+        done[0] += size
+        if progress is not None:
+            progress(done[0], total)
+
     for group in groups:
         cleaned_index: list[AbortedTxn] = []
         tracker.cleaned_index = cleaned_index
         output = CleanedOutput(
             group[0].base_offset,
-            _group_batches(group, plan, tracker, batch_filter, following, progress),
+            _group_batches(group, plan, tracker, batch_filter, following, step),
             cleaned_index,
             plan.config.index_interval_bytes,
         )

@@ -1258,7 +1258,7 @@ class PartitionLog:
         dirty record is past max.compaction.lag.ms. `now` is the cleaner's clock (ms; delete
         horizons and the compaction lags use it), `dedupe_buffer_size` Kafka's
         log.cleaner.dedupe.buffer.size (a smaller one makes more passes), `progress(bytes done,
-        bytes to do)` is called after each segment recopied.
+        bytes to do)` is called after each segment recopied (each pass counts from 0 again).
         """
         self._check_writable()
         if not self.config.compact:
@@ -1311,15 +1311,7 @@ class PartitionLog:
         totals = [0, 0, 0, 0]
         while first_dirty < cleanable.first_uncleanable:
             plan = self._pass_plan(first_dirty, cleanable.first_uncleanable, now)
-            todo = sum(s.size for s in plan.segments if s.base_offset < cleanable.first_uncleanable)
-            done = [0]
-
-            def step(size: int, done: list[int] = done, todo: int = todo) -> None:
-                done[0] += size
-                if progress is not None:
-                    progress(done[0], todo)
-
-            end, counters = clean_pass(plan, offset_map, self._swapped_in, step)
+            end, counters = clean_pass(plan, offset_map, self._swapped_in, progress)
             passes += 1
             for i, value in enumerate(
                 (counters.bytes_read, counters.bytes_written, counters.records_read, counters.records_retained)

@@ -520,6 +520,15 @@ def test_progress_is_reported_per_segment_up_to_the_total(store):
     assert [s.partition for s in stats] == [0]
     assert len(seen) == 3 and seen[-1][0] == seen[-1][1] > 0
     assert [d for d, _ in seen] == sorted(d for d, _ in seen)
+    seen.clear()
+    for i in range(9):
+        put(log, f"k{i}".encode(), b"v")
+        if i % 3 == 2:
+            log.roll()
+    stats = [log.compact(force=True, dedupe_buffer_size=3 * 24, progress=lambda d, t: seen.append((d, t)))]
+    assert stats[0] is not None and stats[0].passes > 1
+    ends = [i for i, (d, t) in enumerate(seen) if d == t]
+    assert len(ends) == stats[0].passes and ends[-1] == len(seen) - 1  # every pass reaches its total
 
 
 def test_a_producer_snapshot_inside_a_cleaned_segment_stays_usable(store_path, clock):
