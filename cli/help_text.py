@@ -29,6 +29,7 @@ SUMMARIES: dict[str, str] = {
     "topics create": "Create a topic.",
     "topics list": "Every topic: partitions, size, end offsets.",
     "topics describe": "Describe topics: partitions, configs, offsets.",
+    "topics compact": "Compact a topic now (latest record per key).",
     "transactions list": "List transactional ids and their states.",
     "transactions describe": "Describe one transactional id.",
     "transactions describe-producers": "The producers a partition remembers.",
@@ -132,6 +133,11 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "topics alter": (
         "txlog topics alter orders --partitions 6",
         "txlog topics alter orders --config retention.ms=3600000 --delete-config segment.bytes",
+    ),
+    "topics compact": (
+        "txlog topics create prices --config cleanup.policy=compact --config segment.bytes=1048576",
+        "txlog topics compact prices",
+        "txlog topics compact prices --partition 0 --output json",
     ),
     "topics delete": (
         "txlog topics delete orders",

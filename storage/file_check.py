@@ -4,7 +4,8 @@ What `txlog verify` reports about files, as a library: per partition it walks ea
 with the one batch reader (`FileRecords`) and checks
 
 * every batch frames and has a valid CRC, and offsets increase across segments (and are
-  dense in a txlog store: a Kafka log dir has gaps after compaction). Bad bytes are judged
+  dense in a txlog store but in the sealed segments of a compacted topic, which the cleaner
+  thins out; a Kafka log dir has gaps after compaction). Bad bytes are judged
   by the rule every view applies (`FileRecords.judge_damage`): at the very end of the
   *active* segment with no valid batch after them, a torn/unflushed tail (a writer died
   mid-write; the next writer cuts it), a warning; followed by valid data, or anywhere in a
@@ -276,9 +277,18 @@ class PartitionFileCheck:
         self.log_damaged = False
         self.next_offset: int | None = None  # the offset the next batch must have
         self.batches = 0  # valid batches scanned
-        # Kafka leaves offset gaps (compaction, a log start offset moved inside a segment);
-        # txlog never compacts, so in its stores a gap is lost data.
+        # Kafka leaves offset gaps (compaction, a log start offset moved inside a segment).
+        # In a txlog store only the cleaner makes them, and only in the sealed segments of a
+        # topic whose cleanup.policy has `compact`: it drops whole batches there (the offsets of
+        # those that stay never change). So a gap between batches is normal in such a segment
+        # (and at the end of one: the next starts at its base offset). A gap in the active
+        # segment, which the cleaner never touches, or in a topic that is not compacted, is lost
+        # data. (A gap cannot be told from compaction's in a sealed segment of a compact topic;
+        # the other checks, CRCs, framing, indexes, producer state, still hold there. The
+        # cleaner's checkpoint is not the bound: it is written after the swap, so after a crash
+        # between the two a cleaned segment lies above it.)
         self.gaps_allowed = gaps_allowed
+        self.compacted = config.compact
         self.checkpoints = checkpoints or LogDirCheckpoints()
 
     def add(self, severity: Severity, file: str | None, offset: int | None, text: str) -> None:
@@ -332,9 +342,12 @@ class PartitionFileCheck:
     def _segment(self, base: int, *, active: bool) -> None:
         path = self._path(base, LOG_FILE_SUFFIX)
         aborts: list[AbortedTxn] = []
+        abort_markers: dict[int, int] = {}  # offset -> producer id of each ABORT marker in the segment
         replay = abort_replayer(self.state, aborts.append)
         if self.next_offset is None:
             self.next_offset = base  # resynchronise after bytes that could not be framed
+        elif self.next_offset < base and (self.gaps_allowed or self.compacted):
+            self.next_offset = base  # the cleaner emptied the end of the segment before: not a gap to report
         bad_crc: list[Any] = []
         spans: list[_Span] = []
         end = 0
@@ -350,8 +363,12 @@ class PartitionFileCheck:
                     self.batches += 1
                     self._check_records(path, batch)
                     spans.append(_Span(batch.base_offset, batch.last_offset, batch.max_timestamp))
-                    self._check_offsets(path, base, batch)
+                    self._check_offsets(
+                        path, base, batch, gaps_allowed=self.gaps_allowed or (self.compacted and not active)
+                    )
                     replay(batch)
+                    if batch.is_control and batch.has_producer_id and self._is_abort(batch):
+                        abort_markers[batch.base_offset] = batch.producer_id
                     self.next_offset = batch.last_offset + 1
             except UnsupportedForMessageFormatError as exc:  # pre-0.11 data: not damage, but nothing here reads it
                 self.add(Severity.ERROR, path, None, str(exc))
@@ -374,7 +391,7 @@ class PartitionFileCheck:
                     + (" in a sealed segment" if not active else "; valid batches follow it"),
                 )
             self._indexes(records, base, spans)
-        self._txn_index(base, aborts, active, self.next_offset)
+        self._txn_index(base, aborts, active, self.next_offset, abort_markers)
 
     def _check_records(self, path: str, batch: RecordBatch) -> None:
         """The readers' own decoding of the batch's records: what every reader refuses is an error here."""
@@ -404,7 +421,7 @@ class PartitionFileCheck:
         else:
             self.add(Severity.ERROR, path, None, f"{what} at byte {position} of a sealed segment")
 
-    def _check_offsets(self, path: str, base: int, batch: Any) -> None:
+    def _check_offsets(self, path: str, base: int, batch: Any, *, gaps_allowed: bool) -> None:
         expected = self.next_offset
         if batch.base_offset < base:
             self.add(
@@ -422,7 +439,7 @@ class PartitionFileCheck:
                 f"offsets go backwards: batch at byte {batch.position} starts at {batch.base_offset}, "
                 f"expected {expected}",
             )
-        elif expected is not None and batch.base_offset > expected and not self.gaps_allowed:
+        elif expected is not None and batch.base_offset > expected and not gaps_allowed:
             self.add(
                 Severity.ERROR,
                 path,
@@ -536,9 +553,24 @@ class PartitionFileCheck:
             out.append(e)
         return out
 
-    def _txn_index(self, base: int, aborts: list[AbortedTxn], active: bool, log_end: int | None) -> None:
+    @staticmethod
+    def _is_abort(batch: RecordBatch) -> bool:
+        try:
+            return batch.control_marker().is_abort
+        except KafkaError:
+            return False  # a malformed marker: _check_records reports it
+
+    def _txn_index(
+        self, base: int, aborts: list[AbortedTxn], active: bool, log_end: int | None, abort_markers: dict[int, int]
+    ) -> None:
         """Every entry names an ABORT of its producer at `lastOffset` whose transaction starts at
-        `firstOffset`, and every ABORT that closed a transaction with data has its entry."""
+        `firstOffset`, and every ABORT that closed a transaction with data has its entry.
+
+        In a sealed segment of a compacted topic an entry may name an ABORT marker whose
+        transaction's data the cleaner removed: Kafka's cleaner keeps the entry in the pass that
+        removes the data (CleanedTransactionMetadata), so the replay, which no longer sees the
+        transaction begin, has no abort to match it with. The marker must still be there.
+        """
         path = self._path(base, TXN_INDEX_FILE_SUFFIX)
         entries = self._txn_index_entries(path, base)
         by_marker = {a.last_offset: a for a in aborts}
@@ -551,6 +583,8 @@ class PartitionFileCheck:
                 self.add(Severity.ERROR, path, last, f"{desc} is not after the previous entry's last offset {previous}")
             previous = max(previous, last)
             abort = by_marker.get(last)
+            if abort is None and self.compacted and not active and abort_markers.get(last) == pid and first <= last:
+                continue  # its transaction's data was cleaned away (docstring)
             if abort is None or abort.producer_id != pid:
                 if active and log_end is not None and last >= log_end:
                     self.add(

@@ -286,6 +286,72 @@ def test_incremental_alter_configs_sets_and_deletes_and_refuses_append_and_broke
     assert _described(txlog_server, "alt")["configs"] == {"retention.ms": 5000}
 
 
+def _described_types(server, topic: str) -> dict[str, tuple[str, int]]:
+    """DescribeConfigs v4 of a topic, straight off the wire: name -> (value, config_type); no client
+    library shows the type."""
+    with RawClient(server.bootstrap) as c:
+        resource = c.nested(
+            32, 4, "DescribeConfigsResource", resource_type=2, resource_name=topic, configuration_keys=None
+        )
+        (result,) = c.send(32, 4, resources=(resource,), include_synonyms=False, include_documentation=False).results
+    assert result.error_code == 0, result.error_message
+    return {c.name: (c.value, c.config_type) for c in result.configs}
+
+
+def test_compaction_configs_have_kafkas_types_in_describe_configs(txlog_server):
+    """cleanup.policy is Kafka's LIST (7), min.cleanable.dirty.ratio a DOUBLE (6) shown as Java prints it,
+    the lags and delete.retention.ms LONGs (5): created through CreateTopics, read back by DescribeConfigs
+    and in `txlog topics describe`."""
+    admin = _admin(txlog_server)
+    configs = {"cleanup.policy": "delete,compact", "min.cleanable.dirty.ratio": "0.01", "delete.retention.ms": "0"}
+    assert _error(admin.create_topics([NewTopic("cmp", 1, 1, config=configs)])["cmp"]) is None
+    described = _described_types(txlog_server, "cmp")
+    assert described["cleanup.policy"] == ("compact,delete", 7)
+    assert described["min.cleanable.dirty.ratio"] == ("0.01", 6)
+    assert described["delete.retention.ms"] == ("0", 5)
+    assert described["min.compaction.lag.ms"] == ("0", 5)
+    assert described["max.compaction.lag.ms"] == (str(2**63 - 1), 5)
+    assert described["segment.bytes"][1] == 3
+    assert _described(txlog_server, "cmp")["configs"] == {
+        "cleanup.policy": "compact,delete",
+        "delete.retention.ms": 0,
+        "min.cleanable.dirty.ratio": 0.01,
+    }
+    ratio = _topic_configs(admin, "cmp")["min.cleanable.dirty.ratio"]
+    assert [(s.name, s.value) for s in ratio.synonyms.values()] == [
+        ("min.cleanable.dirty.ratio", "0.01"),
+        ("log.cleaner.min.cleanable.ratio", "0.5"),
+    ]
+
+
+def test_incremental_alter_configs_appends_to_and_subtracts_from_cleanup_policy(txlog_server):
+    """cleanup.policy is a LIST, so IncrementalAlterConfigs' APPEND and SUBTRACT apply to it (against the
+    default `delete` when the topic has no override), as Kafka's ConfigAdminManager does; a bad ratio is
+    INVALID_CONFIG and changes nothing."""
+    admin = _admin(txlog_server)
+    assert _error(admin.create_topics([NewTopic("pol", 1, 1)])["pol"]) is None
+
+    def alter(name: str, value: str, op: AlterConfigOpType):
+        resource = ConfigResource(
+            ResourceType.TOPIC, "pol", incremental_configs=[ConfigEntry(name, value, incremental_operation=op)]
+        )
+        (future,) = admin.incremental_alter_configs([resource]).values()
+        return _error(future)
+
+    assert alter("cleanup.policy", "compact", AlterConfigOpType.APPEND) is None
+    assert _described(txlog_server, "pol")["configs"] == {"cleanup.policy": "compact,delete"}
+    assert alter("cleanup.policy", "delete", AlterConfigOpType.SUBTRACT) is None
+    assert _described(txlog_server, "pol")["configs"] == {"cleanup.policy": "compact"}
+    assert _described_types(txlog_server, "pol")["cleanup.policy"] == ("compact", 7)
+    assert alter("min.cleanable.dirty.ratio", "1.5", AlterConfigOpType.SET).code() == KafkaError.INVALID_CONFIG
+    assert alter("min.cleanable.dirty.ratio", "0.25", AlterConfigOpType.SET) is None
+    assert _described(txlog_server, "pol")["configs"] == {
+        "cleanup.policy": "compact",
+        "min.cleanable.dirty.ratio": 0.25,
+    }
+    assert alter("delete.retention.ms", "1", AlterConfigOpType.APPEND).code() == KafkaError.INVALID_CONFIG
+
+
 # ---- kafka-python -------------------------------------------------------------------------------------
 
 

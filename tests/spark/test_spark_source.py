@@ -575,3 +575,51 @@ def test_range_of_only_aborted_records_and_markers_gives_no_rows(spark, mixed):
     )
     assert df.rdd.getNumPartitions() == 1
     assert collect(df) == []
+
+
+# ---- a compacted partition (issue 25) ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def compacted(tmp_path_factory) -> str:
+    """A topic cleaned by Store.compact: keys overwritten, tombstones, committed and aborted transactions,
+    headers, several segments; its offsets have gaps wherever records were removed."""
+    from storage import Store
+
+    path = str(tmp_path_factory.mktemp("src") / "compacted")
+    with no_fsync(), Store.open(path) as store:
+        store.create_topic(
+            "latest", 1, {"cleanup.policy": "compact", "segment.bytes": 1024, "min.cleanable.dirty.ratio": 1}
+        )
+        plain = txlog.Producer(store, enable_idempotence=True)
+        txn = txlog.Producer(store, transactional_id="compacting")
+        txn.init_transactions()
+        for round_ in range(10):
+            for k in range(5):
+                value = None if (round_ == 7 and k % 2) else f"r{round_}-k{k}".encode()
+                headers = [("round", b"%d" % round_)] if k == 0 else None
+                plain.send("latest", key=f"k{k}".encode(), value=value, partition=0, headers=headers)
+            plain.flush()
+            txn.begin_transaction()
+            txn.send("latest", key=f"k{round_ % 5}".encode(), value=f"txn{round_}".encode(), partition=0)
+            txn.flush()
+            txn.commit_transaction() if round_ % 2 else txn.abort_transaction()
+        plain.close()
+        txn.close()
+        store.partition("latest", 0).roll()
+        (stats,) = store.compact("latest")
+        assert stats.records_retained < stats.records_read
+    return path
+
+
+@pytest.mark.parametrize("isolation", [RC, RU])
+@pytest.mark.parametrize("split", [{}, {"minPartitions": "4"}])
+def test_a_compacted_partition_reads_as_the_consumer_reads_it(spark, compacted, isolation, split):
+    """Offset gaps left by the cleaner are normal: every reader gives the Consumer's records, split or not."""
+    df = load(spark, compacted, subscribe="latest", isolation=isolation, **FULL, **split)
+    got = collect(df)
+    want = expected(compacted, [("latest", 0)], isolation)
+    assert not same(got, want), same(got, want)
+    offsets = [row[2] for row in want]
+    assert offsets != list(range(offsets[0], offsets[0] + len(offsets))), "the cleaning should leave gaps"
+    assert any(row[4] is None for row in want), "a tombstone should be read back"

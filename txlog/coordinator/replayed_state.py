@@ -9,6 +9,18 @@ loads it and replays only what came after, so opening costs O(live keys).
 A snapshot is only used if the offset it covers is inside the log (docs/reliability-scenarios.md rule 5):
 a log cut back below it (power loss) makes it stale, and the state is rebuilt from the
 log start instead.
+
+Both internal topics are compacted, and a cleaning may drop a tombstone or a transaction marker
+once its delete horizon (delete.retention.ms after the cleaning that first kept it) has passed.
+State replayed up to offset N (a snapshot, or a process that has not caught up in a while)
+plus the cleaned log from N on would then miss that tombstone, and the deleted key would come
+back. A drop needs two cleanings of the batch, the first of which leaves the cleaner
+checkpoint (`cleaner-offset-checkpoint`, the first offset not yet cleaned) above it. So state
+at N is only extended from N while the partition's checkpoint is at or below N; once the
+cleaner has passed it, the state is rebuilt from the log start, which after a cleaning costs
+about the live keys (docs/DESIGN.md §7, "Coordinator state and compaction"). A snapshot also
+records the checkpoint it was written under: a checkpoint found lower than that was lost or
+reset, and the snapshot is not trusted either.
 """
 
 from __future__ import annotations
@@ -21,8 +33,9 @@ import zlib
 from collections.abc import Callable
 from typing import Any
 
+from storage.checkpoint import read_offset_checkpoint
 from storage.durable import atomic_write
-from storage.errors import KafkaStorageError, OffsetOutOfRangeError
+from storage.errors import KafkaError, KafkaStorageError, OffsetOutOfRangeError
 from storage.partition_log import PartitionLog
 from storage.records import RecordBatch
 from storage.safe_open import read_no_follow
@@ -30,6 +43,7 @@ from storage.safe_open import read_no_follow
 SNAPSHOT_EVERY = 1000  # batches replayed past the last snapshot before a new one is written
 READ_BYTES = 1 << 20
 PART_SUFFIX = ".part"
+CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 
 
 class ReplayedPartition:
@@ -56,6 +70,8 @@ class ReplayedPartition:
         self._snapshot_every = snapshot_every
         self.position = log.log_start_offset
         self._snapshot_offset = -1
+        self._cleaner_file: tuple[int, int, int] | None = None  # (inode, mtime, size) last read
+        self._cleaned_to = 0
         self._load_snapshot()
 
     # ---- snapshot -----------------------------------------------------------------------------
@@ -63,7 +79,13 @@ class ReplayedPartition:
     def _load_snapshot(self) -> None:
         snap = _read_snapshot(self.path)
         end = self.log.log_end_offset
-        if snap is not None and self.log.log_start_offset <= snap["offset"] <= end:
+        cleaned = self.cleaned_up_to()
+        if (
+            snap is not None
+            and cleaned is not None
+            and self.log.log_start_offset <= snap["offset"] <= end
+            and snap.get("cleaned", 0) <= cleaned <= snap["offset"]
+        ):
             self._load(snap["state"])
             self.position = self._snapshot_offset = snap["offset"]
         else:
@@ -88,7 +110,15 @@ class ReplayedPartition:
         if self.position == self._snapshot_offset or not (force or behind >= self._snapshot_every):
             return
         state = self._dump()
-        body = {"offset": self.position, "state": state, "crc": _crc(self.position, state)}
+        cleaned = self.cleaned_up_to()
+        if cleaned is None or cleaned > self.position:
+            return  # the cleaner passed this state while it was replayed: catch_up rebuilds it first
+        body = {
+            "offset": self.position,
+            "state": state,
+            "cleaned": cleaned,
+            "crc": _crc(self.position, state, cleaned),
+        }
         try:
             self._remove_stale_parts()
             atomic_write(
@@ -113,11 +143,43 @@ class ReplayedPartition:
             except (ValueError, PermissionError):
                 pass
 
+    def cleaned_up_to(self) -> int | None:
+        """The partition's cleaner checkpoint: offsets below it have been cleaned (0: never);
+        None when the file cannot be read (then no snapshot is trusted).
+
+        Read again only when the file changed (a stat per call): `catch_up` asks on every use.
+        """
+        path = os.path.join(os.path.dirname(self.log.directory), CLEANER_CHECKPOINT)
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            self._cleaner_file, self._cleaned_to = None, 0
+            return 0
+        except OSError:
+            return None
+        key = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if key != self._cleaner_file:
+            try:
+                offsets = read_offset_checkpoint(path)
+            except (OSError, KafkaError):
+                return None
+            self._cleaner_file = key
+            self._cleaned_to = offsets.get((self.log.topic, self.log.partition), 0)
+        return self._cleaned_to
+
     # ---- replay -------------------------------------------------------------------------------
 
     def catch_up(self) -> int:
         """Apply every whole batch past `position`; returns how many batches were applied."""
         applied = 0
+        cleaned = self.cleaned_up_to()
+        if (
+            self.position > self.log.log_start_offset
+            and (cleaned if cleaned is not None else self._cleaned_to) > self.position
+        ):
+            # the cleaner went past what was applied: what follows may lack tombstones (module doc);
+            # a replay from the log start reads the cleaned log whole, which is always right
+            self._reset()
         while True:
             end = self.log.log_end_offset
             if self.position > end:  # the log was cut back below what we applied: start over
@@ -139,8 +201,10 @@ class ReplayedPartition:
                 applied += 1
 
 
-def _crc(offset: int, state: Any) -> int:
-    return zlib.crc32(json.dumps([offset, state], sort_keys=True, separators=(",", ":")).encode())
+def _crc(offset: int, state: Any, cleaned: int | None = None) -> int:
+    """Over the offset, the state and (snapshots written since compaction) the cleaner checkpoint."""
+    covered = [offset, state] if cleaned is None else [offset, state, cleaned]
+    return zlib.crc32(json.dumps(covered, sort_keys=True, separators=(",", ":")).encode())
 
 
 def _read_snapshot(path: str) -> dict | None:
@@ -150,7 +214,8 @@ def _read_snapshot(path: str) -> dict | None:
         if (
             isinstance(body, dict)
             and isinstance(body.get("offset"), int)
-            and body.get("crc") == _crc(body["offset"], body["state"])
+            and isinstance(body.get("cleaned", 0), int)
+            and body.get("crc") == _crc(body["offset"], body["state"], body.get("cleaned"))
         ):
             return body
     except (OSError, ValueError, KeyError):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from typing import Any
 
@@ -69,6 +69,11 @@ BROKER_SYNONYMS = {
     "max.message.bytes": "message.max.bytes",
     "index.interval.bytes": "log.index.interval.bytes",
     "producer.id.expiration.ms": "producer.id.expiration.ms",
+    "cleanup.policy": "log.cleanup.policy",
+    "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio",
+    "min.compaction.lag.ms": "log.cleaner.min.compaction.lag.ms",
+    "max.compaction.lag.ms": "log.cleaner.max.compaction.lag.ms",
+    "delete.retention.ms": "log.cleaner.delete.retention.ms",
 }
 
 
@@ -469,14 +474,19 @@ def alter_configs(ctx: RequestContext, request: Any) -> Any:
 @api(44, 0, 1)
 def incremental_alter_configs(ctx: RequestContext, request: Any) -> Any:
     def alter(resource: Any) -> None:
-        sets, deletes = _operations(resource.configs)
+        current: dict[str, Any] = {}
+        if resource.resource_type == TOPIC_RESOURCE and ctx.broker.store.has_topic(resource.resource_name):
+            overrides = ctx.broker.store.topic_overrides(resource.resource_name)
+            current = {k: format_config_value(v) for k, v in TopicConfig.from_overrides(overrides).to_dict().items()}
+        sets, deletes = _operations(resource.configs, current)
         _alter(ctx, resource, sets, deletes, replace=False, validate_only=request.validate_only)
 
     return _alter_response(ctx, request, alter)
 
 
-def _operations(configs: Iterable[Any]) -> tuple[dict[str, str | None], list[str]]:
-    """SET and DELETE; every topic config of the store is a number, so APPEND/SUBTRACT never apply."""
+def _operations(configs: Iterable[Any], current: Mapping[str, Any]) -> tuple[dict[str, str | None], list[str]]:
+    """SET and DELETE, and APPEND/SUBTRACT on a LIST config (cleanup.policy) against its value in force
+    (`current`: the override, else the default, as Kafka's ConfigAdminManager takes it)."""
     configs = list(configs)
     duplicated = _duplicates(c.name for c in configs)
     if duplicated:
@@ -494,11 +504,24 @@ def _operations(configs: Iterable[Any]) -> tuple[dict[str, str | None], list[str
             if config.name not in CONFIG_NAMES:
                 validate_overrides({config.name: 0})  # raises the store's unknown-name error
             operation = OPERATION_NAMES[config.config_operation]
-            raise InvalidConfigurationError(f"Can't {operation} to key {config.name} because its type is not LIST.")
+            if config_type(config.name) is not ConfigType.LIST:
+                raise InvalidConfigurationError(f"Can't {operation} to key {config.name} because its type is not LIST.")
+            sets[config.name] = _list_operation(
+                str(sets.get(config.name) or current.get(config.name, "")), config.value, config.config_operation
+            )
         else:
             raise InvalidRequestError(f"Unknown config operation {config.config_operation} for {config.name}")
     _check_config_values(sets)
     return sets, deletes
+
+
+def _list_operation(value: str, items: str | None, operation: int) -> str:
+    """APPEND adds the items a LIST lacks, SUBTRACT removes the ones it has (Kafka keeps the list's order)."""
+    listed = [v for v in value.split(",") if v]
+    given = [v.strip() for v in (items or "").split(",") if v.strip()]
+    if operation == APPEND:
+        return ",".join(listed + [v for v in given if v not in listed])
+    return ",".join(v for v in listed if v not in given)
 
 
 def _alter(
