@@ -146,7 +146,6 @@ def test_compaction_configs_are_created_altered_and_described_with_their_types(t
     "config",
     [
         "cleanup.policy=shred",
-        "cleanup.policy=",
         "min.cleanable.dirty.ratio=1.5",
         "min.cleanable.dirty.ratio=half",
         "delete.retention.ms=-1",

@@ -596,7 +596,7 @@ def compacted(tmp_path_factory) -> str:
         txn.init_transactions()
         for round_ in range(10):
             for k in range(5):
-                value = None if (round_ == 7 and k % 2) else f"r{round_}-k{k}".encode()
+                value = None if (round_ == 9 and k % 2) else f"r{round_}-k{k}".encode()
                 headers = [("round", b"%d" % round_)] if k == 0 else None
                 plain.send("latest", key=f"k{k}".encode(), value=value, partition=0, headers=headers)
             plain.flush()

@@ -36,6 +36,7 @@ from typing import Any
 from storage.checkpoint import read_offset_checkpoint
 from storage.durable import atomic_write
 from storage.errors import KafkaError, KafkaStorageError, OffsetOutOfRangeError
+from storage.log_cleaner import CLEANER_CHECKPOINT
 from storage.partition_log import PartitionLog
 from storage.records import RecordBatch
 from storage.safe_open import read_no_follow
@@ -43,7 +44,6 @@ from storage.safe_open import read_no_follow
 SNAPSHOT_EVERY = 1000  # batches replayed past the last snapshot before a new one is written
 READ_BYTES = 1 << 20
 PART_SUFFIX = ".part"
-CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 
 
 class ReplayedPartition:
