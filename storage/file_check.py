@@ -333,9 +333,12 @@ class PartitionFileCheck:
         The LSO an entry records is where the earliest transaction open at its marker began;
         cleaning may remove that batch (it never rewrites entries' LSOs, as Kafka's cleaner
         does not), so the replay of the cleaned log finds a later start or none. Only in a
-        log with gaps, and never past the replayed value or the marker.
+        log with gaps (a Kafka log dir, or a compacted topic of a txlog store), and never past the
+        replayed value or the marker.
         """
-        return self.gaps_allowed and recorded <= replayed.last_stable_offset <= replayed.last_offset + 1
+        return (
+            self.gaps_allowed or self.compacted
+        ) and recorded <= replayed.last_stable_offset <= replayed.last_offset + 1
 
     # ---- .log ----------------------------------------------------------------------------------
 
