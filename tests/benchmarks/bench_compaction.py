@@ -2,7 +2,8 @@
 does for the coordinators.
 
     python tests/benchmarks/bench_compaction.py [--records N] [--keys K] [--segment-mb S]
-                                                [--commits N] [--reps R] [--big] [--dir D]
+                                                [--commits N] [--offsets-segment-kb S] [--reps R]
+                                                [--big] [--dir D]
                                                 [--skip-broker] [--skip-offsets]
 
 (a) Cleaner throughput, MB/s of dirty log. The same `--records` keyed records (10-byte key over
@@ -24,9 +25,10 @@ coordinator's own encoder (`GroupOffsets.encode_commit`: the records `commit` wr
 per commit of 10 partitions, 20 groups), without fsync (setup only). Two stores with the same
 commits: `__consumer_offsets` compacted (cleanup.policy=compact: the roll trigger cleans while the
 commits go in, then one `Store.compact`) and not compacted (cleanup.policy=delete, no retention:
-the log as it was before compaction existed). Both get `segment.bytes` = `--segment-mb`: at the
-internal topics' 100 MiB a million commits (~70 MB) never leave the active segment, and neither
-Kafka nor txlog cleans the active segment. Each open is timed twice: "replay" with the
+the log as it was before compaction existed). Both get `segment.bytes` = `--offsets-segment-kb` (256 KiB):
+at the internal topics' 100 MiB (Kafka's offsets.topic.segment.bytes) a million commits (~55 MB
+over 8 partitions) never leave the active segments, and neither Kafka nor txlog cleans an active
+segment, so there compaction would change nothing. Each open is timed twice: "replay" with the
 coordinators' state snapshots deleted first (the whole partition read), and "snapshot" (the
 snapshot the previous open wrote, plus the tail).
 
@@ -53,7 +55,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path[:0] = [ROOT, HERE]
 
-from benchutil import MiB, Sample, fsync_skipped, median_after_cold, scratch_dir, timed  # noqa: E402
+from benchutil import FsyncMeter, MiB, Sample, fsync_skipped, median_after_cold, scratch_dir, timed  # noqa: E402
 
 from storage import Store  # noqa: E402
 from storage.records import build_batch  # noqa: E402
@@ -108,8 +110,8 @@ def make_txlog_template(root: str, batches: list[bytes], segment_bytes: int) -> 
             log.append(b"".join(batches[i : i + 64]), sync=False)
 
 
-def time_txlog(template: str, scratch: str) -> tuple[float, int, float, object]:
-    """(seconds, dirty bytes, cpu seconds, stats) of one Store.compact on a fresh copy of the template."""
+def time_txlog(template: str, scratch: str) -> tuple[float, int, float, float, object]:
+    """(seconds, dirty bytes, cpu seconds, fsync seconds, stats) of one Store.compact on a fresh copy."""
     root = os.path.join(scratch, "txlog-run")
     shutil.rmtree(root, ignore_errors=True)
     shutil.copytree(template, root)
@@ -118,7 +120,7 @@ def time_txlog(template: str, scratch: str) -> tuple[float, int, float, object]:
     with Store.open(root) as store, timed() as out:
         stats = store.compact("t")
     sample: Sample = out[0]
-    return sample.wall, dirty, sample.cpu, stats[0] if stats else None
+    return sample.wall, dirty, sample.cpu, sample.fsync, stats[0] if stats else None
 
 
 # ---- (a) the broker --------------------------------------------------------------------------------
@@ -203,10 +205,10 @@ def bench_cleaner(args: argparse.Namespace, scratch: str) -> None:
     txlog_rates, kafka_rates, kafka_self, txlog_cpu = [], [], [], []
     try:
         for rep in range(args.reps):
-            seconds, dirty, cpu, stats = time_txlog(template, scratch)
+            seconds, dirty, cpu, fsync, stats = time_txlog(template, scratch)
             txlog_rates.append(dirty / MiB / seconds)
             txlog_cpu.append(dirty / MiB / cpu if cpu else float("nan"))
-            line = f"rep {rep}: txlog {dirty / MiB:.1f} MiB dirty in {seconds:.2f} s"
+            line = f"rep {rep}: txlog {dirty / MiB:.1f} MiB dirty in {seconds:.2f} s ({fsync:.2f} s in fsync)"
             if stats is not None:
                 line += f" ({stats.records_read:,} read, {stats.records_retained:,} kept, {stats.passes} pass(es))"
             if broker is not None:
@@ -298,7 +300,7 @@ def open_coordinators(root: str, expect: int | None) -> None:
 
 
 def bench_offsets(args: argparse.Namespace, scratch: str) -> None:
-    segment_bytes = args.segment_mb * MiB
+    segment_bytes = args.offsets_segment_kb * 1024
     stores = {}
     for name, commits, policy in (
         ("before", 0, "compact"),
@@ -340,10 +342,14 @@ def bench_offsets(args: argparse.Namespace, scratch: str) -> None:
 
 
 def main() -> int:
+    FsyncMeter.install()
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=None, help="records cleaned in (a) (default 400,000; --big 2M)")
     ap.add_argument("--keys", type=int, default=None, help="distinct keys in (a) (default records / 10)")
     ap.add_argument("--segment-mb", type=int, default=8, help="segment.bytes of every cleaned topic, MiB")
+    ap.add_argument(
+        "--offsets-segment-kb", type=int, default=256, help="segment.bytes of __consumer_offsets in (b)/(c), KiB"
+    )
     ap.add_argument("--commits", type=int, default=None, help="offset commits in (b)/(c) (default 200,000; --big 1M)")
     ap.add_argument("--reps", type=int, default=3, help="repetitions, the first (cold) one dropped")
     ap.add_argument("--big", action="store_true", help="2,000,000 records and a million commits")
