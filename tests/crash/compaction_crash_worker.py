@@ -32,6 +32,7 @@ import random
 import signal
 import sys
 import time
+import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -204,8 +205,9 @@ def _read(args) -> None:
             end = log.high_watermark
             try:
                 got = view(log, "read_uncommitted")
-            except Exception as exc:  # noqa: BLE001  any error is the finding: report it, not a traceback
-                _say(f"FAIL pass {passes}: {type(exc).__name__}: {exc}")
+            except Exception as exc:  # noqa: BLE001  any error is the finding: reported with where it came from
+                where = "".join(traceback.format_tb(exc.__traceback__)[-4:])
+                _say(f"FAIL pass {passes}: {type(exc).__name__}: {exc}\n{where}")
                 sys.exit(1)
             problem = check_churn_view(got, end)
             if problem is not None:
