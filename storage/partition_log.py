@@ -1117,13 +1117,14 @@ class PartitionLog:
         would also move the segment's end past the view's producer state, and the next
         catch-up would put the end back (a log end going backwards, then read(end) out of
         range). So catch up first (holding the lock in a writable view, so the view then is
-        the file) and check again; only a second failure is damage.
+        the file) and check again; only a second failure is damage. A catch-up that reloaded
+        the view (a cleaner's swap) closed `seg`: FileReplacedError, and the lookup starts again.
         """
         if seg is not self._segments[-1]:
             return False  # a sealed segment in this view is whole: nothing was behind
         self._catch_up(repair=not self.read_only)
-        if seg not in self._segments:
-            return True  # the view was reloaded: its fresh segments had their checks at load
+        if seg not in self._segments:  # the view was reloaded under the lookup: `seg` is closed, start again
+            raise FileReplacedError(f"{seg.log_path}: this view was reloaded after a cleaner's swap")
         return self._full_index_check_passes(seg)
 
     def _batch_at_repairing(self, offset: int) -> RecordBatch | None:
