@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from unittest import mock
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -418,10 +419,38 @@ def test_compaction_matches_the_model(big, tmp_path):
     print(f"\ncompaction model coverage: {dict(COVERAGE)}")
 
 
+# Found by the test below (2,000 examples) with SURROUND's verify of 27 Nov: the abort at the end
+# rolls, the roll trigger cleans the transaction's first batch away and keeps its last one (the
+# producer's last batch, emptied), and the `.txnindex` entry keeps the transaction's original first
+# offset, as Kafka's cleaner keeps it (CleanedTransactionMetadata appends the AbortedTxn it
+# collected). The store check replays the cleaned log, sees the transaction start at its kept batch
+# and reports ".txnindex entry (producer 2000, first 3, last 7): the aborted transaction starts at 4".
+VERIFY_GAP = (
+    "the store check refuses a .txnindex entry whose first offset is below the first batch the cleaner "
+    "kept of an aborted transaction (Kafka keeps the original first offset): verify's rule, not the cleaner's"
+)
+
+
+@pytest.mark.xfail(reason=VERIFY_GAP, strict=False)
 def test_the_store_check_passes_on_cleaned_histories(big, tmp_path):
     """`txlog verify`'s checks find no error in what the cleaner wrote (docs: compaction's gaps,
     emptied batches and the `.txnindex` entries it keeps are normal in a compacted topic)."""
     _run_histories(tmp_path, _examples(big), verify=True)
+
+
+@pytest.mark.xfail(reason=VERIFY_GAP, strict=True)
+def test_the_store_check_passes_after_an_abort_whose_first_batch_was_cleaned(tmp_path):
+    """The shrunk history of VERIFY_GAP (strict: passes, and so fails here, once verify is fixed)."""
+    h = {"segment_bytes": 250, "delete_retention_ms": 0, "dirty_ratio": "0.01"}
+    r = Run(str(tmp_path / "s"), h)
+    tombstone = [(0, 0)]
+    ops = [("send", "plain", tombstone)] * 3 + [("send", "t0", tombstone)] * 2
+    ops += [("roll",), ("roll",), ("send", "plain", tombstone), ("send", "t1", tombstone)]
+    for op in ops:
+        r.step(op)
+    r.compact(1, None)
+    r.compact(1, None)
+    r.finish(verify=True)
 
 
 def test_model_catches_a_cleaner_that_keeps_everything(tmp_path):
