@@ -601,7 +601,7 @@ class PartitionFileCheck:
                     self.add(Severity.ERROR, path, last, f"{desc} does not name an ABORT marker of its producer")
                 continue
             matched.add(last)
-            if abort.first_offset != first:
+            if abort.first_offset != first and not self._first_batches_cleaned(first, abort, active):
                 self.add(Severity.ERROR, path, last, f"{desc}: the aborted transaction starts at {abort.first_offset}")
             elif self.complete_base and abort.last_stable_offset != lso and not self._lso_before_cleaning(lso, abort):
                 self.add(
@@ -611,6 +611,13 @@ class PartitionFileCheck:
                     f"{desc} records LSO {lso}; replaying the log gives {abort.last_stable_offset}",
                 )
         self._missing_txn_entries(path, aborts, matched, log_end)
+
+    def _first_batches_cleaned(self, first: int, abort: AbortedTxn, active: bool) -> bool:
+        """An entry starting before the replayed transaction, in a sealed segment of a compacted
+        topic: the cleaner removed the transaction's first batches and kept a later one (the
+        producer's last, kept empty for its state), and the entry keeps the first offset it was
+        written with, as Kafka's cleaner keeps it."""
+        return self.compacted and not active and first < abort.first_offset
 
     def _missing_txn_entries(self, path: str, aborts: list[AbortedTxn], matched: set[int], log_end: int | None) -> None:
         """A missing entry is only a warning where Kafka rebuilds the index at its next start:

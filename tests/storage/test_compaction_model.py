@@ -419,28 +419,19 @@ def test_compaction_matches_the_model(big, tmp_path):
     print(f"\ncompaction model coverage: {dict(COVERAGE)}")
 
 
-# Found by the test below (2,000 examples) with SURROUND's verify of 27 Nov: the abort at the end
-# rolls, the roll trigger cleans the transaction's first batch away and keeps its last one (the
-# producer's last batch, emptied), and the `.txnindex` entry keeps the transaction's original first
-# offset, as Kafka's cleaner keeps it (CleanedTransactionMetadata appends the AbortedTxn it
-# collected). The store check replays the cleaned log, sees the transaction start at its kept batch
-# and reports ".txnindex entry (producer 2000, first 3, last 7): the aborted transaction starts at 4".
-VERIFY_GAP = (
-    "the store check refuses a .txnindex entry whose first offset is below the first batch the cleaner "
-    "kept of an aborted transaction (Kafka keeps the original first offset): verify's rule, not the cleaner's"
-)
-
-
-@pytest.mark.xfail(reason=VERIFY_GAP, strict=False)
 def test_the_store_check_passes_on_cleaned_histories(big, tmp_path):
     """`txlog verify`'s checks find no error in what the cleaner wrote (docs: compaction's gaps,
     emptied batches and the `.txnindex` entries it keeps are normal in a compacted topic)."""
     _run_histories(tmp_path, _examples(big), verify=True)
 
 
-@pytest.mark.xfail(reason=VERIFY_GAP, strict=True)
 def test_the_store_check_passes_after_an_abort_whose_first_batch_was_cleaned(tmp_path):
-    """The shrunk history of VERIFY_GAP (strict: passes, and so fails here, once verify is fixed)."""
+    """A history 2,000 random ones found: the abort at the end rolls, the roll trigger cleans the
+    transaction's first batch away and keeps its last one (the producer's last batch, emptied), and
+    the `.txnindex` entry keeps the transaction's original first offset, as Kafka's cleaner keeps it
+    (CleanedTransactionMetadata appends the AbortedTxn it collected). The store check replayed the
+    cleaned log, saw the transaction start at its kept batch and reported ".txnindex entry (producer
+    2000, first 3, last 7): the aborted transaction starts at 4"."""
     h = {"segment_bytes": 250, "delete_retention_ms": 0, "dirty_ratio": "0.01"}
     r = Run(str(tmp_path / "s"), h)
     tombstone = [(0, 0)]
