@@ -25,15 +25,16 @@ not in this process, so patching txlog.spark.writer here would not reach it.
                                prepared transaction (the decision is taken, some transactions
                                are still prepared)
   kill_batch: the micro-batch whose commit is killed (streams; default 0)
-  fail_partitions / fail_after / fail_kind: the first attempt of those task partitions hands
-               `fail_after` Arrow batches to the writer, then raises ("raise") or SIGKILLs its own
-               Python worker ("kill"); later attempts run normally
-  zombie_partition / zombie_mode: attempt 0 of that task partition forks a copy of itself that
-               keeps writing the same task partition (the same transactional id) while Spark
-               runs attempt 1: a duplicate attempt writing concurrently. "fenced": the copy
-               writes half, waits until attempt 1 has started, writes the rest and tries to
-               prepare. "prepared": the copy writes and prepares everything before attempt 1
-               starts.
+  fail_partitions {"<task partition>": "raise" | "kill"}, fail_after: the first attempt of
+               those task partitions hands `fail_after` Arrow batches to the writer (which sends
+               them), then raises or SIGKILLs its own Python worker; later attempts run normally
+  zombie_partitions {"<task partition>": "fenced" | "prepared"}: attempt 0 of that task
+               partition forks a copy of itself that keeps writing the same task partition (the
+               same transactional id) while Spark runs attempt 1: a duplicate attempt writing
+               concurrently. "fenced": the copy writes half, waits until attempt 1 has sent its
+               first batch, then writes the rest and tries to prepare. "prepared": the copy
+               writes and prepares everything before attempt 1 starts. Attempt 1 reports
+               success only after the copy is done (its outcome is marked zombie-p<n>-<outcome>).
 
 Every writer call leaves a marker file in SPEC["marks"] (write-<stage>-<partition>-<attempt>,
 commit-..., killed-..., zombie-...), so the test can check that the fault really happened.
@@ -108,24 +109,46 @@ def _write(self, iterator):
     ctx = TaskContext.get()
     partition, attempt = ctx.partitionId(), ctx.attemptNumber()
     mark(f"write-{ctx.stageId()}-{partition}-{attempt}")
-    if attempt == 0 and partition in fault.get("fail_partitions", ()):
-        iterator = _fail_after(iterator, fault["fail_after"], fault.get("fail_kind", "raise"))
-    if partition == fault.get("zombie_partition"):
-        if attempt == 0:
-            _fork_zombie_then_fail(self, iterator, fault["zombie_mode"])
-        else:
-            mark(f"attempt-{attempt}-started")
-    return type(self)._base.write(self, iterator)
+    fail = fault.get("fail_partitions", {}).get(str(partition))
+    if attempt == 0 and fail:
+        iterator = _fail_after(iterator, fault.get("fail_after", 2), fail)
+    zombie = fault.get("zombie_partitions", {}).get(str(partition))
+    if zombie and attempt == 0:
+        _fork_zombie_then_fail(self, iterator, partition, zombie)
+    if zombie:
+        iterator = _mark_when_started(iterator, partition, attempt)
+    message = type(self)._base.write(self, _count_rows(iterator, ctx.stageId(), partition, attempt))
+    if zombie:
+        _wait_for(f"zombie-p{partition}-")  # the copy is done before this attempt reports success
+    return message
+
+
+def _count_rows(iterator, stage: int, partition: int, attempt: int):
+    """Pass the batches through; mark how many rows this attempt handed to the writer."""
+    rows = 0
+    for batch in iterator:
+        rows += batch.num_rows
+        yield batch
+    mark(f"rows-{stage}-{partition}-{attempt}", str(rows))
 
 
 def _fail_after(iterator, n: int, kind: str):
     """Hand the writer `n` batches, then fail the task attempt when it asks for the next."""
     for i, batch in enumerate(iterator):
         if i == n:
-            mark("failed-attempt")
+            mark(f"failed-attempt-{kind}")
             if kind == "kill":
-                os.kill(os.getpid(), signal.SIGKILL)
+                os.kill(os.getpid(), signal.SIGKILL)  # the task's Python worker dies mid-transaction
             raise RuntimeError("injected task failure (first attempt)")
+        yield batch
+
+
+def _mark_when_started(iterator, partition: int, attempt: int):
+    """A later attempt: mark once the writer has asked for a second batch, by when its producer is
+    initialised (it sent the first), so the copy of attempt 0 goes on only after it was fenced."""
+    for i, batch in enumerate(iterator):
+        if i == 1:
+            mark(f"attempt-started-p{partition}", str(attempt))
         yield batch
 
 
@@ -138,7 +161,7 @@ def _wait_for(prefix: str, seconds: float = 120.0) -> bool:
     return True
 
 
-def _fork_zombie_then_fail(self, iterator, mode: str) -> None:
+def _fork_zombie_then_fail(self, iterator, partition: int, mode: str) -> None:
     """Attempt 0: leave a copy of itself writing this task partition, and fail so Spark runs attempt 1."""
     batches = list(iterator)
     half = max(1, len(batches) // 2)
@@ -146,21 +169,21 @@ def _fork_zombie_then_fail(self, iterator, mode: str) -> None:
     if pid == 0:  # the duplicate attempt: the same task context, the same transactional id
         outcome = "ok"
         try:
-            type(self)._base.write(self, _zombie_batches(batches, half, mode))
+            type(self)._base.write(self, _zombie_batches(batches, half, partition, mode))
         except BaseException as e:  # noqa: BLE001 - the outcome is the marker
             outcome = type(e).__name__
-        mark(f"zombie-{outcome}")
+        mark(f"zombie-p{partition}-{outcome}")
         os._exit(0)
-    _wait_for("zombie-" if mode == "prepared" else "zombie-half")  # prepared: its write returned
+    # "prepared": the copy's write returned (it prepared) before attempt 1 may start
+    _wait_for(f"zombie-p{partition}-" if mode == "prepared" else f"zombie-half-p{partition}")
     raise RuntimeError("injected failure of attempt 0 (its copy keeps writing)")
 
 
-def _zombie_batches(batches, half: int, mode: str):
+def _zombie_batches(batches, half: int, partition: int, mode: str):
     for i, batch in enumerate(batches):
         if i == half and mode == "fenced":
-            mark("zombie-half")
-            _wait_for("attempt-1-started")
-            time.sleep(1.0)  # let attempt 1 initialise (and fence) before the copy goes on
+            mark(f"zombie-half-p{partition}")
+            _wait_for(f"attempt-started-p{partition}")
         yield batch
 
 
@@ -210,35 +233,37 @@ def batch_rows(n: int, partitions: int) -> list[tuple]:
     return [(f"k{i:06d}", f"v{i}", i * partitions // n) for i in range(n)]
 
 
-def run_batch(spark) -> None:
-    n, partitions = SPEC["rows"], SPEC["partitions"]
+def run_batch(spark, spec: dict) -> None:
+    """The batch job of `spec` (also run by the tests in their own session, for the runs without faults)."""
+    n, partitions = spec["rows"], spec["partitions"]
     rdd = spark.sparkContext.parallelize(batch_rows(n, partitions), partitions)
     df = spark.createDataFrame(rdd, "key string, value string, partition int")
-    writer = df.write.format("txlog").option("topic", SPEC["topic"]).mode("append")
-    if SPEC.get("query_id"):
-        writer = writer.option(QUERY_ID_OPTION, SPEC["query_id"])
-    writer.save(SPEC["store"])
+    writer = df.write.format("txlog").option("topic", spec["topic"]).mode("append")
+    if spec.get("query_id"):
+        writer = writer.option(QUERY_ID_OPTION, spec["query_id"])
+    writer.save(spec["store"])
 
 
-def run_stream(spark) -> None:
+def run_stream(spark, spec: dict) -> None:
+    """The streaming job of `spec` (also run by the tests in their own session, for the runs without faults)."""
     columns = ["key", "upper(cast(value as string)) as value"]
-    if SPEC.get("keep_partition"):
+    if spec.get("keep_partition"):
         columns.append("partition")
     source = (
         spark.readStream.format("txlog")
-        .option("subscribe", SPEC["input"])
+        .option("subscribe", spec["input"])
         .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", str(SPEC.get("per_trigger", 40)))
-        .load(SPEC["store"])
+        .option("maxOffsetsPerTrigger", str(spec.get("per_trigger", 40)))
+        .load(spec["store"])
         .selectExpr(*columns)
     )
-    writer = source.writeStream.format("txlog").option("topic", SPEC["topic"])
-    writer = writer.option("checkpointLocation", SPEC["checkpoint"])
-    if SPEC.get("until_killed"):
+    writer = source.writeStream.format("txlog").option("topic", spec["topic"])
+    writer = writer.option("checkpointLocation", spec["checkpoint"])
+    if spec.get("until_killed"):
         writer = writer.trigger(processingTime="0 seconds")
     else:
         writer = writer.trigger(availableNow=True)
-    query = writer.start(SPEC["store"])
+    query = writer.start(spec["store"])
     print("started", flush=True)
     query.awaitTermination()
     if query.exception() is not None:
@@ -249,7 +274,7 @@ def main() -> None:
     SPEC.update(json.loads(sys.argv[1]))
     spark = session()
     print("session", flush=True)
-    {"batch": run_batch, "stream": run_stream}[SPEC["mode"]](spark)
+    {"batch": run_batch, "stream": run_stream}[SPEC["mode"]](spark, SPEC)
     print("done", flush=True)
     spark.stop()
 

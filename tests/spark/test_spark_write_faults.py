@@ -36,7 +36,7 @@ from collections import Counter
 
 import pytest
 from spark_stores import consumer_rows
-from spark_write_worker import batch_rows
+from spark_write_worker import batch_rows, run_batch, run_stream
 
 import txlog
 
@@ -113,6 +113,11 @@ def run_killed(spec: dict, log: str, where: str) -> None:
 
 def marks(spec: dict, prefix: str) -> list[str]:
     return [n for n in os.listdir(spec["marks"]) if n.startswith(prefix)]
+
+
+def mark_text(spec: dict, name: str) -> str:
+    with open(os.path.join(spec["marks"], name)) as f:
+        return f.read()
 
 
 # ---- stores and checks -------------------------------------------------------------------------------
@@ -225,7 +230,7 @@ def upper(expected: dict[int, list]) -> dict[int, list]:
 
 
 @pytest.mark.parametrize("where", ["entry", "after-first"])
-def test_batch_write_driver_killed_in_the_commit_then_rerun_writes_once(tmp_path, big, where):
+def test_batch_write_driver_killed_in_the_commit_then_rerun_writes_once(spark, tmp_path, big, where):
     """All tasks prepared, the driver SIGKILLed in the commit (before any decision / after the first
     completion); the same write (same queryId) run again: the topic holds the input exactly once."""
     rows, partitions = (4000, 4) if big else (400, 4)
@@ -236,7 +241,7 @@ def test_batch_write_driver_killed_in_the_commit_then_rerun_writes_once(tmp_path
     fault = {"kill_commit": where.replace("-", "_")}
     run_killed({**spec, "fault": fault}, log, where)
     assert len(marks(spec, "write-")) >= partitions, "every task wrote before the commit"
-    run_ok(spec, log)
+    run_batch(spark, spec)  # the rerun, in this process's session: no fault, no kill
 
     assert_exactly(committed(spec["store"], "out", partitions), expected_batch(rows, partitions))
     assert_clean(spec["store"])
@@ -257,7 +262,7 @@ def stream_spec(tmp_path, **extra) -> dict:
 
 
 @pytest.mark.parametrize("where", ["entry", "after-first"])
-def test_stream_driver_killed_in_a_micro_batch_commit_then_restarted_writes_once(tmp_path, big, where):
+def test_stream_driver_killed_in_a_micro_batch_commit_then_restarted_writes_once(spark, tmp_path, big, where):
     """Micro-batch 1's commit SIGKILLs the driver; restarted from the checkpoint, run to the end."""
     partitions = 2
     spec = stream_spec(tmp_path, keep_partition=True)
@@ -267,7 +272,133 @@ def test_stream_driver_killed_in_a_micro_batch_commit_then_restarted_writes_once
 
     run_killed({**spec, "fault": {"kill_commit": where.replace("-", "_"), "kill_batch": 1}}, log, where)
     assert marks(spec, "commit-0") and marks(spec, "commit-1"), "batch 0 committed, batch 1 killed in its commit"
-    run_ok(spec, log)
+    run_stream(spark, spec)  # restarted from the checkpoint, run to the end
 
     assert_exactly(committed(spec["store"], "out", partitions), upper(expected))
+    assert_clean(spec["store"])
+
+
+# ---- 2. task attempts failing after writing part of their rows ----------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["batch", "stream"])
+def test_task_attempts_failing_after_writing_part_of_their_rows_are_retried_once(tmp_path, big, mode):
+    """The first attempt of two task partitions sends 2 Arrow batches (16 rows each) to the writer,
+    then one raises and the other's Python worker is SIGKILLed; Spark retries them (local[2,4]:
+    4 attempts); the retries' transactions fence the dead attempts' open ones."""
+    fault = {"fail_partitions": {"0": "raise", "1": "kill"}, "fail_after": 2}
+    conf = {"master": "local[2,4]", "fault": fault}
+    if mode == "batch":
+        rows, partitions = (4000, 4) if big else (400, 4)
+        spec = batch_spec(tmp_path, rows=rows, partitions=partitions, **conf)
+        new_store(spec["store"], {"out": partitions})
+        expected = expected_batch(rows, partitions)
+    else:
+        partitions = 2
+        spec = stream_spec(tmp_path, keep_partition=True, per_trigger=100, **conf)
+        new_store(spec["store"], {"in": partitions, "out": partitions})
+        expected = upper(produce_input(spec["store"], "in", partitions, transactions=60 if big else 18, per_txn=10))
+
+    run_ok(spec, str(tmp_path / "worker.log"))
+
+    assert marks(spec, "failed-attempt-raise") and marks(spec, "failed-attempt-kill"), "both faults happened"
+    retried = {n.split(".")[0].split("-")[2] for n in marks(spec, "write-") if n.split(".")[0].endswith("-1")}
+    assert {"0", "1"} <= retried, f"tasks 0 and 1 ran a second attempt: {sorted(marks(spec, 'write-'))}"
+    assert_exactly(committed(spec["store"], "out", partitions), expected)
+    assert_clean(spec["store"])
+
+
+# ---- 3. a duplicate attempt of a task writing concurrently (what speculation does) --------------------
+
+
+def test_a_duplicate_attempt_writing_concurrently_is_fenced(tmp_path, big):
+    """Attempt 0 of task 1 leaves a copy writing while attempt 1 runs and fences it mid-write; attempt 0
+    of task 3 leaves a copy that prepares all its rows before attempt 1 starts (attempt 1's
+    initialisation aborts that prepared transaction). Only attempt 1's rows are committed."""
+    rows, partitions = (4000, 4) if big else (400, 4)
+    fault = {"zombie_partitions": {"1": "fenced", "3": "prepared"}}
+    spec = batch_spec(tmp_path, rows=rows, partitions=partitions, master="local[2,4]", fault=fault)
+    new_store(spec["store"], {"out": partitions})
+
+    run_ok(spec, str(tmp_path / "worker.log"))
+
+    fenced, prepared = marks(spec, "zombie-p1-"), marks(spec, "zombie-p3-")
+    assert fenced and prepared, f"both copies ran to their end: {sorted(os.listdir(spec['marks']))}"
+    assert not fenced[0].startswith("zombie-p1-ok"), "the copy writing after attempt 1 started was fenced"
+    assert prepared[0].startswith("zombie-p3-ok"), "the copy prepared before attempt 1 started"
+    assert marks(spec, "attempt-started-p1") and marks(spec, "attempt-started-p3")
+    assert_exactly(committed(spec["store"], "out", partitions), expected_batch(rows, partitions))
+    assert_clean(spec["store"])
+
+
+# ---- 4. the replay procedure: the checkpoint's last commit-log entry deleted ---------------------------
+
+
+def test_a_replayed_micro_batch_writes_nothing_new(tmp_path, big):
+    """A stream runs to its end in several micro-batches; the last `commits/<n>` entry of its checkpoint is
+    deleted (Spark then re-runs batch n on restart, as after a crash between the sink's commit and
+    the commit log's write); the restarted query's tasks do hand the batch's rows to the writer
+    again, and the topic still holds every record once."""
+    partitions = 2
+    spec = stream_spec(tmp_path, keep_partition=True, fault={"count": True})
+    new_store(spec["store"], {"in": partitions, "out": partitions})
+    expected = upper(produce_input(spec["store"], "in", partitions, transactions=60 if big else 15, per_txn=10))
+    log = str(tmp_path / "worker.log")
+    run_ok(spec, log)
+    commits = os.path.join(spec["checkpoint"], "commits")
+    last = max(int(n) for n in os.listdir(commits) if n.isdigit())
+    assert last >= 2, "several micro-batches"
+    before = committed(spec["store"], "out", partitions)
+    assert_exactly(before, expected)
+
+    os.remove(os.path.join(commits, str(last)))
+    crc = os.path.join(commits, f".{last}.crc")
+    if os.path.exists(crc):
+        os.remove(crc)
+    replay = {**spec, "marks": str(tmp_path / "marks-replay")}
+    run_ok(replay, log)
+
+    replayed = sum(int(mark_text(replay, n)) for n in marks(replay, "rows-"))
+    assert replayed > 0, "the restarted query re-ran the batch and handed its rows to the writer again"
+    assert os.path.exists(os.path.join(commits, str(last))), "the replayed batch was committed again"
+    assert_exactly(committed(spec["store"], "out", partitions), expected)
+    assert_clean(spec["store"])
+
+
+# ---- 5. txlog -> transform -> txlog, killed -9 at random moments ---------------------------------------
+
+
+def test_pipeline_killed_at_random_moments_writes_every_committed_input_once(spark, tmp_path, big):
+    """A stream reads a topic holding committed and aborted transactions, upper-cases the values and
+    writes another topic; its process is SIGKILLed at random moments, restarted from the checkpoint
+    each time, then run to the end: every committed input key once in the output, nothing aborted."""
+    partitions, kills = 3, (8 if big else 3)
+    rng = random.Random(SEED)
+    spec = stream_spec(tmp_path, per_trigger=30, until_killed=True)
+    new_store(spec["store"], {"in": partitions, "out": partitions})
+    expected = produce_input(spec["store"], "in", partitions, transactions=150 if big else 30, per_txn=10)
+    want = {k: v.upper() for rows in expected.values() for k, v in rows}
+    log = str(tmp_path / "worker.log")
+
+    for kill in range(kills):
+        worker = _start(spec, log)
+        try:
+            line = worker.stdout.readline()
+            assert line.strip() == b"started", f"kill {kill}: the query did not start:\n{_tail(log)}"
+            time.sleep(rng.uniform(0.2, 6.0))  # a random moment: planning, writing, preparing, committing
+            assert worker.poll() is None, f"kill {kill}: the query died on its own:\n{_tail(log)}"
+        finally:
+            code = _reap(worker)
+        assert code == -signal.SIGKILL
+    run_stream(spark, {**spec, "until_killed": False})  # restarted once more, run to the end
+
+    out = committed(spec["store"], "out", partitions)
+    keys = Counter(k for rows in out.values() for k, _ in rows)
+    duplicated = {k: n for k, n in keys.items() if n > 1}
+    assert not duplicated, f"seed {SEED}: {len(duplicated)} keys written more than once"
+    got = {k: v for rows in out.values() for k, v in rows}
+    assert set(got) == set(want), (
+        f"seed {SEED}: {len(set(want) - set(got))} lost, {len(set(got) - set(want))} not committed input"
+    )
+    assert got == want
     assert_clean(spec["store"])
