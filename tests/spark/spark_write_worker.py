@@ -26,8 +26,9 @@ not in this process, so patching txlog.spark.writer here would not reach it.
                                are still prepared)
   kill_batch: the micro-batch whose commit is killed (streams; default 0)
   fail_partitions {"<task partition>": "raise" | "kill"}, fail_after: the first attempt of
-               those task partitions hands `fail_after` Arrow batches to the writer (which sends
-               them), then raises or SIGKILLs its own Python worker; later attempts run normally
+               those task partitions hands `fail_after` Arrow batches (or all, if fewer) to the
+               writer, which sends them, then raises or SIGKILLs its own Python worker instead of
+               ending the input; later attempts run normally
   zombie_partitions {"<task partition>": "fenced" | "prepared"}: attempt 0 of that task
                partition forks a copy of itself that keeps writing the same task partition (the
                same transactional id) while Spark runs attempt 1: a duplicate attempt writing
@@ -133,14 +134,16 @@ def _count_rows(iterator, stage: int, partition: int, attempt: int):
 
 
 def _fail_after(iterator, n: int, kind: str):
-    """Hand the writer `n` batches, then fail the task attempt when it asks for the next."""
+    """Hand the writer `n` batches (all of them if it has fewer: a stream's tasks may get one), then
+    fail the task attempt when the writer asks for more, before it can prepare."""
     for i, batch in enumerate(iterator):
         if i == n:
-            mark(f"failed-attempt-{kind}")
-            if kind == "kill":
-                os.kill(os.getpid(), signal.SIGKILL)  # the task's Python worker dies mid-transaction
-            raise RuntimeError("injected task failure (first attempt)")
+            break
         yield batch
+    mark(f"failed-attempt-{kind}")
+    if kind == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)  # the task's Python worker dies mid-transaction
+    raise RuntimeError("injected task failure (first attempt)")
 
 
 def _mark_when_started(iterator, partition: int, attempt: int):
