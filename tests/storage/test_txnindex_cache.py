@@ -241,7 +241,7 @@ def test_scenario61_spark_plan_hands_executors_every_abort(store):
         os.remove(path)
     ranges = plan_batch(
         parse_options(
-            {"path": store, "subscribe": "t", "startingOffsets": "earliest", "isolationLevel": "read_committed"}
+            {"path": store, "subscribe": "t", "startingOffsets": "earliest", "isolation.level": "read_committed"}
         )
     )
     planned = {txn for r in ranges for txn in r.aborted}
