@@ -5,16 +5,32 @@ where a range of offsets lives; readers elsewhere (Spark's executors) then scan 
 those bytes, without recovery, catch-up or index loading of their own. The extent's end
 is fixed when it is planned: bytes appended later are not part of it, so a write in
 flight past it can never be mistaken for damage.
+
+Byte positions are only true of the file they were planned on. A cleaning (compaction,
+storage/log_cleaner.py) replaces a segment by a new file under the same name, whose bytes
+lie elsewhere; so an extent carries the identity of the file it was planned on (device and
+inode of the view's open `.log`, and the base offset and CRC of the batch at its start), and
+`open_extent` refuses any other file (FileReplacedError). Offsets are never rewritten, so
+the reader then plans the extent's offsets [start_offset, end_offset) again and reads those
+(txlog/scan/range_reader.py). Why both checks: the replaced file is unlinked once the swap is
+done, so a later file may reuse its inode; the first batch's header tells them apart.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 
+from storage.descriptor_cache import CachedFile
+from storage.errors import FileReplacedError, KafkaStorageError
 from storage.file_records import FileRecords
 from storage.log_files import log_file
 from storage.records import RecordBatch
+from storage.segment import LogSegment
+
+#: `first_base_offset` / `first_crc` of an extent holding no batch.
+NO_BATCH = -1
 
 
 @dataclass(frozen=True)
@@ -25,15 +41,91 @@ class SegmentExtent:
     base_offset: int  # the segment's base offset, which names its files
     start_position: int  # a batch boundary at or before the first wanted offset
     end_position: int  # the bytes known to hold whole, CRC-valid batches when planned
+    start_offset: int  # the offsets [start_offset, end_offset) it was planned to hold ...
+    end_offset: int  # ... (what a reader plans again if the file was replaced)
+    device: int  # st_dev and st_ino of the `.log` the planner's view had open
+    inode: int
+    first_base_offset: int  # base offset and CRC of the batch at start_position (NO_BATCH if none)
+    first_crc: int
+
+    @property
+    def log_path(self) -> str:
+        return log_file(self.directory, self.base_offset)
+
+
+def plan_extent(
+    seg: LogSegment, start_position: int, end_position: int, start_offset: int, end_offset: int
+) -> SegmentExtent:
+    """The extent of `seg`'s bytes [start_position, end_position), with the identity of the file the view has open.
+
+    The identity comes from the view's own descriptor, not the path: the positions were
+    found in that file, and the path may already name a cleaned one.
+    """
+    header = seg.records.header_at(start_position, end_position) if end_position > start_position else None
+    device, inode = seg.log.identity
+    return SegmentExtent(
+        seg.directory,
+        seg.base_offset,
+        start_position,
+        end_position,
+        start_offset,
+        end_offset,
+        device,
+        inode,
+        NO_BATCH if header is None else header.base_offset,
+        NO_BATCH if header is None else header.crc,
+    )
+
+
+def open_extent(extent: SegmentExtent) -> Generator[RecordBatch, None, None]:
+    """The CRC-checked batches of an extent, in file order, once its file is found to be the planned one.
+
+    Everything inside the extent was whole and valid when planned, so a partial batch
+    there is corruption (CorruptRecordError) rather than a torn tail. Raised here, before
+    any batch is read: FileNotFoundError for a segment removed since planning (retention, or
+    a cleaning that merged it into an earlier segment: the caller tells which), and
+    FileReplacedError when the name holds another file (a cleaning swapped it). Only the
+    `.log` is opened: the extent already says where to read.
+    """
+    path = extent.log_path
+    try:
+        file = CachedFile(path, os.O_RDONLY)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise KafkaStorageError(f"cannot open {path}: {exc.strerror}") from exc
+    try:
+        records = FileRecords(path, file)
+        _check_identity(extent, file.identity, records)
+    except BaseException:
+        file.close()
+        raise
+    return _batches(extent, file, records)
 
 
 def read_extent(extent: SegmentExtent) -> Iterator[RecordBatch]:
-    """The CRC-checked batches of an extent, in file order.
+    """`open_extent`'s batches, its checks made when the first batch is asked for."""
+    yield from open_extent(extent)
 
-    Everything inside the extent was whole and valid when planned, so a partial batch
-    there is corruption (CorruptRecordError) rather than a torn tail. A segment removed by
-    retention since planning raises FileNotFoundError: whether that is data loss is the
-    caller's call. Only the `.log` is opened: the extent already says where to read.
-    """
-    with FileRecords.open(log_file(extent.directory, extent.base_offset)) as records:
+
+def _check_identity(extent: SegmentExtent, identity: tuple[int, int], records: FileRecords) -> None:
+    if identity == (extent.device, extent.inode) and _first_batch(extent, records) == (
+        extent.first_base_offset,
+        extent.first_crc,
+    ):
+        return
+    raise FileReplacedError(f"{extent.log_path} was replaced (by a cleaning) after the read was planned")
+
+
+def _first_batch(extent: SegmentExtent, records: FileRecords) -> tuple[int, int]:
+    if extent.end_position <= extent.start_position:
+        return NO_BATCH, NO_BATCH
+    header = records.header_at(extent.start_position, extent.end_position)
+    return (NO_BATCH, NO_BATCH) if header is None else (header.base_offset, header.crc)
+
+
+def _batches(extent: SegmentExtent, file: CachedFile, records: FileRecords) -> Generator[RecordBatch, None, None]:
+    try:
         yield from records.batches(extent.start_position, extent.end_position, strict=True)
+    finally:
+        file.close()

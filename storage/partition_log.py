@@ -54,7 +54,7 @@ from storage.errors import (
     ReadOnlyStoreError,
     RecordTooLargeError,
 )
-from storage.extent import SegmentExtent
+from storage.extent import SegmentExtent, plan_extent
 from storage.file_records import FileRecords
 from storage.high_watermark import HighWatermarkFile
 from storage.legacy_records import LegacyMessage
@@ -1034,6 +1034,8 @@ class PartitionLog:
         index's position for `start_offset` (its indexes checked first, as any lookup
         here is) and ends where this view's whole batches end, so the reader needs no
         recovery or index of its own. Batches outside the offsets may lie at either end.
+        Each names the offsets it holds and the file it was planned on (storage/extent.py),
+        so a reader can tell a segment a cleaning replaced since and plan those offsets again.
         May rebuild a sealed segment's index files (see `_indexes_checked_repairing`).
         """
         with self._mutex:
@@ -1051,7 +1053,9 @@ class PartitionLog:
                     if seg.base_offset < start_offset
                     else 0
                 )
-                out.append(SegmentExtent(seg.directory, seg.base_offset, position, readable_end(segments, seg)))
+                following = segments[i + 1].base_offset if i + 1 < len(segments) else end_offset
+                offsets = max(start_offset, seg.base_offset), min(end_offset, following)
+                out.append(plan_extent(seg, position, readable_end(segments, seg), *offsets))
             return out
 
     @_fresh_view_on_replace

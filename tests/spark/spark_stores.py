@@ -248,3 +248,35 @@ def spanning_store(path: str, *, rounds: int = 3) -> str:
     for producer in (plain, aborter, committer):
         producer.close()
     return path
+
+
+def compacted_store(path: str, *, records: int = 48) -> str:
+    """Topic `c` (1 partition, cleanup.policy=compact, 300-byte segments) holding `records` plain
+    records over 5 keys, a batch each, with a committed and an aborted transaction every 12 records
+    (keys too): many sealed segments, all dirty. Its automatic cleaning is off (a dirty ratio is
+    never above 1.0): the tests clean it with Store.compact when they want."""
+    with txlog.Admin(path) as admin:
+        admin.create_topic(
+            "c", 1, {"cleanup.policy": "compact", "segment.bytes": 300, "min.cleanable.dirty.ratio": 1.0}
+        )
+    plain = txlog.Producer(path, batch_size=1)
+    committer = txlog.Producer(path, transactional_id="c-committer")
+    aborter = txlog.Producer(path, transactional_id="c-aborter")
+    committer.init_transactions()
+    aborter.init_transactions()
+    for i in range(records):
+        plain.send("c", f"v{i}".encode(), key=f"k{i % 5}".encode())
+        if i % 12 == 5:
+            plain.flush()
+            for producer, commit in ((committer, True), (aborter, False)):
+                producer.begin_transaction()
+                producer.send("c", f"{'t' if commit else 'a'}{i}".encode(), key=f"k{i % 3}".encode())
+                producer.flush()
+                if commit:
+                    producer.commit_transaction()
+                else:
+                    producer.abort_transaction()
+    plain.flush()
+    for producer in (plain, committer, aborter):
+        producer.close()
+    return path

@@ -12,17 +12,18 @@ object per record) and handed on (to Spark, to `txlog.scan`) tens of thousands a
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Iterator
 
 import pyarrow as pa
 
 from storage.arrow_records import RecordColumns
-from storage.errors import OffsetOutOfRangeError
-from storage.extent import SegmentExtent, read_extent
+from storage.errors import FileReplacedError, KafkaError, KafkaStorageError, OffsetOutOfRangeError
+from storage.extent import SegmentExtent, open_extent
 from storage.records import RecordBatch
 from txlog.fetch import AbortedFilter, visible_batches
 from txlog.scan.arrow_columns import DECODED, check_record_schema, record_batch
-from txlog.scan.planning import OffsetRange
+from txlog.scan.planning import OffsetRange, open_store
 
 #: Rows per Arrow batch handed on (Spark's own default is 10,000 per Arrow batch).
 ROWS_PER_ARROW_BATCH = 32_768
@@ -60,19 +61,78 @@ def extent_batches(
 ) -> Iterator[tuple[int, RecordBatch]]:
     """(segment base offset, batch) of every planned extent, in offset order, straight from the files.
 
-    A segment deleted by retention since planning is data loss: an error unless the query
-    allowed it with failOnDataLoss=false, when what is left is read. Every view reads this way.
+    An extent whose file a cleaning replaced since planning (or merged into an earlier
+    segment) is planned again by its offsets, which cleaning never changes, and those
+    extents are read instead: the same records, less what the cleaning removed. A segment
+    deleted by retention is data loss: an error unless the query allowed it with
+    failOnDataLoss=false, when what is left is read. Every view reads this way.
     """
     for extent in extents:
-        try:
-            for batch in read_extent(extent):
-                yield extent.base_offset, batch
-        except FileNotFoundError:
-            if fail_on_data_loss:
-                raise OffsetOutOfRangeError(
-                    f"segment {extent.base_offset} of {topic}-{partition} was deleted after the query was "
-                    f"planned (retention); set failOnDataLoss=false to skip what was lost"
-                ) from None
+        yield from _extent_batches(topic, partition, extent, fail_on_data_loss, replanned=False)
+
+
+#: How many times one extent is planned again before the read gives up (each time a cleaning
+#: replaced its file between the plan and the read: only a partition cleaned without pause).
+MAX_REPLANS = 8
+
+
+def _extent_batches(
+    topic: str, partition: int, extent: SegmentExtent, fail_on_data_loss: bool, *, replanned: bool, depth: int = 0
+) -> Iterator[tuple[int, RecordBatch]]:
+    """One extent's batches; a re-planned one yields only batches of its offsets (its segment may hold more)."""
+    try:
+        batches = open_extent(extent)
+    except (FileNotFoundError, FileReplacedError):
+        if depth >= MAX_REPLANS:
+            raise KafkaStorageError(
+                f"{extent.log_path} was replaced by cleanings {depth} times while it was read; rerun the query"
+            ) from None
+        for again in _replan(topic, partition, extent, fail_on_data_loss):
+            yield from _extent_batches(topic, partition, again, fail_on_data_loss, replanned=True, depth=depth + 1)
+        return
+    for batch in batches:
+        if replanned and batch.base_offset >= extent.end_offset:
+            batches.close()  # closes the file now, not when the generator is collected
+            return
+        if replanned and batch.last_offset < extent.start_offset:
+            continue
+        yield extent.base_offset, batch
+
+
+def _replan(topic: str, partition: int, extent: SegmentExtent, fail_on_data_loss: bool) -> list[SegmentExtent]:
+    """The extents now holding `extent`'s offsets, from a fresh read-only view of its partition.
+
+    Offsets below the log's start were deleted by retention since the plan: an error unless
+    failOnDataLoss=false, when the rest is read. A partition that can no longer be opened
+    (deleted) is one error naming the file.
+    """
+    try:
+        store = open_store(os.path.dirname(extent.directory))
+    except KafkaError as exc:
+        raise KafkaStorageError(
+            f"{extent.log_path} changed after the query was planned and its store "
+            f"cannot be opened again ({exc}); rerun the query"
+        ) from None
+    try:
+        log = store.partition(topic, partition)
+        start = max(extent.start_offset, log.log_start_offset)
+        # a log ending before the extent's offsets lost its files by other means than retention
+        lost = start > extent.start_offset or log.log_end_offset < extent.end_offset
+        if lost and fail_on_data_loss:
+            raise OffsetOutOfRangeError(
+                f"segment {extent.base_offset} of {topic}-{partition} was deleted after the query was "
+                f"planned (retention); set failOnDataLoss=false to skip what was lost"
+            )
+        return log.extents(start, extent.end_offset)
+    except OffsetOutOfRangeError:
+        raise
+    except KafkaError as exc:
+        raise KafkaStorageError(
+            f"{extent.log_path} changed after the query was planned and its partition "
+            f"cannot be planned again ({exc}); rerun the query"
+        ) from None
+    finally:
+        store.close()
 
 
 class _Columns:
