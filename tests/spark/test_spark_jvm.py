@@ -15,7 +15,7 @@ import zipfile
 
 import pytest
 from pyspark.sql import functions as F
-from spark_stores import codec_store, mixed_store, no_fsync
+from spark_stores import codec_store, compacted_store, mixed_store, no_fsync
 from test_spark_source import FULL, MIXED_TPS, RC, RU, collect, expected, load, same
 
 import txlog.spark
@@ -332,3 +332,25 @@ def test_a_segment_deleted_after_planning_is_data_loss(jvm, tmp_path):
     lost = {t[2] for t in everything if t[:2] == ("orders", 0)} - {t[2] for t in rest if t[:2] == ("orders", 0)}
     assert lost and min(lost) == min(t[2] for t in everything if t[:2] == ("orders", 0))
     assert [t for t in rest if t[:2] != ("orders", 0)] == [t for t in everything if t[:2] != ("orders", 0)]
+
+
+@pytest.mark.parametrize("iso", [RC, RU])
+def test_a_read_planned_before_a_cleaning_reads_the_cleaned_partition(jvm, tmp_path, iso):
+    """txlog.spark.read fixes its plan (byte extents) when it returns; a cleaning then replaces the
+    planned segments. The JVM reader notices (device, inode and first batch in the plan) and reads
+    the planned offsets from the segments holding them now: the Consumer's rows of the cleaned log."""
+    from storage import Store
+
+    with no_fsync():
+        root = compacted_store(str(tmp_path / "cleaned"))
+    df = load(jvm, root, subscribe="c", isolation=iso, startingOffsets='{"c":{"0":7}}', **FULL)
+    before = collect(df)
+    store = Store.open(root)
+    try:
+        assert store.compact("c", 0), "the cleaning cleaned nothing"
+    finally:
+        store.close()
+    got = collect(df)
+    want = expected(root, [("c", 0)], iso, starts={("c", 0): 7})
+    assert len(want) < len(before), "the cleaning removed records of the planned range"
+    assert got == want, same(got, want)

@@ -29,7 +29,6 @@ import threading
 import warnings
 from typing import Any
 
-from storage.log_files import log_file
 from txlog.scan.planning import OffsetRange
 from txlog.spark.jvm_build import JVM_FORMAT, PROVIDER_CLASS, JarBuildError, jar_path
 from txlog.spark.options import FORMAT, SourceOptions, parse_options, plan_batch
@@ -106,8 +105,21 @@ def _range_json(r: OffsetRange) -> dict[str, Any]:
         "committedOnly": r.committed_only,
         # (producer id, first offset, ABORT marker offset): all the JVM knows of a transaction
         "aborted": [[t.producer_id, t.first_offset, t.last_offset] for t in r.aborted],
+        # where to read, and which file the positions are true of (storage/extent.py; Plan.java's Extent)
         "extents": [
-            [log_file(e.directory, e.base_offset), e.base_offset, e.start_position, e.end_position] for e in r.extents
+            [
+                e.log_path,
+                e.base_offset,
+                e.start_position,
+                e.end_position,
+                e.start_offset,
+                e.end_offset,
+                e.device,
+                e.inode,
+                e.first_base_offset,
+                e.first_crc,
+            ]
+            for e in r.extents
         ],
     }
 

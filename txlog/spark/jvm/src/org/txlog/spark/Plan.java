@@ -46,18 +46,35 @@ final class Plan {
         }
     }
 
-    /** Whole batches of one segment file: bytes [startPosition, endPosition) of its .log. */
+    /**
+     * Whole batches of one segment file: bytes [startPosition, endPosition) of its .log, planned to
+     * hold offsets [startOffset, endOffset), on the file with this device and inode whose batch at
+     * startPosition has this base offset and CRC (-1 and -1 for an extent without batches): how
+     * RangeReader tells the planned file from one a cleaning put under its name (storage/extent.py).
+     */
     static final class Extent implements Serializable {
         final String logFile;
         final long baseOffset;
         final long startPosition;
         final long endPosition;
+        final long startOffset;
+        final long endOffset;
+        final long device;
+        final long inode;
+        final long firstBaseOffset;
+        final long firstCrc;
 
-        Extent(String logFile, long baseOffset, long startPosition, long endPosition) {
-            this.logFile = logFile;
-            this.baseOffset = baseOffset;
-            this.startPosition = startPosition;
-            this.endPosition = endPosition;
+        Extent(JsonNode x) {
+            this.logFile = x.get(0).asText();
+            this.baseOffset = x.get(1).asLong();
+            this.startPosition = x.get(2).asLong();
+            this.endPosition = x.get(3).asLong();
+            this.startOffset = x.get(4).asLong();
+            this.endOffset = x.get(5).asLong();
+            this.device = x.get(6).asLong();
+            this.inode = x.get(7).asLong();
+            this.firstBaseOffset = x.get(8).asLong();
+            this.firstCrc = x.get(9).asLong();
         }
     }
 
@@ -97,8 +114,7 @@ final class Plan {
             JsonNode e = r.get("extents");
             Extent[] extents = new Extent[e.size()];
             for (int i = 0; i < extents.length; i++) {
-                JsonNode x = e.get(i);
-                extents[i] = new Extent(x.get(0).asText(), x.get(1).asLong(), x.get(2).asLong(), x.get(3).asLong());
+                extents[i] = new Extent(e.get(i));
             }
             return new Range(r.get("topic").asText(), r.get("partition").asInt(), r.get("start").asLong(),
                              r.get("end").asLong(), r.get("committedOnly").asBoolean(), aborted, extents);

@@ -16,7 +16,10 @@ import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.MappedByteBuffer;
 import java.nio.channels.FileChannel;
+import java.nio.file.DirectoryStream;
+import java.nio.file.Files;
 import java.nio.file.NoSuchFileException;
+import java.nio.file.Path;
 import java.nio.file.Paths;
 import java.nio.file.StandardOpenOption;
 
@@ -44,6 +47,9 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
     private int at;
     private String file;
     private long fileStart;
+    /** Offsets kept of the current segment: all of a planned extent, the extent's own of a re-read one. */
+    private long extentStartOffset = Long.MIN_VALUE;
+    private long extentEndOffset = Long.MAX_VALUE;
     private boolean done;
     private ColumnarBatch current;
 
@@ -104,38 +110,151 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
 
     /** The next batch of the planned extents, in file order; null after the last. */
     private LogBatch nextBatch() throws IOException {
-        while (segment == null || at >= segment.limit()) {
-            if (++extentIndex >= range.extents.length) {
-                return null;
+        while (true) {
+            while (segment == null || at >= segment.limit()) {
+                if (++extentIndex >= range.extents.length) {
+                    return null;
+                }
+                open(range.extents[extentIndex]);
             }
-            open(range.extents[extentIndex]);
+            if (segment.limit() - at < 8 || segment.getLong(at) >= extentEndOffset) {
+                at = segment.limit();  // a re-read segment: the rest belongs to later extents (or is in flight)
+                continue;
+            }
+            LogBatch batch = new LogBatch(segment, at, segment.limit(), file, fileStart + at);
+            at += batch.size;
+            if (batch.lastOffset() >= extentStartOffset) {
+                return batch;
+            }
         }
-        LogBatch batch = new LogBatch(segment, at, segment.limit(), file, fileStart + at);
-        at += batch.size;
-        return batch;
     }
 
+    /**
+     * Map the extent's bytes when its file is still the one it was planned on; else read its
+     * offsets from the segment now holding them ({@link #reread}).
+     *
+     * <p>The planned file is known by device and inode (looked up by path before and after the
+     * open, so the descriptor opened between is that file) and by the base offset and CRC of the
+     * batch at the extent's start, read from the mapped bytes: a cleaning's file may get the inode
+     * of one it replaced earlier once that one is unlinked.
+     */
     private void open(Plan.Extent extent) throws IOException {
         segment = null;
         file = extent.logFile;
         fileStart = extent.startPosition;
         at = 0;
+        extentStartOffset = Long.MIN_VALUE;
+        extentEndOffset = Long.MAX_VALUE;
         long length = extent.endPosition - extent.startPosition;
         if (length > Integer.MAX_VALUE) {
             throw new CorruptRecordException(file, extent.startPosition, "an extent of " + length
                 + " bytes is larger than one mapping can hold (2 GiB)");
         }
-        try (FileChannel channel = FileChannel.open(Paths.get(file), StandardOpenOption.READ)) {
-            MappedByteBuffer mapped = channel.map(FileChannel.MapMode.READ_ONLY, extent.startPosition, length);
-            segment = mapped;
-        } catch (NoSuchFileException e) {
-            if (failOnDataLoss) {
-                throw new OffsetOutOfRangeException("segment " + extent.baseOffset + " of " + range.topic + "-"
-                    + range.partition + " was deleted after the query was planned (retention); "
-                    + "set failOnDataLoss=false to skip what was lost");
+        Path path = Paths.get(file);
+        try {
+            if (!plannedInode(path, extent)) {
+                reread(extent);
+                return;
             }
-            segment = ByteBuffer.allocate(0);
+            try (FileChannel channel = FileChannel.open(path, StandardOpenOption.READ)) {
+                if (!plannedInode(path, extent) || channel.size() < extent.endPosition) {
+                    reread(extent);
+                    return;
+                }
+                MappedByteBuffer mapped = channel.map(FileChannel.MapMode.READ_ONLY, extent.startPosition, length);
+                if (!plannedFirstBatch(mapped, extent)) {
+                    reread(extent);
+                    return;
+                }
+                segment = mapped;
+            }
+        } catch (NoSuchFileException e) {
+            reread(extent);
         }
+    }
+
+    private static boolean plannedInode(Path path, Plan.Extent extent) throws IOException {
+        return ((Number) Files.getAttribute(path, "unix:ino")).longValue() == extent.inode
+            && ((Number) Files.getAttribute(path, "unix:dev")).longValue() == extent.device;
+    }
+
+    private static boolean plannedFirstBatch(ByteBuffer mapped, Plan.Extent extent) {
+        if (mapped.limit() == 0) {
+            return extent.firstBaseOffset == -1;
+        }
+        return mapped.limit() >= LogBatch.HEADER_SIZE && mapped.getLong(0) == extent.firstBaseOffset
+            && (mapped.getInt(17) & 0xffffffffL) == extent.firstCrc;
+    }
+
+    /** How many times one extent's offsets are looked for again before the read gives up. */
+    private static final int MAX_REREADS = 8;
+
+    /**
+     * The extent's offsets [startOffset, endOffset) from the segment file that holds them now: its
+     * file was replaced (or merged into an earlier segment) by a cleaning since the plan. Offsets
+     * never change and cleaning only merges whole segments, so they all lie in the segment with the
+     * greatest base offset at or below the planned one; it is walked from its first byte and only
+     * batches of those offsets are kept (the plan's aborted transactions still hold for them). With
+     * no such segment, retention deleted the offsets: data loss, as failOnDataLoss says.
+     */
+    private void reread(Plan.Extent extent) throws IOException {
+        Path directory = Paths.get(extent.logFile).getParent();
+        for (int attempt = 0; attempt < MAX_REREADS; attempt++) {
+            long holder = holdingSegment(directory, extent.baseOffset);
+            if (holder < 0) {
+                if (failOnDataLoss) {
+                    throw new OffsetOutOfRangeException("segment " + extent.baseOffset + " of " + range.topic + "-"
+                        + range.partition + " was deleted after the query was planned (retention); "
+                        + "set failOnDataLoss=false to skip what was lost");
+                }
+                segment = ByteBuffer.allocate(0);
+                return;
+            }
+            Path path = directory.resolve(String.format("%020d.log", holder));
+            try (FileChannel channel = FileChannel.open(path, StandardOpenOption.READ)) {
+                long size = channel.size();
+                if (size > Integer.MAX_VALUE) {
+                    throw new CorruptRecordException(path.toString(), 0, "a segment of " + size
+                        + " bytes is larger than one mapping can hold (2 GiB)");
+                }
+                segment = channel.map(FileChannel.MapMode.READ_ONLY, 0, size);
+            } catch (NoSuchFileException e) {
+                continue;  // merged into an earlier segment meanwhile by another cleaning: look again
+            }
+            file = path.toString();
+            fileStart = 0;
+            at = 0;
+            extentStartOffset = extent.startOffset;
+            extentEndOffset = extent.endOffset;
+            return;
+        }
+        throw new IllegalStateException(extent.logFile + " was replaced by cleanings " + MAX_REREADS
+            + " times while it was read; rerun the query");
+    }
+
+    /** The greatest base offset at or below {@code baseOffset} among the directory's .log files; -1 if none. */
+    private long holdingSegment(Path directory, long baseOffset) throws IOException {
+        long found = -1;
+        try (DirectoryStream<Path> logs = Files.newDirectoryStream(directory, "*.log")) {
+            for (Path p : logs) {
+                String name = p.getFileName().toString();
+                if (name.length() != 24 || !name.chars().limit(20).allMatch(Character::isDigit)) {
+                    continue;
+                }
+                long base = Long.parseLong(name.substring(0, 20));
+                if (base <= baseOffset && base > found) {
+                    found = base;
+                }
+            }
+        } catch (NoSuchFileException e) {
+            throw new IllegalStateException(extent(baseOffset) + " changed after the query was planned and "
+                + "its partition directory " + directory + " is gone; rerun the query");
+        }
+        return found;
+    }
+
+    private String extent(long baseOffset) {
+        return "segment " + baseOffset + " of " + range.topic + "-" + range.partition;
     }
 
     @Override
