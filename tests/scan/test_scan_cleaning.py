@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 
+import pyarrow as pa
 import pytest
 
 import txlog
@@ -85,3 +86,33 @@ def test_a_file_with_the_planned_inode_but_other_bytes_is_not_the_planned_file(c
             open_extent(other)
     with pytest.raises(FileReplacedError):
         open_extent(replace(extent, inode=extent.inode + 1))
+
+
+@pytest.mark.parametrize("isolation", [RC, RU])
+def test_a_file_replaced_in_the_middle_of_its_read_is_read_on_from_the_cleaned_partition(
+    compacted, isolation, monkeypatch
+):
+    """A reader's descriptor evicted mid-extent is reopened by name (storage/descriptor_cache.py),
+    which refuses the cleaned file there: the offsets not read yet are planned again and read."""
+    import storage.file_records as file_records
+    import txlog.scan.range_reader as range_reader
+    from storage.descriptor_cache import CACHE
+
+    monkeypatch.setattr(range_reader, "ROWS_PER_ARROW_BATCH", 1)
+    monkeypatch.setattr(file_records, "SCAN_CHUNK", 64)  # a read per batch: none is read ahead of the cleaning
+    s = txlog.scan(compacted, "c", isolation_level=isolation, columns=ALL_COLUMNS)
+    reader = s.to_reader()
+    first = reader.read_next_batch()  # one batch of the first segment read; its file is open, idle
+    limit = CACHE.limit
+    CACHE.set_limit(1)  # the cleaning's own opens evict the reader's descriptor
+    try:
+        clean(compacted)
+        assert replaced(s.ranges[0].extents[0])
+        rest = reader.read_all()
+    finally:
+        CACHE.set_limit(limit)
+    read_before = scan_tuples(pa.Table.from_batches([first]))
+    got = scan_tuples(pa.concat_tables([pa.Table.from_batches([first]), rest]))
+    # what was read before the cleaning, then the cleaned partition's records after it, each once
+    after = in_range(consumer_tuples(compacted, isolation, [("c", 0)]), read_before[-1][2] + 1, s.ranges[0].end)
+    assert after and got == read_before + after

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 
 import pyarrow as pa
 
@@ -79,24 +80,32 @@ MAX_REPLANS = 8
 def _extent_batches(
     topic: str, partition: int, extent: SegmentExtent, fail_on_data_loss: bool, *, replanned: bool, depth: int = 0
 ) -> Iterator[tuple[int, RecordBatch]]:
-    """One extent's batches; a re-planned one yields only batches of its offsets (its segment may hold more)."""
+    """One extent's batches; a re-planned one yields only batches of its offsets (its segment may hold more).
+
+    The file is checked when opened, and again if its descriptor is evicted and reopened by
+    name mid-read (storage/descriptor_cache.py): either way the offsets not read yet are
+    planned again.
+    """
+    next_offset = extent.start_offset
     try:
         batches = open_extent(extent)
+        for batch in batches:
+            if replanned and batch.base_offset >= extent.end_offset:
+                batches.close()  # closes the file now, not when the generator is collected
+                return
+            if replanned and batch.last_offset < extent.start_offset:
+                continue
+            next_offset = max(next_offset, batch.last_offset + 1)
+            yield extent.base_offset, batch
+        return
     except (FileNotFoundError, FileReplacedError):
         if depth >= MAX_REPLANS:
             raise KafkaStorageError(
                 f"{extent.log_path} was replaced by cleanings {depth} times while it was read; rerun the query"
             ) from None
-        for again in _replan(topic, partition, extent, fail_on_data_loss):
-            yield from _extent_batches(topic, partition, again, fail_on_data_loss, replanned=True, depth=depth + 1)
-        return
-    for batch in batches:
-        if replanned and batch.base_offset >= extent.end_offset:
-            batches.close()  # closes the file now, not when the generator is collected
-            return
-        if replanned and batch.last_offset < extent.start_offset:
-            continue
-        yield extent.base_offset, batch
+    rest = replace(extent, start_offset=next_offset)
+    for again in _replan(topic, partition, rest, fail_on_data_loss):
+        yield from _extent_batches(topic, partition, again, fail_on_data_loss, replanned=True, depth=depth + 1)
 
 
 def _replan(topic: str, partition: int, extent: SegmentExtent, fail_on_data_loss: bool) -> list[SegmentExtent]:
