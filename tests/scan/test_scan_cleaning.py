@@ -17,18 +17,13 @@ import txlog
 from storage.errors import FileReplacedError, KafkaStorageError
 from storage.extent import SegmentExtent, open_extent
 from tests.scan.test_scan_consumer import ALL_COLUMNS, RC, RU, consumer_tuples, scan_tuples
-from tests.spark.spark_stores import compacted_store, no_fsync
+from tests.spark.spark_stores import clean_compacted, compacted_store, no_fsync
 
 
 @pytest.fixture
 def compacted(tmp_path) -> str:
     with no_fsync():
         return compacted_store(str(tmp_path / "compacted"))
-
-
-def clean(path: str) -> None:
-    with txlog.Store.open(path) as store:
-        assert store.compact("c", 0), "the cleaning cleaned nothing"
 
 
 def replaced(extent: SegmentExtent) -> bool:
@@ -46,7 +41,8 @@ def in_range(rows: list[tuple], start: int, end: int) -> list[tuple]:
 
 @pytest.mark.parametrize("isolation", [RC, RU])
 @pytest.mark.parametrize("offsets", [None, (7, 41)])
-def test_a_scan_planned_before_a_cleaning_reads_the_cleaned_partition(compacted, isolation, offsets):
+@pytest.mark.parametrize("merge", [False, True])
+def test_a_scan_planned_before_a_cleaning_reads_the_cleaned_partition(compacted, isolation, offsets, merge):
     bounds = (
         {}
         if offsets is None
@@ -56,7 +52,7 @@ def test_a_scan_planned_before_a_cleaning_reads_the_cleaned_partition(compacted,
     planned = [e for r in s.ranges for e in r.extents]
     before = scan_tuples(s.to_arrow())
     assert len(planned) > 3, "the plan spans several segments"
-    clean(compacted)
+    clean_compacted(compacted, merge=merge)
     assert all(replaced(e) for e in planned[:-1]), "the cleaning replaced every sealed segment the plan read"
     start, end = s.ranges[0].start, s.ranges[-1].end
     expected = in_range(consumer_tuples(compacted, isolation, [("c", 0)]), start, end)
@@ -67,7 +63,7 @@ def test_a_scan_planned_before_a_cleaning_reads_the_cleaned_partition(compacted,
 def test_a_partition_deleted_after_the_plan_is_one_error_naming_the_file(compacted):
     s = txlog.scan(compacted, "c", columns=ALL_COLUMNS)
     first = s.ranges[0].extents[0]
-    clean(compacted)
+    clean_compacted(compacted, merge=True)
     with txlog.Admin(compacted) as admin:
         admin.delete_topic("c")
     with pytest.raises(KafkaStorageError, match=f"{first.log_path}.*rerun the query"):
@@ -106,7 +102,7 @@ def test_a_file_replaced_in_the_middle_of_its_read_is_read_on_from_the_cleaned_p
     limit = CACHE.limit
     CACHE.set_limit(1)  # the cleaning's own opens evict the reader's descriptor
     try:
-        clean(compacted)
+        clean_compacted(compacted, merge=True)
         assert replaced(s.ranges[0].extents[0])
         rest = reader.read_all()
     finally:

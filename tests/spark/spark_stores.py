@@ -280,3 +280,15 @@ def compacted_store(path: str, *, records: int = 48) -> str:
     for producer in (plain, committer, aborter):
         producer.close()
     return path
+
+
+def clean_compacted(path: str, *, merge: bool) -> None:
+    """Clean `compacted_store`'s topic now. With `merge`, segment.bytes is raised first, so the
+    cleaning merges its sealed segments into one file under the first one's name (the others'
+    files are gone); without, each segment is replaced by a cleaned file of its own."""
+    with txlog.Store.open(path) as store:
+        if merge:
+            store.alter_topic_config("c", {"segment.bytes": 1 << 20})
+        stats = store.compact("c", 0)
+        assert stats and stats[0].records_retained < stats[0].records_read, "the cleaning removed nothing"
+        assert (stats[0].segments_after < stats[0].segments_before) == merge, stats

@@ -193,15 +193,16 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
      * The extent's offsets [startOffset, endOffset) from the segment file that holds them now: its
      * file was replaced (or merged into an earlier segment) by a cleaning since the plan. Offsets
      * never change and cleaning only merges whole segments, so they all lie in the segment with the
-     * greatest base offset at or below the planned one; it is walked from its first byte and only
-     * batches of those offsets are kept (the plan's aborted transactions still hold for them). With
-     * no such segment, retention deleted the offsets: data loss, as failOnDataLoss says.
+     * greatest base offset at or below the planned one (see {@link #holdingSegment}); it is walked
+     * from its first byte and only batches of those offsets are kept (the plan's aborted
+     * transactions still hold for them). With no such segment, retention deleted the offsets:
+     * data loss, as failOnDataLoss says.
      */
     private void reread(Plan.Extent extent) throws IOException {
         Path directory = Paths.get(extent.logFile).getParent();
         for (int attempt = 0; attempt < MAX_REREADS; attempt++) {
-            long holder = holdingSegment(directory, extent.baseOffset);
-            if (holder < 0) {
+            Path path = holdingSegment(directory, extent.baseOffset);
+            if (path == null) {
                 if (failOnDataLoss) {
                     throw new OffsetOutOfRangeException("segment " + extent.baseOffset + " of " + range.topic + "-"
                         + range.partition + " was deleted after the query was planned (retention); "
@@ -210,7 +211,6 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
                 segment = ByteBuffer.allocate(0);
                 return;
             }
-            Path path = directory.resolve(String.format("%020d.log", holder));
             try (FileChannel channel = FileChannel.open(path, StandardOpenOption.READ)) {
                 long size = channel.size();
                 if (size > Integer.MAX_VALUE) {
@@ -219,7 +219,7 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
                 }
                 segment = channel.map(FileChannel.MapMode.READ_ONLY, 0, size);
             } catch (NoSuchFileException e) {
-                continue;  // merged into an earlier segment meanwhile by another cleaning: look again
+                continue;  // its swap ended (renamed), or another cleaning merged it: look again
             }
             file = path.toString();
             fileStart = 0;
@@ -232,29 +232,37 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
             + " times while it was read; rerun the query");
     }
 
-    /** The greatest base offset at or below {@code baseOffset} among the directory's .log files; -1 if none. */
-    private long holdingSegment(Path directory, long baseOffset) throws IOException {
+    /**
+     * The segment file holding {@code baseOffset} now: the greatest base offset at or below it among
+     * the directory's {@code .log} and {@code .log.swap} files; null if none.
+     *
+     * <p>A {@code .log.swap} is a cleaned group in the middle of its swap (docs/kafka-formats.md
+     * §11.4): written and fsynced whole before it got that name, and from step 3 on the only file
+     * holding the group's offsets, so on equal bases it is taken over the {@code .log}, which by
+     * then may hold only the first of the group's old segments.
+     */
+    private Path holdingSegment(Path directory, long baseOffset) throws IOException {
         long found = -1;
-        try (DirectoryStream<Path> logs = Files.newDirectoryStream(directory, "*.log")) {
+        Path holder = null;
+        try (DirectoryStream<Path> logs = Files.newDirectoryStream(directory, "*.{log,log.swap}")) {
             for (Path p : logs) {
                 String name = p.getFileName().toString();
-                if (name.length() != 24 || !name.chars().limit(20).allMatch(Character::isDigit)) {
+                boolean swap = name.endsWith(".log.swap");
+                if (name.length() != (swap ? 29 : 24) || !name.chars().limit(20).allMatch(Character::isDigit)) {
                     continue;
                 }
                 long base = Long.parseLong(name.substring(0, 20));
-                if (base <= baseOffset && base > found) {
+                if (base <= baseOffset && (base > found || (base == found && swap))) {
                     found = base;
+                    holder = p;
                 }
             }
         } catch (NoSuchFileException e) {
-            throw new IllegalStateException(extent(baseOffset) + " changed after the query was planned and "
-                + "its partition directory " + directory + " is gone; rerun the query");
+            throw new IllegalStateException("segment " + baseOffset + " of " + range.topic + "-" + range.partition
+                + " changed after the query was planned and its partition directory " + directory
+                + " is gone; rerun the query");
         }
-        return found;
-    }
-
-    private String extent(long baseOffset) {
-        return "segment " + baseOffset + " of " + range.topic + "-" + range.partition;
+        return holder;
     }
 
     @Override
