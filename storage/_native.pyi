@@ -28,6 +28,7 @@ __all__ = [
     "inflation_limit",
     "murmur2_partitions",
     "own_stream_within_limit",
+    "retain_records",
     "stamp_batch",
     "walk_records",
 ]
@@ -235,6 +236,13 @@ def encode_batches(
 
 def stamp_batch(data: WriteableBuffer, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
     """Set the producer fields of the one batch in `data` in place, its CRC updated."""
+
+def retain_records(
+    buf: ReadableBuffer, position: int, keep: ReadableBuffer, delete_horizon: int | None = None
+) -> bytes:
+    """The batch at `buf[position]` rebuilt with the records whose byte in `keep` is non-zero,
+    offsets and producer fields kept (the log cleaner's re-encoding; Kafka's empty header when
+    none is kept); `delete_horizon` sets the KIP-534 bit and base timestamp."""
 
 class _BuildOptions(TypedDict, total=False):
     base_offset: int

@@ -34,7 +34,6 @@ from heapq import heappop, heappush
 
 from storage.checkpoint import read_offset_checkpoint
 from storage.checkpoint import write_checkpoint as write_checkpoint_file
-from storage.compression import compress
 from storage.config import TopicConfig
 from storage.durable import create_durably, fsync_dir, fsync_fd, write_all
 from storage.errors import CorruptIndexError
@@ -51,18 +50,10 @@ from storage.log_files import (
 )
 from storage.offset_index import OffsetIndex
 from storage.offset_map import OffsetMap
-from storage.records import (
-    CONTROL_MASK,
-    DELETE_HORIZON_MASK,
-    TIMESTAMP_TYPE_MASK,
-    TRANSACTIONAL_MASK,
-    Record,
-    RecordBatch,
-)
+from storage.records import Record, RecordBatch
 from storage.segment import LogSegment
 from storage.time_index import TimeIndex
 from storage.transaction_index import AbortedTxn, TransactionIndex
-from storage.varint import encode_varint, encode_varlong
 
 #: The store-root file of per-partition cleaned-up-to offsets, as in a Kafka log dir.
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
@@ -81,7 +72,6 @@ SWAP_STEPS: tuple[str, ...] = (
     "write_checkpoint",  # after every group of a pass: cleaner-offset-checkpoint says where cleaning got
 )
 _SEGMENT_SUFFIXES = (LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, TXN_INDEX_FILE_SUFFIX)
-_HEADER = struct.Struct(">qiibIhiqqqhii")
 
 
 @dataclass(frozen=True)
@@ -412,23 +402,25 @@ class BatchFilter:
             return None
         records = batch.records()
         self.counters.records_read += len(records)
-        kept = [r for r in records if self._keep(batch, r, discard_records)]
+        keep = [self._keep(batch, r, discard_records) for r in records]
+        kept = sum(keep)
         if kept:
-            self.counters.records_retained += len(kept)
-            tombstones = any(r.value is None for r in kept) and not batch.is_control
+            self.counters.records_retained += kept
+            tombstones = not batch.is_control and any(r.value is None for r, k in zip(records, keep, strict=True) if k)
             needs_horizon = (tombstones or (can_discard and batch.is_control)) and not batch.has_delete_horizon
-            if len(kept) == len(records) and not needs_horizon:
+            if kept == len(records) and not needs_horizon:
                 return batch.buffer
             if needs_horizon:
                 # Clamped: delete.retention.ms may be Long.MAX (Java's sum would wrap negative).
-                horizon_ms = min(self.now + self.delete_retention_ms, _INT64_MAX)
+                horizon_ms: int | None = min(self.now + self.delete_retention_ms, _INT64_MAX)
             else:
-                horizon_ms = batch.base_timestamp if batch.has_delete_horizon else -1
-            return encode_retained(batch, kept, horizon_ms)
+                horizon_ms = batch.base_timestamp if batch.has_delete_horizon else None
+            # Kafka's buildRetainedRecordsInto: offsets, producer fields and codec kept (natively encoded)
+            return batch.retained(bytes(keep), horizon_ms)
         if retention == _RETAIN_EMPTY:
             if can_discard and not batch.is_control:
                 self.tracker.note_retained_aborted(batch)
-            return empty_batch_header(batch)
+            return batch.retained(bytes(len(records)))  # nothing kept: Kafka's writeEmptyHeader
         return None
 
     def _retention(self, batch: RecordBatch, discard_records: bool) -> int:
@@ -461,79 +453,6 @@ class BatchFilter:
         if record.value is not None:
             return True
         return not batch.has_delete_horizon or self.now < batch.base_timestamp
-
-
-# ---- batch encoding for retained records ----------------------------------------------------------
-
-
-def _sized(data: bytes | None) -> bytes:
-    return encode_varint(-1) if data is None else encode_varint(len(data)) + data
-
-
-def _encode_record(record: Record, base_offset: int, base_timestamp: int) -> bytes:
-    """One record of a v2 batch (docs/kafka-formats.md §1.3), its offset delta kept from the original."""
-    parts = [
-        b"\x00",
-        encode_varlong(record.timestamp - base_timestamp),
-        encode_varint(record.offset - base_offset),
-        _sized(record.key),
-        _sized(record.value),
-        encode_varint(len(record.headers)),
-    ]
-    for name, value in record.headers:
-        parts.append(_sized(name.encode("utf-8")))
-        parts.append(_sized(value))
-    body = b"".join(parts)
-    return encode_varint(len(body)) + body
-
-
-def _assemble(batch: RecordBatch, attributes: int, base_ts: int, max_ts: int, count: int, region: bytes) -> bytes:
-    """Header (the original's offsets, producer fields and leader epoch) + records region, CRC computed."""
-    from storage._native import crc32c
-
-    length = _HEADER.size - 12 + len(region)
-    header = bytearray(
-        _HEADER.pack(
-            batch.base_offset,
-            length,
-            batch.partition_leader_epoch,
-            2,
-            0,
-            attributes,
-            batch.last_offset_delta,  # kept: the last sequence, and the offsets, stay as they were
-            base_ts,
-            max_ts,
-            batch.producer_id,
-            batch.producer_epoch,
-            batch.base_sequence,
-            count,
-        )
-    )
-    out = header + region
-    struct.pack_into(">I", out, 17, crc32c(memoryview(out)[21:]))
-    return bytes(out)
-
-
-def encode_retained(batch: RecordBatch, kept: list[Record], delete_horizon: int) -> bytes:
-    """The batch rebuilt with only `kept` (Kafka's buildRetainedRecordsInto); a delete horizon >= 0 sets
-    the attribute bit and becomes the base timestamp (KIP-534)."""
-    log_append = bool(batch.attributes & TIMESTAMP_TYPE_MASK)
-    base_ts = delete_horizon if delete_horizon >= 0 else kept[0].timestamp
-    max_ts = batch.max_timestamp if log_append else max(r.timestamp for r in kept)
-    region = b"".join(_encode_record(r, batch.base_offset, base_ts) for r in kept)
-    codec = batch.attributes & 0x07
-    if codec:
-        region = compress(codec, region)
-    attributes = batch.attributes & ~DELETE_HORIZON_MASK
-    if delete_horizon >= 0:
-        attributes |= DELETE_HORIZON_MASK
-    return _assemble(batch, attributes, base_ts, max_ts, len(kept), region)
-
-
-def empty_batch_header(batch: RecordBatch) -> bytes:
-    """A batch with no records that keeps the original's offsets and producer fields (writeEmptyHeader)."""
-    attributes = batch.attributes & (TIMESTAMP_TYPE_MASK | TRANSACTIONAL_MASK | CONTROL_MASK)
-    return _assemble(batch, attributes, batch.max_timestamp, batch.max_timestamp, 0, b"")
 
 
 # ---- the swap steps --------------------------------------------------------------------------------

@@ -530,6 +530,29 @@ class RecordBatch(_native.BatchHeader):
                 ) from None
             raise self._codec_error(exc) from None
 
+    def retained(self, keep: bytes, delete_horizon: int | None = None) -> bytes:
+        """This batch rebuilt with only the records whose byte in `keep` is non-zero, as Kafka's
+        cleaner rebuilds a filtered batch (MemoryRecords.filterTo; docs/kafka-formats.md §11).
+
+        `keep` has one byte per record, in order. Offsets stay: the base offset, lastOffsetDelta,
+        producer id, epoch, base sequence and leader epoch are this batch's, each kept record
+        keeps its offset delta, timestamp, key, value and headers, and the records are
+        compressed with this batch's codec. A `delete_horizon` (KIP-534) sets the attribute bit
+        and becomes the base timestamp; without one the bit is cleared. With no record kept the
+        result is Kafka's empty header (writeEmptyHeader): no records, no codec, both
+        timestamps this batch's maxTimestamp. Natively encoded (storage/native/src/retain.rs);
+        CorruptRecordError for records readers would refuse, ValueError for a mask of the
+        wrong length.
+        """
+        if any(keep):
+            self.compression  # noqa: B018 - UnsupportedCompressionTypeError for codes 5-7, as the decoders raise
+        try:
+            return _native.retain_records(self._buf, self._at, keep, delete_horizon)
+        except OverflowError as exc:
+            raise ValueError(f"delete horizon out of range: {exc}") from None
+        except CodecError as exc:
+            raise self._codec_error(exc) from None
+
     def with_offset(
         self, base_offset: int, partition_leader_epoch: int | None = None, max_timestamp: int | None = None
     ) -> bytes:

@@ -4,7 +4,8 @@ At runtime every batch is parsed and built by the Rust codec (storage/native, th
 storage/records.py); this module is the same format written out in Python, kept for two
 reasons: it is the readable statement of the rules (docs/kafka-formats.md §1, §2), and
 tests/native/test_native_codec.py decodes tens of thousands of random and mutated batches with
-both and demands the same records or the same typed error. Nothing in txlog imports it.
+both and demands the same records or the same typed error (and re-encodes them as the log
+cleaner does with `retain_records`, against storage._native's). Nothing in txlog imports it.
 
 It was txlog's codec before the native one (column-wise encoding with C-level
 map/zip/join over varint tables, a flat decode loop with table lookups), so it is also
@@ -24,10 +25,13 @@ from storage.compression_reference import compress, decompress
 from storage.errors import CorruptRecordError, InvalidRecordError
 from storage.records import (
     COMPRESSION_MASK,
+    CONTROL_MASK,
+    DELETE_HORIZON_MASK,
     HEADER_SIZE,
     MAGIC,
     MIN_BATCH_LENGTH,
     TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_MASK,
 )
 from storage.sequence import INT32_MAX
 from storage.varint import (
@@ -43,7 +47,7 @@ from storage.varint import (
     encode_varlong,
 )
 
-__all__ = ["build_batch_from_columns", "decode_batch", "walk_records"]
+__all__ = ["build_batch_from_columns", "decode_batch", "retain_records", "walk_records"]
 
 _MIN_RECORD_BODY = 6
 _HEADER = struct.Struct(">qiibIhiqqqhii")
@@ -143,6 +147,84 @@ def build_batch_from_columns(
         producer_epoch=producer_epoch,
         base_sequence=base_sequence,
     )
+
+
+def retain_records(buf: bytes, keep: bytes, delete_horizon: int | None = None) -> bytes:
+    """The batch storage._native.retain_records (RecordBatch.retained) builds: the one batch in
+    `buf` with only the records whose `keep` byte is non-zero, as Kafka's cleaner rebuilds it
+    (MemoryRecords.buildRetainedRecordsInto, docs/kafka-formats.md §11). Byte for byte when
+    uncompressed (compressed streams may differ in their compressed bytes only).
+
+    Base offset, lastOffsetDelta, leader epoch and producer fields stay; each kept record keeps
+    its offset delta and timestamp, its timestamp delta counted from the new base timestamp
+    (the delete horizon, which sets attribute bit 6, else the first kept record's). maxTimestamp
+    is the largest kept timestamp (LOG_APPEND_TIME: the original's). Nothing kept: Kafka's
+    writeEmptyHeader, the records not even decoded.
+    """
+    header = _HEADER.unpack_from(buf)
+    (
+        base_offset,
+        _length,
+        epoch,
+        _magic,
+        _crc,
+        attributes,
+        last_delta,
+        _base_ts,
+        max_ts,
+        pid,
+        pepoch,
+        base_seq,
+        count,
+    ) = header
+    if len(keep) != max(count, 0):
+        raise ValueError(f"a keep mask of {len(keep)} entries for a batch of {count} records")
+    fields = dict(base_offset=base_offset, partition_leader_epoch=epoch, producer_id=pid, producer_epoch=pepoch)
+    if not any(keep):
+        return _assemble(
+            b"",
+            0,
+            attributes=attributes & (TIMESTAMP_TYPE_MASK | TRANSACTIONAL_MASK | CONTROL_MASK),
+            base_timestamp=max_ts,
+            max_timestamp=max_ts,
+            base_sequence=base_seq,
+            last_offset_delta=last_delta,
+            **fields,
+        )
+    kept = [row for row, k in zip(decode_batch(buf, verify_crc=False), keep, strict=True) if k]
+    base_ts = kept[0][1] if delete_horizon is None else delete_horizon
+    region = b"".join(
+        _encode_record(offset - base_offset, timestamp - base_ts, key, value, headers)
+        for offset, timestamp, key, value, headers, _sequence in kept
+    )
+    if attributes & COMPRESSION_MASK:
+        region = compress(attributes & COMPRESSION_MASK, region)
+    attributes &= ~DELETE_HORIZON_MASK
+    return _assemble(
+        region,
+        len(kept),
+        attributes=attributes if delete_horizon is None else attributes | DELETE_HORIZON_MASK,
+        base_timestamp=base_ts,
+        max_timestamp=max_ts if attributes & TIMESTAMP_TYPE_MASK else max(row[1] for row in kept),
+        base_sequence=base_seq,
+        last_offset_delta=last_delta,
+        **fields,
+    )
+
+
+def _encode_record(offset_delta: int, timestamp_delta: int, key, value, headers) -> bytes:
+    """One record, length-prefixed, with the deltas given (the plain form of _encode_records' row)."""
+    body = b"".join(
+        (
+            _ZERO,
+            encode_varlong(timestamp_delta),
+            encode_varint(offset_delta),
+            NULL_LENGTH if key is None else encode_varint(len(key)) + key,
+            NULL_LENGTH if value is None else encode_varint(len(value)) + value,
+            _encode_headers(headers),
+        )
+    )
+    return encode_varint(len(body)) + body
 
 
 # --- the framing walk of the append path ------------------------------------------------
@@ -456,11 +538,14 @@ def _assemble(
     producer_id: int,
     producer_epoch: int,
     base_sequence: int,
+    last_offset_delta: int | None = None,
 ) -> bytes:
-    """Header + records; the CRC covers attributes through the last record byte."""
+    """Header + records; the CRC covers attributes through the last record byte. lastOffsetDelta
+    is count - 1 unless given (a cleaned batch keeps the original's)."""
+    last_delta = count - 1 if last_offset_delta is None else last_offset_delta
     try:
         covered = _CRC_COVERED_HEADER.pack(
-            attributes, count - 1, base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence, count
+            attributes, last_delta, base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence, count
         )
         frame = _FRAME.pack(base_offset, MIN_BATCH_LENGTH + len(payload), partition_leader_epoch, MAGIC)
     except struct.error as exc:

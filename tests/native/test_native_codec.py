@@ -257,6 +257,88 @@ def test_native_batches_are_the_reference_bytes_and_kafka_python_reads_them() ->
         assert kafka_python_read(native) == expected
 
 
+def retain_both(buf: bytes, keep: bytes, horizon: int | None):
+    """('ok', bytes) or ('error', error class) of the native re-encoding and of the reference's."""
+    outcomes = []
+    for retain in (
+        lambda: RecordBatch.parse(buf, verify_crc=False).retained(keep, horizon),
+        lambda: ref.retain_records(buf, keep, horizon),
+    ):
+        try:
+            outcomes.append(("ok", retain()))
+        except KafkaError as exc:
+            outcomes.append(("error", type(exc)))
+    return outcomes
+
+
+def header_without_length_and_crc(buf: bytes) -> tuple:
+    fields = struct.unpack_from(">qiibIhiqqqhii", buf)
+    return fields[:1] + fields[2:4] + fields[5:]
+
+
+def test_retained_batches_are_the_reference_bytes_and_kafka_python_reads_them() -> None:
+    """The cleaner's re-encoding (RecordBatch.retained) against the reference's retain_records:
+    the same bytes uncompressed, the same header and records compressed; kafka-python reads
+    the kept records at their original offsets."""
+    rng = random.Random(2511)
+    for i in range(max(300, BATCHES // 20)):
+        buf = random_batch(rng)
+        count = RecordBatch.parse(buf).records_count
+        keep = bytes(rng.choice((0, 1, 1, 7)) if rng.random() < 0.9 else 0 for _ in range(count))
+        horizon = rng.choice((None, None, TS + 86_400_000, 0))
+        (native_kind, native), (ref_kind, reference) = retain_both(buf, keep, horizon)
+        assert native_kind == ref_kind == "ok", f"case {i}: {native} {reference}"
+        if not RecordBatch.parse(buf).compression:
+            assert native == reference, f"case {i}: {buf.hex()} {keep.hex()} {horizon}"
+        assert header_without_length_and_crc(native) == header_without_length_and_crc(reference)
+        assert ref.decode_batch(native) == ref.decode_batch(reference)
+        expected = [row[:5] for row, k in zip(ref.decode_batch(buf), keep, strict=True) if k]
+        if expected:
+            assert kafka_python_read(native) == [
+                (o, ts, k, v, h) for o, ts, k, v, h in (row[:5] for row in ref.decode_batch(native))
+            ]
+            assert [row[0] for row in ref.decode_batch(native)] == [row[0] for row in expected]
+            assert RecordBatch.parse(native).last_offset == RecordBatch.parse(buf).last_offset
+        else:
+            assert len(native) == HEADER_SIZE and RecordBatch.parse(native).records() == []
+
+
+def test_retaining_from_damaged_batches_fails_like_the_reference() -> None:
+    rng = random.Random(2512)
+    outcomes = {"ok": 0, "error": 0}
+    for i in range(max(400, BATCHES // 10)):
+        if i % 8 == 0:
+            batch = random_batch(rng)
+        buf = mutate(rng, batch)
+        try:
+            count = RecordBatch.parse(buf, verify_crc=False).records_count
+        except KafkaError:
+            continue  # not even a header: nothing for the cleaner to filter
+        if not 0 <= count <= 1 << 16:
+            continue
+        keep = bytes(rng.choice((0, 1)) for _ in range(count))
+        native, reference = retain_both(buf, keep, rng.choice((None, TS)))
+        if native[0] == "ok" or reference[0] == "ok":
+            if not struct.unpack_from(">h", buf, 21)[0] & 0x07:
+                assert native == reference, f"case {i}: {buf.hex()} {keep.hex()}"
+            else:
+                assert native[0] == reference[0] == "ok", f"case {i}: {native} {reference}: {buf.hex()}"
+                assert ref.decode_batch(native[1]) == ref.decode_batch(reference[1]), f"case {i}"
+        else:
+            assert native[1] is reference[1] or {native[1], reference[1]} <= {CorruptRecordError}, (
+                f"case {i}: native {native[1].__name__}, reference {reference[1].__name__}: {buf.hex()}"
+            )
+        outcomes[native[0]] += 1
+    assert outcomes["ok"] > 20 and outcomes["error"] > 20, outcomes
+
+
+def test_a_keep_mask_of_the_wrong_length_is_a_value_error() -> None:
+    batch = RecordBatch.parse(build_batch([(b"k", b"v", None, TS)] * 3))
+    for keep in (b"", b"\x01\x01", b"\x01" * 4):
+        with pytest.raises(ValueError, match="keep mask"):
+            batch.retained(keep)
+
+
 @pytest.mark.parametrize("codec", [c for c in Compression if c], ids=lambda c: c.name)
 def test_compressed_batches_cross_read_with_kafka_python(codec: Compression) -> None:
     rng = random.Random(int(codec))

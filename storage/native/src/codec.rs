@@ -653,6 +653,13 @@ pub fn assemble(payload: &[u8], count: usize, f: &BatchFields) -> Result<Vec<u8>
 /// encoded in place, with no copy of its records.
 pub fn fill_header(batch: &mut [u8], count: usize, f: &BatchFields) -> Result<()> {
     let count = i32::try_from(count).map_err(|_| CodecError::Value("too many records for one batch".into()))?;
+    fill_header_spanning(batch, count, count - 1, f)
+}
+
+/// `fill_header` for a batch whose offsets span more than its records: the cleaner's, which
+/// keeps the original lastOffsetDelta (and so the batch's offsets and last sequence) while
+/// some records are gone (Kafka's MemoryRecordsBuilder.overrideLastOffset).
+pub fn fill_header_spanning(batch: &mut [u8], count: i32, last_offset_delta: i32, f: &BatchFields) -> Result<()> {
     if batch.len() < HEADER_SIZE {
         return Err(CodecError::Value("a batch is at least its 61-byte header".into()));
     }
@@ -664,7 +671,7 @@ pub fn fill_header(batch: &mut [u8], count: usize, f: &BatchFields) -> Result<()
     h[12..16].copy_from_slice(&f.partition_leader_epoch.to_be_bytes());
     h[16] = MAGIC as u8;
     h[21..23].copy_from_slice(&f.attributes.to_be_bytes());
-    h[23..27].copy_from_slice(&(count - 1).to_be_bytes());
+    h[23..27].copy_from_slice(&last_offset_delta.to_be_bytes());
     h[27..35].copy_from_slice(&f.base_timestamp.to_be_bytes());
     h[35..43].copy_from_slice(&f.max_timestamp.to_be_bytes());
     h[57..61].copy_from_slice(&count.to_be_bytes());

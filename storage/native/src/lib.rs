@@ -2,7 +2,8 @@
 //!
 //! Two layers. The core - codec.rs (header, CRC, record decoding and encoding), compression.rs
 //! (the four codecs), encoder.rs (the producer's bulk path), batch_builder.rs (its per-record
-//! path) and columns.rs (Arrow-ready columns) - is safe Rust that never touches Python: the
+//! path), retain.rs (the log cleaner's re-encoding of a filtered batch) and columns.rs
+//! (Arrow-ready columns) - is safe Rust that never touches Python: the
 //! property tests in tests.rs drive it directly, and a test there checks that it never uses
 //! PyO3. bindings/ is the Python face: conversions, the GIL, and `unsafe` at the FFI edge only.
 //! This file registers the bindings as the module; storage/_native.pyi is its typed interface.
@@ -21,6 +22,9 @@ mod encoder;
 mod golden_tests;
 #[cfg(test)]
 mod inflation_tests;
+mod retain;
+#[cfg(test)]
+mod retain_tests;
 #[cfg(test)]
 mod tests;
 
@@ -49,6 +53,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(encode::encode_batch, m)?)?;
     m.add_function(wrap_pyfunction!(encode::encode_batches, m)?)?;
     m.add_function(wrap_pyfunction!(encode::stamp_batch, m)?)?;
+    m.add_function(wrap_pyfunction!(encode::retain_records, m)?)?;
     m.add_class::<builder::RecordBatchBuilder>()?;
     m.add_function(wrap_pyfunction!(hashes::crc32c_py, m)?)?;
     m.add_function(wrap_pyfunction!(hashes::murmur2_partitions, m)?)?;

@@ -121,6 +121,7 @@ fn the_core_never_uses_pyo3() {
         ("encoder.rs", include_str!("encoder.rs")),
         ("batch_builder.rs", include_str!("batch_builder.rs")),
         ("columns.rs", include_str!("columns.rs")),
+        ("retain.rs", include_str!("retain.rs")),
     ];
     for (name, source) in core {
         assert!(!source.contains("pyo3"), "{name} uses pyo3: move the Python part to bindings/");

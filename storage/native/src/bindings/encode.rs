@@ -9,7 +9,7 @@ use pyo3::types::{PyByteArray, PyBytes, PyList, PyString};
 use super::errors::to_py;
 use super::ffi::{type_name, with_bytes, with_bytes_mut, SubclassTuples, DETACH_BYTES};
 use crate::codec::{self, CodecError as Error};
-use crate::{compression, encoder};
+use crate::{compression, encoder, retain};
 
 /// Collects the byte views of one column item: bytes borrow without a copy, other buffers
 /// (bytearray, memoryview) are copied once.
@@ -347,4 +347,21 @@ pub fn encode_batches<'py>(
 #[pyfunction]
 pub fn stamp_batch(data: &Bound<'_, PyAny>, producer_id: i64, producer_epoch: i16, base_sequence: i32) -> PyResult<()> {
     with_bytes_mut(data, |d| encoder::stamp(d, producer_id, producer_epoch, base_sequence).map_err(to_py))
+}
+
+/// The batch at `buf[position]` rebuilt with the records whose byte in `keep` is non-zero
+/// (retain::retain: the log cleaner's re-encoding, offsets and producer fields kept; with no
+/// record kept, Kafka's empty header). `delete_horizon` sets the KIP-534 bit and base
+/// timestamp. CodecError for damaged records, ValueError for a mask of the wrong length.
+#[pyfunction]
+#[pyo3(signature = (buf, position, keep, delete_horizon=None))]
+pub fn retain_records<'py>(
+    py: Python<'py>,
+    buf: &Bound<'py, PyAny>,
+    position: usize,
+    keep: &Bound<'py, PyAny>,
+    delete_horizon: Option<i64>,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let out = with_bytes(buf, |b| with_bytes(keep, |k| retain::retain(b, position, k, delete_horizon).map_err(to_py)))?;
+    Ok(PyBytes::new(py, &out))
 }
