@@ -709,6 +709,16 @@ def test_hostile_arguments_to_every_native_entry_point_raise_never_crash() -> No
                 {"start_offset": 0, "end_offset": rng.choice((3, 2**63 - 1))},
             ),
             (_native.crc32c, (data, rng.randint(0, 2**32 - 1)), {}),
+            (
+                _native.retain_records,
+                (
+                    data,
+                    start,
+                    rng.choice((b"", b"\x01" * 4, rng.randbytes(rng.randint(0, 6)), bytearray(b"\x00\x01" * 2), "no")),
+                    rng.choice((None, 0, -1, 2**63 - 1, 2**64)),
+                ),
+                {},
+            ),
         )
         function, args, kwargs = rng.choice(calls)
         try:

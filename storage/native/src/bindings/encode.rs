@@ -353,6 +353,7 @@ pub fn stamp_batch(data: &Bound<'_, PyAny>, producer_id: i64, producer_epoch: i1
 /// (retain::retain: the log cleaner's re-encoding, offsets and producer fields kept; with no
 /// record kept, Kafka's empty header). `delete_horizon` sets the KIP-534 bit and base
 /// timestamp. CodecError for damaged records, ValueError for a mask of the wrong length.
+/// A batch past DETACH_BYTES is rebuilt without the GIL (its inflate and compress are the cost).
 #[pyfunction]
 #[pyo3(signature = (buf, position, keep, delete_horizon=None))]
 pub fn retain_records<'py>(
@@ -362,6 +363,12 @@ pub fn retain_records<'py>(
     keep: &Bound<'py, PyAny>,
     delete_horizon: Option<i64>,
 ) -> PyResult<Bound<'py, PyBytes>> {
-    let out = with_bytes(buf, |b| with_bytes(keep, |k| retain::retain(b, position, k, delete_horizon).map_err(to_py)))?;
+    let out = with_bytes(buf, |b| {
+        with_bytes(keep, |k| {
+            let size = codec::parse_header(b, position, false).map_or(0, |h| h.size());
+            let rebuild = || retain::retain(b, position, k, delete_horizon);
+            if size >= DETACH_BYTES { py.detach(rebuild) } else { rebuild() }.map_err(to_py)
+        })
+    })?;
     Ok(PyBytes::new(py, &out))
 }
