@@ -37,7 +37,9 @@ from tests.kafka_rig.broker import KafkaBroker
 from tests.kafka_rig.dump_compare import kafka_dump, txlog_inspect, unexplained
 from txlog.clients.consumer import Consumer as TxlogConsumer
 from txlog.clients.producer import Producer as TxlogProducer
+from txlog.requests import ProducerIdAndEpoch
 from txlog.topic_partition import TopicPartition as TxlogTopicPartition
+from txlog.transport import Transport
 
 WAIT_S = 120.0
 LONG_SEGMENT_MS = "604800000"
@@ -192,13 +194,29 @@ class BrokerSide:
 # ---- txlog's side ---------------------------------------------------------------------------------------
 
 
+class TransactionV1Transport(Transport):
+    """EndTxn as librdkafka sends it (below v5, transaction protocol v1): the marker keeps the epoch.
+
+    The cleaners' inputs must match producer state and all. An epoch-bumping marker (protocol v2,
+    txlog's own producer) clears the producer's batch metadata on both brokers (Kafka's
+    ProducerStateEntry.maybeUpdateProducerEpoch), so the marker, not the last data batch, is then
+    what the cleaner keeps for the producer's state (docs/kafka-formats.md §11.3)."""
+
+    def end_txn(
+        self, transactional_id: str, producer_id: int, epoch: int, commit: bool, *, client_version: int = 0
+    ) -> ProducerIdAndEpoch:
+        return super().end_txn(transactional_id, producer_id, epoch, commit, client_version=0)
+
+
 class TxlogSide:
     def __init__(self, root: str, topic: str, configs: dict[str, str]):
         self.root, self.topic = root, topic
         self.store = Store.open(root)
         self.store.create_topic(topic, 1, configs)
         self.plain = TxlogProducer(self.store, enable_idempotence=True, acks="all")
-        self.txn = TxlogProducer(self.store, transactional_id=f"{topic}-txn")
+        self.txn = TxlogProducer(
+            self.store, transactional_id=f"{topic}-txn", transport=TransactionV1Transport(self.store)
+        )
         self.txn.init_transactions()
 
     def write(self, steps: list[Step]) -> None:
@@ -338,13 +356,6 @@ def test_both_cleaners_keep_the_same_records(cleaned: Cleaned, isolation: str) -
     assert cleaned.txlog[isolation] == cleaned.broker[isolation]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="two disagreements with the broker's cleaner, found by this test (docs/kafka-formats.md §9): "
-    "the broker keeps an aborted transaction's batch as an empty batch when it is its producer's last data "
-    "batch (producer state), txlog drops it; txlog stamps a delete horizon on a COMMIT marker the broker "
-    "has not stamped after the second cleaning",
-)
 def test_both_cleaners_leave_the_same_batches(cleaned: Cleaned) -> None:
     """Beyond the records: the same batches survive, emptied or not (a producer's last batch keeps its
     state), markers included, with a delete horizon on the same ones. Producer ids are numbered by
@@ -381,14 +392,25 @@ def test_dump_log_segments_reads_the_cleaned_segments_as_inspect_does(cleaned: C
     assert files
     kafka, txlog = kafka_dump(options, files), txlog_inspect(options, files)
     assert kafka.returncode == 0, kafka.stderr
-    # nothing wrong: the only stderr block allowed is the offset-gap list, which a cleaned
-    # segment has (that is what compaction leaves) and every segment not starting at 0 has
+    # nothing wrong: the stderr blocks allowed are the offset-gap list, which a cleaned segment
+    # has (that is what compaction leaves) and every segment not starting at 0 has, and a
+    # `.timeindex` entry at an empty batch (a producer's last, kept for its state): DumpLogSegments
+    # takes the max timestamp of the batch's records, -1 for none, where the segment's append
+    # indexed the batch's max timestamp; the broker's own cleaned segment gets the same report.
+    allowed = (
+        r"Non-consecutive offsets in .*\.log|  -?\d+ is followed by \d+",
+        r"Found timestamp mismatch in :.*\.timeindex|  Index timestamp: \d+, log timestamp: -1",
+    )
     for line in kafka.stderr.splitlines():
-        assert re.fullmatch(r"Non-consecutive offsets in .*\.log|  -?\d+ is followed by \d+", line), kafka.stderr
+        assert any(re.fullmatch(pattern, line) for pattern in allowed), kafka.stderr
     assert not any("invalid bytes" in line or "Mismatches in" in line for line in kafka.stdout), kafka.stdout
-    assert txlog.returncode == 0, txlog.stderr
+    # txlog's inspect reports the empty batch's entry as Kafka's tool does, and counts it as a
+    # problem (exit 3) where DumpLogSegments exits 0: a known difference, not one of the cleaners
+    mismatches = [line for line in kafka.stderr.splitlines() if re.fullmatch(allowed[1], line)]
+    assert [line for line in txlog.stderr.splitlines() if re.fullmatch(allowed[1], line)] == mismatches
+    assert txlog.returncode == (3 if mismatches else 0), txlog.stderr
     txlog_lines = txlog.stdout
-    if name == "verify-index-only":
+    if name == "verify-index-only" and not mismatches:  # "Verified ..." only when nothing was found
         assert txlog_lines[-1].startswith("Verified ")
         txlog_lines = txlog_lines[:-1]
     assert unexplained(kafka.stdout, txlog_lines) == []

@@ -360,6 +360,63 @@ def test_an_abort_marker_stays_while_its_data_does_then_until_its_horizon(store,
     assert file_findings(store) == []
 
 
+# Transaction protocol v1 markers keep the producer's epoch; v2 markers (KIP-890, txlog's own
+# producer) bump it, which clears the producer's batch metadata (Kafka's
+# ProducerStateEntry.maybeUpdateProducerEpoch): the marker, not the last data batch, then holds
+# the producer's state. The real-broker oracle (tests/kafka_rig/test_compaction_oracle.py) checks v1.
+MARKER_EPOCH_BUMP = pytest.mark.parametrize("bump", [0, 1], ids=["protocol-v1", "protocol-v2"])
+
+
+@MARKER_EPOCH_BUMP
+def test_an_aborted_batch_stays_empty_while_it_is_its_producers_last_data(store, bump):
+    log = compact_topic(store)
+    put(log, b"x", b"live")
+    put(log, b"x", b"aborted", producer_id=7, producer_epoch=0, base_sequence=0, is_transactional=True)
+    log.append_marker(ControlType.ABORT, 7, bump, timestamp=T0)
+    log.roll()
+    put(log, b"z", b"active")
+    log.compact(force=True)
+    kept, batches = records(log, with_batches=True)
+    assert (0, b"x", b"live") in kept and b"aborted" not in [v for _, _, v in kept]
+    shapes = [(b.base_offset, b.is_control, b.records_count) for b in batches if b.producer_id == 7]
+    # v1: the data batch is the producer's last data (the marker kept its epoch): kept, emptied
+    assert shapes == ([(1, False, 0), (2, True, 1)] if bump == 0 else [(2, True, 1)])
+    assert file_findings(store) == []
+
+
+@MARKER_EPOCH_BUMP
+def test_a_commit_marker_is_stamped_only_by_a_cleaning_that_read_none_of_its_batches(store, clock, bump):
+    log = compact_topic(store)
+    put(log, b"s", b"committed", producer_id=7, producer_epoch=0, base_sequence=0, is_transactional=True)
+    log.append_marker(ControlType.COMMIT, 7, bump, timestamp=T0)
+    put(log, b"s", b"overwritten")
+
+    def marker_and_data():
+        _, batches = records(log, with_batches=True)
+        return [(b.base_offset, b.is_control, b.has_delete_horizon) for b in batches if b.producer_id == 7][:2]
+
+    def round_():
+        put(log, b"z", b"dirty")
+        log.roll()
+        assert log.compact(force=True) is not None
+
+    round_()  # the data's records go; the marker read a batch of its transaction: no horizon
+    if bump == 0:  # v1: the emptied batch stays, the producer's last data
+        assert marker_and_data() == [(0, False, False), (1, True, False)]
+    else:
+        assert marker_and_data() == [(1, True, False)]
+    # the producer's next transaction: the emptied batch is no longer its last data
+    put(log, b"t", b"next", producer_id=7, producer_epoch=bump, base_sequence=1 - bump, is_transactional=True)
+    log.append_marker(ControlType.COMMIT, 7, 2 * bump, timestamp=T0)
+    round_()
+    # v1: this cleaning drops the empty batch but read it, so the marker still waits (as the broker's does);
+    # v2: the transaction had no batch left to read: the marker gets its delete horizon
+    assert marker_and_data()[0] == (1, True, bump == 1)
+    round_()
+    assert marker_and_data()[0] == (1, True, True)
+    assert file_findings(store) == []
+
+
 # ---- recovery of a swap cut short (the files as each step leaves them) --------------------------------
 
 
