@@ -10,8 +10,8 @@ same knob, and docs/reliability-scenarios.md scenario 9 needs it).
 
 `cleanup.policy` is a LIST of `delete` and `compact` (Kafka's LogConfig): retention deletes
 whole segments only when `delete` is in it, the cleaner (storage/log_cleaner.py) compacts only
-when `compact` is. It is stored normalised (sorted, no repeats), so "delete,compact" and
-"compact,delete" are the same setting.
+when `compact` is; an empty list keeps everything (Kafka 4.x). It is stored normalised (sorted,
+no repeats), so "delete,compact" and "compact,delete" are the same setting.
 """
 
 from __future__ import annotations
@@ -180,9 +180,14 @@ def _parse(name: str, spec: _Spec, raw: Any) -> ConfigValue:
 
 
 def _parse_policy(name: str, raw: Any) -> str:
-    """cleanup.policy: a comma-separated list of `compact` and `delete`, in any order; stored sorted."""
+    """cleanup.policy: a comma-separated list of `compact` and `delete`, in any order; stored sorted.
+
+    The empty list is Kafka 4.x's infinite retention (TopicConfig's cleanup.policy doc): neither
+    deletion by time or size nor compaction, e.g. after an IncrementalAlterConfigs SUBTRACT of both."""
     if not isinstance(raw, str):
         raise InvalidConfigurationError(f"config {name}: '{raw}' is not a list of {' and '.join(CLEANUP_POLICIES)}")
+    if not raw.strip():
+        return ""
     items = [item.strip() for item in raw.split(",")]
     bad = [item for item in items if item not in CLEANUP_POLICIES]
     if bad or not items:

@@ -350,6 +350,9 @@ def test_incremental_alter_configs_appends_to_and_subtracts_from_cleanup_policy(
         "min.cleanable.dirty.ratio": 0.25,
     }
     assert alter("delete.retention.ms", "1", AlterConfigOpType.APPEND).code() == KafkaError.INVALID_CONFIG
+    # subtracting the last item leaves Kafka 4.x's empty policy: infinite retention
+    assert alter("cleanup.policy", "compact", AlterConfigOpType.SUBTRACT) is None
+    assert _described_types(txlog_server, "pol")["cleanup.policy"] == ("", 7)
 
 
 # ---- kafka-python -------------------------------------------------------------------------------------

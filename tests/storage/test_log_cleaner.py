@@ -127,6 +127,28 @@ def test_retention_by_time_applies_only_with_delete_in_the_policy(store, clock):
     assert log.enforce_retention() == 1
 
 
+def test_an_empty_cleanup_policy_keeps_everything(store, clock):
+    """Kafka 4.x (TopicConfig's cleanup.policy doc): an empty list means infinite retention, neither
+    deletion by time or size nor compaction; a DeleteRecords' log start still applies."""
+    store.create_topic("e", 1, {"cleanup.policy": "", "retention.ms": 1000, "retention.bytes": 1})
+    config = store.topic_config("e")
+    assert (config.cleanup_policy, config.compact, config.delete) == ("", False, False)
+    log = store.partition("e", 0)
+    put(log, None, b"1")  # no key needed: the topic is not compacted
+    put(log, b"a", b"2")
+    log.roll()
+    put(log, b"a", b"3")
+    clock.now += DAY
+    assert log.enforce_retention() == 0
+    with pytest.raises(InvalidConfigurationError, match="cleanup.policy"):
+        store.compact("e")
+    assert [v for _, _, v in records(log)] == [b"1", b"2", b"3"]
+    store.alter_topic_config("e", {"cleanup.policy": " "})
+    assert store.topic_config("e").cleanup_policy == ""
+    with pytest.raises(InvalidConfigurationError, match="cleanup.policy"):
+        store.alter_topic_config("e", {"cleanup.policy": "compact,,delete"})
+
+
 # ---- what survives -------------------------------------------------------------------------------------
 
 
