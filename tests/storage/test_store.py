@@ -171,7 +171,7 @@ def test_alter_topic_config(store):
     [
         {"no.such.key": 1},
         {"cleanup.policy": "compact,shred"},
-        {"cleanup.policy": ""},
+        {"cleanup.policy": "delete,,compact"},
         {"min.cleanable.dirty.ratio": 1.5},
         {"min.cleanable.dirty.ratio": "nan"},
         {"min.compaction.lag.ms": 10, "max.compaction.lag.ms": 5},
