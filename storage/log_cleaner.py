@@ -20,7 +20,14 @@ What a cleaning pass keeps, as Kafka's cleaner decides it (docs/kafka-formats.md
 
 The swap of a cleaned group is crash-safe and runs as the module-level steps `SWAP_STEPS`
 names (a crash test wraps each one); recovery of a swap cut short is LogLoader's
-(`storage/log_loader.py`, `recover_swaps`).
+(`storage/log_loader.py`, `recover_swaps`). Unlike Kafka, which checkpoints after the swaps, a
+pass writes its `cleaner-offset-checkpoint` entry before its first group's `.swap` exists: no
+cleaned batch can then be seen, even after a crash, with the checkpoint still below it, which
+is what state replayed from a point in the log relies on (txlog/coordinator/replayed_state.py:
+a tombstone is only dropped by a cleaning of a batch an earlier, visible cleaning recopied).
+The price: a crash after the checkpoint and before a group's renames to `.swap` are done rolls
+that group back while the checkpoint stays, so its records are not deduplicated against each
+other until their keys are written again (nothing is lost; the log is only less compact).
 """
 
 from __future__ import annotations
@@ -66,10 +73,10 @@ _INT64_MAX = 2**63 - 1
 #: The order of the file steps of one group's swap (each a function of this module, see below).
 SWAP_STEPS: tuple[str, ...] = (
     "write_cleaned",  # <base>.log.cleaned and .index/.timeindex/.txnindex.cleaned written and fsynced
+    "write_checkpoint",  # once a pass, before its first swap can be seen: cleaner-offset-checkpoint = its end
     "rename_to_swap",  # each .cleaned renamed to .swap (the .log first); the directory fsynced
     "delete_replaced",  # the replaced segments' files renamed to .deleted, then unlinked; directory fsynced
     "rename_swap_to_log",  # each .swap renamed to its real name (the .log last); directory fsynced
-    "write_checkpoint",  # after every group of a pass: cleaner-offset-checkpoint says where cleaning got
 )
 _SEGMENT_SUFFIXES = (LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, TXN_INDEX_FILE_SUFFIX)
 
@@ -594,8 +601,9 @@ def clean_pass(
     on_swapped: Callable[[list[LogSegment], int], None],
     progress: Callable[[int, int], None] | None = None,
 ) -> tuple[int, PassCounters]:
-    """One Kafka cleaning round: map the dirty section, recopy every group below the map's end, swap
-    each in (`on_swapped(replaced, base)` updates the caller's view), then checkpoint. Returns the end."""
+    """One Kafka cleaning round: map the dirty section, recopy every group below the map's end and swap
+    each in (`on_swapped(replaced, base)` updates the caller's view), the checkpoint written before the
+    first swap. Returns the end."""
     dirty = segments_overlapping(plan.segments, plan.first_dirty, plan.first_uncleanable)
     build_offset_map(
         dirty,
@@ -629,6 +637,7 @@ def clean_pass(
         if progress is not None:
             progress(done[0], total)
 
+    checkpointed = False
     for group in groups:
         cleaned_index: list[AbortedTxn] = []
         tracker.cleaned_index = cleaned_index
@@ -639,11 +648,15 @@ def clean_pass(
             plan.config.index_interval_bytes,
         )
         counters.bytes_written += write_cleaned(plan.directory, output)
+        if not checkpointed:  # before anything cleaned can be seen (see the module docstring)
+            write_checkpoint(plan.root, plan.topic, plan.partition, end)
+            checkpointed = True
         rename_to_swap(plan.directory, output.base_offset)
         delete_replaced(plan.directory, [s.base_offset for s in group])
         rename_swap_to_log(plan.directory, output.base_offset)
         on_swapped(group, output.base_offset)
-    write_checkpoint(plan.root, plan.topic, plan.partition, end)
+    if not checkpointed:
+        write_checkpoint(plan.root, plan.topic, plan.partition, end)
     return end, counters
 
 

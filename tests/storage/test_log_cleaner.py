@@ -344,10 +344,10 @@ def test_swap_steps_are_named_in_order():
 
     assert SWAP_STEPS == (
         "write_cleaned",
+        "write_checkpoint",
         "rename_to_swap",
         "delete_replaced",
         "rename_swap_to_log",
-        "write_checkpoint",
     )
     assert all(callable(getattr(cleaner, name)) for name in SWAP_STEPS)
 
@@ -469,7 +469,7 @@ def _interrupt_before(monkeypatch, step):
     monkeypatch.setattr(cleaner, step, crash)
 
 
-def _reopen_and_check(store_path, clock, expected):
+def _reopen_and_check(store_path, clock, expected, after_next_cleaning=EXPECTED_CLEAN):
     with Store.open(store_path, clock=clock) as s:
         log = s.partition("c", 0)
         names = os.listdir(s.partition_dir("c", 0))
@@ -478,21 +478,24 @@ def _reopen_and_check(store_path, clock, expected):
         for seg in log.segments:
             seg.full_index_check()
         assert file_findings(s) == []
-        log.compact(force=True)  # the next cleaning completes
-        assert records(log) == EXPECTED_CLEAN + [(30, b"k0", b"active")]
+        log.compact(force=True)  # the next cleaning completes (or finds the range checkpointed)
+        assert records(log) == after_next_cleaning + [(30, b"k0", b"active")]
         assert file_findings(s) == []
 
 
 @pytest.mark.parametrize(
-    ("step", "expected"),
+    ("step", "expected", "after_next_cleaning"),
     [
-        ("rename_to_swap", EXPECTED_DIRTY),  # only .cleaned files: removed
-        ("delete_replaced", EXPECTED_CLEAN),  # .swap beside the replaced segments: the swap completes
-        ("rename_swap_to_log", EXPECTED_CLEAN),  # .swap alone: it takes its name
-        ("write_checkpoint", EXPECTED_CLEAN),  # swapped; the checkpoint is behind, which only redoes work
+        ("write_checkpoint", EXPECTED_DIRTY, EXPECTED_CLEAN),  # only .cleaned files: removed; cleaned again
+        # checkpointed, then rolled back: the range stays as it was (the price of checkpointing first)
+        ("rename_to_swap", EXPECTED_DIRTY, EXPECTED_DIRTY),
+        ("delete_replaced", EXPECTED_CLEAN, EXPECTED_CLEAN),  # .swap beside the replaced segments: completes
+        ("rename_swap_to_log", EXPECTED_CLEAN, EXPECTED_CLEAN),  # .swap alone: it takes its name
     ],
 )
-def test_a_swap_interrupted_before_each_step_recovers_at_open(store_path, clock, monkeypatch, step, expected):
+def test_a_swap_interrupted_before_each_step_recovers_at_open(
+    store_path, clock, monkeypatch, step, expected, after_next_cleaning
+):
     with Store.open(store_path, clock=clock) as s:
         log = _dirty_log(s)
         _interrupt_before(monkeypatch, step)
@@ -500,7 +503,57 @@ def test_a_swap_interrupted_before_each_step_recovers_at_open(store_path, clock,
             log.compact(force=True)
         monkeypatch.undo()
         s._logs.clear()  # a crash: no clean close of the partition
-    _reopen_and_check(store_path, clock, expected)
+    _reopen_and_check(store_path, clock, expected, after_next_cleaning)
+
+
+def _crash_after(monkeypatch, step):
+    import storage.log_cleaner as cleaner
+
+    real = getattr(cleaner, step)
+
+    def crash(*args, **kwargs):
+        real(*args, **kwargs)
+        raise Interrupted(step)
+
+    monkeypatch.setattr(cleaner, step, crash)
+
+
+@pytest.mark.parametrize(
+    "crash",
+    ["before delete_replaced", "before rename_swap_to_log", "after rename_swap_to_log"],
+)
+def test_a_cleaning_that_can_be_seen_has_checkpointed_past_what_it_recopied(store_path, clock, monkeypatch, crash):
+    """State replayed up to N is extended only while the checkpoint is at or below N
+    (txlog/coordinator/replayed_state.py): a tombstone goes in a second cleaning of its batch, and the
+    first must have moved the checkpoint past it. So a cleaning whose output survives a crash must
+    have written its checkpoint entry already; else a snapshot below the tombstone would still be
+    extended after the tombstone is gone, and the deleted key would come back."""
+    with Store.open(store_path, clock=clock) as s:
+        log = compact_topic(s, **{"delete.retention.ms": 1000})
+        put(log, b"gone", b"v")
+        tombstone = put(log, b"gone", None)
+        put(log, b"kept", b"v")
+        log.roll()
+        put(log, b"kept", b"active")
+        when, step = crash.split(" ")
+        (_interrupt_before if when == "before" else _crash_after)(monkeypatch, step)
+        with pytest.raises(Interrupted):
+            log.compact(force=True)
+        monkeypatch.undo()
+        s._logs.clear()
+    with Store.open(store_path, clock=clock) as s:
+        log = s.partition("c", 0)
+        _, batches = records(log, with_batches=True)
+        stamped = [b for b in batches if b.base_offset == tombstone]
+        assert stamped and stamped[0].has_delete_horizon  # the crashed cleaning's output is what the log holds
+        checkpoint = read_offset_checkpoint(os.path.join(store_path, CLEANER_CHECKPOINT)).get(("c", 0))
+        assert checkpoint == 3 and checkpoint > tombstone
+        clock.now += 1000
+        put(log, b"x", b"dirty")
+        log.roll()
+        log.compact(force=True)
+        assert b"gone" not in [k for _, k, _ in records(log)]
+        assert read_offset_checkpoint(os.path.join(store_path, CLEANER_CHECKPOINT))[("c", 0)] == 5
 
 
 def _stop_before_delete(store_path, clock, monkeypatch) -> str:
@@ -522,7 +575,7 @@ def test_a_swap_whose_renames_to_swap_were_not_all_done_is_dropped(store_path, c
         os.path.join(directory, "00000000000000000000.index.swap"),
         os.path.join(directory, "00000000000000000000.index.cleaned"),
     )
-    _reopen_and_check(store_path, clock, EXPECTED_DIRTY)
+    _reopen_and_check(store_path, clock, EXPECTED_DIRTY, EXPECTED_DIRTY)  # checkpointed before the renames
 
 
 def test_a_swap_midway_through_deleting_the_replaced_segments_completes(store_path, clock, monkeypatch):
