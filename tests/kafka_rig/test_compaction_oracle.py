@@ -7,7 +7,9 @@ a final roll (the broker by its own cleaner thread, txlog by `Store.compact`), s
 does not depend on where segments were cut while writing; a second round of writes, a second
 roll and a second cleaning follow, the one where delete horizons (KIP-534) can have passed.
 Both read_committed and read_uncommitted views must then be the same records at the same
-offsets with the same keys, values and headers.
+offsets with the same keys, values and headers, and the same batches must survive. txlog's
+transactional producer ends its transactions as librdkafka does (transaction protocol v1, the
+marker keeping the epoch), so both logs hold the same producer state for the cleaners to keep.
 
 `delete.retention.ms` is chosen so both sides must agree without racing a clock: a day (every
 tombstone and marker survives both cleanings) or 0 (the first cleaning stamps the horizon, the
