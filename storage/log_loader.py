@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from itertools import pairwise
 
 from storage.checkpoint import write_leader_epoch_checkpoint
@@ -82,6 +83,14 @@ def segment_index_for(segments: list[LogSegment], offset: int) -> int:
     return lo
 
 
+@dataclass(frozen=True)
+class SegmentListing:
+    """The segments of a partition directory: base offsets ascending, and those read from a `.log.swap`."""
+
+    bases: list[int]
+    from_swap: frozenset[int]
+
+
 def readable_end(segments: list[LogSegment], seg: LogSegment) -> int:
     """Bytes of a segment a reader may scan, all of which must be whole batches.
 
@@ -109,6 +118,8 @@ class LogLoader:
         self.directory = directory
         # Whether another process holds the partition's lock (a cleaner mid-swap): see segment_bases.
         self._swap_in_flight = swap_in_flight
+        # (base, inode, size) of the `.log.swap` read last -> the offset after its last batch.
+        self._swap_ends: dict[tuple[int, int, int], int] = {}
         self.config = config
         self.segments = segments  # the partition log's list, filled here in place
         self.state = state
@@ -178,43 +189,66 @@ class LogLoader:
         counts = read_txn_counts(self.directory)
         start_offset = self.state.end_offset
         for i, seg in enumerate(self.segments[: seg_idx + 1]):
-            through, count = counts.get(seg.base_offset, (-1, None))
+            # A segment read from its `.swap` is not the one the counts were taken of: unknown.
+            through, count = (-1, None) if seg.from_swap else counts.get(seg.base_offset, (-1, None))
             needed = start_offset if i == seg_idx else seg.next_offset
             if i == seg_idx and position == 0:
                 continue  # replayed whole: the replay counts every abort
             self.txn_check.expect(seg, count if through >= needed else None, max(through, 0))
 
     def _open_segments(self, repair: bool) -> list[LogSegment]:
-        bases = self.segment_bases()
-        if not bases:
+        listing = self.segment_listing()
+        if not listing.bases:
             if not repair:
                 raise KafkaStorageError(f"{self.directory} holds no log segments")
             create_empty_log(self.directory)
             return [self.open_segment(0, writable=True)]
         opened: list[LogSegment] = []
         try:
-            for base in bases:
-                opened.append(self.open_segment(base, writable=not self.read_only))
+            for base in listing.bases:
+                from_swap = base in listing.from_swap
+                opened.append(self.open_segment(base, writable=not self.read_only, from_swap=from_swap))
         except BaseException:
             for seg in opened:
                 seg.close()
             raise
         return opened
 
-    def open_segment(self, base: int, *, writable: bool) -> LogSegment:
-        seg = LogSegment(self.directory, base, writable=writable, index_interval_bytes=self.config.index_interval_bytes)
+    def open_segment(self, base: int, *, writable: bool, from_swap: bool = False) -> LogSegment:
+        seg = LogSegment(
+            self.directory,
+            base,
+            writable=writable and not from_swap,  # a `.swap` is read, never written (a writer completes it)
+            index_interval_bytes=self.config.index_interval_bytes,
+            from_swap=from_swap,
+        )
         seg.load_time_stats()
         return seg
 
     def segment_bases(self) -> list[int]:
-        """Base offsets of the `.log` files in the directory, ascending.
+        """Base offsets of the log's segments, ascending (`segment_listing`)."""
+        return self.segment_listing().bases
+
+    def segment_listing(self) -> SegmentListing:
+        """The log's segments as the directory holds them: the one listing every view is built from.
 
         A listing taken while a cleaner swaps segments in (a `.log.swap` beside them, the lock
-        held elsewhere) may lack the replaced segments and not yet show the cleaned one: it is
-        taken again once the swap is over (docs/DESIGN.md §3), as is one the directory changed
-        under (`_listing`). A `.swap` left by a crashed cleaner (nobody holds the lock) does not
-        wait: the next writer completes it.
+        held elsewhere) is taken again once the swap is over (docs/DESIGN.md §3), as is one the
+        directory changed under (`_listing`). Whatever the listing then shows, a `.log.swap` past
+        its swap's point of no return stands in for the segments it replaces, by recovery's own
+        rule (`swaps_to_complete`, `_complete_swap`): a cleaner killed after deleting them leaves
+        readers its cleaned segment to read until a writer completes the swap, never a gap.
         """
+        for _ in range(RELOAD_ATTEMPTS):
+            names = self._settled_listing()
+            try:
+                return self._segments_of(names)
+            except (FileNotFoundError, FileReplacedError):
+                continue  # the swap completed while its cleaned segment was read: list again
+        raise KafkaStorageError(f"the segments of {self.directory} keep changing while listed")
+
+    def _settled_listing(self) -> list[str]:
+        """The directory's names once no live cleaner's swap is in flight (or after waiting a bounded time)."""
         names = self._listing()
         for _ in range(SWAP_WAIT_ATTEMPTS):
             if self._swap_in_flight is None:
@@ -225,10 +259,32 @@ class LogLoader:
                 break
             time.sleep(SWAP_WAIT_S)
             names = self._listing()
-        if names is None:
-            names = os.listdir(self.directory)
-        bases = (offset_of(name, LOG_FILE_SUFFIX) for name in names)
-        return sorted(base for base in bases if base is not None)
+        return os.listdir(self.directory) if names is None else names
+
+    def _segments_of(self, names: list[str]) -> SegmentListing:
+        """The segments `names` show, each `.log.swap` recovery would complete in place of what it replaces."""
+        bases = {base for base in (offset_of(name, LOG_FILE_SUFFIX) for name in names) if base is not None}
+        swaps = swaps_to_complete(names)[1]
+        for swap in swaps:
+            end = self._swap_end(swap)
+            # As `_complete_swap` does: the `.log` files in [swap, end) go, and the swap takes its base.
+            bases = {base for base in bases if not swap <= base < end}
+        return SegmentListing(sorted(bases | set(swaps)), frozenset(swaps))
+
+    def _swap_end(self, base: int) -> int:
+        """The offset after a `.log.swap`'s last batch; remembered per file, which a cleaner never changes."""
+        path = segment_file(self.directory, base, _SWAP_LOG_SUFFIX)
+        st = os.stat(path)
+        key = (base, st.st_ino, st.st_size)
+        if key not in self._swap_ends:
+            self._swap_ends.clear()  # one swap at a time: the older ones are gone
+            self._swap_ends[key] = _next_offset_of(path, base)
+        return self._swap_ends[key]
+
+    @property
+    def reads_swap(self) -> bool:
+        """Whether the view holds a segment read from its `.swap` files (a dead cleaner's swap)."""
+        return any(seg.from_swap for seg in self.segments)
 
     def _listing(self) -> list[str] | None:
         """The directory's names, or None if it changed while they were read.
@@ -548,7 +604,19 @@ def recover_swaps(directory: str) -> None:
       segments it replaces (the `.log` files with bases in [its base, its next offset)) are
       removed, and it takes its real name.
     """
-    names = os.listdir(directory)
+    doomed, swaps = swaps_to_complete(os.listdir(directory))
+    if doomed:
+        unlink_durably([os.path.join(directory, n) for n in doomed], directory)
+    for base in swaps:
+        _complete_swap(directory, base)
+
+
+def swaps_to_complete(names: list[str]) -> tuple[list[str], list[int]]:
+    """(the `.swap` names recovery removes, the bases of the `.log.swap` files it completes, ascending).
+
+    The one rule for what a swap cut short means, for recovery (`recover_swaps`) and for every
+    listing of the segments (`LogLoader.segment_listing`), so a reader reads what recovery will leave.
+    """
     prefixes = (n.split(".", 1)[0] for n in names if n.endswith(CLEANED_FILE_SUFFIX))
     min_cleaned = min((int(p) for p in prefixes if p.isdigit() and p.isascii()), default=None)
     doomed: list[str] = []
@@ -560,10 +628,7 @@ def recover_swaps(directory: str) -> None:
                 doomed.append(name)
             else:
                 swaps.append(base)
-    if doomed:
-        unlink_durably([os.path.join(directory, n) for n in doomed], directory)
-    for base in sorted(swaps):
-        _complete_swap(directory, base)
+    return doomed, sorted(swaps)
 
 
 def _complete_swap(directory: str, base: int) -> None:

@@ -515,22 +515,20 @@ class PartitionLog:
         name now holds another file, was replaced: the view is loaded again (with `repair`,
         the writer lock held, as recovery: a swap a crashed cleaner left is completed).
         Retention's deletion of leading segments is no swap (the caller drops those).
+        A `.swap` a dead cleaner left is completed here when this view may (`_complete_dead_swap`).
         """
         try:
             st = os.stat(self.directory)
         except FileNotFoundError:
             return False
         key = (st.st_mtime_ns, st.st_ino)
-        if key == self._dir_key:
+        # A view reading a `.swap` looks again at every call: it completes the swap once it may.
+        if key == self._dir_key and not self._loader.reads_swap:
             return False
         self._dir_key = key
         if st.st_ino != self._dir_ino:
             return False
-        if repair and self._loader.swap_left_over():
-            # Under the lock no cleaner is at work: a `.swap` is a crashed one's, which recovery
-            # completes now rather than leaving readers to wait on it at every listing.
-            self._loader.load(repair=True)
-            self._refresh_log_start()
+        if self._loader.swap_left_over() and self._complete_dead_swap(repair=repair):
             return True
         bases = self._loader.segment_bases()
         if not bases:
@@ -548,6 +546,35 @@ class PartitionLog:
                 self._refresh_log_start()
                 return True
         return False
+
+    def _complete_dead_swap(self, *, repair: bool) -> bool:
+        """Complete the `.swap` a dead cleaner left, as recovery does; True if the view was loaded afresh.
+
+        A cleaner swaps under the partition's writer lock, and flock dies with its holder: under
+        this view's own lock (`repair`) a `.swap` is a crashed cleaner's, and recovery completes it
+        now rather than leaving readers to read around it. A reader of a writable store completes it
+        too when the lock is free, taking it with the non-blocking probe as `_sync_for_reader` does
+        (never waiting, never through this view's FileLock). A read-only view, or a reader that finds
+        the lock held (a live cleaner mid-swap, or a writer that will complete it), completes
+        nothing: its listing reads the `.swap` in place of the segments it replaces
+        (`LogLoader.segment_listing`; docs/reliability-scenarios.md rule 22).
+        """
+        if repair:
+            self._loader.load(repair=True)
+        else:
+            if self.read_only or self._failed or (self._lock is not None and self._lock.held):
+                return False
+            with writer_lock_if_free(os.path.join(self.directory, LOCK_FILE)) as free:
+                if not free:
+                    return False
+                try:
+                    self._loader.load(repair=True)
+                except (KafkaStorageError, OSError) as exc:
+                    # The disk refused recovery's writes: read the `.swap` in place, as a read-only view does.
+                    _log.warning("%s: cannot complete a dead cleaner's swap (%s); reading it in place", self, exc)
+                    self._loader.load(repair=False)
+        self._refresh_log_start()
+        return True
 
     def _refresh_log_start(self) -> None:
         """Take up a log start another process's DeleteRecords persisted (the file is read only when it changed)."""

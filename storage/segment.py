@@ -17,6 +17,7 @@ from storage.errors import CorruptIndexError, CorruptRecordError, KafkaStorageEr
 from storage.file_records import FileRecords
 from storage.log_files import (
     INDEX_FILE_SUFFIX,
+    SWAP_FILE_SUFFIX,
     TIME_INDEX_FILE_SUFFIX,
     TXN_INDEX_FILE_SUFFIX,
     log_file,
@@ -35,12 +36,26 @@ class LogSegment:
     the file may be longer (another process appending, or a torn tail).
     """
 
-    def __init__(self, directory: str, base_offset: int, *, writable: bool, index_interval_bytes: int = 4096):
+    def __init__(
+        self,
+        directory: str,
+        base_offset: int,
+        *,
+        writable: bool,
+        index_interval_bytes: int = 4096,
+        from_swap: bool = False,
+    ):
+        if from_swap and writable:
+            raise ValueError("a segment read from its .swap files is never written")
         self.directory = directory
         self.base_offset = base_offset
         self.writable = writable
         self.index_interval_bytes = index_interval_bytes
-        self.log_path = log_file(directory, base_offset)
+        # A dead cleaner's cleaned segment, read under its `.swap` names in place of the segments it
+        # replaces until a writer completes the swap (storage/log_loader.py `SegmentListing`).
+        self.from_swap = from_swap
+        self._name_suffix = SWAP_FILE_SUFFIX if from_swap else ""
+        self.log_path = log_file(directory, base_offset) + self._name_suffix
         flags = os.O_RDWR | os.O_APPEND if writable else os.O_RDONLY
         try:
             # Through the descriptor cache: idle, it may be closed and reopened (storage/descriptor_cache.py).
@@ -78,7 +93,7 @@ class LogSegment:
         return cls(directory, base_offset, writable=True, index_interval_bytes=index_interval_bytes)
 
     def _path(self, suffix: str) -> str:
-        return segment_file(self.directory, self.base_offset, suffix)
+        return segment_file(self.directory, self.base_offset, suffix) + self._name_suffix
 
     # ---- reading --------------------------------------------------------------------------
 
