@@ -9,7 +9,7 @@ the process SIGKILLs itself right after the step returns, and cleans partition `
 
 `dirty_log` lays out the partition the tests clean: three sealed segments of ten records over four
 keys (one group for the cleaner) and an active segment, so the cleaning keeps the last four records
-of the group, each at its offset (docs/reliability-scenarios.md scenario 75).
+of the group, each at its offset (docs/reliability-scenarios.md scenario 76).
 """
 
 from __future__ import annotations

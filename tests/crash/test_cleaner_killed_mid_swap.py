@@ -1,5 +1,5 @@
 """A real cleaner process SIGKILLed right after `delete_replaced`, before its `.log.swap` took its name
-(docs/reliability-scenarios.md scenario 75): the group's records are then only in the `.swap`.
+(docs/reliability-scenarios.md scenario 76): the group's records are then only in the `.swap`.
 
 Consumers, in other processes or opened before the crash, and `txlog consume` on a read-only copy of
 the store, read every record of the cleaned log exactly once: a read-only reader reads the `.swap` in

@@ -1,6 +1,6 @@
 """A cleaner process killed after deleting the segments it replaced, before its `.log.swap` took its
 name: readers that take no lock must still read every record once (docs/reliability-scenarios.md
-scenario 75, rule 22). A read-only view reads the `.swap` in place of the missing segments and writes
+scenario 76, rule 22). A read-only view reads the `.swap` in place of the missing segments and writes
 nothing; a reader of a writable store, finding the cleaner's lock free, completes the swap; a view
 opened before the crash sees the same on its next read."""
 
@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+
+import pytest
 
 import storage.log_loader
 from storage import Store
@@ -124,3 +126,35 @@ def test_a_writable_reader_that_finds_the_lock_held_reads_the_swap_in_place(stor
         assert read_all(log) == AFTER  # the lock is free now: this look completes the swap
         assert SWAP not in os.listdir(directory)
         assert "00000000000000000000.log" in os.listdir(directory)
+
+
+def _midway_through_delete_replaced(directory: str) -> None:
+    """As if killed inside `delete_replaced`: the first replaced segment renamed to `.deleted`, the
+    second's `.log` unlinked, the third still there."""
+    for name in os.listdir(directory):
+        if name.startswith("00000000000000000000.") and not name.endswith(".swap"):
+            os.rename(os.path.join(directory, name), os.path.join(directory, name + ".deleted"))
+    os.unlink(os.path.join(directory, GROUP_LOGS[1]))
+
+
+@pytest.mark.parametrize(
+    ("step", "midway", "expected"),
+    [
+        ("write_cleaned", False, BEFORE),  # `.cleaned` files only: not the log yet
+        ("rename_to_swap", False, AFTER),  # `.swap` beside the replaced segments: past the point of no return
+        ("rename_to_swap", True, AFTER),  # some replaced segments gone, some there
+    ],
+)
+def test_a_read_only_view_reads_what_recovery_will_leave(store_path, step, midway, expected):
+    """Whatever step the cleaner died after, a read-only view reads the records recovery gives
+    (docs/kafka-formats.md §11.4's table), each once: the group whole, before or after its cleaning."""
+    directory = dirty_log(store_path)
+    kill_cleaner_after(store_path, step)
+    if midway:
+        _midway_through_delete_replaced(directory)
+    with Store.open(store_path, read_only=True) as store:
+        log = store.partition(TOPIC, 0)
+        assert log.log_start_offset == 0
+        assert read_all(log) == expected
+    with Store.open(store_path) as store:  # recovery agrees
+        assert read_all(store.partition(TOPIC, 0)) == expected
