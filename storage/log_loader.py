@@ -10,6 +10,11 @@ replay is empty; after a crash only the tail since the last snapshot is scanned
 Catching up on what other processes appended is the same replay, started where this view
 stopped, so the partition log calls `replay` for that too.
 
+Every view is built from one listing of the segments (`segment_listing`), which reads a
+cleaner's `.log.swap` by recovery's own rule (`swaps_to_complete`): a swap recovery would
+complete stands in for the segments it replaces, so a reader of a dead cleaner's swap reads
+what recovery will leave, without writing (docs/reliability-scenarios.md rule 22).
+
 `repair` means the caller holds the partition's writer lock: a torn tail past the last whole
 batch then belongs to a dead writer and may be cut, and derived files may be rewritten.
 Without it (a reader, or a read-only store) nothing is written and a torn tail is just not
