@@ -121,7 +121,7 @@ class LogLoader:
         swap_in_flight: Callable[[], bool] | None = None,
     ):
         self.directory = directory
-        # Whether another process holds the partition's lock (a cleaner mid-swap): see segment_bases.
+        # Whether another process holds the partition's lock (a cleaner mid-swap): see _settled_listing.
         self._swap_in_flight = swap_in_flight
         # (base, inode, size) of the `.log.swap` read last -> the offset after its last batch.
         self._swap_ends: dict[tuple[int, int, int], int] = {}

@@ -8,6 +8,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from storage import Store
 from storage.descriptor_cache import CACHE, set_limit
 
@@ -21,6 +23,10 @@ READER = textwrap.dedent(
     from storage.descriptor_cache import set_limit
 
     path, done, progress, keys, rounds = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+    if sys.argv[6] == "no-wait":
+        # Listings never wait for a swap in flight: the `.log.swap` stand-in rule alone must carry them.
+        import storage.log_loader
+        storage.log_loader.SWAP_WAIT_ATTEMPTS = 0
     set_limit(3)  # descriptors are evicted and reopened by name: names a swap gave to other files
     store = Store.open(path, read_only=True)
     log = store.partition("c", 0)
@@ -74,14 +80,15 @@ def _compact_topic(store):
     return store.partition("c", 0)
 
 
-def test_a_reader_process_reads_right_while_cleaning_swaps_segments(store_path, tmp_path):
+@pytest.mark.parametrize("wait", ["wait", "no-wait"])
+def test_a_reader_process_reads_right_while_cleaning_swaps_segments(store_path, tmp_path, wait):
     with Store.open(store_path) as store:
         log = _compact_topic(store)
         _write_rounds(log, ROUNDS)
         done, progress = str(tmp_path / "done"), str(tmp_path / "progress")
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
         reader = subprocess.Popen(
-            [sys.executable, "-c", READER, store_path, done, progress, str(KEYS), str(ROUNDS)],
+            [sys.executable, "-c", READER, store_path, done, progress, str(KEYS), str(ROUNDS), wait],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
