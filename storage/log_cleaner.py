@@ -20,14 +20,15 @@ What a cleaning pass keeps, as Kafka's cleaner decides it (docs/kafka-formats.md
 
 The swap of a cleaned group is crash-safe and runs as the module-level steps `SWAP_STEPS`
 names (a crash test wraps each one); recovery of a swap cut short is LogLoader's
-(`storage/log_loader.py`, `recover_swaps`). Unlike Kafka, which checkpoints after the swaps, a
-pass writes its `cleaner-offset-checkpoint` entry before its first group's `.swap` exists: no
-cleaned batch can then be seen, even after a crash, with the checkpoint still below it, which
-is what state replayed from a point in the log relies on (txlog/coordinator/replayed_state.py:
-a tombstone is only dropped by a cleaning of a batch an earlier, visible cleaning recopied).
-The price: a crash after the checkpoint and before a group's renames to `.swap` are done rolls
-that group back while the checkpoint stays, so its records are not deduplicated against each
-other until their keys are written again (nothing is lost; the log is only less compact).
+(`storage/log_loader.py`, `recover_swaps`). Unlike Kafka, which checkpoints after a round,
+each group raises the `cleaner-offset-checkpoint` entry to its end once its swap is past the
+point of no return (every `.cleaned` renamed to `.swap`) and before any replaced segment goes,
+and recovery that completes a swap raises it the same way first. Readers read the old segments
+until the first of them goes (`LogLoader.segment_listing`), so no cleaned batch can be seen, even
+after a crash, with the checkpoint still below it, which state replayed from a point in the log
+relies on (txlog/coordinator/replayed_state.py: a tombstone is only dropped by a cleaning of a
+batch an earlier, visible cleaning recopied); and a group rolled back by recovery was never
+checkpointed, so the next round cleans it again.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ from storage.offset_map import OffsetMap
 from storage.records import Record, RecordBatch
 from storage.segment import LogSegment
 from storage.time_index import TimeIndex
+from storage.topic_name import parse_partition_dir
 from storage.transaction_index import AbortedTxn, TransactionIndex
 
 #: The store-root file of per-partition cleaned-up-to offsets, as in a Kafka log dir.
@@ -73,8 +75,8 @@ _INT64_MAX = 2**63 - 1
 #: The order of the file steps of one group's swap (each a function of this module, see below).
 SWAP_STEPS: tuple[str, ...] = (
     "write_cleaned",  # <base>.log.cleaned and .index/.timeindex/.txnindex.cleaned written and fsynced
-    "write_checkpoint",  # once a pass, before its first swap can be seen: cleaner-offset-checkpoint = its end
     "rename_to_swap",  # each .cleaned renamed to .swap (the .log first); the directory fsynced
+    "write_checkpoint",  # cleaner-offset-checkpoint = the group's end, before a replaced segment goes
     "delete_replaced",  # the replaced segments' files renamed to .deleted, then unlinked; directory fsynced
     "rename_swap_to_log",  # each .swap renamed to its real name (the .log last); directory fsynced
 )
@@ -185,8 +187,11 @@ def read_cleaner_checkpoint(root: str, topic: str, partition: int) -> int | None
         return None
 
 
-def write_checkpoint_entry(root: str, topic: str, partition: int, offset: int) -> None:
-    """Set the partition's entry of `cleaner-offset-checkpoint`, atomically, under the store-level lock."""
+def write_checkpoint_entry(root: str, topic: str, partition: int, offset: int, *, raise_only: bool = False) -> None:
+    """Set the partition's entry of `cleaner-offset-checkpoint`, atomically, under the store-level lock.
+
+    `raise_only` never moves an entry back: recovery completing a swap (`swap_completed`).
+    """
     lock = FileLock(os.path.join(root, CLEANER_CHECKPOINT_LOCK))
     try:
         with lock:
@@ -195,10 +200,21 @@ def write_checkpoint_entry(root: str, topic: str, partition: int, offset: int) -
                 entries = read_offset_checkpoint(path)
             except CorruptIndexError:
                 entries = {}  # a damaged file is rewritten whole; the others' cleaning starts over
+            current = entries.get((topic, partition))
+            if raise_only and current is not None and current >= offset:
+                return
             entries[(topic, partition)] = offset
             write_checkpoint_file(path, [(t, p, o) for (t, p), o in sorted(entries.items())])
     finally:
         lock.close()
+
+
+def swap_completed(directory: str, end: int) -> None:
+    """Recovery completes a swap past its point of no return: the cleaner may have died before
+    its `write_checkpoint`, so raise the entry to the swap's end first, as the cleaner would have."""
+    named = parse_partition_dir(os.path.basename(os.path.normpath(directory)))
+    if named is not None:
+        write_checkpoint_entry(os.path.dirname(os.path.normpath(directory)), *named, end, raise_only=True)
 
 
 # ---- which transactions' data goes (CleanedTransactionMetadata) ------------------------------------
@@ -637,7 +653,6 @@ def clean_pass(
         if progress is not None:
             progress(done[0], total)
 
-    checkpointed = False
     for group in groups:
         cleaned_index: list[AbortedTxn] = []
         tracker.cleaned_index = cleaned_index
@@ -648,16 +663,21 @@ def clean_pass(
             plan.config.index_interval_bytes,
         )
         counters.bytes_written += write_cleaned(plan.directory, output)
-        if not checkpointed:  # before anything cleaned can be seen (see the module docstring)
-            write_checkpoint(plan.root, plan.topic, plan.partition, end)
-            checkpointed = True
         rename_to_swap(plan.directory, output.base_offset)
+        # past the point of no return, before anything cleaned can be seen (module docstring)
+        reached = max(plan.first_dirty, _group_end(group, following, end))
+        write_checkpoint(plan.root, plan.topic, plan.partition, reached)
         delete_replaced(plan.directory, [s.base_offset for s in group])
         rename_swap_to_log(plan.directory, output.base_offset)
         on_swapped(group, output.base_offset)
-    if not checkpointed:
-        write_checkpoint(plan.root, plan.topic, plan.partition, end)
+    write_checkpoint(plan.root, plan.topic, plan.partition, end)
     return end, counters
+
+
+def _group_end(group: list[LogSegment], following: dict[int, LogSegment], end: int) -> int:
+    """The offset after a group's last segment (the round's end at most): where its cleaning reached."""
+    after = following.get(group[-1].base_offset)
+    return end if after is None else min(end, after.base_offset)
 
 
 def _group_batches(

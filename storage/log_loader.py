@@ -44,6 +44,7 @@ from storage.errors import (
     KafkaStorageError,
 )
 from storage.file_records import Damage
+from storage.log_cleaner import swap_completed
 from storage.log_files import (
     CLEANED_FILE_SUFFIX,
     INDEX_FILE_SUFFIXES,
@@ -269,7 +270,9 @@ class LogLoader:
     def _segments_of(self, names: list[str]) -> SegmentListing:
         """The segments `names` show, each `.log.swap` recovery would complete in place of what it replaces."""
         bases = {base for base in (offset_of(name, LOG_FILE_SUFFIX) for name in names) if base is not None}
-        swaps = swaps_to_complete(names)[1]
+        # a swap stands in once its replaced segments start to go (its base's `.log` goes first):
+        # until then they are whole, and the cleaner checkpoint may not yet cover the cleaned one
+        swaps = [swap for swap in swaps_to_complete(names)[1] if swap not in bases]
         for swap in swaps:
             end = self._swap_end(swap)
             # As `_complete_swap` does: the `.log` files in [swap, end) go, and the swap takes its base.
@@ -606,8 +609,9 @@ def recover_swaps(directory: str) -> None:
       replaced segments are all still there: it is removed too.
     * A `.swap` index is removed (its segment's indexes are rebuilt from the log).
     * A remaining `.log.swap` is the cleaned segment of a swap past its point of no return: the
-      segments it replaces (the `.log` files with bases in [its base, its next offset)) are
-      removed, and it takes its real name.
+      cleaner checkpoint is raised to its end (`log_cleaner.swap_completed`), the segments it
+      replaces (the `.log` files with bases in [its base, its next offset)) are removed, and it
+      takes its real name.
     """
     doomed, swaps = swaps_to_complete(os.listdir(directory))
     if doomed:
@@ -639,6 +643,7 @@ def swaps_to_complete(names: list[str]) -> tuple[list[str], list[int]]:
 def _complete_swap(directory: str, base: int) -> None:
     swap_path = segment_file(directory, base, _SWAP_LOG_SUFFIX)
     end = _next_offset_of(swap_path, base)
+    swap_completed(directory, end)  # before a replaced segment goes (storage/log_cleaner.py docstring)
     replaced: list[str] = []
     for name in os.listdir(directory):
         offset = offset_of(name, LOG_FILE_SUFFIX)

@@ -44,7 +44,6 @@ from dataclasses import dataclass, field
 from enum import Enum
 from unittest import mock
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

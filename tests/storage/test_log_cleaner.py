@@ -344,8 +344,8 @@ def test_swap_steps_are_named_in_order():
 
     assert SWAP_STEPS == (
         "write_cleaned",
-        "write_checkpoint",
         "rename_to_swap",
+        "write_checkpoint",
         "delete_replaced",
         "rename_swap_to_log",
     )
@@ -486,9 +486,9 @@ def _reopen_and_check(store_path, clock, expected, after_next_cleaning=EXPECTED_
 @pytest.mark.parametrize(
     ("step", "expected", "after_next_cleaning"),
     [
-        ("write_checkpoint", EXPECTED_DIRTY, EXPECTED_CLEAN),  # only .cleaned files: removed; cleaned again
-        # checkpointed, then rolled back: the range stays as it was (the price of checkpointing first)
-        ("rename_to_swap", EXPECTED_DIRTY, EXPECTED_DIRTY),
+        ("rename_to_swap", EXPECTED_DIRTY, EXPECTED_CLEAN),  # only .cleaned files: removed; cleaned again
+        # every .cleaned renamed to .swap, the checkpoint not yet raised: recovery raises it and completes
+        ("write_checkpoint", EXPECTED_CLEAN, EXPECTED_CLEAN),
         ("delete_replaced", EXPECTED_CLEAN, EXPECTED_CLEAN),  # .swap beside the replaced segments: completes
         ("rename_swap_to_log", EXPECTED_CLEAN, EXPECTED_CLEAN),  # .swap alone: it takes its name
     ],
