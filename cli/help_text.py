@@ -36,6 +36,7 @@ SUMMARIES: dict[str, str] = {
     "transactions find-hanging": "Find open transactions no coordinator will end.",
     "transactions abort": "Abort a hanging transaction in one partition.",
     "transactions expire": "Expire a transactional id now (fault rehearsal).",
+    "transactions force-terminate": "Abort an id's open transaction, 2PC ones too.",
     "groups list": "List consumer groups.",
     "groups describe": "Describe groups: offsets and lag, members or state.",
     "groups reset-offsets": "Plan or write new committed offsets of a group.",
@@ -167,6 +168,10 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "transactions expire": (
         "txlog transactions expire --transactional-id load-1",
         "txlog transactions expire --transactional-id load-1 --output json",
+    ),
+    "transactions force-terminate": (
+        "txlog transactions list",
+        "txlog transactions force-terminate --transactional-id txlog-spark-q1-7-0",
     ),
     "groups list": (
         "txlog groups list",
