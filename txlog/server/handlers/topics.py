@@ -506,8 +506,9 @@ def _operations(configs: Iterable[Any], current: Mapping[str, Any]) -> tuple[dic
             operation = OPERATION_NAMES[config.config_operation]
             if config_type(config.name) is not ConfigType.LIST:
                 raise InvalidConfigurationError(f"Can't {operation} to key {config.name} because its type is not LIST.")
+            # A name appears once per request (duplicates are refused above): the base is the value in force.
             sets[config.name] = _list_operation(
-                str(sets.get(config.name) or current.get(config.name, "")), config.value, config.config_operation
+                str(current.get(config.name, "")), config.value, config.config_operation
             )
         else:
             raise InvalidRequestError(f"Unknown config operation {config.config_operation} for {config.name}")
