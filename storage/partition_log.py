@@ -77,7 +77,7 @@ from storage.producer_state import (
     ProducerStateManager,
     TxnVerifier,
 )
-from storage.producer_state_snapshots import clean_snapshots
+from storage.producer_state_snapshots import SNAPSHOT_INTERVAL_BYTES, clean_snapshots
 from storage.records import ControlType, RecordBatch, build_control_batch
 from storage.retention import delete_segments, segments_below, segments_past_retention
 from storage.safe_open import refuse_links
@@ -250,6 +250,9 @@ class PartitionLog:
         with self._mutex:
             self._refresh_log_start()
             self._dir_ino = os.stat(directory).st_ino
+            # Where in the active segment this view knows the newest snapshot (`_maybe_snapshot_active`):
+            # recovery left one at the log end, unless it had nothing to replay (a clean close did).
+            self._snapshot_mark = (self._segments[-1].base_offset, self._segments[-1].size)
 
     def _open_without_writing(self, refusal: OSError) -> None:
         """The disk refused recovery's writes (full, read-only, no permission): open as a read-only view.
@@ -710,6 +713,7 @@ class PartitionLog:
                 self._write(parts[0] if len(parts) == 1 else b"".join(parts), written, sync=sync)
             plan.commit()
             self._state.end_offset = self._segments[-1].next_offset
+            self._maybe_snapshot_active()
         return AppendResult(
             results[0].base_offset, results[-1].last_offset, all(r.duplicate for r in results), tuple(results)
         )
@@ -946,6 +950,31 @@ class PartitionLog:
         segment.offset_index.truncate_to(next_offset)
         segment.time_index.truncate_to(next_offset)
         segment.txn_index.truncate_to(next_offset)  # an abort's entry goes in before its marker
+
+    def _maybe_snapshot_active(self) -> None:
+        """Snapshot producer state once the active segment grew SNAPSHOT_INTERVAL_BYTES past the last one (lock held).
+
+        Bounds what recovery after a kill -9 replays, whatever the segment's size (docs/DESIGN.md
+        §3, "Recovery from a recent durable point"); the older mid-segment snapshot goes. Taken only
+        where the log is durable (after a synced append), so a power loss cannot leave it past
+        the log end with the older one gone. The data is written already, so a failure to
+        snapshot is logged, not raised: the next open replays more.
+        """
+        active = self._segments[-1]
+        base, position = self._snapshot_mark
+        if base != active.base_offset:
+            position = 0  # rolled since: the roll snapshotted at this segment's base
+        self._snapshot_mark = (active.base_offset, position)
+        if active.size - position < SNAPSHOT_INTERVAL_BYTES or self._durable < active.next_offset:
+            return
+        if self._loader.corruption is not None:
+            return  # nothing derived is written from a corrupt log (as close does)
+        self._snapshot_mark = (active.base_offset, active.size)
+        try:
+            self._loader.snapshot()
+            self._clean_snapshots(keep_latest=True)
+        except (KafkaStorageError, OSError) as exc:
+            _log.warning("%s: no snapshot in the active segment (%s); recovery after a crash replays more", self, exc)
 
     def _roll(self) -> None:
         """Seal the active segment, snapshot producer state at the new base, start a new segment."""

@@ -5,9 +5,13 @@ is the `.snapshot` format. The policy between them and the log's segments lives 
 
 * a snapshot is taken at the log end when a segment rolls (at the new base), before retention
   deletes data (KIP-360: producer state outlives the deleted batches), at a clean close (the
-  next open scans nothing) and after recovery scanned a tail;
+  next open scans nothing), after recovery scanned a tail, and by a writer whenever the active
+  segment grew SNAPSHOT_INTERVAL_BYTES since the last one (so recovery after a kill -9 replays
+  at most that much, however large the segment: Kafka snapshots only at roll and shutdown, and
+  rescans the whole segment holding its recovery point);
 * one snapshot per segment base is kept, so a segment's `.txnindex` can be rebuilt from the
-  state at its start without replaying the whole log, plus the newest at a clean close;
+  state at its start without replaying the whole log, plus the newest (a clean close's, or the
+  active segment's latest);
 * snapshots below the log start go with retention; ones past a cut torn tail are removed
   (KAFKA-5747: they would restore state for batches that are gone).
 
@@ -23,6 +27,10 @@ from storage.errors import CorruptSnapshotError
 from storage.producer_snapshot import delete_snapshot, list_snapshots, read_snapshot, write_snapshot
 from storage.producer_state import ProducerStateManager
 from storage.segment import LogSegment
+
+#: Bytes of the active segment between a writer's snapshots: bounds a crash recovery's replay.
+#: A snapshot costs two small fsynced files, next to the thousands of fsyncs of this much data.
+SNAPSHOT_INTERVAL_BYTES = 16 << 20
 
 
 def take_snapshot(directory: str, state: ProducerStateManager) -> None:

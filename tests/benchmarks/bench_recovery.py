@@ -2,6 +2,7 @@
 
 Run: python tests/benchmarks/bench_recovery.py [--sizes-mb 16,64,256 | --size-mb N]
          [--segment-mb 64] [--tail-mb 8] [--batch-kb 64] [--reps R] [--cold] [--profile]
+         [--active-mb 10,256 | --big] [--only-active]
 
 For each log size a writer *subprocess* appends ~64 KB idempotent batches (10-byte key,
 100-byte value, a few producers round-robin, one append call per batch; --batch-kb makes
@@ -21,6 +22,17 @@ Nothing is deleted or repaired: that directory is the crash state. From it:
     log is replayed. Reported in MiB/s against a baseline measured in the same run: the
     same .log files read with os.pread in 1 MiB chunks and CRC-32C'd (the floor of any
     scan that verifies what it reads).
+
+(d) reopen after SIGKILL with one big active segment (issue 26): a writer appends (~1 MiB
+    per append call, each fdatasync'ed, so the HW file says the log end) into a single
+    segment of --active-mb MiB (default 10 and 256; --big: 10 and 1024) and is killed with
+    no roll, so the only snapshots inside the segment are the writer's periodic ones (every
+    SNAPSHOT_INTERVAL_BYTES, 16 MiB, taken where the HW covers the log end). Recovery at open
+    replays, validated, from the newest: its time should not grow with the segment (issue
+    26's goal: the largest <= 2x the smallest) and its `.log` bytes read should stay at most
+    about an interval.
+    The `.log` is hard-linked into each copy (recovery never writes it: no torn tail).
+    --only-active runs (d) alone.
 
 Timings are the median after a dropped cold repetition. By default the page cache is
 warm (the files were just written), so these are CPU costs; --cold fsyncs and drops
@@ -170,7 +182,8 @@ def records_per_batch(batch_bytes: int) -> int:
 def writer(args: argparse.Namespace) -> None:
     """Build the log, roll, append the tail, report, then wait to be SIGKILLed."""
     per_batch = records_per_batch(int(args.batch_kb * 1024))
-    per_call = max(1, round(64 / args.batch_kb))  # ~64 KB per append call (and fsync) whatever the batch size
+    call_kb = 1024 if args.no_roll else 64  # (d) builds big segments: fewer fsyncs, the same HW at the end
+    per_call = max(1, round(call_kb / args.batch_kb))  # ~64 KB per append call (and fsync) whatever the batch size
     now = int(time.time() * 1000)
     pool = [(os.urandom(KEY_BYTES), os.urandom(VALUE_BYTES), None, now) for _ in range(per_batch)]
     store = Store.open(args.writer)
@@ -196,8 +209,10 @@ def writer(args: argparse.Namespace) -> None:
         return written
 
     body = append_until(int(args.log_mb * MiB))
-    log.roll()
-    tail = append_until(int(args.tail_mb * MiB))
+    tail = 0
+    if not args.no_roll:
+        log.roll()
+        tail = append_until(int(args.tail_mb * MiB))
     info = {
         "end_offset": log.log_end_offset,
         "body_bytes": body,
@@ -210,7 +225,7 @@ def writer(args: argparse.Namespace) -> None:
         time.sleep(3600)
 
 
-def build_crashed_log(directory: str, log_mb: float, args: argparse.Namespace) -> dict:
+def build_crashed_log(directory: str, log_mb: float, args: argparse.Namespace, *, no_roll: bool = False) -> dict:
     cmd = [
         sys.executable,
         os.path.abspath(__file__),
@@ -226,6 +241,7 @@ def build_crashed_log(directory: str, log_mb: float, args: argparse.Namespace) -
         str(args.producers),
         "--batch-kb",
         str(args.batch_kb),
+        *(["--no-roll"] if no_roll else []),
     ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     try:
@@ -255,9 +271,10 @@ def log_files(store_root: str) -> list[str]:
     return sorted(os.path.join(pdir, n) for n in os.listdir(pdir) if n.endswith(".log"))
 
 
-def clone(src: str, dst: str) -> None:
-    """Copy a store; sealed segments (every .log but the newest) are hard links."""
-    sealed = set(log_files(src)[:-1])
+def clone(src: str, dst: str, *, link_active: bool = False) -> None:
+    """Copy a store; sealed segments (every .log but the newest) are hard links, the newest too if `link_active`."""
+    logs = log_files(src)
+    sealed = set(logs if link_active else logs[:-1])
 
     def copy(s: str, d: str) -> None:
         if s in sealed:
@@ -416,6 +433,55 @@ def measure_size(parent: str, log_mb: float, args: argparse.Namespace) -> dict:
     }
 
 
+def measure_active(parent: str, active_mb: float, args: argparse.Namespace) -> dict:
+    """(d): reopen after SIGKILL of a writer whose only segment holds `active_mb` MiB."""
+    crashed = os.path.join(parent, f"active-{active_mb:g}")
+    args = argparse.Namespace(**vars(args))
+    args.segment_mb = min(max(2 * active_mb, 64), 2047)  # no roll before the kill (segment.bytes is an int32)
+    info = build_crashed_log(crashed, active_mb, args, no_roll=True)
+    logs = log_files(crashed)
+    if len(logs) != 1:
+        raise AssertionError(f"the writer rolled: {len(logs)} segments")
+    before = (os.stat(logs[0]).st_size, os.stat(logs[0]).st_mtime_ns)
+    samples: list[Open] = []
+    for i in range(args.reps + 1):
+        work = os.path.join(parent, f"active-copy-{active_mb:g}-{i}")
+        clone(crashed, work, link_active=True)
+        samples.append(Open(work, info["end_offset"], args.cold))
+        shutil.rmtree(work)
+    if (os.stat(logs[0]).st_size, os.stat(logs[0]).st_mtime_ns) != before:
+        raise AssertionError(f"recovery modified the active segment {logs[0]}")
+    size = os.path.getsize(logs[0])
+    shutil.rmtree(crashed)
+    return {"active_mb": active_mb, "size": size, "batches": info["calls"], "samples": samples}
+
+
+def report_active(results: list[dict], args: argparse.Namespace) -> None:
+    print(
+        f"\n(d) reopen after SIGKILL with one active segment (no roll), HW file at the log end "
+        f"({args.batch_kb:g} KiB batches, ~1 MiB per fdatasync'ed append call; "
+        f"{'COLD' if args.cold else 'warm'} page cache; median of {args.reps} after a cold one)"
+    )
+    print(
+        f"{'active MiB':>11}{'reopen ms':>11}{'fsync ms':>10}{'rest ms':>9}{'x smallest':>12}"
+        f"{'.log read':>12}{'read/size':>11}{'.log preads':>13}"
+    )
+    base = median_time(results[0]["samples"], "cpu_seconds")
+    for r in results:
+        o = median_open(r["samples"])
+        rest = median_time(r["samples"], "cpu_seconds")
+        print(
+            f"{r['size'] / MiB:>11.1f}{median_time(r['samples']) * 1e3:>11.1f}"
+            f"{median_time(r['samples'], 'sync_seconds') * 1e3:>10.1f}{rest * 1e3:>9.1f}{rest / base:>11.2f}x"
+            f"{fmt_bytes(o.bytes['.log']):>12}{o.bytes['.log'] / r['size']:>11.4f}{o.calls['.log']:>13}"
+        )
+    growth = median_time(results[-1]["samples"], "cpu_seconds") / base
+    print(
+        f"   rest = reopen time outside fsync; goal: the largest <= 2x the smallest: "
+        f"{growth:.2f}x ({'ok' if growth <= 2 else 'GROWS WITH THE SEGMENT'})"
+    )
+
+
 # ---- report ------------------------------------------------------------------------------------------------
 
 
@@ -530,8 +596,14 @@ def main() -> None:
         action="store_true",
         help="cProfile one clean reopen, crash reopen and full recovery of the largest log",
     )
+    parser.add_argument(
+        "--active-mb", default="10,256", help="(d): comma-separated active segment sizes in MiB (default 10,256)"
+    )
+    parser.add_argument("--big", action="store_true", help="(d) with a 1 GiB active segment: --active-mb 10,1024")
+    parser.add_argument("--only-active", action="store_true", help="run (d) alone")
     parser.add_argument("--dir", help="parent of the scratch directory (default <repo>/.bench-tmp)")
     parser.add_argument("--writer", help=argparse.SUPPRESS)
+    parser.add_argument("--no-roll", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--log-mb", type=float, help=argparse.SUPPRESS)
     args = parser.parse_args()
 
@@ -545,13 +617,16 @@ def main() -> None:
     made_parent = not os.path.exists(parent_dir)
     os.makedirs(parent_dir, exist_ok=True)
     workdir = tempfile.mkdtemp(prefix="bench-recovery-", dir=parent_dir)
+    active = [10.0, 1024.0] if args.big else [float(s) for s in args.active_mb.split(",")]
     try:
-        results = []
-        for i, size in enumerate(sorted(sizes)):
-            args_for_size = argparse.Namespace(**vars(args))
-            args_for_size.profile = args.profile and i == len(sizes) - 1
-            results.append(measure_size(workdir, size, args_for_size))
-        report(results, args)
+        if not args.only_active:
+            results = []
+            for i, size in enumerate(sorted(sizes)):
+                args_for_size = argparse.Namespace(**vars(args))
+                args_for_size.profile = args.profile and i == len(sizes) - 1
+                results.append(measure_size(workdir, size, args_for_size))
+            report(results, args)
+        report_active([measure_active(workdir, size, args) for size in sorted(active)], args)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
         if made_parent:
