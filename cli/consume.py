@@ -45,6 +45,7 @@ from cli.record_format import (
 )
 
 if TYPE_CHECKING:  # the CLI imports txlog only when a command runs
+    from storage.console_format import ConsoleFormatter
     from txlog.clients.consumer import Consumer
     from txlog.consumer_record import ConsumerRecord
     from txlog.topic_partition import TopicPartition
@@ -157,8 +158,31 @@ class _KafkaFormatter(_Writer):
 
         self.timestamp_kinds = tuple(kind.kafka_name for kind in TimestampType)
         self.value_of = itemgetter(ConsumerRecord._fields.index("value"))
+        self.native = self._native_formatter()
+
+    def _native_formatter(self) -> ConsoleFormatter:
+        """The same lines in native code: one call and one buffer per poll, no per-record objects."""
+        from storage.console_format import ConsoleFormatter
+
+        flags = self.flags
+        return ConsoleFormatter(
+            flags=(flags[0], flags[1], flags[2], flags[3], flags[4], flags[5]),
+            key_separator=self.sep,
+            line_separator=self.line_sep,
+            headers_separator=self.headers_sep,
+            null_literal=self.null,
+            value_format=self.value_format.value,
+            timestamp_kinds=self.timestamp_kinds,
+        )
 
     def write(self, records: list[ConsumerRecord]) -> None:
+        if self.iso_timestamps:  # ISO text is the Python writer's alone
+            self.write_reference(records)
+            return
+        self.out.write(self.native.format(records))
+
+    def write_reference(self, records: list[ConsumerRecord]) -> None:
+        """The formatter in Python: the reference the native one is tested against (tests/cli)."""
         show_ts, show_p, show_o, show_h, show_k, show_v = self.flags
         if not (show_ts or show_p or show_o or show_h or show_k) and show_v:
             self._write_values(records)

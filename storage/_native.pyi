@@ -1,7 +1,7 @@
 """The typed interface of `storage._native`, txlog's record codec in Rust (storage/native/src/bindings/).
 
-Private to storage: storage.records, storage.compression, storage.arrow_records, storage.murmur2
-and storage.codec_errors wrap it. `python3 -m mypy.stubtest storage._native` checks this file
+Private to storage: storage.records, storage.compression, storage.arrow_records, storage.murmur2,
+storage.console_format and storage.codec_errors wrap it. `python3 -m mypy.stubtest storage._native` checks this file
 against the built module (.ci/run).
 """
 
@@ -16,6 +16,7 @@ __all__ = [
     "CodecError",
     "ColumnBuffer",
     "ColumnBuilder",
+    "ConsoleFormatter",
     "RecordBatchBuilder",
     "compress",
     "crc32c",
@@ -113,6 +114,26 @@ def decode_consumer_records(
 
 def walk_records(buf: ReadableBuffer, start: int, end: int) -> tuple[int, int]:
     """(records seen, largest timestamp delta) of the uncompressed records region buf[start:end]."""
+
+@final
+class ConsoleFormatter:
+    """Kafka's console-consumer text formatter with fixed options (storage.console_format)."""
+
+    def __new__(
+        cls,
+        *,
+        flags: tuple[bool, bool, bool, bool, bool, bool],
+        key_separator: bytes,
+        line_separator: bytes,
+        headers_separator: bytes,
+        null_literal: bytes,
+        value_format: Literal["utf8", "base64", "hex"],
+        timestamp_kinds: Sequence[str],
+    ) -> Self:
+        """flags: print.timestamp, print.partition, print.offset, print.headers, print.key, print.value."""
+
+    def format(self, records: list[_T]) -> bytes:
+        """Each ConsumerRecord's line followed by the line separator, as one bytes."""
 
 @final
 class ColumnBuffer:

@@ -1,7 +1,7 @@
 //! `storage._native`: the per-record loops of txlog's record codec, as a Python extension.
 //!
 //! Two layers. The core - codec.rs (header, CRC, record decoding and encoding), compression.rs
-//! (the four codecs), encoder.rs (the producer's bulk path), batch_builder.rs (its per-record
+//! (the four codecs), format.rs (`txlog consume`'s text lines), encoder.rs (the producer's bulk path), batch_builder.rs (its per-record
 //! path), retain.rs (the log cleaner's re-encoding of a filtered batch) and columns.rs
 //! (Arrow-ready columns) - is safe Rust that never touches Python: the
 //! property tests in tests.rs drive it directly, and a test there checks that it never uses
@@ -18,6 +18,7 @@ mod batch_builder;
 mod codec;
 mod compression;
 mod encoder;
+mod format;
 #[cfg(test)]
 mod golden_tests;
 #[cfg(test)]
@@ -34,7 +35,10 @@ mod bindings;
 
 use pyo3::prelude::*;
 
-use bindings::{builder, columns as column_bindings, compression as codecs, decode, encode, errors, hashes, header};
+use bindings::{
+    builder, columns as column_bindings, compression as codecs, decode, encode, errors, format as formatters, hashes,
+    header,
+};
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -55,6 +59,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(encode::stamp_batch, m)?)?;
     m.add_function(wrap_pyfunction!(encode::retain_records, m)?)?;
     m.add_class::<builder::RecordBatchBuilder>()?;
+    m.add_class::<formatters::ConsoleFormatter>()?;
     m.add_function(wrap_pyfunction!(hashes::crc32c_py, m)?)?;
     m.add_function(wrap_pyfunction!(hashes::murmur2_partitions, m)?)?;
     Ok(())

@@ -122,6 +122,7 @@ fn the_core_never_uses_pyo3() {
         ("batch_builder.rs", include_str!("batch_builder.rs")),
         ("columns.rs", include_str!("columns.rs")),
         ("retain.rs", include_str!("retain.rs")),
+        ("format.rs", include_str!("format.rs")),
     ];
     for (name, source) in core {
         assert!(!source.contains("pyo3"), "{name} uses pyo3: move the Python part to bindings/");

@@ -15,5 +15,6 @@ pub mod decode;
 pub mod encode;
 pub mod errors;
 pub mod ffi;
+pub mod format;
 pub mod hashes;
 pub mod header;

@@ -1,0 +1,128 @@
+//! `ConsoleFormatter`: format.rs's text lines over a poll's ConsumerRecords, one bytes out.
+//!
+//! The records are txlog.consumer_record.ConsumerRecord tuples (topic, partition, offset,
+//! timestamp, timestamp_type, key, value, headers, ...): their items are read by position,
+//! with no attribute lookups, and every line lands in one buffer that the CLI writes once.
+
+use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
+
+use crate::format::{ConsoleFormat, Fields, ValueFormat};
+
+// ConsumerRecord's field positions (txlog/consumer_record.py).
+const PARTITION: usize = 1;
+const OFFSET: usize = 2;
+const TIMESTAMP: usize = 3;
+const TIMESTAMP_TYPE: usize = 4;
+const KEY: usize = 5;
+const VALUE: usize = 6;
+const HEADERS: usize = 7;
+
+/// Kafka's console-consumer formatter with fixed options (cli/consume.py's `_KafkaFormatter`).
+#[pyclass(frozen, module = "storage._native")]
+pub struct ConsoleFormatter {
+    format: ConsoleFormat,
+    /// The Kafka names of the timestamp types, indexed by a record's timestamp_type.
+    timestamp_kinds: Vec<Vec<u8>>,
+}
+
+#[pymethods]
+impl ConsoleFormatter {
+    #[new]
+    #[pyo3(signature = (*, flags, key_separator, line_separator, headers_separator, null_literal, value_format, timestamp_kinds))]
+    #[allow(clippy::too_many_arguments)] // the formatter's properties, each named at the call
+    fn new(
+        flags: (bool, bool, bool, bool, bool, bool),
+        key_separator: Vec<u8>,
+        line_separator: Vec<u8>,
+        headers_separator: Vec<u8>,
+        null_literal: Vec<u8>,
+        value_format: &str,
+        timestamp_kinds: Vec<String>,
+    ) -> PyResult<Self> {
+        let (print_timestamp, print_partition, print_offset, print_headers, print_key, print_value) = flags;
+        let value_format = ValueFormat::parse(value_format)
+            .ok_or_else(|| PyValueError::new_err(format!("unknown value format {value_format:?}")))?;
+        Ok(ConsoleFormatter {
+            format: ConsoleFormat {
+                print_timestamp,
+                print_partition,
+                print_offset,
+                print_headers,
+                print_key,
+                print_value,
+                key_separator,
+                line_separator,
+                headers_separator,
+                null_literal,
+                value_format,
+            },
+            timestamp_kinds: timestamp_kinds.into_iter().map(String::into_bytes).collect(),
+        })
+    }
+
+    /// Every record's line, each followed by the line separator, as one bytes.
+    fn format<'py>(&self, py: Python<'py>, records: &Bound<'py, PyList>) -> PyResult<Bound<'py, PyBytes>> {
+        let mut out = Vec::with_capacity(records.len() * 128);
+        for record in records.iter() {
+            let record = record.cast_into::<PyTuple>()?;
+            let key = record.get_item(KEY)?;
+            let value = record.get_item(VALUE)?;
+            let header_items = if self.format.print_headers { header_items(&record)? } else { Vec::new() };
+            let mut headers: Vec<(&[u8], Option<&[u8]>)> = Vec::with_capacity(header_items.len());
+            for (name, value) in &header_items {
+                headers.push((name.to_str()?.as_bytes(), optional_bytes(value)?));
+            }
+            let timestamp_kind = if self.format.print_timestamp {
+                self.timestamp_kind(record.get_item(TIMESTAMP_TYPE)?.extract()?)?
+            } else {
+                &[]
+            };
+            let fields = Fields {
+                timestamp_kind,
+                timestamp: if self.format.print_timestamp { record.get_item(TIMESTAMP)?.extract()? } else { 0 },
+                partition: if self.format.print_partition { record.get_item(PARTITION)?.extract()? } else { 0 },
+                offset: if self.format.print_offset { record.get_item(OFFSET)?.extract()? } else { 0 },
+                key: if self.format.print_key { optional_bytes(&key)? } else { None },
+                value: if self.format.print_value { optional_bytes(&value)? } else { None },
+                headers: &headers,
+            };
+            self.format.write(&mut out, &fields);
+        }
+        Ok(PyBytes::new(py, &out))
+    }
+}
+
+impl ConsoleFormatter {
+    /// The name of a timestamp type, indexed as a Python sequence is (negative from the end).
+    fn timestamp_kind(&self, index: i64) -> PyResult<&[u8]> {
+        let len = self.timestamp_kinds.len() as i64;
+        let at = if index < 0 { index + len } else { index };
+        if !(0..len).contains(&at) {
+            return Err(PyIndexError::new_err("timestamp type out of range"));
+        }
+        Ok(&self.timestamp_kinds[at as usize])
+    }
+}
+
+/// A record's headers as (name, value) items: a list of 2-tuples of str and bytes-or-None.
+fn header_items<'py>(record: &Bound<'py, PyTuple>) -> PyResult<Vec<(Bound<'py, PyString>, Bound<'py, PyAny>)>> {
+    let headers = record.get_item(HEADERS)?;
+    let mut items = Vec::new();
+    for item in headers.try_iter()? {
+        let (name, value): (Bound<'py, PyAny>, Bound<'py, PyAny>) = item?.extract()?;
+        let name = name.cast_into::<PyString>().map_err(|_| PyTypeError::new_err("a header name must be a str"))?;
+        items.push((name, value));
+    }
+    Ok(items)
+}
+
+/// A key, value or header value: bytes or None.
+fn optional_bytes<'a>(obj: &'a Bound<'_, PyAny>) -> PyResult<Option<&'a [u8]>> {
+    if obj.is_none() {
+        return Ok(None);
+    }
+    let bytes = obj.cast::<PyBytes>().map_err(|_| PyTypeError::new_err("a key or value must be bytes or None"))?;
+    Ok(Some(bytes.as_bytes()))
+}

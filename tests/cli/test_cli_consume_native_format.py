@@ -1,0 +1,200 @@
+"""`txlog consume`'s text formatter in native code against its Python reference, byte for byte.
+
+The native formatter (storage.console_format, storage/native/src/format.rs) writes what
+cli/consume.py's `_KafkaFormatter.write_reference` writes: Kafka's console-consumer lines under
+every print.* combination, separator, null literal and --value-format. Two checks: every option
+combination over a log that holds what a reader meets (aborted and committed transactions, their
+control batches, every codec, null keys and values, headers with null values, bytes that are not
+UTF-8, LogAppendTime batches), run through the CLI under both isolation levels; and random records
+and options (hypothesis) straight through both writers.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import txlog as client
+from cli import consume as consume_cli
+from cli.record_format import ValueFormat
+from storage import Store
+from storage.records import Compression, TimestampType, build_batch
+from tests.cli.cli_helpers import txlog
+from txlog.consumer_record import ConsumerRecord
+
+TOPIC = "t"
+CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
+FLAGS = ("print.timestamp", "print.partition", "print.offset", "print.headers", "print.key", "print.value")
+ODD = b"\xff\xfe\x00tab\there\nnewline\\"  # not UTF-8, with the default separators inside
+
+
+def _records(tag: str) -> list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]]:
+    """Keys, values and headers of one producer's records: every shape a line can take."""
+    return [
+        (f"k-{tag}".encode(), f"v-{tag}".encode(), []),
+        (None, f"no key {tag}".encode(), [("h", b"1")]),
+        (f"null value {tag}".encode(), None, [("h", None), ("\u00fc", ODD)]),
+        (None, None, []),
+        (ODD, ODD + tag.encode(), [("a", b""), ("b", b"x")]),
+        (b"", b"", []),
+    ]
+
+
+@pytest.fixture(scope="module")
+def store_dir(tmp_path_factory) -> str:
+    path = str(tmp_path_factory.mktemp("native-format") / "store")
+    with Store.open(path) as store:
+        store.create_topic(TOPIC, 2)
+        for codec in CODECS:
+            producer = client.Producer(store, compression_type=codec, enable_idempotence=True)
+            for partition in (0, 1):
+                for key, value, headers in _records(codec):
+                    producer.send(TOPIC, key=key, value=value, headers=headers, partition=partition)
+            producer.close()
+        txn = client.Producer(store, transactional_id="fmt", compression_type="lz4")
+        txn.init_transactions()
+        for outcome in ("commit", "abort", "commit", "abort"):
+            txn.begin_transaction()
+            for key, value, headers in _records(outcome):
+                txn.send(TOPIC, key=key, value=value, headers=headers, partition=0)
+            txn.flush()  # in the log before the abort, so read_uncommitted shows them
+            txn.commit_transaction() if outcome == "commit" else txn.abort_transaction()
+        txn.close()
+        log = store.partition(TOPIC, 1)  # a LogAppendTime batch: every record shows the batch's time
+        log.append(
+            build_batch(
+                [(b"la", b"append time", [], 1_700_000_000_000), (None, ODD, [("z", None)], 1_700_000_000_001)],
+                base_offset=log.log_end_offset,
+                timestamp_type=TimestampType.LOG_APPEND_TIME,
+                compression=Compression.GZIP,
+                log_append_time=1_700_000_000_123,
+            )
+        )
+    return path
+
+
+def _consume(store_dir: str, args: list[str], *, reference: bool, monkeypatch: pytest.MonkeyPatch) -> bytes:
+    """consume's stdout with the native formatter, or with the Python reference in its place."""
+    with monkeypatch.context() as patch:
+        if reference:
+            patch.setattr(consume_cli._KafkaFormatter, "write", consume_cli._KafkaFormatter.write_reference)
+        else:  # the run under test must not fall back to the reference
+            patch.setattr(consume_cli._KafkaFormatter, "write_reference", _refuse)
+        proc = txlog("consume", "-t", TOPIC, *args, data_dir=store_dir, text=False)
+    assert proc.returncode == 0 and b"Traceback" not in proc.stderr, (proc.returncode, proc.stderr)
+    return proc.stdout
+
+
+def _refuse(self, records) -> None:
+    raise AssertionError("the native formatter fell back to the Python one")
+
+
+def _cases() -> list[list[str]]:
+    """Every print.* combination (value format and isolation level rotating through them), then
+    every value format and isolation level with every field shown and unusual separators."""
+    cases = []
+    formats, isolations = [f.value for f in ValueFormat], ("read_committed", "read_uncommitted")
+    for i, shown in enumerate(itertools.product(("true", "false"), repeat=len(FLAGS))):
+        props = [f"{name}={on}" for name, on in zip(FLAGS, shown, strict=True)]
+        cases.append(
+            [
+                *(a for p in props for a in ("--property", p)),
+                "--value-format",
+                formats[i % 3],
+                "--isolation-level",
+                isolations[i // 3 % 2],
+            ]  # fmt: skip
+        )
+    separators = [
+        "key.separator=\\x00|",
+        "line.separator=\\r\\n",
+        "headers.separator=;;",
+        "null.literal=<NULL>",
+    ]
+    for value_format, isolation, null in itertools.product(formats, isolations, ("<NULL>", "")):
+        props = [f"{name}=true" for name in FLAGS] + separators[:3] + [f"null.literal={null}"]
+        cases.append(
+            [
+                *(a for p in props for a in ("--property", p)),
+                "--value-format",
+                value_format,
+                "--isolation-level",
+                isolation,
+            ]  # fmt: skip
+        )
+    cases.append(["--property", "line.separator=", "--property", "print.key=true"])  # no separator at all
+    return cases
+
+
+@pytest.mark.parametrize("args", _cases(), ids=lambda args: " ".join(args).replace("--property ", ""))
+def test_native_lines_are_the_python_formatters_bytes(store_dir, args, monkeypatch):
+    native = _consume(store_dir, args, reference=False, monkeypatch=monkeypatch)
+    reference = _consume(store_dir, args, reference=True, monkeypatch=monkeypatch)
+    assert native == reference
+    assert native  # the log has records under both isolation levels: the comparison saw them
+
+
+def test_the_log_holds_what_the_comparison_is_about(store_dir, monkeypatch):
+    """The fixture really has aborted data, nulls, headers and both timestamp types."""
+    every = ["--property", "print.headers=true", "--property", "print.key=true", "--property", "print.timestamp=true"]
+    committed = _consume(store_dir, every, reference=False, monkeypatch=monkeypatch)
+    uncommitted = _consume(
+        store_dir, [*every, "--isolation-level", "read_uncommitted"], reference=False, monkeypatch=monkeypatch
+    )
+    assert b"v-abort" in uncommitted and b"v-abort" not in committed and b"v-commit" in committed
+    assert b"LogAppendTime:1700000000123\tNO_HEADERS\tla\tappend time\n" in committed
+    assert b"CreateTime:" in committed and b"h:null,\xc3\xbc:\xff\xfe" in committed and b"\tnull\tnull\n" in committed
+    assert ODD in committed
+
+
+def test_iso_timestamps_keep_the_python_formatter(store_dir):
+    out = txlog(
+        "consume", "-t", TOPIC, "--property", "print.timestamp=true", "--timestamp-format", "iso",
+        data_dir=store_dir, text=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert b"LogAppendTime:2023-11-14T22:13:20.123Z\t" in out.stdout
+
+
+# ---- random records and options, straight through both writers ---------------------------------------
+
+_data = st.none() | st.binary(max_size=40)
+_header = st.tuples(st.text(max_size=6), _data)
+_record = st.builds(
+    lambda partition, offset, timestamp, kind, key, value, headers: ConsumerRecord(
+        TOPIC, partition, offset, timestamp, TimestampType(kind), key, value, headers
+    ),
+    st.integers(0, 2**31 - 1),
+    st.integers(0, 2**63 - 1),
+    st.integers(-(2**63), 2**63 - 1),
+    st.sampled_from([0, 1]),
+    _data,
+    _data,
+    st.lists(_header, max_size=3),
+)
+_separator = st.text(alphabet=st.characters(blacklist_characters="\\", blacklist_categories=("Cs",)), max_size=3)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    records=st.lists(_record, max_size=8),
+    flags=st.tuples(*[st.booleans()] * len(FLAGS)),
+    separators=st.tuples(_separator, _separator, _separator, _separator),
+    value_format=st.sampled_from(list(ValueFormat)),
+)
+def test_random_records_format_alike(records, flags, separators, value_format):
+    props = dict(consume_cli.FORMATTER_PROPERTIES)
+    props.update({name: str(on).lower() for name, on in zip(FLAGS, flags, strict=True)})
+    texts = ("key.separator", "line.separator", "headers.separator", "null.literal")
+    props.update(zip(texts, separators, strict=True))
+    outputs = []
+    for write in (consume_cli._KafkaFormatter.write, consume_cli._KafkaFormatter.write_reference):
+        writer = consume_cli._KafkaFormatter(value_format, props)
+        writer.out = io.BytesIO()
+        write(writer, records)
+        outputs.append(writer.out.getvalue())
+    assert outputs[0] == outputs[1]
