@@ -46,9 +46,11 @@ from cli.record_format import (
 
 if TYPE_CHECKING:  # the CLI imports txlog only when a command runs
     from storage.console_format import ConsoleFormatter
+    from storage.store import Store
     from txlog.clients.consumer import Consumer
     from txlog.consumer_record import ConsumerRecord
     from txlog.topic_partition import TopicPartition
+    from txlog.transport import Transport
 
 FORMATTER_PROPERTIES = {
     "print.timestamp": "false",
@@ -102,6 +104,11 @@ class _Writer:
     """Turns records into output; `write` per polled batch, `close` once at the end."""
 
     iso_timestamps = False  # --timestamp-format iso: timestamps as ISO 8601 UTC text, not epoch ms
+    lines = False  # polls return cli.console_lines.Line tuples made by `line_transport`'s fetches
+
+    def line_transport(self, store: Store) -> Transport | None:
+        """A Transport for the Consumer that makes what `write` prints without ConsumerRecords, or None."""
+        return None
 
     def __init__(self, value_format: ValueFormat):
         self.value_format = value_format
@@ -175,7 +182,22 @@ class _KafkaFormatter(_Writer):
             timestamp_kinds=self.timestamp_kinds,
         )
 
+    def line_transport(self, store: Store) -> Transport | None:
+        """A Transport whose fetches make this formatter's lines straight from the batches (see
+        cli/console_lines.py), or None where the Python writer must see ConsumerRecords."""
+        if self.iso_timestamps:
+            return None
+        from cli.console_lines import LinesTransport
+
+        self.lines = True
+        return LinesTransport(store, self.native)
+
     def write(self, records: list[ConsumerRecord]) -> None:
+        if self.lines:  # the poll returned cli.console_lines.Line tuples, formatted already
+            from cli.console_lines import joined
+
+            self.out.write(joined(records))  # type: ignore[arg-type]  # Lines, not ConsumerRecords
+            return
         if self.iso_timestamps:  # ISO text is the Python writer's alone
             self.write_reference(records)
             return
@@ -660,6 +682,8 @@ def consume(
             isolation_level=isolation_level.value,
             auto_offset_reset="earliest",
             enable_auto_commit=False,  # the loop commits what it printed, after printing it
+            # Lines made in the fetch, unless e@MS must look at each record's timestamp.
+            transport=writer.line_transport(store) if stop_at is None else None,
         )
         tps = [TopicPartition(topic, p) for p in ([partition] if partition is not None else store.partitions(topic))]
         if partition is None and len(tps) < count:

@@ -135,6 +135,24 @@ class ConsoleFormatter:
     def format(self, records: list[_T]) -> bytes:
         """Each ConsumerRecord's line followed by the line separator, as one bytes."""
 
+    @staticmethod
+    def join(lines: list[_T]) -> bytes:
+        """The line (item 1) of every (offset, line) tuple `lines` made, as one bytes."""
+
+    def lines(
+        self,
+        buf: ReadableBuffer,
+        position: int,
+        header: BatchHeader,
+        *,
+        cls: type[_T],
+        partition: int,
+        start_offset: int,
+        end_offset: int,
+    ) -> list[_T]:
+        """The records at offsets in [start_offset, end_offset) of the batch `header` (parsed at
+        `buf[position]`) as `cls` (offset, line) tuples, each line ending with the line separator."""
+
 @final
 class ColumnBuffer:
     """One column's bytes handed over by `ColumnBuilder.finish` without a copy (read-only buffer protocol)."""

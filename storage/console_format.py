@@ -1,11 +1,14 @@
-"""Kafka's console-consumer text formatter in native code: a poll's records to one bytes.
+"""Kafka's console-consumer text formatter in native code (storage/native/src/format.rs).
 
 `ConsoleFormatter(flags=..., key_separator=..., ...)` holds `txlog consume`'s text options
 (the six `print.*` flags in the order timestamp, partition, offset, headers, key, value; the
 separators and null literal as bytes; `value_format` 'utf8', 'base64' or 'hex'; the Kafka
-names of the timestamp types, indexed by a record's timestamp_type). Its `format(records)`
-takes a list of txlog.consumer_record.ConsumerRecord and returns every record's line, each
-followed by the line separator (storage/native/src/format.rs).
+names of the timestamp types, indexed by a record's timestamp_type). It writes lines two ways:
+
+* `formatter.format(records)`: a list of txlog.consumer_record.ConsumerRecord to every
+  record's line, each followed by the line separator, as one bytes;
+* `record_lines(formatter, batch, ...)`: the same lines straight from a batch's bytes, one
+  (offset, line) tuple per record and no ConsumerRecord, for a reader that only prints them.
 
 This module is the formatter's public door: only storage imports the private
 `storage._native`, so cli/consume.py comes through here. cli/consume.py's `_KafkaFormatter`
@@ -14,6 +17,30 @@ keeps the Python writer of the same bytes as the reference (and for ISO timestam
 
 from __future__ import annotations
 
-from storage._native import ConsoleFormatter
+from typing import TypeVar
 
-__all__ = ["ConsoleFormatter"]
+from storage._native import CodecError, ConsoleFormatter
+from storage.records import RecordBatch
+
+__all__ = ["ConsoleFormatter", "record_lines"]
+
+_T = TypeVar("_T", bound=tuple[object, ...])
+
+
+def record_lines(
+    formatter: ConsoleFormatter, batch: RecordBatch, cls: type[_T], partition: int, start: int, end: int
+) -> list[_T]:
+    """The lines of the batch's records at offsets in [start, end) as `cls` (offset, line) tuples.
+
+    Decoded as `RecordBatch.consumer_records` decodes them (the same checks, the same
+    CorruptRecordError for a records region that cannot be decoded), so a reader of lines
+    sees exactly the records, and the errors, a reader of ConsumerRecords would.
+    """
+    if not batch._has_record_bytes():
+        return []
+    try:
+        return formatter.lines(
+            batch._buf, batch._at, batch, cls=cls, partition=partition, start_offset=start, end_offset=end
+        )
+    except CodecError as exc:
+        raise batch._codec_error(exc) from None

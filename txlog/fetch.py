@@ -29,7 +29,7 @@ files without a `PartitionLog`):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from enum import Enum
 from typing import NamedTuple
@@ -111,6 +111,7 @@ def fetch(
     *,
     max_records: int = 500,
     max_bytes: int = 1 << 20,
+    decode: RecordDecoder | None = None,
 ) -> FetchResult:
     """Records at offsets ≥ `start_offset` visible under `isolation`, at most `max_records`.
 
@@ -118,7 +119,8 @@ def fetch(
     data after it) is returned; neither passes the high watermark (`latest_offset`). At
     least one batch is read however large (`max_bytes` is a soft cap, as in Kafka). Raises
     OffsetOutOfRangeError when `start_offset` is outside [log start, log end] (between the
-    HW and the log end a fetch returns nothing, as Kafka's does).
+    HW and the log end a fetch returns nothing, as Kafka's does). `decode` makes the records
+    of a visible batch (default: ConsumerRecords; see `RecordDecoder`).
     """
     isolation = IsolationLevel.parse(isolation)
     _check_limits(max_records, max_bytes)
@@ -128,6 +130,8 @@ def fetch(
     if start_offset >= upper:
         return FetchResult([], start_offset, hw, stable)
     walk = _Walk(log, start_offset, upper, max_records, isolation is IsolationLevel.READ_COMMITTED)
+    if decode is not None:
+        walk.decode = decode
     for read_from, batches in _reads(log, start_offset, upper, max_bytes, walk):
         walk.take(read_from, batches)
     return FetchResult(walk.records, walk.next_offset, hw, stable, walk.fetched_bytes)
@@ -319,6 +323,11 @@ def _reads(
         want = min(budget, max(_MIN_READ_BYTES, int(walk.room * per_record * 1.25)))
 
 
+#: Makes the records of a visible batch at offsets in [start, end), in offset order, each with an
+#: `offset`: `_consumer_records`, or a reader's own (txlog consume makes lines straight from the bytes).
+RecordDecoder = Callable[[PartitionLog, RecordBatch, int, int], list]
+
+
 class _Walk:
     """The consumer half of one fetch: batches in, visible records and the next offset out.
 
@@ -335,6 +344,7 @@ class _Walk:
         self.next_offset = start_offset
         self.fetched_bytes = 0  # sizes of the batches records were taken from
         self.stopped = False  # at a batch whose records cannot be decoded: the next fetch starts there
+        self.decode: RecordDecoder = _consumer_records
 
     @property
     def room(self) -> int:
@@ -357,7 +367,7 @@ class _Walk:
             if room <= 0:
                 return
             try:
-                records = _consumer_records(self.log, batch, start, end)
+                records = self.decode(self.log, batch, start, end)
             except (CorruptRecordError, InvalidRecordError):
                 if not out:
                     raise

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import itertools
+import struct
 
 import pytest
 from hypothesis import given, settings
@@ -22,7 +23,7 @@ import txlog as client
 from cli import consume as consume_cli
 from cli.record_format import ValueFormat
 from storage import Store
-from storage.records import Compression, TimestampType, build_batch
+from storage.records import Compression, TimestampType, build_batch, crc32c
 from tests.cli.cli_helpers import txlog
 from txlog.consumer_record import ConsumerRecord
 
@@ -77,15 +78,34 @@ def store_dir(tmp_path_factory) -> str:
     return path
 
 
-def _consume(store_dir: str, args: list[str], *, reference: bool, monkeypatch: pytest.MonkeyPatch) -> bytes:
-    """consume's stdout with the native formatter, or with the Python reference in its place."""
+def _consume(store_dir: str, args: list[str], mode: str, monkeypatch: pytest.MonkeyPatch) -> bytes:
+    """consume's stdout written by one of the three writers of its text lines (`mode`):
+
+    * "lines": the default, lines made in the fetch straight from the batches' bytes;
+    * "records": the native formatter over ConsumerRecords (what e@MS, which looks at each
+      record's timestamp, uses; e@ of the largest timestamp stops at no record);
+    * "reference": the Python writer over ConsumerRecords.
+    """
+    used = []
     with monkeypatch.context() as patch:
-        if reference:
+        if mode == "reference":
             patch.setattr(consume_cli._KafkaFormatter, "write", consume_cli._KafkaFormatter.write_reference)
+            patch.setattr(consume_cli._KafkaFormatter, "line_transport", lambda self, store: None)
         else:  # the run under test must not fall back to the reference
             patch.setattr(consume_cli._KafkaFormatter, "write_reference", _refuse)
-        proc = txlog("consume", "-t", TOPIC, *args, data_dir=store_dir, text=False)
+            line_transport = consume_cli._KafkaFormatter.line_transport
+            patch.setattr(
+                consume_cli._KafkaFormatter,
+                "line_transport",
+                lambda self, store: used.append(line_transport(self, store)) or used[-1],
+            )
+        extra = ["-o", f"e@{2**63 - 1}"] if mode == "records" else []
+        proc = txlog("consume", "-t", TOPIC, *args, *extra, data_dir=store_dir, text=False)
     assert proc.returncode == 0 and b"Traceback" not in proc.stderr, (proc.returncode, proc.stderr)
+    if mode == "lines":
+        assert used and used[0] is not None, "the lines were not made in the fetch"
+    if mode == "records":
+        assert not used, "e@MS must see ConsumerRecords"
     return proc.stdout
 
 
@@ -132,19 +152,17 @@ def _cases() -> list[list[str]]:
 
 @pytest.mark.parametrize("args", _cases(), ids=lambda args: " ".join(args).replace("--property ", ""))
 def test_native_lines_are_the_python_formatters_bytes(store_dir, args, monkeypatch):
-    native = _consume(store_dir, args, reference=False, monkeypatch=monkeypatch)
-    reference = _consume(store_dir, args, reference=True, monkeypatch=monkeypatch)
-    assert native == reference
-    assert native  # the log has records under both isolation levels: the comparison saw them
+    reference = _consume(store_dir, args, "reference", monkeypatch)
+    assert reference  # the log has records under both isolation levels: the comparison saw them
+    assert _consume(store_dir, args, "lines", monkeypatch) == reference
+    assert _consume(store_dir, args, "records", monkeypatch) == reference
 
 
 def test_the_log_holds_what_the_comparison_is_about(store_dir, monkeypatch):
     """The fixture really has aborted data, nulls, headers and both timestamp types."""
     every = ["--property", "print.headers=true", "--property", "print.key=true", "--property", "print.timestamp=true"]
-    committed = _consume(store_dir, every, reference=False, monkeypatch=monkeypatch)
-    uncommitted = _consume(
-        store_dir, [*every, "--isolation-level", "read_uncommitted"], reference=False, monkeypatch=monkeypatch
-    )
+    committed = _consume(store_dir, every, "lines", monkeypatch)
+    uncommitted = _consume(store_dir, [*every, "--isolation-level", "read_uncommitted"], "lines", monkeypatch)
     assert b"v-abort" in uncommitted and b"v-abort" not in committed and b"v-commit" in committed
     assert b"LogAppendTime:1700000000123\tNO_HEADERS\tla\tappend time\n" in committed
     assert b"CreateTime:" in committed and b"h:null,\xc3\xbc:\xff\xfe" in committed and b"\tnull\tnull\n" in committed
@@ -198,3 +216,44 @@ def test_random_records_format_alike(records, flags, separators, value_format):
         write(writer, records)
         outputs.append(writer.out.getvalue())
     assert outputs[0] == outputs[1]
+
+
+def test_a_batch_that_cannot_be_decoded_fails_alike(tmp_path, monkeypatch):
+    """Damage a batch's records under a valid CRC: every writer prints the records before it,
+    then the same one-line error, with the same exit code (the Consumer's rule for a batch its
+    decoder refuses, which the lines decoder must keep)."""
+    path = str(tmp_path / "store")
+    with Store.open(path) as store:
+        store.create_topic(TOPIC, 1)
+        log = store.partition(TOPIC, 0)
+        for i in range(3):
+            log.append(build_batch([(b"k", f"v{i}a".encode(), [], 1), (b"k", f"v{i}b".encode(), [], 1)]))
+    segment = tmp_path / "store" / f"{TOPIC}-0" / "00000000000000000000.log"
+    data = bytearray(segment.read_bytes())
+    second = 12 + struct.unpack_from(">i", data, 8)[0]
+    # The first record's key length (after its length, attributes, timestamp and offset deltas): 63 bytes.
+    data[second + 61 + 4] = 0x7E
+    struct.pack_into(
+        ">I",
+        data,
+        second + 17,
+        crc32c(bytes(data[second + 21 : second + 12 + struct.unpack_from(">i", data, second + 8)[0]])),
+    )
+    segment.write_bytes(bytes(data))
+    runs = {}
+    for mode in ("reference", "lines", "records"):
+        with monkeypatch.context() as patch:
+            if mode == "reference":
+                patch.setattr(consume_cli._KafkaFormatter, "write", consume_cli._KafkaFormatter.write_reference)
+                patch.setattr(consume_cli._KafkaFormatter, "line_transport", lambda self, store: None)
+            extra = ["-o", f"e@{2**63 - 1}"] if mode == "records" else []
+            runs[mode] = txlog("consume", "-t", TOPIC, "--property", "print.offset=true", *extra, data_dir=path)
+    reference = runs["reference"]
+    assert reference.returncode != 0 and reference.stdout == "Offset:0\tv0a\nOffset:1\tv0b\n"
+    assert reference.stderr.startswith("Error: ") and "Traceback" not in reference.stderr
+    for mode in ("lines", "records"):
+        assert (runs[mode].returncode, runs[mode].stdout, runs[mode].stderr) == (
+            reference.returncode,
+            reference.stdout,
+            reference.stderr,
+        ), mode

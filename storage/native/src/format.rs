@@ -52,9 +52,10 @@ pub struct ConsoleFormat {
 pub struct Fields<'a> {
     /// The timestamp type's Kafka name (`CreateTime`, `LogAppendTime`).
     pub timestamp_kind: &'a [u8],
-    pub timestamp: i64,
+    /// Timestamps and offsets are exact past 64 bits (a damaged header may hold any base).
+    pub timestamp: i128,
     pub partition: i64,
-    pub offset: i64,
+    pub offset: i128,
     pub key: Option<&'a [u8]>,
     pub value: Option<&'a [u8]>,
     pub headers: &'a [(&'a [u8], Option<&'a [u8]>)],
@@ -79,7 +80,7 @@ impl ConsoleFormat {
         if self.print_partition {
             field(out);
             out.extend_from_slice(b"Partition:");
-            push_int(out, f.partition);
+            push_int(out, f.partition as i128);
         }
         if self.print_offset {
             field(out);
@@ -125,8 +126,8 @@ impl ConsoleFormat {
 }
 
 /// `n` in decimal, as Python's `str(int)`.
-fn push_int(out: &mut Vec<u8>, n: i64) {
-    let mut digits = [0u8; 20];
+fn push_int(out: &mut Vec<u8>, n: i128) {
+    let mut digits = [0u8; 40];
     let mut at = digits.len();
     let mut rest = n.unsigned_abs();
     loop {
@@ -189,5 +190,82 @@ fn push_base64(out: &mut Vec<u8>, data: &[u8]) {
             ]);
         }
         _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn encoded(data: &[u8], format: ValueFormat) -> Vec<u8> {
+        let mut out = Vec::new();
+        encode_value(&mut out, data, format);
+        out
+    }
+
+    #[test]
+    fn base64_is_rfc_4648s_with_padding() {
+        let vectors: [(&[u8], &[u8]); 7] = [
+            (b"", b""),
+            (b"f", b"Zg=="),
+            (b"fo", b"Zm8="),
+            (b"foo", b"Zm9v"),
+            (b"foob", b"Zm9vYg=="),
+            (b"fooba", b"Zm9vYmE="),
+            (b"foobar", b"Zm9vYmFy"),
+        ];
+        for (data, text) in vectors {
+            assert_eq!(encoded(data, ValueFormat::Base64), text);
+        }
+        assert_eq!(encoded(&[0xfb, 0xff, 0xbf], ValueFormat::Base64), b"+/+/");
+    }
+
+    #[test]
+    fn hex_is_lower_case_and_utf8_is_the_bytes() {
+        assert_eq!(encoded(&[0x00, 0xab, 0xff, 0x10], ValueFormat::Hex), b"00abff10");
+        assert_eq!(encoded(&[0xff, b'\n'], ValueFormat::Utf8), [0xff, b'\n']);
+    }
+
+    #[test]
+    fn integers_print_as_python_prints_them() {
+        for n in [0i128, 7, -7, i64::MAX as i128, i64::MIN as i128, i64::MAX as i128 * 3, i128::MIN, i128::MAX] {
+            let mut out = Vec::new();
+            push_int(&mut out, n);
+            assert_eq!(out, n.to_string().into_bytes());
+        }
+    }
+
+    #[test]
+    fn a_line_joins_the_shown_fields() {
+        let format = ConsoleFormat {
+            print_timestamp: true,
+            print_partition: true,
+            print_offset: true,
+            print_headers: true,
+            print_key: true,
+            print_value: true,
+            key_separator: b"|".to_vec(),
+            line_separator: b"\r\n".to_vec(),
+            headers_separator: b";".to_vec(),
+            null_literal: b"NULL".to_vec(),
+            value_format: ValueFormat::Utf8,
+        };
+        let headers: [(&[u8], Option<&[u8]>); 2] = [(b"a", Some(b"1")), (b"b", None)];
+        let fields = Fields {
+            timestamp_kind: b"CreateTime",
+            timestamp: 5,
+            partition: 2,
+            offset: 9,
+            key: None,
+            value: Some(b"v"),
+            headers: &headers,
+        };
+        let mut out = Vec::new();
+        format.write(&mut out, &fields);
+        assert_eq!(out, b"CreateTime:5|Partition:2|Offset:9|a:1;b:NULL|NULL|v\r\n");
+        let bare = ConsoleFormat { print_timestamp: false, print_partition: false, print_offset: false, ..format };
+        out.clear();
+        bare.write(&mut out, &Fields { headers: &[], ..fields });
+        assert_eq!(out, b"NO_HEADERS|NULL|v\r\n");
     }
 }

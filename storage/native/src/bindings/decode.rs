@@ -10,7 +10,7 @@ use crate::codec::{self, CodecError, RecordBase, RecordView};
 
 /// `a + b` as a Python int, exact even past 64 bits (a damaged header may hold any base).
 #[inline]
-fn py_sum(py: Python<'_>, a: i64, b: i64) -> PyResult<Bound<'_, PyAny>> {
+pub(super) fn py_sum(py: Python<'_>, a: i64, b: i64) -> PyResult<Bound<'_, PyAny>> {
     match a.checked_add(b) {
         Some(v) => Ok(v.into_pyobject(py)?.into_any()),
         None => Ok((a as i128 + b as i128).into_pyobject(py)?.into_any()),
@@ -61,7 +61,7 @@ fn record_fields<'py>(
 
 /// The records of the batch `header` (parsed at `buf[position]`), decoded one by one into what
 /// `row` makes of each (None leaves a record out): the one record loop of both decoders.
-fn collect_rows<'py>(
+pub(super) fn collect_rows<'py>(
     py: Python<'py>,
     buf: &Bound<'py, PyAny>,
     position: usize,

@@ -1,13 +1,20 @@
-//! `ConsoleFormatter`: format.rs's text lines over a poll's ConsumerRecords, one bytes out.
+//! `ConsoleFormatter`: format.rs's text lines, from a poll's ConsumerRecords or straight
+//! from a batch's bytes.
 //!
-//! The records are txlog.consumer_record.ConsumerRecord tuples (topic, partition, offset,
+//! `format` takes txlog.consumer_record.ConsumerRecord tuples (topic, partition, offset,
 //! timestamp, timestamp_type, key, value, headers, ...): their items are read by position,
 //! with no attribute lookups, and every line lands in one buffer that the CLI writes once.
+//! `lines` skips the ConsumerRecords: it decodes a batch's records itself and makes one
+//! (offset, line) tuple per record, which is all a fetch's walk and the CLI need of it.
 
 use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 
+use super::decode::{collect_rows, py_sum};
+use super::ffi::SubclassTuples;
+use super::header::BatchHeader;
+use crate::codec::TIMESTAMP_TYPE_MASK;
 use crate::format::{ConsoleFormat, Fields, ValueFormat};
 
 // ConsumerRecord's field positions (txlog/consumer_record.py).
@@ -91,6 +98,70 @@ impl ConsoleFormatter {
             self.format.write(&mut out, &fields);
         }
         Ok(PyBytes::new(py, &out))
+    }
+
+    /// The lines of `lines`' (offset, line) tuples, made by `lines`, as one bytes.
+    #[staticmethod]
+    fn join<'py>(py: Python<'py>, lines: &Bound<'py, PyList>) -> PyResult<Bound<'py, PyBytes>> {
+        let mut out = Vec::new();
+        for item in lines.iter() {
+            let item = item.cast_into::<PyTuple>()?;
+            let line = item.get_item(1)?;
+            out.extend_from_slice(line.cast::<PyBytes>()?.as_bytes());
+        }
+        Ok(PyBytes::new(py, &out))
+    }
+
+    /// The lines of the records at offsets in [start_offset, end_offset) of the batch `header`
+    /// (parsed at `buf[position]`), each as a `cls` (offset, line) tuple, the line ending with
+    /// the line separator: what `format` writes for the ConsumerRecords of the same records.
+    #[pyo3(signature = (buf, position, header, *, cls, partition, start_offset, end_offset))]
+    #[allow(clippy::too_many_arguments)] // the batch, then the keyword-only fields of its records
+    fn lines<'py>(
+        &self,
+        py: Python<'py>,
+        buf: &Bound<'py, PyAny>,
+        position: usize,
+        header: &Bound<'py, BatchHeader>,
+        cls: &Bound<'py, PyAny>,
+        partition: i64,
+        start_offset: i64,
+        end_offset: i64,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let header = &header.get().header;
+        let kind = self.timestamp_kind(i64::from(header.attributes & TIMESTAMP_TYPE_MASK != 0))?;
+        let base = header.record_base();
+        let maker = SubclassTuples::new(cls)?;
+        let mut line = Vec::new();
+        collect_rows(py, buf, position, header, |rec| {
+            let offset = base.offset_of(rec);
+            if offset < start_offset as i128 || offset >= end_offset as i128 {
+                return Ok(None);
+            }
+            let timestamp = if base.use_deltas {
+                base.timestamp as i128 + rec.timestamp_delta as i128
+            } else {
+                base.timestamp as i128
+            };
+            // Header names as the ConsumerRecord has them: Java's String(bytes, UTF_8), U+FFFD for bad bytes.
+            let names: Vec<_> = rec.headers.iter().map(|(name, _)| String::from_utf8_lossy(name)).collect();
+            let headers: Vec<(&[u8], Option<&[u8]>)> =
+                names.iter().zip(&rec.headers).map(|(name, (_, value))| (name.as_bytes(), *value)).collect();
+            let fields = Fields {
+                timestamp_kind: kind,
+                timestamp,
+                partition,
+                offset,
+                key: rec.key,
+                value: rec.value,
+                headers: &headers,
+            };
+            line.clear();
+            self.format.write(&mut line, &fields);
+            Ok(Some(
+                maker.make([py_sum(py, base.offset, rec.offset_delta as i64)?, PyBytes::new(py, &line).into_any()])?,
+            ))
+        })
     }
 }
 
