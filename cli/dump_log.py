@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from storage.compression import Compression
+from storage.console_format import dump_record_lines
 from storage.errors import CorruptSnapshotError
 from storage.file_check import DEFAULT_MAX_MESSAGE_SIZE, index_entry_mismatch, offset_index_sanity, time_index_sanity
 from storage.file_records import FileRecords
@@ -451,8 +452,8 @@ def _dump_batches(path: str, opts: Options, problems: Problems) -> Iterator[dict
                 # turns them into one "record" item each for the JSON outputs.
                 # Offset gaps between v2 records are not reported: compaction leaves them (and
                 # Kafka's stderr list of them is no error either; docs/kafka-formats.md §10).
-                records = batch.record_tuples()
-                yield {"type": "records", "batch": batch, "records": records}
+                # Decoded when formatted (`batch_records`): text output may print them natively instead.
+                yield {"type": "records", "batch": batch, "records": None}
             valid_bytes += batch.size
     trailing = end - valid_bytes
     if trailing > 0 and opts.max_bytes == INT32_MAX:
@@ -726,7 +727,7 @@ def expanded(items: Iterator[dict[str, Any]], opts: Options) -> Iterator[dict[st
     for item in items:
         if item["type"] == "records":
             batch = item["batch"]
-            for record in item["records"]:
+            for record in batch_records(item):
                 yield record_item(batch, Record._make(record), opts)
         else:
             yield item
@@ -739,12 +740,32 @@ def text_of(item: dict[str, Any], opts: Options) -> str | bytes | None:
     decoding keys and payloads (see `_ascii_record_lines`), else as str.
     """
     if item["type"] == "records":
-        batch, records = item["batch"], item["records"]
+        batch = item["batch"]
+        native = _native_record_lines(batch, opts) if item["records"] is None else None  # not decoded yet
+        if native is not None:
+            return native
+        records = batch_records(item)
         if not records:
             return None
         fast = _ascii_record_lines(batch, records, opts)
         return fast if fast is not None else "\n".join(record_lines(batch, records, opts))
     return text_line(item, opts)
+
+
+def batch_records(item: dict[str, Any]) -> list[tuple]:
+    """The record tuples of a "records" item, decoded on first use (CorruptRecordError as any reader's)."""
+    if item["records"] is None:
+        item["records"] = item["batch"].record_tuples()
+    return item["records"]
+
+
+def _native_record_lines(batch: RecordBatch, opts: Options) -> bytes | None:
+    """The record lines of a data batch made natively from its bytes (storage.console_format), or
+    None where the Python lines below must make them: control batches, a --key-decoder-class or
+    --value-decoder-class, keys or values that are not UTF-8 (Java's replacement rules live here)."""
+    if batch.is_control or (opts.print_data and opts.parser is not None):
+        return None
+    return dump_record_lines(batch, skip_metadata=opts.skip_metadata, print_data=opts.print_data)
 
 
 def _ascii_record_lines(batch: RecordBatch, records: list[tuple], opts: Options) -> bytes | None:

@@ -23,6 +23,7 @@ __all__ = [
     "decode_consumer_records",
     "decode_records",
     "decompress",
+    "dump_record_lines",
     "encode_batch",
     "encode_batches",
     "inflated_size",
@@ -152,6 +153,12 @@ class ConsoleFormatter:
     ) -> list[_T]:
         """The records at offsets in [start_offset, end_offset) of the batch `header` (parsed at
         `buf[position]`) as `cls` (offset, line) tuples, each line ending with the line separator."""
+
+def dump_record_lines(
+    buf: ReadableBuffer, position: int, header: BatchHeader, *, skip_metadata: bool, print_data: bool
+) -> bytes | None:
+    """kafka-dump-log's record lines of the data batch `header` (parsed at `buf[position]`),
+    newline-separated; None for a key or value that is not UTF-8, no records or undecodable ones."""
 
 @final
 class ColumnBuffer:

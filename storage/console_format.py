@@ -10,6 +10,10 @@ names of the timestamp types, indexed by a record's timestamp_type). It writes l
 * `record_lines(formatter, batch, ...)`: the same lines straight from a batch's bytes, one
   (offset, line) tuple per record and no ConsumerRecord, for a reader that only prints them.
 
+`dump_record_lines(batch, ...)` is `txlog inspect --print-data-log`'s (kafka-dump-log's) record
+lines of a data batch, straight from its bytes, where keys and values are UTF-8; cli/dump_log.py
+formats the rest itself and is the reference.
+
 This module is the formatter's public door: only storage imports the private
 `storage._native`, so cli/consume.py comes through here. cli/consume.py's `_KafkaFormatter`
 keeps the Python writer of the same bytes as the reference (and for ISO timestamps).
@@ -20,9 +24,10 @@ from __future__ import annotations
 from typing import TypeVar
 
 from storage._native import CodecError, ConsoleFormatter
+from storage._native import dump_record_lines as _dump_record_lines
 from storage.records import RecordBatch
 
-__all__ = ["ConsoleFormatter", "record_lines"]
+__all__ = ["ConsoleFormatter", "dump_record_lines", "record_lines"]
 
 _T = TypeVar("_T", bound=tuple[object, ...])
 
@@ -44,3 +49,13 @@ def record_lines(
         )
     except CodecError as exc:
         raise batch._codec_error(exc) from None
+
+
+def dump_record_lines(batch: RecordBatch, *, skip_metadata: bool, print_data: bool) -> bytes | None:
+    """The kafka-dump-log lines of a data batch's records, newline-separated, or None where the
+    caller must format them itself (a key or value that is not UTF-8, no records, or records that
+    cannot be decoded: decoding them again raises the reader's error there). Raises as
+    `RecordBatch.record_tuples` does for a batch no decoder may see."""
+    if not batch._has_record_bytes():
+        return None
+    return _dump_record_lines(batch._buf, batch._at, batch, skip_metadata=skip_metadata, print_data=print_data)

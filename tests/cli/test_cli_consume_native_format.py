@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 import itertools
 import struct
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -21,6 +22,7 @@ from hypothesis import strategies as st
 
 import txlog as client
 from cli import consume as consume_cli
+from cli import dump_log
 from cli.record_format import ValueFormat
 from storage import Store
 from storage.records import Compression, TimestampType, build_batch, crc32c
@@ -31,6 +33,14 @@ TOPIC = "t"
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 FLAGS = ("print.timestamp", "print.partition", "print.offset", "print.headers", "print.key", "print.value")
 ODD = b"\xff\xfe\x00tab\there\nnewline\\"  # not UTF-8, with the default separators inside
+
+
+UTF8_ONLY = [
+    (None, "\u00fc\u20ac value".encode(), [("h", None)]),
+    (b"k", None, []),
+    ("\u043a\u043b\u044e\u0447".encode(), b"v", [("a", b"1"), ("\u00e9", b"\xff")]),
+    (b"", b"", []),
+]
 
 
 def _records(tag: str) -> list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]]:
@@ -55,6 +65,11 @@ def store_dir(tmp_path_factory) -> str:
             for partition in (0, 1):
                 for key, value, headers in _records(codec):
                     producer.send(TOPIC, key=key, value=value, headers=headers, partition=partition)
+            producer.close()
+        for codec in ("none", "zstd"):  # batches of UTF-8 only: what inspect formats natively
+            producer = client.Producer(store, compression_type=codec)
+            for key, value, headers in UTF8_ONLY:
+                producer.send(TOPIC, key=key, value=value, headers=headers, partition=0)
             producer.close()
         txn = client.Producer(store, transactional_id="fmt", compression_type="lz4")
         txn.init_transactions()
@@ -257,3 +272,39 @@ def test_a_batch_that_cannot_be_decoded_fails_alike(tmp_path, monkeypatch):
             reference.stdout,
             reference.stderr,
         ), mode
+
+
+# ---- inspect --print-data-log: kafka-dump-log's record lines ----------------------------------------
+
+INSPECT_CASES = [
+    ["--print-data-log"],
+    ["--print-data-log", "--skip-record-metadata"],
+    ["--deep-iteration"],
+    ["--deep-iteration", "--skip-record-metadata"],
+]
+
+
+@pytest.mark.parametrize("args", INSPECT_CASES, ids=" ".join)
+def test_inspect_native_lines_are_the_python_lines(store_dir, args, monkeypatch):
+    """Each segment of the log (every codec, control batches, nulls, headers, UTF-8 and not,
+    LogAppendTime) printed with the native record lines and with the Python ones."""
+    segments = sorted(str(p) for p in Path(store_dir).glob(f"{TOPIC}-*/*.log"))
+    assert len(segments) == 2
+    made = []
+    native = dump_log.dump_record_lines
+
+    def counted(batch, **kwargs):
+        lines = native(batch, **kwargs)
+        made.append(lines is not None)
+        return lines
+
+    with monkeypatch.context() as patch:
+        patch.setattr(dump_log, "dump_record_lines", counted)
+        ours = txlog("inspect", *args, *segments, text=False)
+    with monkeypatch.context() as patch:
+        patch.setattr(dump_log, "_native_record_lines", lambda batch, opts: None)
+        reference = txlog("inspect", *args, *segments, text=False)
+    assert (ours.returncode, ours.stdout, ours.stderr) == (reference.returncode, reference.stdout, reference.stderr)
+    assert any(made)
+    if "--print-data-log" in args:  # batches with data that is not UTF-8 are the Python lines'
+        assert not all(made)

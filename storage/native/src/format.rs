@@ -193,6 +193,71 @@ fn push_base64(out: &mut Vec<u8>, data: &[u8]) {
     }
 }
 
+/// `txlog inspect --print-data-log`'s record lines (kafka-dump-log's), for data batches.
+///
+/// cli/dump_log.py's `record_lines` is the reference; this covers its common case, Kafka's
+/// default StringDecoder over keys and values that are valid UTF-8 (which Java's
+/// `new String(bytes, UTF_8)` shows as they are). A record it cannot show returns false, and
+/// the caller formats the whole batch in Python instead.
+#[derive(Clone, Copy, Debug)]
+pub struct DumpFormat {
+    pub skip_metadata: bool,
+    pub print_data: bool,
+}
+
+/// The parts of one record a kafka-dump-log line shows.
+pub struct DumpFields<'a> {
+    pub offset: i128,
+    pub timestamp_kind: &'a [u8],
+    pub timestamp: i128,
+    pub sequence: i64,
+    pub key: Option<&'a [u8]>,
+    pub value: Option<&'a [u8]>,
+    /// Header names as the decoded record holds them (invalid UTF-8 already replaced).
+    pub header_names: &'a [&'a [u8]],
+}
+
+impl DumpFormat {
+    /// Append the record's line (no newline) to `out`; false, with `out` to be discarded, when
+    /// its key or value is not UTF-8 (Java's replacement rules are the Python reference's).
+    pub fn write(&self, out: &mut Vec<u8>, f: &DumpFields) -> bool {
+        if !self.skip_metadata {
+            out.extend_from_slice(b"| offset: ");
+            push_int(out, f.offset);
+            out.push(b' ');
+            out.extend_from_slice(f.timestamp_kind);
+            out.extend_from_slice(b": ");
+            push_int(out, f.timestamp);
+            out.extend_from_slice(b" keySize: ");
+            push_int(out, f.key.map_or(-1, |k| k.len() as i128));
+            out.extend_from_slice(b" valueSize: ");
+            push_int(out, f.value.map_or(-1, |v| v.len() as i128));
+            out.extend_from_slice(b" sequence: ");
+            push_int(out, f.sequence as i128);
+            out.extend_from_slice(b" headerKeys: [");
+            out.extend_from_slice(&f.header_names.join(&b","[..]));
+            out.push(b']');
+        }
+        if self.print_data {
+            if let Some(key) = f.key {
+                if std::str::from_utf8(key).is_err() {
+                    return false;
+                }
+                out.extend_from_slice(if self.skip_metadata { b"| key: " } else { b" key: " });
+                out.extend_from_slice(key);
+            }
+            if let Some(value) = f.value {
+                if std::str::from_utf8(value).is_err() {
+                    return false;
+                }
+                out.extend_from_slice(b" payload: ");
+                out.extend_from_slice(value);
+            }
+        }
+        true
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

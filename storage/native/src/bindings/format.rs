@@ -12,10 +12,12 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 
 use super::decode::{collect_rows, py_sum};
+use super::ffi::with_bytes;
 use super::ffi::SubclassTuples;
 use super::header::BatchHeader;
+use crate::codec;
 use crate::codec::TIMESTAMP_TYPE_MASK;
-use crate::format::{ConsoleFormat, Fields, ValueFormat};
+use crate::format::{ConsoleFormat, DumpFields, DumpFormat, Fields, ValueFormat};
 
 // ConsumerRecord's field positions (txlog/consumer_record.py).
 const PARTITION: usize = 1;
@@ -196,4 +198,62 @@ fn optional_bytes<'a>(obj: &'a Bound<'_, PyAny>) -> PyResult<Option<&'a [u8]>> {
     }
     let bytes = obj.cast::<PyBytes>().map_err(|_| PyTypeError::new_err("a key or value must be bytes or None"))?;
     Ok(Some(bytes.as_bytes()))
+}
+
+/// kafka-dump-log's record lines of the data batch `header` (parsed at `buf[position]`),
+/// newline-separated, or None where cli/dump_log.py must format the batch itself: a record
+/// whose key or value is not UTF-8 (under `print_data`), no records, or records that cannot
+/// be decoded (the Python path raises the reader's error for them).
+#[pyfunction]
+#[pyo3(signature = (buf, position, header, *, skip_metadata, print_data))]
+pub fn dump_record_lines<'py>(
+    py: Python<'py>,
+    buf: &Bound<'py, PyAny>,
+    position: usize,
+    header: &Bound<'py, BatchHeader>,
+    skip_metadata: bool,
+    print_data: bool,
+) -> PyResult<Option<Bound<'py, PyBytes>>> {
+    let header = &header.get().header;
+    let kind: &[u8] = if header.attributes & TIMESTAMP_TYPE_MASK != 0 { b"LogAppendTime" } else { b"CreateTime" };
+    let base = header.record_base();
+    let format = DumpFormat { skip_metadata, print_data };
+    let lines = with_bytes(buf, |buf| {
+        let mut owned = Vec::new();
+        let Ok(data) = codec::records_region(buf, position, header, &mut owned) else {
+            return Ok(None);
+        };
+        let mut out = Vec::with_capacity(data.len() * 2);
+        let mut shown = true;
+        let mut count = 0usize;
+        let walked = codec::for_each_record(data, header.records_count, |rec| {
+            if !shown {
+                return Ok(());
+            }
+            if count > 0 {
+                out.push(b'\n');
+            }
+            count += 1;
+            let names: Vec<_> = rec.headers.iter().map(|(name, _)| String::from_utf8_lossy(name)).collect();
+            let names: Vec<&[u8]> = names.iter().map(|name| name.as_bytes()).collect();
+            let timestamp = if base.use_deltas {
+                base.timestamp as i128 + rec.timestamp_delta as i128
+            } else {
+                base.timestamp as i128
+            };
+            let fields = DumpFields {
+                offset: base.offset_of(&rec),
+                timestamp_kind: kind,
+                timestamp,
+                sequence: base.sequence_of(&rec),
+                key: rec.key,
+                value: rec.value,
+                header_names: &names,
+            };
+            shown = format.write(&mut out, &fields);
+            Ok(())
+        });
+        Ok((walked.is_ok() && shown && count > 0).then_some(out))
+    })?;
+    Ok(lines.map(|out| PyBytes::new(py, &out)))
 }
