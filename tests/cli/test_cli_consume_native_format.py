@@ -25,7 +25,7 @@ from cli import consume as consume_cli
 from cli import dump_log
 from cli.record_format import ValueFormat
 from storage import Store
-from storage.records import Compression, TimestampType, build_batch, crc32c
+from storage.records import Compression, RecordBatch, TimestampType, build_batch, crc32c
 from tests.cli.cli_helpers import txlog
 from txlog.consumer_record import ConsumerRecord
 
@@ -308,3 +308,66 @@ def test_inspect_native_lines_are_the_python_lines(store_dir, args, monkeypatch)
     assert any(made)
     if "--print-data-log" in args:  # batches with data that is not UTF-8 are the Python lines'
         assert not all(made)
+
+
+_utf8_or_bytes = (
+    st.none() | st.binary(max_size=30) | st.text(max_size=10).map(lambda t: t.encode("utf-8", "surrogatepass"))
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    records=st.lists(
+        st.tuples(_utf8_or_bytes, _utf8_or_bytes, st.lists(st.tuples(st.text(max_size=5), _data), max_size=2)),
+        min_size=1,
+        max_size=6,
+    ),
+    codec=st.sampled_from(list(Compression)),
+    log_append_time=st.booleans(),
+    print_data=st.booleans(),
+    skip_metadata=st.booleans(),
+)
+def test_random_batches_dump_alike(records, codec, log_append_time, print_data, skip_metadata):
+    """A batch of random keys, values and headers: the native kafka-dump-log lines (where it makes
+    them) are the Python lines' bytes, as inspect writes them (str lines as UTF-8)."""
+    batch = RecordBatch.parse(
+        build_batch(
+            [(k, v, h, 1_700_000_000_000 + i) for i, (k, v, h) in enumerate(records)],
+            compression=codec,
+            timestamp_type=TimestampType.LOG_APPEND_TIME if log_append_time else TimestampType.CREATE_TIME,
+        )
+    )
+    opts = dump_log.Options(print_data=print_data, deep=True, skip_metadata=skip_metadata)
+    native = dump_log.text_of({"type": "records", "batch": batch, "records": None}, opts)
+    reference = dump_log.text_of({"type": "records", "batch": batch, "records": batch.record_tuples()}, opts)
+    as_bytes = [
+        text.encode("utf-8", "surrogateescape") if isinstance(text, str) else text for text in (native, reference)
+    ]
+    assert as_bytes[0] == as_bytes[1]
+
+
+@pytest.mark.parametrize("cut", [1, 30, 70])
+def test_a_torn_tail_reads_alike(tmp_path, monkeypatch, cut):
+    """The last batch cut short, as a power loss leaves it: every writer prints the same records
+    (the complete batches before it) with the same exit code and stderr."""
+    path = str(tmp_path / "store")
+    with Store.open(path) as store:
+        store.create_topic(TOPIC, 1)
+        log = store.partition(TOPIC, 0)
+        for i in range(3):
+            log.append(build_batch([(None, f"v{i}a".encode(), [], 1), (b"k", f"v{i}b".encode(), [("h", None)], 2)]))
+    segment = tmp_path / "store" / f"{TOPIC}-0" / "00000000000000000000.log"
+    data = segment.read_bytes()
+    segment.write_bytes(data[: len(data) - cut])
+    runs = {}
+    for mode in ("reference", "lines", "records"):
+        with monkeypatch.context() as patch:
+            if mode == "reference":
+                patch.setattr(consume_cli._KafkaFormatter, "write", consume_cli._KafkaFormatter.write_reference)
+                patch.setattr(consume_cli._KafkaFormatter, "line_transport", lambda self, store: None)
+            extra = ["-o", f"e@{2**63 - 1}"] if mode == "records" else []
+            props = ["--property", "print.offset=true", "--property", "print.headers=true"]
+            proc = txlog("consume", "-t", TOPIC, *props, *extra, data_dir=path)
+            runs[mode] = (proc.returncode, proc.stdout, proc.stderr)
+    assert "v1b" in runs["reference"][1] and "v2a" not in runs["reference"][1]
+    assert runs["lines"] == runs["reference"] == runs["records"]
