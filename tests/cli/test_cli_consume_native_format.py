@@ -162,6 +162,9 @@ def _cases() -> list[list[str]]:
             ]  # fmt: skip
         )
     cases.append(["--property", "line.separator=", "--property", "print.key=true"])  # no separator at all
+    # Fetches cut inside a batch (-c), starting inside one (-o N), one partition, the tail (-o -N).
+    offsets = ["--property", "print.offset=true", "--property", "print.partition=true"]
+    cases += [[*offsets, "-c", "5"], [*offsets, "-o", "3", "-c", "9"], [*offsets, "-p", "1"], [*offsets, "-o", "-4"]]
     return cases
 
 
