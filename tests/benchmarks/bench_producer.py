@@ -3,7 +3,8 @@
 Run: python tests/benchmarks/bench_producer.py [--records N] [--sizes 16384:5,1048576:100]
          [--txn-sizes 1,10,100,1000,10000] [--txn-records N] [--max-txns N] [--commit-ms MS]
          [--lines N] [--reps R] [--profile] [--partitions P] [--partitioner murmur2|murmur3]
-         [--distinct-keys K] [--skip-send] [--skip-txn] [--skip-cli]
+         [--distinct-keys K] [--value-bytes B] [--durable-sends N] [--skip-send] [--skip-txn]
+         [--skip-cli] [--skip-durable]
 
 Part 1 - durable send throughput. `Producer.send` of N records (10-byte key, 100-byte
 value, one partition) followed by one `flush`, timed from the first send until flush
@@ -32,8 +33,18 @@ registration (AddPartitionsToTxn), one fdatasync of its data at commit, PREPARE_
 the COMMIT marker (COMPLETE_COMMIT needs none). The fsyncs per transaction are printed.
 The target is part 2b's (below).
 
-Part 1 also times `Producer.produce_many` of the same records (keys and values as two
-columns, one call, then flush): whole batches encoded natively. Target: >= 5x.
+Part 1 also times `send(..., partition=0)` (an explicit partition, which must take the same
+fast path as a plain send: target >= 2x) and `Producer.produce_many` of the same records (keys
+and values as two columns, one call, then flush): whole batches encoded natively. Target: >= 5x
+(>= 3x with `--value-bytes 1024`, where the batch buffers' page faults used to dominate).
+`--value-bytes` (default 100) sets the value size of every part.
+
+Part 4 - durable one-record sends. `--durable-sends` (default 300) times `send(...).get()` of
+one record each with acks=all (one fdatasync per send, nothing to batch with), against a raw
+loop of `os.write` + `os.fdatasync` of the same bytes to a file in the same directory, run
+interleaved in the same process. Printed: commits/s, the ratio (target >= 0.9x), CPU and
+context switches per commit (`getrusage`, every thread of the process: a hand-off to the
+sender thread and back costs two).
 
 Part 2b sends for `--commit-seconds` (default 3) with a transactional producer committing
 every `--commit-ms` (default 100 ms, Kafka Streams' commit interval under exactly-once)
@@ -58,12 +69,15 @@ import argparse
 import cProfile
 import os
 import pstats
+import resource
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,6 +102,7 @@ from txlog.clients.producer import Producer
 TOPIC = "t"
 KEY_BYTES, VALUE_BYTES = 10, 100
 SEND_TARGET = 2.0
+DURABLE_TARGET = 0.9
 TXN_TARGET = 0.95
 TXN_TARGET_AT = 1000  # the transaction size --profile profiles
 MANY_TARGET = 5.0
@@ -97,7 +112,7 @@ NO_HEADERS = ()
 Records = list[tuple[bytes, bytes, int]]
 
 
-def make_records(count: int, distinct_keys: int = 0) -> Records:
+def make_records(count: int, distinct_keys: int = 0, value_bytes: int = VALUE_BYTES) -> Records:
     """(key, value, timestamp): random bytes (sizes matter, content does not), one timestamp.
 
     kafka-python gets the timestamps; txlog stamps records itself, as a producer does.
@@ -106,7 +121,7 @@ def make_records(count: int, distinct_keys: int = 0) -> Records:
     ts = int(time.time() * 1000)
     pool = [os.urandom(KEY_BYTES) for _ in range(distinct_keys)]
     return [
-        (pool[i % distinct_keys] if pool else os.urandom(KEY_BYTES), os.urandom(VALUE_BYTES), ts) for i in range(count)
+        (pool[i % distinct_keys] if pool else os.urandom(KEY_BYTES), os.urandom(value_bytes), ts) for i in range(count)
     ]
 
 
@@ -162,10 +177,12 @@ def txlog_send(
     partitions: int = 1,
     partitioner: str = "murmur2",
     bulk: bool = False,
+    explicit: bool = False,
 ) -> tuple[Sample, int]:
     """send() every record then flush(), on a fresh store; (sample, batches written).
 
-    `bulk` makes it one produce_many() call of the keys and values as two columns instead.
+    `bulk` makes it one produce_many() call of the keys and values as two columns instead;
+    `explicit` sends every record with `partition=0`.
     """
     root = tempfile.mkdtemp(prefix="send-", dir=workdir)
     store = Store.open(root)
@@ -179,6 +196,9 @@ def txlog_send(
         with timed() as sample:
             if bulk:
                 producer.produce_many(TOPIC, values, keys)
+            elif explicit:
+                for key, value, _ in records:
+                    send(TOPIC, value, key, 0)
             else:
                 for key, value, _ in records:
                     send(TOPIC, value, key)
@@ -361,6 +381,77 @@ def print_cli(lines: int, cli: list[Sample], plain: list[Sample], reps: int) -> 
     print(f"txlog produce takes {tx / base:.2f}x the plain loop's time (both include interpreter start-up)")
 
 
+# ---- part 4: durable one-record sends ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DurableSample:
+    sample: Sample
+    switches: int  # voluntary + involuntary context switches of every thread of the process
+
+
+@contextmanager
+def counted_switches() -> Iterator[list[int]]:
+    """`with counted_switches() as out:` counts the process's context switches (all threads) in the block."""
+    out: list[int] = []
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    yield out
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    out.append((after.ru_nvcsw - before.ru_nvcsw) + (after.ru_nivcsw - before.ru_nivcsw))
+
+
+def raw_fdatasync(workdir: str, records: Records) -> DurableSample:
+    """The floor: each record's bytes written to a file and fdatasync'ed, one at a time."""
+    fd, path = tempfile.mkstemp(prefix="raw-", dir=workdir)
+    try:
+        with counted_switches() as switches, timed() as sample:
+            for key, value, _ in records:
+                os.write(fd, key + value)
+                os.fdatasync(fd)
+        return DurableSample(sample[0], switches[0])
+    finally:
+        os.close(fd)
+        os.unlink(path)
+
+
+def txlog_durable_sends(workdir: str, records: Records) -> DurableSample:
+    """`send(...).get()` of one record at a time, acks=all: each one durable before the next."""
+    root = tempfile.mkdtemp(prefix="durable-", dir=workdir)
+    store = Store.open(root)
+    try:
+        store.create_topic(TOPIC, 1)
+        producer = Producer(store)
+        producer.send(TOPIC, b"warm-up").get()  # the sender thread starts, the topic is looked up
+        send = producer.send
+        with counted_switches() as switches, timed() as sample:
+            for key, value, _ in records:
+                send(TOPIC, value, key).get()
+        producer.close()
+        assert store.partition(TOPIC, 0).log_end_offset == len(records) + 1
+        return DurableSample(sample[0], switches[0])
+    finally:
+        store.close()
+        shutil.rmtree(root)
+
+
+def print_durable(rows: dict[str, list[DurableSample]], count: int, reps: int) -> None:
+    def median(name: str, field: str) -> float:
+        samples = rows[name][1:] or rows[name]
+        return statistics.median(getattr(s.sample, field) if field != "switches" else s.switches for s in samples)
+
+    print(f"\nPart 4: {count} one-record durable sends, one at a time; median of {reps} runs after a cold one")
+    print(f"{'':<28}{'commits/s':>11}{'ratio':>7}{'target':>8}    {'CPU us/commit':>14}{'ctx sw/commit':>14}")
+    raw_rate = count / median("raw", "wall")
+    for name, label in (("raw", "raw write+fdatasync"), ("txlog", "send(...).get(), acks=all")):
+        rate = count / median(name, "wall")
+        ratio = rate / raw_rate
+        target = f"{DURABLE_TARGET:>6.1f}x {verdict(ratio, DURABLE_TARGET):<6}" if name == "txlog" else f"{'':<14}"
+        print(
+            f"{label:<28}{rate:>11,.0f}{ratio:>6.2f}x{target}{median(name, 'cpu') / count * 1e6:>14.0f}"
+            f"{median(name, 'switches') / count:>14.1f}"
+        )
+
+
 # ---- report -----------------------------------------------------------------------------------------
 
 
@@ -371,6 +462,7 @@ class SendRow:
     kp: list[Sample]
     tx: list[Sample]
     many: list[Sample]
+    explicit: list[Sample]
     kp_batches: int = 0
     tx_batches: int = 0
 
@@ -383,9 +475,9 @@ def parse_sizes(text: str) -> list[tuple[int, int]]:
     return out
 
 
-def print_send(rows: list[SendRow], count: int, reps: int) -> None:
+def print_send(rows: list[SendRow], count: int, reps: int, value_bytes: int) -> None:
     print(
-        f"Part 1: send+flush of {count:,} records ({KEY_BYTES} B key, {VALUE_BYTES} B value), idempotent, "
+        f"Part 1: send+flush of {count:,} records ({KEY_BYTES} B key, {value_bytes} B value), idempotent, "
         f"acknowledged when fsynced; median of {reps} runs after a cold one"
     )
     print(
@@ -409,6 +501,14 @@ def print_send(rows: list[SendRow], count: int, reps: int) -> None:
         "ratio = kafka-python encode time / txlog send+flush time; 'w/o fsync' removes the time txlog spent "
         "inside fdatasync (fsync ms, one per group-commit append) - the disk's share, not the code's"
     )
+    print(f"\n{'send(partition=0)':<19}{'':>16}{'kafka-python rec/s':>20}{'txlog rec/s':>13}{'ratio':>7}{'target':>8}")
+    for row in rows:
+        kp, explicit = median_after_cold(row.kp), median_after_cold(row.explicit)
+        ratio = kp / explicit
+        print(
+            f"{row.batch_size}:{row.linger_ms:<13}{'':>16}{count / kp:>20,.0f}{count / explicit:>13,.0f}"
+            f"{ratio:>6.2f}x{SEND_TARGET:>6.1f}x {verdict(ratio, SEND_TARGET):<6}"
+        )
     print(
         f"\n{'produce_many':<19}{'':>16}{'kafka-python rec/s':>20}{'txlog rec/s':>13}{'ratio':>7}{'target':>8}    "
         f"{'fsync ms':>9}{'fsyncs':>8}{'CPU us/rec':>12}"
@@ -434,12 +534,14 @@ def print_send(rows: list[SendRow], count: int, reps: int) -> None:
         )
 
 
-def print_transactions(samples: dict[int, list[Sample]], counts: dict[int, int], batch_size: int, reps: int) -> None:
+def print_transactions(
+    samples: dict[int, list[Sample]], counts: dict[int, int], batch_size: int, reps: int, value_bytes: int
+) -> None:
     base = samples[0]
     base_rate = counts[0] / median_after_cold(base)
     base_rate_nofsync = counts[0] / median_after_cold(base, "without_fsync")
     print(
-        f"\nPart 2: transactions, batch.size {batch_size}, {KEY_BYTES} B key / {VALUE_BYTES} B value; "
+        f"\nPart 2: transactions, batch.size {batch_size}, {KEY_BYTES} B key / {value_bytes} B value; "
         f"median of {reps} runs after a cold one"
     )
     print(
@@ -510,6 +612,9 @@ def main() -> None:
     parser.add_argument(
         "--distinct-keys", type=int, default=0, help="draw keys from this many (default 0: every key distinct)"
     )
+    parser.add_argument("--value-bytes", type=int, default=VALUE_BYTES, help="bytes per value (default 100)")
+    parser.add_argument("--durable-sends", type=int, default=300, help="one-record sends per part 4 run (default 300)")
+    parser.add_argument("--skip-durable", action="store_true", help="skip part 4")
     parser.add_argument(
         "--profile",
         action="store_true",
@@ -520,13 +625,13 @@ def main() -> None:
     FsyncMeter.install()
     sizes = parse_sizes(args.sizes)
     txn_sizes = [int(s) for s in args.txn_sizes.split(",")]
-    records = make_records(max(args.records, args.txn_records), args.distinct_keys)
+    records = make_records(max(args.records, args.txn_records), args.distinct_keys, args.value_bytes)
     send_records = records[: args.records]
     counts = {0: args.txn_records, **{k: min(args.txn_records, k * args.max_txns) for k in txn_sizes}}
 
     with scratch_dir(args.dir, "bench-producer-") as workdir:
         if not args.skip_send:
-            rows = [SendRow(size, linger, [], [], []) for size, linger in sizes]
+            rows = [SendRow(size, linger, [], [], [], []) for size, linger in sizes]
             for _ in range(args.reps + 1):
                 for row in rows:
                     sample, row.kp_batches = kafka_python_encode(send_records, row.batch_size)
@@ -540,18 +645,19 @@ def main() -> None:
                         partitioner=args.partitioner,
                     )
                     row.tx.append(sample)
-                    row.many.append(
-                        txlog_send(
-                            workdir,
-                            send_records,
-                            row.batch_size,
-                            row.linger_ms,
-                            partitions=args.partitions,
-                            partitioner=args.partitioner,
-                            bulk=True,
-                        )[0]
-                    )
-            print_send(rows, len(send_records), args.reps)
+                    for samples_of, flags in ((row.many, {"bulk": True}), (row.explicit, {"explicit": True})):
+                        samples_of.append(
+                            txlog_send(
+                                workdir,
+                                send_records,
+                                row.batch_size,
+                                row.linger_ms,
+                                partitions=args.partitions,
+                                partitioner=args.partitioner,
+                                **flags,
+                            )[0]
+                        )
+            print_send(rows, len(send_records), args.reps, args.value_bytes)
             print(
                 f"txlog wrote to {args.partitions} partition(s) with partitioner {args.partitioner}, keys "
                 f"{'from ' + format(args.distinct_keys, ',') if args.distinct_keys else 'all distinct'}"
@@ -562,7 +668,7 @@ def main() -> None:
             for _ in range(args.reps + 1):
                 for size, rows in samples.items():
                     rows.append(txlog_transactions(workdir, records[: counts[size]], size, args.txn_batch_size))
-            print_transactions(samples, counts, args.txn_batch_size, args.reps)
+            print_transactions(samples, counts, args.txn_batch_size, args.reps, args.value_bytes)
             if args.commit_ms > 0:
                 timed_rows: dict[bool, list[tuple[int, int, Sample]]] = {False: [], True: []}
                 for _ in range(args.reps + 1):
@@ -578,6 +684,13 @@ def main() -> None:
                             )
                         )
                 print_timed(timed_rows, args.commit_seconds, args.commit_ms, args.reps)
+
+        if not args.skip_durable:
+            durable: dict[str, list[DurableSample]] = {"raw": [], "txlog": []}
+            for _ in range(args.reps + 1):
+                durable["raw"].append(raw_fdatasync(workdir, records[: args.durable_sends]))
+                durable["txlog"].append(txlog_durable_sends(workdir, records[: args.durable_sends]))
+            print_durable(durable, args.durable_sends, args.reps)
 
         if not args.skip_cli:
             path = os.path.join(workdir, "lines.txt")

@@ -17,7 +17,10 @@ Modes (first argument):
 
     produce  a Producer (`--acks`: all by default, idempotent; the default linger) sends numbered records
              round-robin over the partitions of `--topic` until killed; each acknowledged
-             record's callback appends `<partition> <offset> <value hex>` to `--log`.
+             record's callback appends `<partition> <offset> <value hex>` to `--log`. With
+             `--one-at-a-time` every send is a durable one-record `send(...).get()` instead (no
+             callbacks, so the get() sends its batch on the main thread: the accumulator's
+             caller-run round), and the main thread logs each record once get() returned.
     read     a Consumer on a read-only view of the store (isolation `--isolation`) polls every
              partition of `--topic` and appends `<partition> <offset> <value hex>` per record.
     txn      a transactional Producer runs begin / k sends / commit in a loop and prints `C n`
@@ -110,6 +113,11 @@ def run_produce(args: argparse.Namespace) -> None:
 
         _say("READY")
         i = 0
+        while args.one_at_a_time:
+            value = crash_worker.expected_value(0, i, rng.randint(8, args.max_size))
+            metadata = producer.send(args.topic, value, partition=i % partitions).get()
+            out.write(_record_line(metadata.partition, metadata.offset, value))
+            i += 1
         while True:
             for _ in range(rng.randint(1, args.burst)):
                 value = crash_worker.expected_value(0, i, rng.randint(8, args.max_size))
@@ -214,6 +222,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--pause-ms", type=float, default=2.0)
     ap.add_argument("--max-size", type=int, default=64, help="produce: largest value")
     ap.add_argument("--acks", default="all", choices=["all", "1"], help="produce: the producer's acks")
+    ap.add_argument("--one-at-a-time", action="store_true", help="produce: send(...).get() each record")
     ap.add_argument("--isolation", default="read_uncommitted", choices=["read_uncommitted", "read_committed"])
     ap.add_argument("--tid", default=TXN_ID)
     ap.add_argument("--max-records", type=int, default=8, help="txn: most records per transaction")

@@ -146,15 +146,22 @@ def _check_group_commit(
 
 
 def _group_commit_round(
-    root: str, rng: random.Random, partitions: int, max_delay: float, segment_bytes: int | None, acks: str
+    root: str,
+    rng: random.Random,
+    partitions: int,
+    max_delay: float,
+    segment_bytes: int | None,
+    acks: str,
+    *extra: str,
 ) -> dict:
-    """One producer run killed at random; with acks=all a power loss follows the kill."""
+    """One producer run killed at random; with acks=all a power loss follows the kill. `extra`:
+    more arguments of the producing worker."""
     with Store.open(root) as s:
         s.create_topic(TOPIC, partitions=partitions, config={"segment.bytes": segment_bytes} if segment_bytes else None)
     acks_path, seen_path = root + ".acks", root + ".seen"
     reader = Worker("read", root, "--log", seen_path, "--isolation", "read_uncommitted")
     reader.expect("READY")
-    producer = Worker("produce", root, "--log", acks_path, "--seed", rng.randrange(1 << 30), "--acks", acks)
+    producer = Worker("produce", root, "--log", acks_path, "--seed", rng.randrange(1 << 30), "--acks", acks, *extra)
     producer.expect("READY")
     _wait_for_lines(acks_path, 1, producer)
     time.sleep(rng.uniform(0, max_delay))
@@ -173,13 +180,14 @@ def _group_commit_round(
     }
 
 
-def _run_group_commit(tmp_path, rounds: int, partitions: int, max_delay: float, acks: str) -> list[dict]:
-    rng = random.Random(f"{SEED}-{acks}")
+def _run_group_commit(tmp_path, rounds: int, partitions: int, max_delay: float, acks: str, *extra: str) -> list[dict]:
+    rng = random.Random(f"{SEED}-{acks}-{extra}")
     stats = []
     for r in range(rounds):
         try:
             segment_bytes = SMALL_SEGMENT if r % 3 == 2 else None  # rolls: the cut may drop whole segments
-            stats.append(_group_commit_round(str(tmp_path / f"r{r}"), rng, partitions, max_delay, segment_bytes, acks))
+            root = str(tmp_path / f"r{r}")
+            stats.append(_group_commit_round(root, rng, partitions, max_delay, segment_bytes, acks, *extra))
         except AssertionError as exc:
             raise AssertionError(f"[TXLOG_CRASH_SEED={SEED} acks={acks} round {r}] {exc}") from exc
     return stats
@@ -189,6 +197,15 @@ def test_group_commit_acknowledged_records_survive_kill_and_power_loss(tmp_path,
     rounds, partitions, max_delay = (40, 6, 1.0) if big else (3, PARTITIONS, 0.3)
     stats = _run_group_commit(tmp_path, rounds, partitions, max_delay, "all")
     print(f"group commit seed={SEED} rounds={stats}")
+
+
+def test_durable_one_record_sends_survive_kill_and_power_loss(tmp_path, big):
+    """Each record is a `send(...).get()`: the get() sends its batch itself on the main thread (the
+    accumulator's caller-run round, no hand-off to the sender), and every record acknowledged so
+    survives a kill -9 and a power loss, in order and without gaps."""
+    rounds, partitions, max_delay = (20, 6, 1.0) if big else (3, PARTITIONS, 0.3)
+    stats = _run_group_commit(tmp_path, rounds, partitions, max_delay, "all", "--one-at-a-time")
+    print(f"one-record sends seed={SEED} rounds={stats}")
 
 
 def test_acks1_acknowledged_records_survive_kill(tmp_path, big):

@@ -59,7 +59,7 @@ from txlog.clients.future_record_metadata import FutureProduceMany, FutureRecord
 from txlog.clients.membership import ConsumerGroupMetadata
 from txlog.clients.partitioner import DEFAULT_PARTITIONER, PARTITIONER_NAMES, named_partitioner, partition_many
 from txlog.clients.prepared_txn_state import PreparedTxnState
-from txlog.clients.record_accumulator import ProducerBatch, RecordAccumulator
+from txlog.clients.record_accumulator import ProducerBatch, RecordAccumulator, Work
 from txlog.clients.sender import Sender, SenderConfig, retry_timeouts
 from txlog.clients.transaction_manager import FENCING_ERRORS, TransactionManager, TransactionState
 from txlog.errors import (
@@ -100,6 +100,20 @@ def _headers(headers: Iterable | Mapping | None) -> list[tuple[str, bytes | None
         return None
     items = headers.items() if isinstance(headers, Mapping) else headers
     return [(str(k), _as_bytes(v, "header value")) for k, v in items]
+
+
+def _send_headers(headers: Iterable | Mapping) -> list[tuple[str, bytes | None]] | None:
+    """`_headers`, but a list of (str, bytes or None) pairs, the usual spelling, is handed to the
+    builder as it is: the builder reads such pairs exactly as `_headers` would have rewritten
+    them, and the check is a third of the copy's cost. Anything else is converted (an item
+    that is not a pair fails the unpacking here as it would there)."""
+    if type(headers) is list:
+        for name, value in headers:
+            if type(name) is not str or (value is not None and type(value) is not bytes):
+                break
+        else:
+            return headers  # checked just above: (str, bytes | None) pairs
+    return _headers(headers)
 
 
 class Producer:
@@ -217,6 +231,7 @@ class Producer:
             buffer_memory=buffer_memory,
             max_block_ms=max_block_ms,
             on_seal=self._sealed,
+            run_round=self._run_round,
         )
         self._sender: Sender | None = None
         self._open = self._accumulator.open  # read per send: one attribute lookup, not two
@@ -252,11 +267,12 @@ class Producer:
     ) -> FutureRecordMetadata:
         """Add a record to its partition's batch; returns a future for its offset.
 
-        This is the per-record cost of producing, so the common case takes no call it can
-        avoid: plain bytes (and None) skip the conversions, a one-partition topic skips the
-        partitioner, the state check is one attribute, no lock is taken unless a batch opens
-        or fills (the only times the sender is woken), and the record goes into the batch in
-        one native call that also stamps its timestamp.
+        This is the per-record cost of producing, so every case takes no call it can avoid:
+        plain bytes (and None) skip the conversions, a list of (str, bytes) headers is passed
+        as it is, a one-partition topic skips the partitioner and an explicit partition seen
+        before skips its checks, the state check is one attribute, no lock is taken unless a
+        batch opens or fills, and the record goes into the batch in one native call that also
+        stamps its timestamp.
         """
         if not self._txn.sendable:
             self._txn.check_can_send()
@@ -264,14 +280,17 @@ class Producer:
             key = _as_bytes(key, "key")
         if value is not None and type(value) is not bytes:
             value = _as_bytes(value, "value")
-        hdrs = _headers(headers) if headers else None
-        tp = self._single.get(topic) if partition is None and self._partitioner is None else None
+        hdrs = _send_headers(headers) if headers else None
+        if partition is None:
+            tp = self._single.get(topic) if self._partitioner is None else None
+        else:  # `_tps` holds only partitions that passed `_check_partition` (counts never shrink)
+            tp = self._tps.get((topic, partition)) if type(partition) is int else None
         if tp is None:
             tp = self._tp(topic, self._choose_partition(topic, key, partition))
         if timestamp_ms is None:  # the builder stamps the wall clock itself, unless a clock was given
             ts = None if self._wall_clock else self._clock()
         else:
-            ts = int(timestamp_ms)
+            ts = timestamp_ms if type(timestamp_ms) is int else int(timestamp_ms)
         # Lock-free when the partition's open batch takes the record: the builder's
         # try_append is one native call, atomic under the GIL, and a sealed batch's builder
         # refuses it (-1), so a record is never added to a batch the sender has taken.
@@ -377,6 +396,12 @@ class Producer:
         accumulator.add_batch(batch, sealed=False)
         self._start_sender()
         return batch, builder
+
+    def _run_round(self, work: Work) -> None:
+        """A round on the calling thread (a blocking get(): RecordAccumulator.await_result), by
+        the sender's code; a batch exists, so `_start_sender` has made the sender."""
+        assert self._sender is not None, "every batch is queued with _start_sender"
+        self._sender.run_round(work)
 
     def _start_sender(self) -> None:
         """A sender thread for the batches just queued, if none is running (the caller holds the

@@ -12,12 +12,24 @@ the 5 a partition remembers per producer.
 `buffer.memory` bounds the bytes held here (each batch counts its `batch.size`, as the Java
 producer's pool does); `send` blocks while it is full, for at most `max.block.ms`.
 
-All state is guarded by one condition variable; the sender waits on it for work, and
-`flush()`/`get()` wait on it for results.
+All state is guarded by one lock, with two conditions on it: the sender waits on one for
+work, `flush()`/`get()`/a full buffer wait on the other for results, so neither side is woken
+for the other's events. The sender is woken only when it must act sooner than it planned to
+(a new batch whose linger ends before the sender's planned wake-up, sealed work, a flush): a
+send that opens a batch while the sender already sleeps until an earlier linger deadline
+costs no wake-up.
+
+A blocking `get()` runs the round that sends its batch on its own thread when no round is in
+progress and no callback waits on the batches it would take (Kafka's semantics for what
+callbacks see stay: they run on the sender thread). The application thread would otherwise
+hand the batch to the sender and sleep until it is back: two thread switches for each durable
+one-record send. Rounds never overlap (`_in_round`), whichever thread runs them, so each
+partition's batches still reach the log in the order they were sealed.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import deque
@@ -32,6 +44,9 @@ from txlog.topic_partition import TopicPartition
 SENDER_IDLE_S = 5.0
 
 WHOLE_OR_BUILT = "a batch without a builder holds the bytes produce_many encoded"
+
+#: What a round is given: per partition, its batches in order (one append each).
+Work = dict[TopicPartition, list["ProducerBatch"]]
 
 
 class ProducerBatch:
@@ -109,9 +124,21 @@ class RecordAccumulator:
         buffer_memory: int,
         max_block_ms: int,
         on_seal: Callable[[TopicPartition], None],
+        run_round: Callable[[Work], None] | None = None,
     ):
         self.lock = threading.Lock()  # `send` takes it alone (cheaper than entering the condition)
-        self.cond = threading.Condition(self.lock)
+        self.cond = threading.Condition(self.lock)  # results: get(), flush(), room in the buffer
+        self._work = threading.Condition(self.lock)  # the sender's: something to send, or sooner
+        # The sender's round, run by a blocking get() on its own thread (None: always hand off).
+        # It ends with `completed`, as the sender's own rounds do.
+        self._run_round = run_round
+        self._in_round = False  # a round is in progress (on the sender or on a get()'s thread)
+        self._round_thread: threading.Thread | None = None  # who runs it: callbacks may run there
+        # When the sleeping sender wakes on its own (monotonic seconds); -inf while it is awake
+        # (it looks at everything before it sleeps again, under the lock) or waits for a get()'s
+        # round to end (the end wakes it if anything is left), so a new batch need not wake it.
+        self._sender_wake_at = -math.inf
+        self._sender_waits_round = False  # the sender sleeps until a get()'s round ends
         self._linger = linger_ms / 1000
         self._group_limit = group_limit  # bytes of one append to a partition (the producer's rule)
         self._buffer_memory = buffer_memory
@@ -134,11 +161,7 @@ class RecordAccumulator:
         The sender thread never waits here (a callback that sends must not wait for itself),
         and one batch always fits, so a record larger than the buffer is still tried.
         """
-        if (
-            self._buffered
-            and self._buffered + size > self._buffer_memory
-            and threading.current_thread() is not self.sender_thread
-        ):
+        if self._buffered and self._buffered + size > self._buffer_memory and not self._on_io_thread():
             deadline = time.monotonic() + self._max_block
             while self._buffered and self._buffered + size > self._buffer_memory:
                 left = deadline - time.monotonic()
@@ -157,35 +180,82 @@ class RecordAccumulator:
         if sealed:
             self.seal(tp)  # anything `send` left open goes first: order within a partition holds
             self._sealed.setdefault(tp, deque()).append(batch)
+            self._work.notify()  # ready work
         else:
             self.open[tp] = batch
-        self.cond.notify_all()  # the sender learns of a new linger deadline or of ready work
+            if batch.created + self._linger < self._sender_wake_at:
+                self._work.notify()  # its linger ends before the sender would look again
 
-    def seal(self, tp: TopicPartition) -> None:
-        """Close the partition's open batch to appends and queue it for the sender (caller holds `cond`)."""
+    def seal(self, tp: TopicPartition, *, notify: bool = True) -> None:
+        """Close the partition's open batch to appends and queue it (caller holds `cond`); the
+        sender is told unless the caller sends it itself (`notify=False`)."""
         batch = self.open.pop(tp, None)
         if batch is not None:
             batch.close()
             self._sealed.setdefault(tp, deque()).append(batch)
             self._on_seal(tp)
-            self.cond.notify_all()
+            if notify:
+                self._work.notify()
 
     def await_result(self, tp: TopicPartition, result: ProduceRequestResult, timeout: float | None) -> None:
-        """A future's get(): its partition goes now rather than after linger; wait for the result."""
+        """A future's get(): its partition goes now rather than after linger; wait for the result.
+
+        When no round is in progress this thread sends the batch itself (see the module's
+        docstring); otherwise the sender is asked to expedite the partition.
+        """
         self._refuse_on_sender("a future's get()")
+        deadline = None if timeout is None else time.monotonic() + timeout
         with self.cond:
-            if not result.done:
-                self._expedite.add(tp)
-                self.cond.notify_all()
-            if not self.cond.wait_for(lambda: result.done, timeout):
-                raise KafkaTimeoutError(f"no acknowledgement for {tp.topic}-{tp.partition} within {timeout} s")
+            while not result.done:
+                work = self._take_for_caller(tp)
+                if work is not None:
+                    self._run_here(work)
+                    continue
+                if tp not in self._expedite:
+                    self._expedite.add(tp)
+                    self._work.notify()
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise KafkaTimeoutError(f"no acknowledgement for {tp.topic}-{tp.partition} within {timeout} s")
+                self.cond.wait(left)
+
+    def _take_for_caller(self, tp: TopicPartition) -> Work | None:
+        """tp's batch sealed and a round's work taken for the calling thread to send (caller holds
+        `cond`); None when it must be left to the sender: a round is in progress (rounds never
+        overlap), there is no round runner, or a callback waits on a batch (callbacks run on the
+        sender thread)."""
+        if self._in_round or self._run_round is None or self._callbacks_waiting(tp):
+            return None
+        self.seal(tp, notify=False)
+        work = self._take()
+        if not work:
+            return None
+        self._in_round, self._round_thread = True, threading.current_thread()
+        return work
+
+    def _callbacks_waiting(self, tp: TopicPartition) -> bool:
+        """Whether a callback was added to tp's open batch or to any sealed batch (caller holds `cond`)."""
+        batch = self.open.get(tp)
+        if batch is not None and batch.result.callbacks:
+            return True
+        return any(b.result.callbacks for queue in self._sealed.values() for b in queue)
+
+    def _run_here(self, work: Work) -> None:
+        """Run the round on the calling thread, without the lock (the caller holds `cond`: it is
+        released for the round and held again after it). The round ends with `completed`."""
+        assert self._run_round is not None, "only _take_for_caller hands out work, and it needs a runner"
+        self.lock.release()
+        try:
+            self._run_round(work)
+        finally:
+            self.lock.acquire()
 
     def flush(self, timeout: float | None) -> None:
         """Send every batch now and wait until each is settled (acknowledged or failed)."""
         self._refuse_on_sender("flush()")
         with self.cond:
             self._flushing += 1
-            self.cond.notify_all()
+            self._work.notify()
             try:
                 if not self.cond.wait_for(lambda: self._incomplete == 0, timeout):
                     raise KafkaTimeoutError(f"flush() did not finish within {timeout} s")
@@ -204,20 +274,26 @@ class RecordAccumulator:
             self._sealed.clear()
         for batch in doomed:
             batch.settle(None, error)
-        self.completed(doomed)
+        self.completed(doomed)  # not a round's end: a round in progress goes on
 
     def close(self) -> None:
         with self.cond:
             self.closed = True
             self.cond.notify_all()
+            self._work.notify()
+
+    def _on_io_thread(self) -> bool:
+        """Whether the calling thread sends batches: the sender, or a get() running a round."""
+        thread = threading.current_thread()
+        return thread is self.sender_thread or (self._in_round and thread is self._round_thread)
 
     def _refuse_on_sender(self, what: str) -> None:
-        if threading.current_thread() is self.sender_thread:
+        if self._on_io_thread():
             raise IllegalStateError(f"{what} cannot be called from a producer callback: it would wait for itself")
 
     # ---- the sender side --------------------------------------------------------------------------------------
 
-    def ready(self) -> dict[TopicPartition, list[ProducerBatch]] | None:
+    def ready(self) -> Work | None:
         """Block until some batches should go; per partition, in order, one request's worth.
 
         None is the sender's cue to stop: the accumulator is closed and empty, or nothing has
@@ -229,24 +305,42 @@ class RecordAccumulator:
             idle_since = time.monotonic()
             while True:
                 now = time.monotonic()
-                self._seal_due(now)
-                work = self._take()
-                if work:
-                    return work
+                if not self._in_round:  # a get() may be running one: rounds never overlap
+                    self._seal_due(now)
+                    work = self._take()
+                    if work:
+                        self._in_round, self._round_thread = True, self.sender_thread
+                        return work
                 if self.open or self._incomplete:
                     idle_since = now
                 elif self.closed or now - idle_since >= SENDER_IDLE_S:
                     self.sender_thread = None
                     return None
-                self.cond.wait(self._next_deadline() if self.open else SENDER_IDLE_S)
+                if self._in_round:
+                    # Nothing can be taken until a get()'s round ends, and its end wakes the
+                    # sender if anything is left for it: a send meanwhile need not.
+                    wait = SENDER_IDLE_S
+                    self._sender_waits_round = True
+                else:
+                    wait = self._next_deadline() if self.open else SENDER_IDLE_S
+                    self._sender_wake_at = now + wait
+                try:
+                    self._work.wait(wait)
+                finally:
+                    self._sender_wake_at, self._sender_waits_round = -math.inf, False
 
-    def completed(self, batches: list[ProducerBatch]) -> None:
-        """The sender settled these: release their buffer and wake whoever waits on results."""
+    def completed(self, batches: list[ProducerBatch], *, end_of_round: bool = False) -> None:
+        """These were settled (by a round, `end_of_round`, or dropped unsent): release their
+        buffer and wake whoever waits on results; after a get()'s round, the sender if it waited."""
         with self.cond:
             for batch in batches:
                 self._buffered -= batch.reserved
                 batch.reserved = 0
             self._incomplete -= len(batches)
+            if end_of_round:
+                self._in_round, self._round_thread = False, None
+                if self._sender_waits_round and (self.open or self._sealed or self._flushing or self.closed):
+                    self._work.notify()
             self.cond.notify_all()
 
     def _seal_due(self, now: float) -> None:
@@ -258,7 +352,7 @@ class RecordAccumulator:
             self.seal(tp)
         self._expedite.clear()
 
-    def _take(self) -> dict[TopicPartition, list[ProducerBatch]]:
+    def _take(self) -> Work:
         """Every sealed batch of each partition, in order, up to its group limit in bytes (one at least)."""
         work = {}
         for tp, queue in self._sealed.items():
@@ -274,9 +368,7 @@ class RecordAccumulator:
             del self._sealed[tp]
         return work
 
-    def _next_deadline(self) -> float | None:
-        """Seconds until the oldest open batch's linger passes; None (wait for a notify) if none is open."""
-        if not self.open:
-            return None
+    def _next_deadline(self) -> float:
+        """Seconds until the oldest open batch's linger passes (the caller checked one is open)."""
         oldest = min(b.created for b in self.open.values())
         return max(0.0, oldest + self._linger - time.monotonic())

@@ -38,7 +38,7 @@ from storage.errors import (
     UnsupportedCompressionTypeError,
 )
 from storage.partition_log import BatchAppendResult
-from txlog.clients.record_accumulator import ProducerBatch, RecordAccumulator
+from txlog.clients.record_accumulator import ProducerBatch, RecordAccumulator, Work
 from txlog.clients.transaction_manager import TransactionManager, increment_sequence
 from txlog.errors import KafkaTimeoutError, RequestTimedOutError
 from txlog.topic_partition import TopicPartition
@@ -101,16 +101,21 @@ class Sender:
             work = accumulator.ready()
             if work is None:
                 return
-            batches = [b for group in work.values() for b in group]
-            try:
-                with self._txn.lock:
-                    self._round(work)
-            except BaseException as exc:  # noqa: BLE001 - a simulated crash (or a bug) kills the producer
-                self._txn.died(exc)
-                for batch in batches:
-                    batch.settle(None, exc)
-            finally:
-                accumulator.completed(batches)
+            self.run_round(work)
+
+    def run_round(self, work: Work) -> None:
+        """Send one round's batches and settle them; on this thread or on a blocking get()'s
+        (RecordAccumulator.await_result: the accumulator never lets two rounds overlap)."""
+        batches = [b for group in work.values() for b in group]
+        try:
+            with self._txn.lock:
+                self._round(work)
+        except BaseException as exc:  # noqa: BLE001 - a simulated crash (or a bug) kills the producer
+            self._txn.died(exc)
+            for batch in batches:
+                batch.settle(None, exc)
+        finally:
+            self._accumulator.completed(batches, end_of_round=True)
 
     def _round(self, work: dict[TopicPartition, list[ProducerBatch]]) -> None:
         txn = self._txn

@@ -1,0 +1,181 @@
+"""The producer's cheap paths (issue 26): every spelling of `send` takes the fast path, and a
+blocking get() sends its own batch without a hand-off to the sender thread.
+
+What must hold whichever path a record takes: the bytes in the log are the ones the general
+(converting) path writes, a partition is checked before it is used, callbacks run on the sender
+thread in record order, and a partition's batches reach the log in the order they were sealed.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+import txlog
+from storage import Store
+from storage.file_records import FileRecords
+from txlog.errors import UnknownTopicOrPartitionError
+from txlog.fetch import IsolationLevel, fetch
+from txlog.transport import Transport
+
+TS = 1_700_000_000_000
+
+
+class _Int(int):
+    """An int that is not exactly `int`: `send` takes its general path (conversion, partition check)."""
+
+
+class ThreadNotingTransport(Transport):
+    """Notes the thread of every Produce and, while `hold` is clear, keeps it waiting."""
+
+    def __init__(self, store):
+        super().__init__(store)
+        self.threads: list[str] = []
+        self.hold = threading.Event()
+        self.hold.set()
+        self.entered = threading.Event()
+
+    def produce(self, topic, partition, data, transactional_id=None, **kwargs):
+        self.threads.append(threading.current_thread().name)
+        self.entered.set()
+        assert self.hold.wait(30)
+        return super().produce(topic, partition, data, transactional_id, **kwargs)
+
+
+def _log_bytes(store: Store, topic: str, partition: int) -> bytes:
+    out = b""
+    for segment in store.partition(topic, partition).segments:
+        with FileRecords.open(segment.log_path) as records:
+            out += records.read(0, records.size())
+    return out
+
+
+def _produce(root: str, fast: bool) -> bytes:
+    """The same 300 records, headers and timestamps to partition 1, spelled for the fast or the general path."""
+    with Store.open(root) as store:
+        store.create_topic("t", 3)
+        p = txlog.Producer(store, batch_size=2048, linger_ms=60_000)
+        for i in range(300):
+            pairs = [("n", b"%d" % i), ("empty", None)] if i % 3 else []
+            if fast:
+                headers, partition, ts = pairs, 1, TS + i
+            else:  # a tuple, bytearray values and int subclasses: converted and checked as always
+                headers = tuple((k, None if v is None else bytearray(v)) for k, v in pairs)
+                partition, ts = _Int(1), _Int(TS + i)
+            p.send("t", b"v%d" % i, key=b"k%d" % (i % 7), partition=partition, headers=headers, timestamp_ms=ts)
+        p.flush()
+        p.close()
+        return _log_bytes(store, "t", 1)
+
+
+def test_explicit_partition_headers_and_timestamps_write_the_bytes_of_the_general_path(tmp_path):
+    fast, general = _produce(str(tmp_path / "fast"), True), _produce(str(tmp_path / "general"), False)
+    assert len(fast) > 300 * 20
+    assert fast == general
+
+
+def test_headers_passed_as_they_are_are_read_at_send(store):
+    """The fast path hands the caller's list to the batch: changing it after send changes nothing."""
+    store.create_topic("t", 1)
+    p = txlog.Producer(store, linger_ms=60_000)
+    headers = [("a", b"1")]
+    p.send("t", b"v", headers=headers)
+    headers[0] = ("a", b"changed")
+    headers.append(("b", b"2"))
+    p.flush()
+    p.close()
+    log = store.partition("t", 0)
+    (record,) = fetch(log, 0, IsolationLevel.READ_UNCOMMITTED, max_records=10).records
+    assert list(record.headers) == [("a", b"1")]
+
+
+def test_a_partition_used_before_is_still_checked_for_every_spelling(store):
+    """The fast lookup of known partitions must not let True (== 1) or an out-of-range number through."""
+    store.create_topic("t", 2)
+    p = txlog.Producer(store)
+    p.send("t", b"v", partition=1).get()
+    with pytest.raises(UnknownTopicOrPartitionError):
+        p.send("t", b"v", partition=True)
+    with pytest.raises(UnknownTopicOrPartitionError):
+        p.send("t", b"v", partition=2)
+    p.close()
+
+
+def test_a_blocking_get_sends_its_batch_on_the_calling_thread(store):
+    store.create_topic("t", 1)
+    transport = ThreadNotingTransport(store)
+    p = txlog.Producer(store, transport=transport, linger_ms=60_000)
+    for i in range(5):
+        assert p.send("t", b"v%d" % i).get(timeout=30).offset == i
+    assert transport.threads == ["MainThread"] * 5  # no hand-off to the sender and back
+    p.close()
+
+
+def test_a_batch_with_a_callback_is_sent_by_the_sender_thread_even_on_get(store):
+    store.create_topic("t", 1)
+    transport = ThreadNotingTransport(store)
+    p = txlog.Producer(store, transport=transport, linger_ms=60_000)
+    threads = []
+    future = p.send("t", b"v").add_callback(lambda m, e: threads.append(threading.current_thread().name))
+    future.get(timeout=30)
+    sender = f"txlog-producer-sender | {p.client_id}"
+    assert threads == [sender] and transport.threads == [sender]
+    p.close()
+
+
+def test_a_get_while_another_round_is_in_progress_waits_for_it_and_keeps_the_order(store):
+    """Rounds never overlap: a get() on another thread is sending (held in its Produce), so this
+    get() waits for it rather than sending a later batch of the same partition first."""
+    store.create_topic("t", 1)
+    transport = ThreadNotingTransport(store)
+    p = txlog.Producer(store, transport=transport, linger_ms=60_000)
+    transport.hold.clear()
+    first = p.send("t", b"first")
+    other = threading.Thread(target=lambda: first.get(timeout=30), name="other-getter")
+    other.start()
+    assert transport.entered.wait(30)
+    second = p.send("t", b"second")
+    waiter = threading.Thread(target=lambda: second.get(timeout=30), name="second-getter")
+    waiter.start()
+    waiter.join(0.2)
+    assert transport.threads == ["other-getter"]  # the second get() did not start a round of its own
+    transport.hold.set()
+    other.join(30)
+    waiter.join(30)
+    assert (first.get(timeout=1).offset, second.get(timeout=1).offset) == (0, 1)
+    p.close()
+
+
+def test_threads_sending_and_getting_at_once_keep_each_partitions_order(store):
+    """Stress: four threads send to two partitions, some records with callbacks, some waited for
+    with get() (which may send rounds on those threads); every record lands once, and each
+    thread's records of a partition keep their send order."""
+    store.create_topic("t", 2)
+    p = txlog.Producer(store, batch_size=1024, linger_ms=1)
+    results: dict[int, list] = {}
+
+    def work(n: int) -> None:
+        futures = []
+        for i in range(400):
+            f = p.send("t", b"%d:%d" % (n, i), partition=i % 2)
+            if i % 5 == 0:
+                f.add_callback(lambda m, e: None)
+            if i % 7 == n:
+                f.get(timeout=30)
+            futures.append((i % 2, f))
+        results[n] = [(part, f.get(timeout=30).offset) for part, f in futures]
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    p.close()
+    every = [(part, off) for rows in results.values() for part, off in rows]
+    assert len(results) == 4 and len(set(every)) == 1600
+    for part in (0, 1):
+        assert sorted(off for q, off in every if q == part) == list(range(800))
+        for rows in results.values():
+            mine = [off for q, off in rows if q == part]
+            assert mine == sorted(mine)
