@@ -276,9 +276,11 @@ def encode_batches(
     is_transactional: bool,
     now_ms: int,
     cls: type[_T],
+    buffers: list[bytearray] | None = None,
 ) -> list[_T]:
     """Whole batches split as BatchBuilder splits, as `cls` (data: bytearray, record_count,
-    max_timestamp) instances (storage.records.EncodedBatch)."""
+    max_timestamp) instances (storage.records.EncodedBatch); uncompressed ones reuse the
+    bytearrays popped from the end of `buffers` that nothing else refers to."""
 
 def stamp_batch(data: WriteableBuffer, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
     """Set the producer fields of the one batch in `data` in place, its CRC updated."""

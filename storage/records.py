@@ -858,6 +858,7 @@ def encode_batches(
     compression: Compression | int = Compression.NONE,
     is_transactional: bool = False,
     now_ms: int | None = None,
+    buffers: list[bytearray] | None = None,
 ) -> list[EncodedBatch]:
     """Whole batches from record columns, in one native pass (no Python work per record).
 
@@ -868,6 +869,10 @@ def encode_batches(
     max_bytes, but a batch's first record is always accepted. Base offset 0, leader epoch,
     producer id, epoch and base sequence -1 (see stamp_batch), CREATE_TIME timestamps.
     TypeError names the index of an item of the wrong type; no values, no batches.
+
+    `buffers` (the producer's buffer pool): uncompressed batches are written into bytearrays
+    popped from its end, those nothing else refers to (one still referenced is dropped from it,
+    never written), before new ones are allocated.
     """
     if compression not in Compression._value2member_map_:
         raise UnsupportedCompressionTypeError(f"unknown compression type {compression}")
@@ -885,6 +890,7 @@ def encode_batches(
             is_transactional=bool(is_transactional),
             now_ms=_now_ms() if now_ms is None else now_ms,
             cls=EncodedBatch,
+            buffers=buffers,
         )
     except OverflowError as exc:
         raise ValueError(f"batch field out of range: {exc}") from None

@@ -36,7 +36,9 @@ The target is part 2b's (below).
 Part 1 also times `send(..., partition=0)` (an explicit partition, which must take the same
 fast path as a plain send: target >= 2x) and `Producer.produce_many` of the same records (keys
 and values as two columns, one call, then flush): whole batches encoded natively. Target: >= 5x
-(>= 3x with `--value-bytes 1024`, where the batch buffers' page faults used to dominate).
+(>= 3x with `--value-bytes 1024`, where the batch buffers' page faults used to dominate);
+its "warm" row times a producer's second call, when its buffer pool holds the buffers of the
+first (a long-running producer's case; the plain row's producer is new, its pool empty).
 `--value-bytes` (default 100) sets the value size of every part.
 
 Part 4 - durable one-record sends. `--durable-sends` (default 300) times `send(...).get()` of
@@ -178,40 +180,51 @@ def txlog_send(
     partitioner: str = "murmur2",
     bulk: bool = False,
     explicit: bool = False,
+    warm: bool = False,
 ) -> tuple[Sample, int]:
     """send() every record then flush(), on a fresh store; (sample, batches written).
 
     `bulk` makes it one produce_many() call of the keys and values as two columns instead;
-    `explicit` sends every record with `partition=0`.
+    `explicit` sends every record with `partition=0`; `warm` does it all once untimed first,
+    with the same producer (its buffer pool then holds buffers, as in a long-running producer).
     """
     root = tempfile.mkdtemp(prefix="send-", dir=workdir)
     store = Store.open(root)
     try:
         store.create_topic(TOPIC, partitions)
         producer = Producer(store, batch_size=batch_size, linger_ms=linger_ms, partitioner=partitioner)
-        send = producer.send
         keys, values = ([k for k, _, _ in records], [v for _, v, _ in records]) if bulk else ([], [])
+        if warm:
+            _send_all(producer, records, keys, values, bulk, explicit)
         if profiler is not None:
             profiler.enable()
         with timed() as sample:
-            if bulk:
-                producer.produce_many(TOPIC, values, keys)
-            elif explicit:
-                for key, value, _ in records:
-                    send(TOPIC, value, key, 0)
-            else:
-                for key, value, _ in records:
-                    send(TOPIC, value, key)
-            producer.flush()
+            _send_all(producer, records, keys, values, bulk, explicit)
         if profiler is not None:
             profiler.disable()
         producer.close()
         written = sum(store.partition(TOPIC, p).log_end_offset for p in range(partitions))
-        assert written == len(records), (written, len(records))
+        assert written == len(records) * (2 if warm else 1), (written, len(records))
         return sample[0], count_batches(store, TOPIC)
     finally:
         store.close()
         shutil.rmtree(root)
+
+
+def _send_all(
+    producer: Producer, records: Records, keys: list[bytes], values: list[bytes], bulk: bool, explicit: bool
+) -> None:
+    """Every record, by produce_many (`bulk`) or send (with partition=0 if `explicit`), then flush()."""
+    send = producer.send
+    if bulk:
+        producer.produce_many(TOPIC, values, keys)
+    elif explicit:
+        for key, value, _ in records:
+            send(TOPIC, value, key, 0)
+    else:
+        for key, value, _ in records:
+            send(TOPIC, value, key)
+    producer.flush()
 
 
 # ---- part 2: transactions ---------------------------------------------------------------------------
@@ -463,6 +476,7 @@ class SendRow:
     tx: list[Sample]
     many: list[Sample]
     explicit: list[Sample]
+    many_warm: list[Sample]
     kp_batches: int = 0
     tx_batches: int = 0
 
@@ -522,6 +536,21 @@ def print_send(rows: list[SendRow], count: int, reps: int, value_bytes: int) -> 
             f"{MANY_TARGET:>6.1f}x {verdict(ratio, MANY_TARGET):<6}{median_after_cold(row.many, 'fsync') * 1e3:>6.0f}"
             f"{median_after_cold(row.many, 'fsyncs'):>8.0f}{median_after_cold(row.many, 'cpu') / count * 1e6:>12.2f}"
         )
+    for row in rows:
+        kp, many = median_after_cold(row.kp), median_after_cold(row.many_warm)
+        ratio = kp / many
+        label = f"{row.batch_size}:{row.linger_ms} warm"
+        print(
+            f"{label:<19}{'':>16}{count / kp:>20,.0f}{count / many:>13,.0f}{ratio:>6.2f}x"
+            f"{MANY_TARGET:>6.1f}x {verdict(ratio, MANY_TARGET):<6}"
+            f"{median_after_cold(row.many_warm, 'fsync') * 1e3:>6.0f}"
+            f"{median_after_cold(row.many_warm, 'fsyncs'):>8.0f}"
+            f"{median_after_cold(row.many_warm, 'cpu') / count * 1e6:>12.2f}"
+        )
+    print(
+        "'warm': the second produce_many of a producer (its buffer pool holds the first call's buffers), "
+        "as in a long-running producer"
+    )
     for row in rows:
         lo, hi = spread(row.tx)
         fs = median_after_cold(row.tx, "fsyncs")
@@ -631,7 +660,7 @@ def main() -> None:
 
     with scratch_dir(args.dir, "bench-producer-") as workdir:
         if not args.skip_send:
-            rows = [SendRow(size, linger, [], [], [], []) for size, linger in sizes]
+            rows = [SendRow(size, linger, [], [], [], [], []) for size, linger in sizes]
             for _ in range(args.reps + 1):
                 for row in rows:
                     sample, row.kp_batches = kafka_python_encode(send_records, row.batch_size)
@@ -645,7 +674,12 @@ def main() -> None:
                         partitioner=args.partitioner,
                     )
                     row.tx.append(sample)
-                    for samples_of, flags in ((row.many, {"bulk": True}), (row.explicit, {"explicit": True})):
+                    variants = (
+                        (row.many, {"bulk": True}),
+                        (row.many_warm, {"bulk": True, "warm": True}),
+                        (row.explicit, {"explicit": True}),
+                    )
+                    for samples_of, flags in variants:
                         samples_of.append(
                             txlog_send(
                                 workdir,

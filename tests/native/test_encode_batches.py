@@ -346,3 +346,44 @@ def test_partition_many_refuses_bad_keys_and_counts():
         partition_many([b"a"], 3, "crc32")
     with pytest.raises(TypeError, match="keys must be a sequence"):
         partition_many(b"ab", 3)
+
+
+# ---- buffers: the producer's BufferPool hands settled batches' bytearrays back to the encoder ------
+
+
+def _plain(count: int, size: int) -> list[bytes]:
+    return [bytes([i % 251]) * size for i in range(count)]
+
+
+def test_free_buffers_are_reused_and_the_bytes_are_those_of_new_ones():
+    values = _plain(300, 100)
+    fresh = encode_batches(values, max_bytes=4096, now_ms=NOW)
+    spares = [bytearray(b"\xff" * 5000) for _ in range(3)]  # only the list refers to them
+    ids = [id(b) for b in spares]
+    reused = encode_batches(values, max_bytes=4096, now_ms=NOW, buffers=spares)
+    assert [bytes(b.data) for b in reused] == [bytes(b.data) for b in fresh]  # old contents fully overwritten
+    assert [id(b.data) for b in reused[:3]] == ids[::-1]  # taken from the end, each kept alive by its batch
+    assert spares == [] and len(reused) > 3  # the rest were allocated
+
+
+@given(held=st.lists(st.booleans(), min_size=1, max_size=12), count=st.integers(1, 200))
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_a_buffer_anything_else_refers_to_is_never_written(held, count):
+    """Property: whatever mix of free and still-referenced buffers is offered, every buffer
+    still referenced elsewhere keeps its bytes (it is dropped from the list, not reused)."""
+    offered = [bytearray(b"\xee" * 3000) for _ in held]
+    outside = [buffer for buffer, keep in zip(offered, held, strict=True) if keep]  # references a reader still holds
+    snapshots = [bytes(b) for b in outside]
+    spares = list(offered)
+    del offered
+    out = encode_batches(_plain(count, 50), max_bytes=2048, now_ms=NOW, buffers=spares)
+    assert [bytes(b) for b in outside] == snapshots
+    assert not any(batch.data is b for batch in out for b in outside)
+    values = _plain(count, 50)
+    assert [bytes(b.data) for b in out] == [bytes(b.data) for b in encode_batches(values, max_bytes=2048, now_ms=NOW)]
+
+
+def test_compressed_batches_leave_the_buffers_alone():
+    spares = [bytearray(100)]
+    out = encode_batches(_plain(50, 20), max_bytes=4096, now_ms=NOW, compression=Compression.GZIP, buffers=spares)
+    assert len(spares) == 1 and all(batch.data is not spares[0] for batch in out)

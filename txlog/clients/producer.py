@@ -232,6 +232,7 @@ class Producer:
             max_block_ms=max_block_ms,
             on_seal=self._sealed,
             run_round=self._run_round,
+            batch_size=batch_size,
         )
         self._sender: Sender | None = None
         self._open = self._accumulator.open  # read per send: one attribute lookup, not two
@@ -485,18 +486,24 @@ class Producer:
         size = min(self.batch_size, max_message)
         transactional = self.transactional_id is not None
         out: list[tuple[TopicPartition, int, ProduceRequestResult]] = []
+        accumulator = self._accumulator
         for start in range(0, len(rows), BULK_CHUNK_RECORDS):
             chunk = rows[start : start + BULK_CHUNK_RECORDS]
             pick = _column_picker(chunk, len(values))
-            encoded = encode_batches(
-                pick(values),
-                None if keys is None else pick(keys),
-                None if headers is None else pick(headers),
-                None if timestamps is None else pick(timestamps),
-                max_bytes=size,
-                compression=self.compression,
-                is_transactional=transactional,
-            )
+            spare = accumulator.spare_buffers()  # settled batches' buffers: no fresh pages to fault in
+            try:
+                encoded = encode_batches(
+                    pick(values),
+                    None if keys is None else pick(keys),
+                    None if headers is None else pick(headers),
+                    None if timestamps is None else pick(timestamps),
+                    max_bytes=size,
+                    compression=self.compression,
+                    is_transactional=transactional,
+                    buffers=spare,
+                )
+            finally:
+                accumulator.return_spare(spare)  # what the encoder did not take
             out.extend(self._queue_sealed(tp, encoded))
         return out
 

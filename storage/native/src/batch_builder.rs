@@ -25,6 +25,9 @@ use crate::compression;
 
 const TIMESTAMP_TYPE_MASK: i16 = 0x08;
 const TRANSACTIONAL_MASK: i16 = 0x10;
+/// The most a new batch reserves up front: a larger limit (a 1 MiB batch.size, or none at all
+/// for a one-off batch) grows from here, so a small batch never maps a large buffer.
+const INITIAL_CAPACITY_LIMIT: usize = 64 * 1024;
 
 /// What the producer reads back about one appended record, for its RecordMetadata.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,7 +109,9 @@ fn size_of(item: Option<&[u8]>, what: &str) -> Result<i32> {
 impl OpenBatch {
     pub fn new(max_bytes: i64) -> Self {
         OpenBatch {
-            records: Vec::new(),
+            // Room for a full batch at once (up to INITIAL_CAPACITY_LIMIT), as Kafka's producer
+            // takes a batch.size buffer: the region is not copied again and again as it grows.
+            records: Vec::with_capacity(usize::try_from(max_bytes).unwrap_or(0).min(INITIAL_CAPACITY_LIMIT)),
             appended: Vec::new(),
             base_timestamp: 0,
             max_timestamp: 0,

@@ -269,10 +269,13 @@ fn timestamps_column(column: Option<&Bound<'_, PyAny>>, now_ms: i64) -> PyResult
 ///
 /// Columns are read first (timestamps last: extracting an int may run Python code, which
 /// could mutate a column - harmless, since every borrowed item is held by a strong
-/// reference). Uncompressed batches are encoded straight into their final bytearrays,
-/// allocated from the plan's exact sizes; past DETACH_BYTES the encoding runs without the GIL.
+/// reference). Uncompressed batches are encoded straight into their final bytearrays, sized
+/// from the plan's exact sizes: taken from the end of `buffers` (the producer's buffer pool,
+/// Kafka's BufferPool: a reused buffer's pages are already mapped, where a fresh one's first
+/// touch page-faults) while it has some, else new; past DETACH_BYTES the encoding runs
+/// without the GIL.
 #[pyfunction]
-#[pyo3(signature = (values, keys, headers, timestamps, *, max_bytes, codec, is_transactional, now_ms, cls))]
+#[pyo3(signature = (values, keys, headers, timestamps, *, max_bytes, codec, is_transactional, now_ms, cls, buffers=None))]
 #[allow(clippy::too_many_arguments)] // the options are keyword-only, each named at the call
 pub fn encode_batches<'py>(
     py: Python<'py>,
@@ -285,6 +288,7 @@ pub fn encode_batches<'py>(
     is_transactional: bool,
     now_ms: i64,
     cls: &Bound<'py, PyAny>,
+    buffers: Option<&Bound<'py, PyList>>,
 ) -> PyResult<Bound<'py, PyList>> {
     let maker = SubclassTuples::new(cls)?;
     let value_column = read_column(values, "value")?;
@@ -302,13 +306,11 @@ pub fn encode_batches<'py>(
     let spans = encoder::plan(&cols, &opts).map_err(to_py)?;
     let detach = spans.iter().map(|s| s.size).sum::<usize>() >= DETACH_BYTES;
     let datas: Vec<Bound<'py, PyByteArray>> = if codec == compression::NONE {
-        let arrays: Vec<Bound<'py, PyByteArray>> = spans.iter().map(|_| PyByteArray::new(py, &[])).collect();
-        for (array, span) in arrays.iter().zip(&spans) {
-            array.resize(span.size)?;
-        }
-        // SAFETY: each bytearray was just created here, is referenced only by `arrays` (no
-        // Python code can reach it, so nothing resizes or frees it) and is `span.size` long;
-        // the slices are dropped before `arrays` is handed out.
+        let arrays = spans.iter().map(|span| batch_array(py, buffers, span.size)).collect::<PyResult<Vec<_>>>()?;
+        // SAFETY: each bytearray was created here or taken out of `buffers` with no other
+        // reference left (batch_array), so it is referenced only by `arrays`: no Python code
+        // can reach it, so nothing resizes or frees it; it is `span.size` long. The slices are
+        // dropped before `arrays` is handed out.
         let mut outs: Vec<&mut [u8]> =
             arrays.iter().map(|a| unsafe { std::slice::from_raw_parts_mut(a.data(), a.len()) }).collect();
         let fill = |outs: &mut [&mut [u8]]| -> Result<(), Error> {
@@ -339,6 +341,30 @@ pub fn encode_batches<'py>(
         })
         .collect::<PyResult<Vec<_>>>()?;
     PyList::new(py, items)
+}
+
+/// A bytearray of `size` bytes for one batch: the last of `spare` that nothing else refers to
+/// (each one looked at is taken out of the list; one still referenced elsewhere, by a caller's
+/// mistake, is dropped rather than written while someone may read it), else a new one.
+fn batch_array<'py>(
+    py: Python<'py>,
+    spare: Option<&Bound<'py, PyList>>,
+    size: usize,
+) -> PyResult<Bound<'py, PyByteArray>> {
+    while let Some(list) = spare.filter(|l| !l.is_empty()) {
+        let last = list.len() - 1;
+        let item = list.get_item(last)?;
+        list.del_item(last)?;
+        if let Ok(array) = item.cast_into_exact::<PyByteArray>() {
+            if array.get_refcnt() == 1 {
+                array.resize(size)?;
+                return Ok(array);
+            }
+        }
+    }
+    let array = PyByteArray::new(py, &[]);
+    array.resize(size)?;
+    Ok(array)
 }
 
 /// Patch producer id, epoch and base sequence of the one batch in `data` in place and update
