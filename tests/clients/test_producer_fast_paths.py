@@ -15,7 +15,7 @@ import pytest
 import txlog
 from storage import Store
 from storage.file_records import FileRecords
-from txlog.errors import UnknownTopicOrPartitionError
+from txlog.errors import KafkaTimeoutError, UnknownTopicOrPartitionError
 from txlog.fetch import IsolationLevel, fetch
 from txlog.transport import Transport
 
@@ -107,8 +107,30 @@ def test_a_blocking_get_sends_its_batch_on_the_calling_thread(store):
     transport = ThreadNotingTransport(store)
     p = txlog.Producer(store, transport=transport, linger_ms=60_000)
     for i in range(5):
-        assert p.send("t", b"v%d" % i).get(timeout=30).offset == i
+        assert p.send("t", b"v%d" % i).get().offset == i
     assert transport.threads == ["MainThread"] * 5  # no hand-off to the sender and back
+    p.close()
+
+
+def test_a_get_with_a_timeout_leaves_the_round_to_the_sender_and_gives_up_in_time(store):
+    """A round cannot be abandoned halfway, so get(timeout) never runs one: with the write held
+    it raises KafkaTimeoutError instead of waiting for the write."""
+    store.create_topic("t", 1)
+    transport = ThreadNotingTransport(store)
+    p = txlog.Producer(store, transport=transport, linger_ms=60_000)
+    transport.hold.clear()
+    release = threading.Timer(30, transport.hold.set)  # never a hung test, even if get() waited
+    release.start()
+    try:
+        future = p.send("t", b"v")
+        with pytest.raises(KafkaTimeoutError):
+            future.get(timeout=0.2)
+        assert transport.hold.is_set() is False
+    finally:
+        transport.hold.set()
+        release.cancel()
+    assert future.get().offset == 0
+    assert transport.threads == [f"txlog-producer-sender | {p.client_id}"]
     p.close()
 
 
@@ -118,7 +140,7 @@ def test_a_batch_with_a_callback_is_sent_by_the_sender_thread_even_on_get(store)
     p = txlog.Producer(store, transport=transport, linger_ms=60_000)
     threads = []
     future = p.send("t", b"v").add_callback(lambda m, e: threads.append(threading.current_thread().name))
-    future.get(timeout=30)
+    future.get()
     sender = f"txlog-producer-sender | {p.client_id}"
     assert threads == [sender] and transport.threads == [sender]
     p.close()
@@ -132,11 +154,11 @@ def test_a_get_while_another_round_is_in_progress_waits_for_it_and_keeps_the_ord
     p = txlog.Producer(store, transport=transport, linger_ms=60_000)
     transport.hold.clear()
     first = p.send("t", b"first")
-    other = threading.Thread(target=lambda: first.get(timeout=30), name="other-getter")
+    other = threading.Thread(target=first.get, name="other-getter")
     other.start()
     assert transport.entered.wait(30)
     second = p.send("t", b"second")
-    waiter = threading.Thread(target=lambda: second.get(timeout=30), name="second-getter")
+    waiter = threading.Thread(target=second.get, name="second-getter")
     waiter.start()
     waiter.join(0.2)
     assert transport.threads == ["other-getter"]  # the second get() did not start a round of its own
@@ -162,7 +184,7 @@ def test_threads_sending_and_getting_at_once_keep_each_partitions_order(store):
             if i % 5 == 0:
                 f.add_callback(lambda m, e: None)
             if i % 7 == n:
-                f.get(timeout=30)
+                f.get()  # no timeout: this thread may run the round itself
             futures.append((i % 2, f))
         results[n] = [(part, f.get(timeout=30).offset) for part, f in futures]
 

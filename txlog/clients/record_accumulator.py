@@ -22,8 +22,9 @@ for the other's events. The sender is woken only when it must act sooner than it
 send that opens a batch while the sender already sleeps until an earlier linger deadline
 costs no wake-up.
 
-A blocking `get()` runs the round that sends its batch on its own thread when no round is in
-progress and no callback waits on the batches it would take (Kafka's semantics for what
+A blocking `get()` (without a timeout, which a round could outlast) runs the round that sends
+its batch on its own thread when no round is in progress and no callback waits on the batches
+it would take (Kafka's semantics for what
 callbacks see stay: they run on the sender thread). The application thread would otherwise
 hand the batch to the sender and sleep until it is back: two thread switches for each durable
 one-record send. Rounds never overlap (`_in_round`), whichever thread runs them, so each
@@ -250,14 +251,16 @@ class RecordAccumulator:
     def await_result(self, tp: TopicPartition, result: ProduceRequestResult, timeout: float | None) -> None:
         """A future's get(): its partition goes now rather than after linger; wait for the result.
 
-        When no round is in progress this thread sends the batch itself (see the module's
-        docstring); otherwise the sender is asked to expedite the partition.
+        Without a timeout, when no round is in progress, this thread sends the batch itself
+        (see the module's docstring); otherwise the sender is asked to expedite the partition.
+        (A round cannot be left halfway, so a get() with a timeout never runs one: it could
+        not give up in time.)
         """
         self._refuse_on_sender("a future's get()")
         deadline = None if timeout is None else time.monotonic() + timeout
         with self.cond:
             while not result.done:
-                work = self._take_for_caller(tp)
+                work = self._take_for_caller(tp) if timeout is None else None
                 if work is not None:
                     self._run_here(work)
                     continue
