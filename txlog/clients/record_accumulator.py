@@ -24,10 +24,9 @@ costs no wake-up.
 
 A blocking `get()` (without a timeout, which a round could outlast) runs the round that sends
 its batch on its own thread when no round is in progress and no callback waits on the batches
-it would take (Kafka's semantics for what
-callbacks see stay: they run on the sender thread). The application thread would otherwise
-hand the batch to the sender and sleep until it is back: two thread switches for each durable
-one-record send. Rounds never overlap (`_in_round`), whichever thread runs them, so each
+it would take (callbacks keep Kafka's rule: they run on the sender thread). The application
+thread would otherwise hand the batch to the sender and sleep until it is back: two thread
+switches for each durable one-record send. Rounds never overlap (`_in_round`), whichever thread runs them, so each
 partition's batches still reach the log in the order they were sealed.
 """
 

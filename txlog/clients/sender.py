@@ -3,7 +3,9 @@
 Each round takes, per partition, the batches the accumulator says are due (up to
 `max.request.size` bytes) and appends them in ONE `Transport.produce` call: one write and,
 for acks=all outside a transaction, one fdatasync for all of them (group commit). Then it
-settles their futures, which runs the callbacks in record order, on this thread.
+settles their futures, which runs the callbacks in record order, on this thread. A blocking
+`get()` may run a round itself, by `run_round`, when the accumulator lets it (no round in
+progress, no callback waiting: RecordAccumulator.await_result).
 
 What a transaction changes: new partitions are registered first (one AddPartitionsToTxn
 for the round), and the data is written without an fdatasync of its own; the coordinator
