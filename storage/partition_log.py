@@ -785,13 +785,17 @@ class PartitionLog:
         producer_epoch: int,
         coordinator_epoch: int = 0,
         timestamp: int | None = None,
+        *,
+        sync: bool = True,
     ) -> AppendResult:
         """Write a COMMIT/ABORT marker as the transaction coordinator does (origin COORDINATOR).
 
         Re-sending the marker that ended the producer's last transaction writes nothing
         (roll-forward after a crash must be repeatable). For an abort that covered data,
         the `.txnindex` entry is made durable *before* the marker: a reader may never see
-        the marker without the entry that tells it to skip the aborted data.
+        the marker without the entry that tells it to skip the aborted data. `sync=False`
+        leaves the marker's fdatasync to a later `sync()` (the coordinator syncs a
+        transaction's markers together); until then it is below no high watermark.
         """
         self._check_writable()
         with self._mutex, self._writer_lock:
@@ -818,7 +822,7 @@ class PartitionLog:
                 segment.txn_index.truncate_to(offset)
                 segment.txn_index.append(AbortedTxn(producer_id, completed.first_offset, offset, lso))
                 segment.txn_index.flush()
-            self._write(marker, [(0, offset, ts)], segment=segment)
+            self._write(marker, [(0, offset, ts)], segment=segment, sync=sync)
             if completed is not None and completed.is_aborted:
                 self._txn_check.note_abort(segment, offset)
             plan.commit()

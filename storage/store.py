@@ -21,10 +21,11 @@ import shutil
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from storage.config import CONFIG_NAMES, ConfigValue, TopicConfig, validate_overrides
-from storage.durable import atomic_write, fsync_dir
+from storage.durable import atomic_write, fsync_dir, in_parallel
 from storage.errors import (
     InconsistentTopicIdError,
     InvalidConfigurationError,
@@ -192,6 +193,10 @@ class Store:
         """Create a topic; its partition directories and first segments exist before it is listed.
 
         `dry_run` checks everything a creation checks and writes nothing (Kafka's validate_only).
+        The partitions are laid out at once (`in_parallel`: each one's files and fsyncs are its
+        own, so no rule orders them against another's), and all of them have ended, durably,
+        before the store directory is fsynced and the metadata names the topic; if one fails,
+        the topic is not created (its directories are left for the next create to replace).
         """
         self._check_writable()
         validate_topic_name(name, allow_internal=internal)
@@ -204,8 +209,7 @@ class Store:
                 raise TopicAlreadyExistsError(f"topic '{name}' already exists")
             if dry_run:
                 return
-            for p in range(partitions):
-                self._make_partition_dir(name, p)
+            in_parallel([partial(self._make_partition_dir, name, p) for p in range(partitions)])
             fsync_dir(self.root)
             topics[name] = {"partitions": partitions, "config": overrides}
             self._write_meta(topics)

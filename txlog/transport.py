@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
+from storage.durable import in_parallel
 from storage.partition_log import AppendResult
 from storage.producer_state import TxnVerifier
 from storage.records import ControlType
@@ -110,9 +111,11 @@ class Transport:
         producer_epoch: int,
         coordinator_epoch: int,
         timestamp: int,
+        *,
+        sync: bool = True,
     ) -> AppendResult:
         return self._markers_via.write_txn_markers(
-            topic, partition, control, producer_id, producer_epoch, coordinator_epoch, timestamp
+            topic, partition, control, producer_id, producer_epoch, coordinator_epoch, timestamp, sync=sync
         )
 
     # ---- Produce ----------------------------------------------------------------------------------------
@@ -140,10 +143,12 @@ class Transport:
     def sync_partitions(self, partitions: Iterable[tuple[str, int]]) -> None:
         """Make everything written to these partitions durable (one fdatasync each, none if already durable).
 
-        A transactional producer's `flush()`: acknowledged means below the high watermark.
+        A transactional producer's `flush()`: acknowledged means below the high watermark. The
+        syncs run at once (`storage.durable.in_parallel`: no rule orders them); the first failure
+        is raised once every sync ended.
         """
-        for topic, partition in partitions:
-            self.store.partition(topic, partition).sync()
+        logs = [self.store.partition(topic, partition) for topic, partition in partitions]
+        in_parallel([log.sync for log in logs])
 
     def _verifier(self, transactional_id: str | None, topic: str, partition: int) -> TxnVerifier | None:
         """What the partition asks the coordinator, under its own lock, before a transactional append."""
@@ -292,10 +297,15 @@ class Transport:
         producer_epoch: int,
         coordinator_epoch: int,
         timestamp: int,
+        *,
+        sync: bool = True,
     ) -> AppendResult:
-        """WriteTxnMarkers for one partition: the coordinator's COMMIT/ABORT marker (idempotent)."""
+        """WriteTxnMarkers for one partition: the coordinator's COMMIT/ABORT marker (idempotent).
+
+        `sync=False`: the coordinator syncs the markers of a transaction together, after writing
+        them all (`PartitionLog.append_marker`)."""
         return self.store.partition(topic, partition).append_marker(
-            control, producer_id, producer_epoch, coordinator_epoch, timestamp
+            control, producer_id, producer_epoch, coordinator_epoch, timestamp, sync=sync
         )
 
     # ---- offsets: the group coordinator -------------------------------------------------------------------

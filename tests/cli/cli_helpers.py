@@ -251,13 +251,21 @@ def _fail_on_a_bug(argv: list[str], result: Any) -> None:
     ) from exc
 
 
+#: The thread name prefix of storage/durable.py's shared fsync pool.
+SYNC_POOL_THREADS = "txlog-sync"
+
+
 def _fail_on_threads_left(argv: list[str], before: set[threading.Thread]) -> None:
     """A thread the command started must end soon after it: in a process it would have died at exit (or kept
     the process from exiting), so one still running -- a member's heartbeat keeping it in its group -- would
-    make the next in-process command see what no user sees. Only an idle sender may linger, for a while."""
+    make the next in-process command see what no user sees. Only an idle sender may linger, for a while, and
+    the process-wide fsync pool's workers (storage/durable.py `in_parallel`: idle once a call returns, they
+    never keep a process from exiting)."""
     from txlog.clients.record_accumulator import SENDER_IDLE_S
 
     for thread in set(threading.enumerate()) - before:
+        if thread.name.startswith(SYNC_POOL_THREADS):
+            continue
         thread.join(SENDER_IDLE_S + THREAD_MARGIN_S)
         if thread.is_alive():
             raise CommandLeftSomethingRunning(f"txlog {argv} left thread {thread.name!r} running")

@@ -16,11 +16,15 @@ PREPARE is rolled forward again and the markers are not written twice.
 
 from __future__ import annotations
 
+import errno
 import os
+import threading
+from collections.abc import Callable
 
 import pytest
 
 from storage import Store
+from storage.errors import KafkaStorageError
 from storage.file_records import FileRecords
 from storage.high_watermark import HighWatermarkFile
 from storage.log_files import log_file
@@ -83,10 +87,17 @@ def setup(store_path):
     store.close()
 
 
+class _Hits(list):
+    """The names of the files fsynced, in the order the calls began; `before(name)`, when set, runs
+    first in the calling thread (it may raise OSError, as a failing disk does, or wait)."""
+
+    before: Callable[[str], None] | None = None
+
+
 @pytest.fixture
-def fsyncs(monkeypatch) -> list[str]:
+def fsyncs(monkeypatch) -> _Hits:
     """The file each os.fsync / os.fdatasync call hits, as 'coordinator', 'data-<p>' or the path."""
-    hits: list[str] = []
+    hits = _Hits()
     real_fsync, real_fdatasync = os.fsync, os.fdatasync
 
     def name(fd: int) -> str:
@@ -98,12 +109,17 @@ def fsyncs(monkeypatch) -> list[str]:
             return "data-" + directory.rsplit("-", 1)[1]
         return path
 
-    def fsync(fd):
+    def hit(fd: int) -> None:
         hits.append(name(fd))
+        if hits.before is not None:
+            hits.before(name(fd))
+
+    def fsync(fd):
+        hit(fd)
         real_fsync(fd)
 
     def fdatasync(fd):
-        hits.append(name(fd))
+        hit(fd)
         real_fdatasync(fd)
 
     monkeypatch.setattr(os, "fsync", fsync)
@@ -146,7 +162,99 @@ def test_an_abort_syncs_no_data(setup, fsyncs):
 def test_a_two_partition_commit_syncs_both_before_the_decision(setup, fsyncs):
     _, _, txn = setup
     txn.run((0, 1), commit=True)
-    assert fsyncs == ["coordinator", "data-0", "data-1", "coordinator", "data-0", "data-1"]
+    # the two syncs of a step run at once, so their order within the step is not fixed
+    steps = [fsyncs[0], sorted(fsyncs[1:3]), fsyncs[3], sorted(fsyncs[4:])]
+    assert steps == ["coordinator", ["data-0", "data-1"], "coordinator", ["data-0", "data-1"]]
+
+
+def _meet_at(barrier: threading.Barrier) -> Callable[[str], None]:
+    """A `before` hook: every data partition's fsync waits until the barrier's other party's has begun.
+
+    A serial loop of syncs never brings two to the barrier, which breaks after the timeout (only a
+    bound on a hang: a parallel sync meets its partner at once however slow the machine is).
+    """
+
+    def before(name: str) -> None:
+        if name.startswith("data-"):
+            barrier.wait()
+
+    return before
+
+
+def test_the_syncs_of_each_commit_step_are_in_flight_at_once(setup, fsyncs):
+    """Data syncs before PREPARE_COMMIT, and the markers' syncs after it, are issued in parallel."""
+    store, _, txn = setup
+    barrier = threading.Barrier(2, timeout=120)
+    txn.register(0, 1)
+    txn.send(0, b"p0")
+    txn.send(1, b"p1")
+    fsyncs.clear()
+    fsyncs.before = _meet_at(barrier)
+    txn.end(commit=True)  # a serial sync would break the barrier: BrokenBarrierError
+    assert not barrier.broken
+    assert fsyncs[2] == "coordinator" and sorted(fsyncs[:2]) == sorted(fsyncs[3:]) == ["data-0", "data-1"]
+    assert (_committed(store, 0)[-1], _committed(store, 1)[-1]) == (b"p0", b"p1")
+
+
+def _fail(partition: str, *, after_decision: bool, hits: list[str]) -> Callable[[str], None]:
+    """A `before` hook: EIO for `partition`'s fsync (only once the PREPARE was synced, if `after_decision`)."""
+
+    def before(name: str) -> None:
+        if name == partition and (not after_decision or "coordinator" in hits):
+            raise OSError(errno.EIO, "Input/output error")
+
+    return before
+
+
+def test_a_failed_data_sync_fails_the_commit_before_the_decision(setup, fsyncs, store_path):
+    """One data partition's sync fails: the end fails, no PREPARE is written, the other partition's
+    sync still ran to its end first, and the transaction stays open, so it can be aborted."""
+    store, transport, txn = setup
+    txn.register(0, 1)
+    txn.send(0, b"lost-0")
+    txn.send(1, b"lost-1")
+    pid, epoch = txn.pid, txn.epoch
+    fsyncs.clear()
+    fsyncs.before = _fail("data-0", after_decision=False, hits=fsyncs)
+    with pytest.raises(KafkaStorageError):
+        txn.end(commit=True)
+    assert sorted(fsyncs) == ["data-0", "data-1"]  # both syncs issued, no decision written
+    fsyncs.before = None
+    assert transport.transaction_coordinator.describe(TXN_ID).state.state is TxnState.ONGOING
+    store.close()  # the failed view refuses writes: a fresh process aborts
+    after = Store.open(store_path)
+    try:
+        again = Transport(after, clock=lambda: NOW_MS)
+        again.end_txn(TXN_ID, pid, epoch, commit=False)
+        assert again.transaction_coordinator.describe(TXN_ID).state.state is TxnState.COMPLETE_ABORT
+        assert b"lost-0" not in _committed(after, 0) and b"lost-1" not in _committed(after, 1)
+    finally:
+        after.close()
+
+
+def test_a_failed_marker_sync_leaves_the_decision_to_roll_forward(setup, fsyncs, store_path):
+    """A marker's sync fails after PREPARE_COMMIT: as before, the end answers with the decision and
+    no COMPLETE is written; the other partition's marker is still written and synced; a fresh
+    process rolls the durable decision forward."""
+    store, transport, txn = setup
+    txn.register(0, 1)
+    txn.send(0, b"kept-0")
+    txn.send(1, b"kept-1")
+    fsyncs.clear()
+    fsyncs.before = _fail("data-0", after_decision=True, hits=fsyncs)
+    txn.end(commit=True)  # decided: the client is told the commit happened
+    assert fsyncs[3:] and sorted(fsyncs[3:]) == ["data-0", "data-1"]  # both markers' syncs were issued
+    fsyncs.before = None
+    assert transport.transaction_coordinator.describe(TXN_ID).state.state is TxnState.PREPARE_COMMIT
+    store.close()
+    after = Store.open(store_path)
+    try:
+        again = Transport(after, clock=lambda: NOW_MS)
+        _Txn(again)  # any coordinator request first rolls the decided transaction forward
+        assert again.transaction_coordinator.describe(TXN_ID).state.state is TxnState.EMPTY
+        assert (_committed(after, 0)[-1], _committed(after, 1)[-1]) == (b"kept-0", b"kept-1")
+    finally:
+        after.close()
 
 
 def test_data_already_flushed_is_not_synced_again_at_commit(setup, fsyncs):

@@ -3,7 +3,11 @@
 Each round takes, per partition, the batches the accumulator says are due (up to
 `max.request.size` bytes) and appends them in ONE `Transport.produce` call: one write and,
 for acks=all outside a transaction, one fdatasync for all of them (group commit). Then it
-settles their futures, which runs the callbacks in record order, on this thread. A blocking
+settles their futures, which runs the callbacks in record order, on this thread. A round over
+several partitions with acks=all writes every partition's group first, then fdatasyncs them
+all at once (`storage.durable.in_parallel`: no rule orders one partition's sync against
+another's), and only then settles the futures, partition by partition in the round's order:
+no future is acknowledged before its partition's fdatasync ended. A blocking
 `get()` may run a round itself, by `run_round`, when the accumulator lets it (no round in
 progress, no callback waiting: RecordAccumulator.await_result).
 
@@ -29,8 +33,10 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import TypeVar
 
+from storage.durable import in_parallel
 from storage.errors import (
     CorruptRecordError,
     InvalidRecordError,
@@ -60,6 +66,8 @@ _PER_BATCH_ERRORS = (
 
 THREAD_PREFIX = "txlog-producer-sender | "
 T = TypeVar("T")
+#: A group appended without its fdatasync, waiting for the round's parallel sync: (batch, base offset or None).
+_Pending = list[tuple[ProducerBatch, int | None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,15 +138,24 @@ class Sender:
                     for batch in group:
                         batch.settle(None, error)
                 return
+        # acks=all over several partitions: write them all, then their fdatasyncs at once
+        defer_sync = self._config.acks == -1 and not txn.transactional and len(work) > 1
+        pending: list[tuple[TopicPartition, _Pending]] = []
         for tp, group in work.items():
-            self._produce(tp, group)
+            written = self._produce(tp, group, defer_sync=defer_sync)
+            if written:
+                pending.append((tp, written))
+        if defer_sync:
+            self._sync_and_settle(pending)
         if self._config.acks != -1:
             # acks=0/1 acknowledged before the fdatasync; it follows at once so the high
             # watermark (what readers may see) catches up without waiting for another writer.
             txn.sync(list(work))
         self._transport.deliver_delayed()
 
-    def _produce(self, tp: TopicPartition, group: list[ProducerBatch]) -> None:
+    def _produce(self, tp: TopicPartition, group: list[ProducerBatch], *, defer_sync: bool = False) -> _Pending:
+        """Append tp's group and settle its futures; with `defer_sync` the group is written without
+        its fdatasync and what it appended is returned, to be settled after the round's sync."""
         txn, config = self._txn, self._config
         blocker = txn.send_blocker()
         if blocker is None:
@@ -146,26 +163,51 @@ class Sender:
         if blocker is not None:
             for batch in group:
                 batch.settle(None, blocker)
-            return
+            return []
         if config.acks == 0:  # fire and forget: the future completes at hand-off, offset -1
             for batch in group:
                 batch.settle(None, None)
         try:
-            results = self._append(tp, group)
+            results = self._append(tp, group, defer_sync=defer_sync)
         except KafkaError as exc:
             if len(group) > 1 and isinstance(exc, _PER_BATCH_ERRORS):
-                for batch in group:
-                    self._produce(tp, [batch])
-                return
+                return [w for batch in group for w in self._produce(tp, [batch], defer_sync=defer_sync)]
             error = txn.batch_failed(exc)
             for batch in group:
                 batch.settle(None, error)
-            return
-        for batch, result in zip(group, results, strict=True):  # one result per batch, in order
-            # -1: a retried group's batch older than the partition's window (appended, offset unknown)
-            batch.settle(result.base_offset if result.base_offset >= 0 else None, None)
+            return []
+        # one result per batch, in order; -1: a retried group's batch older than the partition's
+        # window (appended, offset unknown)
+        written = [(b, r.base_offset if r.base_offset >= 0 else None) for b, r in zip(group, results, strict=True)]
+        if defer_sync:
+            return written
+        for batch, offset in written:
+            batch.settle(offset, None)
+        return []
 
-    def _append(self, tp: TopicPartition, group: list[ProducerBatch]) -> tuple[BatchAppendResult, ...]:
+    def _sync_and_settle(self, pending: list[tuple[TopicPartition, _Pending]]) -> None:
+        """fdatasync every partition the round wrote, at once, then settle each one's futures in the
+        round's order: with its offsets, or with its own partition's sync failure."""
+        txn = self._txn
+        errors = in_parallel([partial(self._sync_one, tp) for tp, _ in pending])
+        txn.forget_unsynced([tp for tp, _ in pending])  # synced, or failed and reported on its futures
+        for (_, written), exc in zip(pending, errors, strict=True):
+            error = None if exc is None else txn.batch_failed(exc)
+            for batch, offset in written:
+                batch.settle(None if error else offset, error)
+
+    def _sync_one(self, tp: TopicPartition) -> KafkaError | None:
+        """One partition's fdatasync (on the shared sync pool); its failure is returned, not raised,
+        so that every partition learns its own outcome."""
+        try:
+            self._transport.sync_partitions([(tp.topic, tp.partition)])
+        except KafkaError as exc:
+            return exc
+        return None
+
+    def _append(
+        self, tp: TopicPartition, group: list[ProducerBatch], *, defer_sync: bool = False
+    ) -> tuple[BatchAppendResult, ...]:
         """One append of the group, retrying timeouts with the same bytes (the log deduplicates
         them) within `retries` and delivery_timeout_ms; per-batch results in order."""
         txn, config = self._txn, self._config
@@ -180,7 +222,7 @@ class Sender:
             records += batch.records
         data = parts[0] if len(parts) == 1 else b"".join(parts)
         transactional_id = txn.transactional_id
-        sync = config.acks == -1 and transactional_id is None
+        sync = config.acks == -1 and transactional_id is None and not defer_sync
         try:
             result = retry_timeouts(
                 lambda: self._transport.produce(

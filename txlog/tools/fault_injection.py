@@ -412,11 +412,13 @@ class FaultInjectingTransport(Transport):
         producer_epoch: int,
         coordinator_epoch: int,
         timestamp: int,
+        *,
+        sync: bool = True,
     ) -> AppendResult:
         return self._call(
             Step.WRITE_TXN_MARKERS,
             lambda: self.inner.write_txn_markers(
-                topic, partition, control, producer_id, producer_epoch, coordinator_epoch, timestamp
+                topic, partition, control, producer_id, producer_epoch, coordinator_epoch, timestamp, sync=sync
             ),
         )
 
