@@ -63,6 +63,11 @@ class Transport:
     means the wall clock.
     """
 
+    #: Requests may be served from several threads at once (a producer's acks=all round makes its
+    #: partitions' durable appends together); a wrapper whose behaviour depends on the order of
+    #: requests (a fault plan counts them) says False.
+    serves_concurrently = True
+
     def __init__(self, store: Store, *, clock: Callable[[], int] | None = None):
         self.store = store
         self._clock = clock

@@ -1,7 +1,8 @@
 """The producer's fdatasyncs over several partitions run at once (issue 26, docs/DESIGN.md "Durability").
 
-An acks=all round of the sender writes every partition's group, then fdatasyncs them together and
-only then settles the futures; a transactional producer's flush() syncs its partitions together.
+An acks=all round of the sender makes every partition's durable append (write and fdatasync, under
+that partition's lock) at once and only then settles the futures; a transactional producer's flush()
+syncs its partitions together.
 Parallelism is shown with a barrier that each data partition's fdatasync must meet: a serial loop
 never brings two syncs to it at once, so the barrier breaks (its timeout only bounds a hang; it
 is no timing assertion: parallel syncs meet at once however slow the machine is).

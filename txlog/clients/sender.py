@@ -3,13 +3,16 @@
 Each round takes, per partition, the batches the accumulator says are due (up to
 `max.request.size` bytes) and appends them in ONE `Transport.produce` call: one write and,
 for acks=all outside a transaction, one fdatasync for all of them (group commit). Then it
-settles their futures, which runs the callbacks in record order, on this thread. A round over
-several partitions with acks=all writes every partition's group first, then fdatasyncs them
-all at once (`storage.durable.in_parallel`: no rule orders one partition's sync against
-another's), and only then settles the futures, partition by partition in the round's order:
-no future is acknowledged before its partition's fdatasync ended. A blocking
-`get()` may run a round itself, by `run_round`, when the accumulator lets it (no round in
-progress, no callback waiting: RecordAccumulator.await_result).
+settles their futures, which runs the callbacks in record order, on this thread. A round of
+acks=all over several partitions makes its appends at once (`storage.durable.in_parallel`: no
+rule orders one partition's write and fdatasync against another's, and a disk completes
+concurrent flushes in far fewer device cache flushes than a loop), each a whole durable append
+under its own partition's lock, so no partition's tail is ever left unsynced with its lock
+free; once every append ended, the futures are settled here, partition by partition in the
+round's order. Only a transport that serves requests from several threads at once
+(`Transport.serves_concurrently`) gets them so; a fault plan counts requests in order. A blocking `get()` may run a round
+itself, by `run_round`, when the accumulator lets it (no round in progress, no callback
+waiting: RecordAccumulator.await_result).
 
 What a transaction changes: new partitions are registered first (one AddPartitionsToTxn
 for the round), and the data is written without an fdatasync of its own; the coordinator
@@ -66,8 +69,6 @@ _PER_BATCH_ERRORS = (
 
 THREAD_PREFIX = "txlog-producer-sender | "
 T = TypeVar("T")
-#: A group appended without its fdatasync, waiting for the round's parallel sync: (batch, base offset or None).
-_Pending = list[tuple[ProducerBatch, int | None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,24 +139,47 @@ class Sender:
                     for batch in group:
                         batch.settle(None, error)
                 return
-        # acks=all over several partitions: write them all, then their fdatasyncs at once
-        defer_sync = self._config.acks == -1 and not txn.transactional and len(work) > 1
-        pending: list[tuple[TopicPartition, _Pending]] = []
-        for tp, group in work.items():
-            written = self._produce(tp, group, defer_sync=defer_sync)
-            if written:
-                pending.append((tp, written))
-        if defer_sync:
-            self._sync_and_settle(pending)
+        if self._in_parallel(work):
+            self._produce_at_once(work)
+        else:
+            for tp, group in work.items():
+                self._produce(tp, group)
         if self._config.acks != -1:
             # acks=0/1 acknowledged before the fdatasync; it follows at once so the high
             # watermark (what readers may see) catches up without waiting for another writer.
             txn.sync(list(work))
         self._transport.deliver_delayed()
 
-    def _produce(self, tp: TopicPartition, group: list[ProducerBatch], *, defer_sync: bool = False) -> _Pending:
-        """Append tp's group and settle its futures; with `defer_sync` the group is written without
-        its fdatasync and what it appended is returned, to be settled after the round's sync."""
+    def _in_parallel(self, work: dict[TopicPartition, list[ProducerBatch]]) -> bool:
+        """Whether the round's appends go at once: durable ones (acks=all outside a transaction; the
+        others write without fdatasync and gain nothing), over several partitions, through a
+        transport that may serve them from several threads."""
+        return (
+            self._config.acks == -1
+            and not self._txn.transactional
+            and len(work) > 1
+            and self._transport.serves_concurrently
+        )
+
+    def _produce_at_once(self, work: dict[TopicPartition, list[ProducerBatch]]) -> None:
+        """Every partition's append (write and fdatasync) on the shared sync pool, then the settling
+        of each partition's futures on this thread, in the round's order.
+
+        `_append` touches only its own partition's entries of the TransactionManager (its
+        sequence) and reads the producer's ids: an epoch bump (after a timed-out request, which
+        only a fault plan makes) never happens here, as such transports are not served at once.
+        """
+        todo = [(tp, group) for tp, group in work.items() if not self._blocked(group)]
+        outcomes = in_parallel([partial(self._attempt, tp, group) for tp, group in todo])
+        for (tp, group), outcome in zip(todo, outcomes, strict=True):
+            self._settle(tp, group, outcome)
+
+    def _produce(self, tp: TopicPartition, group: list[ProducerBatch]) -> None:
+        if not self._blocked(group):
+            self._settle(tp, group, self._attempt(tp, group))
+
+    def _blocked(self, group: list[ProducerBatch]) -> bool:
+        """Settle the group now if it may not be sent (True); an acks=0 group is settled at hand-off."""
         txn, config = self._txn, self._config
         blocker = txn.send_blocker()
         if blocker is None:
@@ -163,51 +187,38 @@ class Sender:
         if blocker is not None:
             for batch in group:
                 batch.settle(None, blocker)
-            return []
+            return True
         if config.acks == 0:  # fire and forget: the future completes at hand-off, offset -1
             for batch in group:
                 batch.settle(None, None)
-        try:
-            results = self._append(tp, group, defer_sync=defer_sync)
-        except KafkaError as exc:
-            if len(group) > 1 and isinstance(exc, _PER_BATCH_ERRORS):
-                return [w for batch in group for w in self._produce(tp, [batch], defer_sync=defer_sync)]
-            error = txn.batch_failed(exc)
-            for batch in group:
-                batch.settle(None, error)
-            return []
-        # one result per batch, in order; -1: a retried group's batch older than the partition's
-        # window (appended, offset unknown)
-        written = [(b, r.base_offset if r.base_offset >= 0 else None) for b, r in zip(group, results, strict=True)]
-        if defer_sync:
-            return written
-        for batch, offset in written:
-            batch.settle(offset, None)
-        return []
+        return False
 
-    def _sync_and_settle(self, pending: list[tuple[TopicPartition, _Pending]]) -> None:
-        """fdatasync every partition the round wrote, at once, then settle each one's futures in the
-        round's order: with its offsets, or with its own partition's sync failure."""
-        txn = self._txn
-        errors = in_parallel([partial(self._sync_one, tp) for tp, _ in pending])
-        txn.forget_unsynced([tp for tp, _ in pending])  # synced, or failed and reported on its futures
-        for (_, written), exc in zip(pending, errors, strict=True):
-            error = None if exc is None else txn.batch_failed(exc)
-            for batch, offset in written:
-                batch.settle(None if error else offset, error)
-
-    def _sync_one(self, tp: TopicPartition) -> KafkaError | None:
-        """One partition's fdatasync (on the shared sync pool); its failure is returned, not raised,
-        so that every partition learns its own outcome."""
+    def _attempt(self, tp: TopicPartition, group: list[ProducerBatch]) -> tuple[BatchAppendResult, ...] | KafkaError:
+        """The group's append: its per-batch results, or the error the log answered."""
         try:
-            self._transport.sync_partitions([(tp.topic, tp.partition)])
+            return self._append(tp, group)
         except KafkaError as exc:
             return exc
-        return None
 
-    def _append(
-        self, tp: TopicPartition, group: list[ProducerBatch], *, defer_sync: bool = False
-    ) -> tuple[BatchAppendResult, ...]:
+    def _settle(
+        self, tp: TopicPartition, group: list[ProducerBatch], outcome: tuple[BatchAppendResult, ...] | KafkaError
+    ) -> None:
+        """Settle the group's futures with the append's outcome (this thread: callbacks run here)."""
+        txn = self._txn
+        if isinstance(outcome, KafkaError):
+            if len(group) > 1 and isinstance(outcome, _PER_BATCH_ERRORS):
+                for batch in group:
+                    self._produce(tp, [batch])
+                return
+            error = txn.batch_failed(outcome)
+            for batch in group:
+                batch.settle(None, error)
+            return
+        for batch, result in zip(group, outcome, strict=True):  # one result per batch, in order
+            # -1: a retried group's batch older than the partition's window (appended, offset unknown)
+            batch.settle(result.base_offset if result.base_offset >= 0 else None, None)
+
+    def _append(self, tp: TopicPartition, group: list[ProducerBatch]) -> tuple[BatchAppendResult, ...]:
         """One append of the group, retrying timeouts with the same bytes (the log deduplicates
         them) within `retries` and delivery_timeout_ms; per-batch results in order."""
         txn, config = self._txn, self._config
@@ -222,7 +233,7 @@ class Sender:
             records += batch.records
         data = parts[0] if len(parts) == 1 else b"".join(parts)
         transactional_id = txn.transactional_id
-        sync = config.acks == -1 and transactional_id is None and not defer_sync
+        sync = config.acks == -1 and transactional_id is None
         try:
             result = retry_timeouts(
                 lambda: self._transport.produce(

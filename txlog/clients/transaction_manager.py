@@ -416,11 +416,6 @@ class TransactionManager:
     def sync(self, tps: list[TopicPartition]) -> None:
         """fdatasync partitions written without one, so the high watermark covers them (caller holds `lock`)."""
         self._transport.sync_partitions([(tp.topic, tp.partition) for tp in tps])
-        self.forget_unsynced(tps)
-
-    def forget_unsynced(self, tps: list[TopicPartition]) -> None:
-        """The caller dealt with tps' durability itself (the sender's parallel sync of an acks=all
-        round: synced, or its failure reported on the futures); caller holds `lock`."""
         self._unsynced.difference_update(tps)
 
     def sync_unsynced(self) -> None:

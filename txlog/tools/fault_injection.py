@@ -193,6 +193,8 @@ class FaultInjectingTransport(Transport):
     coordinator behind `inner` sends its WriteTxnMarkers back through this wrapper.
     """
 
+    serves_concurrently = False  # the plan counts requests in the order they come: one at a time
+
     def __init__(self, inner: Transport, plan: FaultPlan, *, kill: Callable[[StepFault], None] | None = None):
         super().__init__(inner.store)
         self.inner = inner
