@@ -6,8 +6,9 @@ Run: python tests/benchmarks/bench_parallel_sync.py [--partitions 1,10,100] [--b
 Each part compares P partitions against 1 partition, in the same run on the same disk:
 
   commit       a transactional producer sends one record (10-byte key, 100-byte value) to each
-               of P partitions (explicit partition), then `commit_transaction()` is timed:
-               the data syncs before PREPARE_COMMIT, PREPARE, the markers and their syncs.
+               of P partitions (explicit partition) and waits until every one is written (its
+               future done), then `commit_transaction()` is timed: the data syncs before
+               PREPARE_COMMIT, PREPARE, the markers and their syncs, COMPLETE_COMMIT.
                p50 and p99 over R transactions (the first, cold one dropped).
                Issue 26's target: 100 partitions ≤ 5x one partition (63x before it).
   create_topic `Store.create_topic(name, P)` on a fresh name each repetition.
@@ -59,8 +60,9 @@ class Commits:
     def once(self) -> Sample:
         p = self.producer
         p.begin_transaction()
-        for partition in range(self.partitions):
-            p.send(self.topic, value=VALUE, key=KEY, partition=partition)
+        futures = [p.send(self.topic, value=VALUE, key=KEY, partition=n) for n in range(self.partitions)]
+        for future in futures:
+            future.get()  # written (without fdatasync, as a transaction's data is): the commit syncs it
         with timed() as out:
             p.commit_transaction()
         return out[0]
