@@ -306,3 +306,26 @@ def test_a_complete_lost_to_power_loss_is_rolled_forward_without_a_second_marker
         assert again.transaction_coordinator.describe(TXN_ID).state.state is TxnState.EMPTY
     finally:
         after.close()
+
+
+def test_markers_written_before_a_failed_marker_write_are_still_made_durable(setup, fsyncs, monkeypatch):
+    """The disk refuses the second marker (ENOSPC): the first one, written without its fdatasync,
+    is synced all the same before the error ends the step; the decision stays for roll-forward."""
+    _, transport, txn = setup
+    txn.register(0, 1)
+    txn.send(0, b"a")
+    txn.send(1, b"b")
+    real_write = os.write
+
+    def write(fd, data):
+        if "coordinator" in fsyncs and f"/{TOPIC}-1/" in os.readlink(f"/proc/self/fd/{fd}"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    fsyncs.clear()
+    monkeypatch.setattr(os, "write", write)
+    txn.end(commit=True)  # decided: the client is told the commit happened
+    monkeypatch.setattr(os, "write", real_write)
+    prepare = fsyncs.index("coordinator")  # the PREPARE_COMMIT (after both data syncs)
+    assert fsyncs[prepare + 1 :] == ["data-0"]  # the first marker's sync, though the second failed
+    assert transport.transaction_coordinator.describe(TXN_ID).state.state is TxnState.PREPARE_COMMIT

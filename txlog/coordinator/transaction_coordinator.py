@@ -355,24 +355,28 @@ class TransactionCoordinator:
     def _complete(self, part: _CoordinatorPartition, txn_id: str, prepared: TxnLogValue) -> TxnLogValue:
         """Markers to every partition of the transaction (idempotent), then COMPLETE_*."""
         control = ControlType.COMMIT if prepared.state == TxnState.PREPARE_COMMIT else ControlType.ABORT
-        marked = []
-        for topic, partition in prepared.partitions:
-            try:
-                self._write_marker(
-                    topic,
-                    partition,
-                    control,
-                    prepared.producer_id,
-                    prepared.producer_epoch,
-                    0,
-                    self._clock(),
-                    sync=False,
-                )
-            except UnknownTopicOrPartitionError:
-                continue  # the topic was deleted: nothing left to mark
-            # synced even when the marker was there already (a roll-forward's repeat writes nothing):
-            # a writer that died before its sync may have left it unsynced; a durable one costs no fsync
-            marked.append((topic, partition))
+        marked: list[tuple[str, int]] = []
+        try:
+            for topic, partition in prepared.partitions:
+                try:
+                    self._write_marker(
+                        topic,
+                        partition,
+                        control,
+                        prepared.producer_id,
+                        prepared.producer_epoch,
+                        0,
+                        self._clock(),
+                        sync=False,
+                    )
+                except UnknownTopicOrPartitionError:
+                    continue  # the topic was deleted: nothing left to mark
+                # synced even when the marker was there already (a roll-forward's repeat writes nothing):
+                # a writer that died before its sync may have left it unsynced; a durable one costs no fsync
+                marked.append((topic, partition))
+        except KafkaError:
+            self._sync_partitions(marked)  # a later marker failed (disk full?): those written are made durable
+            raise
         self._sync_partitions(marked)  # every marker durable before COMPLETE_* (see the module docstring)
         pid, epoch, previous = prepared.producer_id, prepared.producer_epoch, prepared.previous_producer_id
         if prepared.next_producer_id >= 0:
