@@ -80,17 +80,24 @@ def _parse_int(line: str, what: str) -> int:
 
 def write_checkpoint(path: str, entries: Iterable[tuple[object, ...]]) -> None:
     """Replace `path` atomically (tmp, fsync, rename, directory fsync) with these entries."""
-    rows = [_format_entry(entry) for entry in entries]
-    text = f"{CHECKPOINT_VERSION}\n{len(rows)}\n" + "".join(row + "\n" for row in rows)
+    write_checkpoint_lines(path, [checkpoint_line(entry) for entry in entries])
+
+
+def write_checkpoint_lines(path: str, lines: list[str]) -> None:
+    """`write_checkpoint` of entries formatted by `checkpoint_line` (for a caller that keeps them between writes)."""
+    text = f"{CHECKPOINT_VERSION}\n{len(lines)}\n" + "".join(lines)
     atomic_write(path, text.encode("utf-8"))
 
 
-def _format_entry(entry: tuple[object, ...]) -> str:
-    """Refuse what could not be read back: an empty entry, or a field that is empty or contains whitespace."""
+def checkpoint_line(entry: tuple[object, ...]) -> str:
+    """One entry's line, newline included.
+
+    Refuses what could not be read back: an empty entry, or a field that is empty or contains whitespace.
+    """
     parts = [str(field) for field in entry]
     if not parts or any(not part or part.split() != [part] for part in parts):
         raise ValueError(f"checkpoint entry {entry!r} would not survive whitespace splitting")
-    return " ".join(parts)
+    return " ".join(parts) + "\n"
 
 
 # ---- leader-epoch-checkpoint --------------------------------------------------------

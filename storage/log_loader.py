@@ -95,6 +95,8 @@ class SegmentListing:
 
     bases: list[int]
     from_swap: frozenset[int]
+    #: Whether the directory held any `.log.swap` (one in flight, or one a dead cleaner left).
+    swap_left_over: bool = False
 
 
 def readable_end(segments: list[LogSegment], seg: LogSegment) -> int:
@@ -137,6 +139,7 @@ class LogLoader:
         self.corruption: CorruptRecordError | None = None
         # The first offset the damage may hold (the end of the whole batches before it).
         self.corruption_offset = -1
+        self._reads_swap = False  # see `reads_swap`
 
     # ---- the whole load -----------------------------------------------------------------------
 
@@ -162,6 +165,8 @@ class LogLoader:
         if repair:
             self._remove_temp_and_orphan_files()
         self.segments.extend(self._open_segments(repair))
+        # Only a load opens a segment from its `.swap`; kept as a flag, as every look at the directory asks.
+        self._reads_swap = any(seg.from_swap for seg in self.segments)
         for seg, following in pairwise(self.segments):
             seg.size, seg.next_offset = seg.file_size(), following.base_offset
         seg_idx, position = self.restore_producer_state(repair)
@@ -231,10 +236,6 @@ class LogLoader:
         seg.load_time_stats()
         return seg
 
-    def segment_bases(self) -> list[int]:
-        """Base offsets of the log's segments, ascending (`segment_listing`)."""
-        return self.segment_listing().bases
-
     def segment_listing(self) -> SegmentListing:
         """The log's segments as the directory holds them: the one listing every view is built from.
 
@@ -277,7 +278,8 @@ class LogLoader:
             end = self._swap_end(swap)
             # As `_complete_swap` does: the `.log` files in [swap, end) go, and the swap takes its base.
             bases = {base for base in bases if not swap <= base < end}
-        return SegmentListing(sorted(bases | set(swaps)), frozenset(swaps))
+        left_over = any(name.endswith(_SWAP_LOG_SUFFIX) for name in names)
+        return SegmentListing(sorted(bases | set(swaps)), frozenset(swaps), left_over)
 
     def _swap_end(self, base: int) -> int:
         """The offset after a `.log.swap`'s last batch; remembered per file, which a cleaner never changes."""
@@ -292,7 +294,7 @@ class LogLoader:
     @property
     def reads_swap(self) -> bool:
         """Whether the view holds a segment read from its `.swap` files (a dead cleaner's swap)."""
-        return any(seg.from_swap for seg in self.segments)
+        return self._reads_swap
 
     def _listing(self) -> list[str] | None:
         """The directory's names, or None if it changed while they were read.
@@ -303,10 +305,6 @@ class LogLoader:
         before = os.stat(self.directory).st_mtime_ns
         names = os.listdir(self.directory)
         return names if os.stat(self.directory).st_mtime_ns == before else None
-
-    def swap_left_over(self) -> bool:
-        """Whether the directory holds a `.log.swap` (a swap in flight, or one a crashed cleaner left)."""
-        return any(name.endswith(_SWAP_LOG_SUFFIX) for name in os.listdir(self.directory))
 
     def _remove_temp_and_orphan_files(self) -> None:
         """Remove leftovers of interrupted writes, deletes and cleanings, complete interrupted swaps,

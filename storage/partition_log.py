@@ -34,6 +34,7 @@ import logging
 import os
 import threading
 import time
+from bisect import bisect_left
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -91,6 +92,8 @@ LOCK_FILE = "txlog.lock"
 MAX_RELATIVE_OFFSET = 2**31 - 1
 RELOAD_ON_SWAP_ATTEMPTS = 20
 EXPIRY_CHECK_INTERVAL_MS = 60_000
+ADOPT_WAIT_ATTEMPTS = 50
+ADOPT_WAIT_S = 0.001
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +117,24 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+_CLOCK_REALTIME_COARSE = 5  # Linux's id of the clock file times are stamped from; Python names only the fine ones
+#: Segments from which one listing of the directory costs more than waiting out one clock tick (`_adopt_directory`).
+ADOPT_WAIT_SEGMENTS = 200
+
+
+def _stamp_clock_ns() -> int:
+    """Now, by the clock the kernel stamps a file's mtime from (CLOCK_REALTIME_COARSE on Linux).
+
+    Any change made from now on gets an mtime at or past this; one made earlier this tick may
+    have the same mtime as one made later in it. Elsewhere the fine clock less two seconds,
+    the coarsest file times in use (FAT), so that every key a look takes counts as too fresh.
+    """
+    try:
+        return time.clock_gettime_ns(_CLOCK_REALTIME_COARSE)
+    except (AttributeError, OSError):
+        return time.time_ns() - 2_000_000_000
+
+
 def _scan_end(seg: LogSegment, position: int, end: int, budget: int) -> int:
     """Where a read from `position` wanting about `budget` bytes may stop reading the segment.
 
@@ -127,6 +148,18 @@ def _scan_end(seg: LogSegment, position: int, end: int, budget: int) -> int:
     if header is None:
         return end
     return min(end, max(want, position + header.size))
+
+
+def _racy(mtime_ns: int, looked_ns: int) -> bool:
+    """Whether a look begun at `looked_ns` (`_stamp_clock_ns`) may have missed a change stamped `mtime_ns` too.
+
+    A later change could carry the same mtime while the stamping clock has not left the mtime's
+    tick; on a file system that keeps whole seconds (ext3, small ext4 inodes; FAT keeps two),
+    while it has not left the mtime's two seconds.
+    """
+    if mtime_ns % 1_000_000_000 == 0:
+        return looked_ns < mtime_ns + 2_000_000_000
+    return looked_ns <= mtime_ns
 
 
 _P = ParamSpec("_P")
@@ -215,8 +248,18 @@ class PartitionLog:
             swap_in_flight=self._locked_elsewhere,
         )
         # The partition directory's (mtime, inode) when this view last compared its segments with
-        # the files: a change may be a cleaner's swap (`_reload_if_swapped`).
+        # the files, and whether that look came too soon after the mtime to vouch for it
+        # (`_directory_unchanged`): the view lists the directory only when the key moved.
         self._dir_key: tuple[int, int] | None = None
+        self._dir_key_racy = True
+        # Whether a snapshot off the segment bases may exist (a close's or recovery's at the log end):
+        # only then does a roll list the snapshots to remove them (`_clean_snapshots`). Every roll
+        # cleans them, so only this view's open, a change it did not make (another process's
+        # close) or a snapshot it took off a base can leave one.
+        self._strays_possible = True
+        # The view's segments when `_segments_with_aborts` last looked, and what it found.
+        self._aborts_cache_key: list[LogSegment] = []
+        self._aborts_cache: list[int] = []
         # The directory's inode when this view first looked: another directory under the name
         # (the topic deleted and made again) is no swap, and this view must not move into it.
         self._dir_ino: int | None = None
@@ -453,7 +496,7 @@ class PartitionLog:
         """
         if self._closed:
             raise KafkaStorageError(f"partition {self.topic}-{self.partition} is closed")
-        if repair and self._reload_if_swapped(repair=True):
+        if repair and self._sync_with_directory(repair=True):
             return  # another process's cleaner replaced segments: the view was loaded afresh
         try:
             self._catch_up_on_tail(repair=repair)
@@ -488,19 +531,10 @@ class PartitionLog:
             self._txn_check.expect(rolled, 0, rolled.base_offset)  # this view replays all of it
 
     def _refresh_segment_list(self) -> None:
-        """Drop segments other processes deleted (retention), pick up rolled ones, reload after a cleaner's swap."""
+        """Bring the view up to the files before a read: other writers' appends and rolls (the tail),
+        then, only when the directory changed, retention's deletions, DeleteRecords and cleaners' swaps."""
         self._catch_up(repair=False)
-        if self._reload_if_swapped(repair=False):
-            return
-        bases = self._loader.segment_bases()
-        if not bases:
-            return
-        if self._segments[-1].base_offset < bases[0]:
-            self._loader.load(repair=False)  # retention removed every segment this view knew of
-            return
-        while len(self._segments) > 1 and self._segments[0].base_offset < bases[0]:
-            self._segments.pop(0).close()
-        self._refresh_log_start()
+        self._sync_with_directory(repair=False)
 
     def _locked_elsewhere(self) -> bool:
         """Whether another process (or descriptor) holds this partition's writer lock: a swap may be in flight."""
@@ -509,44 +543,94 @@ class PartitionLog:
         with writer_lock_if_free(os.path.join(self.directory, LOCK_FILE)) as free:
             return not free
 
-    def _reload_if_swapped(self, *, repair: bool) -> bool:
-        """Reload the view if a cleaner replaced segments it holds; True if it did.
+    def _directory_unchanged(self) -> bool:
+        """Whether the partition directory is as this view last compared its segments with it: one stat.
 
-        A swap renames and unlinks files in the partition directory, which moves the
-        directory's mtime: only then are the view's segments compared with the files (one
-        stat each). A segment gone from the listing though later ones remain, or one whose
-        name now holds another file, was replaced: the view is loaded again (with `repair`,
-        the writer lock held, as recovery: a swap a crashed cleaner left is completed).
-        Retention's deletion of leading segments is no swap (the caller drops those).
-        A `.swap` a dead cleaner left is completed here when this view may (`_complete_dead_swap`).
+        Every change to the set of segments (a roll, retention, DeleteRecords' checkpoint, a
+        cleaner's swap) creates, renames or unlinks a name in the directory, which moves its
+        mtime. The mtime comes from a coarse clock, though: a change made in the same tick as
+        the look that took the key leaves the key as it was ("racy git"). A key whose mtime was
+        not yet in the past by that clock when the look began is therefore never trusted: the
+        view compares again at its next look, until a look comes a tick later and vouches for it.
         """
+        before = _stamp_clock_ns()
         try:
             st = os.stat(self.directory)
         except FileNotFoundError:
-            return False
+            return True  # deleted under the view (scenario 71): there is nothing left to compare with
         key = (st.st_mtime_ns, st.st_ino)
-        # A view reading a `.swap` looks again at every call: it completes the swap once it may.
-        if key == self._dir_key and not self._loader.reads_swap:
-            return False
+        trusted = key == self._dir_key and not self._dir_key_racy and not self._loader.reads_swap
         self._dir_key = key
-        if st.st_ino != self._dir_ino:
+        self._dir_key_racy = _racy(st.st_mtime_ns, before)
+        return trusted
+
+    def _adopt_directory(self) -> None:
+        """After this view changed the segments itself, under the writer lock: the directory is its view.
+
+        Nobody else changes the set of segments without the lock, so the next look need not
+        list the directory for this view's own roll, retention or cleaning. The key is as
+        racy as any (`_directory_unchanged`): another process's change after the lock is
+        released, in the same clock tick, would leave it as it is. A view with many segments,
+        whose listing costs more than a tick, waits that tick out (no CPU, at most a few ms,
+        once per roll) before its look, so the key it keeps is one it can trust.
+        """
+        self._dir_key = None
+        if len(self._segments) >= ADOPT_WAIT_SEGMENTS:
+            self._wait_for_tick_after_mtime()
+        self._directory_unchanged()
+
+    def _wait_for_tick_after_mtime(self) -> None:
+        """Sleep until the stamping clock has passed the directory's mtime (bounded: a clock set back ends it)."""
+        try:
+            mtime = os.stat(self.directory).st_mtime_ns
+        except FileNotFoundError:
+            return
+        for _ in range(ADOPT_WAIT_ATTEMPTS):
+            if not _racy(mtime, _stamp_clock_ns()):
+                return
+            time.sleep(ADOPT_WAIT_S)
+
+    def _sync_with_directory(self, *, repair: bool) -> bool:
+        """Compare the view with the directory when it changed (`_directory_unchanged`); True if it was reloaded.
+
+        One listing then says everything: a `.swap` a dead cleaner left is completed when this
+        view may (`_complete_dead_swap`); leading segments retention deleted are dropped (every
+        one of them: the view is loaded afresh); a segment whose file name now holds another
+        file (a cleaner's swap) makes the view load again (with `repair`, the writer lock held,
+        as recovery). A directory under the name that is not the one the view opened (the topic
+        deleted and made again) is no change of this log: the view must not move into it.
+        """
+        if self._directory_unchanged() or self._dir_key is None or self._dir_key[1] != self._dir_ino:
             return False
-        if self._loader.swap_left_over() and self._complete_dead_swap(repair=repair):
+        self._strays_possible = True  # another process's close may have left its snapshot at the log end
+        listing = self._loader.segment_listing()
+        if listing.swap_left_over and self._complete_dead_swap(repair=repair):
             return True
-        bases = self._loader.segment_bases()
+        bases = listing.bases
         if not bases:
             return False
+        if self._segments[-1].base_offset < bases[0]:
+            self._loader.load(repair=repair)  # retention removed every segment this view knew of
+            self._refresh_log_start()
+            return True
+        while len(self._segments) > 1 and self._segments[0].base_offset < bases[0]:
+            self._segments.pop(0).close()
+        if self._replaced_segment():
+            self._loader.load(repair=repair)
+            self._refresh_log_start()
+            return True
+        self._refresh_log_start()
+        return False
+
+    def _replaced_segment(self) -> bool:
+        """Whether a file name of one of this view's segments holds another file now, or none (a cleaner's swap)."""
         for seg in self._segments:
-            if seg.base_offset < bases[0]:
-                continue
             try:
                 found = os.stat(seg.log_path)
                 identity: tuple[int, int] | None = (found.st_dev, found.st_ino)
             except FileNotFoundError:
                 identity = None
             if identity != seg.log.identity:
-                self._loader.load(repair=repair)
-                self._refresh_log_start()
                 return True
         return False
 
@@ -992,10 +1076,13 @@ class PartitionLog:
             LogSegment.create(self.directory, base, index_interval_bytes=self.config.index_interval_bytes)
         )
         self._txn_check.expect(self._segments[-1], 0, base)
-        self._clean_snapshots(keep_latest=False)
+        if self._strays_possible:
+            self._clean_snapshots(keep_latest=False)
+            self._strays_possible = False
         self._enforce_retention_locked(self._clock())
         if self.config.compact:
             self._compact_after_roll()
+        self._adopt_directory()  # the roll's own files: the next look need not list them
 
     def roll(self) -> None:
         """Force a new segment (as `segment.ms` would); a no-op on an empty active segment."""
@@ -1135,13 +1222,52 @@ class PartitionLog:
             return self._aborted_in(start_offset, end_offset)
 
     def _aborted_in(self, start_offset: int, end_offset: int) -> list[AbortedTxn]:
+        """Kafka's collectAbortedTransactions: the segments from the one holding `start_offset`, until an
+        entry proves the search complete (`collect_aborted`), skipping the later ones that hold no abort."""
         found: list[AbortedTxn] = []
-        for seg in self._segments[segment_index_for(self._segments, start_offset) :]:
+        for seg in self._abort_lookup_segments(start_offset, end_offset):
             entries, complete = collect_aborted(self._aborts_checked_repairing(seg), start_offset, end_offset)
             found.extend(entries)
             if complete:
                 break
         return found
+
+    def _abort_lookup_segments(self, start_offset: int, end_offset: int) -> list[LogSegment]:
+        """The segments whose `.txnindex` may hold an abort overlapping [start_offset, end_offset), in order.
+
+        Those the range touches, then those after it that may index an abort: a transaction
+        with data in the range may have its ABORT marker (and so its entry) in any later
+        segment, so Kafka walks on until an entry's LSO proves nothing is left. A later
+        segment this view knows holds no ABORT marker (`TxnIndexCheck.known_count` 0: counted
+        by a replay, an append or the count checkpoint) can index nothing, and its `.txnindex`
+        is not opened: with no aborts after the range the lookup costs O(segments touched).
+        """
+        segments = self._segments
+        first = segment_index_for(segments, start_offset)
+        after = first
+        while after < len(segments) and segments[after].base_offset < end_offset:
+            after += 1
+        out = segments[first:after]
+        later = self._segments_with_aborts()
+        for i in later[bisect_left(later, after) :]:
+            if self._txn_check.known_count(segments[i]) != 0:
+                out.append(segments[i])
+        return out
+
+    def _segments_with_aborts(self) -> list[int]:
+        """Indexes in the view of the segments whose count of ABORT markers is not known to be 0.
+
+        Worked out again only when the view's segments changed (a list compared by identity,
+        at C speed); a count that became 0 since is skipped by the caller, and the active
+        segment, whose count grows, is always listed.
+        """
+        if self._aborts_cache_key != self._segments:
+            self._aborts_cache_key = list(self._segments)
+            self._aborts_cache = [
+                i for i, seg in enumerate(self._segments[:-1]) if self._txn_check.known_count(seg) != 0
+            ]
+            self._aborts_cache.append(len(self._segments) - 1)
+        return self._aborts_cache
 
     # ---- lookups that may repair derived files ---------------------------------------------------
 
@@ -1385,7 +1511,7 @@ class PartitionLog:
             first_dirty = end
         # The `.txnindex` counts of the cleaned segments, for the next open (see LogLoader.snapshot).
         write_txn_counts(self.directory, self._segments, self._txn_check)
-        self._dir_key = None
+        self._adopt_directory()
         return CleanerStats(
             self.topic,
             self.partition,
@@ -1455,7 +1581,9 @@ class PartitionLog:
         # The counts go before the snapshot retention takes (see LogLoader.snapshot).
         write_txn_counts(self.directory, self._segments[len(doomed) :], self._txn_check)
         delete_segments(self.directory, doomed, self._segments[len(doomed)].base_offset, self._state)
+        self._strays_possible = True  # delete_segments took one at the log end
         del self._segments[: len(doomed)]
+        self._adopt_directory()
         return len(doomed)
 
     def delete_records(self, offset: int) -> int:

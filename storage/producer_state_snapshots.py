@@ -21,9 +21,11 @@ throwaway replays (a `.txnindex` rebuild, the integrity check) can use on their 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Sequence
 
 from storage.errors import CorruptSnapshotError
+from storage.log_files import producer_snapshot_file
 from storage.producer_snapshot import delete_snapshot, list_snapshots, read_snapshot, write_snapshot
 from storage.producer_state import ProducerStateManager
 from storage.segment import LogSegment
@@ -34,10 +36,14 @@ SNAPSHOT_INTERVAL_BYTES = 16 << 20
 
 
 def take_snapshot(directory: str, state: ProducerStateManager) -> None:
-    """Write the state at its end offset, unless the newest snapshot already holds that offset."""
+    """Write the state at its end offset, unless a snapshot already holds that offset.
+
+    One stat, not a listing: a roll takes one, and its cost must not grow with the snapshots
+    kept (one per segment). None past the end offset can be there to make this one stale:
+    those go with the tail they covered (`delete_snapshots_after`).
+    """
     offset = state.end_offset
-    snaps = list_snapshots(directory)
-    if snaps and snaps[-1][0] == offset:
+    if os.path.exists(producer_snapshot_file(directory, offset)):
         return
     write_snapshot(directory, offset, state.snapshot_entries())
 

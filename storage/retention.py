@@ -23,7 +23,8 @@ def segments_past_retention(segments: Sequence[LogSegment], config: TopicConfig,
     The time rule asks the segment's batch headers too, not only its time index: data is
     deleted on this answer, and a time index cut short by a crash would make it too eager.
     """
-    total = sum(s.size for s in segments)
+    # The total only where retention.bytes asks for it: a roll runs this, and must not walk every segment.
+    total = sum(s.size for s in segments) if config.retention_bytes >= 0 else 0
     doomed: list[LogSegment] = []
     for seg in segments[:-1]:
         expired = (

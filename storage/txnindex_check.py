@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from weakref import WeakKeyDictionary
 
-from storage.checkpoint import TXN_INDEX_COUNT_CHECKPOINT, read_checkpoint, write_checkpoint
+from storage.checkpoint import TXN_INDEX_COUNT_CHECKPOINT, checkpoint_line, read_checkpoint, write_checkpoint_lines
 from storage.errors import CorruptIndexError, KafkaStorageError
 from storage.producer_state import ProducerStateManager
 from storage.records import RecordBatch
@@ -120,12 +120,7 @@ def write_txn_counts(directory: str, segments: list[LogSegment], check: TxnIndex
     Written before each producer-state snapshot, so the bytes a later open does not replay
     (those below its snapshot) are covered by counts at least that recent.
     """
-    rows = []
-    for seg in segments:
-        count = check.known_count(seg)
-        if count is not None:
-            rows.append((seg.base_offset, seg.next_offset, count))
-    write_checkpoint(os.path.join(directory, TXN_INDEX_COUNT_CHECKPOINT), rows)
+    write_checkpoint_lines(os.path.join(directory, TXN_INDEX_COUNT_CHECKPOINT), check.count_lines(segments))
 
 
 # ---- the check and its per-segment state -------------------------------------------------------
@@ -149,12 +144,52 @@ class TxnIndexCheck:
     def __init__(self) -> None:
         # Keyed by the segment object: a reloaded or deleted segment takes its state with it.
         self._segments: WeakKeyDictionary[LogSegment, _SegmentCheck] = WeakKeyDictionary()
+        # `count_lines`' lines of the sealed segments it was last given ("" where the count is
+        # unknown), in step with them, kept until one of them changes (`_changed`): a roll then
+        # formats one line, not one per segment. Strong references: no id below can be reused.
+        self._lines_of: list[LogSegment] = []
+        self._lines: list[str] = []
+        self._lines_members: set[int] = set()
 
     def _of(self, seg: LogSegment) -> _SegmentCheck:
         found = self._segments.get(seg)
         if found is None:
             found = self._segments[seg] = _SegmentCheck()
         return found
+
+    def _changed(self, seg: LogSegment) -> None:
+        """`seg`'s count changed: forget the lines `count_lines` keeps if it is among them."""
+        if id(seg) in self._lines_members:
+            self._lines_of, self._lines, self._lines_members = [], [], set()
+
+    def count_lines(self, segments: list[LogSegment]) -> list[str]:
+        """The count checkpoint's lines for `segments` (each known count: base, through, count).
+
+        The sealed segments' lines are kept between calls: those of a segment list that only
+        lost leading segments (retention) or gained segments after them (rolls) are reused, so
+        a roll costs one line (and a copy at C speed), whatever the number of segments.
+        """
+        sealed = segments[:-1]
+        kept = self._lines_of
+        start = 0
+        if kept and sealed:
+            try:
+                start = kept.index(sealed[0])  # retention dropped the ones before it
+            except ValueError:
+                start = -1
+        if start < 0 or sealed[: len(kept) - start] != kept[start:]:
+            kept, start = [], 0
+            self._lines_members = set()
+        added = sealed[len(kept) - start :]
+        lines = self._lines[start:] + [self._count_line(seg) for seg in added]
+        self._lines_members.difference_update(id(seg) for seg in kept[:start])
+        self._lines_members.update(id(seg) for seg in added)
+        self._lines_of, self._lines = sealed, lines
+        return list(filter(None, lines + [self._count_line(seg) for seg in segments[-1:]]))
+
+    def _count_line(self, seg: LogSegment) -> str:
+        count = self.known_count(seg)
+        return "" if count is None else checkpoint_line((seg.base_offset, seg.next_offset, count))
 
     def replayed(self, seg: LogSegment) -> AbortReplay | None:
         """The replayed list this view reads in place of `seg`'s `.txnindex`, if its check failed."""
@@ -176,6 +211,7 @@ class TxnIndexCheck:
         check = self._of(seg)
         check.checked, check.replay = seg.txn_index.stored_count(), None
         check.expected, check.through = _entries_below(seg, seg.next_offset), seg.next_offset
+        self._changed(seg)
 
     # ---- what the index must hold (docs/reliability-scenarios.md rule 16) ----------------------------
 
@@ -183,6 +219,7 @@ class TxnIndexCheck:
         """This view knows `count` entries are due for ABORT markers below `through` (None: unknown)."""
         check = self._of(seg)
         check.expected, check.through = count, through
+        self._changed(seg)
 
     def note_abort(self, seg: LogSegment, marker_offset: int) -> None:
         """An abort this view replayed or appended at `marker_offset`: one more entry is due."""
@@ -190,6 +227,7 @@ class TxnIndexCheck:
         if check.expected is not None and marker_offset >= check.through:
             check.expected += 1
             check.through = marker_offset + 1
+            self._changed(seg)
 
     def known_count(self, seg: LogSegment) -> int | None:
         """How many entries `seg`'s `.txnindex` must hold for markers this view has seen, or None."""
