@@ -90,7 +90,11 @@ class LogSegment:
     def create(cls, directory: str, base_offset: int, *, index_interval_bytes: int = 4096) -> LogSegment:
         """Create an empty segment whose directory entry is durable before anyone appends to it."""
         os.close(create_durably(log_file(directory, base_offset)))
-        return cls(directory, base_offset, writable=True, index_interval_bytes=index_interval_bytes)
+        seg = cls(directory, base_offset, writable=True, index_interval_bytes=index_interval_bytes)
+        # Its indexes were created with it, not lost: without this, the first lookup in it once it
+        # holds data took them for deleted and rebuilt them (a scan, and a listing of the snapshots).
+        seg.missing_indexes = False
+        return seg
 
     def _path(self, suffix: str) -> str:
         return segment_file(self.directory, self.base_offset, suffix) + self._name_suffix
