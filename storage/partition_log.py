@@ -1062,7 +1062,10 @@ class PartitionLog:
             self._loader.snapshot()
             self._clean_snapshots(keep_latest=True)
         except (KafkaStorageError, OSError) as exc:
+            self._strays_possible = True
             _log.warning("%s: no snapshot in the active segment (%s); recovery after a crash replays more", self, exc)
+            return
+        self._strays_possible = True  # a snapshot off the segment bases: the next roll removes it
 
     def _roll(self) -> None:
         """Seal the active segment, snapshot producer state at the new base, start a new segment."""

@@ -245,3 +245,23 @@ def test_a_log_cut_below_the_snapshot_is_not_trusted(tmp_path):
         assert not log.append(_data(cut.base_offset)).duplicate
     finally:
         store.close()
+
+
+def test_a_roll_removes_the_active_segments_snapshot(tmp_path):
+    """Past a roll the mid-segment snapshot is a stray (one snapshot per segment base is kept): it goes."""
+    store = Store.open(str(tmp_path / "s"))
+    store.create_topic(TOPIC, 1, config=BIG_SEGMENT)
+    log = store.partition(TOPIC, 0)
+    log.append(_data(0))
+    log.roll()  # a first roll: whatever the open left is cleaned, the view expects no stray
+    start = log.log_end_offset
+    for seq in range(1, BATCHES + 1):
+        log.append(_data(seq))
+    end = log.log_end_offset
+    offsets = [offset for offset, _ in list_snapshots(_pdir(str(tmp_path / "s")))]
+    assert len([o for o in offsets if start < o < end]) == 1, offsets
+    log.roll()
+    log.append(_data(BATCHES + 1))
+    offsets = [offset for offset, _ in list_snapshots(_pdir(str(tmp_path / "s")))]
+    store.close()
+    assert [o for o in offsets if start < o < end] == [], offsets
