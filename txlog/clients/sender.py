@@ -10,9 +10,9 @@ concurrent flushes in far fewer device cache flushes than a loop), each a whole 
 under its own partition's lock, so no partition's tail is ever left unsynced with its lock
 free; once every append ended, the futures are settled here, partition by partition in the
 round's order. Only a transport that serves requests from several threads at once
-(`Transport.serves_concurrently`) gets them so; a fault plan counts requests in order. A blocking `get()` may run a round
-itself, by `run_round`, when the accumulator lets it (no round in progress, no callback
-waiting: RecordAccumulator.await_result).
+(`Transport.serves_concurrently`) gets them so; a fault plan counts requests in order. A
+blocking `get()` may run a round itself, by `run_round`, when the accumulator lets it (no round
+in progress, no callback waiting: RecordAccumulator.await_result).
 
 What a transaction changes: new partitions are registered first (one AddPartitionsToTxn
 for the round), and the data is written without an fdatasync of its own; the coordinator
