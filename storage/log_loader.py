@@ -558,27 +558,31 @@ class LogLoader:
         """Rewrite a segment's `.txnindex` from its batches, durably (caller holds the lock)."""
         self.txn_check.rewrite(seg, self.state_at_segment_start(seg), readable_end(self.segments, seg))
 
-    def drop_stale_txn_entries(self) -> None:
+    def drop_stale_txn_entries(self) -> bool:
         """Remove `.txnindex` entries of the active segment for markers that never reached the log.
 
         append_marker makes the entry durable before the marker; a writer that died in
         between leaves an entry at an offset the next append would reuse. Lock held.
+        True when the active segment has no `.txnindex` at all: only creating one can then
+        bring such an entry, so a writer's catch-up may skip this look while the directory
+        is unchanged (PartitionLog._catch_up).
         """
         active = self.segments[-1]
         try:
             if os.stat(active.txn_index.path).st_size == 0:
-                return
+                return False
         except FileNotFoundError:
-            return  # the usual case: no abort has landed in this segment
+            return True  # the usual case: no abort has landed in this segment
         last = active.txn_index.last_entry()
         if last is None or last.last_offset < active.next_offset:
-            return
+            return False
         if self._dead_writers_entry(active, last):
             active.txn_index.truncate_to(active.next_offset)
         else:
             # An entry past the log end that no dying writer leaves: damage, which truncating
             # would turn into a lost abort. Rebuild from the log instead.
             self.rewrite_txn_index(active)
+        return False
 
     def _dead_writers_entry(self, active: LogSegment, last: AbortedTxn) -> bool:
         """Whether `last` is what append_marker leaves when it dies before the marker.

@@ -252,6 +252,13 @@ class PartitionLog:
         # (`_directory_unchanged`): the view lists the directory only when the key moved.
         self._dir_key: tuple[int, int] | None = None
         self._dir_key_racy = True
+        # Whether the last `_directory_unchanged` vouched for the directory (the key it took is trusted).
+        self._dir_trusted = False
+        # The directory key under which a writer's catch-up last found no segment after the active one
+        # and no `.txnindex` of the active segment, the key taken before it looked and not racy
+        # (`_catch_up`): while the key stays so, neither file can have been created since, and a writer's
+        # catch-up skips both stats (the per-append cost, issue 26).
+        self._tail_quiet_key: tuple[int, int] | None = None
         # Whether a snapshot off the segment bases may exist (a close's or recovery's at the log end):
         # only then does a roll list the snapshots to remove them (`_clean_snapshots`). Every roll
         # cleans them, so only this view's open, a change it did not make (another process's
@@ -496,18 +503,28 @@ class PartitionLog:
         """
         if self._closed:
             raise KafkaStorageError(f"partition {self.topic}-{self.partition} is closed")
-        if repair and self._sync_with_directory(repair=True):
-            return  # another process's cleaner replaced segments: the view was loaded afresh
+        quiet = False
+        if repair:
+            quiet_key, self._tail_quiet_key = self._tail_quiet_key, None
+            if self._sync_with_directory(repair=True):
+                return  # another process's cleaner replaced segments: the view was loaded afresh
+            # Creating a file moves the directory's mtime: a trusted key equal to the one under which
+            # the last walk found neither the next segment nor a `.txnindex` says neither exists now.
+            quiet = quiet_key is not None and self._dir_trusted and self._dir_key == quiet_key
         try:
-            self._catch_up_on_tail(repair=repair)
+            self._catch_up_on_tail(repair=repair, quiet=quiet)
         except FileReplacedError:
             # The view's last segment was rolled and cleaned since it looked (a reader far
             # behind): its file name holds the cleaned segment now. Start from the files.
             self._loader.load(repair=repair)
             self._dir_key = None
 
-    def _catch_up_on_tail(self, *, repair: bool) -> None:
-        """`_catch_up`'s walk: replay what grew in the view's last segment, open the segments rolled after it."""
+    def _catch_up_on_tail(self, *, repair: bool, quiet: bool = False) -> None:
+        """`_catch_up`'s walk: replay what grew in the view's last segment, open the segments rolled after it.
+
+        `quiet`: the directory vouches that no segment follows the active one and that the active
+        segment has no `.txnindex` (`_catch_up`), so neither is looked for.
+        """
         while True:
             active = self._segments[-1]
             size = active.file_size()
@@ -517,10 +534,13 @@ class PartitionLog:
                 return
             if size > active.size:
                 self._loader.replay(len(self._segments) - 1, active.size, repair=repair)
+            if quiet:
+                self._tail_quiet_key = self._dir_key
+                return
             following = log_file(self.directory, active.next_offset)
             if active.next_offset == active.base_offset or not os.path.exists(following):
-                if repair:
-                    self._loader.drop_stale_txn_entries()
+                if repair and self._loader.drop_stale_txn_entries() and self._vouching_key():
+                    self._tail_quiet_key = self._dir_key
                 return
             try:
                 rolled = self._loader.open_segment(active.next_offset, writable=not self.read_only)
@@ -529,6 +549,16 @@ class PartitionLog:
                 return
             self._segments.append(rolled)
             self._txn_check.expect(rolled, 0, rolled.base_offset)  # this view replays all of it
+
+    def _vouching_key(self) -> bool:
+        """Whether the directory key this catch-up took can vouch for what the walk then found absent.
+
+        Only a key taken before the walk looked (the writer's catch-up stats the directory first),
+        of the directory the view opened, and not racy: a file created after that stat then moves
+        the mtime past the key's, so an equal key later means nothing was created.
+        """
+        key = self._dir_key
+        return key is not None and key[1] == self._dir_ino and not self._dir_key_racy
 
     def _refresh_segment_list(self) -> None:
         """Bring the view up to the files before a read: other writers' appends and rolls (the tail),
@@ -554,6 +584,7 @@ class PartitionLog:
         view compares again at its next look, until a look comes a tick later and vouches for it.
         """
         before = _stamp_clock_ns()
+        self._dir_trusted = False
         try:
             st = os.stat(self.directory)
         except FileNotFoundError:
@@ -562,6 +593,7 @@ class PartitionLog:
         trusted = key == self._dir_key and not self._dir_key_racy and not self._loader.reads_swap
         self._dir_key = key
         self._dir_key_racy = _racy(st.st_mtime_ns, before)
+        self._dir_trusted = trusted
         return trusted
 
     def _adopt_directory(self) -> None:
@@ -575,6 +607,7 @@ class PartitionLog:
         once per roll) before its look, so the key it keeps is one it can trust.
         """
         self._dir_key = None
+        self._tail_quiet_key = None
         if len(self._segments) >= ADOPT_WAIT_SEGMENTS:
             self._wait_for_tick_after_mtime()
         self._directory_unchanged()
