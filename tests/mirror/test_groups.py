@@ -121,9 +121,9 @@ def _kafka_group_reads(bootstrap: str, group: str, topic: str) -> dict[int, list
     consumer.subscribe([topic])
     seen: dict[int, list[tuple]] = {p: [] for p in range(PARTITIONS)}
     at_end: set[int] = set()
-    polls = 0
-    while len(at_end) < PARTITIONS and polls < 600:
-        polls += 1
+    # One message per poll: a deadline, not a poll count, bounds the read (up to ~1,200 records remain).
+    deadline = time.monotonic() + 180
+    while len(at_end) < PARTITIONS and time.monotonic() < deadline:
         message = consumer.poll(0.5)
         if message is None:
             continue
