@@ -28,6 +28,7 @@ from typer.core import TyperGroup
 
 from cli.context import DATA_DIR_ENV, DEFAULT_DATA_DIR, READ_ONLY_HINT, USAGE, CommandError, Settings
 from cli.flags import OneLineUsageErrors
+from cli.param_values import install as install_plain_values
 
 if TYPE_CHECKING:
     from typer._click import Command, Context, HelpFormatter  # typer vendors click
@@ -38,6 +39,7 @@ class TxlogGroup(OneLineUsageErrors, TyperGroup):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        install_plain_values(self)  # before the verbs are put in: each verb gets them when built
         self.commands = _LazyVerbs()  # each built on first use, for this group only
 
     def list_commands(self, ctx: Context) -> list[str]:
@@ -239,6 +241,7 @@ def _build_verb(name: str) -> Command:
         holder.command(name, context_settings=verb.context_settings)(target)
     command: Command = typer.main.get_group(holder).commands[name]
     add_to_every_verb(command, name)  # --data-dir and -q after the verb too (docs/cli-conventions.md §1)
+    install_plain_values(command)  # its option values converted without importing pydantic
     command.short_help = SUMMARIES[name]  # what the root help lists without building it
     return command
 

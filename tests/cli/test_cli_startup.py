@@ -16,7 +16,7 @@ import json
 
 import pytest
 
-from tests.cli.cli_helpers import python
+from tests.cli.cli_helpers import assert_ok, make_store, python, txlog
 
 # Top-level packages no help may import.
 HEAVY = frozenset(
@@ -126,3 +126,49 @@ def test_every_verb_is_checked():
     from cli.main import VERBS
 
     assert set(VERBS) <= set(OWN_MODULES)
+
+
+# What a run of a verb must not import: typer converts option values with pydantic (cli/param_values.py
+# keeps it out), and no verb that reads records needs Spark, Arrow, DuckDB or a Kafka client library.
+RUN_HEAVY = frozenset(
+    {"pydantic", "pydantic_core", "pyspark", "py4j", "pyarrow", "duckdb", "pandas", "rich", "kafka", "confluent_kafka"}
+)
+
+
+def _modules_after_run(argv: list[str]) -> tuple[set[str], str]:
+    """The modules loaded once `txlog ARGV` has run to the end in a fresh interpreter, and its stdout."""
+    code = (
+        "import json, sys\n"
+        f"sys.argv = ['txlog', *{argv!r}]\n"
+        "import cli.main\n"
+        "try:\n"
+        "    cli.main.app(prog_name='txlog')\n"
+        "except SystemExit as e:\n"
+        "    assert e.code in (0, None), e.code\n"
+        "print('MODULES', json.dumps(sorted(sys.modules)), file=sys.stderr)\n"
+    )
+    proc = python(code)
+    assert proc.returncode == 0, proc.stderr
+    (line,) = [line for line in proc.stderr.splitlines() if line.startswith("MODULES ")]
+    return set(json.loads(line.removeprefix("MODULES "))), proc.stdout
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["consume", "-t", "t", "-c", "2"],
+        ["consume", "-t", "t", "-c", "2", "--value-format", "hex", "--isolation-level", "read_uncommitted"],
+        ["consume", "-t", "t", "--group", "g", "-c", "1"],
+        ["topics", "describe", "t", "-o", "json"],
+    ],
+)
+def test_a_verb_run_imports_no_heavy_module(tmp_path, args):
+    """A whole run (options converted, the store opened, records printed) stays clear of RUN_HEAVY."""
+    store = tmp_path / "store"
+    make_store(store, t=1)
+    produced = txlog("produce", "-t", "t", data_dir=store, input="one\ntwo\n")
+    assert_ok(produced)
+    modules, out = _modules_after_run(["--data-dir", str(store), *args])
+    assert {m for m in modules if m.split(".")[0] in RUN_HEAVY} == set()
+    if args[0] == "consume":
+        assert out.splitlines()[0] in ("one", "6f6e65"), out  # it did read the records
