@@ -138,7 +138,8 @@ class ConsoleFormatter:
 
     @staticmethod
     def join(lines: list[_T]) -> bytes:
-        """The line (item 1) of every (offset, line) tuple `lines` made, as one bytes."""
+        """The line (item 1) of every (offset, line) tuple `lines` or `batch_lines` made, as one
+        bytes; an item repeated (the same object, one after the other) is written once."""
 
     def lines(
         self,
@@ -153,6 +154,12 @@ class ConsoleFormatter:
     ) -> list[_T]:
         """The records at offsets in [start_offset, end_offset) of the batch `header` (parsed at
         `buf[position]`) as `cls` (offset, line) tuples, each line ending with the line separator."""
+
+    def batch_lines(
+        self, buf: ReadableBuffer, position: int, header: BatchHeader, *, partition: int
+    ) -> tuple[int, int | None, bytes]:
+        """Every record's line of the batch `header` (parsed at `buf[position]`), back to back:
+        (how many records, the offset of the last one or None, the bytes)."""
 
 def dump_record_lines(
     buf: ReadableBuffer, position: int, header: BatchHeader, *, skip_metadata: bool, print_data: bool

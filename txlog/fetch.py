@@ -112,6 +112,7 @@ def fetch(
     max_records: int = 500,
     max_bytes: int = 1 << 20,
     decode: RecordDecoder | None = None,
+    decode_whole: BatchDecoder | None = None,
 ) -> FetchResult:
     """Records at offsets ≥ `start_offset` visible under `isolation`, at most `max_records`.
 
@@ -120,7 +121,8 @@ def fetch(
     least one batch is read however large (`max_bytes` is a soft cap, as in Kafka). Raises
     OffsetOutOfRangeError when `start_offset` is outside [log start, log end] (between the
     HW and the log end a fetch returns nothing, as Kafka's does). `decode` makes the records
-    of a visible batch (default: ConsumerRecords; see `RecordDecoder`).
+    of a visible batch (default: ConsumerRecords; see `RecordDecoder`); `decode_whole`, when
+    given, makes those of a batch taken whole instead (see `BatchDecoder`).
     """
     isolation = IsolationLevel.parse(isolation)
     _check_limits(max_records, max_bytes)
@@ -132,6 +134,7 @@ def fetch(
     walk = _Walk(log, start_offset, upper, max_records, isolation is IsolationLevel.READ_COMMITTED)
     if decode is not None:
         walk.decode = decode
+    walk.decode_whole = decode_whole
     for read_from, batches in _reads(log, start_offset, upper, max_bytes, walk):
         walk.take(read_from, batches)
     return FetchResult(walk.records, walk.next_offset, hw, stable, walk.fetched_bytes)
@@ -327,6 +330,12 @@ def _reads(
 #: `offset`: `_consumer_records`, or a reader's own (txlog consume makes lines straight from the bytes).
 RecordDecoder = Callable[[PartitionLog, RecordBatch, int, int], list]
 
+#: Makes the records of a visible batch the walk takes whole (it lies inside the fetch's offsets and
+#: the room left holds all of its records): a list with one item per record whose last item has the
+#: last record's `offset`, all the walk and the Consumer count and move by. Its items need not be
+#: distinct: txlog consume lists one item holding the lines of all the batch's records once per record.
+BatchDecoder = Callable[[PartitionLog, RecordBatch], list]
+
 
 class _Walk:
     """The consumer half of one fetch: batches in, visible records and the next offset out.
@@ -345,6 +354,7 @@ class _Walk:
         self.fetched_bytes = 0  # sizes of the batches records were taken from
         self.stopped = False  # at a batch whose records cannot be decoded: the next fetch starts there
         self.decode: RecordDecoder = _consumer_records
+        self.decode_whole: BatchDecoder | None = None
 
     @property
     def room(self) -> int:
@@ -367,7 +377,7 @@ class _Walk:
             if room <= 0:
                 return
             try:
-                records = self.decode(self.log, batch, start, end)
+                records = self._decode(batch, room)
             except (CorruptRecordError, InvalidRecordError):
                 if not out:
                     raise
@@ -390,6 +400,19 @@ class _Walk:
             self.next_offset = max(self.next_offset, batch.next_offset)
         if len(out) < self.max_records:  # every batch was walked: hidden ones at the end are passed too
             self.next_offset = max(self.next_offset, batches[-1].next_offset)
+
+    def _decode(self, batch: RecordBatch, room: int) -> list:
+        """The records of a visible batch in [start, end): whole by `decode_whole` when it has one,
+        the batch lies inside the range and it fits the room left (nothing is cut), else by `decode`."""
+        decode_whole = self.decode_whole
+        if (
+            decode_whole is not None
+            and batch.base_offset >= self.start_offset
+            and batch.base_offset + batch.last_offset_delta < self.end_offset
+            and batch.records_count <= room
+        ):
+            return decode_whole(self.log, batch)
+        return self.decode(self.log, batch, self.start_offset, self.end_offset)
 
 
 def _consumer_records(log: PartitionLog, batch: RecordBatch, start: int, end: int) -> list[ConsumerRecord]:

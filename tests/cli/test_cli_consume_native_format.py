@@ -277,6 +277,42 @@ def test_a_batch_that_cannot_be_decoded_fails_alike(tmp_path, monkeypatch):
         ), mode
 
 
+def test_a_batch_taken_whole_is_one_line_listed_once_per_record(tmp_path):
+    """consume's fetch makes one object for a batch it takes whole (its lines in one bytes), listed
+    once per record so that the Consumer's and the CLI's counts stay counts of records; a batch it
+    cuts keeps one line per record. Two batches of the same bytes, one after the other, both print."""
+    from cli.console_lines import joined
+    from txlog.topic_partition import TopicPartition
+
+    path = str(tmp_path / "store")
+    with Store.open(path) as store:
+        store.create_topic(TOPIC, 1)
+        log = store.partition(TOPIC, 0)
+        for batch in ([b"same"] * 3, [b"same"] * 3, [b"x", b"y"]):
+            log.append(build_batch([(None, value, [], 1) for value in batch]))
+        writer = consume_cli._KafkaFormatter(ValueFormat.utf8, dict(consume_cli.FORMATTER_PROPERTIES))
+        transport = writer.line_transport(store)
+        assert transport is not None
+        tp, rc = TopicPartition(TOPIC, 0), client.IsolationLevel.READ_COMMITTED
+        whole = transport.fetch(tp, 0, rc, max_records=500, max_bytes=1 << 20)
+        assert len(whole.records) == 8 and whole.next_offset == 8
+        assert len({id(line) for line in whole.records}) == 3  # one per batch
+        assert [line.offset for line in whole.records] == [2, 2, 2, 5, 5, 5, 7, 7]  # each batch's last
+        assert joined(whole.records) == b"same\n" * 6 + b"x\ny\n"
+        inside = transport.fetch(tp, 1, rc, max_records=5, max_bytes=1 << 20)  # starts inside the first batch
+        assert [line.offset for line in inside.records] == [1, 2, 5, 5, 5] and inside.next_offset == 6
+        assert len({id(line) for line in inside.records}) == 3
+        full = transport.fetch(tp, 0, rc, max_records=4, max_bytes=1 << 20)  # the record limit cuts the second
+        assert [line.offset for line in full.records] == [2, 2, 2, 3] and full.next_offset == 4
+        assert len({id(line) for line in full.records}) == 2
+        assert joined(inside.records) == joined(full.records) + b"same\n" == b"same\n" * 5
+    for args, printed in (([], 8), (["-c", "4"], 4), (["-o", "4", "-c", "3"], 3)):
+        proc = txlog("consume", "-t", TOPIC, *args, data_dir=path)
+        lines = (["same"] * 6 + ["x", "y"])[int(args[1]) if args[:1] == ["-o"] else 0 :][:printed]
+        assert (proc.returncode, proc.stdout.splitlines()) == (0, lines), args
+        assert f"Processed a total of {printed} messages" in proc.stderr
+
+
 # ---- inspect --print-data-log: kafka-dump-log's record lines ----------------------------------------
 
 INSPECT_CASES = [

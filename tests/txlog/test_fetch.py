@@ -24,6 +24,7 @@ from storage import Store
 from storage.compression import Compression
 from storage.log_files import log_file
 from storage.records import ControlType, RecordBatch, TimestampType, build_batch
+from txlog.consumer_record import ConsumerRecord
 from txlog.errors import OffsetOutOfRangeError
 from txlog.fetch import FetchResult, IllegalArgumentError, IsolationLevel, fetch, read_batches
 
@@ -483,3 +484,35 @@ def _check_read_batches(store: Store) -> None:
     assert read_batches(log, 0, RU, 10, min_one=False).batches == []  # not the first partition: it waits
     with pytest.raises(OffsetOutOfRangeError):
         read_batches(log, 4, RU, 10)
+
+
+def test_decode_whole_gets_the_batches_taken_whole_and_decode_the_cut_ones(log, w):
+    """`decode_whole` makes the records of a batch inside the offsets asked for that fits the room
+    left; a batch the fetch cuts (its start, its end or its record limit) goes to `decode`."""
+    w.plain(4)  # 0-3
+    w.txn(1, 3)  # 4-6
+    w.commit(1)  # 7
+    w.plain(2)  # 8-9
+    calls: list[tuple[str, int]] = []
+
+    def decode(log, batch, start, end):
+        calls.append(("cut", batch.base_offset))
+        return batch.consumer_records(ConsumerRecord, log.topic, log.partition, start, end)
+
+    def decode_whole(log, batch):
+        calls.append(("whole", batch.base_offset))
+        return batch.consumer_records(ConsumerRecord, log.topic, log.partition, batch.base_offset, batch.next_offset)
+
+    def offsets(start, **kw):
+        calls.clear()
+        res = fetch(log, start, RC, decode=decode, decode_whole=decode_whole, **kw)
+        return [r.offset for r in res.records], res.next_offset
+
+    assert offsets(0) == ([0, 1, 2, 3, 4, 5, 6, 8, 9], 10)
+    assert calls == [("whole", 0), ("whole", 4), ("whole", 8)]
+    assert offsets(2) == ([2, 3, 4, 5, 6, 8, 9], 10)  # starts inside the first batch
+    assert calls == [("cut", 0), ("whole", 4), ("whole", 8)]
+    assert offsets(0, max_records=6) == ([0, 1, 2, 3, 4, 5], 6)  # the room left cuts the second
+    assert calls == [("whole", 0), ("cut", 4)]
+    assert offsets(4, max_records=3) == ([4, 5, 6], 7)  # exactly full: still whole
+    assert calls == [("whole", 4)]

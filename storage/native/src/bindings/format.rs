@@ -5,18 +5,21 @@
 //! timestamp, timestamp_type, key, value, headers, ...): their items are read by position,
 //! with no attribute lookups, and every line lands in one buffer that the CLI writes once.
 //! `lines` skips the ConsumerRecords: it decodes a batch's records itself and makes one
-//! (offset, line) tuple per record, which is all a fetch's walk and the CLI need of it.
+//! (offset, line) tuple per record, which is all a fetch's walk and the CLI need of it;
+//! `batch_lines` writes every line of a batch the walk takes whole into one bytes, with no
+//! object per record (storage/console_format.py `batch_lines`).
 
 use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 
 use super::decode::{collect_rows, py_sum};
+use super::errors::to_py;
 use super::ffi::with_bytes;
 use super::ffi::SubclassTuples;
 use super::header::BatchHeader;
 use crate::codec;
-use crate::codec::TIMESTAMP_TYPE_MASK;
+use crate::codec::{RecordBase, RecordView, TIMESTAMP_TYPE_MASK};
 use crate::format::{ConsoleFormat, DumpFields, DumpFormat, Fields, ValueFormat};
 
 // ConsumerRecord's field positions (txlog/consumer_record.py).
@@ -102,18 +105,6 @@ impl ConsoleFormatter {
         Ok(PyBytes::new(py, &out))
     }
 
-    /// The lines of `lines`' (offset, line) tuples, made by `lines`, as one bytes.
-    #[staticmethod]
-    fn join<'py>(py: Python<'py>, lines: &Bound<'py, PyList>) -> PyResult<Bound<'py, PyBytes>> {
-        let mut out = Vec::new();
-        for item in lines.iter() {
-            let item = item.cast_into::<PyTuple>()?;
-            let line = item.get_item(1)?;
-            out.extend_from_slice(line.cast::<PyBytes>()?.as_bytes());
-        }
-        Ok(PyBytes::new(py, &out))
-    }
-
     /// The lines of the records at offsets in [start_offset, end_offset) of the batch `header`
     /// (parsed at `buf[position]`), each as a `cls` (offset, line) tuple, the line ending with
     /// the line separator: what `format` writes for the ConsumerRecords of the same records.
@@ -140,34 +131,88 @@ impl ConsoleFormatter {
             if offset < start_offset as i128 || offset >= end_offset as i128 {
                 return Ok(None);
             }
-            let timestamp = if base.use_deltas {
-                base.timestamp as i128 + rec.timestamp_delta as i128
-            } else {
-                base.timestamp as i128
-            };
-            // Header names as the ConsumerRecord has them: Java's String(bytes, UTF_8), U+FFFD for bad bytes.
-            let names: Vec<_> = rec.headers.iter().map(|(name, _)| String::from_utf8_lossy(name)).collect();
-            let headers: Vec<(&[u8], Option<&[u8]>)> =
-                names.iter().zip(&rec.headers).map(|(name, (_, value))| (name.as_bytes(), *value)).collect();
-            let fields = Fields {
-                timestamp_kind: kind,
-                timestamp,
-                partition,
-                offset,
-                key: rec.key,
-                value: rec.value,
-                headers: &headers,
-            };
             line.clear();
-            self.format.write(&mut line, &fields);
+            self.write_record(&mut line, kind, &base, partition, rec);
             Ok(Some(
                 maker.make([py_sum(py, base.offset, rec.offset_delta as i64)?, PyBytes::new(py, &line).into_any()])?,
             ))
         })
     }
+
+    /// Every record's line of the batch `header` (parsed at `buf[position]`), back to back in
+    /// one bytes, as (records, offset of the last record or None, bytes): what `lines` makes
+    /// for a batch taken whole, with no object per record. Decoded, and failing, as `lines` is.
+    #[pyo3(signature = (buf, position, header, *, partition))]
+    fn batch_lines<'py>(
+        &self,
+        py: Python<'py>,
+        buf: &Bound<'py, PyAny>,
+        position: usize,
+        header: &Bound<'py, BatchHeader>,
+        partition: i64,
+    ) -> PyResult<(usize, Option<Bound<'py, PyAny>>, Bound<'py, PyBytes>)> {
+        let header = &header.get().header;
+        let kind = self.timestamp_kind(i64::from(header.attributes & TIMESTAMP_TYPE_MASK != 0))?;
+        let base = header.record_base();
+        let mut out = Vec::new();
+        let mut count = 0usize;
+        let mut last_delta = None;
+        with_bytes(buf, |buf| {
+            let mut owned = Vec::new();
+            let data = codec::records_region(buf, position, header, &mut owned).map_err(to_py)?;
+            codec::for_each_record(data, header.records_count, |rec| {
+                self.write_record(&mut out, kind, &base, partition, &rec);
+                count += 1;
+                last_delta = Some(rec.offset_delta);
+                Ok(())
+            })
+            .map_err(to_py)
+        })?;
+        let last = last_delta.map(|delta| py_sum(py, base.offset, delta as i64)).transpose()?;
+        Ok((count, last, PyBytes::new(py, &out)))
+    }
+
+    /// The lines of `lines`' (offset, line) tuples, made by `lines` or `batch_lines`, as one bytes.
+    /// An item repeated (the same object, one after the other) is written once: a reader that
+    /// keeps one item per record lists a batch's bytes once for each of its records.
+    #[staticmethod]
+    fn join<'py>(py: Python<'py>, lines: &Bound<'py, PyList>) -> PyResult<Bound<'py, PyBytes>> {
+        let mut out = Vec::new();
+        let mut previous: Option<Bound<'py, PyAny>> = None;
+        for item in lines.iter() {
+            if previous.as_ref().is_some_and(|p| p.is(&item)) {
+                continue;
+            }
+            let tuple = item.cast::<PyTuple>()?;
+            out.extend_from_slice(tuple.get_item(1)?.cast::<PyBytes>()?.as_bytes());
+            previous = Some(item);
+        }
+        Ok(PyBytes::new(py, &out))
+    }
 }
 
 impl ConsoleFormatter {
+    /// One record's line, with the line separator, appended to `out`: what `format` writes for
+    /// the record's ConsumerRecord (`base` is its batch's, `kind` its timestamp type's name).
+    fn write_record(&self, out: &mut Vec<u8>, kind: &[u8], base: &RecordBase, partition: i64, rec: &RecordView) {
+        let timestamp =
+            if base.use_deltas { base.timestamp as i128 + rec.timestamp_delta as i128 } else { base.timestamp as i128 };
+        // Header names as the ConsumerRecord has them: Java's String(bytes, UTF_8), U+FFFD for bad bytes.
+        let names: Vec<_> = rec.headers.iter().map(|(name, _)| String::from_utf8_lossy(name)).collect();
+        let headers: Vec<(&[u8], Option<&[u8]>)> =
+            names.iter().zip(&rec.headers).map(|(name, (_, value))| (name.as_bytes(), *value)).collect();
+        let fields = Fields {
+            timestamp_kind: kind,
+            timestamp,
+            partition,
+            offset: base.offset_of(rec),
+            key: rec.key,
+            value: rec.value,
+            headers: &headers,
+        };
+        self.format.write(out, &fields);
+    }
+
     /// The name of a timestamp type, indexed as a Python sequence is (negative from the end).
     fn timestamp_kind(&self, index: i64) -> PyResult<&[u8]> {
         let len = self.timestamp_kinds.len() as i64;
