@@ -2,11 +2,11 @@
 
 Kafka's text formatter needs only each record's line, so the fetch's walk (txlog/fetch.py,
 the one definition of what an isolation level shows and where the next fetch starts) is given
-decoders that make the lines in native code instead of twelve-field ConsumerRecords, through
-the Consumer's own seam, its Transport: a batch taken whole becomes one `Line` holding all its
-lines (storage.console_format.batch_lines), listed once per record so that every count stays a
-count of records; a batch the fetch cuts (at its offsets or its record limit) one `Line` per
-record (record_lines). Everything else - positions, read_committed's filter,
+a decoder that makes the lines in native code instead of twelve-field ConsumerRecords, through
+the Consumer's own seam, its Transport: the records the walk takes from a batch (all of them,
+or those its offsets and record limit leave) become one `Line` holding all their lines
+(storage.console_format.batch_lines), listed once per record so that every count stays a
+count of records. Everything else - positions, read_committed's filter,
 groups and commits, errors and their order - is the Consumer's, unchanged. Imported only when
 `consume` runs (the CLI does not load txlog for --help).
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from storage.console_format import ConsoleFormatter, batch_lines, record_lines
+from storage.console_format import ConsoleFormatter, batch_lines
 from storage.partition_log import PartitionLog
 from storage.records import RecordBatch
 from storage.store import Store
@@ -25,8 +25,8 @@ from txlog.transport import Transport
 
 
 class Line(NamedTuple):
-    """One record as the text formatter prints it: its offset (what the fetch's walk needs) and its line;
-    or, listed once per record of a batch, the batch's last offset and all its lines."""
+    """The records a fetch took from one batch as the text formatter prints them, listed once per
+    record: the last one's offset (what the fetch's walk needs) and all their lines."""
 
     offset: int
     line: bytes
@@ -48,18 +48,14 @@ class LinesTransport(Transport):
             isolation,
             max_records=max_records,
             max_bytes=max_bytes,
-            decode=self._lines,
-            decode_whole=self._batch_lines,
+            decode_batch=self._lines,
         )
 
-    def _lines(self, log: PartitionLog, batch: RecordBatch, start: int, end: int) -> list[Line]:
-        return record_lines(self._formatter, batch, Line, log.partition, start, end)
-
-    def _batch_lines(self, log: PartitionLog, batch: RecordBatch) -> list[Line]:
-        return batch_lines(self._formatter, batch, Line, log.partition)
+    def _lines(self, log: PartitionLog, batch: RecordBatch, start: int, end: int, room: int) -> tuple[list[Line], bool]:
+        return batch_lines(self._formatter, batch, Line, log.partition, start, end, room)
 
 
 def joined(lines: list[Line]) -> bytes:
-    """The lines of one poll as one bytes (each already ends with the line separator; a batch's
-    `Line`, listed once per record, is written once)."""
+    """The lines of one poll as one bytes (each already ends with the line separator; a `Line`,
+    listed once per record, is written once)."""
     return ConsoleFormatter.join(lines)

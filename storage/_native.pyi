@@ -138,28 +138,24 @@ class ConsoleFormatter:
 
     @staticmethod
     def join(lines: list[_T]) -> bytes:
-        """The line (item 1) of every (offset, line) tuple `lines` or `batch_lines` made, as one
-        bytes; an item repeated (the same object, one after the other) is written once."""
+        """The line (item 1) of every (offset, line) tuple of `lines`, as one bytes; an item
+        repeated (the same object, one after the other) is written once."""
 
-    def lines(
+    def batch_lines(
         self,
         buf: ReadableBuffer,
         position: int,
         header: BatchHeader,
         *,
-        cls: type[_T],
         partition: int,
         start_offset: int,
         end_offset: int,
-    ) -> list[_T]:
-        """The records at offsets in [start_offset, end_offset) of the batch `header` (parsed at
-        `buf[position]`) as `cls` (offset, line) tuples, each line ending with the line separator."""
-
-    def batch_lines(
-        self, buf: ReadableBuffer, position: int, header: BatchHeader, *, partition: int
-    ) -> tuple[int, int | None, bytes]:
-        """Every record's line of the batch `header` (parsed at `buf[position]`), back to back:
-        (how many records, the offset of the last one or None, the bytes)."""
+        limit: int,
+    ) -> tuple[int, int | None, bytes, bool]:
+        """The lines of the batch `header`'s records (parsed at `buf[position]`) at offsets in
+        [start_offset, end_offset), the first `limit` of them, back to back, each ending with the
+        line separator: (records written, the offset of the last one or None, the bytes, whether
+        records in the range were left past `limit`)."""
 
 def dump_record_lines(
     buf: ReadableBuffer, position: int, header: BatchHeader, *, skip_metadata: bool, print_data: bool

@@ -112,7 +112,7 @@ def fetch(
     max_records: int = 500,
     max_bytes: int = 1 << 20,
     decode: RecordDecoder | None = None,
-    decode_whole: BatchDecoder | None = None,
+    decode_batch: BatchDecoder | None = None,
 ) -> FetchResult:
     """Records at offsets ≥ `start_offset` visible under `isolation`, at most `max_records`.
 
@@ -121,8 +121,8 @@ def fetch(
     least one batch is read however large (`max_bytes` is a soft cap, as in Kafka). Raises
     OffsetOutOfRangeError when `start_offset` is outside [log start, log end] (between the
     HW and the log end a fetch returns nothing, as Kafka's does). `decode` makes the records
-    of a visible batch (default: ConsumerRecords; see `RecordDecoder`); `decode_whole`, when
-    given, makes those of a batch taken whole instead (see `BatchDecoder`).
+    of a visible batch (default: ConsumerRecords; see `RecordDecoder`); `decode_batch`, when
+    given, makes them instead, told how many the fetch still has room for (see `BatchDecoder`).
     """
     isolation = IsolationLevel.parse(isolation)
     _check_limits(max_records, max_bytes)
@@ -134,7 +134,7 @@ def fetch(
     walk = _Walk(log, start_offset, upper, max_records, isolation is IsolationLevel.READ_COMMITTED)
     if decode is not None:
         walk.decode = decode
-    walk.decode_whole = decode_whole
+    walk.decode_batch = decode_batch
     for read_from, batches in _reads(log, start_offset, upper, max_bytes, walk):
         walk.take(read_from, batches)
     return FetchResult(walk.records, walk.next_offset, hw, stable, walk.fetched_bytes)
@@ -330,11 +330,12 @@ def _reads(
 #: `offset`: `_consumer_records`, or a reader's own (txlog consume makes lines straight from the bytes).
 RecordDecoder = Callable[[PartitionLog, RecordBatch, int, int], list]
 
-#: Makes the records of a visible batch the walk takes whole (it lies inside the fetch's offsets and
-#: the room left holds all of its records): a list with one item per record whose last item has the
-#: last record's `offset`, all the walk and the Consumer count and move by. Its items need not be
-#: distinct: txlog consume lists one item holding the lines of all the batch's records once per record.
-BatchDecoder = Callable[[PartitionLog, RecordBatch], list]
+#: Makes the records of a visible batch at offsets in [start, end), at most `room` of them, and says
+#: whether records in that range were left past `room` (then the fetch ends inside the batch): a list
+#: with one item per record whose last item has the last record's `offset`, all the walk and the
+#: Consumer count and move by. Its items need not be distinct: txlog consume lists one item holding
+#: the lines of all the records it took from a batch once per record (cli/console_lines.py).
+BatchDecoder = Callable[[PartitionLog, RecordBatch, int, int, int], tuple[list, bool]]
 
 
 class _Walk:
@@ -354,7 +355,7 @@ class _Walk:
         self.fetched_bytes = 0  # sizes of the batches records were taken from
         self.stopped = False  # at a batch whose records cannot be decoded: the next fetch starts there
         self.decode: RecordDecoder = _consumer_records
-        self.decode_whole: BatchDecoder | None = None
+        self.decode_batch: BatchDecoder | None = None
 
     @property
     def room(self) -> int:
@@ -377,7 +378,7 @@ class _Walk:
             if room <= 0:
                 return
             try:
-                records = self._decode(batch, room)
+                records, cut = self._decode(batch, room)
             except (CorruptRecordError, InvalidRecordError):
                 if not out:
                     raise
@@ -385,34 +386,27 @@ class _Walk:
                 # returned, and the next fetch, which starts at that batch, raises (rule 17).
                 self.stopped = True
                 return
-            if len(records) > room:  # the batch is cut after the last record taken
-                del records[room:]
-                out.extend(records)
-                self.fetched_bytes += batch.size
-                self.next_offset = records[-1].offset + 1
-                return
             if records:
                 out.extend(records)
                 self.fetched_bytes += batch.size
                 self.next_offset = records[-1].offset + 1
+            if cut:  # the batch is cut after the last record taken
+                return
             # Every record of the batch is taken: compaction may have removed the last
             # offsets of a batch, so the batch's own end is where the next read starts.
             self.next_offset = max(self.next_offset, batch.next_offset)
         if len(out) < self.max_records:  # every batch was walked: hidden ones at the end are passed too
             self.next_offset = max(self.next_offset, batches[-1].next_offset)
 
-    def _decode(self, batch: RecordBatch, room: int) -> list:
-        """The records of a visible batch in [start, end): whole by `decode_whole` when it has one,
-        the batch lies inside the range and it fits the room left (nothing is cut), else by `decode`."""
-        decode_whole = self.decode_whole
-        if (
-            decode_whole is not None
-            and batch.base_offset >= self.start_offset
-            and batch.base_offset + batch.last_offset_delta < self.end_offset
-            and batch.records_count <= room
-        ):
-            return decode_whole(self.log, batch)
-        return self.decode(self.log, batch, self.start_offset, self.end_offset)
+    def _decode(self, batch: RecordBatch, room: int) -> tuple[list, bool]:
+        """The records of a visible batch in [start, end), at most `room`, and whether the room cut it."""
+        if self.decode_batch is not None:
+            return self.decode_batch(self.log, batch, self.start_offset, self.end_offset, room)
+        records = self.decode(self.log, batch, self.start_offset, self.end_offset)
+        if len(records) > room:
+            del records[room:]
+            return records, True
+        return records, False
 
 
 def _consumer_records(log: PartitionLog, batch: RecordBatch, start: int, end: int) -> list[ConsumerRecord]:

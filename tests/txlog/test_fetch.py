@@ -486,33 +486,28 @@ def _check_read_batches(store: Store) -> None:
         read_batches(log, 4, RU, 10)
 
 
-def test_decode_whole_gets_the_batches_taken_whole_and_decode_the_cut_ones(log, w):
-    """`decode_whole` makes the records of a batch inside the offsets asked for that fits the room
-    left; a batch the fetch cuts (its start, its end or its record limit) goes to `decode`."""
+def test_decode_batch_is_told_the_room_left_and_says_where_it_cut(log, w):
+    """`decode_batch` makes the records of every visible batch in [start, end), at most the room
+    left, and says whether it left some: the fetch ends inside the batch exactly as with `decode`."""
     w.plain(4)  # 0-3
     w.txn(1, 3)  # 4-6
     w.commit(1)  # 7
     w.plain(2)  # 8-9
-    calls: list[tuple[str, int]] = []
+    calls: list[tuple[int, int, int, int]] = []
 
-    def decode(log, batch, start, end):
-        calls.append(("cut", batch.base_offset))
-        return batch.consumer_records(ConsumerRecord, log.topic, log.partition, start, end)
+    def decode_batch(log, batch, start, end, room):
+        calls.append((batch.base_offset, start, end, room))
+        records = batch.consumer_records(ConsumerRecord, log.topic, log.partition, start, end)
+        return records[:room], len(records) > room
 
-    def decode_whole(log, batch):
-        calls.append(("whole", batch.base_offset))
-        return batch.consumer_records(ConsumerRecord, log.topic, log.partition, batch.base_offset, batch.next_offset)
-
-    def offsets(start, **kw):
-        calls.clear()
-        res = fetch(log, start, RC, decode=decode, decode_whole=decode_whole, **kw)
-        return [r.offset for r in res.records], res.next_offset
-
-    assert offsets(0) == ([0, 1, 2, 3, 4, 5, 6, 8, 9], 10)
-    assert calls == [("whole", 0), ("whole", 4), ("whole", 8)]
-    assert offsets(2) == ([2, 3, 4, 5, 6, 8, 9], 10)  # starts inside the first batch
-    assert calls == [("cut", 0), ("whole", 4), ("whole", 8)]
-    assert offsets(0, max_records=6) == ([0, 1, 2, 3, 4, 5], 6)  # the room left cuts the second
-    assert calls == [("whole", 0), ("cut", 4)]
-    assert offsets(4, max_records=3) == ([4, 5, 6], 7)  # exactly full: still whole
-    assert calls == [("whole", 4)]
+    for iso in (RC, RU):
+        for start in range(10):
+            for max_records in (1, 2, 3, 4, 5, 6, 7, 500):
+                calls.clear()
+                plain = fetch(log, start, iso, max_records=max_records)
+                mine = fetch(log, start, iso, max_records=max_records, decode_batch=decode_batch)
+                assert (seen(mine), mine.next_offset) == (seen(plain), plain.next_offset), (iso, start, max_records)
+                assert calls and calls[0][3] == max_records and calls[0][1] == start
+    calls.clear()
+    assert seen(fetch(log, 2, RC, max_records=3, decode_batch=decode_batch)) == [(2, b"v2"), (3, b"v3"), (4, b"v4")]
+    assert [(base, room) for base, _, _, room in calls] == [(0, 3), (4, 1)]

@@ -4,19 +4,17 @@
 //! `format` takes txlog.consumer_record.ConsumerRecord tuples (topic, partition, offset,
 //! timestamp, timestamp_type, key, value, headers, ...): their items are read by position,
 //! with no attribute lookups, and every line lands in one buffer that the CLI writes once.
-//! `lines` skips the ConsumerRecords: it decodes a batch's records itself and makes one
-//! (offset, line) tuple per record, which is all a fetch's walk and the CLI need of it;
-//! `batch_lines` writes every line of a batch the walk takes whole into one bytes, with no
-//! object per record (storage/console_format.py `batch_lines`).
+//! `batch_lines` skips the ConsumerRecords: it decodes a batch's records itself and writes
+//! the lines of those a fetch's walk takes into one bytes, with no object per record
+//! (storage/console_format.py `batch_lines`).
 
 use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 
-use super::decode::{collect_rows, py_sum};
+use super::decode::py_sum;
 use super::errors::to_py;
 use super::ffi::with_bytes;
-use super::ffi::SubclassTuples;
 use super::header::BatchHeader;
 use crate::codec;
 use crate::codec::{RecordBase, RecordView, TIMESTAMP_TYPE_MASK};
@@ -30,6 +28,9 @@ const TIMESTAMP_TYPE: usize = 4;
 const KEY: usize = 5;
 const VALUE: usize = 6;
 const HEADERS: usize = 7;
+
+/// What `batch_lines` returns: (records written, the last one's offset or None, their lines, records left).
+type BatchLines<'py> = (usize, Option<Bound<'py, PyAny>>, Bound<'py, PyBytes>, bool);
 
 /// Kafka's console-consumer formatter with fixed options (cli/consume.py's `_KafkaFormatter`).
 #[pyclass(frozen, module = "storage._native")]
@@ -105,44 +106,15 @@ impl ConsoleFormatter {
         Ok(PyBytes::new(py, &out))
     }
 
-    /// The lines of the records at offsets in [start_offset, end_offset) of the batch `header`
-    /// (parsed at `buf[position]`), each as a `cls` (offset, line) tuple, the line ending with
-    /// the line separator: what `format` writes for the ConsumerRecords of the same records.
-    #[pyo3(signature = (buf, position, header, *, cls, partition, start_offset, end_offset))]
+    /// The lines of the batch `header`'s records (parsed at `buf[position]`) at offsets in
+    /// [start_offset, end_offset), the first `limit` of them, back to back in one bytes, each
+    /// ending with the line separator: what `format` writes for the ConsumerRecords of the same
+    /// records, with no object per record. Returns (records written, the offset of the last one
+    /// or None, the bytes, whether records in the range were left past `limit`). Every record
+    /// is decoded (and a batch that cannot be is refused) however many are written, as the
+    /// ConsumerRecord decoders do.
+    #[pyo3(signature = (buf, position, header, *, partition, start_offset, end_offset, limit))]
     #[allow(clippy::too_many_arguments)] // the batch, then the keyword-only fields of its records
-    fn lines<'py>(
-        &self,
-        py: Python<'py>,
-        buf: &Bound<'py, PyAny>,
-        position: usize,
-        header: &Bound<'py, BatchHeader>,
-        cls: &Bound<'py, PyAny>,
-        partition: i64,
-        start_offset: i64,
-        end_offset: i64,
-    ) -> PyResult<Bound<'py, PyList>> {
-        let header = &header.get().header;
-        let kind = self.timestamp_kind(i64::from(header.attributes & TIMESTAMP_TYPE_MASK != 0))?;
-        let base = header.record_base();
-        let maker = SubclassTuples::new(cls)?;
-        let mut line = Vec::new();
-        collect_rows(py, buf, position, header, |rec| {
-            let offset = base.offset_of(rec);
-            if offset < start_offset as i128 || offset >= end_offset as i128 {
-                return Ok(None);
-            }
-            line.clear();
-            self.write_record(&mut line, kind, &base, partition, rec);
-            Ok(Some(
-                maker.make([py_sum(py, base.offset, rec.offset_delta as i64)?, PyBytes::new(py, &line).into_any()])?,
-            ))
-        })
-    }
-
-    /// Every record's line of the batch `header` (parsed at `buf[position]`), back to back in
-    /// one bytes, as (records, offset of the last record or None, bytes): what `lines` makes
-    /// for a batch taken whole, with no object per record. Decoded, and failing, as `lines` is.
-    #[pyo3(signature = (buf, position, header, *, partition))]
     fn batch_lines<'py>(
         &self,
         py: Python<'py>,
@@ -150,17 +122,27 @@ impl ConsoleFormatter {
         position: usize,
         header: &Bound<'py, BatchHeader>,
         partition: i64,
-    ) -> PyResult<(usize, Option<Bound<'py, PyAny>>, Bound<'py, PyBytes>)> {
+        start_offset: i64,
+        end_offset: i64,
+        limit: usize,
+    ) -> PyResult<BatchLines<'py>> {
         let header = &header.get().header;
         let kind = self.timestamp_kind(i64::from(header.attributes & TIMESTAMP_TYPE_MASK != 0))?;
         let base = header.record_base();
         let mut out = Vec::new();
-        let mut count = 0usize;
-        let mut last_delta = None;
+        let (mut count, mut last_delta, mut more) = (0usize, None, false);
         with_bytes(buf, |buf| {
             let mut owned = Vec::new();
             let data = codec::records_region(buf, position, header, &mut owned).map_err(to_py)?;
             codec::for_each_record(data, header.records_count, |rec| {
+                let offset = base.offset_of(&rec);
+                if offset < start_offset as i128 || offset >= end_offset as i128 {
+                    return Ok(());
+                }
+                if count >= limit {
+                    more = true;
+                    return Ok(());
+                }
                 self.write_record(&mut out, kind, &base, partition, &rec);
                 count += 1;
                 last_delta = Some(rec.offset_delta);
@@ -169,12 +151,12 @@ impl ConsoleFormatter {
             .map_err(to_py)
         })?;
         let last = last_delta.map(|delta| py_sum(py, base.offset, delta as i64)).transpose()?;
-        Ok((count, last, PyBytes::new(py, &out)))
+        Ok((count, last, PyBytes::new(py, &out), more))
     }
 
-    /// The lines of `lines`' (offset, line) tuples, made by `lines` or `batch_lines`, as one bytes.
-    /// An item repeated (the same object, one after the other) is written once: a reader that
-    /// keeps one item per record lists a batch's bytes once for each of its records.
+    /// The lines (item 1) of `lines`' (offset, line) tuples, as one bytes. An item repeated (the
+    /// same object, one after the other) is written once: a reader that keeps one item per record
+    /// lists the bytes `batch_lines` made for a batch once for each of its records.
     #[staticmethod]
     fn join<'py>(py: Python<'py>, lines: &Bound<'py, PyList>) -> PyResult<Bound<'py, PyBytes>> {
         let mut out = Vec::new();
