@@ -10,7 +10,8 @@ new verb (produce, consume, transactions, ...) is one more module and one more l
 module is imported only when that verb runs (or its help, or completion, is asked for), so
 `txlog --help` and `txlog VERB --help` stay fast: the root help lists the verbs from
 cli.help_text.SUMMARIES. Nothing heavy is imported here: `storage` and `txlog` are imported
-inside commands (tests/cli/test_cli_startup.py holds both rules).
+inside commands, and option values are converted by cli/param_values.py, so a run does not
+import pydantic (tests/cli/test_cli_startup.py holds these rules).
 """
 
 from __future__ import annotations

@@ -307,6 +307,8 @@ def test_the_records_taken_from_a_batch_are_one_line_listed_once_per_record(tmp_
         assert [line.offset for line in full.records] == [2, 2, 2, 3] and full.next_offset == 4
         assert len({id(line) for line in full.records}) == 2
         assert joined(inside.records) == joined(full.records) + b"same\n" == b"same\n" * 5
+        one = full.records[0]
+        assert joined([one, one, whole.records[0], one]) == b"same\n" * 9  # only a repeat back to back is one
     for args, printed in (([], 8), (["-c", "4"], 4), (["-o", "4", "-c", "3"], 3)):
         proc = txlog("consume", "-t", TOPIC, *args, data_dir=path)
         lines = (["same"] * 6 + ["x", "y"])[int(args[1]) if args[:1] == ["-o"] else 0 :][:printed]

@@ -134,6 +134,7 @@ impl ConsoleFormatter {
         with_bytes(buf, |buf| {
             let mut owned = Vec::new();
             let data = codec::records_region(buf, position, header, &mut owned).map_err(to_py)?;
+            out.reserve(data.len()); // about the lines' size (a record's value, plus framing): few regrowths
             codec::for_each_record(data, header.records_count, |rec| {
                 let offset = base.offset_of(&rec);
                 if offset < start_offset as i128 || offset >= end_offset as i128 {
@@ -159,17 +160,38 @@ impl ConsoleFormatter {
     /// lists the bytes `batch_lines` made for a batch once for each of its records.
     #[staticmethod]
     fn join<'py>(py: Python<'py>, lines: &Bound<'py, PyList>) -> PyResult<Bound<'py, PyBytes>> {
-        let mut out = Vec::new();
-        let mut previous: Option<Bound<'py, PyAny>> = None;
-        for item in lines.iter() {
-            if previous.as_ref().is_some_and(|p| p.is(&item)) {
-                continue;
+        // The distinct items' lines, then one copy of them into the bytes returned (a poll's
+        // output is its records' bytes: one buffer, copied once).
+        let mut parts: Vec<Bound<'py, PyBytes>> = Vec::new();
+        let mut previous = std::ptr::null_mut();
+        for index in 0..lines.len() {
+            // SAFETY: `lines` is a live list and the GIL is held; PyList_GetItem returns a borrowed
+            // reference (or NULL with IndexError set, were the list shortened meanwhile).
+            let item = unsafe { pyo3::ffi::PyList_GetItem(lines.as_ptr(), index as pyo3::ffi::Py_ssize_t) };
+            if item.is_null() {
+                return Err(PyErr::fetch(py));
             }
-            let tuple = item.cast::<PyTuple>()?;
-            out.extend_from_slice(tuple.get_item(1)?.cast::<PyBytes>()?.as_bytes());
-            previous = Some(item);
+            if item == previous {
+                continue; // the same item again, by identity: one per record of the lines it holds
+            }
+            previous = item;
+            // SAFETY: `item` is a borrowed reference, alive while the list holds it.
+            let item = unsafe { Borrowed::from_ptr(py, item) };
+            parts.push(item.cast::<PyTuple>()?.get_item(1)?.cast_into::<PyBytes>()?);
         }
-        Ok(PyBytes::new(py, &out))
+        if parts.len() == 1 {
+            return Ok(parts.swap_remove(0));
+        }
+        let size = parts.iter().map(|part| part.as_bytes().len()).sum();
+        PyBytes::new_with(py, size, |out| {
+            let mut at = 0;
+            for part in &parts {
+                let bytes = part.as_bytes();
+                out[at..at + bytes.len()].copy_from_slice(bytes);
+                at += bytes.len();
+            }
+            Ok(())
+        })
     }
 }
 
