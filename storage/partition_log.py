@@ -642,7 +642,7 @@ class PartitionLog:
         bases = listing.bases
         if not bases:
             return False
-        if self._segments[-1].base_offset < bases[0]:
+        if self._segments[-1].base_offset < bases[0] and not self._followed_rolls(repair=repair, first=bases[0]):
             self._loader.load(repair=repair)  # retention removed every segment this view knew of
             self._refresh_log_start()
             return True
@@ -654,6 +654,16 @@ class PartitionLog:
             return True
         self._refresh_log_start()
         return False
+
+    def _followed_rolls(self, *, repair: bool, first: int) -> bool:
+        """Whether the tail walk, from the view's last segment (rolled and deleted behind it), reached the
+        segment `first` retention left: the view then keeps the producer state it holds, where a reload
+        would start from the snapshot at the new log start, without the producers expired since."""
+        try:
+            self._catch_up_on_tail(repair=repair)
+        except FileReplacedError:
+            return False
+        return self._segments[-1].base_offset >= first
 
     def _replaced_segment(self) -> bool:
         """Whether a file name of one of this view's segments holds another file now, or none (a cleaner's swap)."""

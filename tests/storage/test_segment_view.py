@@ -378,3 +378,32 @@ def test_the_transactional_log_spans_many_segments_with_aborts_across_them(trans
         if txn.first_offset < seg.base_offset and i > 0
     ]
     assert spanning
+
+
+def test_a_writer_behind_a_roll_and_retention_keeps_its_producers(tmp_path: Path) -> None:
+    """Another view rolls and retention deletes every segment this writer's view knew of: the writer
+    follows the rolls from its last segment (as it always did) instead of reloading from the snapshot at
+    the new log start, where a producer whose timestamps are past producer.id.expiration.ms is gone; so
+    the producer's next sequence is taken, not refused as UNKNOWN_PRODUCER_ID."""
+    root = str(tmp_path)
+    writer_store, other_store = Store.open(root), None
+    writer_store.create_topic("t", 1, config={"retention.ms": 1000})
+    other_store = Store.open(root)
+    try:
+        writer, other = writer_store.partition("t", 0), other_store.partition("t", 0)
+        old = int(time.time() * 1000) - 10 * 86_400_000  # past retention and producer expiry alike
+        for seq in range(3):
+            writer.append(
+                build_batch([(b"k", b"v%d" % seq, None, old)], producer_id=7, producer_epoch=0, base_sequence=seq)
+            )
+        other.append(build_batch([(b"k", b"x", None, old)]))
+        other.roll()  # seals offsets 0-3 and deletes them: retention.ms has passed
+        assert other.log_start_offset == 4
+        result = writer.append(
+            build_batch([(b"k", b"next", None, old)], producer_id=7, producer_epoch=0, base_sequence=3)
+        )
+        assert result.base_offset == 4
+        assert writer.log_start_offset == 4
+    finally:
+        writer_store.close()
+        other_store.close()
