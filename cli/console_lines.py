@@ -19,8 +19,6 @@ from storage.console_format import ConsoleFormatter, batch_lines
 from storage.partition_log import PartitionLog
 from storage.records import RecordBatch
 from storage.store import Store
-from txlog.fetch import FetchResult, IsolationLevel, fetch
-from txlog.topic_partition import TopicPartition
 from txlog.transport import Transport
 
 
@@ -36,20 +34,8 @@ class LinesTransport(Transport):
     """A Transport whose Fetch returns `Line`s instead of ConsumerRecords; every other request is the base's."""
 
     def __init__(self, store: Store, formatter: ConsoleFormatter):
-        super().__init__(store)
+        super().__init__(store, decode_batch=self._lines)
         self._formatter = formatter
-
-    def fetch(
-        self, tp: TopicPartition, offset: int, isolation: IsolationLevel, *, max_records: int, max_bytes: int
-    ) -> FetchResult:
-        return fetch(
-            self.store.partition(tp.topic, tp.partition),
-            offset,
-            isolation,
-            max_records=max_records,
-            max_bytes=max_bytes,
-            decode_batch=self._lines,
-        )
 
     def _lines(self, log: PartitionLog, batch: RecordBatch, start: int, end: int, room: int) -> tuple[list[Line], bool]:
         return batch_lines(self._formatter, batch, Line, log.partition, start, end, room)

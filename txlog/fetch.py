@@ -111,7 +111,6 @@ def fetch(
     *,
     max_records: int = 500,
     max_bytes: int = 1 << 20,
-    decode: RecordDecoder | None = None,
     decode_batch: BatchDecoder | None = None,
 ) -> FetchResult:
     """Records at offsets ≥ `start_offset` visible under `isolation`, at most `max_records`.
@@ -120,9 +119,9 @@ def fetch(
     data after it) is returned; neither passes the high watermark (`latest_offset`). At
     least one batch is read however large (`max_bytes` is a soft cap, as in Kafka). Raises
     OffsetOutOfRangeError when `start_offset` is outside [log start, log end] (between the
-    HW and the log end a fetch returns nothing, as Kafka's does). `decode` makes the records
-    of a visible batch (default: ConsumerRecords; see `RecordDecoder`); `decode_batch`, when
-    given, makes them instead, told how many the fetch still has room for (see `BatchDecoder`).
+    HW and the log end a fetch returns nothing, as Kafka's does). `decode_batch` makes the records
+    of a visible batch, told how many the fetch still has room for (default: ConsumerRecords;
+    see `BatchDecoder`).
     """
     isolation = IsolationLevel.parse(isolation)
     _check_limits(max_records, max_bytes)
@@ -132,9 +131,8 @@ def fetch(
     if start_offset >= upper:
         return FetchResult([], start_offset, hw, stable)
     walk = _Walk(log, start_offset, upper, max_records, isolation is IsolationLevel.READ_COMMITTED)
-    if decode is not None:
-        walk.decode = decode
-    walk.decode_batch = decode_batch
+    if decode_batch is not None:
+        walk.decode_batch = decode_batch
     for read_from, batches in _reads(log, start_offset, upper, max_bytes, walk):
         walk.take(read_from, batches)
     return FetchResult(walk.records, walk.next_offset, hw, stable, walk.fetched_bytes)
@@ -326,10 +324,6 @@ def _reads(
         want = min(budget, max(_MIN_READ_BYTES, int(walk.room * per_record * 1.25)))
 
 
-#: Makes the records of a visible batch at offsets in [start, end), in offset order, each with an
-#: `offset`: `_consumer_records`, or a reader's own (txlog consume makes lines straight from the bytes).
-RecordDecoder = Callable[[PartitionLog, RecordBatch, int, int], list]
-
 #: Makes the records of a visible batch at offsets in [start, end), at most `room` of them, and says
 #: whether records in that range were left past `room` (then the fetch ends inside the batch): a list
 #: with one item per record whose last item has the last record's `offset`, all the walk and the
@@ -354,8 +348,7 @@ class _Walk:
         self.next_offset = start_offset
         self.fetched_bytes = 0  # sizes of the batches records were taken from
         self.stopped = False  # at a batch whose records cannot be decoded: the next fetch starts there
-        self.decode: RecordDecoder = _consumer_records
-        self.decode_batch: BatchDecoder | None = None
+        self.decode_batch: BatchDecoder = _consumer_records
 
     @property
     def room(self) -> int:
@@ -400,17 +393,18 @@ class _Walk:
 
     def _decode(self, batch: RecordBatch, room: int) -> tuple[list, bool]:
         """The records of a visible batch in [start, end), at most `room`, and whether the room cut it."""
-        if self.decode_batch is not None:
-            return self.decode_batch(self.log, batch, self.start_offset, self.end_offset, room)
-        records = self.decode(self.log, batch, self.start_offset, self.end_offset)
-        if len(records) > room:
-            del records[room:]
-            return records, True
-        return records, False
+        return self.decode_batch(self.log, batch, self.start_offset, self.end_offset, room)
 
 
-def _consumer_records(log: PartitionLog, batch: RecordBatch, start: int, end: int) -> list[ConsumerRecord]:
-    """The ConsumerRecords of a visible batch at offsets in [start, end): `visible_records`' rule,
-    decoded natively straight into ConsumerRecord tuples (no intermediate tuple per record, and
-    the batch's shared fields looked up once: these are the per-record cost of every read)."""
-    return batch.consumer_records(ConsumerRecord, log.topic, log.partition, start, end)
+def _consumer_records(
+    log: PartitionLog, batch: RecordBatch, start: int, end: int, room: int
+) -> tuple[list[ConsumerRecord], bool]:
+    """The ConsumerRecords of a visible batch at offsets in [start, end), at most `room` (the default
+    `BatchDecoder`): `visible_records`' rule, decoded natively straight into ConsumerRecord tuples (no
+    intermediate tuple per record, and the batch's shared fields looked up once: these are the
+    per-record cost of every read)."""
+    records = batch.consumer_records(ConsumerRecord, log.topic, log.partition, start, end)
+    if len(records) > room:
+        del records[room:]
+        return records, True
+    return records, False

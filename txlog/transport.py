@@ -36,7 +36,7 @@ from txlog.coordinator.group_coordinator import GroupCoordinator
 from txlog.coordinator.group_offsets import GroupOffsets
 from txlog.coordinator.transaction_coordinator import CLIENT_TRANSACTION_VERSION_2, TransactionCoordinator
 from txlog.errors import InvalidGroupIdError
-from txlog.fetch import FetchResult, IsolationLevel, fetch, latest_offset
+from txlog.fetch import BatchDecoder, FetchResult, IsolationLevel, fetch, latest_offset
 from txlog.requests import (
     DEFAULT_TRANSACTION_TIMEOUT_MS,
     EARLIEST_LOCAL_TIMESTAMP,
@@ -68,9 +68,12 @@ class Transport:
     #: requests (a fault plan counts them) says False.
     serves_concurrently = True
 
-    def __init__(self, store: Store, *, clock: Callable[[], int] | None = None):
+    def __init__(
+        self, store: Store, *, clock: Callable[[], int] | None = None, decode_batch: BatchDecoder | None = None
+    ):
         self.store = store
         self._clock = clock
+        self._decode_batch = decode_batch  # what Fetch makes of a batch (None: ConsumerRecords; txlog.fetch)
         self._txn_coordinator: TransactionCoordinator | None = None
         self._group_coordinator: GroupCoordinator | None = None
         self._markers_via: Transport = self  # who carries the coordinator's WriteTxnMarkers (see send_markers_through)
@@ -178,6 +181,7 @@ class Transport:
             isolation,
             max_records=max_records,
             max_bytes=max_bytes,
+            decode_batch=self._decode_batch,
         )
 
     def list_offsets(self, tp: TopicPartition, timestamp: int, isolation: IsolationLevel) -> tuple[int, int] | None:

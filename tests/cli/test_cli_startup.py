@@ -86,22 +86,10 @@ OWN_MODULES = {
 
 
 def _modules_after(argv: list[str]) -> set[str]:
-    """The modules loaded once `txlog ARGV` has run in a fresh interpreter (it must exit 0)."""
-    code = (
-        "import json, sys\n"
-        f"sys.argv = ['txlog', *{argv!r}]\n"
-        "import cli.main\n"
-        "try:\n"
-        "    cli.main.app(prog_name='txlog')\n"
-        "except SystemExit as e:\n"
-        "    assert e.code in (0, None), e.code\n"
-        "print('MODULES', json.dumps(sorted(sys.modules)), file=sys.stderr)\n"
-    )
-    proc = python(code)
-    assert proc.returncode == 0, proc.stderr
-    (line,) = [line for line in proc.stderr.splitlines() if line.startswith("MODULES ")]
-    assert "Usage: txlog" in proc.stdout, proc.stdout
-    return set(json.loads(line.removeprefix("MODULES ")))
+    """The modules loaded once `txlog ARGV` (a help) has run in a fresh interpreter (it must exit 0)."""
+    modules, stdout = _modules_after_run(argv)
+    assert "Usage: txlog" in stdout, stdout
+    return modules
 
 
 def _heavy(modules: set[str]) -> set[str]:
