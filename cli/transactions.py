@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -77,6 +77,19 @@ TopicOption = Annotated[
         show_default=False,
     ),
 ]
+
+
+def transactional_id_option(help: str) -> Any:
+    """`--transactional-id ID` as every verb of this group declares it; only the help differs."""
+    return typer.Option(
+        "--transactional-id",
+        metavar="ID",
+        help=help,
+        show_default=False,
+        autocompletion=complete_transactional_ids,
+    )
+
+
 PartitionOption = Annotated[int, typer.Option("--partition", "-p", min=0, help="Partition number.", show_default=False)]
 BrokerIdOption = Annotated[
     int | None,
@@ -212,13 +225,7 @@ def describe(
     ctx: typer.Context,
     transactional_id: Annotated[
         str,
-        typer.Option(
-            "--transactional-id",
-            metavar="ID",
-            help="The transactional id to describe.",
-            show_default=False,
-            autocompletion=complete_transactional_ids,
-        ),
+        transactional_id_option("The transactional id to describe."),
     ],
     no_sweep: NoSweepOption = False,
     output: OutputOption = OutputFormat.text,
@@ -415,13 +422,7 @@ def expire(
     ctx: typer.Context,
     transactional_id: Annotated[
         str,
-        typer.Option(
-            "--transactional-id",
-            metavar="ID",
-            help="The transactional id to forget now.",
-            show_default=False,
-            autocompletion=complete_transactional_ids,
-        ),
+        transactional_id_option("The transactional id to forget now."),
     ],
     output: ResultOutputOption = OutputFormat.text,
 ) -> None:
@@ -469,13 +470,7 @@ def force_terminate(
     ctx: typer.Context,
     transactional_id: Annotated[
         str,
-        typer.Option(
-            "--transactional-id",
-            metavar="ID",
-            help="Abort the open transaction of this id, prepared (two-phase commit) or not.",
-            show_default=False,
-            autocompletion=complete_transactional_ids,
-        ),
+        transactional_id_option("Abort the open transaction of this id, prepared (two-phase commit) or not."),
     ],
     output: ResultOutputOption = OutputFormat.text,
 ) -> None:
@@ -546,13 +541,7 @@ def commit(
     ctx: typer.Context,
     transactional_id: Annotated[
         str,
-        typer.Option(
-            "--transactional-id",
-            metavar="ID",
-            help="Commit the open transaction of this id.",
-            show_default=False,
-            autocompletion=complete_transactional_ids,
-        ),
+        transactional_id_option("Commit the open transaction of this id."),
     ],
     prepared_state: Annotated[
         str | None,
@@ -595,13 +584,7 @@ def abort(
     ctx: typer.Context,
     transactional_id: Annotated[
         str | None,
-        typer.Option(
-            "--transactional-id",
-            metavar="ID",
-            help="Abort the open transaction of this id.",
-            show_default=False,
-            autocompletion=complete_transactional_ids,
-        ),
+        transactional_id_option("Abort the open transaction of this id."),
     ] = None,
     topic: Annotated[
         str | None,
