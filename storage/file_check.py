@@ -68,7 +68,8 @@ DEFAULT_MAX_MESSAGE_SIZE = 5 * 1024 * 1024  # what kafka-dump-log reads at an in
 
 
 class Severity(str, Enum):
-    """An error is damage or a broken rule; a warning is a fact a reader never sees (a torn tail)."""
+    """An error is damage or a broken rule; a warning is a fact that breaks no rule but is worth a
+    look (a torn tail no reader sees; a two-phase-commit transaction open for very long)."""
 
     ERROR = "error"
     WARNING = "warning"

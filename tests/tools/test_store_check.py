@@ -128,3 +128,28 @@ def test_an_open_transaction_no_coordinator_owns_is_hanging(store):
     hanging = [f for f in report.findings if f.message.startswith("hanging:")]
     assert len(hanging) == 1 and hanging[0].severity is Severity.ERROR
     assert hanging[0].location.topic == "t"
+
+
+def _prepared_two_phase_commit(store) -> None:
+    """A KIP-939 transaction written and prepared by an instance that went away without ending it."""
+    store.create_topic("t", 1)
+    p = txlog.Producer(store, transactional_id="xa", transaction_two_phase_commit_enable=True)
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("t", value=b"in doubt", partition=0)
+    p.prepare_transaction()
+    p.close()
+
+
+def test_a_two_phase_commit_transaction_is_a_warning_only_past_the_longest_timeout(store):
+    _prepared_two_phase_commit(store)
+    start = txlog.Admin(store.root, read_only=True).describe_transaction("xa").state.start_ms
+    with txlog.Admin(store.root, read_only=True) as admin:
+        soon = _check(admin.store, now=start + 899_000)
+        late = _check(admin.store, now=start + 901_000)
+    assert soon.findings == []  # waiting for its transaction manager is what such a transaction does
+    (warning,) = late.findings  # never "expired": Kafka does not time it out
+    assert warning.severity is Severity.WARNING
+    assert warning.location.topic == TRANSACTION_STATE_TOPIC
+    assert "'xa'" in warning.message and "two-phase-commit" in warning.message
+    assert "txlog commit|abort --transactional-id xa" in warning.message

@@ -6,7 +6,8 @@ topic, internal ones too, or one topic) and adds what only the exactly-once laye
 * every open transaction of a partition belongs to an Ongoing coordinator transaction that
   lists this partition ("hanging" otherwise) and is within its timeout ("expired" otherwise);
 * the coordinator itself: no transaction left in PrepareCommit/PrepareAbort (decided but not
-  completed) and no Ongoing one past its timeout.
+  completed) and no Ongoing one past its timeout; a two-phase-commit (KIP-939) transaction, which
+  never times out, is a warning once it has been open longer than `transaction.max.timeout.ms`.
 
 The rules are the ones txlog runs by (`TxnLogValue.is_ongoing_in`, `is_expired`), not a
 second reading of them. The store is only read: open it read-only (no locks, nothing
@@ -34,7 +35,12 @@ from storage.file_check import (
 )
 from storage.store import Store
 from storage.topic_name import TRANSACTION_STATE_TOPIC
-from txlog.coordinator.transaction_coordinator import TransactionCoordinator, TransactionDescription
+from txlog.coordinator.transaction_coordinator import (
+    MAX_TRANSACTION_TIMEOUT_MS,
+    TransactionCoordinator,
+    TransactionDescription,
+)
+from txlog.schemas.transaction_log import TxnLogValue, TxnState
 
 __all__ = ["StoreCheckReport", "check_store", "Finding", "Severity"]
 
@@ -170,7 +176,8 @@ def _open_transactions(
 def _check_coordinator(
     findings: Findings, descriptions: list[TransactionDescription], topic: str | None, expired: set[str], now: int
 ) -> None:
-    """Decided transactions not completed, and Ongoing ones past their timeout no partition reported."""
+    """Decided transactions not completed, Ongoing ones past their timeout no partition reported, and
+    two-phase-commit ones open for longer than any other transaction may be."""
     for d in descriptions:
         v = d.state
         if topic is not None and topic != TRANSACTION_STATE_TOPIC and all(t != topic for t, _ in v.partitions):
@@ -194,3 +201,31 @@ def _check_coordinator(
                 None,
                 f"expired: {where} Ongoing for {now - v.start_ms} ms, past its timeout of {v.timeout_ms} ms",
             )
+        elif _stuck_two_phase_commit(v, now):
+            findings.add(
+                Severity.WARNING,
+                TRANSACTION_STATE_TOPIC,
+                d.coordinator_partition,
+                None,
+                None,
+                f"{where} is an open two-phase-commit transaction, Ongoing for {now - v.start_ms} ms (past "
+                f"transaction.max.timeout.ms={MAX_TRANSACTION_TIMEOUT_MS}): it never times out and holds back "
+                f"the LSO of {len(v.partitions)} partition(s) until its transaction manager ends it "
+                f"(`txlog commit|abort --transactional-id {d.transactional_id}`)",
+            )
+
+
+def _stuck_two_phase_commit(v: TxnLogValue, now: int) -> bool:
+    """A KIP-939 transaction open longer than the longest timeout any other transaction may have.
+
+    Kafka never times these out (their outcome belongs to an external transaction manager), so
+    nothing else reports one whose manager is gone; past `transaction.max.timeout.ms` (Kafka's
+    default, 15 minutes) every read_committed reader of its partitions has waited longer than for
+    any ordinary transaction, which is worth a warning but is no broken rule.
+    """
+    return (
+        v.state == TxnState.ONGOING
+        and v.is_two_phase_commit
+        and v.start_ms >= 0
+        and now - v.start_ms > MAX_TRANSACTION_TIMEOUT_MS
+    )
