@@ -48,7 +48,7 @@ from storage.log_files import (
     LOG_FILE_SUFFIX,
     TIME_INDEX_FILE_SUFFIX,
     TXN_INDEX_FILE_SUFFIX,
-    offset_of,
+    segment_bases,
     segment_file,
 )
 from storage.offset_index import OffsetIndex
@@ -298,8 +298,7 @@ class PartitionFileCheck:
         self.findings.add(severity, self.topic, self.partition, file, offset, text)
 
     def bases(self) -> list[int]:
-        offsets = (offset_of(name, LOG_FILE_SUFFIX) for name in os.listdir(self.directory))
-        return sorted(o for o in offsets if o is not None)
+        return segment_bases(os.listdir(self.directory))
 
     def run(self) -> None:
         bases = self.bases()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
 
 from storage.durable import TMP_SUFFIX
 
@@ -115,6 +116,11 @@ def offset_of(name: str, suffix: str) -> int | None:
 def is_log_file(name: str) -> bool:
     """`<digits>.log`: a segment, not a leftover such as `….log.deleted` or `….log.swap`."""
     return offset_of(name, LOG_FILE_SUFFIX) is not None
+
+
+def segment_bases(names: Iterable[str]) -> list[int]:
+    """The base offsets of the segments among directory entries `names`, in order (`is_log_file`)."""
+    return sorted(base for base in (offset_of(name, LOG_FILE_SUFFIX) for name in names) if base is not None)
 
 
 #: The KRaft snapshot a controller bootstraps from (record batches, no snapshot id in its name).

@@ -52,6 +52,7 @@ from storage.log_files import (
     SWAP_FILE_SUFFIX,
     TEMP_FILE_SUFFIXES,
     offset_of,
+    segment_bases,
     segment_file,
 )
 from storage.producer_snapshot import delete_snapshot, list_snapshots, read_snapshot
@@ -270,7 +271,7 @@ class LogLoader:
 
     def _segments_of(self, names: list[str]) -> SegmentListing:
         """The segments `names` show, each `.log.swap` recovery would complete in place of what it replaces."""
-        bases = {base for base in (offset_of(name, LOG_FILE_SUFFIX) for name in names) if base is not None}
+        bases = set(segment_bases(names))
         # a swap stands in once its replaced segments start to go (its base's `.log` goes first):
         # until then they are whole, and the cleaner checkpoint may not yet cover the cleaned one
         swaps = [swap for swap in swaps_to_complete(names)[1] if swap not in bases]
