@@ -142,6 +142,22 @@ class FileRecords:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
+    @staticmethod
+    def sole_batch(data: bytes, *, verify_crc: bool = True) -> RecordBatch | None:
+        """`data` parsed as the one batch it holds, when it holds exactly one well-framed magic-2 batch.
+
+        The usual Produce request of a one-record durable send (issue 26): the same framing test and
+        parse as `batches`' walk (`_walk`), without making a reader and a generator per request.
+        None for any other shape (several batches, a legacy message, a bad frame, a partial batch):
+        the caller then walks `in_memory(data).batches(...)`, which judges it as before.
+        """
+        if len(data) < HEADER_SIZE_UP_TO_MAGIC or data[MAGIC_OFFSET] != MAGIC:
+            return None
+        length = _LENGTH.unpack_from(data, LENGTH_OFFSET)[0]
+        if length < MIN_BATCH_LENGTH or LOG_OVERHEAD + length != len(data):
+            return None
+        return RecordBatch.parse(data, 0, verify_crc=verify_crc)
+
     # ---- raw bytes -----------------------------------------------------------------------
 
     def size(self) -> int:

@@ -107,12 +107,13 @@ class HighWatermarkFile:
         Called only after the log up to it was fdatasync'ed. A failure is not the append's
         failure (its data is durable): the HW file then lags, and readers see less, never more.
         """
-        file = self._open()
+        file = self._file or self._open()  # opened once: every durable append publishes
         if file is None:
             return
+        data = encode(high_watermark)
         try:
             with file as fd:
-                os.pwrite(fd, encode(high_watermark), 0)
+                os.pwrite(fd, data, 0)
         except OSError:
             pass  # e.g. ENOSPC on the first write: the readers' view lags until the next publish
 

@@ -759,7 +759,14 @@ class PartitionLog:
         """
         batches = []
         # A copy of a caller's mutable buffer: the batches must not change under the append.
-        for batch in FileRecords.in_memory(bytes(data)).batches(strict=True, legacy=True, verify_crc=not trusted):
+        data = bytes(data)
+        sole = FileRecords.sole_batch(data, verify_crc=not trusted)
+        walk = (
+            (sole,)
+            if sole is not None
+            else FileRecords.in_memory(data).batches(strict=True, legacy=True, verify_crc=not trusted)
+        )
+        for batch in walk:
             if isinstance(batch, LegacyMessage):
                 # In a request, magic 0/1 is corruption like any other bad magic (as it always
                 # was here); only on disk is it refused as an unsupported format.
@@ -810,7 +817,7 @@ class PartitionLog:
             self._check_writable()
             self._maybe_expire_producers()
             plan = ProducerAppend(self._state, verify_txn)
-            retry = self._retried_group(plan, batches)
+            retry = self._retried_group(plan, batches) if len(batches) > 1 else None
             if retry is not None:
                 return retry
             parts: list[bytes] = []
@@ -841,14 +848,14 @@ class PartitionLog:
             plan.commit()
             self._state.end_offset = self._segments[-1].next_offset
             self._maybe_snapshot_active()
-        return AppendResult(
-            results[0].base_offset, results[-1].last_offset, all(r.duplicate for r in results), tuple(results)
-        )
+        duplicate = results[0].duplicate if len(results) == 1 else all(r.duplicate for r in results)
+        return AppendResult(results[0].base_offset, results[-1].last_offset, duplicate, tuple(results))
 
     def _retried_group(self, plan: ProducerAppend, batches: list[tuple[RecordBatch, int]]) -> AppendResult | None:
         """The answer to a retried group commit, or None if the request is not one (lock held).
 
-        A producer's sender appends several batches of a partition in one request, with
+        Called for requests of two batches or more (a lone batch is checked as any batch). A
+        producer's sender appends several batches of a partition in one request, with
         consecutive sequences, and an append is all or nothing: when the request's last
         batch is a duplicate, the whole request was appended before, contiguously, and
         nothing may be written. The partition remembers only a producer's last 5 batches
@@ -857,8 +864,6 @@ class PartitionLog:
         else -1 (appended, offset unknown: Kafka's DUPLICATE_SEQUENCE_NUMBER). Any other
         shape of request is checked batch by batch.
         """
-        if len(batches) < 2:
-            return None
         try:
             if _duplicate_of(plan, batches[0][0]) is None:
                 return None  # the usual group commit: its first batch is new, so it is no retry
@@ -987,7 +992,8 @@ class PartitionLog:
     ) -> None:
         """Write one chunk and (if `sync`) fdatasync it. A failed write is cut back; a failed fsync is fatal."""
         if segment is None:
-            segment = self._segment_for_write(len(chunk), max(w[2] for w in written), written[-1][1])
+            max_ts = written[0][2] if len(written) == 1 else max(w[2] for w in written)
+            segment = self._segment_for_write(len(chunk), max_ts, written[-1][1])
         before_size, before_next = segment.size, segment.next_offset
         saved = (segment.max_timestamp, segment.offset_of_max_timestamp, segment.first_batch_timestamp)
         try:

@@ -144,9 +144,8 @@ class Transport:
         covers them: `sync_partitions`, or the commit's); `trusted=True` says this process's
         own encoder built the bytes, so their CRC is not recomputed (`PartitionLog.append`).
         """
-        return self.store.partition(topic, partition).append(
-            data, verify_txn=self._verifier(transactional_id, topic, partition), sync=sync, trusted=trusted
-        )
+        verify = None if transactional_id is None else self._verifier(transactional_id, topic, partition)
+        return self.store.partition(topic, partition).append(data, verify_txn=verify, sync=sync, trusted=trusted)
 
     def sync_partitions(self, partitions: Iterable[tuple[str, int]]) -> None:
         """Make everything written to these partitions durable (one fdatasync each, none if already durable).

@@ -46,7 +46,10 @@ one record each with acks=all (one fdatasync per send, nothing to batch with), a
 loop of `os.write` + `os.fdatasync` of the same bytes to a file in the same directory, run
 interleaved in the same process. Printed: commits/s, the ratio (target >= 0.9x), CPU and
 context switches per commit (`getrusage`, every thread of the process: a hand-off to the
-sender thread and back costs two).
+sender thread and back costs two). A third, informational row runs the raw loop with every
+system call a txlog append makes (flock, stat, fstats, write, fdatasync, HW pwrite, unlock):
+its distance from the raw row is what those calls cost, txlog's distance from it what txlog's
+Python path costs.
 
 Part 2b sends for `--commit-seconds` (default 3) with a transactional producer committing
 every `--commit-ms` (default 100 ms, Kafka Streams' commit interval under exactly-once)
@@ -69,6 +72,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import fcntl
 import os
 import pstats
 import resource
@@ -427,6 +431,38 @@ def raw_fdatasync(workdir: str, records: Records) -> DurableSample:
         os.unlink(path)
 
 
+def append_syscalls(workdir: str, records: Records) -> DurableSample:
+    """The raw loop with every system call of txlog's durable append (an informational floor, no verdict).
+
+    flock, a stat of the directory, an fstat of the log, the write, fstats of the offset index and
+    of the log, fdatasync, the high watermark's pwrite, unlock: what `strace` counts per send
+    (docs/DESIGN.md §3), in straight-line Python. Its distance from the raw loop is what those
+    calls cost; txlog's distance from it is what its Python path costs.
+    """
+    directory = tempfile.mkdtemp(prefix="syscalls-", dir=workdir)
+    appended = os.O_RDWR | os.O_CREAT | os.O_APPEND
+    log, index = (os.open(os.path.join(directory, name), appended) for name in ("log", "index"))
+    hw, lock = (os.open(os.path.join(directory, name), os.O_RDWR | os.O_CREAT) for name in ("hw", "lock"))
+    mark = b"\0" * 14
+    try:
+        with counted_switches() as switches, timed() as sample:
+            for key, value, _ in records:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                os.stat(directory)
+                os.fstat(log)
+                os.write(log, key + value)
+                os.fstat(index)
+                os.fstat(log)
+                os.fdatasync(log)
+                os.pwrite(hw, mark, 0)
+                fcntl.flock(lock, fcntl.LOCK_UN)
+        return DurableSample(sample[0], switches[0])
+    finally:
+        for fd in (log, index, hw, lock):
+            os.close(fd)
+        shutil.rmtree(directory)
+
+
 def txlog_durable_sends(workdir: str, records: Records) -> DurableSample:
     """`send(...).get()` of one record at a time, acks=all: each one durable before the next."""
     root = tempfile.mkdtemp(prefix="durable-", dir=workdir)
@@ -455,7 +491,12 @@ def print_durable(rows: dict[str, list[DurableSample]], count: int, reps: int) -
     print(f"\nPart 4: {count} one-record durable sends, one at a time; median of {reps} runs after a cold one")
     print(f"{'':<28}{'commits/s':>11}{'ratio':>7}{'target':>8}    {'CPU us/commit':>14}{'ctx sw/commit':>14}")
     raw_rate = count / median("raw", "wall")
-    for name, label in (("raw", "raw write+fdatasync"), ("txlog", "send(...).get(), acks=all")):
+    rows_shown = (
+        ("raw", "raw write+fdatasync"),
+        ("syscalls", "raw, txlog's 9 syscalls"),
+        ("txlog", "send(...).get(), acks=all"),
+    )
+    for name, label in rows_shown:
         rate = count / median(name, "wall")
         ratio = rate / raw_rate
         target = f"{DURABLE_TARGET:>6.1f}x {verdict(ratio, DURABLE_TARGET):<6}" if name == "txlog" else f"{'':<14}"
@@ -720,9 +761,10 @@ def main() -> None:
                 print_timed(timed_rows, args.commit_seconds, args.commit_ms, args.reps)
 
         if not args.skip_durable:
-            durable: dict[str, list[DurableSample]] = {"raw": [], "txlog": []}
+            durable: dict[str, list[DurableSample]] = {"raw": [], "syscalls": [], "txlog": []}
             for _ in range(args.reps + 1):
                 durable["raw"].append(raw_fdatasync(workdir, records[: args.durable_sends]))
+                durable["syscalls"].append(append_syscalls(workdir, records[: args.durable_sends]))
                 durable["txlog"].append(txlog_durable_sends(workdir, records[: args.durable_sends]))
             print_durable(durable, args.durable_sends, args.reps)
 

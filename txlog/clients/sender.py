@@ -155,9 +155,9 @@ class Sender:
         others write without fdatasync and gain nothing), over several partitions, through a
         transport that may serve them from several threads."""
         return (
-            self._config.acks == -1
+            len(work) > 1
+            and self._config.acks == -1
             and not self._txn.transactional
-            and len(work) > 1
             and self._transport.serves_concurrently
         )
 
@@ -234,14 +234,18 @@ class Sender:
         data = parts[0] if len(parts) == 1 else b"".join(parts)
         transactional_id = txn.transactional_id
         sync = config.acks == -1 and transactional_id is None
+        produce = self._transport.produce
         try:
-            result = retry_timeouts(
-                lambda: self._transport.produce(
-                    tp.topic, tp.partition, data, transactional_id, sync=sync, trusted=True
-                ),
-                config.retries,
-                lambda: _expired(group, config.delivery_timeout_ms) is not None,
-            )
+            try:  # the first attempt called directly: the one a durable one-record send pays for (issue 26)
+                result = produce(tp.topic, tp.partition, data, transactional_id, sync=sync, trusted=True)
+            except RequestTimedOutError:
+                if config.retries < 1 or _expired(group, config.delivery_timeout_ms) is not None:
+                    raise
+                result = retry_timeouts(
+                    lambda: produce(tp.topic, tp.partition, data, transactional_id, sync=sync, trusted=True),
+                    config.retries - 1,
+                    lambda: _expired(group, config.delivery_timeout_ms) is not None,
+                )
         except RequestTimedOutError:
             txn.outcome_unknown(tp)
             raise
