@@ -170,14 +170,25 @@ class EntryFile:
         return EntryView(self._raw, self._valid, self._length)
 
     def append(self, fields: Raw) -> None:
-        """Write one entry at the end; call `prepare_append` first and check ordering against it.
+        """Write one entry at the end (`append_many` of one)."""
+        self.append_many([fields])
 
+    def append_many(self, entries: list[Raw]) -> None:
+        """Write `entries` at the end in one write; call `prepare_append` first and check their
+        ordering against it and among themselves.
+
+        One write for all of an append's entries, not one per entry: a group commit of 64
+        batches indexes 64 of them, and each system call is a point where the producer's
+        sender thread gives up the GIL and may wait a whole switch interval to get it back.
         The file is not fsynced: indexes are derived data rebuilt after a crash. If the
         write fails part-way, the torn bytes are cut so the file stays a whole number of
         entries (docs/reliability-scenarios.md rule 10).
         """
         self._require_writable()
-        data = self._layout.pack(*fields)
+        if not entries:
+            return
+        pack = self._layout.pack
+        data = b"".join([pack(*fields) for fields in entries])
         if self._file is None:
             self._open(create=True)
         before = self._length
@@ -190,16 +201,16 @@ class EntryFile:
                 try:
                     os.ftruncate(fd, before)
                 except OSError:
-                    pass  # the next prepare_append cuts the torn entry
+                    pass  # the next prepare_append cuts the torn entries
                 raise
             st = os.fstat(fd) if cache_current else None
         if st is not None:
             # The writer holds the partition lock, so what it just wrote is the whole new
             # tail: extend the cache instead of re-reading the file on the next call.
             intact = self._valid == len(self._raw)
-            self._raw.append(tuple(fields))
+            self._raw.extend([tuple(fields) for fields in entries])
             self._length = before + len(data)
-            self._last_bytes = data
+            self._last_bytes = data[-self._layout.size :]
             if intact:
                 self._extend_valid()
             self._key = (st.st_size, st.st_mtime_ns) if st.st_size == self._length else None

@@ -82,19 +82,31 @@ class OffsetIndex(EntryFileIndex[tuple[int, int]]):
         Ordering is checked against the file, not against what this object saw last: another
         process may have appended since. IndexOrderError then means it is already indexed.
         """
-        rel = relative_offset(offset, self.base_offset)
-        if not 0 <= position <= INT32_MAX:
-            raise OverflowError(f"position {position} does not fit an int32")
+        self.append_many([(offset, position)])
+
+    def append_many(self, entries: list[tuple[int, int]]) -> None:
+        """`append` of each (offset, position) in turn, written at once (one write, one fstat);
+        IndexOrderError (nothing written) if any would break the order."""
+        if not entries:
+            return
         view = self._file.prepare_append()
-        if view.valid:
-            last_rel, last_pos = view.entries[view.valid - 1]
-            if rel <= last_rel:
-                raise IndexOrderError(
-                    f"offset {offset} is not after the last indexed offset {self.base_offset + last_rel}"
-                )
-            if position <= last_pos:
-                raise IndexOrderError(f"position {position} is not after the last indexed position {last_pos}")
-        self._file.append((rel, position))
+        last = view.entries[view.valid - 1] if view.valid else None
+        raw = []
+        for offset, position in entries:
+            rel = relative_offset(offset, self.base_offset)
+            if not 0 <= position <= INT32_MAX:
+                raise OverflowError(f"position {position} does not fit an int32")
+            if last is not None:
+                last_rel, last_pos = last
+                if rel <= last_rel:
+                    raise IndexOrderError(
+                        f"offset {offset} is not after the last indexed offset {self.base_offset + last_rel}"
+                    )
+                if position <= last_pos:
+                    raise IndexOrderError(f"position {position} is not after the last indexed position {last_pos}")
+            last = (rel, position)
+            raw.append(last)
+        self._file.append_many(raw)
 
     def truncate_to(self, offset: int) -> None:
         """Remove every entry with offset ≥ `offset`, because the log is being cut there."""

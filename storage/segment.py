@@ -307,6 +307,8 @@ class LogSegment:
         self.next_offset = batches[-1][1] + 1
         last = self.offset_index.last_entry()
         indexed = last[1] if last is not None else 0  # where the last indexed batch starts
+        offsets: list[tuple[int, int]] = []  # the entries, written at once after the loop
+        times: list[tuple[int, int]] = []  # the time index's candidate beside each
         for at, last_offset, max_ts in batches:
             if self.first_batch_timestamp < 0:
                 self.first_batch_timestamp = max_ts
@@ -314,17 +316,22 @@ class LogSegment:
                 self.max_timestamp = max_ts
                 self.offset_of_max_timestamp = last_offset
             position = start + at
-            if indexed >= 0 and position - indexed > self.index_interval_bytes:
-                indexed = position if self._index(last_offset, position) else -1
+            if position - indexed > self.index_interval_bytes:
+                offsets.append((last_offset, position))
+                times.append((self.max_timestamp, self.offset_of_max_timestamp))
+                indexed = position
+        if offsets:
+            self._index(offsets, times)
 
-    def _index(self, last_offset: int, position: int) -> bool:
-        """One offset-index entry and the time-index entry beside it; False if another writer indexed past it."""
+    def _index(self, offsets: list[tuple[int, int]], times: list[tuple[int, int]]) -> None:
+        """The append's offset-index entries and the time-index entries beside them, one write
+        per file (storage.entry_file.EntryFile.append_many says why); none if another writer
+        indexed past the first (then it indexed this range already)."""
         try:
-            self.offset_index.append(last_offset, position)
+            self.offset_index.append_many(offsets)
         except ValueError:
-            return False  # another writer indexed this range already
-        self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
-        return True
+            return  # another writer indexed this range already
+        self.time_index.maybe_append_many(times)
 
     def truncate(self, position: int, next_offset: int) -> None:
         """Cut the log at `position` (a torn tail) and every index to the same offset."""

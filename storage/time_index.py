@@ -85,15 +85,26 @@ class TimeIndex(EntryFileIndex[tuple[int, int]]):
         whether an entry was written. Fullness is not enforced here: the files are not
         preallocated, and the segment layer rolls on `is_full()` as Kafka does.
         """
-        rel = relative_offset(offset, self.base_offset)
-        if not INT64_MIN <= timestamp <= INT64_MAX:
-            raise OverflowError(f"timestamp {timestamp} does not fit an int64")
+        return self.maybe_append_many([(timestamp, offset)]) == 1
+
+    def maybe_append_many(self, entries: list[tuple[int, int]]) -> int:
+        """`maybe_append` of each (timestamp, offset) in turn, each judged against the ones
+        before it, the news written at once (one write, one fstat); how many were written."""
+        if not entries:
+            return 0
         view = self._file.prepare_append()
         last = view.entries[view.valid - 1] if view.valid else (NO_TIMESTAMP, 0)
-        if timestamp <= last[0] or rel < last[1]:
-            return False
-        self._file.append((timestamp, rel))
-        return True
+        news = []
+        for timestamp, offset in entries:
+            rel = relative_offset(offset, self.base_offset)
+            if not INT64_MIN <= timestamp <= INT64_MAX:
+                raise OverflowError(f"timestamp {timestamp} does not fit an int64")
+            if timestamp <= last[0] or rel < last[1]:
+                continue
+            last = (timestamp, rel)
+            news.append(last)
+        self._file.append_many(news)
+        return len(news)
 
     def truncate_to(self, offset: int) -> None:
         """Drop every entry whose offset is ≥ `offset`, because the log is being cut there."""

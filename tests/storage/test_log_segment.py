@@ -393,3 +393,42 @@ def test_segment_rolls_when_the_batch_is_more_than_segment_ms_newer_than_the_fir
     log.append(data_batch(0, ts=T0 + 1001))
     assert _bases(log) == [0, 2]
     store.close()
+
+
+def test_a_group_commit_writes_each_index_once_with_the_entries_a_rebuild_makes(tmp_path, segment, monkeypatch):
+    """One append of many batches (the producer's group commit) indexes them batch by batch, as
+    a rebuild from the log does, in one write per index file: each system call is a point where
+    the producer's sender thread gives up the GIL (an entry at a time was 2 x 64 writes per group)."""
+    batches = []
+    for i in range(40):
+        base = 100 + i * 2
+        batches.append(data_batch(base, 2, ts=T0 + (i * 7) % 13, size=30))
+    chunk = b"".join(batches)
+    written, at = [], 0
+    for i, data in enumerate(batches):
+        written.append((at, 100 + i * 2 + 1, T0 + (i * 7) % 13 + 1))
+        at += len(data)
+    writes: dict[str, int] = {}
+    real_write = os.write
+
+    def counting_write(fd: int, data) -> int:
+        name = os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))
+        writes[name] = writes.get(name, 0) + 1
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", counting_write)
+    segment.append(chunk, written)
+    monkeypatch.undo()
+    assert writes == {
+        "00000000000000000100.log": 1,
+        "00000000000000000100.index": 1,
+        "00000000000000000100.timeindex": 1,
+    }
+    entries, times = segment.offset_index.entries(), segment.time_index.entries()
+    assert len(entries) > 20 and len(times) > 1
+    segment.close()
+    seg = LogSegment(str(tmp_path), 100, writable=True, index_interval_bytes=100)
+    seg.rebuild_indexes()
+    assert seg.offset_index.entries() == entries
+    assert seg.time_index.entries()[: len(times)] == times  # the rebuild also adds the final entry
+    seg.close()
