@@ -198,6 +198,23 @@ def _consecutive(batches: list[tuple[RecordBatch, int]]) -> bool:
     )
 
 
+def _stamped(raw: bytes, stamps: list[tuple[RecordBatch, int, int]], *, whole: bool) -> bytearray:
+    """The bytes an append writes: its batches copied once into one buffer (all of `raw` when
+    `whole`: every batch of the request is written) and their offsets, leader epoch and true
+    maxTimestamp rewritten in place (storage.records.RecordBatch.stamp_offset_into). A batch
+    copied, sliced and joined again was three copies of every byte of a group commit."""
+    if whole:
+        out = bytearray(raw)
+    else:
+        view = memoryview(raw)
+        out = bytearray().join([view[batch.position : batch.position + batch.size] for batch, _, _ in stamps])
+    at = 0
+    for batch, base, max_ts in stamps:
+        batch.stamp_offset_into(out, at, base, LEADER_EPOCH, max_ts)
+        at += batch.size
+    return out
+
+
 def _duplicate_of(plan: ProducerAppend, batch: RecordBatch) -> BatchMetadata | None:
     """The batch's original if it is a retry; raises if the batch must be refused (ProducerAppend.check_data)."""
     return plan.check_data(
@@ -811,7 +828,8 @@ class PartitionLog:
         the checks against producer state run as for any request.
         """
         self._check_writable()
-        batches = self._parse_client_batches(data, trusted)
+        raw = data if type(data) is bytes else bytes(data)  # the batches must not change under the append
+        batches = self._parse_client_batches(raw, trusted)
         with self._mutex, self._writer_lock:
             self._catch_up(repair=True)
             self._check_writable()
@@ -820,7 +838,7 @@ class PartitionLog:
             retry = self._retried_group(plan, batches) if len(batches) > 1 else None
             if retry is not None:
                 return retry
-            parts: list[bytes] = []
+            stamps: list[tuple[RecordBatch, int, int]] = []  # each batch written, its base offset and max_ts
             size = 0
             written: list[tuple[int, int, int]] = []
             results = []
@@ -839,12 +857,12 @@ class PartitionLog:
                         batch.is_transactional,
                     )
                 written.append((size, last, max_ts))
-                parts.append(batch.with_offset(base, LEADER_EPOCH, max_ts))
+                stamps.append((batch, base, max_ts))
                 size += batch.size
                 results.append(BatchAppendResult(base, last, False))
                 next_offset = last + 1
             if written:
-                self._write(parts[0] if len(parts) == 1 else b"".join(parts), written, sync=sync)
+                self._write(_stamped(raw, stamps, whole=len(stamps) == len(batches)), written, sync=sync)
             plan.commit()
             self._state.end_offset = self._segments[-1].next_offset
             self._maybe_snapshot_active()
@@ -988,7 +1006,12 @@ class PartitionLog:
         return self._segments[-1]
 
     def _write(
-        self, chunk: bytes, written: list[tuple[int, int, int]], segment: LogSegment | None = None, *, sync: bool = True
+        self,
+        chunk: bytes | bytearray,
+        written: list[tuple[int, int, int]],
+        segment: LogSegment | None = None,
+        *,
+        sync: bool = True,
     ) -> None:
         """Write one chunk and (if `sync`) fdatasync it. A failed write is cut back; a failed fsync is fatal."""
         if segment is None:

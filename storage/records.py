@@ -565,11 +565,27 @@ class RecordBatch(_native.BatchHeader):
         body = memoryview(self.buffer)[MAGIC_OFFSET:]
         if max_timestamp is None or max_timestamp == self.max_timestamp:
             return b"".join((_OFFSET_LENGTH_EPOCH.pack(base_offset, self.batch_length, epoch), body))
-        out = bytearray(_OFFSET_LENGTH_EPOCH.pack(base_offset, self.batch_length, epoch))
-        out += body
-        struct.pack_into(">q", out, MAX_TIMESTAMP_OFFSET, max_timestamp)
-        struct.pack_into(">I", out, CRC_OFFSET, crc32c(memoryview(out)[CRC_COVERED_START:]))
+        out = bytearray(self.buffer)
+        self.stamp_offset_into(out, 0, base_offset, epoch, max_timestamp)
         return bytes(out)
+
+    def stamp_offset_into(
+        self,
+        out: bytearray,
+        at: int,
+        base_offset: int,
+        partition_leader_epoch: int | None = None,
+        max_timestamp: int | None = None,
+    ) -> None:
+        """`with_offset`'s rewrite made in place, on a copy of this batch's bytes at out[at:]
+        (an append of several batches copies them all once, not each batch twice)."""
+        epoch = self.partition_leader_epoch if partition_leader_epoch is None else partition_leader_epoch
+        _OFFSET_LENGTH_EPOCH.pack_into(out, at, base_offset, self.batch_length, epoch)
+        if max_timestamp is not None and max_timestamp != self.max_timestamp:
+            struct.pack_into(">q", out, at + MAX_TIMESTAMP_OFFSET, max_timestamp)
+            covered = memoryview(out)[at + CRC_COVERED_START : at + self.size]
+            struct.pack_into(">I", out, at + CRC_OFFSET, crc32c(covered))
+            covered.release()  # a live view would keep `out` from being resized
 
 
 class BatchHeader(NamedTuple):

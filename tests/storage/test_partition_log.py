@@ -13,6 +13,7 @@ import hashlib
 import os
 import struct
 import time
+import tracemalloc
 
 import pytest
 from crc32c import crc32c
@@ -718,3 +719,37 @@ def test_max_timestamp_offset_is_the_first_record_with_the_largest_timestamp(sto
     assert len(log.segments) > 1
     assert log.max_timestamp_offset() == (5, 9_900)
     s.close()
+
+
+def test_a_group_append_rewrites_each_batch_in_place_an_understated_one_too(store, store_path):
+    """Offsets, leader epoch and (for the batch in the middle, which understates it) maxTimestamp and
+    CRC are rewritten in one copy of the request: every batch reads back valid, as kafka-python sees it."""
+    store.create_topic("t", partitions=1)
+    log = store.partition("t", 0)
+    ts = now_ms() - 60_000
+    liar = bytearray(build_batch([(None, b"early", None, ts), (None, b"late", None, ts + 5000)]))
+    struct.pack_into(">q", liar, 35, ts)  # the client claims maxTimestamp = first record's
+    struct.pack_into(">I", liar, 17, crc32c(bytes(liar[21:])))
+    res = log.append(batch([b"a", b"b"], ts=ts) + bytes(liar) + batch([b"c"], ts=ts + 1))
+    assert [(b.base_offset, b.last_offset) for b in res.batches] == [(0, 1), (2, 3), (4, 4)]
+    stored = read_all(log)
+    assert [b.base_offset for b in stored] == [0, 2, 4] and all(b.is_valid() for b in stored)
+    assert stored[1].max_timestamp == ts + 5000
+    parsed = kafka_python_parse(partition_dir(store_path))
+    assert [(kb.base_offset, kb.max_timestamp) for kb, _ in parsed] == [(0, ts + 1), (2, ts + 5000), (4, ts + 1)]
+
+
+def test_a_group_append_copies_its_bytes_once(store):
+    """The batches of an append are copied into one buffer and rewritten there: a copy per batch
+    joined into another copy held twice the request's size at once (and copied it three times)."""
+    store.create_topic("t", partitions=1, config={"max.message.bytes": 1 << 20})
+    log = store.partition("t", 0)
+    log.append(batch([b"warm"]))  # the partition's files and caches exist before measuring
+    data = b"".join(batch([os.urandom(1000) for _ in range(60)], pid=3, epoch=0, seq=60 * i) for i in range(64))
+    tracemalloc.start()
+    try:
+        log.append(data)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(data) < peak < 1.5 * len(data)
