@@ -104,6 +104,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder  # baseline o
 
 from storage import Store
 from storage.file_records import FileRecords
+from storage.records import encode_batches
 from txlog.clients.producer import Producer
 
 TOPIC = "t"
@@ -163,6 +164,16 @@ def kafka_python_encode(records: Records, batch_size: int) -> tuple[Sample, int]
         bytes(current.build())
         batches += 1
     return sample[0], batches
+
+
+def txlog_encode(records: Records, batch_size: int) -> Sample:
+    """produce_many's encoder alone on the same records: whole idempotent-shaped batches of
+    `batch_size` bytes into fresh buffers, nothing written (the like of kafka-python's baseline,
+    which only encodes; produce_many's rows also write every byte durably)."""
+    keys, values = [k for k, _, _ in records], [v for _, v, _ in records]
+    with timed() as sample:
+        encode_batches(values, keys, max_bytes=batch_size)
+    return sample[0]
 
 
 def count_batches(store: Store, topic: str) -> int:
@@ -561,6 +572,7 @@ class SendRow:
     many: list[Sample]
     explicit: list[Sample]
     many_warm: list[Sample]
+    encode: list[Sample]
     kp_batches: int = 0
     tx_batches: int = 0
 
@@ -631,9 +643,18 @@ def print_send(rows: list[SendRow], count: int, reps: int, value_bytes: int) -> 
             f"{median_after_cold(row.many_warm, 'fsyncs'):>8.0f}"
             f"{median_after_cold(row.many_warm, 'cpu') / count * 1e6:>12.2f}"
         )
+    for row in rows:
+        kp, encode = median_after_cold(row.kp), median_after_cold(row.encode)
+        ratio = kp / encode
+        label = f"{row.batch_size}:{row.linger_ms} encode"
+        print(
+            f"{label:<19}{'':>16}{count / kp:>20,.0f}{count / encode:>13,.0f}{ratio:>6.2f}x"
+            f"{'':>14}{'-':>10}{'-':>8}{median_after_cold(row.encode, 'cpu') / count * 1e6:>12.2f}"
+        )
     print(
         "'warm': the second produce_many of a producer (its buffer pool holds the first call's buffers), "
-        "as in a long-running producer"
+        "as in a long-running producer; 'encode': produce_many's encoder alone (storage.records.encode_batches "
+        "into fresh buffers, nothing written), the like of kafka-python's encode-only baseline"
     )
     for row in rows:
         lo, hi = spread(row.tx)
@@ -747,7 +768,7 @@ def main() -> None:
 
     with scratch_dir(args.dir, "bench-producer-") as workdir:
         if not args.skip_send:
-            rows = [SendRow(size, linger, [], [], [], [], []) for size, linger in sizes]
+            rows = [SendRow(size, linger, [], [], [], [], [], []) for size, linger in sizes]
             for _ in range(args.reps + 1):
                 for row in rows:
                     sample, row.kp_batches = kafka_python_encode(send_records, row.batch_size)
@@ -761,6 +782,7 @@ def main() -> None:
                         partitioner=args.partitioner,
                     )
                     row.tx.append(sample)
+                    row.encode.append(txlog_encode(send_records, row.batch_size))
                     variants = (
                         (row.many, {"bulk": True}),
                         (row.many_warm, {"bulk": True, "warm": True}),
