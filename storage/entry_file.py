@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Generic, NamedTuple, TypeVar
 
 from storage.descriptor_cache import CachedFile
@@ -173,7 +173,7 @@ class EntryFile:
         """Write one entry at the end (`append_many` of one)."""
         self.append_many([fields])
 
-    def append_many(self, entries: list[Raw]) -> None:
+    def append_many(self, entries: Sequence[Raw]) -> None:
         """Write `entries` at the end in one write; call `prepare_append` first and check their
         ordering against it and among themselves.
 
