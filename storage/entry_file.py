@@ -100,6 +100,9 @@ class EntryFile:
         self._run_check = run_check
         self._rule = rule
         self._file: CachedFile | None = None  # None until opened (the file may not exist yet)
+        # Says whether the file can have been created since a look found it absent (`vouch_absence_by`).
+        self._absence_key: Callable[[], object | None] | None = None
+        self._absent_under: object | None = None  # the key under which the last open found no file
         self._closed = False
         self._forget()
         if writable and create:
@@ -137,7 +140,7 @@ class EntryFile:
         their full parse waits until a lookup needs them.
         """
         self._check_open()
-        if self._file is None and not self._open(create=False):
+        if self._file is None and not self._open_existing():
             return 0, None
         with self._opened_file as fd:
             length = os.fstat(fd).st_size
@@ -147,6 +150,35 @@ class EntryFile:
             return length, None
         data = self._read(whole - size, whole)
         return length, (self._layout.unpack(data) if len(data) == size else None)
+
+    def probe(self, column: int, value: int) -> Raw | None:
+        """The entry a bisection of the file in place finds as the last whose `column` is ≤ `value`.
+
+        About log2(entries) preads of one entry each, cache untouched, nothing checked: in a
+        damaged file the answer may be any entry, so only a caller that verifies what the entry
+        points at may use it (recovery's locate, `LogSegment.probe_position`). It is how Kafka's
+        mmapped indexes are searched; a parse and check of every entry waits for the first lookup.
+        """
+        self._check_open()
+        if self._file is None and not self._open_existing():
+            return None
+        with self._opened_file as fd:
+            length = os.fstat(fd).st_size
+        size = self._layout.size
+        lo, hi = 0, length // size  # entries [0, lo) are <= value, [hi, n) are > value
+        found: Raw | None = None
+        while lo < hi:
+            mid = (lo + hi) // 2
+            data = self._read(mid * size, (mid + 1) * size)
+            if len(data) < size:
+                hi = mid  # the file shrank under the search: what is left ends here
+                continue
+            entry = self._layout.unpack(data)
+            if entry[column] <= value:
+                found, lo = entry, mid + 1
+            else:
+                hi = mid
+        return found
 
     # ---- writing (caller holds the partition lock) --------------------------
 
@@ -285,9 +317,32 @@ class EntryFile:
             raise KafkaStorageError(f"cannot open {self.path}: {exc.strerror}") from exc
         return True
 
+    def vouch_absence_by(self, key: Callable[[], object | None]) -> None:
+        """Let `key` say when a file found absent cannot have been created since: no open is tried then.
+
+        `key()` is the directory's key as last looked at, or None when that key cannot vouch: the
+        key must have been taken before any look it vouches for, and change whenever a file is
+        created in the directory (PartitionLog's directory key, issue 26). A `.txnindex` is
+        absent from most segments, and every abort lookup otherwise tried to open it again.
+        """
+        self._absence_key = key
+        self._absent_under = None
+
+    def _open_existing(self) -> bool:
+        """Open the file if it exists (False if not); not tried while the absence key vouches it is still absent."""
+        vouch = self._absence_key
+        key = None if vouch is None else vouch()
+        if key is not None and key == self._absent_under:
+            return False
+        if self._open(create=False):
+            self._absent_under = None
+            return True
+        self._absent_under = key  # taken before this open looked, so a later creation moves it
+        return False
+
     def _refresh(self) -> None:
         self._check_open()
-        if self._file is None and not self._open(create=False):
+        if self._file is None and not self._open_existing():
             self._forget()
             return
         try:

@@ -29,9 +29,12 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from bisect import bisect_right
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from itertools import pairwise
+from operator import attrgetter
+from typing import Any, Self, SupportsIndex
 
 from storage.checkpoint import write_leader_epoch_checkpoint
 from storage.config import TopicConfig
@@ -79,15 +82,88 @@ def create_empty_log(directory: str) -> None:
 
 
 def segment_index_for(segments: list[LogSegment], offset: int) -> int:
-    """Index of the segment holding `offset`: the last whose base is at or below it (else the first)."""
-    lo, hi = 0, len(segments) - 1
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if segments[mid].base_offset <= offset:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
+    """Index of the segment holding `offset`: the last whose base is at or below it (else the first).
+
+    A C bisection: of a SegmentList's base offsets (kept per generation), else of the segments
+    by base offset. A poll looks twice, and at thousands of segments a Python loop was a
+    visible part of it (issue 26).
+    """
+    if isinstance(segments, SegmentList):
+        return max(bisect_right(segments.bases(), offset) - 1, 0)
+    return max(bisect_right(segments, offset, key=_base_offset) - 1, 0)
+
+
+_base_offset = attrgetter("base_offset")
+
+
+class SegmentList(list[LogSegment]):
+    """A partition's segments, in base-offset order, with a generation bumped by every change of the list.
+
+    What a view works out from its whole list of segments (their base offsets, which of them may
+    hold an abort) is kept under the generation it was worked out at, so a poll checks one integer
+    instead of walking thousands of segments (Kafka keeps its LogSegments in a map for the same
+    reason). Every way of changing a list in place goes through one of the methods below.
+    """
+
+    generation = 0
+    _bases: list[int] = []
+    _bases_generation = -1
+
+    def bases(self) -> list[int]:
+        """The segments' base offsets, in order (a segment's base never changes: only the list does)."""
+        if self._bases_generation != self.generation:
+            self._bases = [seg.base_offset for seg in self]
+            self._bases_generation = self.generation
+        return self._bases
+
+    def _changed(self) -> None:
+        self.generation += 1
+
+    def append(self, seg: LogSegment, /) -> None:
+        super().append(seg)
+        self._changed()
+
+    def extend(self, segs: Iterable[LogSegment], /) -> None:
+        super().extend(segs)
+        self._changed()
+
+    def insert(self, index: SupportsIndex, seg: LogSegment, /) -> None:
+        super().insert(index, seg)
+        self._changed()
+
+    def pop(self, index: SupportsIndex = -1, /) -> LogSegment:
+        seg = super().pop(index)
+        self._changed()
+        return seg
+
+    def remove(self, seg: LogSegment, /) -> None:
+        super().remove(seg)
+        self._changed()
+
+    def clear(self) -> None:
+        super().clear()
+        self._changed()
+
+    def sort(self, *args: object, **kwargs: object) -> None:
+        raise TypeError("a segment list is kept in base-offset order; it is never sorted")
+
+    def reverse(self) -> None:
+        raise TypeError("a segment list is kept in base-offset order; it is never reversed")
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        super().__setitem__(index, value)
+        self._changed()
+
+    def __delitem__(self, index: SupportsIndex | slice) -> None:
+        super().__delitem__(index)
+        self._changed()
+
+    def __iadd__(self, segs: Iterable[LogSegment]) -> Self:  # type: ignore[override, misc]
+        self.extend(segs)
+        return self
+
+    def __imul__(self, times: SupportsIndex) -> Self:
+        raise TypeError("a segment list never repeats its segments")
 
 
 @dataclass(frozen=True)
@@ -125,6 +201,9 @@ class LogLoader:
         swap_in_flight: Callable[[], bool] | None = None,
     ):
         self.directory = directory
+        # The view's directory key while it vouches that no file was created since it was taken (else
+        # None): segments' `.txnindex` lookups skip opening a file found absent under it (EntryFile).
+        self.absence_key: Callable[[], object | None] | None = None
         # Whether another process holds the partition's lock (a cleaner mid-swap): see _settled_listing.
         self._swap_in_flight = swap_in_flight
         # (base, inode, size) of the `.log.swap` read last -> the offset after its last batch.
@@ -235,6 +314,8 @@ class LogLoader:
             from_swap=from_swap,
         )
         seg.load_time_stats()
+        if self.absence_key is not None:
+            seg.txn_index.vouch_absence_by(self.absence_key)
         return seg
 
     def segment_listing(self) -> SegmentListing:
@@ -366,7 +447,7 @@ class LogLoader:
         seg = self.segments[idx]
         if offset == seg.base_offset:
             return idx, 0
-        position = seg.read_position(offset)
+        position = seg.probe_position(offset)
         end = seg.file_size()
         while True:
             try:
@@ -521,19 +602,17 @@ class LogLoader:
     def check_indexes(self, repair: bool) -> None:
         """Rebuild any index that is missing or fails its checks (indexes are derived data).
 
-        The active segment gets the full check at open; sealed segments a constant-time one
-        (so opening does not grow with the log), and the full one before their first lookup.
+        Every segment gets a constant-time check at open (files present, whole entries, last
+        entry inside the segment: what a crash leaves), so opening grows neither with the log
+        nor with the active segment (Kafka loads its indexes lazily too), and the full one
+        before its first lookup (PartitionLog._indexes_checked_repairing) or, for the active
+        segment, before a writer's first write to it (PartitionLog._catch_up).
         A process that may not write (read-only) stops trusting a damaged index instead:
         its lookups scan the segment, so the damage never changes what a reader sees.
         """
-        last = len(self.segments) - 1
-        for i, seg in enumerate(self.segments):
+        for seg in self.segments:
             try:
-                if i == last:
-                    seg.full_index_check()
-                    seg.indexes_verified = True
-                else:
-                    seg.quick_index_check()
+                seg.quick_index_check()
             except CorruptIndexError:
                 self.repair_indexes(seg, repair)
 

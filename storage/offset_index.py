@@ -72,6 +72,15 @@ class OffsetIndex(EntryFileIndex[tuple[int, int]]):
             return (self.base_offset, 0)
         return self._convert(view.entries[i - 1])
 
+    def probe(self, target_offset: int) -> tuple[int, int]:
+        """`lookup`'s answer from a bisection of the file in place (EntryFile.probe): no parse, nothing checked.
+
+        A damaged file may answer any of its entries, so the caller checks the position (`LogSegment.probe_position`).
+        """
+        rel = target_offset - self.base_offset
+        raw = self._file.probe(0, rel) if rel >= 0 else None
+        return (self.base_offset, 0) if raw is None else self._convert(raw)
+
     def last_entry(self) -> tuple[int, int] | None:
         view = self._file.view()
         return self._convert(view.entries[view.valid - 1]) if view.valid else None

@@ -69,7 +69,7 @@ from storage.log_cleaner import (
     read_cleaner_checkpoint,
 )
 from storage.log_files import log_file
-from storage.log_loader import LEADER_EPOCH, LogLoader, readable_end, segment_index_for
+from storage.log_loader import LEADER_EPOCH, LogLoader, SegmentList, readable_end, segment_index_for
 from storage.offset_map import DEFAULT_DEDUPE_BUFFER_SIZE, OffsetMap, cleaner_buffer_size
 from storage.producer_snapshot import list_snapshots
 from storage.producer_state import (
@@ -244,8 +244,9 @@ class PartitionLog:
         self._clock = clock
         self._mutex = threading.RLock()
         self._lock = None if read_only else FileLock(os.path.join(directory, LOCK_FILE))
-        # The loader fills this list in place; the log never replaces it, only edits it.
-        self._segments: list[LogSegment] = []
+        # The loader fills this list in place; the log never replaces it, only edits it (every edit
+        # moves its generation, which is what `_segments_with_aborts` keeps its answer under).
+        self._segments = SegmentList()
         self._state = ProducerStateManager(
             expiration_ms=config.producer_id_expiration_ms, max_producers=config.max_producer_ids
         )
@@ -264,6 +265,7 @@ class PartitionLog:
             clock=clock,
             swap_in_flight=self._locked_elsewhere,
         )
+        self._loader.absence_key = self._absence_key
         # The partition directory's (mtime, inode) when this view last compared its segments with
         # the files, and whether that look came too soon after the mtime to vouch for it
         # (`_directory_unchanged`): the view lists the directory only when the key moved.
@@ -281,8 +283,8 @@ class PartitionLog:
         # cleans them, so only this view's open, a change it did not make (another process's
         # close) or a snapshot it took off a base can leave one.
         self._strays_possible = True
-        # The view's segments when `_segments_with_aborts` last looked, and what it found.
-        self._aborts_cache_key: list[LogSegment] = []
+        # The segment list's generation when `_segments_with_aborts` last looked, and what it found.
+        self._aborts_cache_key = -1
         self._aborts_cache: list[int] = []
         # The directory's inode when this view first looked: another directory under the name
         # (the topic deleted and made again) is no swap, and this view must not move into it.
@@ -520,6 +522,24 @@ class PartitionLog:
         """
         if self._closed:
             raise KafkaStorageError(f"partition {self.topic}-{self.partition} is closed")
+        self._catch_up_view(repair=repair)
+        if repair:
+            self._check_active_indexes()
+
+    def _check_active_indexes(self) -> None:
+        """The active segment's indexes, given their full check once before a writer writes to it (lock held).
+
+        Opening checks every segment's indexes in constant time only (LogLoader.check_indexes), so
+        a writer's first write after an open (or a reload, or a roll) runs the full check first and
+        rebuilds a damaged index before appending to it. Caught up under the lock, the view is the
+        file: a failure is damage, never this view being behind (`_passes_once_caught_up`).
+        """
+        active = self._segments[-1]
+        if not active.indexes_verified and not self._full_index_check_passes(active):
+            self._loader.repair_indexes(active, repair=not self.read_only)
+
+    def _catch_up_view(self, *, repair: bool) -> None:
+        """`_catch_up`'s walk of the directory and of the tail."""
         quiet = False
         if repair:
             quiet_key, self._tail_quiet_key = self._tail_quiet_key, None
@@ -576,6 +596,14 @@ class PartitionLog:
         """
         key = self._dir_key
         return key is not None and key[1] == self._dir_ino and not self._dir_key_racy
+
+    def _absence_key(self) -> tuple[int, int] | None:
+        """The directory key, when it can vouch that no file was created since it was taken (`_vouching_key`).
+
+        Every look at the view starts with the stat that takes it, so a segment's `.txnindex`
+        found absent under it is absent until the key moves (EntryFile.vouch_absence_by).
+        """
+        return self._dir_key if self._vouching_key() else None
 
     def _refresh_segment_list(self) -> None:
         """Bring the view up to the files before a read: other writers' appends and rolls (the tail),
@@ -1147,10 +1175,10 @@ class PartitionLog:
         base = active.next_offset
         self._state.end_offset = base
         self._loader.snapshot()  # the state at the new base: that segment's rebuild starts there
-        self._segments.append(
-            LogSegment.create(self.directory, base, index_interval_bytes=self.config.index_interval_bytes)
-        )
-        self._txn_check.expect(self._segments[-1], 0, base)
+        rolled = LogSegment.create(self.directory, base, index_interval_bytes=self.config.index_interval_bytes)
+        rolled.txn_index.vouch_absence_by(self._absence_key)
+        self._segments.append(rolled)
+        self._txn_check.expect(rolled, 0, base)
         if self._strays_possible:
             self._clean_snapshots(keep_latest=False)
             self._strays_possible = False
@@ -1223,11 +1251,12 @@ class PartitionLog:
         about the bytes wanted are read, not a whole scan chunk.
         """
         total = 0
-        idx = segment_index_for(self._segments, start_offset)
-        for seg in self._segments[idx:]:
+        segments = self._segments
+        for i in range(segment_index_for(segments, start_offset), len(segments)):  # no copy of the list's tail
+            seg = segments[i]
             if seg.base_offset >= limit or (total >= max_bytes and out):
                 return
-            seg_end = readable_end(self._segments, seg)
+            seg_end = readable_end(segments, seg)
             if seg.base_offset <= start_offset:
                 first = self._indexes_checked_repairing(seg).locate_batch(start_offset, seg_end)
                 if first is None:
@@ -1332,12 +1361,12 @@ class PartitionLog:
     def _segments_with_aborts(self) -> list[int]:
         """Indexes in the view of the segments whose count of ABORT markers is not known to be 0.
 
-        Worked out again only when the view's segments changed (a list compared by identity,
-        at C speed); a count that became 0 since is skipped by the caller, and the active
-        segment, whose count grows, is always listed.
+        Worked out again only when the view's segments changed (the list's generation moved: one
+        integer compared, whatever the segment count); a count that became 0 since is skipped by
+        the caller, and the active segment, whose count grows, is always listed.
         """
-        if self._aborts_cache_key != self._segments:
-            self._aborts_cache_key = list(self._segments)
+        if self._aborts_cache_key != self._segments.generation:
+            self._aborts_cache_key = self._segments.generation
             self._aborts_cache = [
                 i for i, seg in enumerate(self._segments[:-1]) if self._txn_check.known_count(seg) != 0
             ]

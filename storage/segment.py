@@ -94,6 +94,8 @@ class LogSegment:
         # Its indexes were created with it, not lost: without this, the first lookup in it once it
         # holds data took them for deleted and rebuilt them (a scan, and a listing of the snapshots).
         seg.missing_indexes = False
+        # And empty, made by this writer under the lock: nothing in them needs the full check.
+        seg.indexes_verified = True
         return seg
 
     def _path(self, suffix: str) -> str:
@@ -141,6 +143,28 @@ class LogSegment:
         if base is None or base > indexed_offset:
             return 0  # not a batch boundary: the scan from the start meets (and reports) what is there
         return position
+
+    def probe_position(self, offset: int) -> int:
+        """`read_position` without parsing or checking the offset index: for recovery's open (issue 26).
+
+        The index file is bisected in place (OffsetIndex.probe), as Kafka's lazily loaded indexes
+        are, so opening a big active segment does not parse its whole index. The position is used
+        only if a whole, CRC-valid batch starts there at or before the indexed offset; anything
+        else (a damaged index may answer any entry) falls back to `read_position`, whose parse
+        trusts only the index's ordered prefix.
+        """
+        if not self.indexes_trusted:
+            return 0
+        indexed_offset, position = self.offset_index.probe(offset)
+        if position == 0:
+            return 0
+        try:
+            batch = self.records.batch_at(position)
+        except (CorruptRecordError, UnsupportedForMessageFormatError):
+            batch = None
+        if batch is not None and batch.base_offset <= indexed_offset:
+            return position
+        return self.read_position(offset)
 
     def locate_batch(self, offset: int, end: int) -> BatchHeader | None:
         """Header of the first batch before byte `end` holding `offset` or a later one; None if none.

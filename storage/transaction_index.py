@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import struct
 from bisect import bisect_left
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from operator import itemgetter
 from typing import NamedTuple
 
@@ -104,6 +104,10 @@ class TransactionIndex(EntryFileIndex[AbortedTxn]):
     def exists(self) -> bool:
         """Whether the file is on disk now (another process may have created it)."""
         return self._file.exists
+
+    def vouch_absence_by(self, key: Callable[[], object | None]) -> None:
+        """Lookups skip opening a file found absent while `key` vouches nothing was created since (EntryFile's)."""
+        self._file.vouch_absence_by(key)
 
     def _convert(self, raw: Raw) -> AbortedTxn:
         return _txn(raw)
