@@ -273,6 +273,9 @@ class PartitionLog:
         self._dir_key_racy = True
         # Whether the last `_directory_unchanged` vouched for the directory (the key it took is trusted).
         self._dir_trusted = False
+        # Whether the key was taken by this look at the view (`_catch_up` clears it, the stat sets it):
+        # only such a key may say a file is still absent (`_absence_key`).
+        self._dir_key_fresh = False
         # The directory key under which a writer's catch-up last found no segment after the active one
         # and no `.txnindex` of the active segment, the key taken before it looked and not racy
         # (`_catch_up`): while the key stays so, neither file can have been created since, and a writer's
@@ -522,6 +525,7 @@ class PartitionLog:
         """
         if self._closed:
             raise KafkaStorageError(f"partition {self.topic}-{self.partition} is closed")
+        self._dir_key_fresh = False  # until this look stats the directory (`_absence_key`)
         self._catch_up_view(repair=repair)
         if repair:
             self._check_active_indexes()
@@ -600,10 +604,12 @@ class PartitionLog:
     def _absence_key(self) -> tuple[int, int] | None:
         """The directory key, when it can vouch that no file was created since it was taken (`_vouching_key`).
 
-        Every look at the view starts with the stat that takes it, so a segment's `.txnindex`
-        found absent under it is absent until the key moves (EntryFile.vouch_absence_by).
+        A segment's `.txnindex` found absent under it is absent until the key moves
+        (EntryFile.vouch_absence_by). Only a key this look at the view took counts: a reader's
+        catch-up walks the tail (and may meet a new ABORT) before it stats the directory, and the
+        key of the last look says nothing about what was created since.
         """
-        return self._dir_key if self._vouching_key() else None
+        return self._dir_key if self._dir_key_fresh and self._vouching_key() else None
 
     def _refresh_segment_list(self) -> None:
         """Bring the view up to the files before a read: other writers' appends and rolls (the tail),
@@ -639,6 +645,7 @@ class PartitionLog:
         self._dir_key = key
         self._dir_key_racy = _racy(st.st_mtime_ns, before)
         self._dir_trusted = trusted
+        self._dir_key_fresh = True
         return trusted
 
     def _adopt_directory(self) -> None:

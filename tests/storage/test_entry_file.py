@@ -309,3 +309,39 @@ def test_offset_index_ignores_a_kafka_preallocated_zero_tail(tmp_path) -> None:
     assert index.lookup(70) == (65, 8440)
     with pytest.raises(CorruptIndexError):
         index.sanity_check()
+
+
+# ---- an absent file under a vouching key; a bisection in place ------------------------------------
+
+
+def test_an_absent_file_is_looked_for_again_once_the_absence_key_moves_or_cannot_vouch(path) -> None:
+    keys: list[object | None] = ["k1"]
+    reader = open_file(path, writable=False, create=False)
+    reader.vouch_absence_by(lambda: keys[0])
+    assert reader.view().entries == []  # absent under "k1"
+    write_entries(open_file(path), (1, 10))  # created elsewhere: in a directory, that moves the key
+    assert reader.view().entries == [] and reader.peek() == (0, None)  # "k1" still says absent: not opened
+    keys[0] = "k2"
+    assert reader.view().entries == [(1, 10)]
+
+    racy = open_file(path.with_name("other.idx"), writable=False, create=False)
+    keys[0] = None  # a key that cannot vouch: every look opens
+    racy.vouch_absence_by(lambda: keys[0])
+    assert racy.view().entries == []
+    write_entries(open_file(path.with_name("other.idx")), (3, 30))
+    assert racy.view().entries == [(3, 30)]
+
+
+@pytest.mark.parametrize("count", [0, 1, 2, 7, 64])
+def test_probe_finds_the_last_entry_at_or_below_a_key_without_parsing(path, count) -> None:
+    f = open_file(path)
+    write_entries(f, *[(3 * i + 1, i) for i in range(count)])
+    probe = open_file(path, writable=False, create=False)
+    for key in range(-1, 3 * count + 3):
+        below = [(k, v) for k, v in ((3 * i + 1, i) for i in range(count)) if k <= key]
+        assert probe.probe(0, key) == (below[-1] if below else None)
+    assert probe.view().length == count * LAYOUT.size
+
+
+def test_probe_of_a_missing_file_finds_nothing(tmp_path) -> None:
+    assert open_file(tmp_path / "missing.idx", writable=False, create=False).probe(0, 5) is None
