@@ -36,9 +36,11 @@ from __future__ import annotations
 import os
 import struct
 import time
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from heapq import heappop, heappush
+from operator import attrgetter
 
 from storage.checkpoint import read_offset_checkpoint
 from storage.checkpoint import write_checkpoint as write_checkpoint_file
@@ -81,6 +83,7 @@ SWAP_STEPS: tuple[str, ...] = (
     "rename_swap_to_log",  # each .swap renamed to its real name (the .log last); directory fsynced
 )
 _SEGMENT_SUFFIXES = (LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, TXN_INDEX_FILE_SUFFIX)
+_base_offset = attrgetter("base_offset")
 
 
 @dataclass(frozen=True)
@@ -131,18 +134,15 @@ class Cleanable:
 
 
 def segments_overlapping(segments: Sequence[LogSegment], start: int, end: int) -> list[LogSegment]:
-    """Kafka's logSegments(start, end): the segments holding offsets in [start, end)."""
-    out: list[LogSegment] = []
-    if end <= start:
-        return out
-    for i, seg in enumerate(segments):
-        following = segments[i + 1].base_offset if i + 1 < len(segments) else None
-        if seg.base_offset >= end:
-            break
-        if following is not None and following <= start:
-            continue
-        out.append(seg)
-    return out
+    """Kafka's logSegments(start, end): the segments holding offsets in [start, end).
+
+    Found by bisecting the base offsets, so a cleaning's bookkeeping after a roll does not walk
+    every segment of a long log (issue 26).
+    """
+    if end <= start or not segments:
+        return []
+    first = max(bisect_right(segments, start, key=_base_offset) - 1, 0)  # the one holding `start`
+    return list(segments[first : bisect_left(segments, end, key=_base_offset)])
 
 
 def cleanable_range(
@@ -165,8 +165,8 @@ def cleanable_range(
         candidates.extend(young[:1])
     uncleanable = min(candidates)
     # Rounded down to the base of the segment holding it: only whole segments are dirty.
-    holding = [s for s in segments if s.base_offset <= uncleanable]
-    first_uncleanable = holding[-1].base_offset if holding else segments[0].base_offset
+    holding = bisect_right(segments, uncleanable, key=_base_offset)  # how many start at or below it
+    first_uncleanable = segments[holding - 1].base_offset if holding else segments[0].base_offset
     clean_bytes = sum(s.size for s in segments_overlapping(segments, -1, first_dirty))
     cleanable_bytes = sum(s.size for s in segments_overlapping(segments, first_dirty, first_uncleanable))
     need_now = False

@@ -4,14 +4,17 @@ the dirty section, multi-pass cleaning, and the files a cleaning leaves (storage
 from __future__ import annotations
 
 import os
+from types import SimpleNamespace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from storage import Store
 from storage.checkpoint import read_offset_checkpoint
 from storage.errors import InvalidConfigurationError, InvalidRecordError, UnknownTopicOrPartitionError
 from storage.file_check import Findings, PartitionFileCheck
-from storage.log_cleaner import CLEANER_CHECKPOINT, SWAP_STEPS
+from storage.log_cleaner import CLEANER_CHECKPOINT, SWAP_STEPS, segments_overlapping
 from storage.records import ControlType, build_batch
 
 T0 = 1_700_000_000_000
@@ -694,3 +697,21 @@ def test_a_delete_retention_of_long_max_keeps_tombstones(store, clock):
     log.roll()
     log.compact(force=True)
     assert (0, b"a", None) in records(log)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    bases=st.lists(st.integers(0, 200), min_size=1, max_size=30, unique=True).map(sorted),
+    start=st.integers(-5, 210),
+    end=st.integers(-5, 210),
+)
+def test_segments_overlapping_is_kafkas_log_segments_of_a_range(bases, start, end) -> None:
+    """The bisection (issue 26) against the definition: a segment holds [its base, the next base)."""
+    segments = [SimpleNamespace(base_offset=b) for b in bases]
+    following = [*bases[1:], None]
+    expected = [
+        seg
+        for seg, after in zip(segments, following, strict=True)
+        if end > start and seg.base_offset < end and (after is None or after > start)
+    ]
+    assert segments_overlapping(segments, start, end) == expected
