@@ -1,4 +1,4 @@
-"""An active segment's damaged offset index after kill -9 (docs/reliability-scenarios.md scenario 82).
+"""An active segment's damaged offset index after kill -9 (docs/reliability-scenarios.md scenario 81).
 
 Opening a partition checks its indexes in constant time only and finds the snapshot's place in
 the active segment by bisecting the offset index in place (issue 26: opening a 1 GiB active
