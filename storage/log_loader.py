@@ -47,7 +47,6 @@ from storage.errors import (
     KafkaStorageError,
 )
 from storage.file_records import Damage
-from storage.log_cleaner import swap_completed
 from storage.log_files import (
     CLEANED_FILE_SUFFIX,
     INDEX_FILE_SUFFIXES,
@@ -725,6 +724,8 @@ def swaps_to_complete(names: list[str]) -> tuple[list[str], list[int]]:
 def _complete_swap(directory: str, base: int) -> None:
     swap_path = segment_file(directory, base, _SWAP_LOG_SUFFIX)
     end = _next_offset_of(swap_path, base)
+    from storage.log_cleaner import swap_completed  # here: opening a log without a swap never loads the cleaner
+
     swap_completed(directory, end)  # before a replaced segment goes (storage/log_cleaner.py docstring)
     replaced: list[str] = []
     for name in os.listdir(directory):

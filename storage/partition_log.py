@@ -39,7 +39,7 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import pairwise
-from typing import Concatenate, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Concatenate, ParamSpec, TypeVar
 
 from storage.checkpoint import LOG_START_CHECKPOINT, read_log_start_checkpoint, write_log_start_checkpoint
 from storage.config import TopicConfig
@@ -60,17 +60,8 @@ from storage.file_records import FileRecords
 from storage.high_watermark import HighWatermarkFile
 from storage.legacy_records import LegacyMessage
 from storage.lock import FileLock, writer_lock_if_free
-from storage.log_cleaner import (
-    Cleanable,
-    CleanerStats,
-    PassPlan,
-    clean_pass,
-    cleanable_range,
-    read_cleaner_checkpoint,
-)
 from storage.log_files import log_file
 from storage.log_loader import LEADER_EPOCH, LogLoader, SegmentList, readable_end, segment_index_for
-from storage.offset_map import DEFAULT_DEDUPE_BUFFER_SIZE, OffsetMap, cleaner_buffer_size
 from storage.producer_snapshot import list_snapshots
 from storage.producer_state import (
     BatchMetadata,
@@ -85,6 +76,9 @@ from storage.safe_open import refuse_links
 from storage.segment import LogSegment
 from storage.transaction_index import AbortedTxn, collect_aborted
 from storage.txnindex_check import AbortReplay, TxnIndexCheck, write_txn_counts
+
+if TYPE_CHECKING:  # the cleaner is imported by the compaction methods: a reader never loads it (~7 ms)
+    from storage.log_cleaner import Cleanable, CleanerStats, PassPlan
 
 _log = logging.getLogger(__name__)
 
@@ -1562,6 +1556,8 @@ class PartitionLog:
         log.cleaner.dedupe.buffer.size (a smaller one makes more passes), `progress(bytes done,
         bytes to do)` is called after each segment recopied (each pass counts from 0 again).
         """
+        from storage.offset_map import DEFAULT_DEDUPE_BUFFER_SIZE, cleaner_buffer_size
+
         self._check_writable()
         if not self.config.compact:
             return None
@@ -1583,12 +1579,16 @@ class PartitionLog:
         A cleaning that fails leaves the log as it was (the swap is crash-safe) and does not fail
         the append that rolled: it is logged, as Kafka's cleaner logs and skips a partition.
         """
+        from storage.offset_map import cleaner_buffer_size
+
         try:
             self._compact_locked(force=False, now=self._clock(), memory=cleaner_buffer_size(), progress=None)
         except (KafkaError, OSError) as exc:
             _log.warning("%s: compaction after a roll failed (%s); the next roll tries again", self, exc)
 
     def _cleanable(self, now: int) -> Cleanable:
+        from storage.log_cleaner import cleanable_range, read_cleaner_checkpoint
+
         root = os.path.dirname(os.path.abspath(self.directory))
         return cleanable_range(
             self._segments,
@@ -1602,6 +1602,9 @@ class PartitionLog:
     def _compact_locked(
         self, *, force: bool, now: int, memory: int, progress: Callable[[int, int], None] | None
     ) -> CleanerStats | None:
+        from storage.log_cleaner import CleanerStats, clean_pass
+        from storage.offset_map import OffsetMap
+
         started = time.monotonic()
         cleanable = self._cleanable(now)
         if cleanable.empty or not (force or cleanable.due(self.config)):
@@ -1639,6 +1642,8 @@ class PartitionLog:
         )
 
     def _pass_plan(self, first_dirty: int, first_uncleanable: int, now: int) -> PassPlan:
+        from storage.log_cleaner import PassPlan
+
         last_records = {
             pid: (entry.batches[-1].last_offset if entry.batches else None, entry.epoch)
             for pid, entry in self._state.producers.items()

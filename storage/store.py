@@ -22,7 +22,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from storage.config import CONFIG_NAMES, ConfigValue, TopicConfig, validate_overrides
 from storage.durable import atomic_write, fsync_dir, in_parallel
@@ -36,13 +36,15 @@ from storage.errors import (
     UnknownTopicOrPartitionError,
 )
 from storage.lock import FileLock
-from storage.log_cleaner import CleanerStats
 from storage.log_loader import create_empty_log
 from storage.partition_log import PartitionLog
 from storage.partition_metadata import read_topic_id
 from storage.producer_ids import ProducerIdAllocator
 from storage.safe_open import read_no_follow, refuse_linked_dir, refuse_links
 from storage.topic_name import parse_partition_dir, validate_topic_name
+
+if TYPE_CHECKING:  # the cleaner is imported when a partition compacts (storage/partition_log.py)
+    from storage.log_cleaner import CleanerStats
 
 META_FILE = "txlog.json"
 STORE_LOCK = "txlog-store.lock"

@@ -54,6 +54,10 @@ LATEST_TIERED_TIMESTAMP = -5
 # ---- InitProducerId / EndTxn ------------------------------------------------------------------------
 
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000  # Kafka's transaction.timeout.ms default
+# The transaction protocol of the client that ends a transaction (Kafka's TransactionVersion):
+# 2 bumps the epoch at every end (EndTxn v5+, txlog's producer), 0 keeps it (EndTxn v0-v4).
+CLIENT_TRANSACTION_VERSION_0 = 0
+CLIENT_TRANSACTION_VERSION_2 = 2
 
 
 @dataclass(frozen=True, slots=True)

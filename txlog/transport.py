@@ -25,6 +25,7 @@ snapshot of it (a cache file, never log data).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING
 
 from storage.durable import in_parallel
 from storage.partition_log import AppendResult
@@ -32,12 +33,10 @@ from storage.producer_state import TxnVerifier
 from storage.records import ControlType
 from storage.store import Store
 from storage.topic_name import CONSUMER_OFFSETS_TOPIC
-from txlog.coordinator.group_coordinator import GroupCoordinator
-from txlog.coordinator.group_offsets import GroupOffsets
-from txlog.coordinator.transaction_coordinator import CLIENT_TRANSACTION_VERSION_2, TransactionCoordinator
 from txlog.errors import InvalidGroupIdError
 from txlog.fetch import BatchDecoder, FetchResult, IsolationLevel, fetch, latest_offset
 from txlog.requests import (
+    CLIENT_TRANSACTION_VERSION_2,
     DEFAULT_TRANSACTION_TIMEOUT_MS,
     EARLIEST_LOCAL_TIMESTAMP,
     EARLIEST_TIMESTAMP,
@@ -51,8 +50,13 @@ from txlog.requests import (
     ProducerIdAndEpoch,
     check_id,
 )
-from txlog.schemas.transaction_log import TxnLogValue
 from txlog.topic_partition import OffsetAndMetadata, TopicPartition
+
+if TYPE_CHECKING:  # the coordinators (and the schemas under them) are imported when a request first needs one
+    from txlog.coordinator.group_coordinator import GroupCoordinator
+    from txlog.coordinator.group_offsets import GroupOffsets
+    from txlog.coordinator.transaction_coordinator import TransactionCoordinator
+    from txlog.schemas.transaction_log import TxnLogValue
 
 
 class Transport:
@@ -83,6 +87,9 @@ class Transport:
     @property
     def transaction_coordinator(self) -> TransactionCoordinator:
         if self._txn_coordinator is None:
+            # Imported here: a plain reader (`txlog consume` without --group) never loads a coordinator.
+            from txlog.coordinator.transaction_coordinator import TransactionCoordinator
+
             self._txn_coordinator = TransactionCoordinator(
                 self.store, clock=self._clock, write_marker=self._route_marker
             )
@@ -91,6 +98,9 @@ class Transport:
     @property
     def group_coordinator(self) -> GroupCoordinator:
         if self._group_coordinator is None:
+            from txlog.coordinator.group_coordinator import GroupCoordinator
+            from txlog.coordinator.group_offsets import GroupOffsets
+
             self._group_coordinator = GroupCoordinator(
                 self.store, GroupOffsets(self.store, clock=self._clock), clock=self._clock
             )

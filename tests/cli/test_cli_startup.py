@@ -160,3 +160,41 @@ def test_a_verb_run_imports_no_heavy_module(tmp_path, args):
     assert {m for m in modules if m.split(".")[0] in RUN_HEAVY} == set()
     if args[0] == "consume":
         assert out.splitlines()[0] in ("one", "6f6e65"), out  # it did read the records
+
+
+# What a plain read must not import: the coordinators and the record schemas under them serve
+# groups and transactions (txlog/transport.py makes a coordinator on first use), and the crc32c
+# package (storage has the native CRC; the package's import alone costs ~10 ms).
+READER_NEEDS_NONE_OF = ("txlog.coordinator", "txlog.schemas", "crc32c")
+
+
+def _reader_extras(modules: set[str]) -> set[str]:
+    """The modules of `modules` inside a package of READER_NEEDS_NONE_OF."""
+    return {m for m in modules for p in READER_NEEDS_NONE_OF if m == p or m.startswith(p + ".")}
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["consume", "-t", "t", "-c", "2"],
+        ["consume", "-t", "t", "--isolation-level", "read_uncommitted", "--output", "jsonl"],
+        ["consume", "-t", "t", "-p", "0", "-o", "-1"],
+    ],
+)
+def test_consume_without_a_group_imports_no_coordinator(tmp_path, args):
+    """consume without --group reads as a plain consumer: no coordinator, schema or crc32c package is loaded."""
+    store = tmp_path / "store"
+    make_store(store, t=1)
+    assert_ok(txlog("produce", "-t", "t", data_dir=store, input="one\ntwo\n"))
+    modules, out = _modules_after_run(["--data-dir", str(store), *args])
+    assert out.strip(), out  # it did print records
+    assert _reader_extras(modules) == set()
+
+
+def test_consume_with_a_group_does_import_the_group_coordinator(tmp_path):
+    """The other side of the check above: a group member does load its coordinator (the check can see it)."""
+    store = tmp_path / "store"
+    make_store(store, t=1)
+    assert_ok(txlog("produce", "-t", "t", data_dir=store, input="one\n"))
+    modules, _ = _modules_after_run(["--data-dir", str(store), "consume", "-t", "t", "--group", "g", "-c", "1"])
+    assert "txlog.coordinator.group_coordinator" in modules

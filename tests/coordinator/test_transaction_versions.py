@@ -11,13 +11,9 @@ import pytest
 
 from storage import Store
 from storage.records import build_batch
-from txlog.coordinator.transaction_coordinator import (
-    CLIENT_TRANSACTION_VERSION_0,
-    CLIENT_TRANSACTION_VERSION_2,
-    TransactionCoordinator,
-)
+from txlog.coordinator.transaction_coordinator import TransactionCoordinator
 from txlog.errors import InvalidTxnStateError, ProducerFencedError
-from txlog.requests import ProducerIdAndEpoch
+from txlog.requests import CLIENT_TRANSACTION_VERSION_0, CLIENT_TRANSACTION_VERSION_2, ProducerIdAndEpoch
 from txlog.schemas.transaction_log import TxnState
 
 TID = "app-1"

@@ -73,7 +73,13 @@ from txlog.errors import (
     ProducerFencedError,
     TransactionOutcomeUnknownError,
 )
-from txlog.requests import DEFAULT_TRANSACTION_TIMEOUT_MS, InitProducerIdResult, ProducerIdAndEpoch, check_id
+from txlog.requests import (
+    CLIENT_TRANSACTION_VERSION_2,
+    DEFAULT_TRANSACTION_TIMEOUT_MS,
+    InitProducerIdResult,
+    ProducerIdAndEpoch,
+    check_id,
+)
 from txlog.schemas.transaction_log import (
     TWO_PHASE_COMMIT_TIMEOUT_MS,
     TxnLogValue,
@@ -91,10 +97,6 @@ MAX_TRANSACTION_TIMEOUT_MS = 900_000
 DEFAULT_ID_EXPIRATION_MS = 7 * 24 * 3600 * 1000
 SNAPSHOT_NAME = "txlog-coordinator"
 SWEEP_INTERVAL_MS = 10_000  # Kafka's transaction.abort.timed.out.transaction.cleanup.interval.ms
-# The transaction protocol of the client that ends a transaction (Kafka's TransactionVersion):
-# 2 bumps the epoch at every end (EndTxn v5+, txlog's producer), 0 keeps it (EndTxn v0-v4).
-CLIENT_TRANSACTION_VERSION_0 = 0
-CLIENT_TRANSACTION_VERSION_2 = 2
 
 
 class MarkerWriter(Protocol):

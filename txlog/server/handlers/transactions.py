@@ -16,14 +16,15 @@ from collections.abc import Iterable
 from typing import Any
 
 from storage.errors import KafkaError, UnknownTopicOrPartitionError
-from txlog.coordinator.transaction_coordinator import (
+from txlog.coordinator.transaction_coordinator import TransactionCoordinator, TransactionDescription
+from txlog.errors import InvalidRequestError, InvalidTxnStateError
+from txlog.requests import (
     CLIENT_TRANSACTION_VERSION_0,
     CLIENT_TRANSACTION_VERSION_2,
-    TransactionCoordinator,
-    TransactionDescription,
+    NO_PRODUCER_ID_AND_EPOCH,
+    InitProducerIdResult,
+    ProducerIdAndEpoch,
 )
-from txlog.errors import InvalidRequestError, InvalidTxnStateError
-from txlog.requests import NO_PRODUCER_ID_AND_EPOCH, InitProducerIdResult, ProducerIdAndEpoch
 from txlog.schemas.transaction_log import TxnState
 from txlog.server.apis import api
 from txlog.server.errors import NONE, error_code
