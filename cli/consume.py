@@ -45,7 +45,7 @@ from cli.record_format import (
 )
 
 if TYPE_CHECKING:  # the CLI imports txlog only when a command runs
-    from storage.console_format import ConsoleFormatter
+    from storage.console_format import ConsoleFormatter, RowFormatter
     from storage.store import Store
     from txlog.clients.consumer import Consumer
     from txlog.consumer_record import ConsumerRecord
@@ -106,8 +106,8 @@ class _Writer:
     iso_timestamps = False  # --timestamp-format iso: timestamps as ISO 8601 UTC text, not epoch ms
     lines = False  # polls return cli.console_lines.Line tuples made by `line_transport`'s fetches
 
-    def line_transport(self, store: Store) -> Transport | None:
-        """A Transport for the Consumer that makes what `write` prints without ConsumerRecords, or None."""
+    def line_transport(self, store: Store, topic: str) -> Transport | None:
+        """A Transport for the Consumer that makes what `write` prints of `topic` without ConsumerRecords, or None."""
         return None
 
     def __init__(self, value_format: ValueFormat):
@@ -182,7 +182,7 @@ class _KafkaFormatter(_Writer):
             timestamp_kinds=self.timestamp_kinds,
         )
 
-    def line_transport(self, store: Store) -> Transport | None:
+    def line_transport(self, store: Store, topic: str) -> Transport | None:
         """A Transport whose fetches make this formatter's lines straight from the batches (see
         cli/console_lines.py), or None where the Python writer must see ConsumerRecords."""
         if self.iso_timestamps:
@@ -365,8 +365,29 @@ class _Rows(_Writer):
         columns = [(f.capitalize() if table else f, f) for f in FIELDS]
         self.writer = RowWriter(columns, output, missing="null" if table else "", rendering=RECORDS)
         self.output = output
+        self.native: RowFormatter | None = None  # the native rows, once line_transport made them
+
+    def line_transport(self, store: Store, topic: str) -> Transport | None:
+        """For jsonl and csv, a Transport whose fetches make the rows natively straight from the
+        batches (storage.console_format.row_formatter; cli/console_lines.py); None for the rest
+        (json, table, ISO timestamps), which the Python rows below print."""
+        if self.iso_timestamps or self.output not in (OutputFormat.jsonl, OutputFormat.csv):
+            return None
+        from cli.console_lines import LinesTransport
+        from storage.console_format import row_formatter
+
+        self.native = row_formatter(self.output.value, topic, self.value_format.value)
+        self.lines = True
+        return LinesTransport(store, self.native)
 
     def write(self, records: list[ConsumerRecord]) -> None:
+        if self.lines:  # the poll returned cli.console_lines.Line tuples: rows made already
+            from cli.console_lines import joined
+
+            assert self.native is not None
+            self.writer.write_rendered(joined(records))  # type: ignore[arg-type]  # Lines, not ConsumerRecords
+            self.replaced = self.native.replaced
+            return
         self.writer.write(self._row(r) for r in records)
 
     def _row(self, r: ConsumerRecord) -> dict[str, Any]:
@@ -683,7 +704,7 @@ def consume(
             auto_offset_reset="earliest",
             enable_auto_commit=False,  # the loop commits what it printed, after printing it
             # Lines made in the fetch, unless e@MS must look at each record's timestamp.
-            transport=writer.line_transport(store) if stop_at is None else None,
+            transport=writer.line_transport(store, topic) if stop_at is None else None,
         )
         tps = [TopicPartition(topic, p) for p in ([partition] if partition is not None else store.partitions(topic))]
         if partition is None and len(tps) < count:

@@ -172,6 +172,17 @@ class RowWriter:
             if self.output is OutputFormat.table and len(self.rows) >= SpilledTable.CHUNK:
                 self._spill()
 
+    def write_rendered(self, data: bytes) -> None:
+        """Rows this writer would print for jsonl or csv, already rendered as UTF-8 bytes (made
+        natively: storage.console_format.row_formatter), written as they come; csv's header
+        row first, once, as `write` prints it. Records only (they go to stdout as bytes)."""
+        if self.output not in (OutputFormat.jsonl, OutputFormat.csv) or not self.rendering.raw_stdout:
+            raise ValueError("rendered rows are jsonl or csv records")
+        if self.output is OutputFormat.csv and not self.header_written:
+            self._print(self._csv([]))
+        if data:
+            sys.stdout.buffer.write(data)
+
     def _spill(self) -> None:
         """Move the held rows of a table to disk, so that a long table costs no memory (see SpilledTable)."""
         if self.spilled is None:

@@ -18,6 +18,7 @@ __all__ = [
     "ColumnBuilder",
     "ConsoleFormatter",
     "RecordBatchBuilder",
+    "RowFormatter",
     "compress",
     "crc32c",
     "decode_consumer_records",
@@ -156,6 +157,37 @@ class ConsoleFormatter:
         [start_offset, end_offset), the first `limit` of them, back to back, each ending with the
         line separator: (records written, the offset of the last one or None, the bytes, whether
         records in the range were left past `limit`)."""
+
+@final
+class RowFormatter:
+    """`txlog consume --output jsonl|csv`'s rows straight from batches (storage.console_format)."""
+
+    def __new__(
+        cls,
+        *,
+        output: Literal["jsonl", "csv"],
+        topic: str,
+        value_format: Literal["utf8", "base64", "hex"],
+        csv_quoted: bytes,
+    ) -> Self:
+        """csv_quoted: the characters that make Python's csv writer quote a field."""
+
+    @property
+    def replaced(self) -> bool:
+        """Whether some key or value written so far was not UTF-8 (shown with U+FFFD)."""
+
+    def batch_lines(
+        self,
+        buf: ReadableBuffer,
+        position: int,
+        header: BatchHeader,
+        *,
+        partition: int,
+        start_offset: int,
+        end_offset: int,
+        limit: int,
+    ) -> tuple[int, int | None, bytes, bool]:
+        """ConsoleFormatter.batch_lines, with this formatter's rows for lines."""
 
 def dump_record_lines(
     buf: ReadableBuffer, position: int, header: BatchHeader, *, skip_metadata: bool, print_data: bool

@@ -10,30 +10,64 @@ names of the timestamp types, indexed by a record's timestamp_type). It writes l
 * `batch_lines(formatter, batch, ...)`: the same lines straight from a batch's bytes, with no
   ConsumerRecord and no object per record, for a reader that only prints them.
 
+`row_formatter(output, topic, value_format)` makes `txlog consume --output jsonl|csv`'s rows the
+same way (`RowFormatter`, with `batch_lines` as above); its `replaced` says whether some key or
+value was not UTF-8 and was shown with U+FFFD.
+
 `dump_record_lines(batch, ...)` is `txlog inspect --print-data-log`'s (kafka-dump-log's) record
 lines of a data batch, straight from its bytes, where keys and values are UTF-8; cli/dump_log.py
 formats the rest itself and is the reference.
 
 This module is the formatter's public door: only storage imports the private
 `storage._native`, so cli/consume.py comes through here. cli/consume.py's `_KafkaFormatter`
-keeps the Python writer of the same bytes as the reference (and for ISO timestamps).
+keeps the Python writer of the same bytes as the reference (and for ISO timestamps), as
+`_Rows` (through cli/output.py's RowWriter) does for the rows.
 """
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Literal, TypeVar
 
-from storage._native import CodecError, ConsoleFormatter
+from storage._native import CodecError, ConsoleFormatter, RowFormatter
 from storage._native import dump_record_lines as _dump_record_lines
 from storage.records import RecordBatch
 
-__all__ = ["ConsoleFormatter", "batch_lines", "dump_record_lines"]
+__all__ = ["ConsoleFormatter", "RowFormatter", "batch_lines", "dump_record_lines", "row_formatter"]
 
 _T = TypeVar("_T", bound=tuple[object, ...])
 
 
+def row_formatter(
+    output: Literal["jsonl", "csv"], topic: str, value_format: Literal["utf8", "base64", "hex"]
+) -> RowFormatter:
+    """The native rows of `topic`'s records for `--output jsonl|csv` (the rows of cli/consume.py's `_Rows`)."""
+    return RowFormatter(output=output, topic=topic, value_format=value_format, csv_quoted=_csv_quoted())
+
+
+def _csv_quoted() -> bytes:
+    """The ASCII characters that make the running Python's csv writer (excel dialect, `\n` line
+    ends, as cli/output.py's RowWriter) quote a field: asked of the csv module itself, since they
+    differ between Python versions (3.11 leaves a field with `\r` unquoted)."""
+    import csv
+    import io
+
+    quoted = bytearray()
+    for code in range(128):
+        buf = io.StringIO()
+        csv.writer(buf, lineterminator="\n").writerow([f"a{chr(code)}b"])
+        if buf.getvalue().startswith('"'):
+            quoted.append(code)
+    return bytes(quoted)
+
+
 def batch_lines(
-    formatter: ConsoleFormatter, batch: RecordBatch, cls: type[_T], partition: int, start: int, end: int, limit: int
+    formatter: ConsoleFormatter | RowFormatter,
+    batch: RecordBatch,
+    cls: type[_T],
+    partition: int,
+    start: int,
+    end: int,
+    limit: int,
 ) -> tuple[list[_T], bool]:
     """The lines of the batch's records at offsets in [start, end), the first `limit` of them, and
     whether records in that range were left past `limit`.

@@ -1,7 +1,7 @@
 """On-demand benchmark of `txlog consume` and `txlog inspect --print-data-log` (not a pytest module).
 
 Run: python tests/benchmarks/bench_consume_inspect.py [--records 874000] [--batch-kb 64] [--reps 3]
-     [--trees .,/tmp/other-checkout] [--dir DIR]
+     [--trees .,/tmp/other-checkout] [--dir DIR] [--rows]
 
 One partition holds one segment of ~100 MB: `--records` records of a 10-byte key and a
 100-byte printable value, in ~64 KB uncompressed batches, written straight from batches
@@ -16,7 +16,9 @@ One partition holds one segment of ~100 MB: `--records` records of a 10-byte key
 * for every tree in `--trees` (default: this checkout), the real CLI as a subprocess with
   stdout on /dev/null: `txlog consume -t T` (read_committed, Kafka's text formatter) and
   `txlog inspect --print-data-log SEGMENT`. `--trees` runs the same script against another
-  checkout (for example the code before a change) in the same sitting.
+  checkout (for example the code before a change) in the same sitting;
+* with `--rows`, also `txlog consume -t T --output jsonl` and `--output csv` for every tree
+  (no target: their before/after).
 
 The first (cold) repetition writes every output to a file instead of /dev/null, and the
 script checks that each tree's consume output has the C floor's bytes and that the trees
@@ -196,12 +198,14 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3, help="timed repetitions after the cold one")
     ap.add_argument("--trees", default=str(ROOT), help="comma-separated checkouts to run the CLI from")
     ap.add_argument("--dir", default=None, help="scratch parent (default <repo>/.bench-tmp)")
+    ap.add_argument("--rows", action="store_true", help="also time consume --output jsonl and csv")
     args = ap.parse_args()
     trees = [os.path.abspath(t) for t in args.trees.split(",") if t]
     names = [os.path.basename(t.rstrip("/")) or t for t in trees]
     if len(set(names)) < len(names):
         names = trees
 
+    row_outputs = ("jsonl", "csv") if args.rows else ()
     with scratch_dir(args.dir, "consume-inspect-") as workdir:
         root = os.path.join(workdir, "store")
         t0 = time.perf_counter()
@@ -222,7 +226,9 @@ def main() -> None:
             variants[f"startup [{name}]"] = []
             variants[f"consume [{name}]"] = []
             variants[f"inspect --print-data-log [{name}]"] = []
-        digests: dict[str, str] = {}
+            for output in row_outputs:
+                variants[f"consume --output {output} [{name}]"] = []
+        digests: dict[str, tuple[str, ...]] = {}
 
         for rep in range(args.reps + 1):
             cold = rep == 0
@@ -244,15 +250,25 @@ def main() -> None:
                 variants[f"inspect --print-data-log [{name}]"].append(
                     run(cli(tree, "inspect", "--print-data-log", segment), out(f"inspect-{len(digests)}"), tree, env)
                 )
+                for output in row_outputs:
+                    variants[f"consume --output {output} [{name}]"].append(
+                        run(
+                            cli(tree, "--data-dir", root, "consume", "-t", TOPIC, "--output", output),
+                            out(f"{output}-{len(digests)}"),
+                            tree,
+                            env,
+                        )
+                    )
                 if cold:
                     i = len(digests)
-                    digests[name] = (digest(out(f"consume-{i}")), digest(out(f"inspect-{i}")))
-                    os.remove(out(f"consume-{i}"))
-                    os.remove(out(f"inspect-{i}"))
+                    kinds = ("consume", "inspect", *row_outputs)
+                    digests[name] = tuple(digest(out(f"{kind}-{i}")) for kind in kinds)
+                    for kind in kinds:
+                        os.remove(out(f"{kind}-{i}"))
             if cold and floor:
                 floor_digest = digest(out("floor"))
                 os.remove(out("floor"))
-                for name, (consume_d, _) in digests.items():
+                for name, (consume_d, *_) in digests.items():
                     if consume_d != floor_digest:
                         print(f"WARNING: consume output of {name} differs from the C floor's")
             if cold and len(set(digests.values())) > 1:

@@ -105,14 +105,14 @@ def _consume(store_dir: str, args: list[str], mode: str, monkeypatch: pytest.Mon
     with monkeypatch.context() as patch:
         if mode == "reference":
             patch.setattr(consume_cli._KafkaFormatter, "write", consume_cli._KafkaFormatter.write_reference)
-            patch.setattr(consume_cli._KafkaFormatter, "line_transport", lambda self, store: None)
+            patch.setattr(consume_cli._KafkaFormatter, "line_transport", lambda self, store, topic: None)
         else:  # the run under test must not fall back to the reference
             patch.setattr(consume_cli._KafkaFormatter, "write_reference", _refuse)
             line_transport = consume_cli._KafkaFormatter.line_transport
             patch.setattr(
                 consume_cli._KafkaFormatter,
                 "line_transport",
-                lambda self, store: used.append(line_transport(self, store)) or used[-1],
+                lambda self, store, topic: used.append(line_transport(self, store, topic)) or used[-1],
             )
         extra = ["-o", f"e@{2**63 - 1}"] if mode == "records" else []
         proc = txlog("consume", "-t", TOPIC, *args, *extra, data_dir=store_dir, text=False)
@@ -263,7 +263,7 @@ def test_a_batch_that_cannot_be_decoded_fails_alike(tmp_path, monkeypatch):
         with monkeypatch.context() as patch:
             if mode == "reference":
                 patch.setattr(consume_cli._KafkaFormatter, "write", consume_cli._KafkaFormatter.write_reference)
-                patch.setattr(consume_cli._KafkaFormatter, "line_transport", lambda self, store: None)
+                patch.setattr(consume_cli._KafkaFormatter, "line_transport", lambda self, store, topic: None)
             extra = ["-o", f"e@{2**63 - 1}"] if mode == "records" else []
             runs[mode] = txlog("consume", "-t", TOPIC, "--property", "print.offset=true", *extra, data_dir=path)
     reference = runs["reference"]
@@ -292,7 +292,7 @@ def test_the_records_taken_from_a_batch_are_one_line_listed_once_per_record(tmp_
         for batch in ([b"same"] * 3, [b"same"] * 3, [b"x", b"y"]):
             log.append(build_batch([(None, value, [], 1) for value in batch]))
         writer = consume_cli._KafkaFormatter(ValueFormat.utf8, dict(consume_cli.FORMATTER_PROPERTIES))
-        transport = writer.line_transport(store)
+        transport = writer.line_transport(store, TOPIC)
         assert transport is not None
         tp, rc = TopicPartition(TOPIC, 0), client.IsolationLevel.READ_COMMITTED
         whole = transport.fetch(tp, 0, rc, max_records=500, max_bytes=1 << 20)
@@ -406,7 +406,7 @@ def test_a_torn_tail_reads_alike(tmp_path, monkeypatch, cut):
         with monkeypatch.context() as patch:
             if mode == "reference":
                 patch.setattr(consume_cli._KafkaFormatter, "write", consume_cli._KafkaFormatter.write_reference)
-                patch.setattr(consume_cli._KafkaFormatter, "line_transport", lambda self, store: None)
+                patch.setattr(consume_cli._KafkaFormatter, "line_transport", lambda self, store, topic: None)
             extra = ["-o", f"e@{2**63 - 1}"] if mode == "records" else []
             props = ["--property", "print.offset=true", "--property", "print.headers=true"]
             proc = txlog("consume", "-t", TOPIC, *props, *extra, data_dir=path)

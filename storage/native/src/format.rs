@@ -193,6 +193,216 @@ fn push_base64(out: &mut Vec<u8>, data: &[u8]) {
     }
 }
 
+/// `txlog consume --output jsonl|csv`: one row per record.
+///
+/// cli/consume.py's `_Rows` (through cli/output.py's `RowWriter`) is the reference: a row holds
+/// the topic, partition, offset, timestamp (epoch ms), key, value and headers. jsonl is
+/// `json.dumps(row, ensure_ascii=False, separators=(", ", ": "))` and a newline; csv is the
+/// excel dialect of Python's csv module with a `\n` line terminator, where the headers are one
+/// field (`json.dumps` of the `[name, value]` pairs, or empty) and a missing key or value is an
+/// empty field. Keys and values go through `--value-format`; utf8 shows bytes that are not
+/// UTF-8 with U+FFFD (`bytes.decode(errors="replace")`), and `write` says when it did, for the
+/// CLI's note. Header values are always UTF-8 text, replaced alike but never noted.
+#[derive(Clone, Debug)]
+pub struct RowFormat {
+    pub style: RowStyle,
+    pub value_format: ValueFormat,
+    /// The topic's name (a row names its topic; a formatter serves one topic).
+    pub topic: String,
+}
+
+#[derive(Clone, Debug)]
+pub enum RowStyle {
+    Jsonl,
+    /// `quoted`: the characters that make Python's csv writer quote a field (QUOTE_MINIMAL), as
+    /// the running Python's csv module reports them (storage/console_format.py).
+    Csv {
+        quoted: Vec<u8>,
+    },
+}
+
+/// The parts of one record a row shows.
+pub struct RowFields<'a> {
+    pub timestamp: i128,
+    pub partition: i64,
+    pub offset: i128,
+    pub key: Option<&'a [u8]>,
+    pub value: Option<&'a [u8]>,
+    /// Names as the decoded record holds them (invalid UTF-8 already replaced).
+    pub headers: &'a [(&'a [u8], Option<&'a [u8]>)],
+}
+
+impl RowFormat {
+    /// Append the record's row and its newline to `out`; true when a key or value was not UTF-8
+    /// and was shown with U+FFFD.
+    pub fn write(&self, out: &mut Vec<u8>, f: &RowFields, scratch: &mut Vec<u8>) -> bool {
+        let mut replaced = false;
+        match &self.style {
+            RowStyle::Jsonl => {
+                out.extend_from_slice(b"{\"topic\": ");
+                push_json_str(out, self.topic.as_bytes());
+                out.extend_from_slice(b", \"partition\": ");
+                push_int(out, f.partition as i128);
+                out.extend_from_slice(b", \"offset\": ");
+                push_int(out, f.offset);
+                out.extend_from_slice(b", \"timestamp\": ");
+                push_int(out, f.timestamp);
+                out.extend_from_slice(b", \"key\": ");
+                replaced |= self.json_data(out, f.key, scratch);
+                out.extend_from_slice(b", \"value\": ");
+                replaced |= self.json_data(out, f.value, scratch);
+                out.extend_from_slice(b", \"headers\": ");
+                push_json_headers(out, f.headers);
+                out.extend_from_slice(b"}\n");
+            }
+            RowStyle::Csv { quoted } => {
+                let csv = |out: &mut Vec<u8>, field: &[u8]| push_csv_field(out, field, quoted);
+                csv(out, self.topic.as_bytes());
+                out.push(b',');
+                scratch.clear();
+                push_int(scratch, f.partition as i128);
+                out.extend_from_slice(scratch);
+                out.push(b',');
+                scratch.clear();
+                push_int(scratch, f.offset);
+                out.extend_from_slice(scratch);
+                out.push(b',');
+                scratch.clear();
+                push_int(scratch, f.timestamp);
+                csv(out, scratch);
+                for data in [f.key, f.value] {
+                    out.push(b',');
+                    scratch.clear();
+                    if let Some(d) = data {
+                        replaced |= self.text(scratch, d);
+                    }
+                    csv(out, scratch);
+                }
+                out.push(b',');
+                scratch.clear();
+                if !f.headers.is_empty() {
+                    push_json_headers(scratch, f.headers);
+                }
+                csv(out, scratch);
+                out.push(b'\n');
+            }
+        }
+        replaced
+    }
+
+    /// A key or value as a JSON string (or null); true when bytes were replaced.
+    fn json_data(&self, out: &mut Vec<u8>, data: Option<&[u8]>, scratch: &mut Vec<u8>) -> bool {
+        let Some(d) = data else {
+            out.extend_from_slice(b"null");
+            return false;
+        };
+        scratch.clear();
+        let replaced = self.text(scratch, d);
+        push_json_str(out, scratch);
+        replaced
+    }
+
+    /// A key or value as text (cli/record_format.py `value_text`), UTF-8 bytes appended to `out`.
+    fn text(&self, out: &mut Vec<u8>, data: &[u8]) -> bool {
+        match self.value_format {
+            ValueFormat::Utf8 => push_lossy(out, data),
+            format => {
+                encode_value(out, data, format);
+                false
+            }
+        }
+    }
+}
+
+/// `data` as UTF-8 with U+FFFD for each maximal invalid subpart (Python's errors="replace");
+/// true when some bytes were replaced.
+fn push_lossy(out: &mut Vec<u8>, data: &[u8]) -> bool {
+    match String::from_utf8_lossy(data) {
+        std::borrow::Cow::Borrowed(text) => {
+            out.extend_from_slice(text.as_bytes());
+            false
+        }
+        std::borrow::Cow::Owned(text) => {
+            out.extend_from_slice(text.as_bytes());
+            true
+        }
+    }
+}
+
+/// The headers as json.dumps writes `[[name, value], ...]` (default separators), values as
+/// UTF-8 text with U+FFFD (never noted: cli/record_format.py `header_text`).
+fn push_json_headers(out: &mut Vec<u8>, headers: &[(&[u8], Option<&[u8]>)]) {
+    out.push(b'[');
+    let mut text = Vec::new();
+    for (i, (name, value)) in headers.iter().enumerate() {
+        if i > 0 {
+            out.extend_from_slice(b", ");
+        }
+        out.push(b'[');
+        push_json_str(out, name);
+        out.extend_from_slice(b", ");
+        match value {
+            None => out.extend_from_slice(b"null"),
+            Some(v) => {
+                text.clear();
+                push_lossy(&mut text, v);
+                push_json_str(out, &text);
+            }
+        }
+        out.push(b']');
+    }
+    out.push(b']');
+}
+
+/// A JSON string of UTF-8 `text` as json.dumps(ensure_ascii=False) writes it: `"` `\` and the
+/// control characters escaped (`\n` `\r` `\t` `\b` `\f`, the others `\u00XX`), the rest as is.
+fn push_json_str(out: &mut Vec<u8>, text: &[u8]) {
+    out.reserve(text.len() + 2);
+    out.push(b'"');
+    let mut start = 0;
+    for (i, &b) in text.iter().enumerate() {
+        let escape: &[u8] = match b {
+            b'"' => b"\\\"",
+            b'\\' => b"\\\\",
+            b'\n' => b"\\n",
+            b'\r' => b"\\r",
+            b'\t' => b"\\t",
+            0x08 => b"\\b",
+            0x0c => b"\\f",
+            0..=0x1f => b"",
+            _ => continue,
+        };
+        out.extend_from_slice(&text[start..i]);
+        if escape.is_empty() {
+            out.extend_from_slice(b"\\u00");
+            out.push(HEX[(b >> 4) as usize]);
+            out.push(HEX[(b & 15) as usize]);
+        } else {
+            out.extend_from_slice(escape);
+        }
+        start = i + 1;
+    }
+    out.extend_from_slice(&text[start..]);
+    out.push(b'"');
+}
+
+/// One csv field as Python's csv writer (QUOTE_MINIMAL, doublequote) writes it: quoted, with
+/// `"` doubled, when it holds a character of `quoted`.
+fn push_csv_field(out: &mut Vec<u8>, field: &[u8], quoted: &[u8]) {
+    if !field.iter().any(|b| quoted.contains(b)) {
+        out.extend_from_slice(field);
+        return;
+    }
+    out.push(b'"');
+    for &b in field {
+        if b == b'"' {
+            out.push(b'"');
+        }
+        out.push(b);
+    }
+    out.push(b'"');
+}
+
 /// `txlog inspect --print-data-log`'s record lines (kafka-dump-log's), for data batches.
 ///
 /// cli/dump_log.py's `record_lines` is the reference; this covers its common case, Kafka's
@@ -298,6 +508,37 @@ mod tests {
             push_int(&mut out, n);
             assert_eq!(out, n.to_string().into_bytes());
         }
+    }
+
+    #[test]
+    fn rows_are_pythons_json_and_csv() {
+        let headers: [(&[u8], Option<&[u8]>); 2] = [(b"a\"", Some(b"1\xff")), (b"b", None)];
+        let fields = RowFields {
+            timestamp: -1,
+            partition: 3,
+            offset: 9,
+            key: None,
+            value: Some(b"q\"\\\n\r\t\x08\x0c\x01\x7f,\xc3\xbc\xff"),
+            headers: &headers,
+        };
+        let jsonl = RowFormat { style: RowStyle::Jsonl, value_format: ValueFormat::Utf8, topic: "t".into() };
+        let (mut out, mut scratch) = (Vec::new(), Vec::new());
+        assert!(jsonl.write(&mut out, &fields, &mut scratch));
+        let expected = "{\"topic\": \"t\", \"partition\": 3, \"offset\": 9, \"timestamp\": -1, \"key\": null, \
+                        \"value\": \"q\\\"\\\\\\n\\r\\t\\b\\f\\u0001\x7f,\u{fc}\u{fffd}\", \
+                        \"headers\": [[\"a\\\"\", \"1\u{fffd}\"], [\"b\", null]]}\n";
+        assert_eq!(String::from_utf8(out).unwrap(), expected);
+        let csv =
+            RowFormat { style: RowStyle::Csv { quoted: b"\n\",".to_vec() }, value_format: ValueFormat::Hex, ..jsonl };
+        let mut out = Vec::new();
+        assert!(!csv.write(&mut out, &RowFields { headers: &[], value: Some(b"\x00,"), ..fields }, &mut scratch));
+        assert_eq!(out, b"t,3,9,-1,,002c,\n");
+        out.clear();
+        csv.write(&mut out, &RowFields { value: None, ..fields }, &mut scratch);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "t,3,9,-1,,,\"[[\"\"a\\\"\"\"\", \"\"1\u{fffd}\"\"], [\"\"b\"\", null]]\"\n"
+        );
     }
 
     #[test]

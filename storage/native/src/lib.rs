@@ -60,6 +60,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(encode::retain_records, m)?)?;
     m.add_class::<builder::RecordBatchBuilder>()?;
     m.add_class::<formatters::ConsoleFormatter>()?;
+    m.add_class::<formatters::RowFormatter>()?;
     m.add_function(wrap_pyfunction!(formatters::dump_record_lines, m)?)?;
     m.add_function(wrap_pyfunction!(hashes::crc32c_py, m)?)?;
     m.add_function(wrap_pyfunction!(hashes::murmur2_partitions, m)?)?;

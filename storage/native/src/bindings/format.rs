@@ -8,6 +8,8 @@
 //! the lines of those a fetch's walk takes into one bytes, with no object per record
 //! (storage/console_format.py `batch_lines`).
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
@@ -18,7 +20,7 @@ use super::ffi::with_bytes;
 use super::header::BatchHeader;
 use crate::codec;
 use crate::codec::{RecordBase, RecordView, TIMESTAMP_TYPE_MASK};
-use crate::format::{ConsoleFormat, DumpFields, DumpFormat, Fields, ValueFormat};
+use crate::format::{ConsoleFormat, DumpFields, DumpFormat, Fields, RowFields, RowFormat, RowStyle, ValueFormat};
 
 // ConsumerRecord's field positions (txlog/consumer_record.py).
 const PARTITION: usize = 1;
@@ -126,33 +128,12 @@ impl ConsoleFormatter {
         end_offset: i64,
         limit: usize,
     ) -> PyResult<BatchLines<'py>> {
-        let header = &header.get().header;
-        let kind = self.timestamp_kind(i64::from(header.attributes & TIMESTAMP_TYPE_MASK != 0))?;
-        let base = header.record_base();
-        let mut out = Vec::new();
-        let (mut count, mut last_delta, mut more) = (0usize, None, false);
-        with_bytes(buf, |buf| {
-            let mut owned = Vec::new();
-            let data = codec::records_region(buf, position, header, &mut owned).map_err(to_py)?;
-            out.reserve(data.len()); // about the lines' size (a record's value, plus framing): few regrowths
-            codec::for_each_record(data, header.records_count, |rec| {
-                let offset = base.offset_of(&rec);
-                if offset < start_offset as i128 || offset >= end_offset as i128 {
-                    return Ok(());
-                }
-                if count >= limit {
-                    more = true;
-                    return Ok(());
-                }
-                self.write_record(&mut out, kind, &base, partition, &rec);
-                count += 1;
-                last_delta = Some(rec.offset_delta);
-                Ok(())
-            })
-            .map_err(to_py)
-        })?;
-        let last = last_delta.map(|delta| py_sum(py, base.offset, delta as i64)).transpose()?;
-        Ok((count, last, PyBytes::new(py, &out), more))
+        let batch = &header.get().header;
+        let kind = self.timestamp_kind(i64::from(batch.attributes & TIMESTAMP_TYPE_MASK != 0))?;
+        let range = LineRange { start_offset, end_offset, limit };
+        lines_of_batch(py, buf, position, header, range, |out, base, rec| {
+            self.write_record(out, kind, base, partition, rec)
+        })
     }
 
     /// The lines (item 1) of `lines`' (offset, line) tuples, as one bytes. An item repeated (the
@@ -199,10 +180,8 @@ impl ConsoleFormatter {
     /// One record's line, with the line separator, appended to `out`: what `format` writes for
     /// the record's ConsumerRecord (`base` is its batch's, `kind` its timestamp type's name).
     fn write_record(&self, out: &mut Vec<u8>, kind: &[u8], base: &RecordBase, partition: i64, rec: &RecordView) {
-        let timestamp =
-            if base.use_deltas { base.timestamp as i128 + rec.timestamp_delta as i128 } else { base.timestamp as i128 };
-        // Header names as the ConsumerRecord has them: Java's String(bytes, UTF_8), U+FFFD for bad bytes.
-        let names: Vec<_> = rec.headers.iter().map(|(name, _)| String::from_utf8_lossy(name)).collect();
+        let timestamp = record_timestamp(base, rec);
+        let names = header_names(rec);
         let headers: Vec<(&[u8], Option<&[u8]>)> =
             names.iter().zip(&rec.headers).map(|(name, (_, value))| (name.as_bytes(), *value)).collect();
         let fields = Fields {
@@ -225,6 +204,136 @@ impl ConsoleFormatter {
             return Err(PyIndexError::new_err("timestamp type out of range"));
         }
         Ok(&self.timestamp_kinds[at as usize])
+    }
+}
+
+/// Which records of a batch `batch_lines` writes: offsets in [start_offset, end_offset), at most `limit`.
+#[derive(Clone, Copy)]
+struct LineRange {
+    start_offset: i64,
+    end_offset: i64,
+    limit: usize,
+}
+
+/// The walk of both formatters' `batch_lines`: every record of the batch `header` (parsed at
+/// `buf[position]`) decoded (a batch that cannot be is refused, as the ConsumerRecord decoders
+/// refuse it), and `write` called for those in `range`, into one bytes. Returns (records written,
+/// the offset of the last one or None, the bytes, whether records in the range were left past
+/// the limit).
+fn lines_of_batch<'py>(
+    py: Python<'py>,
+    buf: &Bound<'py, PyAny>,
+    position: usize,
+    header: &Bound<'py, BatchHeader>,
+    range: LineRange,
+    mut write: impl FnMut(&mut Vec<u8>, &RecordBase, &RecordView),
+) -> PyResult<BatchLines<'py>> {
+    let header = &header.get().header;
+    let base = header.record_base();
+    let mut out = Vec::new();
+    let (mut count, mut last_delta, mut more) = (0usize, None, false);
+    with_bytes(buf, |buf| {
+        let mut owned = Vec::new();
+        let data = codec::records_region(buf, position, header, &mut owned).map_err(to_py)?;
+        out.reserve(data.len()); // about the lines' size (a record's value, plus framing): few regrowths
+        codec::for_each_record(data, header.records_count, |rec| {
+            let offset = base.offset_of(&rec);
+            if offset < range.start_offset as i128 || offset >= range.end_offset as i128 {
+                return Ok(());
+            }
+            if count >= range.limit {
+                more = true;
+                return Ok(());
+            }
+            write(&mut out, &base, &rec);
+            count += 1;
+            last_delta = Some(rec.offset_delta);
+            Ok(())
+        })
+        .map_err(to_py)
+    })?;
+    let last = last_delta.map(|delta| py_sum(py, base.offset, delta as i64)).transpose()?;
+    Ok((count, last, PyBytes::new(py, &out), more))
+}
+
+/// A record's timestamp: the batch's base plus the record's delta, or the batch's own (LogAppendTime).
+fn record_timestamp(base: &RecordBase, rec: &RecordView) -> i128 {
+    if base.use_deltas {
+        base.timestamp as i128 + rec.timestamp_delta as i128
+    } else {
+        base.timestamp as i128
+    }
+}
+
+/// Header names as a decoded record has them: Java's String(bytes, UTF_8), U+FFFD for bad bytes.
+fn header_names<'a>(rec: &RecordView<'a>) -> Vec<std::borrow::Cow<'a, str>> {
+    rec.headers.iter().map(|(name, _)| String::from_utf8_lossy(name)).collect()
+}
+
+/// `txlog consume --output jsonl|csv`'s rows (format.rs `RowFormat`) straight from a batch's
+/// bytes; `replaced` says whether some key or value was not UTF-8 (for the CLI's note).
+#[pyclass(frozen, module = "storage._native")]
+pub struct RowFormatter {
+    format: RowFormat,
+    replaced: AtomicBool,
+}
+
+#[pymethods]
+impl RowFormatter {
+    #[new]
+    #[pyo3(signature = (*, output, topic, value_format, csv_quoted))]
+    fn new(output: &str, topic: String, value_format: &str, csv_quoted: Vec<u8>) -> PyResult<Self> {
+        let value_format = ValueFormat::parse(value_format)
+            .ok_or_else(|| PyValueError::new_err(format!("unknown value format {value_format:?}")))?;
+        let style = match output {
+            "jsonl" => RowStyle::Jsonl,
+            "csv" => RowStyle::Csv { quoted: csv_quoted },
+            _ => return Err(PyValueError::new_err(format!("unknown row output {output:?}"))),
+        };
+        Ok(RowFormatter { format: RowFormat { style, value_format, topic }, replaced: AtomicBool::new(false) })
+    }
+
+    /// Whether some key or value written so far was not UTF-8 (shown with U+FFFD).
+    #[getter]
+    fn replaced(&self) -> bool {
+        self.replaced.load(Ordering::Relaxed)
+    }
+
+    /// `ConsoleFormatter.batch_lines` with this formatter's rows for lines.
+    #[pyo3(signature = (buf, position, header, *, partition, start_offset, end_offset, limit))]
+    #[allow(clippy::too_many_arguments)] // the batch, then the keyword-only fields of its records
+    fn batch_lines<'py>(
+        &self,
+        py: Python<'py>,
+        buf: &Bound<'py, PyAny>,
+        position: usize,
+        header: &Bound<'py, BatchHeader>,
+        partition: i64,
+        start_offset: i64,
+        end_offset: i64,
+        limit: usize,
+    ) -> PyResult<BatchLines<'py>> {
+        let range = LineRange { start_offset, end_offset, limit };
+        let mut scratch = Vec::new();
+        let mut replaced = false;
+        let lines = lines_of_batch(py, buf, position, header, range, |out, base, rec| {
+            let names = header_names(rec);
+            let headers: Vec<(&[u8], Option<&[u8]>)> =
+                names.iter().zip(&rec.headers).map(|(name, (_, value))| (name.as_bytes(), *value)).collect();
+            let fields = RowFields {
+                timestamp: record_timestamp(base, rec),
+                partition,
+                offset: base.offset_of(rec),
+                key: rec.key,
+                value: rec.value,
+                headers: &headers,
+            };
+            replaced |= self.format.write(out, &fields, &mut scratch);
+        })?;
+        if replaced {
+            self.replaced.store(true, Ordering::Relaxed);
+        }
+        Ok(lines)
     }
 }
 
@@ -283,13 +392,9 @@ pub fn dump_record_lines<'py>(
                 out.push(b'\n');
             }
             count += 1;
-            let names: Vec<_> = rec.headers.iter().map(|(name, _)| String::from_utf8_lossy(name)).collect();
+            let names = header_names(&rec);
             let names: Vec<&[u8]> = names.iter().map(|name| name.as_bytes()).collect();
-            let timestamp = if base.use_deltas {
-                base.timestamp as i128 + rec.timestamp_delta as i128
-            } else {
-                base.timestamp as i128
-            };
+            let timestamp = record_timestamp(&base, &rec);
             let fields = DumpFields {
                 offset: base.offset_of(&rec),
                 timestamp_kind: kind,
