@@ -41,13 +41,15 @@ def row_formatter(
     output: Literal["jsonl", "csv"], topic: str, value_format: Literal["utf8", "base64", "hex"]
 ) -> RowFormatter:
     """The native rows of `topic`'s records for `--output jsonl|csv` (the rows of cli/consume.py's `_Rows`)."""
-    return RowFormatter(output=output, topic=topic, value_format=value_format, csv_quoted=_csv_quoted())
+    quoted = _csv_quoted() if output == "csv" else b""
+    return RowFormatter(output=output, topic=topic, value_format=value_format, csv_quoted=quoted)
 
 
 def _csv_quoted() -> bytes:
     """The ASCII characters that make the running Python's csv writer (excel dialect, `\n` line
     ends, as cli/output.py's RowWriter) quote a field: asked of the csv module itself, since they
-    differ between Python versions (3.11 leaves a field with `\r` unquoted)."""
+    differ between CPython releases (a bare `\r` forces quoting only from 3.11.9 and 3.12.3 on,
+    CPython gh-67044)."""
     import csv
     import io
 
