@@ -9,10 +9,22 @@ knows what was acknowledged:
     BEGIN <i>            transaction i's records are sent; its end (EndTxn) comes next
     COMMITTED <i>        commit_transaction() returned: every record of i must stay RC-visible
     ABORTED <i>          abort_transaction() returned: no record of i may ever be RC-visible
+    KILL <what>          (with --kill-txn) about to SIGKILL itself: `fdatasync <n> <k> <file>`
+                         just before the n-th fdatasync of transaction --kill-txn's end, the
+                         k-th of them being of a `__transaction_state` file (k = 0, 1, ...),
+                         or `after-end` once that end returned (n was past its last fdatasync)
 
-Every fourth transaction is aborted, so both ends' marker paths (the abort's `.txnindex` entry
-before its marker) run under the kill. The end of a transaction over many partitions is where
-the coordinator's parallel syncs happen (the data's before PREPARE_COMMIT, the markers' after it).
+Every fourth transaction is aborted, flushed first so that its records reach the log and the
+abort runs the coordinator's marker path (the `.txnindex` entry before each marker) under the
+kill; an abort with nothing sent yet drops the batches and needs no EndTxn at all. The end of a
+transaction over many partitions is where the coordinator's parallel syncs happen (the data's
+before PREPARE_COMMIT, the markers' after it).
+
+`--kill-txn i --kill-sync n` makes the kill exact: the fdatasyncs of transaction i's end are
+counted from its BEGIN line (both ends: the registration in `__transaction_state`, one per data
+partition, the PREPARE_* record, one per marker; PHASES in the test names them) and the
+process SIGKILLs itself just before the n-th, so the parent can aim at each step of the end;
+its KILL line says which step that was (how many `__transaction_state` syncs came before).
 """
 
 from __future__ import annotations
@@ -20,6 +32,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import threading
+from collections.abc import Callable
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -51,22 +65,58 @@ def run(args: argparse.Namespace) -> None:
 
     store = Store.open(args.store)
     partitions = store.partition_count(args.topic)
+    for p in range(partitions):
+        # opened (and recovered: a dead writer's unsynced tail is synced at the first writable open)
+        # now, so that no such fdatasync falls among those of an end that --kill-sync counts
+        store.partition(args.topic, p)
     producer = Producer(store, transactional_id=args.tid, linger_ms=10**9)
     producer.init_transactions()
     _say(f"IDS {producer.producer_id} {producer.producer_epoch}")
+    arm = _kill_before_fdatasync(args.kill_sync)
     i = args.first
     while True:
         producer.begin_transaction()
         for p in range(partitions):
             producer.send(args.topic, value_of(i, p), partition=p)
         _say(f"BEGIN {i}")
+        if i == args.kill_txn:
+            arm()
         if i % 4 == 3:
+            producer.flush()
             producer.abort_transaction()
             _say(f"ABORTED {i}")
         else:
             producer.commit_transaction()
             _say(f"COMMITTED {i}")
+        if i == args.kill_txn:
+            txn_crash_worker._die("after-end")
         i += 1
+
+
+def _kill_before_fdatasync(n: int) -> Callable[[], None]:
+    """Wrap os.fdatasync (storage.durable looks it up per call) to SIGKILL this process just
+    before the n-th call made once the returned `arm` was called; the syncs may run on several
+    threads at once, so the count is taken under a lock."""
+    real = os.fdatasync
+    lock = threading.Lock()
+    state = {"armed": False, "count": 0, "coordinator": 0}
+
+    def fdatasync(fd: int) -> None:
+        if state["armed"]:
+            path = txn_crash_worker._fd_path(fd)
+            with lock:
+                state["count"] += 1
+                count, before = state["count"], state["coordinator"]
+                state["coordinator"] += f"/{txn_crash_worker.TXN_TOPIC}-" in path
+            if count == n:
+                txn_crash_worker._die(f"fdatasync {count} {before} {path}")
+        real(fd)
+
+    def arm() -> None:
+        state["armed"] = True
+
+    os.fdatasync = fdatasync
+    return arm
 
 
 def main() -> None:
@@ -76,6 +126,8 @@ def main() -> None:
     ap.add_argument("--topic", default="wide")
     ap.add_argument("--tid", default="wide-txn")
     ap.add_argument("--first", type=int, default=0, help="number of the first transaction")
+    ap.add_argument("--kill-txn", type=int, default=-1, help="the transaction whose end meets the kill")
+    ap.add_argument("--kill-sync", type=int, default=0, help="die before this fdatasync of that end (1-based)")
     run(ap.parse_args())
 
 

@@ -28,7 +28,7 @@ decided only after its data was synced. These tests check that from the outside:
   open, a read_committed reader child never saw a record that vanished, and every
   transaction whose flush() returned is whole in the log (flush = durable).
 
-The cut point is the published HW read from its file (`producer_crash_worker.durable_watermark`),
+The cut point is the published HW read from its file (`power_loss.durable_watermark`),
 not `PartitionLog.high_watermark`: asked after the writer died, any view syncs the tail and
 answers the log end, so the "power loss" would cut nothing. For the same reason the reader
 child is always killed before the producer: a view that finds the HW behind the
@@ -54,6 +54,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from crash_worker import HANG_GUARD, parse_value
+from power_loss import segment_bases, simulate_power_loss
 from producer_crash_worker import (
     TOPIC,
     TXN_ID,
@@ -61,8 +62,6 @@ from producer_crash_worker import (
     count_lines,
     parse_txn_value,
     read_record_log,
-    segment_bases,
-    simulate_power_loss,
 )
 from txn_crash_worker import check_store, clone_store, fetch_all, make_store, partition_dirs
 
