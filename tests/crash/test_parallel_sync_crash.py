@@ -109,7 +109,7 @@ def _check_outcomes(root: str, told: dict[int, str], expected: dict[int, str]) -
     return set(visible)
 
 
-def test_scenario77_killed_during_wide_commits_every_transaction_is_whole(tmp_path, big):
+def test_scenario79_killed_during_wide_commits_every_transaction_is_whole(tmp_path, big):
     rng = random.Random(SEED)
     root = str(tmp_path / "store")
     make_store(root, {TOPIC: PARTITIONS})
