@@ -79,10 +79,55 @@ def _executor() -> ThreadPoolExecutor:
         return _pool
 
 
+# The pool of `each_in_parallel`, apart from `in_parallel`'s: its calls never wait on a lock, so a
+# caller holding partition locks can wait for them, even while `in_parallel`'s threads are all
+# taken by calls that wait for those very locks (another thread's acks=all round).
+_leaf_pool: ThreadPoolExecutor | None = None
+
+
+def each_in_parallel(calls: Sequence[Callable[[], object]]) -> list[BaseException | None]:
+    """Run blocking calls that never wait on a lock (bare fdatasyncs) at once; each call's error, or None.
+
+    For a caller that holds locks while it waits (`storage.partition_log.sync_all` holds the
+    partitions' writer locks across their fdatasyncs): the calls run on a pool of their own,
+    never behind `in_parallel`'s calls, which may be waiting on those locks. Each of at most
+    PARALLEL_SYNCS threads runs its share of the calls in turn (the caller's thread runs the
+    first share), so 100 fdatasyncs wake 15 threads, not 100 work items: per call this costs
+    a loop step rather than a future and a thread hand-off, which on a busy machine was most
+    of a commit's CPU. Every call has ended when this returns.
+    """
+    outcomes: list[BaseException | None] = [None] * len(calls)
+    shares = min(PARALLEL_SYNCS, len(calls))
+    if shares == 0:
+        return outcomes
+
+    def run_share(first: int) -> None:
+        for n in range(first, len(calls), shares):
+            try:
+                calls[n]()
+            except Exception as exc:  # noqa: BLE001 - kept for the caller: every call runs whatever one raised
+                outcomes[n] = exc
+
+    futures = [_leaf_executor().submit(run_share, first) for first in range(1, shares)]
+    run_share(0)
+    for future in futures:
+        future.result()  # run_share keeps every call's error: this only waits
+    return outcomes
+
+
+def _leaf_executor() -> ThreadPoolExecutor:
+    global _leaf_pool
+    with _pool_lock:
+        if _leaf_pool is None:
+            _leaf_pool = ThreadPoolExecutor(PARALLEL_SYNCS - 1, thread_name_prefix="txlog-fsync")
+        return _leaf_pool
+
+
 def _forget_pool_in_child() -> None:
-    """A forked child has none of the pool's threads: it must start its own, not wait on the parent's."""
-    global _pool, _pool_lock
+    """A forked child has none of the pools' threads: it must start its own, not wait on the parent's."""
+    global _pool, _leaf_pool, _pool_lock
     _pool = None
+    _leaf_pool = None
     _pool_lock = threading.Lock()
 
 

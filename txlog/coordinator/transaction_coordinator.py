@@ -55,9 +55,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from storage.durable import in_parallel
 from storage.errors import KafkaStorageError, UnknownTopicOrPartitionError
-from storage.partition_log import AppendResult, PartitionLog
+from storage.partition_log import AppendResult, PartitionLog, sync_all
 from storage.records import ControlType, RecordBatch, build_batch
 from storage.store import Store
 from storage.topic_name import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
@@ -435,7 +434,7 @@ class TransactionCoordinator:
                 logs.append(self.store.partition(topic, partition))
             except UnknownTopicOrPartitionError:
                 continue  # the topic was deleted: nothing left to commit or mark there
-        in_parallel([log.sync for log in logs])
+        sync_all(logs)
 
     def _append_marker(
         self,
