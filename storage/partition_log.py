@@ -35,7 +35,7 @@ import os
 import threading
 import time
 from bisect import bisect_left
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from itertools import pairwise
@@ -1812,56 +1812,111 @@ class PartitionLog:
         return f"PartitionLog({self.topic}-{self.partition})"
 
 
-def sync_all(logs: Sequence[PartitionLog]) -> None:
-    """`sync()` every log, their fdatasyncs at once; the first failure (in the given order) is raised at the end.
+class WriterHold:
+    """The writer locks of several partitions held at once, each view caught up; their syncs overlapped.
 
-    What a transaction's commit does twice, once for its data before PREPARE_COMMIT and once for its
-    markers before COMPLETE_COMMIT (txlog/coordinator/transaction_coordinator.py). Each log is synced
-    as `sync()` does it, under its writer lock and caught up, and its HW is published after its own
-    fdatasync; what changes is who does the work. The calling thread takes the locks (in directory
-    order, the one order any caller holding several writer locks uses, so two such callers cannot
-    deadlock), catches each view up and publishes each HW; only the bare fdatasyncs go to other
-    threads (`storage.durable.each_in_parallel`, whose calls never wait on a lock, so holding locks
-    while waiting for them is safe). Giving each sync whole to a pool thread cost about 100 µs of CPU
-    per partition on two busy cores (thread hand-offs, GIL contention); this costs about a third.
-    Every sync ran (or failed) when this returns, so the caller's next step is never written while
-    one could still fail.
+    What a transaction's commit does twice: once for its data before PREPARE_COMMIT, once for its
+    markers before COMPLETE_* (txlog/coordinator/transaction_coordinator.py). Each log is synced as
+    `sync()` syncs it: under its writer lock, caught up, its HW published after its own fdatasync. What
+    changes is who does the work. The calling thread takes the locks, catches each view up and
+    publishes each HW; only the bare fdatasyncs go to other threads, all at once on exit
+    (`storage.durable.each_in_parallel`). Giving each `sync()` whole to a pool thread cost about
+    100 µs of CPU per partition on two busy cores (thread hand-offs, GIL contention). Starting each
+    fdatasync as soon as its partition was ready cost more than it saved: fdatasyncs that trickle in
+    share fewer journal commits, and a 100-partition commit's system CPU doubled.
 
-    The locks are held a window at a time: each held lock and each fdatasync pins a descriptor, and a
-    window pins at most the descriptor cache's limit of them (storage/descriptor_cache.py).
+    `take()` takes the locks in directory order, the one order every holder of several writer locks
+    uses, so two holds cannot deadlock (whoever holds one lock waits for no other). The caller may
+    append to a held partition in between (the lock is re-entrant): a marker appended under the hold
+    is synced by `sync` without a second catch-up, since no other process can have written there
+    since the hold's. A partition whose lock or catch-up failed is not held, and its `sync` fails
+    with that error. On exit the fdatasyncs run, the synced partitions' HWs are published and the
+    locks are released; then the first failure (in the order of the `sync` calls) is raised, unless
+    the block itself raised. A block that raised a KafkaError or an OSError (a marker write failed:
+    the disk is full) still has its syncs made; any other exception (a simulated crash) releases the
+    locks only.
+
+    Each held lock and each fdatasync pins a descriptor: callers hold `window()` logs at a time,
+    which pins at most the descriptor cache's limit of them (storage/descriptor_cache.py).
     """
-    errors: dict[int, BaseException] = {}
-    ordered = sorted(range(len(logs)), key=lambda n: logs[n].directory)
-    window = max(1, CACHE.limit // 2)
-    for start in range(0, len(ordered), window):
-        _sync_window([logs[n] for n in ordered[start : start + window]], ordered[start : start + window], errors)
-    if errors:
-        raise errors[min(errors)]
 
+    def __init__(self, logs: Sequence[PartitionLog]):
+        self._logs = sorted({id(log): log for log in logs}.values(), key=lambda log: log.directory)
+        self._stack = ExitStack()
+        self._held: dict[int, BaseException | None] = {}  # id(log) -> None when held, else why it is not
+        self._todo: list[tuple[int, PartitionLog, LogSegment]] = []
+        self._errors: dict[int, BaseException] = {}  # by the order of `sync` calls
 
-def _sync_window(logs: list[PartitionLog], positions: list[int], errors: dict[int, BaseException]) -> None:
-    """`sync_all`'s work for a window of logs: the locks, the catch-ups, the fdatasyncs at once, the HWs."""
-    with ExitStack() as held:
-        todo: list[tuple[int, PartitionLog, LogSegment]] = []
-        seen: set[int] = set()
-        for position, log in zip(positions, logs, strict=True):
-            if id(log) in seen:
-                continue  # the same view twice: one sync covers it
-            seen.add(id(log))
+    @staticmethod
+    def window() -> int:
+        """How many partitions one hold may take: the descriptors it pins stay within the cache's limit."""
+        return max(1, CACHE.limit // 2)
+
+    def __enter__(self) -> WriterHold:
+        return self
+
+    def take(self) -> Iterator[PartitionLog]:
+        """Take the locks in directory order, yielding each log once it is held and caught up, or refused
+        (`refusal` says why; its `sync` fails with that)."""
+        for log in self._logs:
             try:
-                held.enter_context(log.exclusive())
-                log._check_writable()
-                unsynced = log._unsynced_segment()
-            except (KafkaError, OSError) as exc:  # this partition's sync fails; the others go on, as `sync()`s would
-                errors[position] = exc
-                continue
-            if unsynced is not None:
-                todo.append((position, log, unsynced))
-        outcomes = each_in_parallel([segment.sync for _, _, segment in todo])
-        for (position, log, segment), error in zip(todo, outcomes, strict=True):
-            if error is None:
-                log._synced(segment)
-                continue
-            if isinstance(error, KafkaStorageError):
-                log._sync_failed(error)
-            errors[position] = error
+                self._stack.enter_context(log.exclusive())
+            except (KafkaError, OSError) as exc:  # this partition fails; the others go on, as their `sync()`s would
+                self._held[id(log)] = exc
+            else:
+                self._held[id(log)] = None
+            yield log
+
+    def refusal(self, log: PartitionLog) -> BaseException | None:
+        """Why `log` (already yielded by `take`) is not held, or None when it is."""
+        return self._held[id(log)]
+
+    def sync(self, log: PartitionLog) -> None:
+        """Make `log` (yielded by `take`) durable to its end on exit: its fdatasync, then its HW. A log
+        that could not be taken fails, with the reason."""
+        if id(log) not in self._held:
+            raise ValueError(f"{log} is not taken by this hold")
+        order = len(self._todo) + len(self._errors)
+        try:
+            refusal = self.refusal(log)
+            if refusal is not None:
+                raise refusal
+            log._check_writable()
+            unsynced = log._unsynced_segment()
+        except (KafkaError, OSError) as exc:
+            self._errors[order] = exc
+            return
+        if unsynced is not None:
+            self._todo.append((order, log, unsynced))
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        with self._stack:
+            if kind is not None and not issubclass(kind, (KafkaError, OSError)):
+                return
+            outcomes = each_in_parallel([segment.sync for _, _, segment in self._todo])
+            for (order, log, segment), error in zip(self._todo, outcomes, strict=True):
+                if error is None:
+                    log._synced(segment)
+                    continue
+                if isinstance(error, KafkaStorageError):
+                    log._sync_failed(error)
+                self._errors[order] = error
+        if self._errors and kind is None:
+            raise self._errors[min(self._errors)]
+
+
+def sync_all(logs: Sequence[PartitionLog]) -> None:
+    """`sync()` every log, their fdatasyncs at once (`WriterHold`); the first failure (a window at a
+    time, in the order `take` holds them) is raised once every sync ended, so the caller's next step
+    is never written while one could still fail."""
+    errors: list[BaseException] = []
+    window = WriterHold.window()
+    for start in range(0, len(logs), window):
+        try:
+            with WriterHold(logs[start : start + window]) as hold:
+                for log in hold.take():
+                    hold.sync(log)
+        except (KafkaError, OSError) as exc:
+            errors.append(exc)
+    if errors:
+        raise errors[0]

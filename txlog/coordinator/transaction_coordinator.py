@@ -56,7 +56,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from storage.errors import KafkaStorageError, UnknownTopicOrPartitionError
-from storage.partition_log import AppendResult, PartitionLog, sync_all
+from storage.partition_log import AppendResult, PartitionLog, WriterHold, sync_all
 from storage.records import ControlType, RecordBatch, build_batch
 from storage.store import Store
 from storage.topic_name import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
@@ -355,30 +355,7 @@ class TransactionCoordinator:
 
     def _complete(self, part: _CoordinatorPartition, txn_id: str, prepared: TxnLogValue) -> TxnLogValue:
         """Markers to every partition of the transaction (idempotent), then COMPLETE_*."""
-        control = ControlType.COMMIT if prepared.state == TxnState.PREPARE_COMMIT else ControlType.ABORT
-        marked: list[tuple[str, int]] = []
-        try:
-            for topic, partition in prepared.partitions:
-                try:
-                    self._write_marker(
-                        topic,
-                        partition,
-                        control,
-                        prepared.producer_id,
-                        prepared.producer_epoch,
-                        0,
-                        self._clock(),
-                        sync=False,
-                    )
-                except UnknownTopicOrPartitionError:
-                    continue  # the topic was deleted: nothing left to mark
-                # synced even when the marker was there already (a roll-forward's repeat writes nothing):
-                # a writer that died before its sync may have left it unsynced; a durable one costs no fsync
-                marked.append((topic, partition))
-        except KafkaError:
-            self._sync_partitions(marked)  # a later marker failed (disk full?): those written are made durable
-            raise
-        self._sync_partitions(marked)  # every marker durable before COMPLETE_* (see the module docstring)
+        self._write_markers(prepared)  # every marker durable before COMPLETE_* (see the module docstring)
         pid, epoch, previous = prepared.producer_id, prepared.producer_epoch, prepared.previous_producer_id
         if prepared.next_producer_id >= 0:
             pid, epoch, previous = prepared.next_producer_id, _rotated_epoch(prepared), prepared.producer_id
@@ -395,6 +372,54 @@ class TransactionCoordinator:
         )
         self._write_unsynced(part, txn_id, done)  # re-derived from the durable PREPARE if lost
         return done
+
+    def _write_markers(self, prepared: TxnLogValue) -> None:
+        """A marker to every partition of a decided transaction (idempotent), each durable on return.
+
+        Each window of partitions is held (`WriterHold`: their writer locks taken and caught up, in
+        directory order) from before its markers until their fdatasyncs ended: one lock and one
+        catch-up per partition cover both its marker and its sync. The markers are written in
+        partition order, as a fault plan or a transport counts them. If one cannot be written (the
+        disk is full), the markers written before it are still made durable, then the error is raised.
+        """
+        control = ControlType.COMMIT if prepared.state == TxnState.PREPARE_COMMIT else ControlType.ABORT
+        targets = self._partition_logs(prepared.partitions)
+        window = WriterHold.window()
+        for start in range(0, len(targets), window):
+            chunk = targets[start : start + window]
+            with WriterHold([log for _, _, log in chunk]) as hold:
+                for _ in hold.take():
+                    pass
+                for topic, partition, log in chunk:
+                    refusal = hold.refusal(log)
+                    if refusal is not None:
+                        raise refusal  # the markers before it are synced, as when a marker write fails
+                    try:
+                        self._write_marker(
+                            topic,
+                            partition,
+                            control,
+                            prepared.producer_id,
+                            prepared.producer_epoch,
+                            0,
+                            self._clock(),
+                            sync=False,
+                        )
+                    except UnknownTopicOrPartitionError:
+                        continue  # the topic was deleted: nothing left to mark
+                    # synced even when the marker was there already (a roll-forward's repeat writes nothing):
+                    # a writer that died before its sync may have left it unsynced; a durable one costs no fsync
+                    hold.sync(log)
+
+    def _partition_logs(self, partitions: Iterable[tuple[str, int]]) -> list[tuple[str, int, PartitionLog]]:
+        """(topic, partition, log) of each partition whose topic still exists (a deleted one needs nothing)."""
+        found = []
+        for topic, partition in partitions:
+            try:
+                found.append((topic, partition, self.store.partition(topic, partition)))
+            except UnknownTopicOrPartitionError:
+                continue
+        return found
 
     def _decide(
         self,
@@ -419,22 +444,12 @@ class TransactionCoordinator:
         return self._prepare(part, txn_id, value, commit, bump=1)
 
     def _sync_data(self, partitions: Iterable[tuple[str, int]]) -> None:
-        """Every data partition synced, at once; a failure is raised only after every sync ended."""
-        self._sync_partitions(partitions)
+        """Every data partition synced, at once (`sync_all`: no rule orders them against each other).
 
-    def _sync_partitions(self, partitions: Iterable[tuple[str, int]]) -> None:
-        """`PartitionLog.sync` of each partition in parallel (no rule orders them against each other).
-
-        Raises the first failure (in partition order) once no sync is in flight, so the caller's
-        next step (PREPARE_COMMIT, COMPLETE_*) is never written while one could still fail.
+        A failure is raised once no sync is in flight, so PREPARE_COMMIT is never written while one
+        could still fail. A deleted topic has nothing left to commit.
         """
-        logs = []
-        for topic, partition in partitions:
-            try:
-                logs.append(self.store.partition(topic, partition))
-            except UnknownTopicOrPartitionError:
-                continue  # the topic was deleted: nothing left to commit or mark there
-        sync_all(logs)
+        sync_all([log for _, _, log in self._partition_logs(partitions)])
 
     def _append_marker(
         self,
