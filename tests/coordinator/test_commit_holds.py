@@ -1,0 +1,161 @@
+"""A commit's markers under held partitions (storage.partition_log.WriterHold, issue 26).
+
+The coordinator takes the locks of a window of the transaction's partitions, catches each view up
+once, writes the markers (in partition order) and syncs them all before releasing them. Checked here
+through the transport, as a producer reaches it: another writer's append made before the commit is
+seen and lands below the marker and the HW; a transaction wider than a window still has every marker
+durable before COMPLETE_COMMIT; a partition whose lock or catch-up fails stops the markers there,
+with the markers before it durable and the decision rolled forward later.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+from storage import Store
+from storage.descriptor_cache import CACHE, set_limit
+from storage.errors import KafkaStorageError
+from storage.high_watermark import HighWatermarkFile
+from storage.lock import writer_lock_if_free
+from storage.partition_log import LOCK_FILE, PartitionLog, WriterHold
+from storage.records import build_batch
+from storage.topic_name import TRANSACTION_STATE_TOPIC
+from txlog.fetch import IsolationLevel, fetch
+from txlog.schemas.transaction_log import TxnState
+from txlog.transport import Transport
+
+TOPIC = "data"
+TXN_ID = "tx-holds"
+NOW_MS = 1_700_000_000_000
+
+
+class _Txn:
+    def __init__(self, transport: Transport):
+        self.transport = transport
+        ids = transport.init_producer_id(TXN_ID)
+        self.pid, self.epoch = ids.producer_id, ids.epoch
+
+    def send_to(self, partitions: range, value: bytes) -> None:
+        self.transport.add_partitions_to_txn(TXN_ID, self.pid, self.epoch, [(TOPIC, p) for p in partitions])
+        for p in partitions:
+            data = build_batch(
+                [(None, value, None, None)],
+                producer_id=self.pid,
+                producer_epoch=self.epoch,
+                base_sequence=0,
+                is_transactional=True,
+            )
+            self.transport.produce(TOPIC, p, data, TXN_ID, sync=False)
+
+    def commit(self) -> None:
+        ids = self.transport.end_txn(TXN_ID, self.pid, self.epoch, True)
+        self.pid, self.epoch = ids.producer_id, ids.epoch
+
+
+def _open(store_path: str, partitions: int) -> tuple[Store, Transport, _Txn]:
+    store = Store.open(store_path)
+    store.create_topic(TOPIC, partitions)
+    transport = Transport(store, clock=lambda: NOW_MS)
+    return store, transport, _Txn(transport)
+
+
+def _durable_end(log: PartitionLog) -> int | None:
+    return HighWatermarkFile(log.directory, writable=False).read()
+
+
+def _last_batch(log: PartitionLog):
+    batches = log.read(0, 1 << 20)
+    return batches[-1]
+
+
+def _committed(store: Store, partition: int) -> list[bytes | None]:
+    log = store.partition(TOPIC, partition)
+    return [r.value for r in fetch(log, 0, IsolationLevel.READ_COMMITTED, max_records=100).records]
+
+
+def _state(transport: Transport) -> TxnState:
+    description = transport.transaction_coordinator.describe(TXN_ID)
+    assert description is not None
+    return description.state.state
+
+
+def test_another_writers_append_before_the_commit_lies_below_the_marker_and_the_hw(store_path):
+    store, _, txn = _open(store_path, 2)
+    txn.send_to(range(2), b"txn")
+    other = Store.open(store_path)  # its own flock, as another process
+    other.partition(TOPIC, 0).append(build_batch([(None, b"other", None, None)]), sync=False)
+    txn.commit()
+    log = store.partition(TOPIC, 0)
+    marker = _last_batch(log)
+    assert marker.is_control and marker.base_offset == 2  # after the other writer's batch, not over it
+    assert _durable_end(log) == log.log_end_offset == 3
+    assert _committed(store, 0) == [b"txn", b"other"]
+    other.close()
+    store.close()
+
+
+def test_a_transaction_wider_than_a_window_has_every_marker_durable_before_complete(store_path, monkeypatch):
+    store, transport, txn = _open(store_path, 5)
+    logs = [store.partition(TOPIC, p) for p in range(5)]
+    txn.send_to(range(5), b"v")
+    steps: list[tuple[str, int]] = []  # (what was fsynced, how many data partitions this process held then)
+    real = os.fdatasync
+
+    def fdatasync(fd: int) -> None:
+        directory = os.path.basename(os.path.dirname(os.readlink(f"/proc/self/fd/{fd}")))
+        held = 0
+        for log in logs:
+            with writer_lock_if_free(os.path.join(log.directory, LOCK_FILE)) as free:
+                held += not free
+        steps.append(("coordinator" if directory.startswith(TRANSACTION_STATE_TOPIC) else "data", held))
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    limit = CACHE.limit
+    set_limit(4)
+    try:
+        assert WriterHold.window() == 2
+        txn.commit()
+    finally:
+        set_limit(limit)
+    kinds = [kind for kind, _ in steps]
+    # five data syncs, the decision, five markers' syncs, and COMPLETE_COMMIT unsynced
+    assert kinds == ["data"] * 5 + ["coordinator"] + ["data"] * 5
+    assert max(held for _, held in steps) <= 2
+    assert all(_last_batch(log).is_control and _durable_end(log) == log.log_end_offset for log in logs)
+    assert _state(transport) == TxnState.COMPLETE_COMMIT
+    store.close()
+
+
+def test_a_partition_that_cannot_be_held_stops_the_markers_and_those_before_it_are_durable(store_path, monkeypatch):
+    store, transport, txn = _open(store_path, 3)
+    logs = [store.partition(TOPIC, p) for p in range(3)]
+    txn.send_to(range(3), b"v")
+    real_catch_up = PartitionLog._catch_up
+    refusing = threading.Event()
+
+    def catch_up(self: PartitionLog, *, repair: bool) -> None:
+        if refusing.is_set() and self is logs[1] and repair:  # its writes fail; reads go on
+            raise KafkaStorageError("the disk said no")
+        real_catch_up(self, repair=repair)
+
+    monkeypatch.setattr(PartitionLog, "_catch_up", catch_up)
+    real_prepare = transport.transaction_coordinator._prepare
+
+    def prepare_then_refuse(*args, **kwargs):
+        prepared = real_prepare(*args, **kwargs)
+        refusing.set()  # the data syncs went through; partition 1 refuses from the markers on
+        return prepared
+
+    monkeypatch.setattr(transport.transaction_coordinator, "_prepare", prepare_then_refuse)
+    txn.commit()  # decided: the markers that could not be written are the roll-forward's
+    assert _state(transport) == TxnState.PREPARE_COMMIT
+    assert _last_batch(logs[0]).is_control and _durable_end(logs[0]) == logs[0].log_end_offset
+    assert not _last_batch(logs[1]).is_control and not _last_batch(logs[2]).is_control
+    refusing.clear()
+    transport.transaction_coordinator.sweep_all()  # the roll-forward writes the rest
+    assert _state(transport) == TxnState.COMPLETE_COMMIT
+    assert all(_last_batch(log).is_control and _durable_end(log) == log.log_end_offset for log in logs)
+    assert [_committed(store, p) for p in range(3)] == [[b"v"]] * 3
+    store.close()

@@ -1,0 +1,268 @@
+"""storage.partition_log.WriterHold / sync_all and storage.durable.each_in_parallel: a commit's syncs (issue 26).
+
+A hold takes several partitions' writer locks on the calling thread, catches each view up, and
+runs only the bare fdatasyncs on other threads. What must still hold: another writer's appends and
+rolls are seen (a second Store on the same directory takes its own flock, as another process does),
+the HW is published only after the fdatasync, a failed fdatasync fails its partition alone and is
+raised after every sync ended, two holds over the same partitions in opposite orders do not
+deadlock, a hold pins no more descriptors than the cache allows, and the fdatasyncs never wait
+behind `in_parallel`'s calls (which may be waiting for the very locks the hold has).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import threading
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from storage import Store
+from storage.descriptor_cache import CACHE, set_limit
+from storage.durable import PARALLEL_SYNCS, each_in_parallel, in_parallel
+from storage.errors import KafkaStorageError
+from storage.high_watermark import HighWatermarkFile
+from storage.lock import writer_lock_if_free
+from storage.partition_log import LOCK_FILE, PartitionLog, WriterHold, sync_all
+from storage.records import build_batch
+
+TOPIC = "t"
+
+
+def _batch(value: bytes) -> bytes:
+    return build_batch([(None, value, None, None)])
+
+
+def _hw_on_disk(log: PartitionLog) -> int | None:
+    """The HW a process opening the partition now would read."""
+    return HighWatermarkFile(log.directory, writable=False).read()
+
+
+def _partition_of(fd: int) -> int | None:
+    path = os.readlink(f"/proc/self/fd/{fd}")
+    directory = os.path.basename(os.path.dirname(path))
+    if directory.startswith(TOPIC + "-"):
+        return int(directory.rsplit("-", 1)[1])
+    return None
+
+
+@pytest.fixture
+def fdatasyncs(monkeypatch) -> Iterator[tuple[list[str], list[Callable[[int | None], None]]]]:
+    """The file each os.fdatasync hits (its path); `hook[0](partition)` runs first, in the syncing thread."""
+    hits: list[str] = []
+    hook: list[Callable[[int | None], None]] = [lambda partition: None]
+    real = os.fdatasync
+
+    def fdatasync(fd: int) -> None:
+        hits.append(os.readlink(f"/proc/self/fd/{fd}"))
+        hook[0](_partition_of(fd))
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    yield hits, hook
+
+
+@pytest.fixture
+def two_stores(store_path) -> Iterator[tuple[Store, Store]]:
+    """Two Stores on one directory: each view takes the writer lock through its own open file, as two processes do."""
+    first = Store.open(store_path)
+    first.create_topic(TOPIC, 4)
+    second = Store.open(store_path)
+    yield first, second
+    second.close()
+    first.close()
+
+
+# ---- each_in_parallel ------------------------------------------------------------------------------------
+
+
+def test_each_call_runs_and_its_error_comes_back_in_its_place() -> None:
+    ran: list[int] = []
+
+    def call(n: int) -> Callable[[], None]:
+        def run() -> None:
+            ran.append(n)
+            if n % 3 == 0:
+                raise OSError(errno.EIO, f"call {n}")
+
+        return run
+
+    outcomes = each_in_parallel([call(n) for n in range(40)])
+    assert sorted(ran) == list(range(40))
+    assert [n for n, error in enumerate(outcomes) if error is not None] == [n for n in range(40) if n % 3 == 0]
+    assert all(isinstance(e, OSError) and str(n) in str(e) for n, e in enumerate(outcomes) if e is not None)
+
+
+def test_the_calls_overlap() -> None:
+    """Every call waits for all the others at a barrier: calls run one after another would break it."""
+    barrier = threading.Barrier(PARALLEL_SYNCS, timeout=60)
+    assert each_in_parallel([barrier.wait for _ in range(PARALLEL_SYNCS)]) == [None] * PARALLEL_SYNCS
+
+
+def test_the_calls_do_not_wait_behind_in_parallels_calls() -> None:
+    """in_parallel's threads may all be waiting for locks the caller of each_in_parallel holds (an acks=all
+    round waiting for the partitions a commit holds): each_in_parallel's calls must run all the same."""
+    release = threading.Event()
+    waiting = threading.Semaphore(0)
+
+    def wait_for_release() -> None:
+        waiting.release()
+        release.wait(120)
+
+    blocked = threading.Thread(target=in_parallel, args=([wait_for_release] * (PARALLEL_SYNCS * 2),))
+    blocked.start()
+    try:
+        for _ in range(PARALLEL_SYNCS):
+            assert waiting.acquire(timeout=60)  # every one of in_parallel's threads is taken
+        barrier = threading.Barrier(3, timeout=60)
+        assert each_in_parallel([barrier.wait, barrier.wait, barrier.wait]) == [None, None, None]
+    finally:
+        release.set()
+        blocked.join()
+
+
+def test_a_forked_child_runs_the_calls_on_its_own_threads() -> None:
+    each_in_parallel([lambda: 1, lambda: 2])  # the parent's pool exists before the fork
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through its exit code
+        signal.alarm(20)  # a child waiting on the parent's (absent) threads dies of SIGALRM
+        barrier = threading.Barrier(2, timeout=10)
+        os._exit(0 if each_in_parallel([barrier.wait, barrier.wait]) == [None, None] else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+# ---- sync_all / WriterHold ---------------------------------------------------------------------------------
+
+
+def test_what_another_writer_appended_is_synced_and_under_the_hw(two_stores, fdatasyncs) -> None:
+    """The hold catches each view up before it asks what is unsynced: another writer's unsynced append is
+    made durable and the HW covers it, though this view never saw it before the sync."""
+    first, second = two_stores
+    logs = [first.partition(TOPIC, p) for p in range(4)]
+    for p in range(4):
+        logs[p].append(_batch(b"mine"))  # synced: this view's HW is at its end
+    for p in (1, 3):
+        second.partition(TOPIC, p).append(_batch(b"theirs"), sync=False)
+    hits, _ = fdatasyncs
+    hits.clear()
+    sync_all(logs)
+    assert sorted(os.path.basename(os.path.dirname(h)) for h in hits) == ["t-1", "t-3"]
+    assert [_hw_on_disk(log) for log in logs] == [1, 2, 1, 2]
+    assert [log.high_watermark for log in logs] == [1, 2, 1, 2]
+
+
+def test_a_segment_another_writer_rolled_to_is_the_one_synced(two_stores, fdatasyncs) -> None:
+    first, second = two_stores
+    mine = first.partition(TOPIC, 0)
+    mine.append(_batch(b"a"))
+    theirs = second.partition(TOPIC, 0)
+    theirs.roll()
+    theirs.append(_batch(b"b"), sync=False)
+    hits, _ = fdatasyncs
+    hits.clear()
+    sync_all([mine])
+    assert [os.path.basename(h) for h in hits] == ["00000000000000000001.log"]
+    assert _hw_on_disk(mine) == 2
+
+
+def test_a_failed_fdatasync_fails_its_partition_alone_after_every_sync_ended(two_stores, fdatasyncs) -> None:
+    first, _ = two_stores
+    logs = [first.partition(TOPIC, p) for p in range(4)]
+    for log in logs:
+        log.append(_batch(b"v"), sync=False)
+    hits, hook = fdatasyncs
+
+    def fail_partition_2(partition: int | None) -> None:
+        if partition == 2:
+            raise OSError(errno.EIO, "I/O error")
+
+    hook[0] = fail_partition_2
+    hits.clear()
+    with pytest.raises(KafkaStorageError, match="I/O error"):
+        sync_all(logs)
+    assert len(hits) == 4  # the failure did not stop the other syncs
+    assert [_hw_on_disk(log) for log in logs] == [1, 1, 0, 1]  # no HW published past an fdatasync that failed
+    assert [log.failed for log in logs] == [False, False, True, False]  # never retried (fsyncgate)
+
+
+def test_two_holds_over_the_same_partitions_in_opposite_orders_do_not_deadlock(two_stores, monkeypatch) -> None:
+    """Each hold, once it has a first lock, waits (a bounded while) for the other to have one too. Were
+    the locks taken in the order given, each would hold one and wait for the other's for ever."""
+    first, second = two_stores
+    orders = {
+        "first": [first.partition(TOPIC, p) for p in range(4)],
+        "second": [second.partition(TOPIC, p) for p in reversed(range(4))],
+    }
+    has_a_lock = {name: threading.Event() for name in orders}
+    real_catch_up = PartitionLog._catch_up
+
+    def catch_up(self: PartitionLog, *, repair: bool) -> None:
+        real_catch_up(self, repair=repair)
+        name = threading.current_thread().name
+        if name in has_a_lock and not has_a_lock[name].is_set():
+            has_a_lock[name].set()
+            other = "second" if name == "first" else "first"
+            has_a_lock[other].wait(1.0)
+
+    monkeypatch.setattr(PartitionLog, "_catch_up", catch_up)
+    for logs in orders.values():
+        for log in logs:
+            log.append(_batch(b"v"), sync=False)
+    threads = [threading.Thread(target=sync_all, args=(logs,), name=name, daemon=True) for name, logs in orders.items()]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert not any(thread.is_alive() for thread in threads), "the two holds deadlocked"
+    assert [_hw_on_disk(log) for log in orders["first"]] == [2, 2, 2, 2]
+
+
+def test_a_hold_takes_no_more_partitions_at_once_than_its_window(store_path, fdatasyncs) -> None:
+    """Each held lock and each fdatasync pins a descriptor: with a cache limit of 4 a hold has 2 partitions."""
+    store = Store.open(store_path)
+    store.create_topic(TOPIC, 5)
+    logs = [store.partition(TOPIC, p) for p in range(5)]
+    for log in logs:
+        log.append(_batch(b"v"), sync=False)
+    held_at_each_sync: list[int] = []
+
+    def count_held(partition: int | None) -> None:
+        held = 0
+        for log in logs:
+            with writer_lock_if_free(os.path.join(log.directory, LOCK_FILE)) as free:
+                held += not free
+        held_at_each_sync.append(held)
+
+    _, hook = fdatasyncs
+    hook[0] = count_held
+    limit = CACHE.limit
+    set_limit(4)
+    try:
+        assert WriterHold.window() == 2
+        sync_all(logs)
+    finally:
+        set_limit(limit)
+    assert len(held_at_each_sync) == 5 and max(held_at_each_sync) <= 2
+    assert [_hw_on_disk(log) for log in logs] == [1] * 5
+    store.close()
+
+
+def test_markers_appended_under_a_hold_are_synced_with_the_hw_after_them(two_stores) -> None:
+    """A marker appended to a held partition (re-entering its lock) is in the sync that ends the hold."""
+    from storage.records import ControlType
+
+    first, second = two_stores
+    logs = [first.partition(TOPIC, p) for p in range(2)]
+    second.partition(TOPIC, 1).append(_batch(b"theirs"), sync=False)  # before the hold: the hold sees it
+    with WriterHold(logs) as hold:
+        for log in hold.take():
+            assert hold.refusal(log) is None
+        for log in logs:
+            log.append_marker(ControlType.ABORT, producer_id=7, producer_epoch=0, sync=False)
+            hold.sync(log)
+        assert [_hw_on_disk(log) for log in logs] == [0, 0]  # nothing published before the fdatasyncs
+    assert [_hw_on_disk(log) for log in logs] == [1, 2]
+    assert [log.log_end_offset for log in logs] == [1, 2]
