@@ -295,6 +295,9 @@ class PartitionLog:
         self._own_unsynced = False
         self._last_expiry_check = 0
         self._closed = False
+        # Whether this thread caught the view up under a writer lock held ever since (`exclusive`): no
+        # other process can have written since, so a marker appended inside needs no catch-up of its own.
+        self._held_caught_up = False
         # A log start DeleteRecords moved inside a segment (LOG_START_CHECKPOINT), and which
         # version of that file this view read: the log start is the larger of it and the first
         # segment's base offset (`_log_start`).
@@ -979,7 +982,8 @@ class PartitionLog:
         """
         self._check_writable()
         with self._mutex, self._writer_lock:
-            self._catch_up(repair=True)
+            if not self._held_caught_up:  # inside `exclusive` the view is caught up, and nobody else can write
+                self._catch_up(repair=True)
             self._check_writable()
             plan = ProducerAppend(self._state)
             if not plan.check_marker(producer_id, producer_epoch, coordinator_epoch):
@@ -1020,7 +1024,11 @@ class PartitionLog:
         self._check_writable()
         with self._mutex, self._writer_lock:
             self._catch_up(repair=True)
-            yield self
+            outer, self._held_caught_up = self._held_caught_up, True
+            try:
+                yield self
+            finally:
+                self._held_caught_up = outer
 
     def _segment_for_write(self, incoming: int, max_timestamp: int, last_offset: int) -> LogSegment:
         """The active segment, rolled first if the append would overflow it (docs/kafka-formats.md §3.2)."""

@@ -266,3 +266,52 @@ def test_markers_appended_under_a_hold_are_synced_with_the_hw_after_them(two_sto
         assert [_hw_on_disk(log) for log in logs] == [0, 0]  # nothing published before the fdatasyncs
     assert [_hw_on_disk(log) for log in logs] == [1, 2]
     assert [log.log_end_offset for log in logs] == [1, 2]
+
+
+# ---- a marker appended under a hold skips its own catch-up -------------------------------------------------
+
+
+def _lock_waited_for(lock_path: str) -> bool:
+    """Whether some descriptor is blocked in flock on `lock_path` (a '->' line of /proc/locks for its inode)."""
+    inode = os.stat(lock_path).st_ino
+    with open("/proc/locks") as locks:
+        return any("->" in line and line.split()[6].endswith(f":{inode}") for line in locks)
+
+
+def test_a_writer_waiting_for_a_held_partition_appends_after_the_marker_made_under_the_hold(two_stores) -> None:
+    """Under a hold no other writer can append (it waits for the lock), which is why a marker appended
+    there skips its catch-up; the waiting writer's batch then lands after the marker."""
+    from storage.records import ControlType
+
+    first, second = two_stores
+    mine, theirs = first.partition(TOPIC, 0), second.partition(TOPIC, 0)
+    lock_path = os.path.join(mine.directory, LOCK_FILE)
+    theirs.append(_batch(b"before"))  # the hold's catch-up takes this up
+    with WriterHold([mine]) as hold:
+        for log in hold.take():
+            assert hold.refusal(log) is None
+        writer = threading.Thread(target=theirs.append, args=(_batch(b"after"),), daemon=True)
+        writer.start()
+        for _ in range(6000):
+            if _lock_waited_for(lock_path) or not writer.is_alive():
+                break
+            threading.Event().wait(0.01)
+        assert writer.is_alive(), "the other writer appended while the partition was held"
+        mine.append_marker(ControlType.ABORT, producer_id=7, producer_epoch=0, sync=False)
+        hold.sync(mine)
+    writer.join(120)
+    batches = mine.read(0, 1 << 20)
+    assert [(b.base_offset, b.is_control) for b in batches] == [(0, False), (1, True), (2, False)]
+
+
+def test_a_marker_appended_after_a_hold_ended_catches_up_again(two_stores) -> None:
+    from storage.records import ControlType
+
+    first, second = two_stores
+    mine = first.partition(TOPIC, 0)
+    with WriterHold([mine]) as hold:
+        for log in hold.take():
+            hold.sync(log)
+    second.partition(TOPIC, 0).append(_batch(b"theirs"))  # after the hold: the view must catch up on it
+    mine.append_marker(ControlType.ABORT, producer_id=7, producer_epoch=0)
+    assert [(b.base_offset, b.is_control) for b in mine.read(0, 1 << 20)] == [(0, False), (1, True)]
