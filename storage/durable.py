@@ -98,7 +98,12 @@ def each_in_parallel(calls: Sequence[Callable[[], object]]) -> list[BaseExceptio
     """
     outcomes: list[BaseException | None] = [None] * len(calls)
     shares = min(PARALLEL_SYNCS, len(calls))
-    if shares == 0:
+    if shares <= 1:
+        for n, call in enumerate(calls):
+            try:
+                call()
+            except Exception as exc:  # noqa: BLE001 - kept for the caller, as below
+                outcomes[n] = exc
         return outcomes
 
     def run_share(first: int) -> None:

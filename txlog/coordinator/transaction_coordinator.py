@@ -381,9 +381,15 @@ class TransactionCoordinator:
         catch-up per partition cover both its marker and its sync. The markers are written in
         partition order, as a fault plan or a transport counts them. If one cannot be written (the
         disk is full), the markers written before it are still made durable, then the error is raised.
+        A one-partition transaction takes no hold: its marker, then `sync()` (a hold's bookkeeping
+        would cost it more than the lock round it saves).
         """
-        control = ControlType.COMMIT if prepared.state == TxnState.PREPARE_COMMIT else ControlType.ABORT
         targets = self._partition_logs(prepared.partitions)
+        if len(targets) == 1:
+            topic, partition, log = targets[0]
+            if self._mark(topic, partition, prepared):
+                log.sync()
+            return
         window = WriterHold.window()
         for start in range(0, len(targets), window):
             chunk = targets[start : start + window]
@@ -394,22 +400,31 @@ class TransactionCoordinator:
                     refusal = hold.refusal(log)
                     if refusal is not None:
                         raise refusal  # the markers before it are synced, as when a marker write fails
-                    try:
-                        self._write_marker(
-                            topic,
-                            partition,
-                            control,
-                            prepared.producer_id,
-                            prepared.producer_epoch,
-                            0,
-                            self._clock(),
-                            sync=False,
-                        )
-                    except UnknownTopicOrPartitionError:
-                        continue  # the topic was deleted: nothing left to mark
-                    # synced even when the marker was there already (a roll-forward's repeat writes nothing):
-                    # a writer that died before its sync may have left it unsynced; a durable one costs no fsync
-                    hold.sync(log)
+                    if self._mark(topic, partition, prepared):
+                        hold.sync(log)
+
+    def _mark(self, topic: str, partition: int, prepared: TxnLogValue) -> bool:
+        """Write the partition's marker without fdatasync; False when its topic was deleted (nothing to mark).
+
+        The caller syncs the partition even when the marker was there already (a roll-forward's
+        repeat writes nothing): a writer that died before its sync may have left it unsynced; a
+        durable one costs no fsync.
+        """
+        control = ControlType.COMMIT if prepared.state == TxnState.PREPARE_COMMIT else ControlType.ABORT
+        try:
+            self._write_marker(
+                topic,
+                partition,
+                control,
+                prepared.producer_id,
+                prepared.producer_epoch,
+                0,
+                self._clock(),
+                sync=False,
+            )
+        except UnknownTopicOrPartitionError:
+            return False
+        return True
 
     def _partition_logs(self, partitions: Iterable[tuple[str, int]]) -> list[tuple[str, int, PartitionLog]]:
         """(topic, partition, log) of each partition whose topic still exists (a deleted one needs nothing)."""
