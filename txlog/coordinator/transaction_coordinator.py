@@ -36,15 +36,16 @@ of the transaction, before PREPARE_COMMIT is written; PREPARE and each marker ar
 re-derived from the durable PREPARE by roll-forward, and markers are idempotent). An abort
 syncs no data: its markers' fdatasync covers each partition's file anyway.
 
-No rule orders one partition's fsync against another's, so the syncs of a step are issued at
-once (`storage.durable.in_parallel`): a disk completes concurrent flushes in far fewer device
-cache flushes than a loop does. The data syncs run together, and all of them end before
-PREPARE_COMMIT is written. The markers are appended one partition at a time on this thread,
-without fdatasync (each under its own partition's lock, in partition order, so a fault plan or
-a transport sees them as before), then synced together; COMPLETE_* is written only after every
-marker's sync ended. An unsynced marker is below no high watermark, so no reader sees it
-before it is durable; one lost to a crash before its sync is written again by roll-forward
-from the durable PREPARE.
+No rule orders one partition's fsync against another's, so the fdatasyncs of a step are issued
+at once: a disk completes concurrent flushes in far fewer device cache flushes than a loop does.
+The locks, catch-ups and HW publishes stay on this thread; only the bare fdatasyncs go to other
+threads (`storage.partition_log.WriterHold`, `sync_all`). The data syncs run together, and all of
+them end before PREPARE_COMMIT is written. The markers are appended one partition at a time on
+this thread, without fdatasync, in partition order (so a fault plan or a transport sees them as
+before), while a window of their partitions is held (locks taken and caught up once, before the
+markers), then synced together; COMPLETE_* is written only after every marker's sync ended.
+An unsynced marker is below no high watermark, so no reader sees it before it is durable; one
+lost to a crash before its sync is written again by roll-forward from the durable PREPARE.
 """
 
 from __future__ import annotations
