@@ -27,8 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from storage.durable import in_parallel
-from storage.partition_log import AppendResult
+from storage.partition_log import AppendResult, sync_all
 from storage.producer_state import TxnVerifier
 from storage.records import ControlType
 from storage.store import Store
@@ -161,11 +160,10 @@ class Transport:
         """Make everything written to these partitions durable (one fdatasync each, none if already durable).
 
         A transactional producer's `flush()`: acknowledged means below the high watermark. The
-        syncs run at once (`storage.durable.in_parallel`: no rule orders them); the first failure
-        is raised once every sync ended.
+        syncs run at once (`storage.partition_log.sync_all`, as a commit's: no rule orders them);
+        the first failure is raised once every sync ended.
         """
-        logs = [self.store.partition(topic, partition) for topic, partition in partitions]
-        in_parallel([log.sync for log in logs])
+        sync_all([self.store.partition(topic, partition) for topic, partition in partitions])
 
     def _verifier(self, transactional_id: str | None, topic: str, partition: int) -> TxnVerifier | None:
         """What the partition asks the coordinator, under its own lock, before a transactional append."""
