@@ -298,6 +298,10 @@ class PartitionLog:
         # Whether this thread caught the view up under a writer lock held ever since (`exclusive`): no
         # other process can have written since, so a marker appended inside needs no catch-up of its own.
         self._held_caught_up = False
+        # An ABORT's `.txnindex` entry appended ahead of its marker by a `WriterHold` (lock held since),
+        # and whether its fsync ended: the marker then finds it in place and durable (`_index_abort`).
+        self._staged_abort: tuple[LogSegment, AbortedTxn] | None = None
+        self._staged_abort_durable = False
         # A log start DeleteRecords moved inside a segment (LOG_START_CHECKPOINT), and which
         # version of that file this view read: the log start is the larger of it and the first
         # segment's base offset (`_log_start`).
@@ -976,42 +980,116 @@ class PartitionLog:
         Re-sending the marker that ended the producer's last transaction writes nothing
         (roll-forward after a crash must be repeatable). For an abort that covered data,
         the `.txnindex` entry is made durable *before* the marker: a reader may never see
-        the marker without the entry that tells it to skip the aborted data. `sync=False`
-        leaves the marker's fdatasync to a later `sync()` (the coordinator syncs a
-        transaction's markers together); until then it is below no high watermark.
+        the marker without the entry that tells it to skip the aborted data (rule 16 of
+        docs/reliability-scenarios.md). A `WriterHold` may have appended and fsynced that entry
+        already (`WriterHold.index_aborts`, the fsyncs of a window at once); otherwise it is done
+        here. `sync=False` leaves the marker's fdatasync to a later `sync()` (the coordinator syncs
+        a transaction's markers together); until then it is below no high watermark.
         """
         self._check_writable()
         with self._mutex, self._writer_lock:
             if not self._held_caught_up:  # inside `exclusive` the view is caught up, and nobody else can write
                 self._catch_up(repair=True)
             self._check_writable()
-            plan = ProducerAppend(self._state)
-            if not plan.check_marker(producer_id, producer_epoch, coordinator_epoch):
-                return AppendResult(-1, -1, True, ())
             ts = self._clock() if timestamp is None else timestamp
-            offset = self._segments[-1].next_offset
-            lso = self._state.last_stable_offset_for_abort(producer_id, offset)
-            completed = plan.stage_marker(producer_id, producer_epoch, control_type, coordinator_epoch, offset, ts)
-            marker = build_control_batch(
-                control_type,
-                producer_id=producer_id,
-                producer_epoch=producer_epoch,
-                coordinator_epoch=coordinator_epoch,
-                timestamp=ts,
-                base_offset=offset,
-                partition_leader_epoch=LEADER_EPOCH,
-            )
-            segment = self._segment_for_write(len(marker), ts, offset)
-            if completed is not None and completed.is_aborted:
-                segment.txn_index.truncate_to(offset)
-                segment.txn_index.append(AbortedTxn(producer_id, completed.first_offset, offset, lso))
-                segment.txn_index.flush()
+            planned = self._plan_marker(control_type, producer_id, producer_epoch, coordinator_epoch, ts)
+            if planned is None:
+                self._drop_staged_abort()
+                return AppendResult(-1, -1, True, ())
+            plan, marker, segment, entry = planned
+            offset = segment.next_offset
+            if entry is not None:
+                self._index_abort(segment, entry)
+            else:
+                self._drop_staged_abort()
             self._write(marker, [(0, offset, ts)], segment=segment, sync=sync)
-            if completed is not None and completed.is_aborted:
+            if entry is not None:
                 self._txn_check.note_abort(segment, offset)
             plan.commit()
             self._state.end_offset = offset + 1
         return AppendResult(offset, offset, False, (BatchAppendResult(offset, offset, False),))
+
+    def _plan_marker(
+        self, control_type: ControlType, producer_id: int, producer_epoch: int, coordinator_epoch: int, ts: int
+    ) -> tuple[ProducerAppend, bytes, LogSegment, AbortedTxn | None] | None:
+        """What a marker appended now would be (lock held, caught up): its staged producer state, its bytes,
+        the segment it goes to (rolled first if it must be) and the abort's `.txnindex` entry, or None
+        when it repeats the marker that ended the producer's last transaction (nothing to write)."""
+        plan = ProducerAppend(self._state)
+        if not plan.check_marker(producer_id, producer_epoch, coordinator_epoch):
+            return None
+        offset = self._segments[-1].next_offset
+        lso = self._state.last_stable_offset_for_abort(producer_id, offset)
+        completed = plan.stage_marker(producer_id, producer_epoch, control_type, coordinator_epoch, offset, ts)
+        marker = build_control_batch(
+            control_type,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            coordinator_epoch=coordinator_epoch,
+            timestamp=ts,
+            base_offset=offset,
+            partition_leader_epoch=LEADER_EPOCH,
+        )
+        segment = self._segment_for_write(len(marker), ts, offset)
+        entry = None
+        if completed is not None and completed.is_aborted:
+            entry = AbortedTxn(producer_id, completed.first_offset, offset, lso)
+        return plan, marker, segment, entry
+
+    def _index_abort(self, segment: LogSegment, entry: AbortedTxn) -> None:
+        """Make the abort's `.txnindex` entry durable before its marker is written (lock held).
+
+        Nothing to do when a hold staged this very entry and its fsync ended. Otherwise the entry
+        is appended and fsynced now; if that fsync fails the entry is taken out again (its marker
+        will not follow it) and the error is raised.
+        """
+        if not (self._staged_abort == (segment, entry) and self._staged_abort_durable):
+            self._drop_staged_abort()
+            self._stage_abort_entry(segment, entry)
+            self._flush_staged_abort()
+        self._staged_abort, self._staged_abort_durable = None, False  # the marker follows: nothing left to drop
+
+    def _stage_abort_entry(self, segment: LogSegment, entry: AbortedTxn) -> None:
+        """Append the entry without fsync (lock held); an entry a dead writer left at its offset goes first."""
+        segment.txn_index.truncate_to(entry.last_offset)
+        segment.txn_index.append(entry)
+        self._staged_abort, self._staged_abort_durable = (segment, entry), False
+
+    def _flush_staged_abort(self) -> None:
+        """fsync the staged entry's `.txnindex` (lock held); on failure the entry is dropped and the error raised."""
+        assert self._staged_abort is not None
+        try:
+            self._staged_abort[0].txn_index.flush()
+        except KafkaStorageError:
+            self._drop_staged_abort()
+            raise
+        self._staged_abort_durable = True
+
+    def _stage_abort(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, ts: int) -> LogSegment | None:
+        """Inside `exclusive`: append, without fsync, the entry the ABORT marker `append_marker` would
+        write next needs; returns the segment whose `.txnindex` must be fsynced (then `_staged_abort_synced`),
+        or None when that marker needs no entry (it covers no data, or repeats the last one)."""
+        self._drop_staged_abort()
+        self._check_writable()
+        planned = self._plan_marker(ControlType.ABORT, producer_id, producer_epoch, coordinator_epoch, ts)
+        if planned is None or planned[3] is None:
+            return None
+        self._stage_abort_entry(planned[2], planned[3])
+        return planned[2]
+
+    def _staged_abort_synced(self, error: BaseException | None) -> None:
+        """The staged entry's fsync ended (lock held): durable, so its marker may follow; or failed, so it goes."""
+        if error is None:
+            self._staged_abort_durable = self._staged_abort is not None
+        else:
+            self._drop_staged_abort()
+
+    def _drop_staged_abort(self) -> None:
+        """Take out an entry staged for a marker that was not written after it (lock held)."""
+        staged, self._staged_abort, self._staged_abort_durable = self._staged_abort, None, False
+        if staged is not None:
+            segment, entry = staged
+            segment.txn_index.truncate_to(entry.last_offset)
 
     @contextmanager
     def exclusive(self):
@@ -1854,6 +1932,8 @@ class WriterHold:
         self._held: dict[int, BaseException | None] = {}  # id(log) -> None when held, else why it is not
         self._todo: list[tuple[int, PartitionLog, LogSegment]] = []
         self._errors: dict[int, BaseException] = {}  # by the order of `sync` calls
+        self._staged: list[PartitionLog] = []  # logs given an abort's `.txnindex` entry by `index_aborts`
+        self._index_errors: dict[int, BaseException] = {}  # id(log) -> why its entry is not durable
 
     @staticmethod
     def window() -> int:
@@ -1879,14 +1959,51 @@ class WriterHold:
         """Why `log` (already yielded by `take`) is not held, or None when it is."""
         return self._held[id(log)]
 
+    def index_aborts(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, timestamp: int) -> None:
+        """Before ABORT markers are appended to the held logs: the `.txnindex` entry each marker needs is
+        appended to its log (the marker `append_marker` would write with these arguments next), then the
+        entries' fsyncs run at once (`each_in_parallel`).
+
+        Rule 16 of docs/reliability-scenarios.md (a reader never sees an ABORT marker without its
+        entry) orders each partition's entry before its own marker only; no rule orders one
+        partition's entry against another's, so a window pays one round of fsyncs for its entries
+        where a marker at a time paid one fsync after another. The marker then finds its entry in
+        place and durable (`PartitionLog._index_abort`). An entry whose fsync failed is taken out
+        again and `index_failure` says why: its marker must not be written, and its `sync` fails
+        with that error. On exit, an entry whose marker was not written (a marker before it failed)
+        is taken out.
+        """
+        staged: list[tuple[PartitionLog, LogSegment]] = []
+        for log in self._logs:
+            if id(log) not in self._held or self.refusal(log) is not None:
+                continue
+            try:
+                segment = log._stage_abort(producer_id, producer_epoch, coordinator_epoch, timestamp)
+            except (KafkaError, OSError) as exc:
+                self._index_errors[id(log)] = exc
+                continue
+            if segment is not None:
+                staged.append((log, segment))
+        self._staged.extend(log for log, _ in staged)
+        outcomes = each_in_parallel([segment.txn_index.flush for _, segment in staged])
+        for (log, _), error in zip(staged, outcomes, strict=True):
+            log._staged_abort_synced(error)
+            if error is not None:
+                self._index_errors[id(log)] = error
+
+    def index_failure(self, log: PartitionLog) -> BaseException | None:
+        """Why `index_aborts` could not make `log`'s entry durable (so no marker may follow), or None."""
+        return self._index_errors.get(id(log))
+
     def sync(self, log: PartitionLog) -> None:
         """Make `log` (yielded by `take`) durable to its end on exit: its fdatasync, then its HW. A log
-        that could not be taken fails, with the reason."""
+        that could not be taken, or whose abort entry `index_aborts` could not make durable, fails, with
+        the reason."""
         if id(log) not in self._held:
             raise ValueError(f"{log} is not taken by this hold")
         order = len(self._todo) + len(self._errors)
         try:
-            refusal = self.refusal(log)
+            refusal = self.refusal(log) or self.index_failure(log)
             if refusal is not None:
                 raise refusal
             log._check_writable()
@@ -1901,6 +2018,11 @@ class WriterHold:
         with self._stack:
             if kind is not None and not issubclass(kind, (KafkaError, OSError)):
                 return
+            for n, log in enumerate(self._staged):
+                try:
+                    log._drop_staged_abort()  # its marker was not written (a written one consumed its entry)
+                except (KafkaError, OSError) as exc:  # the markers written are still synced below
+                    self._errors[len(self._logs) + n] = exc
             outcomes = each_in_parallel([segment.sync for _, _, segment in self._todo])
             for (order, log, segment), error in zip(self._todo, outcomes, strict=True):
                 if error is None:

@@ -1,7 +1,7 @@
 """On-demand benchmark of fsyncs over many partitions: commit latency, create_topic, an acks=all flush.
 
 Run: python tests/benchmarks/bench_parallel_sync.py [--partitions 1,10,100] [--big] [--reps R]
-         [--create-reps R] [--dir DIR]
+         [--create-reps R] [--skip-abort] [--skip-flush] [--skip-create] [--dir DIR]
 
 Each part compares P partitions against 1 partition, in the same run on the same disk:
 
@@ -11,6 +11,8 @@ Each part compares P partitions against 1 partition, in the same run on the same
                PREPARE_COMMIT, PREPARE, the markers and their syncs, COMPLETE_COMMIT.
                p50 and p99 over R transactions (the first, cold one dropped).
                Issue 26's target: 100 partitions ≤ 5x one partition (63x before it).
+  abort        the same transactions ended by `abort_transaction()` (timed): PREPARE_ABORT, the
+               aborted partitions' `.txnindex` entries and markers and their syncs, COMPLETE_ABORT.
   create_topic `Store.create_topic(name, P)` on a fresh name each repetition.
   acks=all     a plain producer (acks=all, linger long enough that `flush()` makes one
                sender round of all of them) sends one record to each of P partitions;
@@ -48,13 +50,19 @@ def _p99(values: list[float]) -> float:
 
 
 class Commits:
-    """One transactional producer per partition count, each on its own topic of that many partitions."""
+    """One transactional producer per partition count, each on its own topic of that many partitions.
 
-    def __init__(self, store: Store, partitions: int):
+    `abort` ends each transaction with `abort_transaction()` instead: the data is written first
+    (the futures done), so the abort has a `.txnindex` entry and a marker to make durable in
+    every partition."""
+
+    def __init__(self, store: Store, partitions: int, *, abort: bool = False):
         self.partitions = partitions
-        self.topic = f"commit-{partitions}"
+        self.abort = abort
+        kind = "abort" if abort else "commit"
+        self.topic = f"{kind}-{partitions}"
         store.create_topic(self.topic, partitions)
-        self.producer = txlog.Producer(store, transactional_id=f"bench-{partitions}", linger_ms=0)
+        self.producer = txlog.Producer(store, transactional_id=f"bench-{kind}-{partitions}", linger_ms=0)
         self.producer.init_transactions()
 
     def once(self) -> Sample:
@@ -64,7 +72,10 @@ class Commits:
         for future in futures:
             future.get()  # written (without fdatasync, as a transaction's data is): the commit syncs it
         with timed() as out:
-            p.commit_transaction()
+            if self.abort:
+                p.abort_transaction()
+            else:
+                p.commit_transaction()
         return out[0]
 
     def close(self) -> None:
@@ -138,6 +149,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=10, help="timed commits/flushes after the cold one (default 10)")
     parser.add_argument("--create-reps", type=int, default=4, help="timed create_topic calls after the cold one")
     parser.add_argument("--skip-create", action="store_true", help="skip the create_topic part")
+    parser.add_argument("--skip-abort", action="store_true", help="skip the abort part")
     parser.add_argument("--skip-flush", action="store_true", help="skip the acks=all flush part")
     parser.add_argument("--dir", help="parent of the scratch directory (default <repo>/.bench-tmp)")
     args = parser.parse_args()
@@ -149,6 +161,8 @@ def main() -> None:
         store = Store.open(workdir)
         try:
             run_part("commit", lambda n: Commits(store, n), counts, args.reps)
+            if not args.skip_abort:
+                run_part("abort", lambda n: Commits(store, n, abort=True), counts, args.reps)
             if not args.skip_flush:
                 run_part("acks=all flush", lambda n: Flushes(store, n), counts, args.reps)
             if not args.skip_create:

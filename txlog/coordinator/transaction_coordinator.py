@@ -397,14 +397,17 @@ class TransactionCoordinator:
             with WriterHold([log for _, _, log in chunk]) as hold:
                 for _ in hold.take():
                     pass
+                ts = self._clock()  # the entries are staged for markers of this very timestamp
+                if prepared.state != TxnState.PREPARE_COMMIT:
+                    hold.index_aborts(prepared.producer_id, prepared.producer_epoch, 0, ts)
                 for topic, partition, log in chunk:
                     refusal = hold.refusal(log)
                     if refusal is not None:
                         raise refusal  # the markers before it are synced, as when a marker write fails
-                    if self._mark(topic, partition, prepared):
-                        hold.sync(log)
+                    if hold.index_failure(log) is not None or self._mark(topic, partition, prepared, ts):
+                        hold.sync(log)  # no marker after a failed entry: its sync raises that failure on exit
 
-    def _mark(self, topic: str, partition: int, prepared: TxnLogValue) -> bool:
+    def _mark(self, topic: str, partition: int, prepared: TxnLogValue, timestamp: int | None = None) -> bool:
         """Write the partition's marker without fdatasync; False when its topic was deleted (nothing to mark).
 
         The caller syncs the partition even when the marker was there already (a roll-forward's
@@ -420,7 +423,7 @@ class TransactionCoordinator:
                 prepared.producer_id,
                 prepared.producer_epoch,
                 0,
-                self._clock(),
+                self._clock() if timestamp is None else timestamp,
                 sync=False,
             )
         except UnknownTopicOrPartitionError:
