@@ -1,0 +1,245 @@
+"""A wide abort's `.txnindex` entries: all fsynced at once, each before its own marker (issue 26).
+
+Rule 16 of docs/reliability-scenarios.md: a reader may never see an ABORT marker without the
+`.txnindex` entry that tells it to skip the aborted data, so each partition's entry is durable
+before its marker is written. The coordinator stages a window's entries under the hold
+(`WriterHold.index_aborts`), fsyncs them at once, then appends the markers and fdatasyncs those
+at once. Checked through the transport with os.fsync / os.fdatasync / os.write wrapped and keyed
+by file: per partition, the entry's fsync ends before the marker's bytes are written (so no
+writeback can put the marker on disk first), the entries' fsyncs are in flight together, and an
+entry whose fsync fails fails its partition alone (no marker, no entry left behind; the others'
+markers written and synced; the decision PREPARE_ABORT rolled forward later). The transports
+keep the real clock: a marker stamped far in the past would let a reopened partition expire its
+producer (transactional.id and producer-id expiry) and take the roll-forward's repeat for a new marker.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+from collections.abc import Callable
+
+import pytest
+
+from storage import Store
+from storage.high_watermark import HighWatermarkFile
+from storage.records import build_batch
+from storage.topic_name import TRANSACTION_STATE_TOPIC
+from txlog.fetch import IsolationLevel, fetch
+from txlog.schemas.transaction_log import TxnState
+from txlog.tools.store_check import Severity, check_store
+from txlog.transport import Transport
+
+TOPIC = "data"
+TXN_ID = "tx-abort-entries"
+PARTITIONS = 4
+
+
+class _Calls(list):
+    """(call, file) of every fsync, fdatasync and write to a data partition or the coordinator, in the
+    order they began: call is 'fsync' or 'write', file 'coordinator' or '<p>.txnindex' / '<p>.log'.
+    `before(call, file)`, when set, runs first in the calling thread (it may raise OSError or wait)."""
+
+    before: Callable[[str, str], None] | None = None
+
+
+@pytest.fixture
+def calls(monkeypatch) -> _Calls:
+    seen = _Calls()
+    real = {"fsync": os.fsync, "fdatasync": os.fdatasync, "write": os.write}
+
+    def name(fd: int) -> str | None:
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        directory = os.path.basename(os.path.dirname(path))
+        if directory.startswith(TRANSACTION_STATE_TOPIC + "-"):
+            return "coordinator"
+        if directory.startswith(TOPIC + "-"):
+            return directory.rsplit("-", 1)[1] + os.path.splitext(path)[1]
+        return None
+
+    def hit(call: str, fd: int) -> None:
+        file = name(fd)
+        if file is None:
+            return
+        seen.append((call, file))
+        if seen.before is not None:
+            seen.before(call, file)
+
+    def fsync(fd):
+        hit("fsync", fd)
+        real["fsync"](fd)
+
+    def fdatasync(fd):
+        hit("fsync", fd)
+        real["fdatasync"](fd)
+
+    def write(fd, data):
+        hit("write", fd)
+        return real["write"](fd, data)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    monkeypatch.setattr(os, "write", write)
+    return seen
+
+
+class _Txn:
+    def __init__(self, transport: Transport):
+        self.transport = transport
+        ids = transport.init_producer_id(TXN_ID)
+        self.pid, self.epoch = ids.producer_id, ids.epoch
+
+    def send_to(self, partitions: range, value: bytes) -> None:
+        self.transport.add_partitions_to_txn(TXN_ID, self.pid, self.epoch, [(TOPIC, p) for p in partitions])
+        for p in partitions:
+            data = build_batch(
+                [(None, value, None, None)],
+                producer_id=self.pid,
+                producer_epoch=self.epoch,
+                base_sequence=0,
+                is_transactional=True,
+            )
+            self.transport.produce(TOPIC, p, data, TXN_ID, sync=False)
+
+    def abort(self) -> None:
+        ids = self.transport.end_txn(TXN_ID, self.pid, self.epoch, False)
+        self.pid, self.epoch = ids.producer_id, ids.epoch
+
+
+@pytest.fixture
+def opened(store_path):
+    """A store with TOPIC, a transaction's data written (unsynced) to every partition."""
+    store = Store.open(store_path)
+    store.create_topic(TOPIC, PARTITIONS)
+    transport = Transport(store)
+    txn = _Txn(transport)
+    txn.send_to(range(PARTITIONS), b"aborted")
+    yield store, transport, txn
+    store.close()
+
+
+def _state(transport: Transport) -> TxnState:
+    description = transport.transaction_coordinator.describe(TXN_ID)
+    assert description is not None
+    return description.state.state
+
+
+def _visible(store: Store, partition: int) -> list[bytes | None]:
+    log = store.partition(TOPIC, partition)
+    return [r.value for r in fetch(log, 0, IsolationLevel.READ_COMMITTED, max_records=100).records]
+
+
+def _aborts(store: Store, partition: int) -> list[int]:
+    """The marker offsets of the partition's `.txnindex` entries."""
+    return [
+        entry.last_offset for seg in store.partition(TOPIC, partition).segments for entry in seg.txn_index.entries()
+    ]
+
+
+def _last_is_abort_marker(store: Store, partition: int) -> bool:
+    last = store.partition(TOPIC, partition).read(0, 1 << 20)[-1]
+    return last.is_control
+
+
+def _after_decision(seen: _Calls) -> list[tuple[str, str]]:
+    """The calls after PREPARE_ABORT's fsync (the data partitions' calls of the markers' step)."""
+    decision = seen.index(("fsync", "coordinator"))
+    return [c for c in seen[decision + 1 :] if c[1] != "coordinator"]
+
+
+def test_each_entry_is_durable_before_its_marker_is_written(opened, calls):
+    store, transport, txn = opened
+    calls.clear()
+    txn.abort()
+    assert _state(transport) is TxnState.COMPLETE_ABORT
+    step = _after_decision(calls)
+    for p in range(PARTITIONS):
+        mine = [c for c in step if c[1].startswith(f"{p}.")]
+        # the entry written, its fsync, then (only then) the marker's bytes and their fdatasync
+        assert mine == [
+            ("write", f"{p}.txnindex"),
+            ("fsync", f"{p}.txnindex"),
+            ("write", f"{p}.log"),
+            ("fsync", f"{p}.log"),
+        ], mine
+    # every entry's fsync ended before the first marker was written: the entries are one round
+    first_marker = step.index(next(c for c in step if c == ("write", "0.log")))
+    assert sorted(f for c, f in step[:first_marker] if c == "fsync") == [f"{p}.txnindex" for p in range(PARTITIONS)]
+    for p in range(PARTITIONS):
+        assert _visible(store, p) == [] and _last_is_abort_marker(store, p)
+        end = store.partition(TOPIC, p).log_end_offset
+        assert _aborts(store, p) == [end - 1]  # one entry, at the marker
+        assert HighWatermarkFile(store.partition(TOPIC, p).directory, writable=False).read() == end
+
+
+def test_the_entries_fsyncs_are_in_flight_at_once(opened, calls):
+    """A serial loop of entry fsyncs never brings two to the barrier (it breaks after the timeout,
+    only a bound on a hang: fsyncs issued at once meet at once however slow the machine is)."""
+    _, transport, txn = opened
+    barrier = threading.Barrier(PARTITIONS, timeout=120)
+
+    def before(call: str, file: str) -> None:
+        if call == "fsync" and file.endswith(".txnindex"):
+            barrier.wait()
+
+    calls.before = before
+    txn.abort()
+    assert not barrier.broken
+    assert _state(transport) is TxnState.COMPLETE_ABORT
+
+
+def test_a_failed_entry_fsync_fails_its_partition_alone(opened, calls, store_path):
+    """Partition 1's entry cannot be made durable: it gets no marker and keeps no entry; the other
+    partitions' markers are written and synced; the decision stays PREPARE_ABORT (the client is
+    answered as before) and a fresh process rolls it forward."""
+    store, transport, txn = opened
+
+    def before(call: str, file: str) -> None:
+        if (call, file) == ("fsync", "1.txnindex"):
+            raise OSError(errno.EIO, "Input/output error")
+
+    calls.clear()
+    calls.before = before
+    txn.abort()
+    calls.before = None
+    assert _state(transport) is TxnState.PREPARE_ABORT
+    step = _after_decision(calls)
+    assert not [c for c in step if c[1] == "1.log"]  # partition 1: no marker written, none synced
+    assert _aborts(store, 1) == [] and not _last_is_abort_marker(store, 1)
+    for p in (0, 2, 3):
+        assert ("fsync", f"{p}.log") in step and _last_is_abort_marker(store, p)
+        assert _aborts(store, p) == [store.partition(TOPIC, p).log_end_offset - 1]
+    store.close()
+    after = Store.open(store_path)
+    try:
+        again = Transport(after)
+        _Txn(again)  # any coordinator request first rolls the decided transaction forward
+        assert _state(again) is TxnState.EMPTY
+        for p in range(PARTITIONS):
+            assert _visible(after, p) == [] and _last_is_abort_marker(after, p)
+            assert _aborts(after, p) == [after.partition(TOPIC, p).log_end_offset - 1]
+        assert [f for f in check_store(after, TOPIC).findings if f.severity is Severity.ERROR] == []
+    finally:
+        after.close()
+
+
+def test_a_one_partition_abort_keeps_its_order(store_path, calls):
+    """The one-partition path (no hold): the entry written and fsynced, then the marker, then its sync."""
+    store = Store.open(store_path)
+    try:
+        store.create_topic(TOPIC, 1)
+        transport = Transport(store)
+        txn = _Txn(transport)
+        txn.send_to(range(1), b"aborted")
+        calls.clear()
+        txn.abort()
+        assert _after_decision(calls) == [
+            ("write", "0.txnindex"),
+            ("fsync", "0.txnindex"),
+            ("write", "0.log"),
+            ("fsync", "0.log"),
+        ]
+        assert _visible(store, 0) == [] and _aborts(store, 0) == [store.partition(TOPIC, 0).log_end_offset - 1]
+    finally:
+        store.close()
