@@ -980,7 +980,7 @@ class PartitionLog:
         Re-sending the marker that ended the producer's last transaction writes nothing
         (roll-forward after a crash must be repeatable). For an abort that covered data,
         the `.txnindex` entry is made durable *before* the marker: a reader may never see
-        the marker without the entry that tells it to skip the aborted data (rule 16 of
+        the marker without the entry that tells it to skip the aborted data (rule 19 of
         docs/reliability-scenarios.md). A `WriterHold` may have appended and fsynced that entry
         already (`WriterHold.index_aborts`, the fsyncs of a window at once); otherwise it is done
         here. `sync=False` leaves the marker's fdatasync to a later `sync()` (the coordinator syncs
@@ -1964,7 +1964,7 @@ class WriterHold:
         appended to its log (the marker `append_marker` would write with these arguments next), then the
         entries' fsyncs run at once (`each_in_parallel`).
 
-        Rule 16 of docs/reliability-scenarios.md (a reader never sees an ABORT marker without its
+        Rule 19 of docs/reliability-scenarios.md (a reader never sees an ABORT marker without its
         entry) orders each partition's entry before its own marker only; no rule orders one
         partition's entry against another's, so a window pays one round of fsyncs for its entries
         where a marker at a time paid one fsync after another. The marker then finds its entry in

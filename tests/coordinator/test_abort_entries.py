@@ -1,6 +1,6 @@
 """A wide abort's `.txnindex` entries: all fsynced at once, each before its own marker (issue 26).
 
-Rule 16 of docs/reliability-scenarios.md: a reader may never see an ABORT marker without the
+Rule 19 of docs/reliability-scenarios.md: a reader may never see an ABORT marker without the
 `.txnindex` entry that tells it to skip the aborted data, so each partition's entry is durable
 before its marker is written. The coordinator stages a window's entries under the hold
 (`WriterHold.index_aborts`), fsyncs them at once, then appends the markers and fdatasyncs those

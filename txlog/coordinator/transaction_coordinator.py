@@ -43,7 +43,10 @@ threads (`storage.partition_log.WriterHold`, `sync_all`). The data syncs run tog
 them end before PREPARE_COMMIT is written. The markers are appended one partition at a time on
 this thread, without fdatasync, in partition order (so a fault plan or a transport sees them as
 before), while a window of their partitions is held (locks taken and caught up once, before the
-markers), then synced together; COMPLETE_* is written only after every marker's sync ended.
+markers), then synced together; COMPLETE_* is written only after every marker's sync ended. For an
+abort, the window's `.txnindex` entries (each durable before its own marker) are appended under the
+hold first and fsynced together (`WriterHold.index_aborts`); a partition whose entry's fsync failed
+gets no marker, and roll-forward writes it later.
 An unsynced marker is below no high watermark, so no reader sees it before it is durable; one
 lost to a crash before its sync is written again by roll-forward from the durable PREPARE.
 """
@@ -382,8 +385,12 @@ class TransactionCoordinator:
         catch-up per partition cover both its marker and its sync. The markers are written in
         partition order, as a fault plan or a transport counts them. If one cannot be written (the
         disk is full), the markers written before it are still made durable, then the error is raised.
-        A one-partition transaction takes no hold: its marker, then `sync()` (a hold's bookkeeping
-        would cost it more than the lock round it saves).
+        An abort's `.txnindex` entries are staged for the whole window and fsynced at once before its
+        markers (`WriterHold.index_aborts`; every marker of the window carries one timestamp, the one
+        its entry was staged for); a partition whose entry could not be made durable gets no marker,
+        and its failure is raised once the others' syncs ended. A one-partition transaction takes no
+        hold: its marker, then `sync()` (a hold's bookkeeping would cost it more than the lock round
+        it saves).
         """
         targets = self._partition_logs(prepared.partitions)
         if len(targets) == 1:
