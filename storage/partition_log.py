@@ -1915,12 +1915,13 @@ class WriterHold:
     uses, so two holds cannot deadlock (whoever holds one lock waits for no other). The caller may
     append to a held partition in between (the lock is re-entrant): a marker appended under the hold
     is synced by `sync` without a second catch-up, since no other process can have written there
-    since the hold's. A partition whose lock or catch-up failed is not held, and its `sync` fails
-    with that error. On exit the fdatasyncs run, the synced partitions' HWs are published and the
-    locks are released; then the first failure (in the order of the `sync` calls) is raised, unless
-    the block itself raised. A block that raised a KafkaError or an OSError (a marker write failed:
-    the disk is full) still has its syncs made; any other exception (a simulated crash) releases the
-    locks only.
+    since the hold's. Before ABORT markers, `index_aborts` appends their `.txnindex` entries and
+    fsyncs them at once (each entry durable before its own marker, rule 19). A partition whose lock
+    or catch-up failed is not held, and its `sync` fails with that error. On exit the fdatasyncs
+    run, the synced partitions' HWs are published and the locks are released; then the first failure
+    (in the order of the `sync` calls) is raised, unless the block itself raised. A block that raised
+    a KafkaError or an OSError (a marker write failed: the disk is full) still has its syncs made;
+    any other exception (a simulated crash) releases the locks only.
 
     Each held lock and each fdatasync pins a descriptor: callers hold `window()` logs at a time,
     which pins at most the descriptor cache's limit of them (storage/descriptor_cache.py).

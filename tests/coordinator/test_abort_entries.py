@@ -243,3 +243,37 @@ def test_a_one_partition_abort_keeps_its_order(store_path, calls):
         assert _visible(store, 0) == [] and _aborts(store, 0) == [store.partition(TOPIC, 0).log_end_offset - 1]
     finally:
         store.close()
+
+
+def test_entries_whose_markers_were_not_written_are_taken_out(opened, calls, store_path):
+    """The disk refuses partition 2's marker (ENOSPC): the markers before it are synced, and the
+    entries staged for partitions 2 and 3, whose markers were not written, are taken out again (an
+    entry without its marker would tell readers of an abort at an offset that holds something else);
+    a fresh process rolls the decision forward."""
+    store, transport, txn = opened
+
+    def before(call: str, file: str) -> None:
+        if (call, file) == ("write", "2.log"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    calls.clear()
+    calls.before = before
+    txn.abort()
+    calls.before = None
+    assert _state(transport) is TxnState.PREPARE_ABORT
+    step = _after_decision(calls)
+    assert sorted(f for c, f in step if c == "fsync" and f.endswith(".log")) == ["0.log", "1.log"]
+    for p in (0, 1):
+        assert _last_is_abort_marker(store, p) and _aborts(store, p) == [store.partition(TOPIC, p).log_end_offset - 1]
+    for p in (2, 3):
+        assert not _last_is_abort_marker(store, p) and _aborts(store, p) == []
+    store.close()
+    after = Store.open(store_path)
+    try:
+        _Txn(Transport(after))  # rolls the decided transaction forward
+        for p in range(PARTITIONS):
+            assert _visible(after, p) == [] and _last_is_abort_marker(after, p)
+            assert _aborts(after, p) == [after.partition(TOPIC, p).log_end_offset - 1]
+        assert [f for f in check_store(after, TOPIC).findings if f.severity is Severity.ERROR] == []
+    finally:
+        after.close()
