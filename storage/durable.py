@@ -54,6 +54,12 @@ _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
 
 
+#: The names of the two pools' threads (idle once a call returns, they never keep a process from exiting):
+#: `in_parallel`'s and `each_in_parallel`'s.
+SYNC_POOL_PREFIX = "txlog-sync"
+FSYNC_POOL_PREFIX = "txlog-fsync"
+
+
 def in_parallel(calls: Sequence[Callable[[], T]]) -> list[T]:
     """Run blocking calls (fsyncs, which release the GIL) at once; their results in order.
 
@@ -75,7 +81,7 @@ def _executor() -> ThreadPoolExecutor:
     global _pool
     with _pool_lock:
         if _pool is None:
-            _pool = ThreadPoolExecutor(PARALLEL_SYNCS, thread_name_prefix="txlog-sync")
+            _pool = ThreadPoolExecutor(PARALLEL_SYNCS, thread_name_prefix=SYNC_POOL_PREFIX)
         return _pool
 
 
@@ -124,7 +130,7 @@ def _leaf_executor() -> ThreadPoolExecutor:
     global _leaf_pool
     with _pool_lock:
         if _leaf_pool is None:
-            _leaf_pool = ThreadPoolExecutor(PARALLEL_SYNCS - 1, thread_name_prefix="txlog-fsync")
+            _leaf_pool = ThreadPoolExecutor(PARALLEL_SYNCS - 1, thread_name_prefix=FSYNC_POOL_PREFIX)
         return _leaf_pool
 
 

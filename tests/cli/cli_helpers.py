@@ -43,6 +43,8 @@ from typing import Any, BinaryIO, cast
 from typer._click import formatting
 from typer.testing import CliRunner
 
+from storage.durable import FSYNC_POOL_PREFIX, SYNC_POOL_PREFIX
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MAIN = os.path.join(ROOT, "cli", "main.py")  # sys.argv[0] of `python -m cli.main`
 
@@ -251,16 +253,16 @@ def _fail_on_a_bug(argv: list[str], result: Any) -> None:
     ) from exc
 
 
-#: The thread name prefix of storage/durable.py's shared fsync pool.
-SYNC_POOL_THREADS = "txlog-sync"
+#: The thread name prefixes of storage/durable.py's process-wide fsync pools.
+SYNC_POOL_THREADS = (SYNC_POOL_PREFIX, FSYNC_POOL_PREFIX)
 
 
 def _fail_on_threads_left(argv: list[str], before: set[threading.Thread]) -> None:
     """A thread the command started must end soon after it: in a process it would have died at exit (or kept
     the process from exiting), so one still running -- a member's heartbeat keeping it in its group -- would
     make the next in-process command see what no user sees. Only an idle sender may linger, for a while, and
-    the process-wide fsync pool's workers (storage/durable.py `in_parallel`: idle once a call returns, they
-    never keep a process from exiting)."""
+    the process-wide fsync pools' workers (storage/durable.py `in_parallel`, `each_in_parallel`: idle once a
+    call returns, they never keep a process from exiting)."""
     from txlog.clients.record_accumulator import SENDER_IDLE_S
 
     for thread in set(threading.enumerate()) - before:
