@@ -24,8 +24,8 @@ import pytest
 
 from storage import Store
 from storage.high_watermark import HighWatermarkFile
-from storage.records import build_batch
 from storage.topic_name import TRANSACTION_STATE_TOPIC
+from tests.coordinator.direct_txn import DirectTxn
 from txlog.fetch import IsolationLevel, fetch
 from txlog.schemas.transaction_log import TxnState
 from txlog.tools.store_check import Severity, check_store
@@ -84,27 +84,8 @@ def calls(monkeypatch) -> _Calls:
     return seen
 
 
-class _Txn:
-    def __init__(self, transport: Transport):
-        self.transport = transport
-        ids = transport.init_producer_id(TXN_ID)
-        self.pid, self.epoch = ids.producer_id, ids.epoch
-
-    def send_to(self, partitions: range, value: bytes) -> None:
-        self.transport.add_partitions_to_txn(TXN_ID, self.pid, self.epoch, [(TOPIC, p) for p in partitions])
-        for p in partitions:
-            data = build_batch(
-                [(None, value, None, None)],
-                producer_id=self.pid,
-                producer_epoch=self.epoch,
-                base_sequence=0,
-                is_transactional=True,
-            )
-            self.transport.produce(TOPIC, p, data, TXN_ID, sync=False)
-
-    def abort(self) -> None:
-        ids = self.transport.end_txn(TXN_ID, self.pid, self.epoch, False)
-        self.pid, self.epoch = ids.producer_id, ids.epoch
+def _txn(transport: Transport) -> DirectTxn:
+    return DirectTxn(transport, TXN_ID, TOPIC)
 
 
 @pytest.fixture
@@ -113,7 +94,7 @@ def opened(store_path):
     store = Store.open(store_path)
     store.create_topic(TOPIC, PARTITIONS)
     transport = Transport(store)
-    txn = _Txn(transport)
+    txn = _txn(transport)
     txn.send_to(range(PARTITIONS), b"aborted")
     yield store, transport, txn
     store.close()
@@ -189,6 +170,23 @@ def test_the_entries_fsyncs_are_in_flight_at_once(opened, calls):
     assert _state(transport) is TxnState.COMPLETE_ABORT
 
 
+def _assert_rolled_forward_whole(store_path: str) -> None:
+    """A fresh process's first coordinator request rolls the decided abort forward: the transaction
+    ends, every partition has its ABORT marker and the `.txnindex` entry for it, nothing is visible,
+    and `check_store` finds no error."""
+    after = Store.open(store_path)
+    try:
+        again = Transport(after)
+        _txn(again)  # any coordinator request first rolls the decided transaction forward
+        assert _state(again) is TxnState.EMPTY
+        for p in range(PARTITIONS):
+            assert _visible(after, p) == [] and _last_is_abort_marker(after, p)
+            assert _aborts(after, p) == [after.partition(TOPIC, p).log_end_offset - 1]
+        assert [f for f in check_store(after, TOPIC).findings if f.severity is Severity.ERROR] == []
+    finally:
+        after.close()
+
+
 def test_a_failed_entry_fsync_fails_its_partition_alone(opened, calls, store_path):
     """Partition 1's entry cannot be made durable: it gets no marker and keeps no entry; the other
     partitions' markers are written and synced; the decision stays PREPARE_ABORT (the client is
@@ -211,17 +209,7 @@ def test_a_failed_entry_fsync_fails_its_partition_alone(opened, calls, store_pat
         assert ("fsync", f"{p}.log") in step and _last_is_abort_marker(store, p)
         assert _aborts(store, p) == [store.partition(TOPIC, p).log_end_offset - 1]
     store.close()
-    after = Store.open(store_path)
-    try:
-        again = Transport(after)
-        _Txn(again)  # any coordinator request first rolls the decided transaction forward
-        assert _state(again) is TxnState.EMPTY
-        for p in range(PARTITIONS):
-            assert _visible(after, p) == [] and _last_is_abort_marker(after, p)
-            assert _aborts(after, p) == [after.partition(TOPIC, p).log_end_offset - 1]
-        assert [f for f in check_store(after, TOPIC).findings if f.severity is Severity.ERROR] == []
-    finally:
-        after.close()
+    _assert_rolled_forward_whole(store_path)
 
 
 def test_a_one_partition_abort_keeps_its_order(store_path, calls):
@@ -230,7 +218,7 @@ def test_a_one_partition_abort_keeps_its_order(store_path, calls):
     try:
         store.create_topic(TOPIC, 1)
         transport = Transport(store)
-        txn = _Txn(transport)
+        txn = _txn(transport)
         txn.send_to(range(1), b"aborted")
         calls.clear()
         txn.abort()
@@ -268,12 +256,4 @@ def test_entries_whose_markers_were_not_written_are_taken_out(opened, calls, sto
     for p in (2, 3):
         assert not _last_is_abort_marker(store, p) and _aborts(store, p) == []
     store.close()
-    after = Store.open(store_path)
-    try:
-        _Txn(Transport(after))  # rolls the decided transaction forward
-        for p in range(PARTITIONS):
-            assert _visible(after, p) == [] and _last_is_abort_marker(after, p)
-            assert _aborts(after, p) == [after.partition(TOPIC, p).log_end_offset - 1]
-        assert [f for f in check_store(after, TOPIC).findings if f.severity is Severity.ERROR] == []
-    finally:
-        after.close()
+    _assert_rolled_forward_whole(store_path)

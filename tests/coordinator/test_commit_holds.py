@@ -21,6 +21,7 @@ from storage.lock import writer_lock_if_free
 from storage.partition_log import LOCK_FILE, PartitionLog, WriterHold
 from storage.records import build_batch
 from storage.topic_name import TRANSACTION_STATE_TOPIC
+from tests.coordinator.direct_txn import DirectTxn
 from txlog.fetch import IsolationLevel, fetch
 from txlog.schemas.transaction_log import TxnState
 from txlog.transport import Transport
@@ -30,34 +31,15 @@ TXN_ID = "tx-holds"
 NOW_MS = 1_700_000_000_000
 
 
-class _Txn:
-    def __init__(self, transport: Transport):
-        self.transport = transport
-        ids = transport.init_producer_id(TXN_ID)
-        self.pid, self.epoch = ids.producer_id, ids.epoch
-
-    def send_to(self, partitions: range, value: bytes) -> None:
-        self.transport.add_partitions_to_txn(TXN_ID, self.pid, self.epoch, [(TOPIC, p) for p in partitions])
-        for p in partitions:
-            data = build_batch(
-                [(None, value, None, None)],
-                producer_id=self.pid,
-                producer_epoch=self.epoch,
-                base_sequence=0,
-                is_transactional=True,
-            )
-            self.transport.produce(TOPIC, p, data, TXN_ID, sync=False)
-
-    def commit(self) -> None:
-        ids = self.transport.end_txn(TXN_ID, self.pid, self.epoch, True)
-        self.pid, self.epoch = ids.producer_id, ids.epoch
+def _txn(transport: Transport) -> DirectTxn:
+    return DirectTxn(transport, TXN_ID, TOPIC)
 
 
-def _open(store_path: str, partitions: int) -> tuple[Store, Transport, _Txn]:
+def _open(store_path: str, partitions: int) -> tuple[Store, Transport, DirectTxn]:
     store = Store.open(store_path)
     store.create_topic(TOPIC, partitions)
     transport = Transport(store, clock=lambda: NOW_MS)
-    return store, transport, _Txn(transport)
+    return store, transport, _txn(transport)
 
 
 def _durable_end(log: PartitionLog) -> int | None:

@@ -28,8 +28,8 @@ from storage.errors import KafkaStorageError
 from storage.file_records import FileRecords
 from storage.high_watermark import HighWatermarkFile
 from storage.log_files import log_file
-from storage.records import build_batch
 from storage.topic_name import TRANSACTION_STATE_TOPIC
+from tests.coordinator.direct_txn import DirectTxn
 from txlog.fetch import IsolationLevel, fetch
 from txlog.schemas.transaction_log import TxnState
 from txlog.tools.fault_injection import FaultInjectingTransport, FaultPlan
@@ -40,39 +40,8 @@ TXN_ID = "tx-fsyncs"
 NOW_MS = 1_700_000_000_000  # a fixed clock: no timeout or periodic sweep can add work to a count
 
 
-class _Txn:
-    """A transactional producer's requests, made directly on a transport (no producer in between)."""
-
-    def __init__(self, transport: Transport):
-        self.transport = transport
-        ids = transport.init_producer_id(TXN_ID)
-        self.pid, self.epoch = ids.producer_id, ids.epoch
-        self.seq: dict[int, int] = {}
-
-    def register(self, *partitions: int) -> None:
-        self.transport.add_partitions_to_txn(TXN_ID, self.pid, self.epoch, [(TOPIC, p) for p in partitions])
-
-    def send(self, partition: int, value: bytes) -> None:
-        seq = self.seq.get(partition, 0)
-        data = build_batch(
-            [(None, value, None, None)],
-            producer_id=self.pid,
-            producer_epoch=self.epoch,
-            base_sequence=seq,
-            is_transactional=True,
-        )
-        self.transport.produce(TOPIC, partition, data, TXN_ID, sync=False)
-        self.seq[partition] = seq + 1
-
-    def end(self, commit: bool) -> None:
-        ids = self.transport.end_txn(TXN_ID, self.pid, self.epoch, commit)
-        self.pid, self.epoch, self.seq = ids.producer_id, ids.epoch, {}
-
-    def run(self, partitions: tuple[int, ...], commit: bool) -> None:
-        self.register(*partitions)
-        for p in partitions:
-            self.send(p, b"v")
-        self.end(commit)
+def _txn(transport: Transport) -> DirectTxn:
+    return DirectTxn(transport, TXN_ID, TOPIC)
 
 
 @pytest.fixture
@@ -81,7 +50,7 @@ def setup(store_path):
     store = Store.open(store_path)
     store.create_topic(TOPIC, 2)
     transport = Transport(store, clock=lambda: NOW_MS)
-    txn = _Txn(transport)
+    txn = _txn(transport)
     txn.run((0, 1), commit=True)
     yield store, transport, txn
     store.close()
@@ -250,7 +219,7 @@ def test_a_failed_marker_sync_leaves_the_decision_to_roll_forward(setup, fsyncs,
     after = Store.open(store_path)
     try:
         again = Transport(after, clock=lambda: NOW_MS)
-        _Txn(again)  # any coordinator request first rolls the decided transaction forward
+        _txn(again)  # any coordinator request first rolls the decided transaction forward
         assert again.transaction_coordinator.describe(TXN_ID).state.state is TxnState.EMPTY
         assert (_committed(after, 0)[-1], _committed(after, 1)[-1]) == (b"kept-0", b"kept-1")
     finally:
@@ -260,7 +229,7 @@ def test_a_failed_marker_sync_leaves_the_decision_to_roll_forward(setup, fsyncs,
 def test_data_already_flushed_is_not_synced_again_at_commit(setup, fsyncs):
     store, transport, _ = setup
     wrapped = FaultInjectingTransport(transport, FaultPlan())
-    txn = _Txn(wrapped)
+    txn = _txn(wrapped)
     fsyncs.clear()
     txn.register(0)
     txn.send(0, b"x")
@@ -300,7 +269,7 @@ def test_a_complete_lost_to_power_loss_is_rolled_forward_without_a_second_marker
     try:
         again = Transport(after, clock=lambda: NOW_MS)
         assert again.transaction_coordinator.describe(TXN_ID).state.state is TxnState.PREPARE_COMMIT
-        _Txn(again)  # any coordinator request first rolls the decided transaction forward
+        _txn(again)  # any coordinator request first rolls the decided transaction forward
         assert after.partition(TOPIC, 0).log_end_offset == data_end  # the marker was not written again
         assert _committed(after, 0).count(b"kept") == 1
         assert again.transaction_coordinator.describe(TXN_ID).state.state is TxnState.EMPTY
