@@ -170,6 +170,22 @@ def test_the_entries_fsyncs_are_in_flight_at_once(opened, calls):
     assert _state(transport) is TxnState.COMPLETE_ABORT
 
 
+def _abort_failing(calls, transport: Transport, txn: DirectTxn, at: tuple[str, str], error: OSError) -> list:
+    """End `txn` with an abort whose call `at` ((call, file name)) raises `error`: the decision is made,
+    so the transaction stays PREPARE_ABORT. Returns the calls made after the decision."""
+
+    def before(call: str, file: str) -> None:
+        if (call, file) == at:
+            raise error
+
+    calls.clear()
+    calls.before = before
+    txn.abort()
+    calls.before = None
+    assert _state(transport) is TxnState.PREPARE_ABORT
+    return _after_decision(calls)
+
+
 def _assert_rolled_forward_whole(store_path: str) -> None:
     """A fresh process's first coordinator request rolls the decided abort forward: the transaction
     ends, every partition has its ABORT marker and the `.txnindex` entry for it, nothing is visible,
@@ -193,16 +209,7 @@ def test_a_failed_entry_fsync_fails_its_partition_alone(opened, calls, store_pat
     answered as before) and a fresh process rolls it forward."""
     store, transport, txn = opened
 
-    def before(call: str, file: str) -> None:
-        if (call, file) == ("fsync", "1.txnindex"):
-            raise OSError(errno.EIO, "Input/output error")
-
-    calls.clear()
-    calls.before = before
-    txn.abort()
-    calls.before = None
-    assert _state(transport) is TxnState.PREPARE_ABORT
-    step = _after_decision(calls)
+    step = _abort_failing(calls, transport, txn, ("fsync", "1.txnindex"), OSError(errno.EIO, "Input/output error"))
     assert not [c for c in step if c[1] == "1.log"]  # partition 1: no marker written, none synced
     assert _aborts(store, 1) == [] and not _last_is_abort_marker(store, 1)
     for p in (0, 2, 3):
@@ -240,16 +247,7 @@ def test_entries_whose_markers_were_not_written_are_taken_out(opened, calls, sto
     a fresh process rolls the decision forward."""
     store, transport, txn = opened
 
-    def before(call: str, file: str) -> None:
-        if (call, file) == ("write", "2.log"):
-            raise OSError(errno.ENOSPC, "No space left on device")
-
-    calls.clear()
-    calls.before = before
-    txn.abort()
-    calls.before = None
-    assert _state(transport) is TxnState.PREPARE_ABORT
-    step = _after_decision(calls)
+    step = _abort_failing(calls, transport, txn, ("write", "2.log"), OSError(errno.ENOSPC, "No space left on device"))
     assert sorted(f for c, f in step if c == "fsync" and f.endswith(".log")) == ["0.log", "1.log"]
     for p in (0, 1):
         assert _last_is_abort_marker(store, p) and _aborts(store, p) == [store.partition(TOPIC, p).log_end_offset - 1]
