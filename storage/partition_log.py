@@ -43,8 +43,8 @@ from typing import TYPE_CHECKING, Concatenate, ParamSpec, TypeVar
 
 from storage.checkpoint import LOG_START_CHECKPOINT, read_log_start_checkpoint, write_log_start_checkpoint
 from storage.config import TopicConfig
-from storage.descriptor_cache import CACHE
-from storage.durable import each_in_parallel, write_refused
+from storage.descriptor_cache import CACHE, CachedFile
+from storage.durable import sync_round, write_refused
 from storage.errors import (
     CorruptIndexError,
     CorruptRecordError,
@@ -287,6 +287,7 @@ class PartitionLog:
         # The directory's inode when this view first looked: another directory under the name
         # (the topic deleted and made again) is no swap, and this view must not move into it.
         self._dir_ino: int | None = None
+        self._dir_dev: int | None = None  # the directory's filesystem (`WriterHold`'s one syncfs covers one)
         self._failed: str | None = None
         # Why this view of a writable store may not write (the disk refused recovery's writes at open).
         self._write_refused: str | None = None
@@ -323,7 +324,8 @@ class PartitionLog:
                 self._open_without_writing(refusal)
         with self._mutex:
             self._refresh_log_start()
-            self._dir_ino = os.stat(directory).st_ino
+            found = os.stat(directory)
+            self._dir_ino, self._dir_dev = found.st_ino, found.st_dev
             # Where in the active segment this view knows the newest snapshot (`_maybe_snapshot_active`):
             # recovery left one at the log end, unless it had nothing to replay (a clean close did).
             self._snapshot_mark = (self._segments[-1].base_offset, self._segments[-1].size)
@@ -1956,6 +1958,10 @@ class WriterHold:
                 self._held[id(log)] = None
             yield log
 
+    def covers(self, logs: Sequence[PartitionLog]) -> bool:
+        """Whether this hold was made over exactly `logs` (in any order) and `take` has visited them all."""
+        return {id(log) for log in logs} == {id(log) for log in self._logs} and len(self._held) == len(self._logs)
+
     def refusal(self, log: PartitionLog) -> BaseException | None:
         """Why `log` (already yielded by `take`) is not held, or None when it is."""
         return self._held[id(log)]
@@ -1986,7 +1992,7 @@ class WriterHold:
             if segment is not None:
                 staged.append((log, segment))
         self._staged.extend(log for log, _ in staged)
-        outcomes = each_in_parallel([segment.txn_index.flush for _, segment in staged])
+        outcomes = sync_round([segment.txn_index.flush for _, segment in staged], _anchor(staged))
         for (log, _), error in zip(staged, outcomes, strict=True):
             log._staged_abort_synced(error)
             if error is not None:
@@ -2015,25 +2021,52 @@ class WriterHold:
         if unsynced is not None:
             self._todo.append((order, log, unsynced))
 
+    def settle(self) -> None:
+        """Run the syncs asked for so far now, as on exit, with every partition still held; then raise the
+        first failure. For a commit holding its data partitions from their syncs (before PREPARE_COMMIT)
+        to their markers' syncs: one lock and one catch-up per partition serve both rounds."""
+        self._run_round()
+        errors, self._errors = self._errors, {}
+        if errors:
+            raise errors[min(errors)]
+
     def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
         with self._stack:
             if kind is not None and not issubclass(kind, (KafkaError, OSError)):
                 return
-            for n, log in enumerate(self._staged):
-                try:
-                    log._drop_staged_abort()  # its marker was not written (a written one consumed its entry)
-                except (KafkaError, OSError) as exc:  # the markers written are still synced below
-                    self._errors[len(self._logs) + n] = exc
-            outcomes = each_in_parallel([segment.sync for _, _, segment in self._todo])
-            for (order, log, segment), error in zip(self._todo, outcomes, strict=True):
-                if error is None:
-                    log._synced(segment)
-                    continue
-                if isinstance(error, KafkaStorageError):
-                    log._sync_failed(error)
-                self._errors[order] = error
+            self._run_round()
         if self._errors and kind is None:
             raise self._errors[min(self._errors)]
+
+    def _run_round(self) -> None:
+        """The round's work: staged abort entries whose markers were not written taken out, every file
+        `sync` asked for made durable at once (`sync_round`), each synced log's HW published; the
+        failures kept in `_errors`."""
+        staged, self._staged = self._staged, []
+        for n, log in enumerate(staged):
+            try:
+                log._drop_staged_abort()  # its marker was not written (a written one consumed its entry)
+            except (KafkaError, OSError) as exc:  # the markers written are still synced below
+                self._errors[len(self._logs) + n] = exc
+        todo, self._todo = self._todo, []
+        pairs = [(log, segment) for _, log, segment in todo]
+        outcomes = sync_round([segment.sync for _, segment in pairs], _anchor(pairs))
+        for (order, log, segment), error in zip(todo, outcomes, strict=True):
+            if error is None:
+                log._synced(segment)
+                continue
+            if isinstance(error, KafkaStorageError):
+                log._sync_failed(error)
+            self._errors[order] = error
+
+
+def _anchor(pairs: Sequence[tuple[PartitionLog, LogSegment]]) -> CachedFile | None:
+    """For `sync_round`: the first segment's `.log` when every log's directory (where its segments' files
+    live) is on one filesystem, else None."""
+    devices = {log._dir_dev for log, _ in pairs}
+    if not pairs or len(devices) != 1 or None in devices:
+        return None
+    return pairs[0][1].log
 
 
 def sync_all(logs: Sequence[PartitionLog]) -> None:

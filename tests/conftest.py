@@ -42,6 +42,19 @@ def store(store_path):
     s.close()
 
 
+@pytest.fixture(params=["fdatasync", "syncfs"])
+def sync_method(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each way a sync round over several files can make them durable (storage.durable.sync_round):
+    one fdatasync per file, or one syncfs(2) (skipped where the kernel cannot report errors through it).
+    Set in the environment (`TXLOG_SYNC_METHOD`), so worker processes the test starts use it too."""
+    from storage.durable import SYNC_METHOD_ENV, syncfs_usable
+
+    if request.param == "syncfs" and not syncfs_usable():
+        pytest.skip("syncfs(2) reports no writeback error here (Linux before 5.8, or not Linux)")
+    monkeypatch.setenv(SYNC_METHOD_ENV, str(request.param))
+    return str(request.param)
+
+
 @pytest.fixture
 def kafka_real_copy(tmp_path) -> str:
     """A writable copy of the real Kafka segment fixture (the original is read-only)."""

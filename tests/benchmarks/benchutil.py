@@ -30,11 +30,11 @@ MiB = 1 << 20
 
 
 class FsyncMeter:
-    """Counts calls of os.fsync / os.fdatasync and the wall seconds spent in them.
+    """Counts calls of os.fsync / os.fdatasync / storage.durable.syncfs and the wall seconds spent in them.
 
-    storage.durable looks both functions up on `os` at call time, so replacing them on the
-    module catches every fsync the store does. The wrapper adds one Python call per fsync,
-    which is noise next to the syscall.
+    storage.durable looks these functions up at call time, so replacing them on their modules
+    catches every sync the store does (a syncfs, which makes a whole round durable, counts as one).
+    The wrapper adds one Python call per sync, which is noise next to the syscall.
     """
 
     calls = 0
@@ -48,6 +48,9 @@ class FsyncMeter:
         cls._installed = True
         for name in ("fsync", "fdatasync"):
             setattr(os, name, cls._wrap(getattr(os, name)))
+        from storage import durable
+
+        durable.syncfs = cls._wrap(durable.syncfs)
 
     @classmethod
     def _wrap(cls, real: Callable[[int], None]) -> Callable[[int], None]:

@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 import pytest
 
-from storage import Store
+from storage import Store, durable
 from storage.high_watermark import HighWatermarkFile
 from storage.topic_name import TRANSACTION_STATE_TOPIC
 from tests.coordinator.direct_txn import DirectTxn
@@ -36,10 +36,15 @@ TXN_ID = "tx-abort-entries"
 PARTITIONS = 4
 
 
+#: How `calls` records a syncfs (storage.durable.syncfs): one call that syncs every file of the filesystem.
+SYNCFS = ("syncfs", "filesystem")
+
+
 class _Calls(list):
     """(call, file) of every fsync, fdatasync and write to a data partition or the coordinator, in the
-    order they began: call is 'fsync' or 'write', file 'coordinator' or '<p>.txnindex' / '<p>.log'.
-    `before(call, file)`, when set, runs first in the calling thread (it may raise OSError or wait)."""
+    order they began: call is 'fsync' or 'write', file 'coordinator' or '<p>.txnindex' / '<p>.log';
+    a syncfs is SYNCFS. `before(call, file)`, when set, runs first in the calling thread (it may raise
+    OSError or wait)."""
 
     before: Callable[[str, str], None] | None = None
 
@@ -47,7 +52,7 @@ class _Calls(list):
 @pytest.fixture
 def calls(monkeypatch) -> _Calls:
     seen = _Calls()
-    real = {"fsync": os.fsync, "fdatasync": os.fdatasync, "write": os.write}
+    real = {"fsync": os.fsync, "fdatasync": os.fdatasync, "write": os.write, "syncfs": durable.syncfs}
 
     def name(fd: int) -> str | None:
         path = os.readlink(f"/proc/self/fd/{fd}")
@@ -78,9 +83,16 @@ def calls(monkeypatch) -> _Calls:
         hit("write", fd)
         return real["write"](fd, data)
 
+    def syncfs(fd):
+        seen.append(SYNCFS)
+        if seen.before is not None:
+            seen.before(*SYNCFS)
+        real["syncfs"](fd)
+
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(os, "fdatasync", fdatasync)
     monkeypatch.setattr(os, "write", write)
+    monkeypatch.setattr(durable, "syncfs", syncfs)
     return seen
 
 
@@ -129,24 +141,30 @@ def _after_decision(seen: _Calls) -> list[tuple[str, str]]:
     return [c for c in seen[decision + 1 :] if c[1] != "coordinator"]
 
 
-def test_each_entry_is_durable_before_its_marker_is_written(opened, calls):
+def test_each_entry_is_durable_before_its_marker_is_written(opened, calls, sync_method):
+    """With syncfs, one syncfs stands for the round's fsyncs: the entries', then the markers'."""
     store, transport, txn = opened
     calls.clear()
     txn.abort()
     assert _state(transport) is TxnState.COMPLETE_ABORT
     step = _after_decision(calls)
+
+    def sync(file: str) -> tuple[str, str]:
+        return SYNCFS if sync_method == "syncfs" else ("fsync", file)
+
     for p in range(PARTITIONS):
-        mine = [c for c in step if c[1].startswith(f"{p}.")]
+        mine = [c for c in step if c[1].startswith(f"{p}.") or c == SYNCFS]
         # the entry written, its fsync, then (only then) the marker's bytes and their fdatasync
         assert mine == [
             ("write", f"{p}.txnindex"),
-            ("fsync", f"{p}.txnindex"),
+            sync(f"{p}.txnindex"),
             ("write", f"{p}.log"),
-            ("fsync", f"{p}.log"),
+            sync(f"{p}.log"),
         ], mine
     # every entry's fsync ended before the first marker was written: the entries are one round
     first_marker = step.index(next(c for c in step if c == ("write", "0.log")))
-    assert sorted(f for c, f in step[:first_marker] if c == "fsync") == [f"{p}.txnindex" for p in range(PARTITIONS)]
+    synced = sorted({sync(f"{p}.txnindex") for p in range(PARTITIONS)})
+    assert sorted(c for c in step[:first_marker] if c[0] != "write") == synced
     for p in range(PARTITIONS):
         assert _visible(store, p) == [] and _last_is_abort_marker(store, p)
         end = store.partition(TOPIC, p).log_end_offset
@@ -154,9 +172,11 @@ def test_each_entry_is_durable_before_its_marker_is_written(opened, calls):
         assert HighWatermarkFile(store.partition(TOPIC, p).directory, writable=False).read() == end
 
 
-def test_the_entries_fsyncs_are_in_flight_at_once(opened, calls):
+def test_the_entries_fsyncs_are_in_flight_at_once(opened, calls, monkeypatch):
     """A serial loop of entry fsyncs never brings two to the barrier (it breaks after the timeout,
-    only a bound on a hang: fsyncs issued at once meet at once however slow the machine is)."""
+    only a bound on a hang: fsyncs issued at once meet at once however slow the machine is). Of the
+    per-file method: a syncfs makes them one call."""
+    monkeypatch.setenv(durable.SYNC_METHOD_ENV, "fdatasync")
     _, transport, txn = opened
     barrier = threading.Barrier(PARTITIONS, timeout=120)
 
@@ -172,10 +192,11 @@ def test_the_entries_fsyncs_are_in_flight_at_once(opened, calls):
 
 def _abort_failing(calls, transport: Transport, txn: DirectTxn, at: tuple[str, str], error: OSError) -> list:
     """End `txn` with an abort whose call `at` ((call, file name)) raises `error`: the decision is made,
-    so the transaction stays PREPARE_ABORT. Returns the calls made after the decision."""
+    so the transaction stays PREPARE_ABORT; a failing fsync fails a syncfs too (the kernel reports a
+    file's lost writeback through the filesystem's as well). Returns the calls made after the decision."""
 
     def before(call: str, file: str) -> None:
-        if (call, file) == at:
+        if (call, file) == at or ((call, file) == SYNCFS and at[0] == "fsync"):
             raise error
 
     calls.clear()
@@ -203,10 +224,11 @@ def _assert_rolled_forward_whole(store_path: str) -> None:
         after.close()
 
 
-def test_a_failed_entry_fsync_fails_its_partition_alone(opened, calls, store_path):
+def test_a_failed_entry_fsync_fails_its_partition_alone(opened, calls, store_path, sync_method):
     """Partition 1's entry cannot be made durable: it gets no marker and keeps no entry; the other
     partitions' markers are written and synced; the decision stays PREPARE_ABORT (the client is
-    answered as before) and a fresh process rolls it forward."""
+    answered as before) and a fresh process rolls it forward. With syncfs, the failed syncfs is
+    followed by each entry's own fsync, which finds partition 1's."""
     store, transport, txn = opened
 
     step = _abort_failing(calls, transport, txn, ("fsync", "1.txnindex"), OSError(errno.EIO, "Input/output error"))

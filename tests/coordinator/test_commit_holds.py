@@ -1,11 +1,15 @@
-"""A commit's markers under held partitions (storage.partition_log.WriterHold, issue 26).
+"""A commit's syncs and markers under held partitions (storage.partition_log.WriterHold, issue 26).
 
 The coordinator takes the locks of a window of the transaction's partitions, catches each view up
-once, writes the markers (in partition order) and syncs them all before releasing them. Checked here
-through the transport, as a producer reaches it: another writer's append made before the commit is
-seen and lands below the marker and the HW; a transaction wider than a window still has every marker
-durable before COMPLETE_COMMIT; a partition whose lock or catch-up fails stops the markers there,
-with the markers before it durable and the decision rolled forward later.
+once, writes the markers (in partition order) and syncs them all before releasing them. A commit
+whose partitions fit one window holds them from their data syncs, across PREPARE_COMMIT, to their
+markers' syncs: one lock and one catch-up each. Checked here through the transport, as a producer
+reaches it: another writer's append made before the commit is seen and lands below the marker and
+the HW; at PREPARE_COMMIT every data partition is durable and still held, and was caught up once; a
+transaction wider than a window still has every marker durable before COMPLETE_COMMIT; a partition
+whose lock or catch-up fails stops the markers there, with the markers before it durable and the
+decision rolled forward later; a marker's failed fdatasync under the long hold leaves the decision
+to the roll-forward.
 """
 
 from __future__ import annotations
@@ -114,7 +118,91 @@ def test_a_transaction_wider_than_a_window_has_every_marker_durable_before_compl
     store.close()
 
 
+def _held_data_partitions(logs: list[PartitionLog]) -> list[bool]:
+    """Which of `logs` have their writer lock taken (by this process: a probe from here cannot take it)."""
+    held = []
+    for log in logs:
+        with writer_lock_if_free(os.path.join(log.directory, LOCK_FILE)) as free:
+            held.append(not free)
+    return held
+
+
+def test_a_commit_within_one_window_holds_its_data_partitions_from_their_syncs_to_their_markers(
+    store_path, monkeypatch
+):
+    store, transport, txn = _open(store_path, 4)
+    logs = [store.partition(TOPIC, p) for p in range(4)]
+    txn.send_to(range(4), b"v")
+    catch_ups: dict[int, int] = {}
+    real_catch_up = PartitionLog._catch_up
+
+    def catch_up(self: PartitionLog, *, repair: bool) -> None:
+        if repair:  # a writer's (a reader's, such as the checks below, does not repair)
+            catch_ups[id(self)] = catch_ups.get(id(self), 0) + 1
+        real_catch_up(self, repair=repair)
+
+    monkeypatch.setattr(PartitionLog, "_catch_up", catch_up)
+    at_prepare: list[tuple[list[bool], list[bool]]] = []
+    real_prepare = transport.transaction_coordinator._prepare
+
+    def prepare(*args, **kwargs):
+        durable = [_durable_end(log) == log.log_end_offset for log in logs]
+        at_prepare.append((durable, _held_data_partitions(logs)))
+        return real_prepare(*args, **kwargs)
+
+    monkeypatch.setattr(transport.transaction_coordinator, "_prepare", prepare)
+    txn.commit()
+    assert at_prepare == [([True] * 4, [True] * 4)]  # synced, and still held for the markers
+    assert [catch_ups.get(id(log), 0) for log in logs] == [1] * 4  # one writer's catch-up serves both rounds
+    assert _held_data_partitions(logs) == [False] * 4  # let go once the end is over
+    assert all(_last_batch(log).is_control and _durable_end(log) == log.log_end_offset for log in logs)
+    assert _state(transport) == TxnState.COMPLETE_COMMIT
+    store.close()
+
+
+def test_a_failed_marker_sync_under_the_long_hold_leaves_the_decision_to_the_roll_forward(store_path, monkeypatch):
+    """Partition 2's marker cannot be made durable: the others' are, the partition refuses writes from then
+    on (never retried), the decision stays PREPARE_COMMIT, and a fresh process (the partition reopened,
+    its tail synced by recovery) completes it."""
+    monkeypatch.setenv("TXLOG_SYNC_METHOD", "fdatasync")  # the failure is injected per file
+    store, transport, txn = _open(store_path, 4)
+    logs = [store.partition(TOPIC, p) for p in range(4)]
+    txn.send_to(range(4), b"v")
+    real = os.fdatasync
+    markers_step = threading.Event()
+    real_prepare = transport.transaction_coordinator._prepare
+
+    def prepare(*args, **kwargs):
+        prepared = real_prepare(*args, **kwargs)
+        markers_step.set()
+        return prepared
+
+    def fdatasync(fd: int) -> None:
+        if markers_step.is_set() and os.path.dirname(os.readlink(f"/proc/self/fd/{fd}")) == logs[2].directory:
+            raise OSError(5, "Input/output error")
+        real(fd)
+
+    monkeypatch.setattr(transport.transaction_coordinator, "_prepare", prepare)
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    txn.commit()  # decided: answered as committed, the last marker is the roll-forward's
+    assert _state(transport) == TxnState.PREPARE_COMMIT
+    assert logs[2].failed
+    for p in (0, 1, 3):
+        assert _last_batch(logs[p]).is_control and _durable_end(logs[p]) == logs[p].log_end_offset
+    assert _held_data_partitions(logs) == [False] * 4
+    store.close()
+    monkeypatch.setattr(os, "fdatasync", real)
+    after = Store.open(store_path)
+    again = Transport(after, clock=lambda: NOW_MS)
+    again.transaction_coordinator.sweep_all()
+    assert _state(again) == TxnState.COMPLETE_COMMIT
+    assert [_committed(after, p) for p in range(4)] == [[b"v"]] * 4
+    after.close()
+
+
 def test_a_partition_that_cannot_be_held_stops_the_markers_and_those_before_it_are_durable(store_path, monkeypatch):
+    """A transaction wider than one window (the descriptor cache's limit at 4): its markers' windows are
+    taken after PREPARE_COMMIT, and partition 1's catch-up fails then."""
     store, transport, txn = _open(store_path, 3)
     logs = [store.partition(TOPIC, p) for p in range(3)]
     txn.send_to(range(3), b"v")
@@ -135,7 +223,13 @@ def test_a_partition_that_cannot_be_held_stops_the_markers_and_those_before_it_a
         return prepared
 
     monkeypatch.setattr(transport.transaction_coordinator, "_prepare", prepare_then_refuse)
-    txn.commit()  # decided: the markers that could not be written are the roll-forward's
+    limit = CACHE.limit
+    set_limit(4)
+    try:
+        assert WriterHold.window() == 2
+        txn.commit()  # decided: the markers that could not be written are the roll-forward's
+    finally:
+        set_limit(limit)
     assert _state(transport) == TxnState.PREPARE_COMMIT
     assert _last_batch(logs[0]).is_control and _durable_end(logs[0]) == logs[0].log_end_offset
     assert not _last_batch(logs[1]).is_control and not _last_batch(logs[2]).is_control

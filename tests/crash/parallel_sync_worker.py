@@ -10,9 +10,10 @@ knows what was acknowledged:
     COMMITTED <i>        commit_transaction() returned: every record of i must stay RC-visible
     ABORTED <i>          abort_transaction() returned: no record of i may ever be RC-visible
     KILL <what>          (with --kill-txn) about to SIGKILL itself: `fdatasync <n> <k> <file>`
-                         just before the n-th fdatasync of transaction --kill-txn's end, the
+                         just before the n-th sync of transaction --kill-txn's end, the
                          k-th of them being of a `__transaction_state` file (k = 0, 1, ...),
-                         or `after-end` once that end returned (n was past its last fdatasync)
+                         or `after-end` once that end returned (n was past its last sync); a
+                         syncfs, which syncs a whole round at once, is `syncfs <n> <k> <file>`
 
 Every fourth transaction is aborted, flushed first so that its records reach the log and the
 abort runs the coordinator's marker path (the `.txnindex` entry before each marker) under the
@@ -22,7 +23,7 @@ before PREPARE_COMMIT, the markers' after it).
 
 `--kill-txn i --kill-sync n` makes the kill exact: the fdatasyncs of transaction i's end are
 counted from its BEGIN line (both ends: the registration in `__transaction_state`, one per data
-partition, the PREPARE_* record, one per marker; PHASES in the test names them) and the
+partition or one syncfs, the PREPARE_* record, one per marker or one syncfs; `phases` in the test names them) and the
 process SIGKILLs itself just before the n-th, so the parent can aim at each step of the end;
 its KILL line says which step that was (how many `__transaction_state` syncs came before).
 """
@@ -94,28 +95,33 @@ def run(args: argparse.Namespace) -> None:
 
 
 def _kill_before_fdatasync(n: int) -> Callable[[], None]:
-    """Wrap os.fdatasync (storage.durable looks it up per call) to SIGKILL this process just
-    before the n-th call made once the returned `arm` was called; the syncs may run on several
-    threads at once, so the count is taken under a lock."""
-    real = os.fdatasync
+    """Wrap os.fdatasync and storage.durable.syncfs (storage.durable looks both up per call) to SIGKILL
+    this process just before the n-th call of either made once the returned `arm` was called; the
+    syncs may run on several threads at once, so the count is taken under a lock."""
+    from storage import durable
+
     lock = threading.Lock()
     state = {"armed": False, "count": 0, "coordinator": 0}
 
-    def fdatasync(fd: int) -> None:
-        if state["armed"]:
-            path = txn_crash_worker._fd_path(fd)
-            with lock:
-                state["count"] += 1
-                count, before = state["count"], state["coordinator"]
-                state["coordinator"] += f"/{txn_crash_worker.TXN_TOPIC}-" in path
-            if count == n:
-                txn_crash_worker._die(f"fdatasync {count} {before} {path}")
-        real(fd)
+    def counted(name: str, real: Callable[[int], None]) -> Callable[[int], None]:
+        def sync(fd: int) -> None:
+            if state["armed"]:
+                path = txn_crash_worker._fd_path(fd)
+                with lock:
+                    state["count"] += 1
+                    count, before = state["count"], state["coordinator"]
+                    state["coordinator"] += f"/{txn_crash_worker.TXN_TOPIC}-" in path
+                if count == n:
+                    txn_crash_worker._die(f"{name} {count} {before} {path}")
+            real(fd)
+
+        return sync
 
     def arm() -> None:
         state["armed"] = True
 
-    os.fdatasync = fdatasync
+    os.fdatasync = counted("fdatasync", os.fdatasync)
+    durable.syncfs = counted("syncfs", durable.syncfs)
     return arm
 
 

@@ -17,7 +17,7 @@ The power-loss variant also cuts every partition's unsynced tail after each kill
 gone: markers appended but not yet synced (the durable PREPARE_COMMIT must be rolled forward
 and its markers written again), a PREPARE appended but not synced (the transaction must abort),
 a COMPLETE_* that is never synced. Most of its kills are aimed: the worker dies just before the
-n-th fdatasync of a chosen end (PHASES), and a writeback policy says which unsynced tails
+n-th sync of a chosen end (`phases`: with syncfs a round is one call), and a writeback policy says which unsynced tails
 reached the disk anyway (all of `__transaction_state`'s while the data partitions' are lost is
 the one that shows a COMPLETE_* made durable before its markers).
 
@@ -131,19 +131,24 @@ def test_scenario79_killed_during_wide_commits_every_transaction_is_whole(tmp_pa
 
 # ---- the power-loss variant -------------------------------------------------------------------------
 
-#: Where a kill is aimed: the range of the fdatasync of the end to die before, counted from its
-#: BEGIN line, or None for a random moment after BEGIN (the kill-only test's). An end's fdatasyncs
-#: (a commit's; an abort, flushed first, has the same ones: the flush registers and syncs the
-#: data): 1 the ONGOING registration in `__transaction_state`, then one per data partition, then
-#: the PREPARE_* record (the decision), then one per marker; past them, the worker dies once the
-#: end returned. The worker's KILL line says which step it met (`_step_of`), checked against this.
-PHASES: dict[str, tuple[int, int] | None] = {
-    "data": (2, PARTITIONS + 1),
-    "decision": (PARTITIONS + 2, PARTITIONS + 2),
-    "markers": (PARTITIONS + 3, 2 * PARTITIONS + 2),
-    "after": (2 * PARTITIONS + 3, 2 * PARTITIONS + 3),
-    "moment": None,
-}
+
+def phases(per_round: int) -> dict[str, tuple[int, int] | None]:
+    """Where a kill is aimed: the range of the sync of the end to die before, counted from its BEGIN
+    line, or None for a random moment after BEGIN (the kill-only test's). An end's syncs (a commit's;
+    an abort, flushed first, has the same ones: the flush registers and syncs the data): 1 the ONGOING
+    registration in `__transaction_state`, then the data partitions' round, then the PREPARE_* record
+    (the decision), then the markers' round; past them, the worker dies once the end returned. A round
+    is `per_round` calls: one fdatasync per partition, or one syncfs. The worker's KILL line says which
+    step it met (`_step_of`), checked against this."""
+    return {
+        "data": (2, per_round + 1),
+        "decision": (per_round + 2, per_round + 2),
+        "markers": (per_round + 3, 2 * per_round + 2),
+        "after": (2 * per_round + 3, 2 * per_round + 3),
+        "moment": None,
+    }
+
+
 #: (end, phase, writeback policy) of the default run, every step of both ends under a power loss.
 POWER_CASES = [
     ("commit", "data", "random"),
@@ -172,9 +177,9 @@ def _target(first: int, end: str, rng: random.Random) -> int:
 
 
 def _step_of(worker: Worker) -> str:
-    """The step of the end the aimed kill met, from the worker's KILL line (a PHASES name).
+    """The step of the end the aimed kill met, from the worker's KILL line (a `phases` name).
 
-    `fdatasync <n> <k> <file>`: k syncs of `__transaction_state` came before this one, the
+    `fdatasync|syncfs <n> <k> <file>`: k syncs of `__transaction_state` came before this one, the
     registration and then the decision; "registration" if it met the registration's own.
     """
     kills = [line for line in worker.lines if line.startswith("KILL ")]
@@ -201,11 +206,13 @@ def _expected(end: str, phase: str, policy: str) -> str | None:
     return None
 
 
-def _power_loss_round(root: str, first: int, case: tuple[str, str, str], rng: random.Random) -> tuple[int, dict]:
+def _power_loss_round(
+    root: str, first: int, case: tuple[str, str, str], rng: random.Random, per_round: int
+) -> tuple[int, dict]:
     """One worker killed as `case` says, then the power loss; returns (next first, this round's facts)."""
     end, phase, policy = case
     target = _target(first, end, rng)
-    span = PHASES[phase]
+    span = phases(per_round)[phase]
     n = rng.randint(*span) if span else 0
     aimed = ("--kill-txn", target, "--kill-sync", n) if span else ()
     worker = Worker("run", root, "--topic", TOPIC, "--tid", TID, "--first", first, *aimed)
@@ -237,11 +244,13 @@ def _power_loss_round(root: str, first: int, case: tuple[str, str, str], rng: ra
 def _power_cases(big: bool, rng: random.Random) -> list[tuple[str, str, str]]:
     if not big:
         return POWER_CASES
-    ends, phases = ("commit", "abort"), list(PHASES)
-    return [(rng.choice(ends), rng.choice(phases), rng.choice(WRITEBACK_NAMES)) for _ in range(40)]
+    ends, steps = ("commit", "abort"), list(phases(1))
+    return [(rng.choice(ends), rng.choice(steps), rng.choice(WRITEBACK_NAMES)) for _ in range(40)]
 
 
-def test_scenario79_killed_during_wide_ends_then_power_loss_every_transaction_is_whole(tmp_path, big):
+def test_scenario79_killed_during_wide_ends_then_power_loss_every_transaction_is_whole(tmp_path, big, sync_method):
+    """Both ways a round is made durable (scenario 84): an fdatasync per partition, or one syncfs."""
+    per_round = 1 if sync_method == "syncfs" else PARTITIONS
     rng = random.Random(f"{SEED}-power")
     root = str(tmp_path / "store")
     make_store(root, {TOPIC: PARTITIONS})
@@ -251,7 +260,7 @@ def test_scenario79_killed_during_wide_ends_then_power_loss_every_transaction_is
     begun = 0
     for case in _power_cases(big, rng):
         try:
-            begun, facts = _power_loss_round(root, begun, case, rng)
+            begun, facts = _power_loss_round(root, begun, case, rng, per_round)
         except AssertionError as exc:  # e.g. the next worker met a transaction a power loss left open
             raise AssertionError(f"seed {SEED}, case {case} after the rounds {rounds}:\n{exc}") from exc
         told.update(facts["told"])

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from storage import Store
+from storage import Store, durable
 from storage.descriptor_cache import CACHE, set_limit
 from storage.durable import PARALLEL_SYNCS, each_in_parallel, in_parallel
 from storage.errors import KafkaStorageError
@@ -29,6 +29,7 @@ from storage.partition_log import LOCK_FILE, PartitionLog, WriterHold, sync_all
 from storage.records import build_batch
 
 TOPIC = "t"
+EVERY = -1  # the `fdatasyncs` hook's partition for a syncfs, which syncs every file of the filesystem
 
 
 def _batch(value: bytes) -> bytes:
@@ -50,17 +51,24 @@ def _partition_of(fd: int) -> int | None:
 
 @pytest.fixture
 def fdatasyncs(monkeypatch) -> Iterator[tuple[list[str], list[Callable[[int | None], None]]]]:
-    """The file each os.fdatasync hits (its path); `hook[0](partition)` runs first, in the syncing thread."""
+    """The file each os.fdatasync hits (its path); `hook[0](partition)` runs first, in the syncing thread.
+    A syncfs (storage.durable.syncfs) runs `hook[0](EVERY)` first: it stands for every file's sync."""
     hits: list[str] = []
     hook: list[Callable[[int | None], None]] = [lambda partition: None]
     real = os.fdatasync
+    real_syncfs = durable.syncfs
 
     def fdatasync(fd: int) -> None:
         hits.append(os.readlink(f"/proc/self/fd/{fd}"))
         hook[0](_partition_of(fd))
         real(fd)
 
+    def syncfs(fd: int) -> None:
+        hook[0](EVERY)
+        real_syncfs(fd)
+
     monkeypatch.setattr(os, "fdatasync", fdatasync)
+    monkeypatch.setattr(durable, "syncfs", syncfs)
     yield hits, hook
 
 
@@ -168,7 +176,11 @@ def test_a_segment_another_writer_rolled_to_is_the_one_synced(two_stores, fdatas
     assert _hw_on_disk(mine) == 2
 
 
-def test_a_failed_fdatasync_fails_its_partition_alone_after_every_sync_ended(two_stores, fdatasyncs) -> None:
+def test_a_failed_fdatasync_fails_its_partition_alone_after_every_sync_ended(
+    two_stores, fdatasyncs, sync_method
+) -> None:
+    """With syncfs, the lost page fails the syncfs too (the kernel reports it through the superblock), and
+    the per-file fdatasyncs that follow find the partition whose data it was."""
     first, _ = two_stores
     logs = [first.partition(TOPIC, p) for p in range(4)]
     for log in logs:
@@ -176,7 +188,7 @@ def test_a_failed_fdatasync_fails_its_partition_alone_after_every_sync_ended(two
     hits, hook = fdatasyncs
 
     def fail_partition_2(partition: int | None) -> None:
-        if partition == 2:
+        if partition in (2, EVERY):
             raise OSError(errno.EIO, "I/O error")
 
     hook[0] = fail_partition_2
@@ -317,3 +329,143 @@ def test_a_marker_appended_after_a_hold_ended_catches_up_again(two_stores) -> No
     second.partition(TOPIC, 0).append(_batch(b"theirs"))  # after the hold: the view must catch up on it
     mine.append_marker(ControlType.ABORT, producer_id=7, producer_epoch=0)
     assert [(b.base_offset, b.is_control) for b in mine.read(0, 1 << 20)] == [(0, False), (1, True)]
+
+
+# ---- one syncfs for a wide round (storage.durable.sync_round) ------------------------------------------------
+
+
+class _SyncfsCalls(list):
+    """What `syncfs_calls` saw, and what it is told to do."""
+
+    logs: list[PartitionLog] = []
+    fail = False
+    dirty: int | None = 0
+
+
+@pytest.fixture
+def syncfs_calls(monkeypatch) -> Iterator[_SyncfsCalls]:
+    """Each storage.durable.syncfs call, as the HWs on disk of the `synced` logs when it began (set
+    `syncfs_calls.logs`); `syncfs_calls.fail` makes it raise EIO. The `auto` method, with nothing else
+    dirty (`durable.dirty_bytes`, set `syncfs_calls.dirty` to change that), where syncfs works."""
+    if not durable.syncfs_usable():
+        pytest.skip("syncfs(2) reports no writeback error here")
+    calls = _SyncfsCalls()
+    monkeypatch.setenv(durable.SYNC_METHOD_ENV, "auto")
+    monkeypatch.setattr(durable, "dirty_bytes", lambda: calls.dirty)
+    real = durable.syncfs
+
+    def syncfs(fd: int) -> None:
+        calls.append([_hw_on_disk(log) for log in calls.logs])
+        if calls.fail:
+            raise OSError(errno.EIO, "I/O error")
+        real(fd)
+
+    monkeypatch.setattr(durable, "syncfs", syncfs)
+    yield calls
+
+
+def _unsynced(store: Store, partitions: int) -> list[PartitionLog]:
+    """`partitions` partitions of a new topic, each with an appended batch not yet synced."""
+    store.create_topic(TOPIC, partitions)
+    logs = [store.partition(TOPIC, p) for p in range(partitions)]
+    for log in logs:
+        log.append(_batch(b"v"), sync=False)
+    return logs
+
+
+def test_a_wide_round_is_one_syncfs_and_every_hw_follows_it(store, fdatasyncs, syncfs_calls) -> None:
+    logs = syncfs_calls.logs = _unsynced(store, durable.SYNCFS_MIN_FILES)
+    hits, _ = fdatasyncs
+    hits.clear()
+    sync_all(logs)
+    assert syncfs_calls == [[0] * len(logs)]  # one syncfs, before any HW moved
+    assert not [h for h in hits if f"/{TOPIC}-" in h]  # and no data partition's fdatasync
+    assert [_hw_on_disk(log) for log in logs] == [1] * len(logs)
+
+
+def test_a_round_narrower_than_the_threshold_is_fdatasynced(store, fdatasyncs, syncfs_calls) -> None:
+    logs = _unsynced(store, durable.SYNCFS_MIN_FILES - 1)
+    hits, _ = fdatasyncs
+    hits.clear()
+    sync_all(logs)
+    assert syncfs_calls == []
+    assert len([h for h in hits if f"/{TOPIC}-" in h]) == len(logs)
+    assert [_hw_on_disk(log) for log in logs] == [1] * len(logs)
+
+
+def test_the_environment_turns_syncfs_off(store, fdatasyncs, syncfs_calls, monkeypatch) -> None:
+    monkeypatch.setenv(durable.SYNC_METHOD_ENV, "fdatasync")
+    logs = _unsynced(store, durable.SYNCFS_MIN_FILES)
+    hits, _ = fdatasyncs
+    hits.clear()
+    sync_all(logs)
+    assert syncfs_calls == []
+    assert len([h for h in hits if f"/{TOPIC}-" in h]) == len(logs)
+
+
+def test_a_failed_syncfs_whose_files_all_sync_fails_nothing(store, fdatasyncs, syncfs_calls) -> None:
+    """A syncfs reports a writeback error of any file of the filesystem, another program's too: the
+    per-file fdatasyncs then decide, and here every partition's succeeds."""
+    logs = _unsynced(store, durable.SYNCFS_MIN_FILES)
+    syncfs_calls.fail = True
+    hits, _ = fdatasyncs
+    hits.clear()
+    sync_all(logs)
+    assert len(syncfs_calls) == 1
+    assert len([h for h in hits if f"/{TOPIC}-" in h]) == len(logs)
+    assert [_hw_on_disk(log) for log in logs] == [1] * len(logs)
+    assert not any(log.failed for log in logs)
+
+
+def test_partitions_on_two_filesystems_are_fdatasynced(store, tmp_path, fdatasyncs, syncfs_calls) -> None:
+    """One syncfs covers one filesystem: a round over partitions of a store on another one (tmpfs) is not
+    made durable by a syncfs of the first."""
+    if not os.path.isdir("/dev/shm") or os.stat("/dev/shm").st_dev == os.stat(tmp_path).st_dev:
+        pytest.skip("no second filesystem at /dev/shm")
+    elsewhere_path = os.path.join("/dev/shm", f"txlog-test-{os.getpid()}-{id(tmp_path)}")
+    elsewhere = Store.open(elsewhere_path)
+    try:
+        logs = _unsynced(store, durable.SYNCFS_MIN_FILES) + _unsynced(elsewhere, 1)
+        hits, _ = fdatasyncs
+        hits.clear()
+        sync_all(logs)
+        assert syncfs_calls == []
+        assert len([h for h in hits if f"/{TOPIC}-" in h]) == len(logs)
+    finally:
+        elsewhere.close()
+        import shutil
+
+        shutil.rmtree(elsewhere_path, ignore_errors=True)
+
+
+@pytest.mark.parametrize("dirty", [None, durable.SYNCFS_MIN_FILES * durable.SYNCFS_DIRTY_PER_FILE + 1])
+def test_auto_fdatasyncs_while_much_is_dirty_or_it_cannot_tell(store, fdatasyncs, syncfs_calls, dirty) -> None:
+    """A syncfs would wait for other programs' dirty pages too: past the bound, or with /proc/meminfo
+    unreadable, `auto` makes one fdatasync per file; `syncfs` makes the one call all the same."""
+    syncfs_calls.dirty = dirty
+    logs = _unsynced(store, durable.SYNCFS_MIN_FILES)
+    hits, _ = fdatasyncs
+    hits.clear()
+    sync_all(logs)
+    assert syncfs_calls == []
+    assert len([h for h in hits if f"/{TOPIC}-" in h]) == len(logs)
+    for log in logs:
+        log.append(_batch(b"w"), sync=False)
+    os.environ[durable.SYNC_METHOD_ENV] = "syncfs"  # restored by the fixture's monkeypatch
+    sync_all(logs)
+    assert len(syncfs_calls) == 1
+    assert [_hw_on_disk(log) for log in logs] == [2] * len(logs)
+
+
+def test_dirty_bytes_reads_the_kernels_count() -> None:
+    if not os.path.exists("/proc/meminfo"):
+        pytest.skip("no /proc/meminfo")
+    pending = durable.dirty_bytes()
+    assert pending is not None and pending >= 0 and pending % 1024 == 0
+
+
+def test_an_unknown_sync_method_is_refused(store, monkeypatch) -> None:
+    logs = _unsynced(store, durable.SYNCFS_MIN_FILES)
+    monkeypatch.setenv(durable.SYNC_METHOD_ENV, "sometimes")
+    with pytest.raises(KafkaStorageError, match="TXLOG_SYNC_METHOD='sometimes' is not one of auto, syncfs, fdatasync"):
+        sync_all(logs)

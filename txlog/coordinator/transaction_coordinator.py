@@ -39,8 +39,10 @@ syncs no data: its markers' fdatasync covers each partition's file anyway.
 No rule orders one partition's fsync against another's, so the fdatasyncs of a step are issued
 at once: a disk completes concurrent flushes in far fewer device cache flushes than a loop does.
 The locks, catch-ups and HW publishes stay on this thread; only the bare fdatasyncs go to other
-threads (`storage.partition_log.WriterHold`, `sync_all`). The data syncs run together, and all of
-them end before PREPARE_COMMIT is written. The markers are appended one partition at a time on
+threads (`storage.partition_log.WriterHold`, `sync_all`; a wide round may be one syncfs,
+`storage.durable.sync_round`). The data syncs run together, and all of them end before
+PREPARE_COMMIT is written; a commit whose partitions fit one window keeps them held from there to
+its markers' syncs (`_end`). The markers are appended one partition at a time on
 this thread, without fdatasync, in partition order (so a fault plan or a transport sees them as
 before), while a window of their partitions is held (locks taken and caught up once, before the
 markers), then synced together; COMPLETE_* is written only after every marker's sync ended. For an
@@ -55,7 +57,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -357,9 +359,12 @@ class TransactionCoordinator:
         self._write(part, txn_id, prepared)
         return prepared
 
-    def _complete(self, part: _CoordinatorPartition, txn_id: str, prepared: TxnLogValue) -> TxnLogValue:
-        """Markers to every partition of the transaction (idempotent), then COMPLETE_*."""
-        self._write_markers(prepared)  # every marker durable before COMPLETE_* (see the module docstring)
+    def _complete(
+        self, part: _CoordinatorPartition, txn_id: str, prepared: TxnLogValue, held: WriterHold | None = None
+    ) -> TxnLogValue:
+        """Markers to every partition of the transaction (idempotent), then COMPLETE_*; `held`: the data
+        partitions, still held since their syncs (`_end`)."""
+        self._write_markers(prepared, held)  # every marker durable before COMPLETE_* (see the module docstring)
         pid, epoch, previous = prepared.producer_id, prepared.producer_epoch, prepared.previous_producer_id
         if prepared.next_producer_id >= 0:
             pid, epoch, previous = prepared.next_producer_id, _rotated_epoch(prepared), prepared.producer_id
@@ -377,7 +382,7 @@ class TransactionCoordinator:
         self._write_unsynced(part, txn_id, done)  # re-derived from the durable PREPARE if lost
         return done
 
-    def _write_markers(self, prepared: TxnLogValue) -> None:
+    def _write_markers(self, prepared: TxnLogValue, held: WriterHold | None = None) -> None:
         """A marker to every partition of a decided transaction (idempotent), each durable on return.
 
         Each window of partitions is held (`WriterHold`: their writer locks taken and caught up, in
@@ -390,7 +395,8 @@ class TransactionCoordinator:
         its entry was staged for); a partition whose entry could not be made durable gets no marker,
         and its failure is raised once the others' syncs ended. A one-partition transaction takes no
         hold: its marker, then `sync()` (a hold's bookkeeping would cost it more than the lock round
-        it saves).
+        it saves). A commit whose data partitions are still `held` since their syncs (`_end`) writes
+        its markers under that hold and settles their syncs before returning.
         """
         targets = self._partition_logs(prepared.partitions)
         if len(targets) == 1:
@@ -398,21 +404,34 @@ class TransactionCoordinator:
             if self._mark(topic, partition, prepared):
                 log.sync()
             return
+        if held is not None and held.covers([log for _, _, log in targets]):
+            try:
+                self._mark_held(held, targets, prepared)
+            except (KafkaError, OSError):
+                with suppress(KafkaError, OSError):  # the markers before it are synced, as a hold's exit does
+                    held.settle()
+                raise
+            held.settle()
+            return
         window = WriterHold.window()
         for start in range(0, len(targets), window):
             chunk = targets[start : start + window]
             with WriterHold([log for _, _, log in chunk]) as hold:
                 for _ in hold.take():
                     pass
-                ts = self._clock()  # the entries are staged for markers of this very timestamp
-                if prepared.state != TxnState.PREPARE_COMMIT:
-                    hold.index_aborts(prepared.producer_id, prepared.producer_epoch, 0, ts)
-                for topic, partition, log in chunk:
-                    refusal = hold.refusal(log)
-                    if refusal is not None:
-                        raise refusal  # the markers before it are synced, as when a marker write fails
-                    if hold.index_failure(log) is not None or self._mark(topic, partition, prepared, ts):
-                        hold.sync(log)  # no marker after a failed entry: its sync raises that failure on exit
+                self._mark_held(hold, chunk, prepared)
+
+    def _mark_held(self, hold: WriterHold, targets: list[tuple[str, int, PartitionLog]], prepared: TxnLogValue) -> None:
+        """The markers of `targets`, every one held by `hold`, in partition order, each given to the hold to sync."""
+        ts = self._clock()  # the entries are staged for markers of this very timestamp
+        if prepared.state != TxnState.PREPARE_COMMIT:
+            hold.index_aborts(prepared.producer_id, prepared.producer_epoch, 0, ts)
+        for topic, partition, log in targets:
+            refusal = hold.refusal(log)
+            if refusal is not None:
+                raise refusal  # the markers before it are synced, as when a marker write fails
+            if hold.index_failure(log) is not None or self._mark(topic, partition, prepared, ts):
+                hold.sync(log)  # no marker after a failed entry: its sync raises that failure on exit
 
     def _mark(self, topic: str, partition: int, prepared: TxnLogValue, timestamp: int | None = None) -> bool:
         """Write the partition's marker without fdatasync; False when its topic was deleted (nothing to mark).
@@ -455,27 +474,51 @@ class TransactionCoordinator:
         commit: bool,
         client_version: int = CLIENT_TRANSACTION_VERSION_2,
     ) -> TxnLogValue:
-        """The decision of an EndTxn (or a forced end): a commit first makes the transaction's data durable.
-
-        PREPARE_COMMIT is the commit point, so everything it commits must be on disk before
-        it is: one fdatasync per data partition (the producer wrote the data without one).
-        A failed sync fails the end before any decision; the transaction stays open.
-        """
-        if commit:
-            self._sync_data(value.partitions)
+        """The decision of an EndTxn (or a forced end), a commit's data already durable (`_end`)."""
         if client_version < CLIENT_TRANSACTION_VERSION_2:
             return self._prepare(
                 part, txn_id, replace(value, client_transaction_version=client_version), commit, bump=0
             )
         return self._prepare(part, txn_id, value, commit, bump=1)
 
-    def _sync_data(self, partitions: Iterable[tuple[str, int]]) -> None:
-        """Every data partition synced, at once (`sync_all`: no rule orders them against each other).
+    def _end(
+        self,
+        part: _CoordinatorPartition,
+        txn_id: str,
+        value: TxnLogValue,
+        commit: bool,
+        client_version: int = CLIENT_TRANSACTION_VERSION_2,
+    ) -> TxnLogValue:
+        """Decide an EndTxn (or a forced end) and complete it; a commit first makes its data durable.
+
+        PREPARE_COMMIT is the commit point, so everything it commits must be on disk before
+        it is: one fdatasync per data partition (the producer wrote the data without one).
+        A failed sync fails the end before any decision; the transaction stays open.
+        """
+        with ExitStack() as held_until_done:
+            held = self._sync_data(value.partitions, held_until_done) if commit else None
+            return self._finish(part, txn_id, self._decide(part, txn_id, value, commit, client_version), held)
+
+    def _sync_data(self, partitions: Iterable[tuple[str, int]], stack: ExitStack) -> WriterHold | None:
+        """Every data partition synced, at once (no rule orders them against each other).
 
         A failure is raised once no sync is in flight, so PREPARE_COMMIT is never written while one
-        could still fail. A deleted topic has nothing left to commit.
+        could still fail. A deleted topic has nothing left to commit. When one hold's window takes
+        every partition, the hold is returned still holding them (released with `stack`): the
+        markers are then written and synced under it (`_write_markers`), so one lock and one
+        catch-up per partition serve both rounds (the coordinator partition's lock, taken before
+        any of them, is the one lock taken in between: no new order of locks). Otherwise
+        `sync_all`, which takes the partitions a window at a time and lets them go.
         """
-        sync_all([log for _, _, log in self._partition_logs(partitions)])
+        logs = [log for _, _, log in self._partition_logs(partitions)]
+        if len(logs) <= 1 or len(logs) > WriterHold.window():
+            sync_all(logs)
+            return None
+        hold = stack.enter_context(WriterHold(logs))
+        for log in hold.take():
+            hold.sync(log)
+        hold.settle()
+        return hold
 
     def _append_marker(
         self,
@@ -496,10 +539,12 @@ class TransactionCoordinator:
     def _fence_and_abort(self, part: _CoordinatorPartition, txn_id: str, value: TxnLogValue) -> TxnLogValue:
         return self._complete(part, txn_id, self._prepare(part, txn_id, value, commit=False, bump=2))
 
-    def _finish(self, part: _CoordinatorPartition, txn_id: str, prepared: TxnLogValue) -> TxnLogValue:
+    def _finish(
+        self, part: _CoordinatorPartition, txn_id: str, prepared: TxnLogValue, held: WriterHold | None = None
+    ) -> TxnLogValue:
         """Complete a decided transaction; if a marker cannot be written now, a later sweep will."""
         try:
-            return self._complete(part, txn_id, prepared)
+            return self._complete(part, txn_id, prepared, held)
         except KafkaStorageError:
             return prepared
 
@@ -698,7 +743,7 @@ class TransactionCoordinator:
                 if commit:
                     raise InvalidTxnStateError(f"transactional id '{transactional_id}' has no transaction to commit")
                 value = replace(value, partitions=())  # TV2: abort when unsure is allowed and bumps the epoch
-            done = self._finish(part, transactional_id, self._decide(part, transactional_id, value, commit))
+            done = self._end(part, transactional_id, value, commit)
             return _next_ids(done)
 
     def _end_v1(self, part, txn_id, value, producer_id, epoch, commit, client_version) -> ProducerIdAndEpoch:
@@ -714,7 +759,7 @@ class TransactionCoordinator:
             raise InvalidTxnStateError(
                 f"transactional id '{txn_id}' has no transaction to end ({value.state.kafka_name})"
             )
-        done = self._finish(part, txn_id, self._decide(part, txn_id, value, commit, client_version))
+        done = self._end(part, txn_id, value, commit, client_version)
         return _next_ids(done)
 
     def _end_prepared(self, part, txn_id, value, producer_id, epoch, commit) -> ProducerIdAndEpoch:
@@ -735,7 +780,7 @@ class TransactionCoordinator:
                 f"its transaction manager kept (producer id:epoch; it was written by "
                 f"{_prepared_ids_text(value)}), or abort it"
             )
-        done = self._finish(part, txn_id, self._decide(part, txn_id, value, commit))
+        done = self._end(part, txn_id, value, commit)
         return _next_ids(done)
 
     @staticmethod
@@ -768,7 +813,7 @@ class TransactionCoordinator:
                     f"the prepared state {prepared.producer_id}:{prepared.epoch} does not name the open transaction "
                     f"of '{transactional_id}' (written by {_prepared_ids_text(value)}): nothing was committed"
                 )
-            done = self._finish(part, transactional_id, self._decide(part, transactional_id, value, True))
+            done = self._end(part, transactional_id, value, True)
             return _next_ids(done)
 
     @staticmethod
