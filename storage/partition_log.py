@@ -299,6 +299,9 @@ class PartitionLog:
         # Whether this thread caught the view up under a writer lock held ever since (`exclusive`): no
         # other process can have written since, so a marker appended inside needs no catch-up of its own.
         self._held_caught_up = False
+        # Whether this view wrote to the log inside the `exclusive` section it is in: the lock held since,
+        # no other process can have synced that write, so `_unsynced_segment` need not ask the HW file.
+        self._wrote_while_held = False
         # An ABORT's `.txnindex` entry appended ahead of its marker by a `WriterHold` (lock held since),
         # and whether its fsync ended: the marker then finds it in place and durable (`_index_abort`).
         self._staged_abort: tuple[LogSegment, AbortedTxn] | None = None
@@ -1105,10 +1108,12 @@ class PartitionLog:
         with self._mutex, self._writer_lock:
             self._catch_up(repair=True)
             outer, self._held_caught_up = self._held_caught_up, True
+            wrote, self._wrote_while_held = self._wrote_while_held, False
             try:
                 yield self
             finally:
                 self._held_caught_up = outer
+                self._wrote_while_held = outer and (wrote or self._wrote_while_held)  # the outer section's, if any
 
     def _segment_for_write(self, incoming: int, max_timestamp: int, last_offset: int) -> LogSegment:
         """The active segment, rolled first if the append would overflow it (docs/kafka-formats.md §3.2)."""
@@ -1143,6 +1148,7 @@ class PartitionLog:
             self._undo_partial_write(segment, before_size, before_next, saved)
             raise
         self._own_unsynced = True
+        self._wrote_while_held = self._held_caught_up
         self._check_not_deleted(segment)
         if sync:
             self._make_durable(segment)
@@ -1220,6 +1226,8 @@ class PartitionLog:
         """
         active = self._segments[-1]
         end = active.next_offset
+        if self._durable < end and self._wrote_while_held:
+            return active  # written under the lock held since: nobody else can have synced it
         stored = self._hw_file.read()
         if max(self._durable, -1 if stored is None else stored) < end:
             return active
