@@ -50,7 +50,8 @@ class FsyncMeter:
             setattr(os, name, cls._wrap(getattr(os, name)))
         from storage import durable
 
-        durable.syncfs = cls._wrap(durable.syncfs)
+        if hasattr(durable, "syncfs"):  # a tree from before it (a sitting's base) has none
+            durable.syncfs = cls._wrap(durable.syncfs)
 
     @classmethod
     def _wrap(cls, real: Callable[[int], None]) -> Callable[[int], None]:
