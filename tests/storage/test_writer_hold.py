@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import signal
 import threading
 from collections.abc import Callable, Iterator
@@ -383,24 +384,23 @@ def test_a_wide_round_is_one_syncfs_and_every_hw_follows_it(store, fdatasyncs, s
     assert [_hw_on_disk(log) for log in logs] == [1] * len(logs)
 
 
-def test_a_round_narrower_than_the_threshold_is_fdatasynced(store, fdatasyncs, syncfs_calls) -> None:
-    logs = _unsynced(store, durable.SYNCFS_MIN_FILES - 1)
+def _synced_file_by_file(logs: list[PartitionLog], fdatasyncs, syncfs_calls: _SyncfsCalls) -> None:
+    """`sync_all(logs)`, checked to make one fdatasync per data partition and no syncfs."""
     hits, _ = fdatasyncs
     hits.clear()
     sync_all(logs)
     assert syncfs_calls == []
     assert len([h for h in hits if f"/{TOPIC}-" in h]) == len(logs)
-    assert [_hw_on_disk(log) for log in logs] == [1] * len(logs)
+    assert all(_hw_on_disk(log) == log.log_end_offset for log in logs)
+
+
+def test_a_round_narrower_than_the_threshold_is_fdatasynced(store, fdatasyncs, syncfs_calls) -> None:
+    _synced_file_by_file(_unsynced(store, durable.SYNCFS_MIN_FILES - 1), fdatasyncs, syncfs_calls)
 
 
 def test_the_environment_turns_syncfs_off(store, fdatasyncs, syncfs_calls, monkeypatch) -> None:
     monkeypatch.setenv(durable.SYNC_METHOD_ENV, "fdatasync")
-    logs = _unsynced(store, durable.SYNCFS_MIN_FILES)
-    hits, _ = fdatasyncs
-    hits.clear()
-    sync_all(logs)
-    assert syncfs_calls == []
-    assert len([h for h in hits if f"/{TOPIC}-" in h]) == len(logs)
+    _synced_file_by_file(_unsynced(store, durable.SYNCFS_MIN_FILES), fdatasyncs, syncfs_calls)
 
 
 def test_a_failed_syncfs_whose_files_all_sync_fails_nothing(store, fdatasyncs, syncfs_calls) -> None:
@@ -426,15 +426,9 @@ def test_partitions_on_two_filesystems_are_fdatasynced(store, tmp_path, fdatasyn
     elsewhere = Store.open(elsewhere_path)
     try:
         logs = _unsynced(store, durable.SYNCFS_MIN_FILES) + _unsynced(elsewhere, 1)
-        hits, _ = fdatasyncs
-        hits.clear()
-        sync_all(logs)
-        assert syncfs_calls == []
-        assert len([h for h in hits if f"/{TOPIC}-" in h]) == len(logs)
+        _synced_file_by_file(logs, fdatasyncs, syncfs_calls)
     finally:
         elsewhere.close()
-        import shutil
-
         shutil.rmtree(elsewhere_path, ignore_errors=True)
 
 
@@ -444,11 +438,7 @@ def test_auto_fdatasyncs_while_much_is_dirty_or_it_cannot_tell(store, fdatasyncs
     unreadable, `auto` makes one fdatasync per file; `syncfs` makes the one call all the same."""
     syncfs_calls.dirty = dirty
     logs = _unsynced(store, durable.SYNCFS_MIN_FILES)
-    hits, _ = fdatasyncs
-    hits.clear()
-    sync_all(logs)
-    assert syncfs_calls == []
-    assert len([h for h in hits if f"/{TOPIC}-" in h]) == len(logs)
+    _synced_file_by_file(logs, fdatasyncs, syncfs_calls)
     for log in logs:
         log.append(_batch(b"w"), sync=False)
     os.environ[durable.SYNC_METHOD_ENV] = "syncfs"  # restored by the fixture's monkeypatch

@@ -466,21 +466,6 @@ class TransactionCoordinator:
                 continue
         return found
 
-    def _decide(
-        self,
-        part: _CoordinatorPartition,
-        txn_id: str,
-        value: TxnLogValue,
-        commit: bool,
-        client_version: int = CLIENT_TRANSACTION_VERSION_2,
-    ) -> TxnLogValue:
-        """The decision of an EndTxn (or a forced end), a commit's data already durable (`_end`)."""
-        if client_version < CLIENT_TRANSACTION_VERSION_2:
-            return self._prepare(
-                part, txn_id, replace(value, client_transaction_version=client_version), commit, bump=0
-            )
-        return self._prepare(part, txn_id, value, commit, bump=1)
-
     def _end(
         self,
         part: _CoordinatorPartition,
@@ -497,7 +482,12 @@ class TransactionCoordinator:
         """
         with ExitStack() as held_until_done:
             held = self._sync_data(value.partitions, held_until_done) if commit else None
-            return self._finish(part, txn_id, self._decide(part, txn_id, value, commit, client_version), held)
+            if client_version < CLIENT_TRANSACTION_VERSION_2:
+                versioned = replace(value, client_transaction_version=client_version)
+                prepared = self._prepare(part, txn_id, versioned, commit, bump=0)
+            else:
+                prepared = self._prepare(part, txn_id, value, commit, bump=1)
+            return self._finish(part, txn_id, prepared, held)
 
     def _sync_data(self, partitions: Iterable[tuple[str, int]], stack: ExitStack) -> WriterHold | None:
         """Every data partition synced, at once (no rule orders them against each other).
