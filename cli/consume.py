@@ -110,8 +110,9 @@ class _Writer:
         """A Transport for the Consumer that makes what `write` prints of `topic` without ConsumerRecords, or None."""
         return None
 
-    def __init__(self, value_format: ValueFormat):
+    def __init__(self, value_format: ValueFormat, *, iso_timestamps: bool = False):
         self.value_format = value_format
+        self.iso_timestamps = iso_timestamps
         self.out = sys.stdout.buffer
         self.replaced = False  # some key or value was not UTF-8 and was shown with U+FFFD
 
@@ -152,8 +153,8 @@ class _Writer:
 class _KafkaFormatter(_Writer):
     """kafka-console-consumer's DefaultMessageFormatter, driven by the print.* properties."""
 
-    def __init__(self, value_format: ValueFormat, props: dict[str, str]):
-        super().__init__(value_format)
+    def __init__(self, value_format: ValueFormat, props: dict[str, str], *, iso_timestamps: bool = False):
+        super().__init__(value_format, iso_timestamps=iso_timestamps)
         flags = ("print.timestamp", "print.partition", "print.offset", "print.headers", "print.key", "print.value")
         self.flags = [parse_bool(props[name], name) for name in flags]
         self.sep = unescape(props["key.separator"]).encode("utf-8")
@@ -180,13 +181,12 @@ class _KafkaFormatter(_Writer):
             null_literal=self.null,
             value_format=self.value_format.value,
             timestamp_kinds=self.timestamp_kinds,
+            iso_timestamps=self.iso_timestamps,
         )
 
     def line_transport(self, store: Store, topic: str) -> Transport | None:
         """A Transport whose fetches make this formatter's lines straight from the batches (see
-        cli/console_lines.py), or None where the Python writer must see ConsumerRecords."""
-        if self.iso_timestamps:
-            return None
+        cli/console_lines.py)."""
         from cli.console_lines import LinesTransport
 
         self.lines = True
@@ -197,9 +197,6 @@ class _KafkaFormatter(_Writer):
             from cli.console_lines import joined
 
             self.out.write(joined(records))  # type: ignore[arg-type]  # Lines, not ConsumerRecords
-            return
-        if self.iso_timestamps:  # ISO text is the Python writer's alone
-            self.write_reference(records)
             return
         self.out.write(self.native.format(records))
 
@@ -343,23 +340,43 @@ class _KcatJson(_Writer):
 
 
 def iso_timestamp(ms: int) -> int | str:
-    """Epoch milliseconds as ISO 8601 UTC (`2026-01-02T03:04:05.678Z`); a missing timestamp (-1) stays -1."""
-    if ms < 0:
-        return ms
-    from datetime import datetime
+    """Epoch milliseconds as ISO 8601 UTC (`2026-01-02T03:04:05.678Z`), exact to the millisecond.
 
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    A timestamp ISO text cannot show stays epoch ms: a missing one (-1, or any negative) and one
+    past 9999-12-31T23:59:59.999Z (datetime's last year; a record's timestamp is any 64-bit
+    number). The reference of the native formatters' ISO text (storage/native/src/format.rs
+    `push_timestamp`).
+    """
+    if not 0 <= ms <= ISO_MAX_MS:
+        return ms
+    from datetime import datetime, timedelta
+
+    # Whole milliseconds added to the epoch: ms / 1000 as a float loses the last digit past ~2106.
+    when = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms)
+    return when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+
+
+ISO_MAX_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
 
 
 def _is_hex(text: str) -> bool:
     return len(text) == 2 and all(ch in "0123456789abcdefABCDEF" for ch in text)
 
 
+# The outputs whose rows storage.console_format.row_formatter makes (all of `_Rows`'), by their names there.
+NATIVE_ROWS: dict[OutputFormat, Literal["jsonl", "json", "csv", "table"]] = {
+    OutputFormat.jsonl: "jsonl",
+    OutputFormat.json: "json",
+    OutputFormat.csv: "csv",
+    OutputFormat.table: "table",
+}
+
+
 class _Rows(_Writer):
     """`--output jsonl|json|csv|table`: records as rows of the one row writer (cli.output)."""
 
-    def __init__(self, value_format: ValueFormat, output: OutputFormat):
-        super().__init__(value_format)
+    def __init__(self, value_format: ValueFormat, output: OutputFormat, *, iso_timestamps: bool = False):
+        super().__init__(value_format, iso_timestamps=iso_timestamps)
         table = output is OutputFormat.table
         # A table names its columns capitalized; json, jsonl and csv use the field names.
         columns = [(f.capitalize() if table else f, f) for f in FIELDS]
@@ -368,15 +385,14 @@ class _Rows(_Writer):
         self.native: RowFormatter | None = None  # the native rows, once line_transport made them
 
     def line_transport(self, store: Store, topic: str) -> Transport | None:
-        """For jsonl and csv, a Transport whose fetches make the rows natively straight from the
-        batches (storage.console_format.row_formatter; cli/console_lines.py); None for the rest
-        (json, table, ISO timestamps), which the Python rows below print."""
-        if self.iso_timestamps or self.output not in (OutputFormat.jsonl, OutputFormat.csv):
-            return None
+        """A Transport whose fetches make the rows natively straight from the batches
+        (storage.console_format.row_formatter; cli/console_lines.py). The Python rows below
+        (`_row`) are the reference, and print where the Consumer's records are needed (e@MS)."""
         from cli.console_lines import LinesTransport
         from storage.console_format import row_formatter
 
-        self.native = row_formatter(self.output.value, topic, self.value_format.value)
+        output = NATIVE_ROWS[self.output]  # text is _KafkaFormatter's
+        self.native = row_formatter(output, topic, self.value_format.value, iso_timestamps=self.iso_timestamps)
         self.lines = True
         return LinesTransport(store, self.native)
 
@@ -419,17 +435,13 @@ def _writer(
     kcat_json: bool = False,
     iso_timestamps: bool = False,
 ) -> _Writer:
-    writer: _Writer
     if kcat_json:
-        writer = _KcatJson(value_format)
-    elif fmt is not None:
-        writer = _KcatFormatter(value_format, fmt)
-    elif output is OutputFormat.text:
-        writer = _KafkaFormatter(value_format, props)
-    else:
-        writer = _Rows(value_format, output)
-    writer.iso_timestamps = iso_timestamps
-    return writer
+        return _KcatJson(value_format, iso_timestamps=iso_timestamps)
+    if fmt is not None:
+        return _KcatFormatter(value_format, fmt)  # kcat's %T stays ms
+    if output is OutputFormat.text:
+        return _KafkaFormatter(value_format, props, iso_timestamps=iso_timestamps)
+    return _Rows(value_format, output, iso_timestamps=iso_timestamps)
 
 
 # ---- where to start -----------------------------------------------------------------------------------

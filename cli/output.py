@@ -148,6 +148,7 @@ class RowWriter:
         self.header_written = False
         self.array_open = False  # json: "[" is written, rows follow as they come
         self.spilled: SpilledTable | None = None  # a table's rows on disk, once there are many
+        self.rendered: RenderedTable | None = None  # a table's rows rendered natively (write_rendered)
 
     @property
     def headers(self) -> list[str]:
@@ -173,15 +174,28 @@ class RowWriter:
                 self._spill()
 
     def write_rendered(self, data: bytes) -> None:
-        """Rows this writer would print for jsonl or csv, already rendered as UTF-8 bytes (made
-        natively: storage.console_format.row_formatter), written as they come; csv's header
-        row first, once, as `write` prints it. Records only (they go to stdout as bytes)."""
-        if self.output not in (OutputFormat.jsonl, OutputFormat.csv) or not self.rendering.raw_stdout:
-            raise ValueError("rendered rows are jsonl or csv records")
+        """Rows this writer would print for jsonl, csv, json or table, already rendered as UTF-8
+        bytes (made natively: storage.console_format.row_formatter), taken as they come. Records
+        only (they go to stdout as bytes). csv's header row is printed first, once, as `write`
+        prints it; json's rows are array elements each led by `,`, the first one's turned into
+        `[`; a table's are its cells, laid out at close (RenderedTable)."""
+        if self.output is OutputFormat.text or self.single or not self.rendering.raw_stdout:
+            raise ValueError("rendered rows are jsonl, csv, json or table records")
+        if self.output is OutputFormat.table:
+            if self.rendered is None:
+                self.rendered = RenderedTable(self.headers)
+            self.rendered.add(data)
+            return
         if self.output is OutputFormat.csv and not self.header_written:
             self._print(self._csv([]))
-        if data:
-            sys.stdout.buffer.write(data)
+        if not data:
+            return
+        if self.output is OutputFormat.json and not self.array_open:
+            self.array_open = True
+            sys.stdout.buffer.write(b"[")
+            sys.stdout.buffer.write(memoryview(data)[1:])  # the first element's lead `,` is the array's `[`
+            return
+        sys.stdout.buffer.write(data)
 
     def _spill(self) -> None:
         """Move the held rows of a table to disk, so that a long table costs no memory (see SpilledTable)."""
@@ -205,6 +219,9 @@ class RowWriter:
             self._print(self._json(value, 2, None) + "\n")
         elif output is OutputFormat.csv and not self.header_written:
             self._print(self._csv([]))
+        elif output is OutputFormat.table and self.rendered is not None:
+            for data in self.rendered.render():
+                self._print_bytes(data)
         elif output is OutputFormat.table and self.spilled is not None:
             if self.rows:
                 self._spill()
@@ -237,6 +254,12 @@ class RowWriter:
             self.header_written = True
         writer.writerows(cells(rows, self.columns, ""))
         return buf.getvalue()
+
+    def _print_bytes(self, data: bytes) -> None:
+        if self.rendering.raw_stdout:
+            sys.stdout.buffer.write(data)
+        else:
+            typer.echo(data.decode("utf-8"), nl=False)
 
     def _print(self, text: str) -> None:
         if not text:
@@ -327,6 +350,102 @@ class SpilledTable:
         import re
 
         return [len(run) for run in re.findall("-+", table.split("\n", 2)[1])]
+
+
+class RenderedTable:
+    """A table whose rows came rendered as cells (storage.console_format: each cell a u32 length
+    and its UTF-8 text, rows back to back), printed at the end byte for byte as `render_table`
+    prints the same cells: laid out natively where every cell is printable ASCII (tabulate's
+    "simple" layout: widths from the widest cell or the header plus MIN_PADDING, spaces stripped
+    at both ends of a cell and of a line), else through tabulate (SpilledTable past CHUNK rows).
+
+    The rows are held in memory up to HELD bytes, then on a temporary file, so a long table
+    costs no memory; they are read twice at the end (widths, then lines) in READ-sized pieces.
+    """
+
+    HELD = 8 << 20
+    READ = 1 << 20
+
+    def __init__(self, headers: list[str]):
+        self.headers = headers
+        self.parts: list[bytes] = []
+        self.held = 0
+        self.file: BinaryIO | None = None
+
+    def add(self, data: bytes) -> None:
+        if self.file is not None:
+            self.file.write(data)
+            return
+        self.parts.append(data)
+        self.held += len(data)
+        if self.held > self.HELD:
+            import tempfile
+
+            self.file = tempfile.TemporaryFile()  # noqa: SIM115  # closed by render
+            self.file.writelines(self.parts)
+            self.parts, self.held = [], 0
+
+    def render(self) -> Iterator[bytes]:
+        """The table's text in pieces (the last ends with a newline); the file is closed after."""
+        from storage.console_format import table_lines, table_widths_of
+
+        try:
+            widths = [len(h) + SpilledTable.MIN_PADDING for h in self.headers]
+            simple = True
+            for rows in self._rows():
+                widths, _, fits = table_widths_of(rows, widths)
+                simple = simple and fits
+            if not simple:
+                yield from self._render_with_tabulate()
+                return
+            yield self._header_lines(widths)
+            for rows in self._rows():
+                yield table_lines(rows, widths)[0]
+        finally:
+            if self.file is not None:
+                self.file.close()
+
+    def _header_lines(self, widths: list[int]) -> bytes:
+        """The header line (trailing spaces stripped) and the dashes, as tabulate prints them."""
+        header = "  ".join(h.ljust(w) for h, w in zip(self.headers, widths, strict=True)).rstrip()
+        dashes = "  ".join("-" * w for w in widths)
+        return f"{header}\n{dashes}\n".encode()
+
+    def _rows(self) -> Iterator[bytes]:
+        """The rows, in pieces of whole rows."""
+        if self.file is None:
+            yield from self.parts  # each is a poll's rows
+            return
+        from storage.console_format import table_widths_of
+
+        self.file.seek(0)
+        carry = b""
+        nothing = [0] * len(self.headers)
+        while chunk := self.file.read(self.READ):
+            data = carry + chunk if carry else chunk
+            _, read, _ = table_widths_of(data, nothing)  # where its whole rows end
+            carry = data[read:]
+            yield data[:read]
+        if carry:
+            raise AssertionError("a table's file ends inside a row")
+
+    def _render_with_tabulate(self) -> Iterator[bytes]:
+        """The table as render_table lays it out, its rows CHUNK at a time (SpilledTable past one chunk)."""
+        from storage.console_format import table_cells
+
+        rows = itertools.chain.from_iterable(table_cells(piece, len(self.headers)) for piece in self._rows())
+        first = list(itertools.islice(rows, SpilledTable.CHUNK))
+        following = list(itertools.islice(rows, SpilledTable.CHUNK))
+        if not following:
+            yield (render_table(first, self.headers) + "\n").encode("utf-8")
+            return
+        spilled = SpilledTable(self.headers)
+        spilled.add(first)
+        while following:
+            spilled.add(following)
+            following = list(itertools.islice(rows, SpilledTable.CHUNK))
+        for text in spilled.render():
+            yield text.encode("utf-8")
 
 
 def print_json(value: object) -> None:

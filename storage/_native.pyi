@@ -33,6 +33,8 @@ __all__ = [
     "own_stream_within_limit",
     "retain_records",
     "stamp_batch",
+    "table_lines",
+    "table_widths_of",
     "walk_records",
 ]
 
@@ -131,8 +133,10 @@ class ConsoleFormatter:
         null_literal: bytes,
         value_format: Literal["utf8", "base64", "hex"],
         timestamp_kinds: Sequence[str],
+        iso_timestamps: bool = False,
     ) -> Self:
-        """flags: print.timestamp, print.partition, print.offset, print.headers, print.key, print.value."""
+        """flags: print.timestamp, print.partition, print.offset, print.headers, print.key, print.value;
+        iso_timestamps: timestamps as ISO 8601 UTC text (cli/consume.py `iso_timestamp`)."""
 
     def format(self, records: list[_T]) -> bytes:
         """Each ConsumerRecord's line followed by the line separator, as one bytes."""
@@ -160,17 +164,19 @@ class ConsoleFormatter:
 
 @final
 class RowFormatter:
-    """`txlog consume --output jsonl|csv`'s rows straight from batches (storage.console_format)."""
+    """`txlog consume --output jsonl|json|csv|table`'s rows straight from batches (storage.console_format)."""
 
     def __new__(
         cls,
         *,
-        output: Literal["jsonl", "csv"],
+        output: Literal["jsonl", "json", "csv", "table"],
         topic: str,
         value_format: Literal["utf8", "base64", "hex"],
         csv_quoted: bytes,
+        iso_timestamps: bool = False,
     ) -> Self:
-        """csv_quoted: the characters that make Python's csv writer quote a field."""
+        """csv_quoted: the characters that make Python's csv writer quote a field; iso_timestamps:
+        timestamps as ISO 8601 UTC text."""
 
     @property
     def replaced(self) -> bool:
@@ -188,6 +194,14 @@ class RowFormatter:
         limit: int,
     ) -> tuple[int, int | None, bytes, bool]:
         """ConsoleFormatter.batch_lines, with this formatter's rows for lines."""
+
+def table_widths_of(data: bytes, widths: list[int]) -> tuple[list[int], int, bool]:
+    """`widths` widened to the cells of the whole table rows at the start of `data`, the bytes of
+    those rows, and whether every cell of them is printable ASCII (what `table_lines` lays out)."""
+
+def table_lines(data: bytes, widths: list[int]) -> tuple[bytes, int]:
+    """The "simple" table lines of the whole rows at the start of `data`, cells padded to
+    `widths`, each line ending with a newline; and the bytes of those rows."""
 
 def dump_record_lines(
     buf: ReadableBuffer, position: int, header: BatchHeader, *, skip_metadata: bool, print_data: bool

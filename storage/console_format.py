@@ -10,9 +10,14 @@ names of the timestamp types, indexed by a record's timestamp_type). It writes l
 * `batch_lines(formatter, batch, ...)`: the same lines straight from a batch's bytes, with no
   ConsumerRecord and no object per record, for a reader that only prints them.
 
-`row_formatter(output, topic, value_format)` makes `txlog consume --output jsonl|csv`'s rows the
-same way (`RowFormatter`, with `batch_lines` as above); its `replaced` says whether some key or
-value was not UTF-8 and was shown with U+FFFD.
+`row_formatter(output, topic, value_format, iso_timestamps=...)` makes `txlog consume --output
+jsonl|json|csv|table`'s rows the same way (`RowFormatter`, with `batch_lines` as above); its
+`replaced` says whether some key or value was not UTF-8 and was shown with U+FFFD. A json row is
+an element of the array, led by `,` (the writer makes the first one's `[`); a table row is its
+cells, each a little-endian u32 length and UTF-8 text, which `table_widths_of` measures and
+`table_lines` lays out as tabulate's "simple" table once every row is known (cli/output.py
+`RenderedTable`; where a cell is not printable ASCII, only tabulate can, from `table_cells`).
+Both formatters print `--timestamp-format iso` themselves (cli/consume.py `iso_timestamp`).
 
 `dump_record_lines(batch, ...)` is `txlog inspect --print-data-log`'s (kafka-dump-log's) record
 lines of a data batch, straight from its bytes, where keys and values are UTF-8; cli/dump_log.py
@@ -20,29 +25,57 @@ formats the rest itself and is the reference.
 
 This module is the formatter's public door: only storage imports the private
 `storage._native`, so cli/consume.py comes through here. cli/consume.py's `_KafkaFormatter`
-keeps the Python writer of the same bytes as the reference (and for ISO timestamps), as
+keeps the Python writer of the same bytes as the reference, as
 `_Rows` (through cli/output.py's RowWriter) does for the rows.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Literal, TypeVar
 
-from storage._native import CodecError, ConsoleFormatter, RowFormatter
+from storage._native import CodecError, ConsoleFormatter, RowFormatter, table_lines, table_widths_of
 from storage._native import dump_record_lines as _dump_record_lines
 from storage.records import RecordBatch
 
-__all__ = ["ConsoleFormatter", "RowFormatter", "batch_lines", "dump_record_lines", "row_formatter"]
+__all__ = [
+    "ConsoleFormatter",
+    "RowFormatter",
+    "batch_lines",
+    "dump_record_lines",
+    "row_formatter",
+    "table_cells",
+    "table_lines",
+    "table_widths_of",
+]
 
 _T = TypeVar("_T", bound=tuple[object, ...])
 
 
 def row_formatter(
-    output: Literal["jsonl", "csv"], topic: str, value_format: Literal["utf8", "base64", "hex"]
+    output: Literal["jsonl", "json", "csv", "table"],
+    topic: str,
+    value_format: Literal["utf8", "base64", "hex"],
+    *,
+    iso_timestamps: bool = False,
 ) -> RowFormatter:
-    """The native rows of `topic`'s records for `--output jsonl|csv` (the rows of cli/consume.py's `_Rows`)."""
+    """The native rows of `topic`'s records for `--output jsonl|json|csv|table` (cli/consume.py's `_Rows`' rows)."""
     quoted = _csv_quoted() if output == "csv" else b""
-    return RowFormatter(output=output, topic=topic, value_format=value_format, csv_quoted=quoted)
+    return RowFormatter(
+        output=output, topic=topic, value_format=value_format, csv_quoted=quoted, iso_timestamps=iso_timestamps
+    )
+
+
+def table_cells(data: bytes, columns: int) -> Iterator[list[str]]:
+    """The rows of a table formatter's lines (whole rows, back to back) as lists of cell text."""
+    at = 0
+    while at < len(data):
+        row = []
+        for _ in range(columns):
+            size = int.from_bytes(data[at : at + 4], "little")
+            row.append(data[at + 4 : at + 4 + size].decode("utf-8"))
+            at += 4 + size
+        yield row
 
 
 def _csv_quoted() -> bytes:

@@ -162,6 +162,9 @@ def _cases() -> list[list[str]]:
             ]  # fmt: skip
         )
     cases.append(["--property", "line.separator=", "--property", "print.key=true"])  # no separator at all
+    for isolation in isolations:  # ISO timestamps (cli/consume.py `iso_timestamp`), of both timestamp types
+        iso = ["--property", "print.timestamp=true", "--timestamp-format", "iso"]
+        cases.append([*iso, "--isolation-level", isolation])
     # Fetches cut inside a batch (-c), starting inside one (-o N), one partition, the tail (-o -N).
     offsets = ["--property", "print.offset=true", "--property", "print.partition=true"]
     cases += [[*offsets, "-c", "5"], [*offsets, "-o", "3", "-c", "9"], [*offsets, "-p", "1"], [*offsets, "-o", "-4"]]
@@ -187,13 +190,10 @@ def test_the_log_holds_what_the_comparison_is_about(store_dir, monkeypatch):
     assert ODD in committed
 
 
-def test_iso_timestamps_keep_the_python_formatter(store_dir):
-    out = txlog(
-        "consume", "-t", TOPIC, "--property", "print.timestamp=true", "--timestamp-format", "iso",
-        data_dir=store_dir, text=False,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr
-    assert b"LogAppendTime:2023-11-14T22:13:20.123Z\t" in out.stdout
+def test_iso_timestamps_are_made_natively(store_dir, monkeypatch):
+    iso = ["--property", "print.timestamp=true", "--timestamp-format", "iso"]
+    out = _consume(store_dir, iso, "lines", monkeypatch)
+    assert b"LogAppendTime:2023-11-14T22:13:20.123Z\t" in out and b"CreateTime:20" in out
 
 
 # ---- random records and options, straight through both writers ---------------------------------------
@@ -206,7 +206,7 @@ _record = st.builds(
     ),
     st.integers(0, 2**31 - 1),
     st.integers(0, 2**63 - 1),
-    st.integers(-(2**63), 2**63 - 1),
+    st.integers(-(2**63), 2**63 - 1) | st.integers(-2, 253_402_300_800_001),  # the second: ISO text's range
     st.sampled_from([0, 1]),
     _data,
     _data,
@@ -221,15 +221,16 @@ _separator = st.text(alphabet=st.characters(blacklist_characters="\\", blacklist
     flags=st.tuples(*[st.booleans()] * len(FLAGS)),
     separators=st.tuples(_separator, _separator, _separator, _separator),
     value_format=st.sampled_from(list(ValueFormat)),
+    iso=st.booleans(),
 )
-def test_random_records_format_alike(records, flags, separators, value_format):
+def test_random_records_format_alike(records, flags, separators, value_format, iso):
     props = dict(consume_cli.FORMATTER_PROPERTIES)
     props.update({name: str(on).lower() for name, on in zip(FLAGS, flags, strict=True)})
     texts = ("key.separator", "line.separator", "headers.separator", "null.literal")
     props.update(zip(texts, separators, strict=True))
     outputs = []
     for write in (consume_cli._KafkaFormatter.write, consume_cli._KafkaFormatter.write_reference):
-        writer = consume_cli._KafkaFormatter(value_format, props)
+        writer = consume_cli._KafkaFormatter(value_format, props, iso_timestamps=iso)
         writer.out = io.BytesIO()
         write(writer, records)
         outputs.append(writer.out.getvalue())

@@ -1,12 +1,17 @@
-"""`txlog consume --output jsonl|csv` rows made natively against their Python reference, byte for byte.
+"""`txlog consume --output jsonl|json|csv|table` rows made natively against their Python reference, byte for byte.
 
 The native rows (storage.console_format.row_formatter, storage/native/src/format.rs `RowFormat`)
 are what cli/consume.py's `_Rows` prints through cli/output.py's RowWriter from ConsumerRecords:
-the same JSON and csv text, the same U+FFFD for bytes that are not UTF-8, and the same note on
-stderr when a key or value was replaced. Two checks: the log of tests/cli/test_cli_consume_native_format.py
-(aborted and committed transactions, every codec, null keys and values, headers with null values,
-bytes that are not UTF-8, LogAppendTime) read through the CLI with every value format, both
-isolation levels and cut fetches; and random batches (hypothesis) straight through both writers.
+the same JSON, csv and table text (a table laid out natively where every cell is printable
+ASCII, by tabulate otherwise: cli/output.py `RenderedTable`), the same ISO timestamps, the same
+U+FFFD for bytes that are not UTF-8, and the same note on stderr when a key or value was
+replaced. The checks: the log of tests/cli/test_cli_consume_native_format.py (aborted and
+committed transactions, every codec, null keys and values, headers with null values, bytes that
+are not UTF-8, LogAppendTime) and two more (`simple_store`: printable ASCII only, over a poll's
+5,000 records, its widest cells last, timestamps ISO text cannot show; `odd_store`: cells only
+tabulate can lay out) read through the CLI with every output, value format and isolation level,
+ISO timestamps and cut fetches; random batches (hypothesis) straight through both writers; and
+random tables straight through RenderedTable and tabulate.
 """
 
 from __future__ import annotations
@@ -14,14 +19,16 @@ from __future__ import annotations
 import contextlib
 import io
 import itertools
+import json
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cli import consume as consume_cli
+from cli import output as output_cli
 from cli.console_lines import Line
-from cli.output import OutputFormat
+from cli.output import OutputFormat, RenderedTable, render_table
 from cli.record_format import ValueFormat
 from storage.console_format import batch_lines, row_formatter
 from storage.records import Compression, RecordBatch, TimestampType, build_batch
@@ -32,8 +39,65 @@ from txlog.consumer_record import ConsumerRecord
 
 store_dir = _text_tests_store  # the log the text lines are compared over (a module fixture), read here as rows
 
-ROW_OUTPUTS = (OutputFormat.jsonl, OutputFormat.csv)
+ROW_OUTPUTS = (OutputFormat.jsonl, OutputFormat.csv, OutputFormat.json, OutputFormat.table)
 NOTE = b"not UTF-8 and were shown with U+FFFD"
+ISO = ["--timestamp-format", "iso"]
+# Timestamps at the edges of what ISO text shows: none (-1), the epoch, the last millisecond of
+# year 9999 (a float division shows it as .998) and the first past it, and the largest there is.
+EDGE_TIMESTAMPS = (-1, 0, 999, 1_700_000_000_123, 253_402_300_799_999, 253_402_300_800_000, 2**63 - 1)
+TABLE_HEADERS = ["Topic", "Partition", "Offset", "Timestamp", "Key", "Value", "Headers"]
+
+
+@pytest.fixture(scope="module")
+def simple_store(tmp_path_factory) -> str:
+    """Cells a table lays out natively (printable ASCII: spaces at the ends, True/False, empty
+    and null keys), a committed and an aborted transaction, the edge timestamps, more records
+    than a poll takes, and the widest key, value and headers in the last record."""
+    import txlog as client
+    from storage import Store
+
+    path = str(tmp_path_factory.mktemp("native-rows") / "store")
+    with Store.open(path) as store:
+        store.create_topic(TOPIC, 2, {"retention.ms": -1})  # records of 1970 stay
+        log = store.partition(TOPIC, 1)
+        for ts in EDGE_TIMESTAMPS:
+            batch = [(b" k ", b"True", [("a", b" x")], ts), (None, b"", [], ts)]
+            log.append(build_batch(batch, base_offset=log.log_end_offset))
+        producer = client.Producer(store, batch_size=4096)
+        for i in range(6000):
+            key = None if i % 7 == 0 else f"  key {i}".encode()
+            producer.send(TOPIC, key=key, value=b"False" if i % 5 == 0 else f"v{i} ".encode(), partition=0)
+        producer.flush()
+        txn = client.Producer(store, transactional_id="rows")
+        txn.init_transactions()
+        for outcome in ("committed", "aborted"):
+            txn.begin_transaction()
+            txn.send(TOPIC, key=b"k", value=f"in {outcome} transaction".encode(), partition=0)
+            txn.flush()
+            txn.commit_transaction() if outcome == "committed" else txn.abort_transaction()
+        txn.close()
+        producer.send(TOPIC, key=b"K" * 70, value=b"V" * 90, headers=[("widest", b"H" * 50), ("n", None)], partition=0)
+        producer.close()
+    return path
+
+
+@pytest.fixture(scope="module")
+def odd_store(tmp_path_factory) -> str:
+    """Cells only tabulate lays out: wide and combining characters, a non-breaking space at an
+    end, colour codes, a tab, a row-separator mark, a carriage return, U+FFFD for bad bytes."""
+    from storage import Store
+
+    path = str(tmp_path_factory.mktemp("native-rows-odd") / "store")
+    cells = ["\u6f22\u5b57", "e\u0301", "\u00a0nbsp\u00a0", "\x1b[31mred\x1b[0m", "a\tb", "\x01", "cr\rx", "\x1c"]
+    with Store.open(path) as store:
+        store.create_topic(TOPIC, 1, {"retention.ms": -1})
+        log = store.partition(TOPIC, 0)
+        for i, cell in enumerate(cells):
+            text = cell.encode()
+            timestamps = (1_700_000_000_000 + i, EDGE_TIMESTAMPS[i % 7])
+            batch = [(text, b"plain", [], timestamps[0]), (b"k", text + b"\xff", [(cell, text)], timestamps[1])]
+            log.append(build_batch(batch, base_offset=log.log_end_offset))
+    return path
 
 
 def _consume(path: str, args: list[str], native: bool, monkeypatch: pytest.MonkeyPatch):
@@ -58,9 +122,9 @@ def _consume(path: str, args: list[str], native: bool, monkeypatch: pytest.Monke
 
 def _cases() -> list[list[str]]:
     cases = [
-        ["--output", output.value, "--value-format", value_format.value, "--isolation-level", isolation]
-        for output, value_format, isolation in itertools.product(
-            ROW_OUTPUTS, ValueFormat, ("read_committed", "read_uncommitted")
+        ["--output", output.value, "--value-format", value_format.value, "--isolation-level", isolation, *iso]
+        for output, value_format, isolation, iso in itertools.product(
+            ROW_OUTPUTS, ValueFormat, ("read_committed", "read_uncommitted"), ([], ISO)
         )
     ]
     # Fetches cut inside a batch (-c), starting inside one (-o N), one partition, the tail (-o -N).
@@ -72,12 +136,74 @@ def _cases() -> list[list[str]]:
     return cases
 
 
-@pytest.mark.parametrize("args", _cases(), ids=" ".join)
-def test_native_rows_are_the_python_rows_bytes(store_dir, args, monkeypatch):
-    reference = _consume(store_dir, args, False, monkeypatch)
-    native = _consume(store_dir, args, True, monkeypatch)
+def _same_bytes(path: str, args: list[str], monkeypatch: pytest.MonkeyPatch) -> bytes:
+    reference = _consume(path, args, False, monkeypatch)
+    native = _consume(path, args, True, monkeypatch)
     assert reference.returncode == 0, reference.stderr
     assert (native.returncode, native.stdout, native.stderr) == (0, reference.stdout, reference.stderr)
+    return native.stdout
+
+
+@pytest.mark.parametrize("args", _cases(), ids=" ".join)
+def test_native_rows_are_the_python_rows_bytes(store_dir, args, monkeypatch):
+    _same_bytes(store_dir, args, monkeypatch)
+
+
+def _edge_cases() -> list[list[str]]:
+    cases = [
+        ["--output", output.value, "--isolation-level", isolation, *iso]
+        for output, isolation, iso in itertools.product(ROW_OUTPUTS, ("read_committed", "read_uncommitted"), ([], ISO))
+    ]
+    cases += [["--output", output.value, "-c", "5001", *ISO] for output in ROW_OUTPUTS]  # -c stops mid-batch
+    return cases + [["--output", "table", "-p", "0", "-c", "6000"], ["--output", "table", "--value-format", "hex"]]
+
+
+@pytest.mark.parametrize("args", _edge_cases(), ids=" ".join)
+def test_native_rows_of_simple_cells_are_the_python_rows_bytes(simple_store, args, monkeypatch):
+    _same_bytes(simple_store, args, monkeypatch)
+
+
+@pytest.mark.parametrize("args", _edge_cases()[:8], ids=" ".join)
+def test_native_rows_of_odd_cells_are_the_python_rows_bytes(odd_store, args, monkeypatch):
+    _same_bytes(odd_store, args, monkeypatch)
+
+
+def test_a_simple_table_is_laid_out_natively(simple_store, monkeypatch):
+    """No tabulate for printable ASCII, spilled to a file or not, with the widest cells last and
+    the stripped spaces, True/False and ISO text the comparisons above hold."""
+    stdout = _same_bytes(simple_store, ["--output", "table", *ISO], monkeypatch)
+    monkeypatch.setattr(output_cli, "render_table", _no_tabulate)
+    assert _consume(simple_store, ["--output", "table", *ISO], True, monkeypatch).stdout == stdout
+    monkeypatch.setattr(RenderedTable, "HELD", 1000)  # held on a file past 1,000 bytes, read back 777 at a time
+    monkeypatch.setattr(RenderedTable, "READ", 777)
+    assert _consume(simple_store, ["--output", "table", *ISO], True, monkeypatch).stdout == stdout
+    dashes = stdout.split(b"\n")[1]
+    assert dashes.endswith(b"-" * 70 + b"  " + b"-" * 90 + b"  " + b"-" * 64)  # the widths are the last row's
+    assert b"\nt        1            0         -1                        k    " in stdout
+    assert b"  k  " in stdout and b"  True  " in stdout and b"  False\n" in stdout
+    assert b"  9999-12-31T23:59:59.999Z  " in stdout
+    assert b"aborted" not in stdout and b"in committed transaction" in stdout
+
+
+def _no_tabulate(*args, **kwargs):
+    raise AssertionError("a table of printable ASCII went through tabulate")
+
+
+def test_iso_timestamps_show_every_millisecond_and_keep_what_iso_cannot_show(simple_store, monkeypatch):
+    """ISO text is exact to the millisecond up to year 9999's last one; past it, and with no
+    timestamp, the epoch ms stays (as it does for -1): no traceback (the Python rows used to
+    raise "year 10000 is out of range", and print .998 for 23:59:59.999)."""
+    stdout = _same_bytes(simple_store, ["--output", "jsonl", "-p", "1", *ISO], monkeypatch)
+    shown = [json.loads(line)["timestamp"] for line in stdout.splitlines()[::2]]
+    assert shown == [
+        -1,
+        "1970-01-01T00:00:00.000Z",
+        "1970-01-01T00:00:00.999Z",
+        "2023-11-14T22:13:20.123Z",
+        "9999-12-31T23:59:59.999Z",
+        253_402_300_800_000,
+        2**63 - 1,
+    ]
 
 
 def test_the_rows_hold_what_the_comparison_is_about(store_dir, monkeypatch):
@@ -95,34 +221,16 @@ def test_the_rows_hold_what_the_comparison_is_about(store_dir, monkeypatch):
     assert NOTE not in hexed.stderr  # hex shows every byte: nothing replaced
 
 
-@pytest.mark.parametrize(
-    "args",
-    [["--output", "jsonl", "--timestamp-format", "iso"], ["--output", "json"], ["--output", "table"]],
-    ids=" ".join,
-)
-def test_iso_timestamps_json_and_table_keep_the_python_rows(store_dir, args, monkeypatch):
-    """Where the native rows do not apply, no line transport is made (and the Python rows print)."""
-    made = []
-    line_transport = consume_cli._Rows.line_transport
-    with monkeypatch.context() as patch:
-        patch.setattr(
-            consume_cli._Rows,
-            "line_transport",
-            lambda self, store, topic: made.append(line_transport(self, store, topic)) or made[-1],
-        )
-        proc = txlog("consume", "-t", TOPIC, "-c", "2", *args, data_dir=store_dir, text=False)
-    assert proc.returncode == 0, proc.stderr
-    assert made == [None]
-
-
-def test_empty_csv_prints_its_header_row_once(tmp_path):
+def test_an_empty_topic_prints_what_each_output_prints_for_no_rows(tmp_path, monkeypatch):
     path = str(tmp_path / "store")
     from storage import Store
 
     with Store.open(path) as store:
         store.create_topic(TOPIC, 1)
-    proc = txlog("consume", "-t", TOPIC, "--output", "csv", data_dir=path, text=False)
-    assert (proc.returncode, proc.stdout) == (0, b"topic,partition,offset,timestamp,key,value,headers\n")
+    printed = {output: _same_bytes(path, ["--output", output.value], monkeypatch) for output in ROW_OUTPUTS}
+    assert printed[OutputFormat.csv] == b"topic,partition,offset,timestamp,key,value,headers\n"
+    assert printed[OutputFormat.json] == b"[]\n" and printed[OutputFormat.jsonl] == b""
+    assert printed[OutputFormat.table].startswith(b"Topic    Partition")
 
 
 # ---- random batches, straight through both writers ---------------------------------------------------
@@ -141,24 +249,26 @@ _name = st.text(max_size=5) | st.binary(max_size=5)  # header names that are not
     value_format=st.sampled_from(list(ValueFormat)),
     partition=st.integers(0, 2**31 - 1),
     base_offset=st.integers(0, 2**40),
+    timestamp=st.sampled_from(EDGE_TIMESTAMPS) | st.integers(-(2**40), 2**62),
+    iso=st.booleans(),
 )
 def test_random_batches_make_the_same_rows(
-    records, codec, log_append_time, output, value_format, partition, base_offset
+    records, codec, log_append_time, output, value_format, partition, base_offset, timestamp, iso
 ):
     batch = RecordBatch.parse(
         build_batch(
-            [(k, v, h, 1_700_000_000_000 + 7 * i) for i, (k, v, h) in enumerate(records)],
+            [(k, v, h, timestamp - 7 * i) for i, (k, v, h) in enumerate(records)],  # down: no 64-bit overflow
             base_offset=base_offset,
             compression=codec,
             timestamp_type=TimestampType.LOG_APPEND_TIME if log_append_time else TimestampType.CREATE_TIME,
-            log_append_time=1_700_000_000_500 if log_append_time else None,
+            log_append_time=timestamp if log_append_time else None,
         )
     )
     end = base_offset + len(records)
-    reference = consume_cli._Rows(value_format, output)
+    reference = consume_cli._Rows(value_format, output, iso_timestamps=iso)
     ref_out = _written(reference, batch.consumer_records(ConsumerRecord, TOPIC, partition, base_offset, end))
-    native = consume_cli._Rows(value_format, output)
-    native.native = row_formatter(output.value, TOPIC, value_format.value)
+    native = consume_cli._Rows(value_format, output, iso_timestamps=iso)
+    native.native = row_formatter(output.value, TOPIC, value_format.value, iso_timestamps=iso)
     native.lines = True
     lines, more = batch_lines(native.native, batch, Line, partition, base_offset, end, len(records))
     assert not more and len(lines) == len(records)
@@ -175,3 +285,25 @@ def _written(writer: consume_cli._Rows, records: list) -> bytes:
         writer.close()
         stdout.flush()
         return out.getvalue()
+
+
+# ---- random tables, straight through RenderedTable and tabulate ---------------------------------------
+
+_char = st.sampled_from(' ab~!=,"True') | st.characters(max_codepoint=0x3100, blacklist_categories=("Cs",))
+_cell = st.text(_char, max_size=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows=st.lists(st.lists(_cell, min_size=7, max_size=7), max_size=8), ascii_only=st.booleans())
+def test_random_tables_lay_out_as_tabulate(rows, ascii_only):
+    if ascii_only:  # the cells laid out natively (printable ASCII), most of the time
+        rows = [[cell.encode("ascii", "ignore").decode().replace("\x7f", "") for cell in row] for row in rows]
+        rows = [["".join(ch for ch in cell if ch >= " ") for cell in row] for row in rows]
+    table = RenderedTable(TABLE_HEADERS)
+    table.add(b"".join(_cell_bytes(cell) for row in rows for cell in row))
+    assert b"".join(table.render()) == (render_table(rows, TABLE_HEADERS) + "\n").encode()
+
+
+def _cell_bytes(cell: str) -> bytes:
+    data = cell.encode()
+    return len(data).to_bytes(4, "little") + data

@@ -46,6 +46,8 @@ pub struct ConsoleFormat {
     pub headers_separator: Vec<u8>,
     pub null_literal: Vec<u8>,
     pub value_format: ValueFormat,
+    /// `--timestamp-format iso`: timestamps as ISO 8601 UTC text (`push_timestamp`).
+    pub iso_timestamps: bool,
 }
 
 /// The parts of one record a line may show.
@@ -75,7 +77,7 @@ impl ConsoleFormat {
             field(out);
             out.extend_from_slice(f.timestamp_kind);
             out.push(b':');
-            push_int(out, f.timestamp);
+            push_timestamp(out, f.timestamp, self.iso_timestamps, false);
         }
         if self.print_partition {
             field(out);
@@ -144,6 +146,74 @@ fn push_int(out: &mut Vec<u8>, n: i128) {
     out.extend_from_slice(&digits[at..]);
 }
 
+/// The last millisecond ISO 8601 text can show here: 9999-12-31T23:59:59.999Z (Python's
+/// datetime ends at year 9999).
+const ISO_MAX_MS: i128 = 253_402_300_799_999;
+
+/// A timestamp as `--timestamp-format` prints it (cli/consume.py `iso_timestamp`): epoch ms,
+/// or with `iso` the ISO 8601 UTC text (in `"` when `quoted`, for JSON); a timestamp ISO text
+/// cannot show (negative: none was given, or past year 9999) stays epoch ms, unquoted.
+fn push_timestamp(out: &mut Vec<u8>, ms: i128, iso: bool, quoted: bool) {
+    if !iso || !(0..=ISO_MAX_MS).contains(&ms) {
+        push_int(out, ms);
+        return;
+    }
+    if quoted {
+        out.push(b'"');
+    }
+    push_iso(out, ms as i64);
+    if quoted {
+        out.push(b'"');
+    }
+}
+
+/// `YYYY-MM-DDTHH:MM:SS.mmmZ` of 0 <= `ms` <= ISO_MAX_MS, exact (whole milliseconds, no float).
+fn push_iso(out: &mut Vec<u8>, ms: i64) {
+    let (days, in_day) = (ms / 86_400_000, ms % 86_400_000);
+    let (year, month, day) = civil_from_days(days);
+    let fields = [
+        (year, 4, b'-'),
+        (month, 2, b'-'),
+        (day, 2, b'T'),
+        (in_day / 3_600_000, 2, b':'),
+        (in_day / 60_000 % 60, 2, b':'),
+        (in_day / 1000 % 60, 2, b'.'),
+        (in_day % 1000, 3, b'Z'),
+    ];
+    for (value, width, after) in fields {
+        push_padded(out, value, width);
+        out.push(after);
+    }
+}
+
+/// `value` (>= 0) in decimal, zero-padded to `width` digits.
+fn push_padded(out: &mut Vec<u8>, value: i64, width: usize) {
+    let mut digits = [b'0'; 20];
+    let mut rest = value;
+    let mut at = digits.len();
+    while rest > 0 {
+        at -= 1;
+        digits[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+    }
+    out.extend_from_slice(&digits[at.min(digits.len() - width)..]);
+}
+
+/// The proleptic Gregorian (year, month, day) of `days` (>= 0) since 1970-01-01 (Howard
+/// Hinnant's `civil_from_days`, for days on or after the epoch).
+fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468; // days since 0000-03-01
+    let era = z / 146_097;
+    let day_of_era = z - era * 146_097;
+    let year_of_era = (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let march_month = (5 * day_of_year + 2) / 153; // 0 is March
+    let day = day_of_year - (153 * march_month + 2) / 5 + 1;
+    let month = if march_month < 10 { march_month + 3 } else { march_month - 9 };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
 const HEX: &[u8; 16] = b"0123456789abcdef";
 const BASE64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
@@ -193,32 +263,40 @@ fn push_base64(out: &mut Vec<u8>, data: &[u8]) {
     }
 }
 
-/// `txlog consume --output jsonl|csv`: one row per record.
+/// `txlog consume --output jsonl|json|csv|table`: one row per record.
 ///
 /// cli/consume.py's `_Rows` (through cli/output.py's `RowWriter`) is the reference: a row holds
-/// the topic, partition, offset, timestamp (epoch ms), key, value and headers. jsonl is
-/// `json.dumps(row, ensure_ascii=False, separators=(", ", ": "))` and a newline; csv is the
-/// excel dialect of Python's csv module with a `\n` line terminator, where the headers are one
-/// field (`json.dumps` of the `[name, value]` pairs, or empty) and a missing key or value is an
-/// empty field. Keys and values go through `--value-format`; utf8 shows bytes that are not
-/// UTF-8 with U+FFFD (`bytes.decode(errors="replace")`), and `write` says when it did, for the
-/// CLI's note. Header values are always UTF-8 text, replaced alike but never noted.
+/// the topic, partition, offset, timestamp (epoch ms, or ISO text: `push_timestamp`), key, value
+/// and headers. jsonl is `json.dumps(row, ensure_ascii=False, separators=(", ", ": "))` and a
+/// newline; json is one element of the array `json.dumps(rows, indent=2)` prints, each led by
+/// `,` (the writer turns the first one's into `[`); csv is the excel dialect of Python's csv
+/// module with a `\n` line terminator, where the headers are one field (`json.dumps` of the
+/// `[name, value]` pairs, or empty) and a missing key or value is an empty field; a table row
+/// is its cells' text, each length-prefixed (`push_table_cell`), for `table_widths` and
+/// `table_rows` to lay out once every row is known. Keys and values go through
+/// `--value-format`; utf8 shows bytes that are not UTF-8 with U+FFFD
+/// (`bytes.decode(errors="replace")`), and `write` says when it did, for the CLI's note.
+/// Header values are always UTF-8 text, replaced alike but never noted.
 #[derive(Clone, Debug)]
 pub struct RowFormat {
     pub style: RowStyle,
     pub value_format: ValueFormat,
     /// The topic's name (a row names its topic; a formatter serves one topic).
     pub topic: String,
+    /// `--timestamp-format iso` (`push_timestamp`).
+    pub iso_timestamps: bool,
 }
 
 #[derive(Clone, Debug)]
 pub enum RowStyle {
     Jsonl,
+    Json,
     /// `quoted`: the characters that make Python's csv writer quote a field (QUOTE_MINIMAL), as
     /// the running Python's csv module reports them (storage/console_format.py).
     Csv {
         quoted: Vec<u8>,
     },
+    Table,
 }
 
 /// The parts of one record a row shows.
@@ -233,60 +311,112 @@ pub struct RowFields<'a> {
 }
 
 impl RowFormat {
-    /// Append the record's row and its newline to `out`; true when a key or value was not UTF-8
-    /// and was shown with U+FFFD.
+    /// Append the record's row (with its newline, in the text formats) to `out`; true when a key
+    /// or value was not UTF-8 and was shown with U+FFFD.
     pub fn write(&self, out: &mut Vec<u8>, f: &RowFields, scratch: &mut Vec<u8>) -> bool {
-        let mut replaced = false;
         match &self.style {
-            RowStyle::Jsonl => {
-                out.extend_from_slice(b"{\"topic\": ");
-                push_json_str(out, self.topic.as_bytes());
-                out.extend_from_slice(b", \"partition\": ");
-                push_int(out, f.partition as i128);
-                out.extend_from_slice(b", \"offset\": ");
-                push_int(out, f.offset);
-                out.extend_from_slice(b", \"timestamp\": ");
-                push_int(out, f.timestamp);
-                out.extend_from_slice(b", \"key\": ");
-                replaced |= self.json_data(out, f.key, scratch);
-                out.extend_from_slice(b", \"value\": ");
-                replaced |= self.json_data(out, f.value, scratch);
-                out.extend_from_slice(b", \"headers\": ");
-                push_json_headers(out, f.headers);
-                out.extend_from_slice(b"}\n");
-            }
-            RowStyle::Csv { quoted } => {
-                let csv = |out: &mut Vec<u8>, field: &[u8]| push_csv_field(out, field, quoted);
-                csv(out, self.topic.as_bytes());
-                out.push(b',');
-                scratch.clear();
-                push_int(scratch, f.partition as i128);
-                out.extend_from_slice(scratch);
-                out.push(b',');
-                scratch.clear();
-                push_int(scratch, f.offset);
-                out.extend_from_slice(scratch);
-                out.push(b',');
-                scratch.clear();
-                push_int(scratch, f.timestamp);
-                csv(out, scratch);
-                for data in [f.key, f.value] {
-                    out.push(b',');
-                    scratch.clear();
-                    if let Some(d) = data {
-                        replaced |= self.text(scratch, d);
-                    }
-                    csv(out, scratch);
-                }
-                out.push(b',');
-                scratch.clear();
-                if !f.headers.is_empty() {
-                    push_json_headers(scratch, f.headers);
-                }
-                csv(out, scratch);
-                out.push(b'\n');
-            }
+            RowStyle::Jsonl => self.write_json(out, f, scratch, JsonLayout::LINE),
+            RowStyle::Json => self.write_json(out, f, scratch, JsonLayout::ARRAY_ELEMENT),
+            RowStyle::Csv { quoted } => self.write_csv(out, f, scratch, quoted),
+            RowStyle::Table => self.write_table(out, f),
         }
+    }
+
+    fn write_json(&self, out: &mut Vec<u8>, f: &RowFields, scratch: &mut Vec<u8>, layout: JsonLayout) -> bool {
+        let mut replaced = false;
+        out.extend_from_slice(layout.open);
+        out.extend_from_slice(b"\"topic\": ");
+        push_json_str(out, self.topic.as_bytes());
+        out.extend_from_slice(layout.item);
+        out.extend_from_slice(b"\"partition\": ");
+        push_int(out, f.partition as i128);
+        out.extend_from_slice(layout.item);
+        out.extend_from_slice(b"\"offset\": ");
+        push_int(out, f.offset);
+        out.extend_from_slice(layout.item);
+        out.extend_from_slice(b"\"timestamp\": ");
+        push_timestamp(out, f.timestamp, self.iso_timestamps, true);
+        out.extend_from_slice(layout.item);
+        out.extend_from_slice(b"\"key\": ");
+        replaced |= self.json_data(out, f.key, scratch);
+        out.extend_from_slice(layout.item);
+        out.extend_from_slice(b"\"value\": ");
+        replaced |= self.json_data(out, f.value, scratch);
+        out.extend_from_slice(layout.item);
+        out.extend_from_slice(b"\"headers\": ");
+        if layout.indented {
+            push_json_headers_indented(out, f.headers);
+        } else {
+            push_json_headers(out, f.headers);
+        }
+        out.extend_from_slice(layout.close);
+        replaced
+    }
+
+    fn write_csv(&self, out: &mut Vec<u8>, f: &RowFields, scratch: &mut Vec<u8>, quoted: &[u8]) -> bool {
+        let mut replaced = false;
+        let csv = |out: &mut Vec<u8>, field: &[u8]| push_csv_field(out, field, quoted);
+        csv(out, self.topic.as_bytes());
+        out.push(b',');
+        scratch.clear();
+        push_int(scratch, f.partition as i128);
+        out.extend_from_slice(scratch);
+        out.push(b',');
+        scratch.clear();
+        push_int(scratch, f.offset);
+        out.extend_from_slice(scratch);
+        out.push(b',');
+        scratch.clear();
+        push_timestamp(scratch, f.timestamp, self.iso_timestamps, false);
+        csv(out, scratch);
+        for data in [f.key, f.value] {
+            out.push(b',');
+            scratch.clear();
+            if let Some(d) = data {
+                replaced |= self.text(scratch, d);
+            }
+            csv(out, scratch);
+        }
+        out.push(b',');
+        scratch.clear();
+        if !f.headers.is_empty() {
+            push_json_headers(scratch, f.headers);
+        }
+        csv(out, scratch);
+        out.push(b'\n');
+        replaced
+    }
+
+    /// The row's seven cells as `_Rows` makes them for a table: the numbers in decimal, a
+    /// missing key or value `null`, the headers `name=value` joined by `,` (a missing value
+    /// `NULL`, no headers an empty cell).
+    fn write_table(&self, out: &mut Vec<u8>, f: &RowFields) -> bool {
+        let mut replaced = false;
+        push_table_cell(out, |cell| cell.extend_from_slice(self.topic.as_bytes()));
+        push_table_cell(out, |cell| push_int(cell, f.partition as i128));
+        push_table_cell(out, |cell| push_int(cell, f.offset));
+        push_table_cell(out, |cell| push_timestamp(cell, f.timestamp, self.iso_timestamps, false));
+        for data in [f.key, f.value] {
+            push_table_cell(out, |cell| match data {
+                None => cell.extend_from_slice(b"null"),
+                Some(d) => replaced |= self.text(cell, d),
+            });
+        }
+        push_table_cell(out, |cell| {
+            for (i, (name, value)) in f.headers.iter().enumerate() {
+                if i > 0 {
+                    cell.push(b',');
+                }
+                cell.extend_from_slice(name);
+                cell.push(b'=');
+                match value {
+                    None => cell.extend_from_slice(b"NULL"),
+                    Some(v) => {
+                        push_lossy(cell, v);
+                    }
+                }
+            }
+        });
         replaced
     }
 
@@ -312,6 +442,99 @@ impl RowFormat {
             }
         }
     }
+}
+
+/// Where a JSON row's punctuation goes: jsonl's one line, or an element of the json array as
+/// `json.dumps(rows, indent=2)` lays it out (one level in: every line indented by two more).
+struct JsonLayout {
+    open: &'static [u8],
+    item: &'static [u8],
+    close: &'static [u8],
+    indented: bool,
+}
+
+impl JsonLayout {
+    const LINE: JsonLayout = JsonLayout { open: b"{", item: b", ", close: b"}\n", indented: false };
+    const ARRAY_ELEMENT: JsonLayout =
+        JsonLayout { open: b",\n  {\n    ", item: b",\n    ", close: b"\n  }", indented: true };
+}
+
+/// One table cell: its length (u32, little-endian), then its UTF-8 text as `fill` writes it.
+fn push_table_cell(out: &mut Vec<u8>, fill: impl FnOnce(&mut Vec<u8>)) {
+    let at = out.len();
+    out.extend_from_slice(&[0; 4]);
+    fill(out);
+    let len = (out.len() - at - 4) as u32;
+    out[at..at + 4].copy_from_slice(&len.to_le_bytes());
+}
+
+/// The cells of a row that starts `data`, one slice per column, or None when `data` holds
+/// less than a whole row.
+fn table_row<'a>(data: &'a [u8], columns: usize, cells: &mut Vec<&'a [u8]>) -> Option<usize> {
+    cells.clear();
+    let mut at = 0;
+    for _ in 0..columns {
+        let len = u32::from_le_bytes(data.get(at..at + 4)?.try_into().ok()?) as usize;
+        cells.push(data.get(at + 4..at + 4 + len)?);
+        at += 4 + len;
+    }
+    Some(at)
+}
+
+/// A cell as the "simple" table shows it, or None where only tabulate knows: printable ASCII
+/// (one column per character, nothing tabulate reads as a colour code, a new line or a row
+/// separator) shows with its spaces at either end stripped (tabulate's `str.strip`, which in
+/// ASCII strips only spaces once control characters are excluded).
+fn simple_cell(cell: &[u8]) -> Option<&[u8]> {
+    if !cell.iter().all(|b| (0x20..0x7f).contains(b)) {
+        return None;
+    }
+    let start = cell.iter().position(|&b| b != b' ').unwrap_or(cell.len());
+    let end = cell.iter().rposition(|&b| b != b' ').map_or(start, |i| i + 1);
+    Some(&cell[start..end])
+}
+
+/// Widen `widths` (one per column, in characters) to the simple cells of the whole rows at the
+/// start of `data`; returns the bytes of those rows and whether every cell was simple
+/// (`simple_cell`).
+pub fn table_widths(data: &[u8], widths: &mut [usize]) -> (usize, bool) {
+    let mut cells = Vec::with_capacity(widths.len());
+    let (mut at, mut simple) = (0, true);
+    while let Some(len) = table_row(&data[at..], widths.len(), &mut cells) {
+        for (width, cell) in widths.iter_mut().zip(&cells) {
+            match simple_cell(cell) {
+                Some(shown) => *width = (*width).max(shown.len()),
+                None => simple = false,
+            }
+        }
+        at += len;
+    }
+    (at, simple)
+}
+
+/// The lines of the whole rows at the start of `data` as tabulate's "simple" format lays out
+/// its rows (every cell simple): cells left-aligned and padded to `widths`, two spaces between
+/// columns, the line's trailing spaces stripped, each line ending with a newline. Returns the
+/// bytes of the rows read.
+pub fn table_rows(out: &mut Vec<u8>, data: &[u8], widths: &[usize]) -> usize {
+    let mut cells = Vec::with_capacity(widths.len());
+    let mut at = 0;
+    while let Some(len) = table_row(&data[at..], widths.len(), &mut cells) {
+        let line = out.len();
+        for (i, (cell, &width)) in cells.iter().zip(widths).enumerate() {
+            if i > 0 {
+                out.extend_from_slice(b"  ");
+            }
+            let shown = simple_cell(cell).unwrap_or(cell);
+            out.extend_from_slice(shown);
+            out.resize(out.len() + width.saturating_sub(shown.len()), b' ');
+        }
+        let kept = out[line..].iter().rposition(|&b| b != b' ').map_or(line, |i| line + i + 1);
+        out.truncate(kept);
+        out.push(b'\n');
+        at += len;
+    }
+    at
 }
 
 /// `data` as UTF-8 with U+FFFD for each maximal invalid subpart (Python's errors="replace");
@@ -352,6 +575,32 @@ fn push_json_headers(out: &mut Vec<u8>, headers: &[(&[u8], Option<&[u8]>)]) {
         out.push(b']');
     }
     out.push(b']');
+}
+
+/// The headers as `json.dumps(rows, indent=2)` writes them inside an array element (the
+/// `headers` key two levels in): `[]`, or each `[name, value]` pair over four lines.
+fn push_json_headers_indented(out: &mut Vec<u8>, headers: &[(&[u8], Option<&[u8]>)]) {
+    if headers.is_empty() {
+        out.extend_from_slice(b"[]");
+        return;
+    }
+    out.push(b'[');
+    let mut text = Vec::new();
+    for (i, (name, value)) in headers.iter().enumerate() {
+        out.extend_from_slice(if i > 0 { b",\n      [\n        " } else { b"\n      [\n        " });
+        push_json_str(out, name);
+        out.extend_from_slice(b",\n        ");
+        match value {
+            None => out.extend_from_slice(b"null"),
+            Some(v) => {
+                text.clear();
+                push_lossy(&mut text, v);
+                push_json_str(out, &text);
+            }
+        }
+        out.extend_from_slice(b"\n      ]");
+    }
+    out.extend_from_slice(b"\n    ]");
 }
 
 /// A JSON string of UTF-8 `text` as json.dumps(ensure_ascii=False) writes it: `"` `\` and the
@@ -521,7 +770,12 @@ mod tests {
             value: Some(b"q\"\\\n\r\t\x08\x0c\x01\x7f,\xc3\xbc\xff"),
             headers: &headers,
         };
-        let jsonl = RowFormat { style: RowStyle::Jsonl, value_format: ValueFormat::Utf8, topic: "t".into() };
+        let jsonl = RowFormat {
+            style: RowStyle::Jsonl,
+            value_format: ValueFormat::Utf8,
+            topic: "t".into(),
+            iso_timestamps: false,
+        };
         let (mut out, mut scratch) = (Vec::new(), Vec::new());
         assert!(jsonl.write(&mut out, &fields, &mut scratch));
         let expected = "{\"topic\": \"t\", \"partition\": 3, \"offset\": 9, \"timestamp\": -1, \"key\": null, \
@@ -542,6 +796,103 @@ mod tests {
     }
 
     #[test]
+    fn iso_timestamps_are_exact_and_stay_ms_outside_iso_texts_range() {
+        let cases: [(i128, &str); 8] = [
+            (0, "1970-01-01T00:00:00.000Z"),
+            (999, "1970-01-01T00:00:00.999Z"),
+            (951_782_400_000, "2000-02-29T00:00:00.000Z"),
+            (1_700_000_000_123, "2023-11-14T22:13:20.123Z"),
+            (4_107_542_399_999, "2100-02-28T23:59:59.999Z"),
+            (253_402_300_799_999, "9999-12-31T23:59:59.999Z"),
+            (253_402_300_800_000, "253402300800000"),
+            (-1, "-1"),
+        ];
+        for (ms, text) in cases {
+            let mut out = Vec::new();
+            push_timestamp(&mut out, ms, true, false);
+            assert_eq!(String::from_utf8(out).unwrap(), text);
+        }
+        let mut out = Vec::new();
+        push_timestamp(&mut out, 5, true, true);
+        push_timestamp(&mut out, -5, true, true);
+        push_timestamp(&mut out, 5, false, true);
+        assert_eq!(out, b"\"1970-01-01T00:00:00.005Z\"-55");
+    }
+
+    #[test]
+    fn every_day_of_four_centuries_follows_the_one_before() {
+        let (mut year, mut month, mut day) = (1970, 1, 1);
+        for days in 0..146_097 * 2 {
+            assert_eq!(civil_from_days(days), (year, month, day), "day {days}");
+            let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+            let month_days = [31, if leap { 29 } else { 28 }, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
+            day += 1;
+            if day > month_days[month as usize - 1] {
+                (day, month) = (1, month + 1);
+                if month > 12 {
+                    (month, year) = (1, year + 1);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_json_element_is_indented_one_level_in() {
+        let headers: [(&[u8], Option<&[u8]>); 2] = [(b"h", None), (b"a", Some(b"b"))];
+        let fields =
+            RowFields { timestamp: 7, partition: 0, offset: 1, key: None, value: Some(b"v"), headers: &headers };
+        let json = RowFormat {
+            style: RowStyle::Json,
+            value_format: ValueFormat::Utf8,
+            topic: "t".into(),
+            iso_timestamps: false,
+        };
+        let (mut out, mut scratch) = (Vec::new(), Vec::new());
+        json.write(&mut out, &fields, &mut scratch);
+        json.write(&mut out, &RowFields { headers: &[], ..fields }, &mut scratch);
+        let element =
+            ",\n  {\n    \"topic\": \"t\",\n    \"partition\": 0,\n    \"offset\": 1,\n    \"timestamp\": 7,\n    \
+                       \"key\": null,\n    \"value\": \"v\",\n    \"headers\": ";
+        let expected = format!(
+            "{element}[\n      [\n        \"h\",\n        null\n      ],\n      [\n        \"a\",\n        \"b\"\n      ]\n    ]\n  }}\
+             {element}[]\n  }}"
+        );
+        assert_eq!(String::from_utf8(out).unwrap(), expected);
+    }
+
+    #[test]
+    fn table_rows_are_padded_stripped_and_measured() {
+        let table = RowFormat {
+            style: RowStyle::Table,
+            value_format: ValueFormat::Hex,
+            topic: "t".into(),
+            iso_timestamps: true,
+        };
+        let headers: [(&[u8], Option<&[u8]>); 2] = [(b"a", Some(b" 1")), (b"b", None)];
+        let fields =
+            RowFields { timestamp: -1, partition: 2, offset: 30, key: None, value: Some(b"\x01"), headers: &headers };
+        let (mut data, mut scratch) = (Vec::new(), Vec::new());
+        table.write(&mut data, &fields, &mut scratch);
+        let first = data.len();
+        table.write(&mut data, &RowFields { headers: &[], value: None, timestamp: 0, ..fields }, &mut scratch);
+        let mut widths = vec![1; 7];
+        assert_eq!(table_widths(&data[..data.len() - 1], &mut widths), (first, true)); // one whole row
+        widths = vec![1; 7];
+        assert_eq!(table_widths(&data, &mut widths), (data.len(), true));
+        assert_eq!(widths, [1, 1, 2, 24, 4, 4, 11]);
+        let mut out = Vec::new();
+        assert_eq!(table_rows(&mut out, &data, &widths), data.len());
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "t  2  30  -1                        null  01    a= 1,b=NULL\n\
+             t  2  30  1970-01-01T00:00:00.000Z  null  null\n"
+        );
+        let mut odd = Vec::new();
+        push_table_cell(&mut odd, |cell| cell.extend_from_slice("\u{fc}".as_bytes()));
+        assert_eq!(table_widths(&odd, &mut [0]), (odd.len(), false));
+    }
+
+    #[test]
     fn a_line_joins_the_shown_fields() {
         let format = ConsoleFormat {
             print_timestamp: true,
@@ -555,6 +906,7 @@ mod tests {
             headers_separator: b";".to_vec(),
             null_literal: b"NULL".to_vec(),
             value_format: ValueFormat::Utf8,
+            iso_timestamps: false,
         };
         let headers: [(&[u8], Option<&[u8]>); 2] = [(b"a", Some(b"1")), (b"b", None)];
         let fields = Fields {

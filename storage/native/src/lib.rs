@@ -62,6 +62,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<formatters::ConsoleFormatter>()?;
     m.add_class::<formatters::RowFormatter>()?;
     m.add_function(wrap_pyfunction!(formatters::dump_record_lines, m)?)?;
+    m.add_function(wrap_pyfunction!(formatters::table_widths_of, m)?)?;
+    m.add_function(wrap_pyfunction!(formatters::table_lines, m)?)?;
     m.add_function(wrap_pyfunction!(hashes::crc32c_py, m)?)?;
     m.add_function(wrap_pyfunction!(hashes::murmur2_partitions, m)?)?;
     Ok(())

@@ -20,7 +20,10 @@ use super::ffi::with_bytes;
 use super::header::BatchHeader;
 use crate::codec;
 use crate::codec::{RecordBase, RecordView, TIMESTAMP_TYPE_MASK};
-use crate::format::{ConsoleFormat, DumpFields, DumpFormat, Fields, RowFields, RowFormat, RowStyle, ValueFormat};
+use crate::format::{
+    table_rows, table_widths, ConsoleFormat, DumpFields, DumpFormat, Fields, RowFields, RowFormat, RowStyle,
+    ValueFormat,
+};
 
 // ConsumerRecord's field positions (txlog/consumer_record.py).
 const PARTITION: usize = 1;
@@ -45,7 +48,7 @@ pub struct ConsoleFormatter {
 #[pymethods]
 impl ConsoleFormatter {
     #[new]
-    #[pyo3(signature = (*, flags, key_separator, line_separator, headers_separator, null_literal, value_format, timestamp_kinds))]
+    #[pyo3(signature = (*, flags, key_separator, line_separator, headers_separator, null_literal, value_format, timestamp_kinds, iso_timestamps=false))]
     #[allow(clippy::too_many_arguments)] // the formatter's properties, each named at the call
     fn new(
         flags: (bool, bool, bool, bool, bool, bool),
@@ -55,6 +58,7 @@ impl ConsoleFormatter {
         null_literal: Vec<u8>,
         value_format: &str,
         timestamp_kinds: Vec<String>,
+        iso_timestamps: bool,
     ) -> PyResult<Self> {
         let (print_timestamp, print_partition, print_offset, print_headers, print_key, print_value) = flags;
         let value_format = ValueFormat::parse(value_format)
@@ -72,6 +76,7 @@ impl ConsoleFormatter {
                 headers_separator,
                 null_literal,
                 value_format,
+                iso_timestamps,
             },
             timestamp_kinds: timestamp_kinds.into_iter().map(String::into_bytes).collect(),
         })
@@ -270,8 +275,8 @@ fn header_names<'a>(rec: &RecordView<'a>) -> Vec<std::borrow::Cow<'a, str>> {
     rec.headers.iter().map(|(name, _)| String::from_utf8_lossy(name)).collect()
 }
 
-/// `txlog consume --output jsonl|csv`'s rows (format.rs `RowFormat`) straight from a batch's
-/// bytes; `replaced` says whether some key or value was not UTF-8 (for the CLI's note).
+/// `txlog consume --output jsonl|json|csv|table`'s rows (format.rs `RowFormat`) straight from
+/// a batch's bytes; `replaced` says whether some key or value was not UTF-8 (for the CLI's note).
 #[pyclass(frozen, module = "storage._native")]
 pub struct RowFormatter {
     format: RowFormat,
@@ -281,16 +286,25 @@ pub struct RowFormatter {
 #[pymethods]
 impl RowFormatter {
     #[new]
-    #[pyo3(signature = (*, output, topic, value_format, csv_quoted))]
-    fn new(output: &str, topic: String, value_format: &str, csv_quoted: Vec<u8>) -> PyResult<Self> {
+    #[pyo3(signature = (*, output, topic, value_format, csv_quoted, iso_timestamps=false))]
+    fn new(
+        output: &str,
+        topic: String,
+        value_format: &str,
+        csv_quoted: Vec<u8>,
+        iso_timestamps: bool,
+    ) -> PyResult<Self> {
         let value_format = ValueFormat::parse(value_format)
             .ok_or_else(|| PyValueError::new_err(format!("unknown value format {value_format:?}")))?;
         let style = match output {
             "jsonl" => RowStyle::Jsonl,
+            "json" => RowStyle::Json,
             "csv" => RowStyle::Csv { quoted: csv_quoted },
+            "table" => RowStyle::Table,
             _ => return Err(PyValueError::new_err(format!("unknown row output {output:?}"))),
         };
-        Ok(RowFormatter { format: RowFormat { style, value_format, topic }, replaced: AtomicBool::new(false) })
+        let format = RowFormat { style, value_format, topic, iso_timestamps };
+        Ok(RowFormatter { format, replaced: AtomicBool::new(false) })
     }
 
     /// Whether some key or value written so far was not UTF-8 (shown with U+FFFD).
@@ -410,4 +424,24 @@ pub fn dump_record_lines<'py>(
         Ok((walked.is_ok() && shown && count > 0).then_some(out))
     })?;
     Ok(lines.map(|out| PyBytes::new(py, &out)))
+}
+
+/// The column widths `widths` widened to the whole rows at the start of `data` (a table
+/// `RowFormatter`'s lines, back to back), the bytes of those rows, and whether every cell of
+/// them is one `table_lines` can lay out (printable ASCII); where one is not, only tabulate
+/// can lay the table out.
+#[pyfunction]
+pub fn table_widths_of(data: &[u8], mut widths: Vec<usize>) -> (Vec<usize>, usize, bool) {
+    let (read, simple) = table_widths(data, &mut widths);
+    (widths, read, simple)
+}
+
+/// The "simple" table lines (tabulate's layout, cli/output.py `render_table`) of the whole rows
+/// at the start of `data`, every cell padded to `widths`, each line ending with a newline;
+/// and the bytes of those rows. Only for rows `table_widths_of` found simple.
+#[pyfunction]
+pub fn table_lines<'py>(py: Python<'py>, data: &[u8], widths: Vec<usize>) -> (Bound<'py, PyBytes>, usize) {
+    let mut out = Vec::with_capacity(data.len() * 2);
+    let read = table_rows(&mut out, data, &widths);
+    (PyBytes::new(py, &out), read)
 }
