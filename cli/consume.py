@@ -653,7 +653,8 @@ def consume(
         typer.Option(
             "--timestamp-format",
             case_sensitive=False,
-            help="How timestamps print: ms (since the epoch, as Kafka) or iso (ISO 8601, UTC). kcat's -f %T stays ms.",
+            help="How timestamps print: ms (since the epoch, as Kafka) or iso (ISO 8601, UTC; a timestamp ISO "
+            "cannot show, none (-1) or one past year 9999, stays ms). kcat's -f %T stays ms.",
         ),
     ] = TimestampFormat.ms,
     unbuffered: Annotated[

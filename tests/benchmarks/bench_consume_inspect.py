@@ -17,8 +17,9 @@ One partition holds one segment of ~100 MB: `--records` records of a 10-byte key
   stdout on /dev/null: `txlog consume -t T` (read_committed, Kafka's text formatter) and
   `txlog inspect --print-data-log SEGMENT`. `--trees` runs the same script against another
   checkout (for example the code before a change) in the same sitting;
-* with `--rows`, also `txlog consume -t T --output jsonl` and `--output csv` for every tree
-  (no target: their before/after).
+* with `--rows`, also `txlog consume -t T --output jsonl`, `csv`, `json` and `table`, and
+  `--timestamp-format iso` with jsonl and with Kafka's text formatter printing timestamps
+  (`--property print.timestamp=true`), for every tree (no target: their before/after).
 
 The first (cold) repetition writes every output to a file instead of /dev/null, and the
 script checks that each tree's consume output has the C floor's bytes and that the trees
@@ -53,6 +54,15 @@ KEY_BYTES, VALUE_BYTES = 10, 100
 RECORD_BYTES = 119  # one record's bytes in a batch (length varint, framing, key, value)
 CONSUME_VS_FLOOR_TARGET = 3.0  # consume's time at most this many times the C floor's
 INSPECT_TARGET_S = 1.5
+# --rows: consume's other outputs, by a label (also the name of its output file) and its arguments.
+ROW_VARIANTS = {
+    "jsonl": ["--output", "jsonl"],
+    "csv": ["--output", "csv"],
+    "json": ["--output", "json"],
+    "table": ["--output", "table"],
+    "jsonl-iso": ["--output", "jsonl", "--timestamp-format", "iso"],
+    "text-iso": ["--property", "print.timestamp=true", "--timestamp-format", "iso"],
+}
 
 # The C floor: kafka-formats.md §1 batch framing and §2 record framing, values out, bounds-checked.
 C_FLOOR = r"""
@@ -198,14 +208,14 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3, help="timed repetitions after the cold one")
     ap.add_argument("--trees", default=str(ROOT), help="comma-separated checkouts to run the CLI from")
     ap.add_argument("--dir", default=None, help="scratch parent (default <repo>/.bench-tmp)")
-    ap.add_argument("--rows", action="store_true", help="also time consume --output jsonl and csv")
+    ap.add_argument("--rows", action="store_true", help="also time consume's other outputs and ISO timestamps")
     args = ap.parse_args()
     trees = [os.path.abspath(t) for t in args.trees.split(",") if t]
     names = [os.path.basename(t.rstrip("/")) or t for t in trees]
     if len(set(names)) < len(names):
         names = trees
 
-    row_outputs = ("jsonl", "csv") if args.rows else ()
+    row_outputs = tuple(ROW_VARIANTS) if args.rows else ()
     with scratch_dir(args.dir, "consume-inspect-") as workdir:
         root = os.path.join(workdir, "store")
         t0 = time.perf_counter()
@@ -227,7 +237,7 @@ def main() -> None:
             variants[f"consume [{name}]"] = []
             variants[f"inspect --print-data-log [{name}]"] = []
             for output in row_outputs:
-                variants[f"consume --output {output} [{name}]"] = []
+                variants[f"consume {output} [{name}]"] = []
         digests: dict[str, tuple[str, ...]] = {}
 
         for rep in range(args.reps + 1):
@@ -251,9 +261,9 @@ def main() -> None:
                     run(cli(tree, "inspect", "--print-data-log", segment), out(f"inspect-{len(digests)}"), tree, env)
                 )
                 for output in row_outputs:
-                    variants[f"consume --output {output} [{name}]"].append(
+                    variants[f"consume {output} [{name}]"].append(
                         run(
-                            cli(tree, "--data-dir", root, "consume", "-t", TOPIC, "--output", output),
+                            cli(tree, "--data-dir", root, "consume", "-t", TOPIC, *ROW_VARIANTS[output]),
                             out(f"{output}-{len(digests)}"),
                             tree,
                             env,
