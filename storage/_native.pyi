@@ -5,8 +5,8 @@ storage.console_format and storage.codec_errors wrap it. `python3 -m mypy.stubte
 against the built module (.ci/run).
 """
 
-from collections.abc import Iterable, Sequence
-from typing import Literal, Self, TypeAlias, TypedDict, TypeVar, final, overload
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Literal, Self, TypeAlias, TypedDict, TypeVar, final, overload
 
 from _typeshed import ReadableBuffer, WriteableBuffer
 from typing_extensions import Unpack, disjoint_base
@@ -19,6 +19,7 @@ __all__ = [
     "ConsoleFormatter",
     "RecordBatchBuilder",
     "RowFormatter",
+    "SendFastPath",
     "compress",
     "crc32c",
     "decode_consumer_records",
@@ -406,6 +407,34 @@ class RecordBatchBuilder:
     def value_size_at(self, index: int) -> int: ...
     def build(self, **overrides: Unpack[_BuildOptions]) -> bytes:
         """The batch, with `overrides` replacing constructor options (the builder is unchanged)."""
+
+@final
+class SendFastPath:
+    """Producer.send's usual record in one native call; every other call goes to `slow`
+    (storage.records.SendFastPath, installed by txlog.clients.producer.Producer)."""
+
+    def __new__(
+        cls,
+        *,
+        status: object,
+        single: dict[Any, Any],
+        known: dict[Any, Any],
+        open: dict[Any, Any],
+        future: type[tuple[object, ...]],
+        slow: Callable[..., object],
+        custom_partitioner: bool,
+        wall_clock: bool,
+    ) -> Self: ...
+    def send(
+        self,
+        topic: object,
+        value: object = None,
+        key: object = None,
+        partition: object = None,
+        headers: object = None,
+        timestamp_ms: object = None,
+    ) -> object:
+        """The record's future: future((batch, index)) on the native path, else what `slow` returns."""
 
 def crc32c(data: ReadableBuffer, value: int = 0) -> int:
     """CRC-32C (Castagnoli) of `data`, continuing from `value`."""

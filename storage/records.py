@@ -70,6 +70,7 @@ __all__ = [
     "RECORD_BATCH_OVERHEAD",
     "Record",
     "RecordBatch",
+    "SendFastPath",
     "TIMESTAMP_TYPE_MASK",
     "TRANSACTIONAL_MASK",
     "TimestampType",
@@ -844,6 +845,11 @@ def build_control_batch(
 #: raises changes nothing. One class, not a Python subclass: a Python `__new__` would cost
 #: more than the native constructor itself, once per batch.
 BatchBuilder = _native.RecordBatchBuilder
+
+#: The producer's `send` of the usual record in one native call, deferring every other call
+#: to the Python `send` it is given (txlog.clients.producer.Producer installs it; the class
+#: docstring in storage/native/src/bindings/builder.rs says what it reads and when it defers).
+SendFastPath = _native.SendFastPath
 
 
 # --- the producer's bulk path: whole batches from columns, stamped at send time ----------------

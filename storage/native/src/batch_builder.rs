@@ -19,6 +19,7 @@
 #![forbid(unsafe_code)] // the core is safe Rust: `unsafe` lives in bindings/ only
 
 use std::borrow::Cow;
+use std::sync::Mutex;
 
 use crate::codec::{self, BatchFields, CodecError, HeaderIn, Result};
 use crate::compression;
@@ -28,6 +29,45 @@ const TRANSACTIONAL_MASK: i16 = 0x10;
 /// The most a new batch reserves up front: a larger limit (a 1 MiB batch.size, or none at all
 /// for a one-off batch) grows from here, so a small batch never maps a large buffer.
 const INITIAL_CAPACITY_LIMIT: usize = 64 * 1024;
+/// How many records regions of dropped batches are kept for new ones (at most
+/// SPARE_REGIONS x INITIAL_CAPACITY_LIMIT = 4 MiB, 1 MiB at the default batch.size). A fresh
+/// region is new memory whose every page faults on first touch: 2-4 faults per 16 KiB batch
+/// on the send loop's thread. A round of the sender settles up to 64 batches of 16 KiB (its
+/// 1 MiB group), which is what the send loop takes back while the next round runs.
+const SPARE_REGIONS: usize = 64;
+
+/// Records regions of dropped batches (empty, their capacity intact) for new batches of the
+/// same capacity (a producer's batches share one batch.size); the oldest goes when a newer
+/// one comes and the list is full, so regions of a size nobody asks for any more drain away.
+struct SpareRegions(Vec<Vec<u8>>);
+
+impl SpareRegions {
+    fn take(&mut self, capacity: usize) -> Option<Vec<u8>> {
+        let at = self.0.iter().rposition(|r| r.capacity() == capacity)?;
+        Some(self.0.remove(at))
+    }
+
+    /// Keep `records` unless it grew past the initial limit (a large batch's region is let go).
+    fn keep(&mut self, mut records: Vec<u8>) {
+        if records.capacity() == 0 || records.capacity() > INITIAL_CAPACITY_LIMIT {
+            return;
+        }
+        if self.0.len() == SPARE_REGIONS {
+            self.0.remove(0);
+        }
+        records.clear();
+        self.0.push(records);
+    }
+}
+
+/// The process's spare regions: one list, since a batch is dropped wherever its last reference
+/// goes (the sender thread, a future) and taken by whichever thread opens the next.
+static SPARE: Mutex<SpareRegions> = Mutex::new(SpareRegions(Vec::new()));
+
+/// A records region with room for `capacity` bytes, a spare one if there is one.
+fn region(capacity: usize) -> Vec<u8> {
+    SPARE.lock().ok().and_then(|mut spare| spare.take(capacity)).unwrap_or_else(|| Vec::with_capacity(capacity))
+}
 
 /// What the producer reads back about one appended record, for its RecordMetadata.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,6 +138,14 @@ pub struct OpenBatch {
     closed: bool,
 }
 
+impl Drop for OpenBatch {
+    fn drop(&mut self) {
+        if let Ok(mut spare) = SPARE.lock() {
+            spare.keep(std::mem::take(&mut self.records));
+        }
+    }
+}
+
 /// A length as Kafka's RecordMetadata reports it: -1 for null.
 fn size_of(item: Option<&[u8]>, what: &str) -> Result<i32> {
     item.map_or(Ok(-1), |b| {
@@ -111,7 +159,7 @@ impl OpenBatch {
         OpenBatch {
             // Room for a full batch at once (up to INITIAL_CAPACITY_LIMIT), as Kafka's producer
             // takes a batch.size buffer: the region is not copied again and again as it grows.
-            records: Vec::with_capacity(usize::try_from(max_bytes).unwrap_or(0).min(INITIAL_CAPACITY_LIMIT)),
+            records: region(usize::try_from(max_bytes).unwrap_or(0).min(INITIAL_CAPACITY_LIMIT)),
             appended: Vec::new(),
             base_timestamp: 0,
             max_timestamp: 0,
@@ -420,6 +468,39 @@ mod tests {
         })
         .unwrap();
         assert_eq!(deltas, vec![0, -600, 600]);
+    }
+
+    #[test]
+    fn spare_regions_are_reused_by_capacity_and_bounded() {
+        let mut spare = SpareRegions(Vec::new());
+        let region = Vec::<u8>::with_capacity(16384);
+        let at = region.as_ptr();
+        spare.keep(region);
+        assert!(spare.take(2048).is_none(), "another capacity is not handed out");
+        let again = spare.take(16384).expect("the kept region");
+        assert_eq!((again.as_ptr(), again.capacity(), again.len()), (at, 16384, 0));
+        spare.keep(Vec::with_capacity(INITIAL_CAPACITY_LIMIT + 1));
+        assert!(spare.0.is_empty(), "a region grown past the initial limit is let go");
+        for _ in 0..SPARE_REGIONS {
+            spare.keep(Vec::with_capacity(100));
+        }
+        spare.keep(Vec::with_capacity(200));
+        assert_eq!(spare.0.len(), SPARE_REGIONS);
+        assert!(spare.take(200).is_some(), "the newest is kept, the oldest let go");
+    }
+
+    #[test]
+    fn a_dropped_batch_leaves_its_region_to_the_next_of_its_size() {
+        // 12_345: a capacity no other test uses, so a parallel test cannot take it in between
+        let mut first = OpenBatch::new(12_345);
+        first.try_append(Some(b"k"), Some(b"v"), &[], 0).unwrap();
+        let at = first.records().as_ptr();
+        drop(first);
+        let other = Vec::<u8>::with_capacity(12_345); // what the allocator would hand out the freed memory to
+        let second = OpenBatch::new(12_345);
+        assert_ne!(other.as_ptr(), at);
+        assert_eq!((second.records().as_ptr(), second.record_count()), (at, 0));
+        assert!(second.records().is_empty());
     }
 
     #[test]

@@ -59,6 +59,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(encode::stamp_batch, m)?)?;
     m.add_function(wrap_pyfunction!(encode::retain_records, m)?)?;
     m.add_class::<builder::RecordBatchBuilder>()?;
+    m.add_class::<builder::SendFastPath>()?;
     m.add_class::<formatters::ConsoleFormatter>()?;
     m.add_class::<formatters::RowFormatter>()?;
     m.add_function(wrap_pyfunction!(formatters::dump_record_lines, m)?)?;

@@ -7,8 +7,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::{PyIndexError, PyOverflowError, PyTypeError, PyValueError};
+use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
+use pyo3::types::{PyBool, PyBytes, PyDict, PyInt, PyList, PyString, PyTuple, PyType};
 
 use super::errors::to_py;
 use super::ffi::{type_name, DETACH_BYTES};
@@ -340,5 +341,153 @@ impl RecordBatchBuilder {
             self.batch.max_bytes(),
             if self.batch.is_closed() { "True" } else { "False" }
         )
+    }
+}
+
+/// The producer's `send` for its usual call, in one native call: a record of bytes (or None)
+/// key and value, no headers, no timestamp (the builder reads the clock) or an int one, to a
+/// partition whose TopicPartition the producer already knows, appended to that partition's
+/// open batch. Anything else - another type, headers, a partition not seen before, no open
+/// batch or a full one, a producer that may not send now - is handed, arguments unchanged, to
+/// `slow` (txlog.clients.producer.Producer.send, the reference, which decides every case this
+/// one does the same way). The record goes in under the GIL in this one call, as the Python
+/// path's `try_append` does, so a batch the sender has sealed still refuses it.
+///
+/// What it reads of the producer, all live objects it shares with the Python path: `status`
+/// (its `sendable` must be True), `single` (topic -> TopicPartition of one-partition topics,
+/// used only without a `custom_partitioner`: a callable partitioner sees every record), `known`
+/// ((topic, partition) -> TopicPartition, only partitions the producer checked), `open`
+/// (TopicPartition -> the batch whose `builder` takes appends), and `future` (a tuple
+/// subclass: the future is future((batch, index))).
+#[pyclass(module = "storage._native", frozen)]
+pub struct SendFastPath {
+    status: Py<PyAny>,
+    single: Py<PyDict>,
+    known: Py<PyDict>,
+    open: Py<PyDict>,
+    future: Py<PyType>,
+    future_alloc: pyo3::ffi::allocfunc,
+    slow: Py<PyAny>,
+    custom_partitioner: bool,
+    wall_clock: bool,
+}
+
+impl SendFastPath {
+    /// The future of the record appended on the fast path, or None when `slow` must take it.
+    #[allow(clippy::too_many_arguments)] // Producer.send's six parameters, and `py`
+    fn fast<'py>(
+        &self,
+        py: Python<'py>,
+        topic: &Bound<'py, PyAny>,
+        value: &Bound<'py, PyAny>,
+        key: &Bound<'py, PyAny>,
+        partition: &Bound<'py, PyAny>,
+        headers: &Bound<'py, PyAny>,
+        timestamp_ms: &Bound<'py, PyAny>,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let plain = |v: &Bound<'py, PyAny>| v.is_none() || v.is_exact_instance_of::<PyBytes>();
+        let stamped =
+            if timestamp_ms.is_none() { self.wall_clock } else { timestamp_ms.is_exact_instance_of::<PyInt>() };
+        if !(plain(key) && plain(value) && headers.is_none() && stamped) {
+            return Ok(None);
+        }
+        match self.status.bind(py).getattr(intern!(py, "sendable")) {
+            Ok(flag) if flag.is(&*PyBool::new(py, true)) => {}
+            _ => return Ok(None),
+        }
+        let tp = if partition.is_none() {
+            if self.custom_partitioner {
+                return Ok(None);
+            }
+            self.single.bind(py).get_item(topic)
+        } else if partition.is_exact_instance_of::<PyInt>() {
+            self.known.bind(py).get_item(PyTuple::new(py, [topic, partition])?)
+        } else {
+            return Ok(None);
+        };
+        let Ok(Some(tp)) = tp else { return Ok(None) };
+        let Ok(Some(batch)) = self.open.bind(py).get_item(tp) else { return Ok(None) };
+        let Ok(builder) = batch.getattr(intern!(py, "builder")) else { return Ok(None) };
+        let Ok(builder) = builder.cast::<RecordBatchBuilder>() else { return Ok(None) };
+        let Ok(mut builder) = builder.try_borrow_mut() else { return Ok(None) };
+        let timestamp = if timestamp_ms.is_none() { None } else { Some(timestamp_ms) };
+        // An error here is the one the Python path's try_append would raise (nothing appended).
+        let Some(index) = builder.append_record(key, value, None, timestamp)? else { return Ok(None) };
+        drop(builder);
+        self.future_of(py, batch, index).map(Some)
+    }
+
+    /// future((batch, index)), made as tuple.__new__ makes it (ffi.rs SubclassTuples).
+    fn future_of<'py>(&self, py: Python<'py>, batch: Bound<'py, PyAny>, index: usize) -> PyResult<Bound<'py, PyAny>> {
+        let index = index.into_pyobject(py)?.into_any();
+        // SAFETY: `future_alloc` is the tp_alloc of `future`, a tuple subclass (checked in
+        // `new`); it returns a new reference to a zeroed 2-slot tuple (or NULL with an
+        // exception set), and PyTuple_SetItem steals each item into that fresh, unshared tuple.
+        unsafe {
+            let obj = (self.future_alloc)(self.future.bind(py).as_type_ptr(), 2);
+            if obj.is_null() {
+                return Err(PyErr::fetch(py));
+            }
+            let obj = Bound::from_owned_ptr(py, obj);
+            for (i, item) in [batch, index].into_iter().enumerate() {
+                if pyo3::ffi::PyTuple_SetItem(obj.as_ptr(), i as pyo3::ffi::Py_ssize_t, item.into_ptr()) != 0 {
+                    return Err(PyErr::fetch(py));
+                }
+            }
+            Ok(obj)
+        }
+    }
+}
+
+#[pymethods]
+impl SendFastPath {
+    #[new]
+    #[pyo3(signature = (*, status, single, known, open, future, slow, custom_partitioner, wall_clock))]
+    #[allow(clippy::too_many_arguments)] // keywords only: what the producer shares, by name
+    fn new(
+        status: Py<PyAny>,
+        single: Py<PyDict>,
+        known: Py<PyDict>,
+        open: Py<PyDict>,
+        future: &Bound<'_, PyAny>,
+        slow: Py<PyAny>,
+        custom_partitioner: bool,
+        wall_clock: bool,
+    ) -> PyResult<Self> {
+        let tuples = super::ffi::SubclassTuples::new(future)?;
+        let (future, future_alloc) = tuples.parts();
+        Ok(SendFastPath { status, single, known, open, future, future_alloc, slow, custom_partitioner, wall_clock })
+    }
+
+    /// Producer.send's signature and outcome (see the class): the record's future.
+    #[pyo3(signature = (topic, value=None, key=None, partition=None, headers=None, timestamp_ms=None))]
+    #[allow(clippy::too_many_arguments)] // Producer.send's six parameters, and `py`
+    fn send<'py>(
+        &self,
+        py: Python<'py>,
+        topic: &Bound<'py, PyAny>,
+        value: Option<&Bound<'py, PyAny>>,
+        key: Option<&Bound<'py, PyAny>>,
+        partition: Option<&Bound<'py, PyAny>>,
+        headers: Option<&Bound<'py, PyAny>>,
+        timestamp_ms: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let none = py.None().into_bound(py);
+        let or_none = |v: Option<&Bound<'py, PyAny>>| v.cloned().unwrap_or_else(|| none.clone());
+        let (value, key, partition, headers, timestamp_ms) =
+            (or_none(value), or_none(key), or_none(partition), or_none(headers), or_none(timestamp_ms));
+        if let Some(future) = self.fast(py, topic, &value, &key, &partition, &headers, &timestamp_ms)? {
+            return Ok(future);
+        }
+        self.slow.bind(py).call1((topic, value, key, partition, headers, timestamp_ms))
+    }
+
+    fn __traverse__(&self, visit: pyo3::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
+        visit.call(&self.status)?;
+        visit.call(&self.single)?;
+        visit.call(&self.known)?;
+        visit.call(&self.open)?;
+        visit.call(&self.future)?;
+        visit.call(&self.slow)
     }
 }

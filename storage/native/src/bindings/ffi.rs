@@ -73,6 +73,11 @@ impl<'py> SubclassTuples<'py> {
         Ok(SubclassTuples { cls, alloc })
     }
 
+    /// The type and its tp_alloc, for a builder kept across calls (bindings/builder.rs SendFastPath).
+    pub fn parts(self) -> (Py<PyType>, pyo3::ffi::allocfunc) {
+        (self.cls.unbind(), self.alloc)
+    }
+
     pub fn make<const N: usize>(&self, items: [Bound<'py, PyAny>; N]) -> PyResult<Bound<'py, PyAny>> {
         let py = self.cls.py();
         // SAFETY: tp_alloc of a tuple subclass returns a new reference to a zeroed tuple of N
