@@ -66,11 +66,13 @@ def _calls() -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
             (("three", b"v%d" % i, b"k%d" % i), {}),  # hashed by key
             (("three", b"v", b"k", 2), {}),
             (("three", b"v", None, 1, None, TS + i), {}),
+            (("three", b"v", b"k", 0), {}),  # then partition 0 of another topic
             ((), {"topic": "one", "value": b"kw", "key": b"k", "partition": 0, "timestamp_ms": TS}),
             (("three", b"v", b"k", 1, [("h", b"x"), ("n", None)], TS), {}),
             (("one", "text", "key", None, None, TS), {}),  # str key and value: converted
             (("one", bytearray(b"ba"), memoryview(b"mv"), 0, None, TS), {}),
             (("one", b"v", b"k", None, None, float(TS + 0.7)), {}),  # a float timestamp: int()
+            (("".join(["th", "ree"]), b"v", b"k", 0), {}),  # an equal topic, another str object
         ]
     return calls
 

@@ -3,6 +3,7 @@
 //! `try_append` being atomic (checked, sized and written in one C call).
 
 use std::borrow::Cow;
+use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use pyo3::buffer::PyBuffer;
@@ -344,6 +345,9 @@ impl RecordBatchBuilder {
     }
 }
 
+/// A partition `known` answered for: (topic, partition number, its TopicPartition).
+type KnownPartition = (Py<PyAny>, i64, Py<PyAny>);
+
 /// The producer's `send` for its usual call, in one native call: a record of bytes (or None)
 /// key and value, no headers, no timestamp (the builder reads the clock) or an int one, to a
 /// partition whose TopicPartition the producer already knows, appended to that partition's
@@ -370,6 +374,8 @@ pub struct SendFastPath {
     slow: Py<PyAny>,
     custom_partitioner: bool,
     wall_clock: bool,
+    /// The last partition found in `known` (see `known_tp`).
+    last_known: Mutex<Option<KnownPartition>>,
 }
 
 impl SendFastPath {
@@ -401,7 +407,7 @@ impl SendFastPath {
             }
             self.single.bind(py).get_item(topic)
         } else if partition.is_exact_instance_of::<PyInt>() {
-            self.known.bind(py).get_item(PyTuple::new(py, [topic, partition])?)
+            self.known_tp(py, topic, partition)
         } else {
             return Ok(None);
         };
@@ -415,6 +421,35 @@ impl SendFastPath {
         let Some(index) = builder.append_record(key, value, None, timestamp)? else { return Ok(None) };
         drop(builder);
         self.future_of(py, batch, index).map(Some)
+    }
+
+    /// known[(topic, partition)], the last answer kept: a send loop names the same partition
+    /// again and again, and the tuple made and hashed for each lookup was a tenth of the call.
+    /// The producer only adds to `known` and never changes an entry, so a kept answer stays
+    /// right; the topic is matched by identity (the kept reference keeps it alive), anything
+    /// else is looked up.
+    fn known_tp<'py>(
+        &self,
+        py: Python<'py>,
+        topic: &Bound<'py, PyAny>,
+        partition: &Bound<'py, PyAny>,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let Ok(number) = partition.extract::<i64>() else { return Ok(None) };
+        if let Ok(last) = self.last_known.lock() {
+            if let Some((kept_topic, kept_number, tp)) = last.as_ref() {
+                if kept_topic.is(topic) && *kept_number == number {
+                    return Ok(Some(tp.bind(py).clone()));
+                }
+            }
+        }
+        let tp = self.known.bind(py).get_item(PyTuple::new(py, [topic, partition])?)?;
+        if let Some(tp) = &tp {
+            let entry = Some((topic.clone().unbind(), number, tp.clone().unbind()));
+            // The entry it replaces is dropped after the lock is let go: its release runs no
+            // Python code under the lock.
+            let _replaced = self.last_known.lock().map(|mut last| std::mem::replace(&mut *last, entry));
+        }
+        Ok(tp)
     }
 
     /// future((batch, index)), made as tuple.__new__ makes it (ffi.rs SubclassTuples).
@@ -456,7 +491,18 @@ impl SendFastPath {
     ) -> PyResult<Self> {
         let tuples = super::ffi::SubclassTuples::new(future)?;
         let (future, future_alloc) = tuples.parts();
-        Ok(SendFastPath { status, single, known, open, future, future_alloc, slow, custom_partitioner, wall_clock })
+        Ok(SendFastPath {
+            status,
+            single,
+            known,
+            open,
+            future,
+            future_alloc,
+            slow,
+            custom_partitioner,
+            wall_clock,
+            last_known: Mutex::new(None),
+        })
     }
 
     /// Producer.send's signature and outcome (see the class): the record's future.
@@ -488,6 +534,13 @@ impl SendFastPath {
         visit.call(&self.known)?;
         visit.call(&self.open)?;
         visit.call(&self.future)?;
-        visit.call(&self.slow)
+        visit.call(&self.slow)?;
+        if let Ok(last) = self.last_known.try_lock() {
+            if let Some((topic, _, tp)) = last.as_ref() {
+                visit.call(topic)?;
+                visit.call(tp)?;
+            }
+        }
+        Ok(())
     }
 }
