@@ -245,8 +245,9 @@ class Producer:
         self._tps: dict[tuple[str, int], TopicPartition] = {}  # made once per partition, not per send
         if type(self).send is Producer.send:  # a subclass's own send is left alone
             # The usual record (bytes, no headers, a known partition with an open batch that
-            # takes it) in one native call, half the CPU of `send` below: the sender keeps up
-            # with the send loop. Every other call goes to `send`, the reference (issue 26).
+            # takes it) in one native call, two thirds of the CPU of `send` below; every other
+            # call goes to `send`, the reference (issue 26: the sender thread shares the GIL with
+            # the send loop, so what `send` saves the sender's rounds get).
             self.__dict__["send"] = SendFastPath(
                 status=self._txn,
                 single=self._single,
@@ -288,7 +289,9 @@ class Producer:
         as it is, a one-partition topic skips the partitioner and an explicit partition seen
         before skips its checks, the state check is one attribute, no lock is taken unless a
         batch opens or fills, and the record goes into the batch in one native call that also
-        stamps its timestamp.
+        stamps its timestamp. A Producer's own `send` attribute is the native
+        storage.records.SendFastPath.send, which takes the usual record without running this
+        method at all and hands it every other call.
         """
         if not self._txn.sendable:
             self._txn.check_can_send()
