@@ -170,6 +170,21 @@ class FileRecords:
         except OSError as exc:
             raise KafkaStorageError(f"cannot stat {self.path}: {exc.strerror}") from exc
 
+    def size_and_links(self) -> tuple[int, int]:
+        """The file's length now and its link count, from one fstat (in memory: linked, once).
+
+        A writer's catch-up takes both at once: the length says whether another process appended,
+        the links whether the file was deleted under the view (PartitionLog._check_not_deleted).
+        """
+        if self._data is not None:
+            return len(self._data), 1
+        try:
+            with self._opened as fd:
+                st = os.fstat(fd)
+        except OSError as exc:
+            raise KafkaStorageError(f"cannot stat {self.path}: {exc.strerror}") from exc
+        return st.st_size, st.st_nlink
+
     def read(self, position: int, length: int) -> bytes:
         """Up to `length` bytes from `position`; fewer only where the file ends."""
         if position < 0 or length < 0:

@@ -296,6 +296,9 @@ class PartitionLog:
         self._own_unsynced = False
         self._last_expiry_check = 0
         self._closed = False
+        # The active segment when the writer's catch-up found its log still linked under the lock: the
+        # first write after that look needs no fstat of its own to prove it (`_check_not_deleted`).
+        self._linked_log: LogSegment | None = None
         # Whether this thread caught the view up under a writer lock held ever since (`exclusive`): no
         # other process can have written since, so a marker appended inside needs no catch-up of its own.
         self._held_caught_up = False
@@ -533,6 +536,7 @@ class PartitionLog:
         if self._closed:
             raise KafkaStorageError(f"partition {self.topic}-{self.partition} is closed")
         self._dir_key_fresh = False  # until this look stats the directory (`_absence_key`)
+        self._linked_log = None  # until this look's fstat of the active log (`_check_not_deleted`)
         self._catch_up_view(repair=repair)
         if repair:
             self._check_active_indexes()
@@ -575,7 +579,9 @@ class PartitionLog:
         """
         while True:
             active = self._segments[-1]
-            size = active.file_size()
+            size, links = active.records.size_and_links()
+            if repair and links:
+                self._linked_log = active  # still linked as the writer looked, lock held (`_check_not_deleted`)
             if size < active.size:
                 self._loader.load(repair=repair)  # someone cut bytes we had seen: start over
                 self._durable = min(self._durable, self._segments[-1].next_offset)
@@ -1158,10 +1164,16 @@ class PartitionLog:
 
         A store directory deleted under an open writer (`rm -rf`, `topics delete` from another
         process) leaves this view's descriptors on unlinked files: writes to them succeed and
-        reach nobody. One fstat per append call (a group commit), so the check costs nothing
-        next to the write; the partition then refuses every write, as Kafka takes a log dir
-        offline (KafkaStorageException): docs/reliability-scenarios.md scenario 71.
+        reach nobody. The partition then refuses every write, as Kafka takes a log dir offline
+        (KafkaStorageException): docs/reliability-scenarios.md scenario 71. The proof is one fstat
+        per append call: the writer's catch-up one, taken under this lock hold just before the
+        write, when the write went to the segment it looked at (one stat fewer per durable send,
+        issue 26); else one of its own after the write (a roll's new segment, a marker). A deletion
+        between that look and the write is one just after it: no look at any moment can see it.
         """
+        proof, self._linked_log = self._linked_log, None
+        if proof is segment:
+            return
         try:
             with segment.log as fd:  # an evicted descriptor's reopen by path fails once the file is gone
                 links = os.fstat(fd).st_nlink

@@ -85,6 +85,9 @@ class LogSegment:
         self.max_timestamp = -1
         self.offset_of_max_timestamp = base_offset
         self.first_batch_timestamp = -1
+        # (log size, where the last indexed batch starts) as this segment's own append left them: the
+        # next append starting at that size asks the `.index` nothing (`_indexed_position`).
+        self._indexed_at: tuple[int, int] | None = None
 
     @classmethod
     def create(cls, directory: str, base_offset: int, *, index_interval_bytes: int = 4096) -> LogSegment:
@@ -325,12 +328,12 @@ class LogSegment:
         appended one at a time would be (and as recovery's rebuild indexes them). The caller fsyncs.
         """
         start = self.size
+        indexed = self._indexed_position(start)  # before the write: it may ask the file for its last entry
+        self._indexed_at = None  # until this append's index entries are in
         with self.log as fd:
             write_all(fd, chunk)
         self.size = start + len(chunk)
         self.next_offset = batches[-1][1] + 1
-        last = self.offset_index.last_entry()
-        indexed = last[1] if last is not None else 0  # where the last indexed batch starts
         offsets: list[tuple[int, int]] = []  # the entries, written at once after the loop
         times: list[tuple[int, int]] = []  # the time index's candidate beside each
         for at, last_offset, max_ts in batches:
@@ -344,18 +347,35 @@ class LogSegment:
                 offsets.append((last_offset, position))
                 times.append((self.max_timestamp, self.offset_of_max_timestamp))
                 indexed = position
-        if offsets:
-            self._index(offsets, times)
+        if offsets and not self._index(offsets, times):
+            return
+        self._indexed_at = (self.size, indexed)
 
-    def _index(self, offsets: list[tuple[int, int]], times: list[tuple[int, int]]) -> None:
+    def _indexed_position(self, start: int) -> int:
+        """Where the last indexed batch starts, for an append at byte `start` (writer lock held).
+
+        Only a writer under the lock changes a `.index`, and only with the log: when this segment's
+        own last append ended at `start`, nobody appended since (a writer's catch-up would have
+        grown `size`), so the position that append left holds, without an fstat of the `.index`
+        per append (issue 26). Otherwise the file says. A wrong answer could only space entries
+        differently (an entry is written only after `append_many` checked the file's order).
+        """
+        known = self._indexed_at
+        if known is not None and known[0] == start:
+            return known[1]
+        last = self.offset_index.last_entry()
+        return last[1] if last is not None else 0
+
+    def _index(self, offsets: list[tuple[int, int]], times: list[tuple[int, int]]) -> bool:
         """The append's offset-index entries and the time-index entries beside them, one write
         per file (storage.entry_file.EntryFile.append_many says why); none if another writer
-        indexed past the first (then it indexed this range already)."""
+        indexed past the first (then it indexed this range already: False)."""
         try:
             self.offset_index.append_many(offsets)
         except ValueError:
-            return  # another writer indexed this range already
+            return False  # another writer indexed this range already
         self.time_index.maybe_append_many(times)
+        return True
 
     def truncate(self, position: int, next_offset: int) -> None:
         """Cut the log at `position` (a torn tail) and every index to the same offset."""
@@ -365,6 +385,7 @@ class LogSegment:
             raise KafkaStorageError(f"cannot truncate {self.log_path}: {exc.strerror}") from exc
         with self.log as fd:
             fsync_fd(fd)
+        self._indexed_at = None
         self.offset_index.truncate_to(next_offset)
         self.time_index.truncate_to(next_offset)
         self.txn_index.truncate_to(next_offset)
@@ -393,6 +414,7 @@ class LogSegment:
         `on_batch` sees every batch in order (the caller rebuilds the txn index with it);
         batches are not collected, so a large segment is never held in memory.
         """
+        self._indexed_at = None
         self.offset_index.reset()
         self.time_index.reset()
         self.size, self.next_offset = 0, self.base_offset
