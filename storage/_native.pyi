@@ -32,6 +32,7 @@ __all__ = [
     "inflation_limit",
     "murmur2_partitions",
     "own_stream_within_limit",
+    "quiet_append",
     "retain_records",
     "stamp_batch",
     "table_lines",
@@ -441,3 +442,19 @@ def crc32c(data: ReadableBuffer, value: int = 0) -> int:
 
 def murmur2_partitions(keys: Iterable[ReadableBuffer | str | None], count: int) -> list[int]:
     """Kafka's murmur2 partition of every key among `count`; -1 for a None key."""
+
+def quiet_append(
+    directory: str,
+    dir_mtime_ns: int,
+    dir_ino: int,
+    log_fd: int,
+    log_size: int,
+    data: ReadableBuffer,
+    hw_fd: int,
+    hw: ReadableBuffer,
+) -> tuple[int, int]:
+    """A quiet durable append's looks, write, fdatasync and HW pwrite, the GIL released once.
+
+    (status, errno): 0 written, 1 a look disagreed and nothing was written, 2 the write failed,
+    3 the fdatasync failed (storage/native/src/bindings/append.rs).
+    """

@@ -107,7 +107,7 @@ class HighWatermarkFile:
         Called only after the log up to it was fdatasync'ed. A failure is not the append's
         failure (its data is durable): the HW file then lags, and readers see less, never more.
         """
-        file = self._file or self._open()  # opened once: every durable append publishes
+        file = self.opened()
         if file is None:
             return
         data = encode(high_watermark)
@@ -116,6 +116,10 @@ class HighWatermarkFile:
                 os.pwrite(fd, data, 0)
         except OSError:
             pass  # e.g. ENOSPC on the first write: the readers' view lags until the next publish
+
+    def opened(self) -> CachedFile | None:
+        """The file, opened once (every durable append publishes); None when it may not be created."""
+        return self._file or self._open()
 
     def close(self) -> None:
         if self._file is not None:

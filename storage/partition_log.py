@@ -32,6 +32,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import posix
 import threading
 import time
 from bisect import bisect_left
@@ -41,6 +42,7 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import TYPE_CHECKING, Concatenate, ParamSpec, TypeVar
 
+from storage._native import quiet_append
 from storage.checkpoint import LOG_START_CHECKPOINT, read_log_start_checkpoint, write_log_start_checkpoint
 from storage.config import TopicConfig
 from storage.descriptor_cache import CACHE, CachedFile
@@ -59,6 +61,7 @@ from storage.errors import (
 from storage.extent import SegmentExtent, plan_extent
 from storage.file_records import FileRecords
 from storage.high_watermark import HighWatermarkFile
+from storage.high_watermark import encode as encode_high_watermark
 from storage.legacy_records import LegacyMessage
 from storage.lock import FileLock, writer_lock_if_free
 from storage.log_files import log_file
@@ -87,6 +90,27 @@ LOCK_FILE = "txlog.lock"
 MAX_RELATIVE_OFFSET = 2**31 - 1
 RELOAD_ON_SWAP_ATTEMPTS = 20
 EXPIRY_CHECK_INTERVAL_MS = 60_000
+# `quiet_append`'s answers (storage/native/src/bindings/append.rs): a look disagreed (nothing written),
+# the write failed, the fdatasync failed; 0 is success.
+_QUIET_FALLBACK, _QUIET_WRITE_FAILED, _QUIET_SYNC_FAILED = 1, 2, 3
+
+
+def _os_calls_own() -> bool:
+    """Whether the `os` functions the quiet append makes natively are still the interpreter's own.
+
+    Tests and crash workers inject failures and kills by replacing them on `os` (storage/durable.py
+    looks them up at call time for that); while one is replaced, appends take the Python path,
+    whose calls go through the replacement.
+    """
+    return (
+        os.write is posix.write
+        and os.fdatasync is posix.fdatasync
+        and os.fstat is posix.fstat
+        and os.stat is posix.stat
+        and os.pwrite is posix.pwrite
+    )
+
+
 ADOPT_WAIT_ATTEMPTS = 50
 ADOPT_WAIT_S = 0.001
 
@@ -879,6 +903,10 @@ class PartitionLog:
         raw = data if type(data) is bytes else bytes(data)  # the batches must not change under the append
         batches = self._parse_client_batches(raw, trusted)
         with self._mutex, self._writer_lock:
+            if sync and verify_txn is None and len(batches) == 1 and _os_calls_own():
+                quiet = self._quiet_append(raw, *batches[0])
+                if quiet is not None:
+                    return quiet
             self._catch_up(repair=True)
             self._check_writable()
             self._maybe_expire_producers()
@@ -916,6 +944,80 @@ class PartitionLog:
             self._maybe_snapshot_active()
         duplicate = results[0].duplicate if len(results) == 1 else all(r.duplicate for r in results)
         return AppendResult(results[0].base_offset, results[-1].last_offset, duplicate, tuple(results))
+
+    def _quiet_append(self, raw: bytes, batch: RecordBatch, max_ts: int) -> AppendResult | None:
+        """A lone batch's durable append whose looks, write, fdatasync and HW pwrite are one native call
+        (the one-record durable send, issue 26); None when the quiet case does not hold, nothing
+        written: the caller then appends as always, catching up first. Writer lock held.
+
+        Taken only when the two looks `quiet_append` makes (storage/native/src/bindings/append.rs)
+        cover everything the catch-up would: the directory key vouched at the view's last look and
+        found no next segment and no `.txnindex` then (`_tail_quiet_key`), so an equal key now says
+        no roll, retention, DeleteRecords, cleaner's swap or ABORT entry happened since; a `.log` of
+        the view's length says nobody appended or cut. The append must need no roll or producer
+        expiry, the active segment's indexes must be checked, and the batch must be no retry and
+        not refused (the Python path judges those on the caught-up view). The checks against
+        producer state run on the view before the looks, which then prove the view was the files.
+        The bookkeeping after the write is the Python path's own (`LogSegment.wrote`, which writes an
+        index entry falling due, `_synced`, `_maybe_snapshot_active`): an index entry is written
+        after the fdatasync rather than before it, which no reader or recovery can tell (index
+        files are never synced with the log: a crash may lose the entry either way).
+        """
+        key = self._tail_quiet_key
+        if key is None or key != self._dir_key or not self._vouching_key() or self._loader.reads_swap:
+            return None
+        self._check_writable()
+        active = self._segments[-1]
+        indexed = active.known_indexed_position()
+        if indexed is None or not active.indexes_verified or self._closed:
+            return None
+        start, base = active.size, active.next_offset
+        last = base + batch.last_offset_delta
+        if self._roll_due(active, batch.size, max_ts, last) or self._expiry_due(self._clock()):
+            return None
+        plan = ProducerAppend(self._state, None)
+        try:
+            if _duplicate_of(plan, batch) is not None:
+                return None  # a retry: answered from the caught-up view
+        except KafkaError:
+            return None  # refused: judged, and raised, on the caught-up view
+        if batch.has_producer_id:
+            plan.stage_data(
+                batch.producer_id,
+                batch.producer_epoch,
+                BatchMetadata(batch.base_sequence, batch.last_sequence, base, last, max_ts),
+                batch.is_transactional,
+            )
+        hw_file = self._hw_file.opened()
+        if hw_file is None:
+            return None
+        data = _stamped(raw, [(batch, base, max_ts)], whole=True)
+        looked = _stamp_clock_ns()  # before the look, as `_directory_unchanged` takes it
+        with active.log as log_fd, hw_file as hw_fd:
+            status, errno = quiet_append(
+                self.directory, key[0], key[1], log_fd, start, data, hw_fd, encode_high_watermark(last + 1)
+            )
+        if status == _QUIET_FALLBACK:
+            return None
+        # The look found the key unchanged: what `_directory_unchanged` records for a trusted key.
+        self._dir_key_racy = _racy(key[0], looked)
+        self._dir_trusted = self._dir_key_fresh = True
+        self._linked_log = None
+        if status == _QUIET_WRITE_FAILED:
+            saved = (active.max_timestamp, active.offset_of_max_timestamp, active.first_batch_timestamp)
+            self._undo_partial_write(active, start, base, saved)
+            raise KafkaStorageError(f"write failed: {os.strerror(errno) if errno else 'wrote 0 bytes'}")
+        active.wrote(start, len(data), [(0, last, max_ts)], indexed)
+        self._own_unsynced = True
+        if status == _QUIET_SYNC_FAILED:
+            failure = KafkaStorageError(f"fsync failed: {os.strerror(errno)}")
+            self._sync_failed(failure)
+            raise failure
+        self._synced(active, published=True)
+        plan.commit()
+        self._state.end_offset = active.next_offset
+        self._maybe_snapshot_active()
+        return AppendResult(base, last, False, (BatchAppendResult(base, last, False),))
 
     def _retried_group(self, plan: ProducerAppend, batches: list[tuple[RecordBatch, int]]) -> AppendResult | None:
         """The answer to a retried group commit, or None if the request is not one (lock held).
@@ -1123,16 +1225,19 @@ class PartitionLog:
 
     def _segment_for_write(self, incoming: int, max_timestamp: int, last_offset: int) -> LogSegment:
         """The active segment, rolled first if the append would overflow it (docs/kafka-formats.md §3.2)."""
-        active = self._segments[-1]
+        if self._roll_due(self._segments[-1], incoming, max_timestamp, last_offset):
+            self._roll()
+        return self._segments[-1]
+
+    def _roll_due(self, active: LogSegment, incoming: int, max_timestamp: int, last_offset: int) -> bool:
+        """Whether an append of `incoming` bytes ending at `last_offset` must roll `active` first (not if empty)."""
         if active.size == 0:
-            return active
+            return False
         too_big = active.size + incoming > self.config.segment_bytes
         first_ts = active.first_batch_timestamp
         too_old = first_ts >= 0 and max_timestamp - first_ts > self.config.max_segment_ms
         overflow = last_offset - active.base_offset > MAX_RELATIVE_OFFSET
-        if too_big or too_old or overflow:
-            self._roll()
-        return self._segments[-1]
+        return too_big or too_old or overflow
 
     def _write(
         self,
@@ -1203,11 +1308,13 @@ class PartitionLog:
     def _sync_failed(self, exc: KafkaStorageError) -> None:
         self._failed = f"fsync failed ({exc}); reopen the store to recover"
 
-    def _synced(self, segment: LogSegment) -> None:
-        """After `segment`'s fdatasync (lock held): its end is the durable end, and the HW says so."""
+    def _synced(self, segment: LogSegment, *, published: bool = False) -> None:
+        """After `segment`'s fdatasync (lock held): its end is the durable end, and the HW says so
+        (`published`: the quiet append's native call wrote the HW file already)."""
         self._durable = segment.next_offset
         self._own_unsynced = False
-        self._hw_file.publish(self._durable)
+        if not published:
+            self._hw_file.publish(self._durable)
 
     def sync(self) -> int:
         """Make everything appended so far durable (other processes' appends included) and return the new HW.
@@ -1326,9 +1433,12 @@ class PartitionLog:
 
     def _maybe_expire_producers(self) -> None:
         now = self._clock()
-        if now - self._last_expiry_check >= min(EXPIRY_CHECK_INTERVAL_MS, self.config.producer_id_expiration_ms):
+        if self._expiry_due(now):
             self._state.expire(now)
             self._last_expiry_check = now
+
+    def _expiry_due(self, now: int) -> bool:
+        return now - self._last_expiry_check >= min(EXPIRY_CHECK_INTERVAL_MS, self.config.producer_id_expiration_ms)
 
     # ---- reading --------------------------------------------------------------------------------------------
 

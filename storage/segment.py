@@ -332,7 +332,13 @@ class LogSegment:
         self._indexed_at = None  # until this append's index entries are in
         with self.log as fd:
             write_all(fd, chunk)
-        self.size = start + len(chunk)
+        self.wrote(start, len(chunk), batches, indexed)
+
+    def wrote(self, start: int, length: int, batches: list[tuple[int, int, int]], indexed: int) -> None:
+        """Take up `length` bytes written at `start` (`append`'s bookkeeping, and PartitionLog's quiet
+        append's, whose write was native): size, offsets, timestamps, and the index entries due,
+        `indexed` being where the last indexed batch starts."""
+        self.size = start + length
         self.next_offset = batches[-1][1] + 1
         offsets: list[tuple[int, int]] = []  # the entries, written at once after the loop
         times: list[tuple[int, int]] = []  # the time index's candidate beside each
@@ -350,6 +356,13 @@ class LogSegment:
         if offsets and not self._index(offsets, times):
             return
         self._indexed_at = (self.size, indexed)
+
+    def known_indexed_position(self) -> int | None:
+        """Where the last indexed batch starts, when this segment's own last append ended at its size
+        (`_indexed_position`: nobody appended since); else None, and the quiet append
+        (PartitionLog._quiet_append) is not taken: only the file could say."""
+        known = self._indexed_at
+        return known[1] if known is not None and known[0] == self.size else None
 
     def _indexed_position(self, start: int) -> int:
         """Where the last indexed batch starts, for an append at byte `start` (writer lock held).

@@ -40,6 +40,7 @@ class FsyncMeter:
     calls = 0
     seconds = 0.0
     _installed = False
+    _own: dict[str, Callable[[int], None]] = {}
 
     @classmethod
     def install(cls) -> None:
@@ -47,11 +48,26 @@ class FsyncMeter:
             return
         cls._installed = True
         for name in ("fsync", "fdatasync"):
+            cls._own[name] = getattr(os, name)
             setattr(os, name, cls._wrap(getattr(os, name)))
         from storage import durable
 
         if hasattr(durable, "syncfs"):  # a tree from before it (a sitting's base) has none
             durable.syncfs = cls._wrap(durable.syncfs)
+
+    @classmethod
+    @contextmanager
+    def suspended(cls) -> Iterator[None]:
+        """The interpreter's own functions back on `os` for the block (nothing counted): a durable
+        one-record append takes its native path only with them (storage/partition_log.py `_os_calls_own`)."""
+        wrapped = {name: getattr(os, name) for name in cls._own}
+        for name, own in cls._own.items():
+            setattr(os, name, own)
+        try:
+            yield
+        finally:
+            for name, wrapper in wrapped.items():
+                setattr(os, name, wrapper)
 
     @classmethod
     def _wrap(cls, real: Callable[[int], None]) -> Callable[[int], None]:

@@ -20,7 +20,9 @@ Modes (first argument):
              record's callback appends `<partition> <offset> <value hex>` to `--log`. With
              `--one-at-a-time` every send is a durable one-record `send(...).get()` instead (no
              callbacks, so the get() sends its batch on the main thread: the accumulator's
-             caller-run round), and the main thread logs each record once get() returned.
+             caller-run round), and the main thread logs each record once get() returned;
+             `--writer w` puts w in its values (several writers on one store), and `--quiet-log`
+             records the status of every native quiet append (scenario 83).
     read     a Consumer on a read-only view of the store (isolation `--isolation`) polls every
              partition of `--topic` and appends `<partition> <offset> <value hex>` per record.
     txn      a transactional Producer runs begin / k sends / commit in a loop and prints `C n`
@@ -29,7 +31,8 @@ Modes (first argument):
              (txlog.tools.fault_injection, KILL_BEFORE/KILL_AFTER) that SIGKILLs the process at that
              request, and ends as `--kill-end` says.
 
-Record values: produce mode sends `crash_worker.expected_value(0, i, size)` (record number i,
+Record values: produce mode sends `crash_worker.expected_value(w, i, size)` (writer w, 0 unless
+`--writer`, record number i,
 bytes checked by `crash_worker.parse_value`); txn mode sends `b"<n>:<i>:<k>"`, record i of the
 k records of transaction n.
 """
@@ -96,6 +99,8 @@ def run_produce(args: argparse.Namespace) -> None:
     from storage import Store
     from txlog.clients.producer import Producer
 
+    if args.quiet_log:
+        _log_quiet_statuses(args.quiet_log)
     store = Store.open(args.store)
     partitions = store.partition_count(args.topic)
     producer = Producer(store, acks=args.acks)  # idempotent with acks=all; acks=1 cannot be (Kafka's rule)
@@ -114,7 +119,7 @@ def run_produce(args: argparse.Namespace) -> None:
         _say("READY")
         i = 0
         while args.one_at_a_time:
-            value = crash_worker.expected_value(0, i, rng.randint(8, args.max_size))
+            value = crash_worker.expected_value(args.writer, i, rng.randint(8, args.max_size))
             metadata = producer.send(args.topic, value, partition=i % partitions).get()
             out.write(_record_line(metadata.partition, metadata.offset, value))
             i += 1
@@ -125,6 +130,22 @@ def run_produce(args: argparse.Namespace) -> None:
                 i += 1
             if rng.random() < 0.5:
                 time.sleep(rng.uniform(0, args.pause_ms / 1000))  # vary batch sizes: idle gaps, then bursts
+
+
+def _log_quiet_statuses(path: str) -> None:
+    """Write the status of every native quiet append (storage.partition_log `quiet_append`: 0 written,
+    1 fell back) to `path`, one byte each as it returns, so the parent knows which path the appends took."""
+    import storage.partition_log as partition_log
+
+    out = open(path, "wb", buffering=0)  # noqa: SIM115 - open until the process dies
+    real = partition_log.quiet_append
+
+    def logged(*args):
+        status, errno = real(*args)
+        out.write(b"%d" % status)
+        return status, errno
+
+    partition_log.quiet_append = logged
 
 
 def run_read(args: argparse.Namespace) -> None:
@@ -223,6 +244,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-size", type=int, default=64, help="produce: largest value")
     ap.add_argument("--acks", default="all", choices=["all", "1"], help="produce: the producer's acks")
     ap.add_argument("--one-at-a-time", action="store_true", help="produce: send(...).get() each record")
+    ap.add_argument("--writer", type=int, default=0, help="produce (one at a time): the number in its values")
+    ap.add_argument("--quiet-log", default="", help="produce: where each native quiet append's status goes")
     ap.add_argument("--isolation", default="read_uncommitted", choices=["read_uncommitted", "read_committed"])
     ap.add_argument("--tid", default=TXN_ID)
     ap.add_argument("--max-records", type=int, default=8, help="txn: most records per transaction")

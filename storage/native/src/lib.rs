@@ -36,8 +36,8 @@ mod bindings;
 use pyo3::prelude::*;
 
 use bindings::{
-    builder, columns as column_bindings, compression as codecs, decode, encode, errors, format as formatters, hashes,
-    header,
+    append, builder, columns as column_bindings, compression as codecs, decode, encode, errors, format as formatters,
+    hashes, header,
 };
 
 #[pymodule]
@@ -67,5 +67,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(formatters::table_lines, m)?)?;
     m.add_function(wrap_pyfunction!(hashes::crc32c_py, m)?)?;
     m.add_function(wrap_pyfunction!(hashes::murmur2_partitions, m)?)?;
+    m.add_function(wrap_pyfunction!(append::quiet_append, m)?)?;
     Ok(())
 }

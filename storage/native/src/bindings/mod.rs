@@ -6,8 +6,10 @@
 //! a byte slice while the buffer is held, fills tuple subclasses as tuple.__new__ does and
 //! switches the cyclic collector off during a decode; encode.rs's `Column` borrows the bytes of
 //! items it holds strong references to and `encode_batches` fills bytearrays it just created;
-//! builder.rs's `Held` views a buffer it holds for one append.
+//! builder.rs's `Held` views a buffer it holds for one append; append.rs borrows the descriptors
+//! a caller pins for one quiet durable append.
 
+pub mod append;
 pub mod builder;
 pub mod columns;
 pub mod compression;

@@ -1,0 +1,103 @@
+//! The system calls of a writer's quiet durable append, made with the GIL released once
+//! (storage/partition_log.py `PartitionLog._quiet_append`, issue 26).
+//!
+//! Python decides everything before the call, under the partition's writer lock it holds: the
+//! batch is checked against the producer state and stamped with its offset, no roll, index entry
+//! or expiry is due, and the view's directory key vouched at its last look. Here the two looks
+//! that prove the view is still the files are made, and only if both agree the bytes go in:
+//! the directory's (mtime, inode) must equal the key (a roll, retention, DeleteRecords or a
+//! cleaner's swap moves it), and the `.log`'s length must equal the view's (another process's
+//! append or a cut changes it) with the file still linked (scenario 71). Then the write, the
+//! fdatasync and the high watermark's pwrite. Any look that disagrees, or fails, writes nothing
+//! and answers FALLBACK: the caller then takes the Python path, which catches up and judges the
+//! append on the files.
+//!
+//! The descriptors are the caller's (pinned by it for the call) and are never closed here.
+
+use std::fs::File;
+use std::io::{ErrorKind, Write};
+use std::mem::ManuallyDrop;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::os::unix::io::FromRawFd;
+
+use pyo3::prelude::*;
+
+use super::ffi::with_bytes;
+
+/// The bytes are in, fdatasync'ed, and the high watermark's pwrite was made (its failure is not
+/// the append's: HighWatermarkFile.publish ignores it too).
+pub const WRITTEN: i32 = 0;
+/// A look disagreed with the caller's view (or failed): nothing was written.
+pub const FALLBACK: i32 = 1;
+/// The write failed (the errno, 0 for a write of no bytes); part of the bytes may be in the file.
+pub const WRITE_FAILED: i32 = 2;
+/// The fdatasync failed (the errno): what reached the disk is unknown.
+pub const SYNC_FAILED: i32 = 3;
+
+/// A borrowed descriptor as a File that is never closed.
+fn borrowed(fd: i32) -> ManuallyDrop<File> {
+    // SAFETY: the caller pins `fd` open for the whole call, and ManuallyDrop never closes it.
+    ManuallyDrop::new(unsafe { File::from_raw_fd(fd) })
+}
+
+/// Whether the directory still has the key the view vouched with, and the log the view's length.
+fn view_is_current(directory: &str, dir_mtime_ns: i64, dir_ino: u64, log: &File, log_size: u64) -> bool {
+    let Ok(dir) = std::fs::metadata(directory) else { return false };
+    let mtime_ns = dir.mtime().saturating_mul(1_000_000_000).saturating_add(dir.mtime_nsec());
+    if mtime_ns != dir_mtime_ns || dir.ino() != dir_ino {
+        return false;
+    }
+    matches!(log.metadata(), Ok(st) if st.size() == log_size && st.nlink() > 0)
+}
+
+/// Every byte of `data` appended to `log`, or the errno of the failure (0: a write of no bytes).
+fn write_all(mut log: &File, mut data: &[u8]) -> Result<(), i32> {
+    while !data.is_empty() {
+        match log.write(data) {
+            Ok(0) => return Err(0),
+            Ok(n) => data = &data[n..],
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.raw_os_error().unwrap_or(0)),
+        }
+    }
+    Ok(())
+}
+
+/// The looks, the write, the fdatasync and the high watermark's pwrite of one quiet durable append,
+/// the GIL released once; (status, errno), status one of WRITTEN, FALLBACK, WRITE_FAILED, SYNC_FAILED.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+pub fn quiet_append(
+    py: Python<'_>,
+    directory: &str,
+    dir_mtime_ns: i64,
+    dir_ino: u64,
+    log_fd: i32,
+    log_size: u64,
+    data: &Bound<'_, PyAny>,
+    hw_fd: i32,
+    hw: &Bound<'_, PyAny>,
+) -> PyResult<(i32, i32)> {
+    with_bytes(data, |data| {
+        with_bytes(hw, |hw| {
+            Ok(py.detach(|| {
+                let log = borrowed(log_fd);
+                if !view_is_current(directory, dir_mtime_ns, dir_ino, &log, log_size) {
+                    return (FALLBACK, 0);
+                }
+                if let Err(errno) = write_all(&log, data) {
+                    return (WRITE_FAILED, errno);
+                }
+                loop {
+                    match log.sync_data() {
+                        Ok(()) => break,
+                        Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                        Err(e) => return (SYNC_FAILED, e.raw_os_error().unwrap_or(0)),
+                    }
+                }
+                let _ = borrowed(hw_fd).write_at(hw, 0); // a lagging HW file is no failure (see WRITTEN)
+                (WRITTEN, 0)
+            }))
+        })
+    })
+}

@@ -1,0 +1,320 @@
+"""The quiet durable append (PartitionLog._quiet_append) does what the Python path does, and only when it may.
+
+A lone batch's durable append makes its looks, write, fdatasync and HW pwrite in one native call
+(storage/native/src/bindings/append.rs, issue 26) when the view's last look vouched for the
+directory and the append needs no roll. The Python path is its reference: the same appends made
+through both (the Python path forced on the other Store) must leave the same bytes in every file,
+the same HW, the same producer state and the same answers and errors. Each change another writer
+can make between two appends (an append, a roll, DeleteRecords, an ABORT marker; a second Store on
+the directory, or a real second process) must make the native look fall back, and the append
+then sees the change. A failed write or fdatasync must leave the partition as the Python path's
+failure does. Each test fails if the native path were taken where it must not be, or did less.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import storage.partition_log as partition_log
+from storage import Store
+from storage.errors import KafkaError, KafkaStorageError
+from storage.partition_log import PartitionLog
+from storage.records import ControlType, build_batch
+
+ROOT = Path(__file__).resolve().parents[2]
+TOPIC = "t"
+CONFIG = {"segment.bytes": 2048, "index.interval.bytes": 200}  # rolls and index entries every few appends
+TS = int(time.time() * 1000)  # recent: retention keeps every segment
+
+
+def idempotent(value: bytes, seq: int, *, pid: int = 7, epoch: int = 0, ts: int = TS) -> bytes:
+    return build_batch([(b"k", value, (), ts)], producer_id=pid, producer_epoch=epoch, base_sequence=seq)
+
+
+def plain(value: bytes, ts: int = TS) -> bytes:
+    return build_batch([(None, value, (), ts)])
+
+
+@pytest.fixture
+def statuses(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """Every status the native call answered (0 written, 1 fell back, 2/3 failed) during the test."""
+    seen: list[int] = []
+    real = partition_log.quiet_append
+
+    def counting(*args):
+        status, errno = real(*args)
+        seen.append(status)
+        return status, errno
+
+    monkeypatch.setattr(partition_log, "quiet_append", counting)
+    yield seen
+
+
+def python_only(log: PartitionLog) -> PartitionLog:
+    """The view with its quiet path off: every append takes the Python path (the reference)."""
+    log._quiet_append = lambda *_: None  # type: ignore[method-assign]
+    return log
+
+
+def vouching(store: Store) -> PartitionLog:
+    """Partition 0 of TOPIC, its directory's mtime long past (its key can vouch) and looked at once."""
+    log = store.partition(TOPIC, 0)
+    past = time.time_ns() - 10_000_000_000
+    os.utime(store.partition_dir(TOPIC, 0), ns=(past, past))
+    log.append(plain(b"first"))
+    log.append(plain(b"second"))  # the look after the key moved: now it vouches
+    return log
+
+
+def files(directory: str) -> dict[str, bytes]:
+    out = {}
+    for name in sorted(os.listdir(directory)):
+        if name != partition_log.LOCK_FILE:
+            with open(os.path.join(directory, name), "rb") as f:
+                out[name] = f.read()
+    return out
+
+
+def outcome(log: PartitionLog, data: bytes) -> object:
+    try:
+        return log.append(data)
+    except KafkaError as exc:
+        return (type(exc).__name__, str(exc))
+
+
+def test_the_native_and_python_paths_leave_the_same_files_state_and_answers(tmp_path, statuses):
+    roots = [str(tmp_path / "native"), str(tmp_path / "python")]
+    stores = [Store.open(r) for r in roots]
+    try:
+        for s in stores:
+            s.create_topic(TOPIC, 1, CONFIG)
+        native, python = vouching(stores[0]), python_only(vouching(stores[1]))
+        seq = 0
+        for step in range(120):
+            if step % 4 == 0:
+                data = idempotent(b"v%03d" % seq + b"y" * (step % 50), seq, ts=TS + step)
+                seq += 1
+            elif step % 4 == 1:
+                data = idempotent(b"v%03d" % (seq - 1) + b"y" * ((step - 1) % 50), seq - 1, ts=TS + step - 1)
+            elif step % 4 == 2:
+                data = idempotent(b"gap", seq + 5)  # out of order: refused
+            else:
+                data = plain(b"p%03d" % step + b"x" * (step % 40), ts=TS + 1000 - step)
+            assert outcome(native, data) == outcome(python, data), f"step {step}"
+            assert native.high_watermark == python.high_watermark
+            assert native.producer_states() == python.producer_states()
+        assert statuses.count(0) > 40, statuses  # the native path really wrote most of them
+        assert len(native.segments) >= 3  # rolls, and index entries, were on the way
+        for s in stores:
+            s.close()
+        assert files(os.path.join(roots[0], f"{TOPIC}-0")) == files(os.path.join(roots[1], f"{TOPIC}-0"))
+    finally:
+        for s in stores:
+            s.close()
+
+
+def test_an_epoch_bump_and_a_fenced_epoch_answer_alike(tmp_path, statuses):
+    roots = [str(tmp_path / "native"), str(tmp_path / "python")]
+    stores = [Store.open(r) for r in roots]
+    try:
+        for s in stores:
+            s.create_topic(TOPIC, 1)
+        logs = [vouching(stores[0]), python_only(vouching(stores[1]))]
+        steps = [
+            idempotent(b"a", 0),
+            idempotent(b"b", 0, epoch=1),  # a bump: sequence 0 again
+            idempotent(b"c", 1, epoch=0),  # the old epoch: fenced
+            idempotent(b"d", 1, epoch=1),
+        ]
+        answers = [tuple(outcome(log, data) for log in logs) for data in steps]
+        assert all(a == b for a, b in answers), answers
+        assert isinstance(answers[2][0], tuple)  # the fenced one was refused
+        assert statuses.count(0) >= 3
+        assert logs[0].producer_states() == logs[1].producer_states()
+    finally:
+        for s in stores:
+            s.close()
+
+
+def other_change(store: Store, how: str) -> None:
+    theirs = store.partition(TOPIC, 0)
+    if how == "append":
+        theirs.append(plain(b"theirs"))
+    elif how == "roll":
+        theirs.roll()
+    elif how == "delete_records":
+        theirs.delete_records(theirs.log_end_offset - 1)
+    elif how == "abort":
+        txn = build_batch(
+            [(None, b"txn", (), TS)], producer_id=99, producer_epoch=0, base_sequence=0, is_transactional=True
+        )
+        theirs.append(txn, sync=False)
+        theirs.append_marker(ControlType.ABORT, 99, 0)
+
+
+@pytest.mark.parametrize("how", ["append", "roll", "delete_records", "abort"])
+def test_a_change_by_another_store_makes_the_next_append_fall_back(store_path, statuses, how):
+    store = Store.open(store_path)
+    other = Store.open(store_path)
+    try:
+        store.create_topic(TOPIC, 1)
+        mine = vouching(store)
+        mine.append(plain(b"quiet"))
+        assert statuses[-1:] == [0]
+        end = mine.log_end_offset
+        other_change(other, how)  # its open of the partition alone changes the directory
+        theirs_end = other.partition(TOPIC, 0).log_end_offset
+        statuses.clear()
+        result = mine.append(plain(b"after"))
+        assert statuses in ([], [1]), statuses  # never written natively
+        assert result.base_offset == theirs_end >= end
+        assert mine.log_end_offset == theirs_end + 1
+        if how == "delete_records":
+            assert mine.log_start_offset == end - 1
+        if how == "abort":
+            assert [a.producer_id for a in mine.aborted_transactions(0, mine.log_end_offset)] == [99]
+        past = time.time_ns() - 5_000_000_000
+        os.utime(other.partition_dir(TOPIC, 0), ns=(past, past))  # a key that can vouch, once looked at
+        statuses.clear()
+        mine.append(plain(b"quiet again"))
+        mine.append(plain(b"and again"))
+        if how == "abort":
+            # An active segment with a `.txnindex` is looked at by every catch-up (a dead writer's
+            # entry may need dropping: `_tail_quiet_key`), so it gets no quiet append until a roll.
+            assert statuses == []
+        else:
+            assert statuses[-1:] == [0]  # the view caught up, looked again, and vouches again
+    finally:
+        other.close()
+        store.close()
+
+
+def test_a_real_second_process_append_between_two_sends_is_seen(store_path, statuses):
+    store = Store.open(store_path)
+    try:
+        store.create_topic(TOPIC, 1)
+        mine = vouching(store)
+        mine.append(plain(b"quiet"))
+        assert statuses[-1:] == [0]
+        program = textwrap.dedent(
+            f"""
+            from storage import Store
+            from storage.records import build_batch
+            with Store.open({store_path!r}) as s:
+                s.partition({TOPIC!r}, 0).append(build_batch([(None, b"theirs", (), {TS})]))
+            """
+        )
+        env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+        subprocess.run([sys.executable, "-c", program], check=True, env=env)
+        statuses.clear()
+        assert mine.append(plain(b"mine")).base_offset == 4
+        assert statuses in ([], [1])
+        values = [r.value for b in mine.read(0) for r in b.records()]
+        assert values == [b"first", b"second", b"quiet", b"theirs", b"mine"]
+    finally:
+        store.close()
+
+
+def test_a_failed_write_is_cut_back_as_the_python_path_cuts_it(tmp_path):
+    """RLIMIT_FSIZE makes the write fail part way (EFBIG after a short write), in a child process."""
+    answers = {}
+    for path in ("native", "python"):
+        root = str(tmp_path / path)
+        program = textwrap.dedent(
+            f"""
+            import os, resource, time
+            import storage.partition_log as pl
+            from storage import Store
+            from storage.records import build_batch
+            def one(v): return build_batch([(None, v, (), {TS})])
+            with Store.open({root!r}) as s:
+                s.create_topic("t", 1)
+                log = s.partition("t", 0)
+                if {path!r} == "python":
+                    log._quiet_append = lambda *_: None
+                past = time.time_ns() - 10_000_000_000
+                os.utime(s.partition_dir("t", 0), ns=(past, past))
+                log.append(one(b"a")); log.append(one(b"b"))
+                size = log.segments[-1].size
+                soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+                resource.setrlimit(resource.RLIMIT_FSIZE, (size + 30, hard))
+                try:
+                    log.append(one(b"c" * 100))
+                except Exception as exc:
+                    print(type(exc).__name__, exc)
+                resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+                print(os.path.getsize(log.segments[-1].log_path) == size, log.log_end_offset)
+                print(log.append(one(b"d")).base_offset, log.high_watermark)
+            """
+        )
+        env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+        done = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, check=True)
+        answers[path] = done.stdout
+    assert answers["native"] == answers["python"]
+    assert answers["native"].splitlines() == ["KafkaStorageError write failed: File too large", "True 2", "2 3"]
+
+
+def test_a_failed_fdatasync_fails_the_partition_as_the_python_path_does(tmp_path, monkeypatch):
+    """The native call's fdatasync failure, stood in for (the bytes written, status SYNC_FAILED with EIO),
+    against the Python path's fdatasync raising EIO: the same error, the same refusal after it, the
+    same recovery at reopen."""
+    import errno as errnos
+
+    def written_then_eio(directory, mtime, ino, log_fd, size, data, hw_fd, hw):
+        os.write(log_fd, data)
+        return 3, errnos.EIO
+
+    answers = {}
+    for path in ("native", "python"):
+        root = str(tmp_path / path)
+        with Store.open(root) as s:
+            s.create_topic(TOPIC, 1)
+            log = vouching(s)
+            with monkeypatch.context() as m:
+                if path == "native":
+                    m.setattr(partition_log, "quiet_append", written_then_eio)
+                else:
+                    python_only(log)
+
+                    def eio(fd):
+                        raise OSError(errnos.EIO, os.strerror(errnos.EIO))
+
+                    m.setattr(os, "fdatasync", eio)
+                    m.setattr(partition_log, "_os_calls_own", lambda: True)
+                failed = outcome(log, plain(b"lost?"))
+            refused = outcome(log, plain(b"refused"))
+            answers[path] = (failed, refused, log.failed, log.high_watermark)
+            try:
+                s.close()
+            except KafkaStorageError:
+                pass
+        with Store.open(root) as s:
+            answers[path] += (s.partition(TOPIC, 0).log_end_offset,)
+    assert answers["native"] == answers["python"]
+    assert answers["native"][0] == ("KafkaStorageError", "fsync failed: Input/output error")
+    assert answers["native"][2] is True
+
+
+def test_a_replaced_os_function_keeps_appends_on_the_python_path(store_path, statuses, monkeypatch):
+    """Fault plans and crash workers replace os functions to inject failures: they must see every call."""
+    calls = []
+    real = os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (calls.append(fd), real(fd))[1])
+    store = Store.open(store_path)
+    try:
+        store.create_topic(TOPIC, 1)
+        log = vouching(store)
+        calls.clear()
+        for i in range(3):
+            log.append(plain(b"%d" % i))
+        assert statuses == [] and len(calls) == 3
+    finally:
+        store.close()
