@@ -49,9 +49,11 @@ interleaved in the same process: the loops take turns `--durable-block` (default
 time, so a swing of the disk's latency falls on every row alike. Printed: commits/s, the ratio (target >= 0.9x), CPU and
 context switches per commit (`getrusage`, every thread of the process: a hand-off to the
 sender thread and back costs two). A third, informational row runs the raw loop with every
-system call a txlog append makes (flock, stat, fstats, write, fdatasync, HW pwrite, unlock):
-its distance from the raw row is what those calls cost, txlog's distance from it what txlog's
-Python path costs.
+system call a txlog append makes (flock, a stat of the directory, an fstat of the log, write,
+fdatasync, HW pwrite, unlock): its distance from the raw row is what those calls cost, txlog's
+distance from it what txlog's own code costs. Part 4 runs with the fsync meter's wrappers off
+(`FsyncMeter.suspended`): it prints no fsync column, and a replaced `os.fdatasync` would keep
+txlog's one-batch append off its native path.
 
 Part 2b sends for `--commit-seconds` (default 3) with a transactional producer committing
 every `--commit-ms` (default 100 ms, Kafka Streams' commit interval under exactly-once)
