@@ -45,8 +45,9 @@ from storage.errors import (
     CorruptSnapshotError,
     FileReplacedError,
     KafkaStorageError,
+    UnsupportedForMessageFormatError,
 )
-from storage.file_records import Damage
+from storage.file_records import Damage, FileRecords
 from storage.log_files import (
     CLEANED_FILE_SUFFIX,
     INDEX_FILE_SUFFIXES,
@@ -60,7 +61,7 @@ from storage.log_files import (
 from storage.producer_snapshot import delete_snapshot, list_snapshots, read_snapshot
 from storage.producer_state import ProducerStateManager
 from storage.producer_state_snapshots import delete_snapshots_after, state_at_segment_start, take_snapshot
-from storage.records import RecordBatch
+from storage.records import BatchHeader, RecordBatch
 from storage.segment import LogSegment
 from storage.transaction_index import AbortedTxn
 from storage.txnindex_check import TxnIndexCheck, abort_replayer, read_txn_counts, replay_abort, write_txn_counts
@@ -205,8 +206,8 @@ class LogLoader:
         self.absence_key: Callable[[], object | None] | None = None
         # Whether another process holds the partition's lock (a cleaner mid-swap): see _settled_listing.
         self._swap_in_flight = swap_in_flight
-        # (base, inode, size) of the `.log.swap` read last -> the offset after its last batch.
-        self._swap_ends: dict[tuple[int, int, int], int] = {}
+        # What `_swap_end` read of the `.log.swap` it read last (one swap at a time: the older ones are gone).
+        self._swap_read: _SwapRead | None = None
         self.config = config
         self.segments = segments  # the partition log's list, filled here in place
         self.state = state
@@ -363,14 +364,23 @@ class LogLoader:
         return SegmentListing(sorted(bases | set(swaps)), frozenset(swaps), left_over)
 
     def _swap_end(self, base: int) -> int:
-        """The offset after a `.log.swap`'s last batch; remembered per file, which a cleaner never changes."""
-        path = segment_file(self.directory, base, _SWAP_LOG_SUFFIX)
-        st = os.stat(path)
-        key = (base, st.st_ino, st.st_size)
-        if key not in self._swap_ends:
-            self._swap_ends.clear()  # one swap at a time: the older ones are gone
-            self._swap_ends[key] = _next_offset_of(path, base)
-        return self._swap_ends[key]
+        """The offset after a `.log.swap`'s last batch, remembered with that batch's header (`_SwapRead`).
+
+        A read-only view of a dead cleaner's swap lists the directory at every look, so the walk
+        over the file's headers is done once per file. No file identity can say "the same file",
+        though: ext4 gives a freed inode number to the next file created, and the next cleaning's
+        segment is often the size of the last one (the same keys, values as long). Taken for the
+        last one's, its end kept a replaced segment beside it and readers saw records twice. So
+        the answer is reused only while the same header still ends the file where it did.
+        """
+        with FileRecords.open(segment_file(self.directory, base, _SWAP_LOG_SUFFIX)) as records:
+            size = records.size()
+            known = self._swap_read
+            if known is not None and known.base == base and known.size == size and known.still_last(records):
+                return known.end
+            last = _last_header(records)
+            self._swap_read = _SwapRead(base, size, last)
+            return self._swap_read.end
 
     @property
     def reads_swap(self) -> bool:
@@ -743,15 +753,45 @@ def _complete_swap(directory: str, base: int) -> None:
 
 def _next_offset_of(path: str, base: int) -> int:
     """The offset after the last whole batch of a segment file (its base if it holds none)."""
-    from storage.file_records import FileRecords
+    with FileRecords.open(path) as records:
+        last = _last_header(records)
+    return base if last is None else last.last_offset + 1
 
-    end = base
-    records = FileRecords.open(path)
+
+def _last_header(records: FileRecords) -> BatchHeader | None:
+    """The header of a segment file's last whole batch (None if it holds none), by a walk over every header."""
+    last = None
     try:
         for header in records.headers():
-            end = header.last_offset + 1
+            last = header
     except CorruptRecordError:
         pass  # a torn tail: what precedes it is the segment
-    finally:
-        records.close()
-    return end
+    return last
+
+
+@dataclass(frozen=True)
+class _SwapRead:
+    """What a listing read of a `.log.swap`: its base, its size and the header of its last whole batch."""
+
+    base: int
+    size: int
+    last: BatchHeader | None
+
+    @property
+    def end(self) -> int:
+        """The offset after the swap's last batch: where the segments it replaces end."""
+        return self.base if self.last is None else self.last.last_offset + 1
+
+    def still_last(self, records: FileRecords) -> bool:
+        """Whether `records` (of this size) holds the same last batch where this one read it.
+
+        The header carries the batch's CRC: a file of the same size with the same header at the
+        same place holds the same last batch, whatever its inode. A cleaned file is written
+        whole before it is named `.swap`, so its size says where its last batch ends.
+        """
+        if self.last is None:
+            return self.size == 0
+        try:
+            return records.header_at(self.last.position) == self.last
+        except (CorruptRecordError, UnsupportedForMessageFormatError):
+            return False

@@ -188,3 +188,44 @@ def test_a_view_of_a_deleted_topic_does_not_move_into_a_new_one_of_the_name(stor
         fresh = other.partition("c", 0)
         got = [(r.key, r.value) for b in fresh.read(0, 1 << 20) for r in b.records()]
         assert got == [(b"k0", b"new")]
+
+
+def test_a_listing_reads_a_swap_afresh_when_a_new_one_has_an_old_ones_inode_and_size(store_path):
+    """ext4 gives a freed inode number to the next file created, and a cleaning's segment is often the
+    size of the last one (the same keys, values as long): a `.log.swap` can have the inode and size of
+    one a reader read before and end at another offset. Read by the old one's end, its stand-in rule
+    kept a segment the new one covers, and a reader got those records twice (scenario 73's flake). The
+    test gives the second swap the first one's inode itself, as the file system would."""
+    from storage.log_files import DELETED_FILE_SUFFIX, SWAP_FILE_SUFFIX, log_file
+    from storage.log_loader import recover_swaps
+
+    with Store.open(store_path) as store:
+        log = _compact_topic(store)
+        _write_rounds(log, 5)  # segments 0, 12, 24, 36, 48, one round of the keys each; 60 is empty
+        directory = store.partition_dir("c", 0)
+    first, later = log_file(directory, 0), log_file(directory, 4 * KEYS)
+    swap = first + SWAP_FILE_SUFFIX
+
+    def rewrite(path: str, data: bytes) -> None:
+        with open(path, "r+b") as f:  # in place: the inode stays
+            f.write(data)
+
+    def offsets(view) -> list[int]:
+        return [r.offset for b in view.read(view.log_start_offset, 1 << 20) for r in b.records()]
+
+    with Store.open(store_path, read_only=True) as reader:
+        view = reader.partition("c", 0)
+        # A cleaning of [0, 48) past its point of no return: its swap stands in for the segments it replaces.
+        with open(log_file(directory, 3 * KEYS), "rb") as f, open(swap, "wb") as out:
+            out.write(f.read())
+        os.rename(first, first + DELETED_FILE_SUFFIX)
+        assert offsets(view) == list(range(3 * KEYS, 5 * KEYS))
+        recover_swaps(directory)  # completed: the cleaned file is `0.log` now
+        assert offsets(view) == list(range(3 * KEYS, 5 * KEYS))
+        # The next cleaning, of [0, 60), in flight: its swap has the first one's inode and size.
+        os.rename(first, swap)
+        with open(later, "rb") as f:
+            data = f.read()
+        assert len(data) == os.path.getsize(swap)
+        rewrite(swap, data)
+        assert offsets(view) == list(range(4 * KEYS, 5 * KEYS))
