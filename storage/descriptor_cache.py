@@ -27,7 +27,13 @@ Rules that keep this correct:
   was removed or replaced meanwhile (a deleted topic recreated, a store deleted under a
   running process) is a KafkaStorageError, never a silent switch to another file. A
   descriptor held open across such a change used to keep reading (and writing) the old
-  file; under eviction pressure the view now fails loudly instead.
+  file; under eviction pressure the view now fails loudly instead. Device and inode are not
+  enough once the descriptor is closed: the file may then be unlinked and its inode number
+  given to the next file made (ext4 does so at once; a cleaner's next segment under the same
+  name was taken for the evicted one). So an eviction also notes the inode's generation
+  (FS_IOC_GETVERSION: ext4, XFS, btrfs number each use of an inode), and a reopen compares
+  it too. Where the file system has none (tmpfs, whose inode numbers only grow), device and
+  inode stay the check.
 * Opens go through storage/safe_open.py (no symbolic links); an EMFILE at open closes every
   idle descriptor and tries once more.
 """
@@ -35,8 +41,11 @@ Rules that keep this correct:
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import resource
+import struct
+import sys
 import threading
 from collections import OrderedDict
 
@@ -48,6 +57,8 @@ __all__ = ["CACHE", "LIMIT_ENV", "CachedFile", "DescriptorCache", "default_limit
 LIMIT_ENV = "TXLOG_MAX_OPEN_FILES"
 _MIN_LIMIT = 16
 _MAX_DEFAULT = 1024
+# Linux's _IOR('v', 1, long): the inode's generation, which the kernel writes as an int.
+_FS_IOC_GETVERSION = 0x80007601 | struct.calcsize("l") << 16
 
 
 def default_limit() -> int:
@@ -146,7 +157,7 @@ class DescriptorCache:
                 fd = open_no_follow(cached.path, cached.flags & ~os.O_CREAT)
             except OSError as again:
                 raise KafkaStorageError(f"cannot reopen {cached.path}: {again.strerror}") from again
-        if _identity(fd) != cached.identity:
+        if _identity(fd) != cached.identity or (cached.generation is not None and _generation(fd) != cached.generation):
             os.close(fd)
             raise FileReplacedError(f"{cached.path} was replaced by another file while this process had it open")
         cached.fd = fd
@@ -174,7 +185,7 @@ class DescriptorCache:
                 files.move_to_end(cached)
                 continue
             del files[cached]
-            _close_quietly(fd)
+            _evicted(cached, fd)
 
     def pin_slow(self, cached: CachedFile) -> int:
         """A pin that found no descriptor (evicted, or an eviction at work): wait for the mutex, reopen if need be."""
@@ -193,7 +204,7 @@ class DescriptorCache:
                 cached.fd = fd
             else:
                 del self._files[cached]
-                _close_quietly(fd)
+                _evicted(cached, fd)
 
     @staticmethod
     def _close(cached: CachedFile) -> None:
@@ -209,9 +220,29 @@ def _close_quietly(fd: int | None) -> None:
             pass  # e.g. EIO reported at close: the data's durability is fsync's business, checked there
 
 
+def _evicted(cached: CachedFile, fd: int | None) -> None:
+    """Close an evicted descriptor, noting the generation of its inode first (for `reopen`'s check)."""
+    if fd is not None and cached.generation is None:
+        cached.generation = _generation(fd)
+    _close_quietly(fd)
+
+
 def _identity(fd: int) -> tuple[int, int]:
     st = os.fstat(fd)
     return st.st_dev, st.st_ino
+
+
+def _generation(fd: int) -> int | None:
+    """The generation of the file's inode, which changes when its number is used for another file; None
+    where the file system keeps none (or the platform cannot ask)."""
+    if sys.platform != "linux":
+        return None
+    buf = bytearray(struct.calcsize("l"))
+    try:
+        fcntl.ioctl(fd, _FS_IOC_GETVERSION, buf, True)
+    except OSError:
+        return None
+    return int.from_bytes(buf[:4], sys.byteorder)
 
 
 class CachedFile:
@@ -222,7 +253,7 @@ class CachedFile:
     None while evicted; read it only inside `with`.
     """
 
-    __slots__ = ("path", "flags", "fd", "pins", "used", "identity", "closed", "_cache")
+    __slots__ = ("path", "flags", "fd", "pins", "used", "identity", "generation", "closed", "_cache")
 
     def __init__(
         self, path: str, flags: int, *, mode: int = 0o644, fd: int | None = None, cache: DescriptorCache | None = None
@@ -233,6 +264,7 @@ class CachedFile:
         self.pins: list[None] = []  # one item per pin in progress (a list: append and pop are atomic)
         self.used = True
         self.closed = False
+        self.generation: int | None = None  # noted when the descriptor is first evicted (`_evicted`)
         cache = self._cache = CACHE if cache is None else cache
         if cache.config_error is not None:
             if fd is not None:

@@ -99,6 +99,32 @@ def test_scenario68_a_file_replaced_while_evicted_is_refused_not_silently_switch
     cached.close()
 
 
+def test_scenario68_a_new_file_given_the_evicted_ones_inode_number_is_refused(tmp_path, small_limit) -> None:
+    """ext4 gives a freed inode number to the next file created: device and inode alone took such a
+    file for the evicted one (a cleaning's segment under a reader's name: records twice, scenario 73)."""
+    path = tmp_path / "file"
+    path.write_bytes(b"original")
+    cached = CachedFile(str(path), os.O_RDONLY)
+    CACHE.set_limit(1)
+    for i in range(3):  # evict it
+        filler = tmp_path / f"filler{i}"
+        filler.write_bytes(b"")
+        CachedFile(str(filler), os.O_RDONLY)
+    assert cached.fd is None, "the file was not evicted; the test proves nothing"
+    inode = path.stat().st_ino
+    path.unlink()
+    for i in range(64):
+        path.write_bytes(b"reborn!!")
+        if path.stat().st_ino == inode:
+            break
+        path.rename(tmp_path / f"aside{i}")  # kept, so the next file is given another number
+    else:
+        pytest.skip("this file system gave the freed inode number to none of 64 new files")
+    with pytest.raises(KafkaStorageError, match="replaced"), cached:
+        pass
+    cached.close()
+
+
 def _lock_is_free(path: str) -> bool:
     """Whether another process can take the flock now (without waiting)."""
     probe = textwrap.dedent(
