@@ -95,6 +95,18 @@ EXPIRY_CHECK_INTERVAL_MS = 60_000
 _QUIET_FALLBACK, _QUIET_WRITE_FAILED, _QUIET_SYNC_FAILED = 1, 2, 3
 
 
+def _stage_batch(plan: ProducerAppend, batch: RecordBatch, base: int, last: int, max_ts: int) -> None:
+    """Stage a data batch written at offsets base..last in the producer's entry (a batch with no producer
+    id has none)."""
+    if batch.has_producer_id:
+        plan.stage_data(
+            batch.producer_id,
+            batch.producer_epoch,
+            BatchMetadata(batch.base_sequence, batch.last_sequence, base, last, max_ts),
+            batch.is_transactional,
+        )
+
+
 def _os_calls_own() -> bool:
     """Whether the `os` functions the quiet append makes natively are still the interpreter's own.
 
@@ -925,13 +937,7 @@ class PartitionLog:
                     results.append(BatchAppendResult(dup.first_offset, dup.last_offset, True))
                     continue
                 base, last = next_offset, next_offset + batch.last_offset_delta
-                if batch.has_producer_id:
-                    plan.stage_data(
-                        batch.producer_id,
-                        batch.producer_epoch,
-                        BatchMetadata(batch.base_sequence, batch.last_sequence, base, last, max_ts),
-                        batch.is_transactional,
-                    )
+                _stage_batch(plan, batch, base, last, max_ts)
                 written.append((size, last, max_ts))
                 stamps.append((batch, base, max_ts))
                 size += batch.size
@@ -981,13 +987,7 @@ class PartitionLog:
                 return None  # a retry: answered from the caught-up view
         except KafkaError:
             return None  # refused: judged, and raised, on the caught-up view
-        if batch.has_producer_id:
-            plan.stage_data(
-                batch.producer_id,
-                batch.producer_epoch,
-                BatchMetadata(batch.base_sequence, batch.last_sequence, base, last, max_ts),
-                batch.is_transactional,
-            )
+        _stage_batch(plan, batch, base, last, max_ts)
         hw_file = self._hw_file.opened()
         if hw_file is None:
             return None

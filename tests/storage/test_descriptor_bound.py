@@ -80,17 +80,22 @@ def test_scenario68_an_evicted_file_reads_the_same_bytes_after_its_transparent_r
         assert [b.base_offset for b in log.read(0)] == [0, 1]
 
 
+def _evict(cached: CachedFile, tmp_path) -> None:
+    """Open other files under a cache limit of 1 until `cached`'s descriptor is closed."""
+    CACHE.set_limit(1)
+    for i in range(3):
+        filler = tmp_path / f"filler{i}"
+        filler.write_bytes(b"")
+        CachedFile(str(filler), os.O_RDONLY)
+    assert cached.fd is None, "the file was not evicted; the test proves nothing"
+
+
 def test_scenario68_a_file_replaced_while_evicted_is_refused_not_silently_switched(tmp_path, small_limit) -> None:
     path = str(tmp_path / "file")
     with open(path, "wb") as f:
         f.write(b"original")
     cached = CachedFile(path, os.O_RDONLY)
-    CACHE.set_limit(1)
-    for i in range(3):  # evict it
-        filler = tmp_path / f"filler{i}"
-        filler.write_bytes(b"")
-        CachedFile(str(filler), os.O_RDONLY)
-    assert cached.fd is None, "the file was not evicted; the test proves nothing"
+    _evict(cached, tmp_path)
     with open(path + ".new", "wb") as f:
         f.write(b"another")
     os.replace(path + ".new", path)
@@ -105,12 +110,7 @@ def test_scenario68_a_new_file_given_the_evicted_ones_inode_number_is_refused(tm
     path = tmp_path / "file"
     path.write_bytes(b"original")
     cached = CachedFile(str(path), os.O_RDONLY)
-    CACHE.set_limit(1)
-    for i in range(3):  # evict it
-        filler = tmp_path / f"filler{i}"
-        filler.write_bytes(b"")
-        CachedFile(str(filler), os.O_RDONLY)
-    assert cached.fd is None, "the file was not evicted; the test proves nothing"
+    _evict(cached, tmp_path)
     inode = path.stat().st_ino
     path.unlink()
     for i in range(64):

@@ -564,17 +564,23 @@ fn push_json_headers(out: &mut Vec<u8>, headers: &[(&[u8], Option<&[u8]>)]) {
         out.push(b'[');
         push_json_str(out, name);
         out.extend_from_slice(b", ");
-        match value {
-            None => out.extend_from_slice(b"null"),
-            Some(v) => {
-                text.clear();
-                push_lossy(&mut text, v);
-                push_json_str(out, &text);
-            }
-        }
+        push_json_header_value(out, &mut text, *value);
         out.push(b']');
     }
     out.push(b']');
+}
+
+/// A header's value as a JSON string of its text (undecodable bytes replaced), or `null`; `text`
+/// is scratch space the caller reuses across headers.
+fn push_json_header_value(out: &mut Vec<u8>, text: &mut Vec<u8>, value: Option<&[u8]>) {
+    match value {
+        None => out.extend_from_slice(b"null"),
+        Some(v) => {
+            text.clear();
+            push_lossy(text, v);
+            push_json_str(out, text);
+        }
+    }
 }
 
 /// The headers as `json.dumps(rows, indent=2)` writes them inside an array element (the
@@ -590,14 +596,7 @@ fn push_json_headers_indented(out: &mut Vec<u8>, headers: &[(&[u8], Option<&[u8]
         out.extend_from_slice(if i > 0 { b",\n      [\n        " } else { b"\n      [\n        " });
         push_json_str(out, name);
         out.extend_from_slice(b",\n        ");
-        match value {
-            None => out.extend_from_slice(b"null"),
-            Some(v) => {
-                text.clear();
-                push_lossy(&mut text, v);
-                push_json_str(out, &text);
-            }
-        }
+        push_json_header_value(out, &mut text, *value);
         out.extend_from_slice(b"\n      ]");
     }
     out.extend_from_slice(b"\n    ]");
