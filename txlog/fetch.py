@@ -41,6 +41,9 @@ from storage.transaction_index import AbortedTxn
 from txlog.consumer_record import ConsumerRecord
 from txlog.errors import IllegalArgumentError
 
+#: How many looks a fetch takes when a cleaner's swap left its cap behind the log it read (`_stale_cap`).
+STALE_CAP_ATTEMPTS = 3
+
 
 class IsolationLevel(str, Enum):
     """Which records a reader may see (Kafka's `isolation.level`); read_committed is the default."""
@@ -125,17 +128,49 @@ def fetch(
     """
     isolation = IsolationLevel.parse(isolation)
     _check_limits(max_records, max_bytes)
+    for _ in range(STALE_CAP_ATTEMPTS):
+        result, upper = _fetch_once(log, start_offset, isolation, max_records, max_bytes, decode_batch)
+        if not _stale_cap(start_offset, upper, result.next_offset > start_offset or bool(result.records)):
+            break
+    return result
+
+
+def _fetch_once(
+    log: PartitionLog,
+    start_offset: int,
+    isolation: IsolationLevel,
+    max_records: int,
+    max_bytes: int,
+    decode_batch: BatchDecoder | None,
+) -> tuple[FetchResult, int]:
+    """One look and the reads under its cap: `fetch`'s result, and the cap it read below."""
     bounds, upper = fetch_window(log, start_offset, isolation)
     hw = bounds.high_watermark
     stable = latest_offset(bounds, IsolationLevel.READ_COMMITTED)  # Kafka's LSO is never past the HW either
     if start_offset >= upper:
-        return FetchResult([], start_offset, hw, stable)
+        return FetchResult([], start_offset, hw, stable), upper
     walk = _Walk(log, start_offset, upper, max_records, isolation is IsolationLevel.READ_COMMITTED)
     if decode_batch is not None:
         walk.decode_batch = decode_batch
     for read_from, batches in _reads(log, start_offset, upper, max_bytes, walk):
         walk.take(read_from, batches)
-    return FetchResult(walk.records, walk.next_offset, hw, stable, walk.fetched_bytes)
+    return FetchResult(walk.records, walk.next_offset, hw, stable, walk.fetched_bytes), upper
+
+
+def _stale_cap(start_offset: int, upper: int, advanced: bool) -> bool:
+    """Whether a fetch that read nothing below its cap must take a new look (docs/reliability-scenarios.md 88).
+
+    The cap (HW or LSO) comes from one look at the log and the reads from the next ones, and a
+    reader process looks again before each read: another process's cleaner may swap segments in
+    between. Cleaned up to an offset past this cap, the log below it may hold none of the records
+    that were there, their keys' later records lying between this cap and the new one, so the
+    read finds no batch below the cap and the fetch would answer "nothing before the HW", a
+    position that does not move, and a high watermark the log has left behind. A look that agrees
+    with the log it reads never finds [start, cap) empty: the cleaner keeps the last batch of what
+    it cleaned (as an empty header if need be, storage/log_cleaner.py) and retention moves the log
+    start, so a new look reads the swapped log under its own, later cap.
+    """
+    return start_offset < upper and not advanced
 
 
 def fetch_window(log: PartitionLog, start_offset: int, isolation: IsolationLevel) -> tuple[LogBounds, int]:
@@ -191,10 +226,13 @@ def read_batches(
     batch larger than `max_bytes` is left for a later fetch and nothing is returned.
     Raises as `fetch_window` does.
     """
-    bounds, upper = fetch_window(log, start_offset, isolation)
     committed = isolation is IsolationLevel.READ_COMMITTED
-    wanted = start_offset < upper and (min_one or max_bytes > 0)
-    batches = log.read(start_offset, max(1, max_bytes), max_offset=upper) if wanted else []
+    for _ in range(STALE_CAP_ATTEMPTS):
+        bounds, upper = fetch_window(log, start_offset, isolation)
+        wanted = start_offset < upper and (min_one or max_bytes > 0)
+        batches = log.read(start_offset, max(1, max_bytes), max_offset=upper) if wanted else []
+        if not (wanted and _stale_cap(start_offset, upper, bool(batches))):
+            break
     if batches and not min_one and batches[0].size > max_bytes:
         batches = []
     aborted: list[AbortedTxn] | None = None

@@ -511,3 +511,64 @@ def test_decode_batch_is_told_the_room_left_and_says_where_it_cut(log, w):
     calls.clear()
     assert seen(fetch(log, 2, RC, max_records=3, decode_batch=decode_batch)) == [(2, b"v2"), (3, b"v3"), (4, b"v4")]
     assert [(base, room) for base, _, _, room in calls] == [(0, 3), (4, 1)]
+
+
+# ---- docs/reliability-scenarios.md scenario 88: a cleaning between a fetch's look and its read ----------
+
+KEYS_88 = 10
+
+
+def _write_round_88(log, rnd: int) -> None:
+    for k in range(KEYS_88):
+        log.append(build_batch([(b"k%d" % k, b"r%d" % rnd, None, NOW)]))
+    log.roll()
+
+
+def _cleaned_after_the_look(store, reader_log, *, rounds: int):
+    """Make `reader_log` see `rounds` more rounds written and cleaned by `store`'s view right after its first
+    look (`visible_bounds`), before its read: what another process's cleaner does to a descheduled reader."""
+    writer_log = store.partition("c", 0)
+    real = reader_log.visible_bounds
+    looks = []
+
+    def look_then_clean(**kwargs):
+        bounds = real(**kwargs)
+        if not looks:
+            first = writer_log.log_end_offset // KEYS_88
+            for rnd in range(first, first + rounds):
+                _write_round_88(writer_log, rnd)
+            store.compact("c", force=True)
+        looks.append(bounds)
+        return bounds
+
+    reader_log.visible_bounds = look_then_clean
+    return looks
+
+
+@pytest.mark.parametrize("path", ["fetch", "read_batches"])
+def test_scenario88_a_fetch_whose_cap_a_cleaning_left_behind_looks_again(store, store_path, path):
+    """The cap (HW) came from the look before a cleaning that removed every record below it (their keys
+    written again past it): the fetch read nothing below its cap, and answered "nothing before the HW"
+    with a position that did not move. It must read the cleaned log under a new look's cap instead."""
+    store.create_topic("c", 1, {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": 1.0})
+    writer_log = store.partition("c", 0)
+    for rnd in range(2):
+        _write_round_88(writer_log, rnd)
+    reader = Store.open_for_reading(store_path)
+    try:
+        reader_log = reader.partition("c", 0)
+        assert reader_log.high_watermark == 2 * KEYS_88  # the reader's view is the two rounds' log
+        looks = _cleaned_after_the_look(store, reader_log, rounds=2)
+        if path == "fetch":
+            result = fetch(reader_log, 0, RU, max_records=1000)
+            got = {r.key: (r.offset, r.value) for r in result.records}
+            moved_to = result.next_offset
+        else:
+            found = read_batches(reader_log, 0, RU, 1 << 20)
+            got = {r.key: (r.offset, r.value) for b in found.batches for r in b.records()}
+            moved_to = found.batches[-1].next_offset if found.batches else 0
+        assert looks[0][3] == 2 * KEYS_88, "the first look (its HW) was not taken before the cleaning"
+        assert got == {b"k%d" % k: (3 * KEYS_88 + k, b"r3") for k in range(KEYS_88)}
+        assert moved_to == 4 * KEYS_88
+    finally:
+        reader.close()
