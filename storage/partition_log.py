@@ -60,6 +60,7 @@ from storage.errors import (
 )
 from storage.extent import SegmentExtent, plan_extent
 from storage.file_records import FileRecords
+from storage.file_stamp import change_key, racy, stamp_clock_ns
 from storage.high_watermark import HighWatermarkFile
 from storage.high_watermark import encode as encode_high_watermark
 from storage.legacy_records import LegacyMessage
@@ -148,22 +149,8 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-_CLOCK_REALTIME_COARSE = 5  # Linux's id of the clock file times are stamped from; Python names only the fine ones
 #: Segments from which one listing of the directory costs more than waiting out one clock tick (`_adopt_directory`).
 ADOPT_WAIT_SEGMENTS = 200
-
-
-def _stamp_clock_ns() -> int:
-    """Now, by the clock the kernel stamps a file's mtime from (CLOCK_REALTIME_COARSE on Linux).
-
-    Any change made from now on gets an mtime at or past this; one made earlier this tick may
-    have the same mtime as one made later in it. Elsewhere the fine clock less two seconds,
-    the coarsest file times in use (FAT), so that every key a look takes counts as too fresh.
-    """
-    try:
-        return time.clock_gettime_ns(_CLOCK_REALTIME_COARSE)
-    except (AttributeError, OSError):
-        return time.time_ns() - 2_000_000_000
 
 
 def _scan_end(seg: LogSegment, position: int, end: int, budget: int) -> int:
@@ -179,18 +166,6 @@ def _scan_end(seg: LogSegment, position: int, end: int, budget: int) -> int:
     if header is None:
         return end
     return min(end, max(want, position + header.size))
-
-
-def _racy(mtime_ns: int, looked_ns: int) -> bool:
-    """Whether a look begun at `looked_ns` (`_stamp_clock_ns`) may have missed a change stamped `mtime_ns` too.
-
-    A later change could carry the same mtime while the stamping clock has not left the mtime's
-    tick; on a file system that keeps whole seconds (ext3, small ext4 inodes; FAT keeps two),
-    while it has not left the mtime's two seconds.
-    """
-    if mtime_ns % 1_000_000_000 == 0:
-        return looked_ns < mtime_ns + 2_000_000_000
-    return looked_ns <= mtime_ns
 
 
 _P = ParamSpec("_P")
@@ -349,7 +324,7 @@ class PartitionLog:
         # version of that file this view read: the log start is the larger of it and the first
         # segment's base offset (`_log_start`).
         self._start_floor = 0
-        self._start_file: tuple[int, int, int] | None = None
+        self._start_file: tuple[int, int, int, int] | None = None
         if read_only:
             with self._mutex:
                 self._loader.load(repair=False)
@@ -683,7 +658,7 @@ class PartitionLog:
         not yet in the past by that clock when the look began is therefore never trusted: the
         view compares again at its next look, until a look comes a tick later and vouches for it.
         """
-        before = _stamp_clock_ns()
+        before = stamp_clock_ns()
         self._dir_trusted = False
         try:
             st = os.stat(self.directory)
@@ -692,7 +667,7 @@ class PartitionLog:
         key = (st.st_mtime_ns, st.st_ino)
         trusted = key == self._dir_key and not self._dir_key_racy and not self._loader.reads_swap
         self._dir_key = key
-        self._dir_key_racy = _racy(st.st_mtime_ns, before)
+        self._dir_key_racy = racy(st.st_mtime_ns, before)
         self._dir_trusted = trusted
         self._dir_key_fresh = True
         return trusted
@@ -720,7 +695,7 @@ class PartitionLog:
         except FileNotFoundError:
             return
         for _ in range(ADOPT_WAIT_ATTEMPTS):
-            if not _racy(mtime, _stamp_clock_ns()):
+            if not racy(mtime, stamp_clock_ns()):
                 return
             time.sleep(ADOPT_WAIT_S)
 
@@ -768,6 +743,11 @@ class PartitionLog:
 
     def _replaced_segment(self) -> bool:
         """Whether a file name of one of this view's segments holds another file now, or none (a cleaner's swap)."""
+        # Device and inode are enough here though ext4 gives a freed inode number to the next file made:
+        # while this view holds a segment's descriptor its inode is not freed, so no other file can have
+        # its number; an evicted one (storage/descriptor_cache.py) whose number another file took passes
+        # this check, but its next use reopens it by name, where the generation check refuses the other
+        # file (FileReplacedError) and the lookup reloads the view (`_fresh_view_on_replace`).
         for seg in self._segments:
             try:
                 found = os.stat(seg.log_path)
@@ -810,11 +790,12 @@ class PartitionLog:
     def _refresh_log_start(self) -> None:
         """Take up a log start another process's DeleteRecords persisted (the file is read only when it changed)."""
         try:
-            st = os.stat(os.path.join(self.directory, LOG_START_CHECKPOINT))
+            # Not inode, mtime and size alone: a DeleteRecords' checkpoint replaced twice in one clock
+            # tick may take its first version's inode number back, with the same mtime and size.
+            key = change_key(os.path.join(self.directory, LOG_START_CHECKPOINT))
         except FileNotFoundError:
             return
-        key = (st.st_ino, st.st_mtime_ns, st.st_size)
-        if key == self._start_file:
+        if key is not None and key == self._start_file:
             return
         self._start_file = key
         try:
@@ -992,7 +973,7 @@ class PartitionLog:
         if hw_file is None:
             return None
         data = _stamped(raw, [(batch, base, max_ts)], whole=True)
-        looked = _stamp_clock_ns()  # before the look, as `_directory_unchanged` takes it
+        looked = stamp_clock_ns()  # before the look, as `_directory_unchanged` takes it
         with active.log as log_fd, hw_file as hw_fd:
             status, errno = quiet_append(
                 self.directory, key[0], key[1], log_fd, start, data, hw_fd, encode_high_watermark(last + 1)
@@ -1000,7 +981,7 @@ class PartitionLog:
         if status == _QUIET_FALLBACK:
             return None
         # The look found the key unchanged: what `_directory_unchanged` records for a trusted key.
-        self._dir_key_racy = _racy(key[0], looked)
+        self._dir_key_racy = racy(key[0], looked)
         self._dir_trusted = self._dir_key_fresh = True
         self._linked_log = None
         if status == _QUIET_WRITE_FAILED:

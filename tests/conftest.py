@@ -73,3 +73,38 @@ def spark():
     session = local_session("local[2]", app_name="txlog-tests")
     yield session
     session.stop()
+
+
+class InodeReuse:
+    """A file replaced until a version has the first one's inode number, mtime and size (ext4's reuse).
+
+    Checkpoints are replaced by a tmp file renamed over them, and ext4 gives a freed inode number to
+    the next file made, so a version soon takes the first one's number back. Made in one tick of the
+    clock that stamps mtimes (storage/file_stamp.py), such a version has the first one's mtime too: the
+    tick is stretched here by stamping the first version one minute ahead (`stamp_ahead`, before the
+    look that must be fooled, which is then taken in that tick) and every later version the same.
+    """
+
+    @staticmethod
+    def stamp_ahead(path: str) -> None:
+        tick = os.stat(path).st_mtime_ns + 60_000_000_000
+        os.utime(path, ns=(tick, tick))
+
+    @staticmethod
+    def rewrite_until_reused(path: str, rewrite) -> int:
+        """Call `rewrite()` (which replaces `path`, keeping its size) until the inode number comes back;
+        returns how many calls it took, or skips."""
+        first = os.stat(path)
+        for n in range(1, 65):
+            rewrite()
+            os.utime(path, ns=(first.st_mtime_ns, first.st_mtime_ns))
+            st = os.stat(path)
+            if st.st_ino == first.st_ino:
+                assert st.st_size == first.st_size, "the rewrite changed the size: the key would differ anyway"
+                return n
+        pytest.skip("this file system gave the freed inode number to none of 64 new files")
+
+
+@pytest.fixture
+def inode_reuse() -> InodeReuse:
+    return InodeReuse()

@@ -258,3 +258,29 @@ def test_temp_files_of_dead_writers_are_removed_and_live_ones_kept(store) -> Non
     replay.maybe_snapshot(force=True)
     assert not os.path.exists(dead) and os.path.exists(live)
     assert os.path.exists(snapshot_path(log))
+
+
+def test_scenario88_a_cleaner_checkpoint_back_under_its_first_inode_mtime_and_size_is_read_again(
+    tmp_path, inode_reuse
+) -> None:
+    """Every cleaned group rewrites `cleaner-offset-checkpoint`: a version with the first one's inode
+    number, mtime and size hid the cleaner's progress, and the replay went on past a cleaned range."""
+    from storage.log_cleaner import CLEANER_CHECKPOINT, write_checkpoint_entry
+
+    with Store.open(str(tmp_path / "s")) as store:
+        store.create_topic(TOPIC, 1)
+        log = store.partition(TOPIC, 0)
+        rp, _ = replayed(log)
+        root = os.path.dirname(log.directory)
+        written = [10]
+        write_checkpoint_entry(root, TOPIC, 0, written[-1])
+        path = os.path.join(root, CLEANER_CHECKPOINT)
+        inode_reuse.stamp_ahead(path)
+        assert rp.cleaned_up_to() == 10
+
+        def clean_one_more_group() -> None:
+            written.append(written[-1] + 1)
+            write_checkpoint_entry(root, TOPIC, 0, written[-1])
+
+        inode_reuse.rewrite_until_reused(path, clean_one_more_group)
+        assert rp.cleaned_up_to() == written[-1] > 10

@@ -36,6 +36,7 @@ from typing import Any
 from storage.checkpoint import read_offset_checkpoint
 from storage.durable import atomic_write
 from storage.errors import KafkaError, KafkaStorageError, OffsetOutOfRangeError
+from storage.file_stamp import change_key
 from storage.log_cleaner import CLEANER_CHECKPOINT
 from storage.partition_log import PartitionLog
 from storage.records import RecordBatch
@@ -70,7 +71,7 @@ class ReplayedPartition:
         self._snapshot_every = snapshot_every
         self.position = log.log_start_offset
         self._snapshot_offset = -1
-        self._cleaner_file: tuple[int, int, int] | None = None  # (inode, mtime, size) last read
+        self._cleaner_file: tuple[int, int, int, int] | None = None  # `change_key` of the file last read
         self._cleaned_to = 0
         self._load_snapshot()
 
@@ -151,14 +152,16 @@ class ReplayedPartition:
         """
         path = os.path.join(os.path.dirname(self.log.directory), CLEANER_CHECKPOINT)
         try:
-            st = os.stat(path)
+            # Not inode, mtime and size alone: every cleaned group rewrites this file (by rename), and
+            # two groups in one clock tick may give its first version's inode number back, with the same
+            # mtime and size (storage/file_stamp.py): the cleaner's progress past `position` went unseen.
+            key = change_key(path)
         except FileNotFoundError:
             self._cleaner_file, self._cleaned_to = None, 0
             return 0
         except OSError:
             return None
-        key = (st.st_ino, st.st_mtime_ns, st.st_size)
-        if key != self._cleaner_file:
+        if key is None or key != self._cleaner_file:
             try:
                 offsets = read_offset_checkpoint(path)
             except (OSError, KafkaError):
