@@ -52,7 +52,7 @@ from collections import OrderedDict
 from storage.errors import FileReplacedError, KafkaStorageError
 from storage.safe_open import open_no_follow
 
-__all__ = ["CACHE", "LIMIT_ENV", "CachedFile", "DescriptorCache", "default_limit", "set_limit"]
+__all__ = ["CACHE", "LIMIT_ENV", "CachedFile", "DescriptorCache", "default_limit", "file_identity", "set_limit"]
 
 LIMIT_ENV = "TXLOG_MAX_OPEN_FILES"
 _MIN_LIMIT = 16
@@ -225,6 +225,17 @@ def _evicted(cached: CachedFile, fd: int | None) -> None:
     if fd is not None and cached.generation is None:
         cached.generation = _generation(fd)
     _close_quietly(fd)
+
+
+def file_identity(path: str) -> tuple[int, int, int | None]:
+    """(device, inode, generation) of the file or directory `path` names: which one it is, even after
+    another of its name came and went (see the module's docstring). FileNotFoundError when none does."""
+    fd = open_no_follow(path, os.O_RDONLY)
+    try:
+        st = os.fstat(fd)
+        return st.st_dev, st.st_ino, _generation(fd)
+    finally:
+        os.close(fd)
 
 
 def _identity(fd: int) -> tuple[int, int]:

@@ -38,6 +38,7 @@ from typing import Any, Self, SupportsIndex
 
 from storage.checkpoint import write_leader_epoch_checkpoint
 from storage.config import TopicConfig
+from storage.descriptor_cache import file_identity
 from storage.durable import fsync_dir, unlink_durably
 from storage.errors import (
     CorruptIndexError,
@@ -220,6 +221,8 @@ class LogLoader:
         # The first offset the damage may hold (the end of the whole batches before it).
         self.corruption_offset = -1
         self._reads_swap = False  # see `reads_swap`
+        # (device, inode, generation) of the directory at the first load: no later load reads another one.
+        self.directory_identity: tuple[int, int, int | None] | None = None
 
     # ---- the whole load -----------------------------------------------------------------------
 
@@ -229,6 +232,7 @@ class LogLoader:
         Another process's retention may delete a segment between the listing and its
         opening, or its cleaner replace it; the load then starts over from a fresh listing.
         """
+        self._check_own_directory()
         vanished: OSError | FileReplacedError | None = None
         for _ in range(RELOAD_ATTEMPTS):
             try:
@@ -236,6 +240,32 @@ class LogLoader:
             except (FileNotFoundError, FileReplacedError) as exc:
                 vanished = exc  # a cleaner's swap replaces files by name, as retention removes them
         raise KafkaStorageError(f"segments of {self.directory} keep disappearing while loading: {vanished}")
+
+    def owns_directory(self) -> bool:
+        """Whether the directory under the name is the one the view first loaded (not its topic deleted and
+        made again, docs/reliability-scenarios.md scenario 71); an open and an ioctl, asked when it changed.
+
+        Its inode number alone cannot tell: ext4 gives a freed number to the next directory made once
+        nothing holds the old one, and a view whose descriptors the bound closed holds nothing in it
+        (storage/descriptor_cache.py). The generation tells the two apart.
+        """
+        try:
+            return self.directory_identity in (None, file_identity(self.directory))
+        except FileNotFoundError:
+            return False
+
+    def _check_own_directory(self) -> None:
+        """Note the directory at the first load; refuse a later load of another one under its name."""
+        if self.directory_identity is None:
+            try:
+                self.directory_identity = file_identity(self.directory)
+            except FileNotFoundError:
+                pass  # the load says what is missing
+        elif not self.owns_directory():
+            raise KafkaStorageError(
+                f"{self.directory} is gone or another directory since this view opened it: "
+                "its topic (or the store) was deleted while open"
+            )
 
     def _load_once(self, *, repair: bool) -> None:
         for seg in self.segments:

@@ -709,7 +709,7 @@ class PartitionLog:
         as recovery). A directory under the name that is not the one the view opened (the topic
         deleted and made again) is no change of this log: the view must not move into it.
         """
-        if self._directory_unchanged() or self._dir_key is None or self._dir_key[1] != self._dir_ino:
+        if self._directory_unchanged() or self._dir_key is None or not self._own_directory():
             return False
         self._strays_possible = True  # another process's close may have left its snapshot at the log end
         listing = self._loader.segment_listing()
@@ -730,6 +730,11 @@ class PartitionLog:
             return True
         self._refresh_log_start()
         return False
+
+    def _own_directory(self) -> bool:
+        """Whether the changed directory under the name is the one this view opened: the inode number of the
+        stat just taken, then the generation (`LogLoader.owns_directory`), as ext4 reuses freed numbers."""
+        return self._dir_key is not None and self._dir_key[1] == self._dir_ino and self._loader.owns_directory()
 
     def _followed_rolls(self, *, repair: bool, first: int) -> bool:
         """Whether the tail walk, from the view's last segment (rolled and deleted behind it), reached the
@@ -1970,9 +1975,7 @@ class PartitionLog:
                 return
             try:
                 if not self.read_only and not self._failed and self._loader.corruption is None:
-                    with self._writer_lock:
-                        if self._sync_on_close():
-                            self._save_derived_files_on_close()
+                    self._close_under_lock()
             finally:
                 for seg in self._segments:
                     seg.close()
@@ -1980,6 +1983,21 @@ class PartitionLog:
                 if self._lock is not None:
                     self._lock.close()
                 self._closed = True
+
+    def _close_under_lock(self) -> None:
+        """`close`'s sync and derived files, under the writer lock, unless the lock file is another file now.
+
+        An evicted lock file reopened under its name refuses another file (storage/descriptor_cache.py):
+        the topic was deleted (and maybe made again) while open, and this view's files went with it.
+        """
+        try:
+            with self._writer_lock:
+                if self._sync_on_close():
+                    self._save_derived_files_on_close()
+        except FileReplacedError as exc:
+            if self._own_unsynced:
+                raise
+            _log.warning("closing %s: its directory was deleted while open (%s)", self, exc)
 
     def _sync_on_close(self) -> bool:
         """Catch up and sync (lock held); whether the close may go on to write its derived files."""

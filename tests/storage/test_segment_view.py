@@ -186,6 +186,48 @@ def test_a_view_keeps_to_its_own_directory_when_the_topic_is_made_again(store_pa
         store.close()
 
 
+def test_a_view_keeps_to_its_own_directory_when_the_topic_made_again_has_its_inode_number(store_path, tmp_path):
+    """ext4 gives a freed inode number to the next directory made too, once nothing holds the old one:
+    a view whose descriptors were all closed by the descriptor bound (storage/descriptor_cache.py) took
+    the topic deleted and made again under its directory's number for its own directory, and moved into
+    it (docs/reliability-scenarios.md scenario 71, and 88 for the reuse)."""
+    from storage.descriptor_cache import CACHE, CachedFile
+
+    saved = CACHE.limit
+    with Store.open(store_path) as store, Store.open(store_path) as other:
+        store.create_topic("t", 1)
+        view = store.partition("t", 0)
+        fill(view, 3)
+        assert [value for _, value in values(view)] == [b"v0", b"v1"]
+        directory = view.directory
+        inode = os.stat(directory).st_ino
+        try:
+            CACHE.set_limit(1)  # every descriptor of the view closed: nothing pins the directory
+            fillers = [CachedFile(str(tmp_path / f"filler{i}"), os.O_RDWR | os.O_CREAT) for i in range(3)]
+            other.delete_topic("t")
+            for i in range(64):  # directories kept aside until the next one made gets the freed number
+                os.mkdir(directory)
+                if os.stat(directory).st_ino == inode:
+                    os.rmdir(directory)
+                    break
+                os.rename(directory, str(tmp_path / f"aside{i}"))
+            other.create_topic("t", 1)
+            if os.stat(directory).st_ino != inode:
+                pytest.skip("this file system gave the freed inode number to no new directory")
+            log = other.partition("t", 0)
+            for _ in range(5):
+                log.append(batch([b"new"]))
+                log.roll()
+            with pytest.raises(KafkaStorageError, match="deleted while open"):
+                values(view, 0)  # its files are gone with its directory: never the new topic's records
+            with pytest.raises(KafkaStorageError):
+                view.append(batch([b"late"]))
+        finally:
+            CACHE.set_limit(saved)
+            for filler in fillers:
+                filler.close()
+
+
 # ---- the same-tick race ----------------------------------------------------------------------------------
 
 
