@@ -5,8 +5,8 @@ What a cleaning pass keeps, as Kafka's cleaner decides it (docs/kafka-formats.md
 * The dirty section is [first dirty, first uncleanable): the first dirty offset comes from the
   `cleaner-offset-checkpoint` at the store root (else the log start); the first uncleanable
   offset is the base of the segment holding the smallest of the active segment's base, the
-  first unstable offset (an open transaction) and the first segment younger than
-  min.compaction.lag.ms. Nothing at or past it is touched.
+  last stable offset (an open transaction's first offset, never past the high watermark) and the
+  first segment younger than min.compaction.lag.ms. Nothing at or past it is touched.
 * A key map (storage/offset_map.py, bounded as Kafka's dedupe buffer) is built over the dirty
   section, aborted transactions left out; when it fills, the pass cleans up to where the map
   got and the next pass goes on from there.
@@ -151,15 +151,23 @@ def cleanable_range(
     checkpoint: int | None,
     log_start: int,
     first_unstable: int | None,
+    high_watermark: int,
     now: int,
 ) -> Cleanable:
-    """Kafka's LogCleanerManager.cleanableOffsets and calculateCleanableBytes for one partition."""
+    """Kafka's LogCleanerManager.cleanableOffsets and calculateCleanableBytes for one partition.
+
+    Nothing at or past the last stable offset is cleaned, and Kafka's LSO is never past the high
+    watermark: with no transaction open the HW alone caps the range. A roll fdatasyncs what it seals,
+    so the HW is at the active segment's base or past it while the HW file keeps up; when a publish
+    failed (storage/high_watermark.py: a full disk) it is behind, and the sealed records past it,
+    which no reader may see yet, stay as written. So a reader's look never finds a cleaning past its
+    cap (txlog/fetch.py `_stale_cap`).
+    """
     active = segments[-1]
     first_dirty = log_start if checkpoint is None or not log_start <= checkpoint <= active.next_offset else checkpoint
     sealed_dirty = [s for s in segments_overlapping(segments, first_dirty, active.base_offset) if s is not active]
-    candidates = [active.base_offset]
-    if first_unstable is not None:
-        candidates.append(first_unstable)
+    last_stable = high_watermark if first_unstable is None else min(first_unstable, high_watermark)
+    candidates = [active.base_offset, last_stable]
     if config.min_compaction_lag_ms > 0:
         young = [s.base_offset for s in sealed_dirty if s.largest_timestamp() > now - config.min_compaction_lag_ms]
         candidates.extend(young[:1])

@@ -1820,6 +1820,7 @@ class PartitionLog:
             read_cleaner_checkpoint(root, self.topic, self.partition),
             self._log_start(),
             self._state.first_unstable_offset(),
+            self._high_watermark(),
             now,
         )
 
