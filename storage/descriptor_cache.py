@@ -52,7 +52,16 @@ from collections import OrderedDict
 from storage.errors import FileReplacedError, KafkaStorageError
 from storage.safe_open import open_no_follow
 
-__all__ = ["CACHE", "LIMIT_ENV", "CachedFile", "DescriptorCache", "default_limit", "file_identity", "set_limit"]
+__all__ = [
+    "CACHE",
+    "LIMIT_ENV",
+    "CachedFile",
+    "DescriptorCache",
+    "default_limit",
+    "file_identity",
+    "inode_generation",
+    "set_limit",
+]
 
 LIMIT_ENV = "TXLOG_MAX_OPEN_FILES"
 _MIN_LIMIT = 16
@@ -157,7 +166,9 @@ class DescriptorCache:
                 fd = open_no_follow(cached.path, cached.flags & ~os.O_CREAT)
             except OSError as again:
                 raise KafkaStorageError(f"cannot reopen {cached.path}: {again.strerror}") from again
-        if _identity(fd) != cached.identity or (cached.generation is not None and _generation(fd) != cached.generation):
+        if _identity(fd) != cached.identity or (
+            cached.generation is not None and inode_generation(fd) != cached.generation
+        ):
             os.close(fd)
             raise FileReplacedError(f"{cached.path} was replaced by another file while this process had it open")
         cached.fd = fd
@@ -223,7 +234,7 @@ def _close_quietly(fd: int | None) -> None:
 def _evicted(cached: CachedFile, fd: int | None) -> None:
     """Close an evicted descriptor, noting the generation of its inode first (for `reopen`'s check)."""
     if fd is not None and cached.generation is None:
-        cached.generation = _generation(fd)
+        cached.generation = inode_generation(fd)
     _close_quietly(fd)
 
 
@@ -233,7 +244,7 @@ def file_identity(path: str) -> tuple[int, int, int | None]:
     fd = open_no_follow(path, os.O_RDONLY)
     try:
         st = os.fstat(fd)
-        return st.st_dev, st.st_ino, _generation(fd)
+        return st.st_dev, st.st_ino, inode_generation(fd)
     finally:
         os.close(fd)
 
@@ -243,7 +254,7 @@ def _identity(fd: int) -> tuple[int, int]:
     return st.st_dev, st.st_ino
 
 
-def _generation(fd: int) -> int | None:
+def inode_generation(fd: int) -> int | None:
     """The generation of the file's inode, which changes when its number is used for another file; None
     where the file system keeps none (or the platform cannot ask)."""
     if sys.platform != "linux":

@@ -9,11 +9,15 @@ flight past it can never be mistaken for damage.
 Byte positions are only true of the file they were planned on. A cleaning (compaction,
 storage/log_cleaner.py) replaces a segment by a new file under the same name, whose bytes
 lie elsewhere; so an extent carries the identity of the file it was planned on (device and
-inode of the view's open `.log`, and the base offset and CRC of the batch at its start), and
-`open_extent` refuses any other file (FileReplacedError). Offsets are never rewritten, so
-the reader then plans the extent's offsets [start_offset, end_offset) again and reads those
-(txlog/scan/range_reader.py). Why both checks: the replaced file is unlinked once the swap is
-done, so a later file may reuse its inode; the first batch's header tells them apart.
+inode of the view's open `.log` and the inode's generation, and the base offset and CRC of the
+batch at its start), and `open_extent` refuses any other file (FileReplacedError). Offsets are
+never rewritten, so the reader then plans the extent's offsets [start_offset, end_offset) again
+and reads those (txlog/scan/range_reader.py). Why the generation and the header: the replaced
+file is unlinked once the swap is done, and ext4 gives its inode number to the next file made
+(a later cleaning's, under the same name); a cleaned group often keeps its first batch as it
+was, at the same place, so the header alone cannot tell that file from the planned one, whose
+end position then cut the cleaned file's batches or read on past the extent's offsets. Where the
+file system keeps no generation (None both sides), the header is the check.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import os
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 
-from storage.descriptor_cache import CachedFile
+from storage.descriptor_cache import CachedFile, inode_generation
 from storage.errors import FileReplacedError, KafkaStorageError
 from storage.file_records import FileRecords
 from storage.log_files import log_file
@@ -47,6 +51,7 @@ class SegmentExtent:
     inode: int
     first_base_offset: int  # base offset and CRC of the batch at start_position (NO_BATCH if none)
     first_crc: int
+    generation: int | None = None  # the inode's generation (None where the file system keeps none)
 
     @property
     def log_path(self) -> str:
@@ -63,6 +68,8 @@ def plan_extent(
     """
     header = seg.records.header_at(start_position, end_position) if end_position > start_position else None
     device, inode = seg.log.identity
+    with seg.log as fd:
+        generation = inode_generation(fd)
     return SegmentExtent(
         seg.directory,
         seg.base_offset,
@@ -74,6 +81,7 @@ def plan_extent(
         inode,
         NO_BATCH if header is None else header.base_offset,
         NO_BATCH if header is None else header.crc,
+        generation,
     )
 
 
@@ -96,7 +104,9 @@ def open_extent(extent: SegmentExtent) -> Generator[RecordBatch, None, None]:
         raise KafkaStorageError(f"cannot open {path}: {exc.strerror}") from exc
     try:
         records = FileRecords(path, file)
-        _check_identity(extent, file.identity, records)
+        with file as fd:
+            generation = inode_generation(fd)
+        _check_identity(extent, (*file.identity, generation), records)
     except BaseException:
         file.close()
         raise
@@ -108,8 +118,10 @@ def read_extent(extent: SegmentExtent) -> Iterator[RecordBatch]:
     yield from open_extent(extent)
 
 
-def _check_identity(extent: SegmentExtent, identity: tuple[int, int], records: FileRecords) -> None:
-    if identity == (extent.device, extent.inode) and _first_batch(extent, records) == (
+def _check_identity(extent: SegmentExtent, identity: tuple[int, int, int | None], records: FileRecords) -> None:
+    device, inode, generation = identity
+    same_inode = (device, inode) == (extent.device, extent.inode) and generation == extent.generation
+    if same_inode and _first_batch(extent, records) == (
         extent.first_base_offset,
         extent.first_crc,
     ):
