@@ -75,7 +75,7 @@ from storage.producer_state import (
     TxnVerifier,
 )
 from storage.producer_state_snapshots import SNAPSHOT_INTERVAL_BYTES, clean_snapshots
-from storage.records import ControlType, RecordBatch, build_control_batch
+from storage.records import ControlType, RecordBatch, build_control_batch, with_base_offset
 from storage.retention import delete_segments, segments_below, segments_past_retention
 from storage.safe_open import refuse_links
 from storage.segment import LogSegment
@@ -219,6 +219,21 @@ def _stamped(raw: bytes, stamps: list[tuple[RecordBatch, int, int]], *, whole: b
         batch.stamp_offset_into(out, at, base, LEADER_EPOCH, max_ts)
         at += batch.size
     return out
+
+
+def marker_template(
+    control_type: ControlType, producer_id: int, producer_epoch: int, coordinator_epoch: int, ts: int
+) -> bytes:
+    """The bytes of the marker `append_marker` writes with these arguments, at base offset 0: every partition
+    stamps its own offset on them (`with_base_offset`), so a window's markers are encoded once (`WriterHold.mark`)."""
+    return build_control_batch(
+        control_type,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        coordinator_epoch=coordinator_epoch,
+        timestamp=ts,
+        partition_leader_epoch=LEADER_EPOCH,
+    )
 
 
 def _duplicate_of(plan: ProducerAppend, batch: RecordBatch) -> BatchMetadata | None:
@@ -1091,25 +1106,50 @@ class PartitionLog:
                 self._catch_up(repair=True)
             self._check_writable()
             ts = self._clock() if timestamp is None else timestamp
-            planned = self._plan_marker(control_type, producer_id, producer_epoch, coordinator_epoch, ts)
-            if planned is None:
-                self._drop_staged_abort()
-                return AppendResult(-1, -1, True, ())
-            plan, marker, segment, entry = planned
-            offset = segment.next_offset
-            if entry is not None:
-                self._index_abort(segment, entry)
-            else:
-                self._drop_staged_abort()
-            self._write(marker, [(0, offset, ts)], segment=segment, sync=sync)
-            if entry is not None:
-                self._txn_check.note_abort(segment, offset)
-            plan.commit()
-            self._state.end_offset = offset + 1
+            offset = self._marker_locked(control_type, producer_id, producer_epoch, coordinator_epoch, ts, sync=sync)
+        if offset < 0:
+            return AppendResult(-1, -1, True, ())
         return AppendResult(offset, offset, False, (BatchAppendResult(offset, offset, False),))
 
+    def _marker_locked(
+        self,
+        control_type: ControlType,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        ts: int,
+        *,
+        sync: bool,
+        template: bytes | None = None,
+    ) -> int:
+        """`append_marker`'s work, writer lock held and caught up: the marker's offset, or -1 when it repeats
+        the producer's last one (nothing written). `template`: these very marker's bytes at another offset
+        (`marker_template`), stamped here instead of encoded again."""
+        planned = self._plan_marker(control_type, producer_id, producer_epoch, coordinator_epoch, ts, template)
+        if planned is None:
+            self._drop_staged_abort()
+            return -1
+        plan, marker, segment, entry = planned
+        offset = segment.next_offset
+        if entry is not None:
+            self._index_abort(segment, entry)
+        else:
+            self._drop_staged_abort()
+        self._write(marker, [(0, offset, ts)], segment=segment, sync=sync)
+        if entry is not None:
+            self._txn_check.note_abort(segment, offset)
+        plan.commit()
+        self._state.end_offset = offset + 1
+        return offset
+
     def _plan_marker(
-        self, control_type: ControlType, producer_id: int, producer_epoch: int, coordinator_epoch: int, ts: int
+        self,
+        control_type: ControlType,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        ts: int,
+        template: bytes | None = None,
     ) -> tuple[ProducerAppend, bytes, LogSegment, AbortedTxn | None] | None:
         """What a marker appended now would be (lock held, caught up): its staged producer state, its bytes,
         the segment it goes to (rolled first if it must be) and the abort's `.txnindex` entry, or None
@@ -1120,15 +1160,9 @@ class PartitionLog:
         offset = self._segments[-1].next_offset
         lso = self._state.last_stable_offset_for_abort(producer_id, offset)
         completed = plan.stage_marker(producer_id, producer_epoch, control_type, coordinator_epoch, offset, ts)
-        marker = build_control_batch(
-            control_type,
-            producer_id=producer_id,
-            producer_epoch=producer_epoch,
-            coordinator_epoch=coordinator_epoch,
-            timestamp=ts,
-            base_offset=offset,
-            partition_leader_epoch=LEADER_EPOCH,
-        )
+        if template is None:
+            template = marker_template(control_type, producer_id, producer_epoch, coordinator_epoch, ts)
+        marker = with_base_offset(template, offset)
         segment = self._segment_for_write(len(marker), ts, offset)
         entry = None
         if completed is not None and completed.is_aborted:
@@ -1164,13 +1198,16 @@ class PartitionLog:
             raise
         self._staged_abort_durable = True
 
-    def _stage_abort(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, ts: int) -> LogSegment | None:
+    def _stage_abort(
+        self, producer_id: int, producer_epoch: int, coordinator_epoch: int, ts: int, template: bytes | None = None
+    ) -> LogSegment | None:
         """Inside `exclusive`: append, without fsync, the entry the ABORT marker `append_marker` would
         write next needs; returns the segment whose `.txnindex` must be fsynced (then `_staged_abort_synced`),
-        or None when that marker needs no entry (it covers no data, or repeats the last one)."""
+        or None when that marker needs no entry (it covers no data, or repeats the last one). `template`:
+        as for `_marker_locked`."""
         self._drop_staged_abort()
         self._check_writable()
-        planned = self._plan_marker(ControlType.ABORT, producer_id, producer_epoch, coordinator_epoch, ts)
+        planned = self._plan_marker(ControlType.ABORT, producer_id, producer_epoch, coordinator_epoch, ts, template)
         if planned is None or planned[3] is None:
             return None
         self._stage_abort_entry(planned[2], planned[3])
@@ -1331,8 +1368,12 @@ class PartitionLog:
         """
         active = self._segments[-1]
         end = active.next_offset
-        if self._durable < end and self._wrote_while_held:
-            return active  # written under the lock held since: nobody else can have synced it
+        if self._durable < end and (self._wrote_while_held or self._own_unsynced):
+            # Written under the lock held since: nobody else can have synced it. Or bytes this view wrote
+            # unsynced (a transaction's data, before its commit): another process's sync may have covered
+            # them, which costs one fdatasync too many, never a missing one; a wide commit saves a read of
+            # the HW file per partition (issue 26).
+            return active
         stored = self._hw_file.read()
         if max(self._durable, -1 if stored is None else stored) < end:
             return active
@@ -2067,6 +2108,7 @@ class WriterHold:
         self._errors: dict[int, BaseException] = {}  # by the order of `sync` calls
         self._staged: list[PartitionLog] = []  # logs given an abort's `.txnindex` entry by `index_aborts`
         self._index_errors: dict[int, BaseException] = {}  # id(log) -> why its entry is not durable
+        self._template: tuple[tuple[ControlType, int, int, int, int], bytes] | None = None  # `_marker_template`
 
     @staticmethod
     def window() -> int:
@@ -2111,11 +2153,12 @@ class WriterHold:
         is taken out.
         """
         staged: list[tuple[PartitionLog, LogSegment]] = []
+        template = self._marker_template(ControlType.ABORT, producer_id, producer_epoch, coordinator_epoch, timestamp)
         for log in self._logs:
             if id(log) not in self._held or self.refusal(log) is not None:
                 continue
             try:
-                segment = log._stage_abort(producer_id, producer_epoch, coordinator_epoch, timestamp)
+                segment = log._stage_abort(producer_id, producer_epoch, coordinator_epoch, timestamp, template)
             except (KafkaError, OSError) as exc:
                 self._index_errors[id(log)] = exc
                 continue
@@ -2127,6 +2170,45 @@ class WriterHold:
             log._staged_abort_synced(error)
             if error is not None:
                 self._index_errors[id(log)] = error
+
+    def mark(
+        self,
+        logs: Sequence[PartitionLog],
+        control_type: ControlType,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        timestamp: int,
+    ) -> None:
+        """Each of `logs` (yielded by `take`) given, in that order, the marker `append_marker` would write with
+        these arguments, without fdatasync, then to `sync`: a transaction end's loop of WriteTxnMarkers in
+        one call, for a caller no wrapper watches marker by marker (issue 26: a wide commit's fixed cost per
+        partition). The marker is encoded once and stamped with each partition's offset (`marker_template`);
+        each partition's rules are `append_marker`'s own (`PartitionLog._marker_locked`), on a view the hold
+        caught up. As for a loop of `append_marker` calls: a log not held raises why, the markers before it
+        given to `sync` (the caller settles them); a failed write raises likewise; a log whose abort entry is
+        not durable (`index_failure`) gets no marker, and its `sync` fails with that.
+        """
+        marker = (control_type, producer_id, producer_epoch, coordinator_epoch, timestamp)
+        template = self._marker_template(*marker)
+        for log in logs:
+            refusal = self.refusal(log)
+            if refusal is not None:
+                raise refusal
+            if self.index_failure(log) is None:
+                log._check_writable()
+                log._marker_locked(*marker, sync=False, template=template)
+            self.sync(log)
+
+    def _marker_template(
+        self, control_type: ControlType, producer_id: int, producer_epoch: int, coordinator_epoch: int, ts: int
+    ) -> bytes:
+        """`marker_template`, encoded once per hold: an abort's `.txnindex` entries and its markers are planned
+        from the same marker."""
+        key = (control_type, producer_id, producer_epoch, coordinator_epoch, ts)
+        if self._template is None or self._template[0] != key:
+            self._template = (key, marker_template(*key))
+        return self._template[1]
 
     def index_failure(self, log: PartitionLog) -> BaseException | None:
         """Why `index_aborts` could not make `log`'s entry durable (so no marker may follow), or None."""

@@ -126,6 +126,7 @@ DELETE_HORIZON_MASK = 0x40
 _HEADER = struct.Struct(">qiibIhiqqqhii")  # all 61 header bytes
 _CRC_COVERED_HEADER = struct.Struct(">hiqqqhii")  # bytes 21..61
 _OFFSET_LENGTH_EPOCH = struct.Struct(">qii")  # bytes 0..16, the part with_offset rewrites
+_BASE_OFFSET = struct.Struct(">q")  # bytes 0..8
 _CONTROL_KEY = struct.Struct(">hh")
 _CONTROL_VALUE = struct.Struct(">hi")
 
@@ -820,6 +821,13 @@ def build_control_batch(
         producer_epoch=producer_epoch,
         base_sequence=NO_SEQUENCE,
     )
+
+
+def with_base_offset(batch: bytes, base_offset: int) -> bytes:
+    """A whole batch's bytes moved to `base_offset`: the baseOffset field comes before the part the CRC
+    covers (attributes onward), so nothing else changes. A transaction's markers differ only there from
+    one partition to the next: their end builds one and stamps it for each partition."""
+    return _BASE_OFFSET.pack(base_offset) + batch[_BASE_OFFSET.size :]
 
 
 #: Accumulates records for one batch up to `max_bytes`, like a producer's `batch.size`.

@@ -90,7 +90,7 @@ class Transport:
             from txlog.coordinator.transaction_coordinator import TransactionCoordinator
 
             self._txn_coordinator = TransactionCoordinator(
-                self.store, clock=self._clock, write_marker=self._route_marker
+                self.store, clock=self._clock, write_marker=self._route_marker, markers_direct=self._markers_direct
             )
         return self._txn_coordinator
 
@@ -118,6 +118,12 @@ class Transport:
         last wrapper made around it carries the markers of every request it serves.
         """
         self._markers_via = outer
+
+    def _markers_direct(self) -> bool:
+        """Whether WriteTxnMarkers is this class's own, unwrapped and not overridden: the coordinator may
+        then append a window's markers straight to the partitions (what `write_txn_markers` does, one
+        call per window instead of one per partition). A wrapper or a subclass sees each marker."""
+        return type(self._markers_via).write_txn_markers is Transport.write_txn_markers
 
     def _route_marker(
         self,

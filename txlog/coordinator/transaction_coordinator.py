@@ -42,13 +42,14 @@ The locks, catch-ups and HW publishes stay on this thread; only the bare fdatasy
 threads (`storage.partition_log.WriterHold`, `sync_all`; a wide round may be one syncfs,
 `storage.durable.sync_round`). The data syncs run together, and all of them end before
 PREPARE_COMMIT is written; a commit whose partitions fit one window keeps them held from there to
-its markers' syncs (`_end`). The markers are appended one partition at a time on
-this thread, without fdatasync, in partition order (so a fault plan or a transport sees them as
-before), while a window of their partitions is held (locks taken and caught up once, before the
-markers), then synced together; COMPLETE_* is written only after every marker's sync ended. For an
-abort, the window's `.txnindex` entries (each durable before its own marker) are appended under the
-hold first and fsynced together (`WriterHold.index_aborts`); a partition whose entry's fsync failed
-gets no marker, and roll-forward writes it later.
+its markers' syncs (`_end`). The markers are appended on this thread, without fdatasync, in
+partition order, while a window of their partitions is held (locks taken and caught up once,
+before the markers), then synced together: one call per window (`WriterHold.mark`, the marker
+encoded once) when nobody watches them one by one, else one `write_marker` call per partition
+(so a fault plan or a transport's wrapper sees each as before); COMPLETE_* is written only after
+every marker's sync ended. For an abort, the window's `.txnindex` entries (each durable before its
+own marker) are appended under the hold first and fsynced together (`WriterHold.index_aborts`); a
+partition whose entry's fsync failed gets no marker, and roll-forward writes it later.
 An unsynced marker is below no high watermark, so no reader sees it before it is durable; one
 lost to a crash before its sync is written again by roll-forward from the durable PREPARE.
 """
@@ -179,12 +180,16 @@ class TransactionCoordinator:
         transactional_id_expiration_ms: int = DEFAULT_ID_EXPIRATION_MS,
         max_transaction_timeout_ms: int = MAX_TRANSACTION_TIMEOUT_MS,
         write_marker: MarkerWriter | None = None,
+        markers_direct: Callable[[], bool] | None = None,
     ):
         self.store = store
         self._clock = clock or _now_ms
         # WriteTxnMarkers: a transport routes it through itself (so faults can hit it); alone,
         # the coordinator appends to the partition directly.
         self._write_marker = write_marker or self._append_marker
+        # Whether a window's markers may skip `write_marker` and go to the held partitions in one call
+        # (`WriterHold.mark`): asked at each end, since a wrapper may start routing them at any time.
+        self._markers_direct = markers_direct or (lambda: write_marker is None)
         self.id_expiration_ms = transactional_id_expiration_ms
         self.max_timeout_ms = max_transaction_timeout_ms
         self._parts: dict[int, _CoordinatorPartition] = {}
@@ -396,7 +401,8 @@ class TransactionCoordinator:
         and its failure is raised once the others' syncs ended. A one-partition transaction takes no
         hold: its marker, then `sync()` (a hold's bookkeeping would cost it more than the lock round
         it saves). A commit whose data partitions are still `held` since their syncs (`_end`) writes
-        its markers under that hold and settles their syncs before returning.
+        its markers under that hold and settles their syncs before returning. `_mark_held` says who
+        writes a held window's markers.
         """
         targets = self._partition_logs(prepared.partitions)
         if len(targets) == 1:
@@ -422,10 +428,19 @@ class TransactionCoordinator:
                 self._mark_held(hold, chunk, prepared)
 
     def _mark_held(self, hold: WriterHold, targets: list[tuple[str, int, PartitionLog]], prepared: TxnLogValue) -> None:
-        """The markers of `targets`, every one held by `hold`, in partition order, each given to the hold to sync."""
+        """The markers of `targets`, every one held by `hold`, in partition order, each given to the hold to sync.
+
+        Straight to the held partitions in one call when `_markers_direct` says nobody watches them one by
+        one (`WriterHold.mark`: what a loop of `append_marker` calls writes, tests/coordinator/
+        test_marker_window.py); otherwise through `_write_marker`, one call per partition (a transport's
+        wrapper, a fault plan, a test's subclass counts or fails them there)."""
         ts = self._clock()  # the entries are staged for markers of this very timestamp
         if prepared.state != TxnState.PREPARE_COMMIT:
             hold.index_aborts(prepared.producer_id, prepared.producer_epoch, 0, ts)
+        if self._markers_direct():  # nobody watches them one by one: the window's markers in one call
+            logs = [log for _, _, log in targets]
+            hold.mark(logs, _control_of(prepared), prepared.producer_id, prepared.producer_epoch, 0, ts)
+            return
         for topic, partition, log in targets:
             refusal = hold.refusal(log)
             if refusal is not None:
@@ -440,12 +455,11 @@ class TransactionCoordinator:
         repeat writes nothing): a writer that died before its sync may have left it unsynced; a
         durable one costs no fsync.
         """
-        control = ControlType.COMMIT if prepared.state == TxnState.PREPARE_COMMIT else ControlType.ABORT
         try:
             self._write_marker(
                 topic,
                 partition,
-                control,
+                _control_of(prepared),
                 prepared.producer_id,
                 prepared.producer_epoch,
                 0,
@@ -931,6 +945,11 @@ class TransactionCoordinator:
                 f"producer {producer_id} epoch {epoch} of '{txn_id}' is fenced by epoch {current_epoch}"
             )
         return value
+
+
+def _control_of(prepared: TxnLogValue) -> ControlType:
+    """The marker a decided transaction's partitions get."""
+    return ControlType.COMMIT if prepared.state == TxnState.PREPARE_COMMIT else ControlType.ABORT
 
 
 def _may_complete(prepared: TxnLogValue, producer_id: int, epoch: int) -> bool:
