@@ -1158,7 +1158,6 @@ class PartitionLog:
         if not plan.check_marker(producer_id, producer_epoch, coordinator_epoch):
             return None
         offset = self._segments[-1].next_offset
-        lso = self._state.last_stable_offset_for_abort(producer_id, offset)
         completed = plan.stage_marker(producer_id, producer_epoch, control_type, coordinator_epoch, offset, ts)
         if template is None:
             template = marker_template(control_type, producer_id, producer_epoch, coordinator_epoch, ts)
@@ -1166,6 +1165,8 @@ class PartitionLog:
         segment = self._segment_for_write(len(marker), ts, offset)
         entry = None
         if completed is not None and completed.is_aborted:
+            # The partition's producer states, not the plan's staged ones (nothing is committed yet).
+            lso = self._state.last_stable_offset_for_abort(producer_id, offset)
             entry = AbortedTxn(producer_id, completed.first_offset, offset, lso)
         return plan, marker, segment, entry
 

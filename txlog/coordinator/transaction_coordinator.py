@@ -431,9 +431,9 @@ class TransactionCoordinator:
         """The markers of `targets`, every one held by `hold`, in partition order, each given to the hold to sync.
 
         Straight to the held partitions in one call when `_markers_direct` says nobody watches them one by
-        one (`WriterHold.mark`: what a loop of `append_marker` calls writes, tests/coordinator/
-        test_marker_window.py); otherwise through `_write_marker`, one call per partition (a transport's
-        wrapper, a fault plan, a test's subclass counts or fails them there)."""
+        one (`WriterHold.mark`: what a loop of `append_marker` calls writes, as
+        tests/coordinator/test_marker_window.py compares); otherwise through `_write_marker`, one call per
+        partition (a transport's wrapper, a fault plan, a test's subclass counts or fails them there)."""
         ts = self._clock()  # the entries are staged for markers of this very timestamp
         if prepared.state != TxnState.PREPARE_COMMIT:
             hold.index_aborts(prepared.producer_id, prepared.producer_epoch, 0, ts)
