@@ -2243,6 +2243,16 @@ class WriterHold:
         if errors:
             raise errors[min(errors)]
 
+    def settle_each(self) -> list[BaseException | None]:
+        """Run the syncs asked for so far now, as `settle` does, and raise nothing: each `sync` call's failure
+        (its partition's refusal, or its file's failed sync), or None, in the order of the calls. For
+        `append_all`, whose callers answer each partition apart (an acks=all round's futures). Not for
+        a hold with abort entries staged (`index_aborts`): their clean-up failures have no call to go to."""
+        calls = len(self._todo) + len(self._errors)
+        self._run_round()
+        errors, self._errors = self._errors, {}
+        return [errors.get(n) for n in range(calls)]
+
     def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
         with self._stack:
             if kind is not None and not issubclass(kind, (KafkaError, OSError)):
@@ -2300,3 +2310,62 @@ def sync_all(logs: Sequence[PartitionLog]) -> None:
             errors.append(exc)
     if errors:
         raise errors[0]
+
+
+def append_all(
+    appends: Sequence[tuple[PartitionLog, bytes | bytearray]], *, trusted: bool = False
+) -> list[AppendResult | KafkaError]:
+    """Each `(log, data)` appended and made durable, as `log.append(data)` would, with one sync round
+    per window of partitions instead of one fdatasync each: each append's result, or its error.
+
+    An acks=all round over many partitions (txlog/clients/sender.py, the server's Produce). A window
+    of logs is held (`WriterHold`: locks taken in directory order, each view caught up), each log
+    appended to without an fdatasync of its own (the hold's lock is re-entered), then the round
+    makes every written file durable at once (`sync_round`: one syncfs where allowed, else the
+    parallel fdatasyncs, which name the file a failed syncfs lost) and publishes each synced log's
+    HW, all before the locks are let go: no reader sees the data, and no other writer syncs it on
+    our behalf, before it is durable (`_sync_for_reader` leaves a held partition alone). A failure
+    fails only its own partition: a refused lock or append (nothing written) or a failed sync (the
+    partition then refuses writes, rule 4: a failed fsync is never retried). Results come back once
+    every window's round ended, so a caller acknowledges nothing that is not durable.
+    """
+    outcomes: list[AppendResult | KafkaError] = []
+    window = WriterHold.window()
+    for start in range(0, len(appends), window):
+        outcomes.extend(_append_window(appends[start : start + window], trusted))
+    return outcomes
+
+
+def _append_window(
+    appends: Sequence[tuple[PartitionLog, bytes | bytearray]], trusted: bool
+) -> list[AppendResult | KafkaError]:
+    """`append_all` for one hold's worth of logs."""
+    outcomes: list[AppendResult | KafkaError] = []  # one per append, in order
+    synced: list[int] = []  # which appends the hold syncs, in the order of its `sync` calls
+    with WriterHold([log for log, _ in appends]) as hold:
+        for _ in hold.take():
+            pass
+        for n, (log, data) in enumerate(appends):
+            refusal = hold.refusal(log)
+            if refusal is not None:
+                outcomes.append(_kafka_error(refusal))
+                continue
+            try:
+                outcomes.append(log.append(data, sync=False, trusted=trusted))
+            except KafkaError as exc:  # checked or cut back: nothing of it stays written
+                outcomes.append(exc)
+                continue
+            synced.append(n)
+            hold.sync(log)
+        for n, failure in zip(synced, hold.settle_each(), strict=True):
+            if failure is not None:
+                outcomes[n] = _kafka_error(failure)
+    return outcomes
+
+
+def _kafka_error(exc: BaseException) -> KafkaError:
+    """A partition's failure as its caller answers it: a KafkaError as it is, an OSError (a lock that
+    could not be taken) as KafkaStorageError."""
+    if isinstance(exc, KafkaError):
+        return exc
+    return KafkaStorageError(f"{exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}")

@@ -24,10 +24,11 @@ snapshot of it (a cache file, never log data).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from storage.partition_log import AppendResult, sync_all
+from storage.errors import KafkaError
+from storage.partition_log import AppendResult, PartitionLog, append_all, sync_all
 from storage.producer_state import TxnVerifier
 from storage.records import ControlType
 from storage.store import Store
@@ -66,9 +67,9 @@ class Transport:
     means the wall clock.
     """
 
-    #: Requests may be served from several threads at once (a producer's acks=all round makes its
-    #: partitions' durable appends together); a wrapper whose behaviour depends on the order of
-    #: requests (a fault plan counts them) says False.
+    #: Requests may be served from several threads at once, and a producer's acks=all round over several
+    #: partitions as one `produce_durably`; a wrapper whose behaviour depends on the order of requests
+    #: (a fault plan counts each Produce) says False, and gets them one `produce` at a time.
     serves_concurrently = True
 
     def __init__(
@@ -161,6 +162,31 @@ class Transport:
         """
         verify = None if transactional_id is None else self._verifier(transactional_id, topic, partition)
         return self.store.partition(topic, partition).append(data, verify_txn=verify, sync=sync, trusted=trusted)
+
+    def produce_durably(
+        self, requests: Sequence[tuple[str, int, bytes | bytearray]], *, trusted: bool = False
+    ) -> list[AppendResult | KafkaError]:
+        """Produce with acks=all to several partitions at once, outside a transaction: each request's
+        result, or the error that fails its partition alone.
+
+        What `produce(..., sync=True)` for each would do, with the fdatasyncs of all of them made one
+        sync round (`storage.partition_log.append_all`: one syncfs where allowed). Every result
+        is durable, its partition's HW published, when this returns; a partition this store does not
+        have, an append refused or a failed sync answers its own request only.
+        """
+        outcomes: list[AppendResult | KafkaError | None] = [None] * len(requests)
+        appends: list[tuple[PartitionLog, bytes | bytearray]] = []
+        placed: list[int] = []  # the request of each append, in order
+        for n, (topic, partition, data) in enumerate(requests):
+            try:
+                appends.append((self.store.partition(topic, partition), data))
+            except KafkaError as exc:
+                outcomes[n] = exc
+                continue
+            placed.append(n)
+        for n, outcome in zip(placed, append_all(appends, trusted=trusted), strict=True):
+            outcomes[n] = outcome
+        return [outcome for outcome in outcomes if outcome is not None]
 
     def sync_partitions(self, partitions: Iterable[tuple[str, int]]) -> None:
         """Make everything written to these partitions durable (one fdatasync each, none if already durable).

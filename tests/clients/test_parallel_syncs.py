@@ -1,8 +1,9 @@
 """The producer's fdatasyncs over several partitions run at once (issue 26, docs/DESIGN.md "Durability").
 
-An acks=all round of the sender makes every partition's durable append (write and fdatasync, under
-that partition's lock) at once and only then settles the futures; a transactional producer's flush()
-syncs its partitions together.
+An acks=all round of the sender appends every partition under one hold and makes them durable in one
+sync round (their fdatasyncs at once, or one syncfs for a wide round: docs/reliability-scenarios.md
+scenario 86), publishes the HWs and only then settles the futures; a failed sync fails its own
+partition's futures alone. A transactional producer's flush() syncs its partitions together.
 Parallelism is shown with a barrier that each data partition's fdatasync must meet: a serial loop
 never brings two syncs to it at once, so the barrier breaks (its timeout only bounds a hang; it
 is no timing assertion: parallel syncs meet at once however slow the machine is).
@@ -132,4 +133,117 @@ def test_a_transactional_flush_syncs_its_partitions_at_once(store, monkeypatch):
     assert not barrier.broken and sorted(hits) == [0, 1]
     monkeypatch.undo()
     p.commit_transaction()
+    p.close()
+
+
+# ---- a wide acks=all round: one sync round (scenario 86) -----------------------------------------------------
+
+WIDE = 8  # partitions of a wide round: at least storage.durable.SYNCFS_MIN_FILES
+
+
+class _Syncs:
+    """What `_watch_syncs` saw at each sync of a data file, or syncfs, of the round."""
+
+    def __init__(self) -> None:
+        self.fdatasyncs: list[int] = []  # the partition of each data fdatasync
+        self.syncfs = 0
+        self.hws_seen: list[list[int | None]] = []  # every partition's HW on disk as each sync began
+        self.acks_seen: list[int] = []  # how many futures were done as each sync began
+
+
+def _hw_on_disk(store, partition: int) -> int | None:
+    hw = HighWatermarkFile(store.partition_dir(TOPIC, partition), writable=False)
+    try:
+        return hw.read()
+    finally:
+        hw.close()
+
+
+def _watch_syncs(store, monkeypatch, futures: list, fail: int | None = None) -> _Syncs:
+    """Record each data fdatasync and each syncfs (`storage.durable.syncfs`, looked up per call) with what
+    was published when it began; `fail`: that partition's fdatasync, and any syncfs, raise EIO (a lost
+    page of that partition's file fails the syncfs too: the kernel reports it through the superblock)."""
+    from storage import durable
+
+    seen = _Syncs()
+
+    def look() -> None:
+        seen.hws_seen.append([_hw_on_disk(store, p) for p in range(WIDE)])
+        seen.acks_seen.append(sum(f.done() for f in futures))
+
+    def before(partition: int) -> None:
+        look()
+        if partition == fail:
+            raise OSError(errno.EIO, "Input/output error")
+
+    seen.fdatasyncs = _on_data_fdatasync(monkeypatch, before)
+    real_syncfs = durable.syncfs
+
+    def syncfs(fd: int) -> None:
+        seen.syncfs += 1
+        look()
+        if fail is not None:
+            raise OSError(errno.EIO, "Input/output error")
+        real_syncfs(fd)
+
+    monkeypatch.setattr(durable, "syncfs", syncfs)
+    return seen
+
+
+def _wide_round(store, monkeypatch, fail: int | None = None) -> tuple[list, _Syncs]:
+    """One acks=all round of one record to each of WIDE partitions; its futures and what the syncs saw."""
+    _ready(store, WIDE)
+    futures: list = []
+    seen = _watch_syncs(store, monkeypatch, futures, fail)
+    p = txlog.Producer(store, acks="all", linger_ms=60_000)  # nothing is sent before flush: one round
+    futures.extend(p.send(TOPIC, value=b"v%d" % part, partition=part) for part in range(WIDE))
+    p.flush()
+    p.close()
+    return futures, seen
+
+
+def test_a_wide_acks_all_round_is_one_syncfs_and_no_fdatasync(store, monkeypatch):
+    """With syncfs allowed (`auto`, nothing else dirty), the round's WIDE files are made durable by one
+    syncfs(2), not one fdatasync each, before any HW moved or any future completed."""
+    from storage import durable
+
+    if not durable.syncfs_usable():
+        pytest.skip("syncfs(2) reports no writeback error here")
+    monkeypatch.setenv(durable.SYNC_METHOD_ENV, "auto")
+    monkeypatch.setattr(durable, "dirty_bytes", lambda: 0)
+    futures, seen = _wide_round(store, monkeypatch)
+    assert seen.syncfs == 1 and seen.fdatasyncs == []
+    assert seen.hws_seen == [[0] * WIDE] and seen.acks_seen == [0]
+    assert [f.get().offset for f in futures] == [0] * WIDE
+    assert [_hw_on_disk(store, part) for part in range(WIDE)] == [1] * WIDE
+
+
+def test_no_hw_moves_and_no_future_completes_before_every_sync_of_the_round_began(store, monkeypatch, sync_method):
+    """Whichever way the round is made durable, each sync (one syncfs, or every partition's fdatasync) starts
+    with every HW still at 0 and every future pending: the HWs are published, and the futures settled,
+    only after the whole round is durable."""
+    futures, seen = _wide_round(store, monkeypatch)
+    syncs = 1 if sync_method == "syncfs" else WIDE
+    assert len(seen.hws_seen) == syncs
+    assert sorted(seen.fdatasyncs) == ([] if sync_method == "syncfs" else list(range(WIDE)))
+    assert seen.hws_seen == [[0] * WIDE] * syncs and seen.acks_seen == [0] * syncs
+    assert [f.get().offset for f in futures] == [0] * WIDE
+    assert [_hw_on_disk(store, part) for part in range(WIDE)] == [1] * WIDE
+
+
+def test_an_eio_on_one_partition_of_a_wide_round_fails_only_its_futures(store, monkeypatch, sync_method):
+    """The failed syncfs (syncfs method) names no file: the per-file fdatasyncs that follow find partition 3,
+    whose future fails alone; it publishes no HW and refuses later writes, the others go on."""
+    futures, seen = _wide_round(store, monkeypatch, fail=3)
+    monkeypatch.undo()
+    assert seen.syncfs == (1 if sync_method == "syncfs" else 0)
+    assert sorted(seen.fdatasyncs) == list(range(WIDE))
+    with pytest.raises(KafkaStorageError, match="Input/output error"):
+        futures[3].get()
+    assert [f.get().offset for n, f in enumerate(futures) if n != 3] == [0] * (WIDE - 1)
+    assert [_hw_on_disk(store, part) for part in range(WIDE)] == [1, 1, 1, 0, 1, 1, 1, 1]
+    p = txlog.Producer(store, acks="all", linger_ms=0)
+    with pytest.raises(KafkaStorageError):  # the failed partition refuses writes (fsyncgate)
+        p.send(TOPIC, value=b"again", partition=3).get()
+    assert p.send(TOPIC, value=b"more", partition=4).get().offset == 1
     p.close()

@@ -27,6 +27,11 @@ class KeepingTransport(Transport):
             self.kept.append((data, bytes(data)))
         return super().produce(topic, partition, data, transactional_id, **kwargs)
 
+    def produce_durably(self, requests, **kwargs):
+        with self.lock:
+            self.kept.extend((data, bytes(data)) for _, _, data in requests)
+        return super().produce_durably(requests, **kwargs)
+
 
 def _values(store, topic, partition):
     log = store.partition(topic, partition)

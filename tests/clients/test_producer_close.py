@@ -27,6 +27,11 @@ class _GatedTransport(Transport):
         self.gate.wait()
         return super().produce(*args, **kwargs)
 
+    def produce_durably(self, *args, **kwargs):  # a wide acks=all round: one request, gated as one
+        self.entered.set()
+        self.gate.wait()
+        return super().produce_durably(*args, **kwargs)
+
 
 def test_close_with_a_timeout_fails_the_records_never_sent_and_does_not_raise(store_path, caplog):
     store = Store.open(store_path)

@@ -44,6 +44,13 @@ class HeldTransport(Transport):
         self.calls.append((topic, partition, len(data)))
         return super().produce(topic, partition, data, transactional_id, **kwargs)
 
+    def produce_durably(self, requests, **kwargs):
+        """A wide acks=all round: one Produce request over several partitions, held as one."""
+        self.entered.set()
+        assert self.hold.wait(30)
+        self.calls.extend((topic, partition, len(data)) for topic, partition, data in requests)
+        return super().produce_durably(requests, **kwargs)
+
 
 def _values(store, topic, partition=0, isolation=IsolationLevel.READ_UNCOMMITTED):
     log = store.partition(topic, partition)

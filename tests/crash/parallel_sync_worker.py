@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> None:
     producer = Producer(store, transactional_id=args.tid, linger_ms=10**9)
     producer.init_transactions()
     _say(f"IDS {producer.producer_id} {producer.producer_epoch}")
-    arm = _kill_before_fdatasync(args.kill_sync)
+    arm = kill_before_sync(args.kill_sync)
     i = args.first
     while True:
         producer.begin_transaction()
@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> None:
         i += 1
 
 
-def _kill_before_fdatasync(n: int) -> Callable[[], None]:
+def kill_before_sync(n: int) -> Callable[[], None]:
     """Wrap os.fdatasync and storage.durable.syncfs (storage.durable looks both up per call) to SIGKILL
     this process just before the n-th call of either made once the returned `arm` was called; the
     syncs may run on several threads at once, so the count is taken under a lock."""

@@ -22,7 +22,10 @@ Modes (first argument):
              callbacks, so the get() sends its batch on the main thread: the accumulator's
              caller-run round), and the main thread logs each record once get() returned;
              `--writer w` puts w in its values (several writers on one store), and `--quiet-log`
-             records the status of every native quiet append (scenario 83).
+             records the status of every native quiet append (scenario 83). With `--wide` it
+             sends one record to every partition, then flush(), over and over: each flush is one
+             acks=all round over every partition, one sync round (scenario 86); `--kill-sync n`
+             then SIGKILLs it just before the n-th fdatasync or syncfs after READY (`KILL <what>`).
     read     a Consumer on a read-only view of the store (isolation `--isolation`) polls every
              partition of `--topic` and appends `<partition> <offset> <value hex>` per record.
     txn      a transactional Producer runs begin / k sends / commit in a loop and prints `C n`
@@ -103,7 +106,10 @@ def run_produce(args: argparse.Namespace) -> None:
         _log_quiet_statuses(args.quiet_log)
     store = Store.open(args.store)
     partitions = store.partition_count(args.topic)
-    producer = Producer(store, acks=args.acks)  # idempotent with acks=all; acks=1 cannot be (Kafka's rule)
+    for p in range(partitions if args.wide else 0):
+        store.partition(args.topic, p)  # opened (its recovery synced) before READY: no such sync is counted
+    # idempotent with acks=all; acks=1 cannot be (Kafka's rule). --wide sends each round by its flush()
+    producer = Producer(store, acks=args.acks, **({"linger_ms": 10**9} if args.wide else {}))
     rng = random.Random(args.seed)
     with open(args.log, "w", buffering=1, encoding="ascii") as out:
 
@@ -116,8 +122,18 @@ def run_produce(args: argparse.Namespace) -> None:
 
             return callback
 
+        if args.kill_sync:
+            from parallel_sync_worker import kill_before_sync
+
+            kill_before_sync(args.kill_sync)()
         _say("READY")
         i = 0
+        while args.wide:  # every partition's next record, then one round over all of them
+            for _ in range(partitions):
+                value = crash_worker.expected_value(0, i, rng.randint(8, args.max_size))
+                producer.send(args.topic, value, partition=i % partitions).add_callback(on_ack(value))
+                i += 1
+            producer.flush()
         while args.one_at_a_time:
             value = crash_worker.expected_value(args.writer, i, rng.randint(8, args.max_size))
             metadata = producer.send(args.topic, value, partition=i % partitions).get()
@@ -245,6 +261,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--acks", default="all", choices=["all", "1"], help="produce: the producer's acks")
     ap.add_argument("--one-at-a-time", action="store_true", help="produce: send(...).get() each record")
     ap.add_argument("--writer", type=int, default=0, help="produce (one at a time): the number in its values")
+    ap.add_argument("--wide", action="store_true", help="produce: one record a partition, then flush()")
+    ap.add_argument("--kill-sync", type=int, default=0, help="produce: die before this fdatasync/syncfs (1-based)")
     ap.add_argument("--quiet-log", default="", help="produce: where each native quiet append's status goes")
     ap.add_argument("--isolation", default="read_uncommitted", choices=["read_uncommitted", "read_committed"])
     ap.add_argument("--tid", default=TXN_ID)

@@ -54,7 +54,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from crash_worker import HANG_GUARD, parse_value
-from power_loss import segment_bases, simulate_power_loss
+from power_loss import segment_bases, simulate_power_loss, writeback_policy
 from producer_crash_worker import (
     TOPIC,
     TXN_ID,
@@ -213,6 +213,63 @@ def test_acks1_acknowledged_records_survive_kill(tmp_path, big):
     rounds, partitions, max_delay = (20, 6, 1.0) if big else (2, PARTITIONS, 0.3)
     stats = _run_group_commit(tmp_path, rounds, partitions, max_delay, "1")
     print(f"acks=1 seed={SEED} rounds={stats}")
+
+
+# ---- a wide acks=all round: one sync round over every partition (scenario 86) -------------------------
+
+WIDE_PARTITIONS = 50
+
+
+def _wide_round(root: str, rng: random.Random, kill_sync: int, policy: str) -> dict:
+    """One `--wide` producer (one record a partition, then flush(), over and over) SIGKILLed at a random
+    moment (`kill_sync` 0) or just before its `kill_sync`-th fdatasync or syncfs; then a power loss that
+    keeps, of each partition's unsynced tail, what the writeback `policy` says; then the checks."""
+    make_store(root, {TOPIC: WIDE_PARTITIONS})
+    acks_path = root + ".acks"
+    aimed = ("--kill-sync", kill_sync) if kill_sync else ()
+    producer = Worker("produce", root, "--log", acks_path, "--seed", rng.randrange(1 << 30), "--wide", *aimed)
+    try:
+        producer.expect("READY")
+        if kill_sync:
+            producer.proc.wait(timeout=HANG_GUARD)  # it kills itself
+        else:
+            _wait_for_lines(acks_path, 1, producer)
+            time.sleep(rng.uniform(0, 0.2))
+    finally:
+        producer.kill()
+    producer.drain()
+    failures = [line for line in producer.lines if line.startswith("FAIL")]
+    assert not failures and producer.proc.returncode == -9, (producer.proc.returncode, failures, producer.stderr)
+    if kill_sync:
+        assert any(line.startswith("KILL ") for line in producer.lines), (
+            f"the aimed kill did not fire\n{producer.stderr}"
+        )
+    acked = read_record_log(acks_path)
+    cut = simulate_power_loss(root, writeback_policy(policy, rng))
+    log = _records_after_recovery(root, "read_uncommitted")
+    check_store(root)
+    _check_group_commit(WIDE_PARTITIONS, log, acked, [])
+    return {"kill_sync": kill_sync, "policy": policy, "acked": len(acked), "bytes_cut": sum(c for _, c in cut.values())}
+
+
+def test_scenario86_wide_acks_all_rounds_survive_kill_and_power_loss(tmp_path, big, sync_method):
+    """docs/reliability-scenarios.md scenario 86: every record acknowledged by a wide round survives a
+    kill -9 and a power loss at any moment of the next one, whichever way its round is made durable
+    (one syncfs, or every partition's fdatasync). Aimed kills die just before a sync of the first few
+    rounds, where the round before was acknowledged and the one being synced was not (a future completed
+    before its round's sync, or an HW published before it, shows here as an acknowledged record cut)."""
+    rng = random.Random(f"{SEED}-wide-{sync_method}")
+    per_round = 1 if sync_method == "syncfs" else WIDE_PARTITIONS
+    kills = [rng.randint(per_round + 1, 3 * per_round) for _ in range(6 if big else 2)] + [0] * (6 if big else 2)
+    stats = []
+    for r, kill_sync in enumerate(kills):
+        policy = rng.choice(["none", "random"])
+        try:
+            stats.append(_wide_round(str(tmp_path / f"w{r}"), rng, kill_sync, policy))
+        except AssertionError as exc:
+            raise AssertionError(f"[TXLOG_CRASH_SEED={SEED} {sync_method} round {r}] {exc}") from exc
+    assert any(s["acked"] for s in stats) and any(s["bytes_cut"] for s in stats), stats
+    print(f"wide rounds seed={SEED} {sync_method} {stats}")
 
 
 # =====================================================================================================

@@ -4,13 +4,16 @@ Each round takes, per partition, the batches the accumulator says are due (up to
 `max.request.size` bytes) and appends them in ONE `Transport.produce` call: one write and,
 for acks=all outside a transaction, one fdatasync for all of them (group commit). Then it
 settles their futures, which runs the callbacks in record order, on this thread. A round of
-acks=all over several partitions makes its appends at once (`storage.durable.in_parallel`: no
-rule orders one partition's write and fdatasync against another's, and a disk completes
-concurrent flushes in far fewer device cache flushes than a loop), each a whole durable append
-under its own partition's lock, so no partition's tail is ever left unsynced with its lock
-free; once every append ended, the futures are settled here, partition by partition in the
-round's order. Only a transport that serves requests from several threads at once
-(`Transport.serves_concurrently`) gets them so; a fault plan counts requests in order. A
+acks=all over several partitions makes its appends in one sync round
+(`Transport.produce_durably`, `storage.partition_log.append_all`): their writer locks taken in
+directory order, every partition appended without an fdatasync of its own, then all made durable
+at once (one syncfs(2) where allowed, else their fdatasyncs in parallel: no rule orders one
+partition's write and fdatasync against another's), each HW published after that, and only then
+the locks let go, so no partition's tail is ever left unsynced with its lock free
+(docs/DESIGN.md §3, docs/reliability-scenarios.md scenario 86). Once the round ended, the futures
+are settled here, partition by partition in the round's order; a failure (a refused append, a
+failed sync) fails that partition's futures alone. Only a transport that may serve such a round
+(`Transport.serves_concurrently`) gets it; a fault plan counts Produce requests one by one. A
 blocking `get()` may run a round itself, by `run_round`, when the accumulator lets it (no round
 in progress, no callback waiting: RecordAccumulator.await_result).
 
@@ -36,10 +39,8 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 from typing import TypeVar
 
-from storage.durable import in_parallel
 from storage.errors import (
     CorruptRecordError,
     InvalidRecordError,
@@ -139,7 +140,7 @@ class Sender:
                     for batch in group:
                         batch.settle(None, error)
                 return
-        if self._in_parallel(work):
+        if self._in_one_round(work):
             self._produce_at_once(work)
         else:
             for tp, group in work.items():
@@ -150,10 +151,11 @@ class Sender:
             txn.sync(list(work))
         self._transport.deliver_delayed()
 
-    def _in_parallel(self, work: dict[TopicPartition, list[ProducerBatch]]) -> bool:
-        """Whether the round's appends go at once: durable ones (acks=all outside a transaction; the
-        others write without fdatasync and gain nothing), over several partitions, through a
-        transport that may serve them from several threads."""
+    def _in_one_round(self, work: dict[TopicPartition, list[ProducerBatch]]) -> bool:
+        """Whether the round's appends go in one sync round: durable ones (acks=all outside a
+        transaction; the others write without fdatasync and gain nothing), over several partitions,
+        through a transport that serves requests as they come (`serves_concurrently`: a fault plan's
+        wrapper counts each Produce, and gets them one by one)."""
         return (
             len(work) > 1
             and self._config.acks == -1
@@ -162,17 +164,25 @@ class Sender:
         )
 
     def _produce_at_once(self, work: dict[TopicPartition, list[ProducerBatch]]) -> None:
-        """Every partition's append (write and fdatasync) on the shared sync pool, then the settling
-        of each partition's futures on this thread, in the round's order.
+        """Every partition's batches appended and made durable in one sync round
+        (`Transport.produce_durably`), then each partition's futures settled on this thread, in the
+        round's order: none before every partition's data is durable and its HW published.
 
-        `_append` touches only its own partition's entries of the TransactionManager (its
-        sequence) and reads the producer's ids: an epoch bump (after a timed-out request, which
-        only a fault plan makes) never happens here, as such transports are not served at once.
+        An epoch bump (after a timed-out request, which only a fault plan makes) never happens here,
+        as such transports are not served at once.
         """
         todo = [(tp, group) for tp, group in work.items() if not self._blocked(group)]
-        outcomes = in_parallel([partial(self._attempt, tp, group) for tp, group in todo])
-        for (tp, group), outcome in zip(todo, outcomes, strict=True):
-            self._settle(tp, group, outcome)
+        built = [self._build(tp, group) for tp, group in todo]
+        outcomes = self._transport.produce_durably(
+            [(tp.topic, tp.partition, data) for (tp, _), (data, _) in zip(todo, built, strict=True)], trusted=True
+        )
+        for (tp, group), (_, records), outcome in zip(todo, built, outcomes, strict=True):
+            if isinstance(outcome, KafkaError):
+                self._settle(tp, group, outcome)
+                continue
+            if self._txn.idempotent:
+                self._txn.advance_sequence(tp, records)
+            self._settle(tp, group, outcome.batches)
 
     def _produce(self, tp: TopicPartition, group: list[ProducerBatch]) -> None:
         if not self._blocked(group):
@@ -218,10 +228,10 @@ class Sender:
             # -1: a retried group's batch older than the partition's window (appended, offset unknown)
             batch.settle(result.base_offset if result.base_offset >= 0 else None, None)
 
-    def _append(self, tp: TopicPartition, group: list[ProducerBatch]) -> tuple[BatchAppendResult, ...]:
-        """One append of the group, retrying timeouts with the same bytes (the log deduplicates
-        them) within `retries` and delivery_timeout_ms; per-batch results in order."""
-        txn, config = self._txn, self._config
+    def _build(self, tp: TopicPartition, group: list[ProducerBatch]) -> tuple[bytes | bytearray, int]:
+        """The group's request bytes, stamped with the producer's ids and the partition's next
+        sequences, and how many records they hold (what the sequence advances by once appended)."""
+        txn = self._txn
         ids, idempotent = txn.producer_id_and_epoch, txn.idempotent
         base = txn.sequence(tp) if idempotent else -1
         parts = []
@@ -231,7 +241,14 @@ class Sender:
                 batch.build(ids.producer_id, ids.epoch, increment_sequence(base, records) if idempotent else -1)
             )
             records += batch.records
-        data = parts[0] if len(parts) == 1 else b"".join(parts)
+        return (parts[0] if len(parts) == 1 else b"".join(parts)), records
+
+    def _append(self, tp: TopicPartition, group: list[ProducerBatch]) -> tuple[BatchAppendResult, ...]:
+        """One append of the group, retrying timeouts with the same bytes (the log deduplicates
+        them) within `retries` and delivery_timeout_ms; per-batch results in order."""
+        txn, config = self._txn, self._config
+        idempotent = txn.idempotent
+        data, records = self._build(tp, group)
         transactional_id = txn.transactional_id
         sync = config.acks == -1 and transactional_id is None
         produce = self._transport.produce
