@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable
 from itertools import pairwise
 
-from storage.durable import atomic_write
+from storage.durable import atomic_write, write_new_file
 from storage.errors import CorruptIndexError, KafkaStorageError
 from storage.safe_open import read_no_follow
 
@@ -78,15 +78,24 @@ def _parse_int(line: str, what: str) -> int:
     return int(line)
 
 
-def write_checkpoint(path: str, entries: Iterable[tuple[object, ...]]) -> None:
-    """Replace `path` atomically (tmp, fsync, rename, directory fsync) with these entries."""
-    write_checkpoint_lines(path, [checkpoint_line(entry) for entry in entries])
+def write_checkpoint(path: str, entries: Iterable[tuple[object, ...]], *, new_unsynced: bool = False) -> None:
+    """Replace `path` atomically (tmp, fsync, rename, directory fsync) with these entries. `new_unsynced`:
+    create it, without an fsync, in a directory nothing names yet (`durable.write_new_file`)."""
+    lines = [checkpoint_line(entry) for entry in entries]
+    if new_unsynced:
+        write_new_file(path, _checkpoint_text(lines))
+    else:
+        write_checkpoint_lines(path, lines)
 
 
 def write_checkpoint_lines(path: str, lines: list[str]) -> None:
     """`write_checkpoint` of entries formatted by `checkpoint_line` (for a caller that keeps them between writes)."""
-    text = f"{CHECKPOINT_VERSION}\n{len(lines)}\n" + "".join(lines)
-    atomic_write(path, text.encode("utf-8"))
+    atomic_write(path, _checkpoint_text(lines))
+
+
+def _checkpoint_text(lines: list[str]) -> bytes:
+    """A checkpoint file's bytes: Kafka's version line, the entry count, the entries."""
+    return (f"{CHECKPOINT_VERSION}\n{len(lines)}\n" + "".join(lines)).encode("utf-8")
 
 
 def checkpoint_line(entry: tuple[object, ...]) -> str:
@@ -103,14 +112,17 @@ def checkpoint_line(entry: tuple[object, ...]) -> str:
 # ---- leader-epoch-checkpoint --------------------------------------------------------
 
 
-def write_leader_epoch_checkpoint(partition_dir: str, entries: list[tuple[int, int]]) -> None:
-    """Persist the (epoch, startOffset) history; both columns strictly increase, as in Kafka's epoch cache."""
+def write_leader_epoch_checkpoint(
+    partition_dir: str, entries: list[tuple[int, int]], *, new_unsynced: bool = False
+) -> None:
+    """Persist the (epoch, startOffset) history; both columns strictly increase, as in Kafka's epoch cache.
+    `new_unsynced`: as `write_checkpoint` says (a new partition's first checkpoint)."""
     for (epoch, start), (next_epoch, next_start) in pairwise(entries):
         if next_epoch <= epoch or next_start <= start:
             raise ValueError(f"leader epochs must strictly increase in epoch and start offset: {entries}")
     if any(epoch < 0 or start < 0 for epoch, start in entries):
         raise ValueError(f"leader epochs and start offsets are non-negative: {entries}")
-    write_checkpoint(os.path.join(partition_dir, LEADER_EPOCH_CHECKPOINT), entries)
+    write_checkpoint(os.path.join(partition_dir, LEADER_EPOCH_CHECKPOINT), entries, new_unsynced=new_unsynced)
 
 
 def read_leader_epoch_checkpoint(partition_dir: str) -> list[tuple[int, int]]:

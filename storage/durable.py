@@ -13,9 +13,9 @@ import errno
 import os
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from typing import TypeVar
 
 from storage.errors import KafkaStorageError
@@ -37,12 +37,46 @@ def fsync_fd(fd: int, *, data_only: bool = False) -> None:
 
 def fsync_dir(path: str) -> None:
     """Make directory entries (creates, renames, unlinks) in `path` durable."""
+    with directory_fd(path) as fd:
+        fsync_fd(fd)
+
+
+@contextmanager
+def directory_fd(path: str) -> Iterator[int]:
+    """A descriptor of the directory `path` while the block runs (KafkaStorageError if it cannot be opened);
+    also `sync_round`'s anchor for files that all live under it."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     except OSError as exc:
         raise KafkaStorageError(f"cannot open directory {path}: {exc.strerror}") from exc
     try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def fsync_file(path: str) -> None:
+    """fsync the file at `path` (its data and inode): a call of a `sync_round` over files written unsynced."""
+    try:
+        fd = open_no_follow(path, os.O_RDONLY)
+    except OSError as exc:
+        raise KafkaStorageError(f"cannot open {path}: {exc.strerror}") from exc
+    try:
         fsync_fd(fd)
+    finally:
+        os.close(fd)
+
+
+def write_new_file(path: str, data: bytes) -> None:
+    """Create `path` (it must not exist) holding `data`, with no fsync: only for a file in a directory that
+    nothing names yet, made durable with the directory by the caller (fsync of the file and of the
+    directory, rule 3) before anything points at it."""
+    try:
+        fd = open_no_follow(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    except OSError as exc:
+        raise KafkaStorageError(f"cannot create {path}: {exc.strerror}") from exc
+    try:
+        write_all(fd, data)
     finally:
         os.close(fd)
 

@@ -36,10 +36,10 @@ from itertools import pairwise
 from operator import attrgetter
 from typing import Any, Self, SupportsIndex
 
-from storage.checkpoint import write_leader_epoch_checkpoint
+from storage.checkpoint import LEADER_EPOCH_CHECKPOINT, write_leader_epoch_checkpoint
 from storage.config import TopicConfig
 from storage.descriptor_cache import file_identity
-from storage.durable import fsync_dir, unlink_durably
+from storage.durable import fsync_dir, unlink_durably, write_new_file
 from storage.errors import (
     CorruptIndexError,
     CorruptRecordError,
@@ -51,10 +51,12 @@ from storage.errors import (
 from storage.file_records import Damage, FileRecords
 from storage.log_files import (
     CLEANED_FILE_SUFFIX,
+    INDEX_FILE_SUFFIX,
     INDEX_FILE_SUFFIXES,
     LOG_FILE_SUFFIX,
     SWAP_FILE_SUFFIX,
     TEMP_FILE_SUFFIXES,
+    TIME_INDEX_FILE_SUFFIX,
     offset_of,
     segment_bases,
     segment_file,
@@ -76,10 +78,25 @@ _SWAP_LOG_SUFFIX = LOG_FILE_SUFFIX + SWAP_FILE_SUFFIX
 
 
 def create_empty_log(directory: str) -> None:
-    """Lay out a new partition: an empty first segment at offset 0 and its epoch checkpoint."""
+    """Lay out a new partition: an empty first segment at offset 0 and its epoch checkpoint, each durable."""
     LogSegment.create(directory, 0).close()
+    write_leader_epoch_checkpoint(directory, [(LEADER_EPOCH, 0)])  # what `lay_out_empty_log` says
+
+
+def lay_out_empty_log(directory: str) -> list[str]:
+    """Lay out a new partition in its new, empty `directory`: an empty first segment at offset 0 (its
+    `.log`, `.index` and `.timeindex`) and its epoch checkpoint, none of them fsynced; returns the files
+    whose contents need an fsync (the empty files' need only the directory's).
+
+    For `Store.create_topic`, which makes every new partition durable in one sync round (each such
+    file's fsync and each directory's) before the store directory's fsync and the metadata naming the
+    topic (rule 3: nothing points at a file before it and its directory entry are durable).
+    """
+    for suffix in (LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX):
+        write_new_file(segment_file(directory, 0, suffix), b"")
     # Every batch carries leader epoch 0 from offset 0: what Kafka's epoch cache would hold.
-    write_leader_epoch_checkpoint(directory, [(LEADER_EPOCH, 0)])
+    write_leader_epoch_checkpoint(directory, [(LEADER_EPOCH, 0)], new_unsynced=True)
+    return [os.path.join(directory, LEADER_EPOCH_CHECKPOINT)]
 
 
 def segment_index_for(segments: list[LogSegment], offset: int) -> int:

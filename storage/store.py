@@ -25,7 +25,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from storage.config import CONFIG_NAMES, ConfigValue, TopicConfig, validate_overrides
-from storage.durable import atomic_write, fsync_dir, in_parallel
+from storage.durable import atomic_write, directory_fd, fsync_dir, fsync_file, sync_round
 from storage.errors import (
     InconsistentTopicIdError,
     InvalidConfigurationError,
@@ -36,7 +36,7 @@ from storage.errors import (
     UnknownTopicOrPartitionError,
 )
 from storage.lock import FileLock
-from storage.log_loader import create_empty_log
+from storage.log_loader import lay_out_empty_log
 from storage.partition_log import PartitionLog
 from storage.partition_metadata import read_topic_id
 from storage.producer_ids import ProducerIdAllocator
@@ -195,10 +195,12 @@ class Store:
         """Create a topic; its partition directories and first segments exist before it is listed.
 
         `dry_run` checks everything a creation checks and writes nothing (Kafka's validate_only).
-        The partitions are laid out at once (`in_parallel`: each one's files and fsyncs are its
-        own, so no rule orders them against another's), and all of them have ended, durably,
-        before the store directory is fsynced and the metadata names the topic; if one fails,
-        the topic is not created (its directories are left for the next create to replace).
+        Every partition's files are written first, none fsynced, then made durable together in one
+        sync round (`sync_round`: each partition's checkpoint and directory fsynced, all at once, or
+        one syncfs(2) where allowed; no rule orders one partition's files against another's), then
+        the store directory is fsynced and the metadata names the topic: the topic exists only once
+        every partition is durable (docs/reliability-scenarios.md scenario 87). If one fails, the
+        topic is not created (its directories are left for the next create to replace).
         """
         self._check_writable()
         validate_topic_name(name, allow_internal=internal)
@@ -211,13 +213,20 @@ class Store:
                 raise TopicAlreadyExistsError(f"topic '{name}' already exists")
             if dry_run:
                 return
-            in_parallel([partial(self._make_partition_dir, name, p) for p in range(partitions)])
+            self._lay_out_partitions(name, range(partitions))
             fsync_dir(self.root)
             topics[name] = {"partitions": partitions, "config": overrides}
             self._write_meta(topics)
 
-    def _make_partition_dir(self, name: str, p: int) -> None:
-        """The directory with its first, empty segment, as Kafka creates it with the topic.
+    def _lay_out_partitions(self, name: str, partitions: range) -> None:
+        """The partitions' directories, each with its first, empty segment, made durable in one sync round
+        (create_topic, create_partitions); the first failure raised once every sync of it ended."""
+        syncs = [partial(fsync_file, path) for p in partitions for path in self._lay_out_partition(name, p)]
+        _raise_first(sync_round(syncs, directory_fd(self.root)))
+
+    def _lay_out_partition(self, name: str, p: int) -> list[str]:
+        """The directory with its first, empty segment, as Kafka creates it with the topic, nothing fsynced;
+        the files and directory that need an fsync before the topic may be named.
 
         Read-only readers (inspect, Spark) can then open a topic nobody has written yet.
         """
@@ -226,7 +235,7 @@ class Store:
         if os.path.isdir(path):
             shutil.rmtree(path)  # left by a create that crashed before its metadata was written
         os.makedirs(path)
-        create_empty_log(path)
+        return [*lay_out_empty_log(path), path]
 
     def partition_dir(self, name: str, p: int) -> str:
         """Where the partition's files live (`<root>/<topic>-<partition>`, Kafka's layout)."""
@@ -346,8 +355,7 @@ class Store:
                 raise InvalidPartitionsError(f"topic '{name}' has {current} partitions; the new count must be larger")
             if dry_run:
                 return
-            for p in range(current, total):
-                self._make_partition_dir(name, p)
+            self._lay_out_partitions(name, range(current, total))
             fsync_dir(self.root)
             topics[name]["partitions"] = total
             self._write_meta(topics)
@@ -472,6 +480,13 @@ class Store:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _raise_first(outcomes: list[BaseException | None]) -> None:
+    """Raise the first failure of a `sync_round` (every call of it has ended), if any."""
+    for failure in outcomes:
+        if failure is not None:
+            raise failure
 
 
 def _check_partition_count(partitions: int) -> None:

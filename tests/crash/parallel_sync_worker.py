@@ -26,6 +26,8 @@ counted from its BEGIN line (both ends: the registration in `__transaction_state
 partition or one syncfs, the PREPARE_* record, one per marker or one syncfs; `phases` in the test names them) and the
 process SIGKILLs itself just before the n-th, so the parent can aim at each step of the end;
 its KILL line says which step that was (how many `__transaction_state` syncs came before).
+
+Mode `create` makes topics instead, one after another (scenario 87; `create` below).
 """
 
 from __future__ import annotations
@@ -94,10 +96,11 @@ def run(args: argparse.Namespace) -> None:
         i += 1
 
 
-def kill_before_sync(n: int) -> Callable[[], None]:
-    """Wrap os.fdatasync and storage.durable.syncfs (storage.durable looks both up per call) to SIGKILL
-    this process just before the n-th call of either made once the returned `arm` was called; the
-    syncs may run on several threads at once, so the count is taken under a lock."""
+def kill_before_sync(n: int, *, fsync: bool = False) -> Callable[[], None]:
+    """Wrap os.fdatasync and storage.durable.syncfs (storage.durable looks both up per call), and os.fsync
+    too with `fsync`, to SIGKILL this process just before the n-th call of any of them made once the
+    returned `arm` was called; the syncs may run on several threads at once, so the count is taken
+    under a lock."""
     from storage import durable
 
     lock = threading.Lock()
@@ -122,19 +125,43 @@ def kill_before_sync(n: int) -> Callable[[], None]:
 
     os.fdatasync = counted("fdatasync", os.fdatasync)
     durable.syncfs = counted("syncfs", durable.syncfs)
+    if fsync:
+        os.fsync = counted("fsync", os.fsync)
     return arm
+
+
+def create(args: argparse.Namespace) -> None:
+    """Mode `create` (scenario 87): topics `c<i>` of `--partitions` partitions made one after another from
+    `--first`, `CREATED <i>` once each create_topic returned; with `--kill-txn k --kill-sync n` the
+    process dies just before the n-th fsync, fdatasync or syncfs of topic k's creation."""
+    from storage import Store
+
+    store = Store.open(args.store)
+    arm = kill_before_sync(args.kill_sync, fsync=True)
+    _say("IDS 0 0")  # ready, as `run` says once its producer is
+    i = args.first
+    while True:
+        if i == args.kill_txn:
+            arm()
+        store.create_topic(f"c{i}", args.partitions)
+        _say(f"CREATED {i}")
+        if i == args.kill_txn:
+            txn_crash_worker._die("after-end")
+        i += 1
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["run"])
+    ap.add_argument("mode", choices=["run", "create"])
     ap.add_argument("--store", required=True)
     ap.add_argument("--topic", default="wide")
     ap.add_argument("--tid", default="wide-txn")
     ap.add_argument("--first", type=int, default=0, help="number of the first transaction")
     ap.add_argument("--kill-txn", type=int, default=-1, help="the transaction whose end meets the kill")
     ap.add_argument("--kill-sync", type=int, default=0, help="die before this fdatasync of that end (1-based)")
-    run(ap.parse_args())
+    ap.add_argument("--partitions", type=int, default=20, help="create: partitions of each topic")
+    args = ap.parse_args()
+    (create if args.mode == "create" else run)(args)
 
 
 class Worker(txn_crash_worker.Worker):

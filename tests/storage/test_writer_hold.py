@@ -365,9 +365,12 @@ def syncfs_calls(monkeypatch) -> Iterator[_SyncfsCalls]:
     yield calls
 
 
-def _unsynced(store: Store, partitions: int) -> list[PartitionLog]:
-    """`partitions` partitions of a new topic, each with an appended batch not yet synced."""
+def _unsynced(store: Store, partitions: int, syncfs_calls: _SyncfsCalls | None = None) -> list[PartitionLog]:
+    """`partitions` partitions of a new topic, each with an appended batch not yet synced; the syncfs the
+    topic's creation may make (its one sync round) is not counted in `syncfs_calls`."""
     store.create_topic(TOPIC, partitions)
+    if syncfs_calls is not None:
+        syncfs_calls.clear()
     logs = [store.partition(TOPIC, p) for p in range(partitions)]
     for log in logs:
         log.append(_batch(b"v"), sync=False)
@@ -375,7 +378,7 @@ def _unsynced(store: Store, partitions: int) -> list[PartitionLog]:
 
 
 def test_a_wide_round_is_one_syncfs_and_every_hw_follows_it(store, fdatasyncs, syncfs_calls) -> None:
-    logs = syncfs_calls.logs = _unsynced(store, durable.SYNCFS_MIN_FILES)
+    logs = syncfs_calls.logs = _unsynced(store, durable.SYNCFS_MIN_FILES, syncfs_calls)
     hits, _ = fdatasyncs
     hits.clear()
     sync_all(logs)
@@ -395,18 +398,18 @@ def _synced_file_by_file(logs: list[PartitionLog], fdatasyncs, syncfs_calls: _Sy
 
 
 def test_a_round_narrower_than_the_threshold_is_fdatasynced(store, fdatasyncs, syncfs_calls) -> None:
-    _synced_file_by_file(_unsynced(store, durable.SYNCFS_MIN_FILES - 1), fdatasyncs, syncfs_calls)
+    _synced_file_by_file(_unsynced(store, durable.SYNCFS_MIN_FILES - 1, syncfs_calls), fdatasyncs, syncfs_calls)
 
 
 def test_the_environment_turns_syncfs_off(store, fdatasyncs, syncfs_calls, monkeypatch) -> None:
     monkeypatch.setenv(durable.SYNC_METHOD_ENV, "fdatasync")
-    _synced_file_by_file(_unsynced(store, durable.SYNCFS_MIN_FILES), fdatasyncs, syncfs_calls)
+    _synced_file_by_file(_unsynced(store, durable.SYNCFS_MIN_FILES, syncfs_calls), fdatasyncs, syncfs_calls)
 
 
 def test_a_failed_syncfs_whose_files_all_sync_fails_nothing(store, fdatasyncs, syncfs_calls) -> None:
     """A syncfs reports a writeback error of any file of the filesystem, another program's too: the
     per-file fdatasyncs then decide, and here every partition's succeeds."""
-    logs = _unsynced(store, durable.SYNCFS_MIN_FILES)
+    logs = _unsynced(store, durable.SYNCFS_MIN_FILES, syncfs_calls)
     syncfs_calls.fail = True
     hits, _ = fdatasyncs
     hits.clear()
@@ -425,7 +428,7 @@ def test_partitions_on_two_filesystems_are_fdatasynced(store, tmp_path, fdatasyn
     elsewhere_path = os.path.join("/dev/shm", f"txlog-test-{os.getpid()}-{id(tmp_path)}")
     elsewhere = Store.open(elsewhere_path)
     try:
-        logs = _unsynced(store, durable.SYNCFS_MIN_FILES) + _unsynced(elsewhere, 1)
+        logs = _unsynced(store, durable.SYNCFS_MIN_FILES, syncfs_calls) + _unsynced(elsewhere, 1, syncfs_calls)
         _synced_file_by_file(logs, fdatasyncs, syncfs_calls)
     finally:
         elsewhere.close()
@@ -437,7 +440,7 @@ def test_auto_fdatasyncs_while_much_is_dirty_or_it_cannot_tell(store, fdatasyncs
     """A syncfs would wait for other programs' dirty pages too: past the bound, or with /proc/meminfo
     unreadable, `auto` makes one fdatasync per file; `syncfs` makes the one call all the same."""
     syncfs_calls.dirty = dirty
-    logs = _unsynced(store, durable.SYNCFS_MIN_FILES)
+    logs = _unsynced(store, durable.SYNCFS_MIN_FILES, syncfs_calls)
     _synced_file_by_file(logs, fdatasyncs, syncfs_calls)
     for log in logs:
         log.append(_batch(b"w"), sync=False)
