@@ -25,7 +25,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from storage.config import CONFIG_NAMES, ConfigValue, TopicConfig, validate_overrides
-from storage.durable import atomic_write, directory_fd, fsync_dir, fsync_file, sync_round
+from storage.durable import atomic_write, directory_fd, fsync_dir, fsync_file, in_parallel, sync_round
 from storage.errors import (
     InconsistentTopicIdError,
     InvalidConfigurationError,
@@ -220,8 +220,13 @@ class Store:
 
     def _lay_out_partitions(self, name: str, partitions: range) -> None:
         """The partitions' directories, each with its first, empty segment, made durable in one sync round
-        (create_topic, create_partitions); the first failure raised once every sync of it ended."""
-        syncs = [partial(fsync_file, path) for p in partitions for path in self._lay_out_partition(name, p)]
+        (create_topic, create_partitions); the first failure raised once every call of a step ended.
+
+        The layouts run at once too (`in_parallel`): a file's creation may wait on the filesystem's
+        journal (about 2 ms each on this project's busy VM disk), and no rule orders one partition's
+        files against another's."""
+        laid_out = in_parallel([partial(self._lay_out_partition, name, p) for p in partitions])
+        syncs = [partial(fsync_file, path) for paths in laid_out for path in paths]
         _raise_first(sync_round(syncs, directory_fd(self.root)))
 
     def _lay_out_partition(self, name: str, p: int) -> list[str]:
