@@ -2107,6 +2107,7 @@ class WriterHold:
         self._held: dict[int, BaseException | None] = {}  # id(log) -> None when held, else why it is not
         self._todo: list[tuple[int, PartitionLog, LogSegment]] = []
         self._errors: dict[int, BaseException] = {}  # by the order of `sync` calls
+        self._calls = 0  # `sync` calls since the last round settled (one that found the log durable included)
         self._staged: list[PartitionLog] = []  # logs given an abort's `.txnindex` entry by `index_aborts`
         self._index_errors: dict[int, BaseException] = {}  # id(log) -> why its entry is not durable
         self._template: tuple[tuple[ControlType, int, int, int, int], bytes] | None = None  # `_marker_template`
@@ -2221,7 +2222,7 @@ class WriterHold:
         the reason."""
         if id(log) not in self._held:
             raise ValueError(f"{log} is not taken by this hold")
-        order = len(self._todo) + len(self._errors)
+        order, self._calls = self._calls, self._calls + 1
         try:
             refusal = self.refusal(log) or self.index_failure(log)
             if refusal is not None:
@@ -2239,7 +2240,7 @@ class WriterHold:
         first failure. For a commit holding its data partitions from their syncs (before PREPARE_COMMIT)
         to their markers' syncs: one lock and one catch-up per partition serve both rounds."""
         self._run_round()
-        errors, self._errors = self._errors, {}
+        errors, self._errors, self._calls = self._errors, {}, 0
         if errors:
             raise errors[min(errors)]
 
@@ -2248,9 +2249,8 @@ class WriterHold:
         (its partition's refusal, or its file's failed sync), or None, in the order of the calls. For
         `append_all`, whose callers answer each partition apart (an acks=all round's futures). Not for
         a hold with abort entries staged (`index_aborts`): their clean-up failures have no call to go to."""
-        calls = len(self._todo) + len(self._errors)
         self._run_round()
-        errors, self._errors = self._errors, {}
+        errors, self._errors, calls, self._calls = self._errors, {}, self._calls, 0
         return [errors.get(n) for n in range(calls)]
 
     def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:

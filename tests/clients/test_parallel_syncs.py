@@ -247,3 +247,23 @@ def test_an_eio_on_one_partition_of_a_wide_round_fails_only_its_futures(store, m
         p.send(TOPIC, value=b"again", partition=3).get()
     assert p.send(TOPIC, value=b"more", partition=4).get().offset == 1
     p.close()
+
+
+def test_a_retried_batch_in_a_wide_round_is_answered_as_a_duplicate_beside_new_ones(store):
+    """A partition of the round with nothing to sync (a retry of a durable batch: nothing written) is
+    answered with its first offsets; the round's other partitions are appended and synced as always."""
+    from storage.records import build_batch
+    from txlog.transport import Transport
+
+    _ready(store, WIDE)
+    transport = Transport(store)
+    pid = store.allocate_producer_id()
+
+    def batch(seq: int) -> bytes:
+        return build_batch([(None, b"s%d" % seq, None, None)], producer_id=pid, producer_epoch=0, base_sequence=seq)
+
+    first = transport.produce_durably([(TOPIC, p, batch(0)) for p in range(WIDE)])
+    assert [(r.base_offset, r.duplicate) for r in first] == [(0, False)] * WIDE
+    again = transport.produce_durably([(TOPIC, 0, batch(0))] + [(TOPIC, p, batch(1)) for p in range(1, WIDE)])
+    assert [(r.base_offset, r.duplicate) for r in again] == [(0, True)] + [(1, False)] * (WIDE - 1)
+    assert [_hw_on_disk(store, p) for p in range(WIDE)] == [1] + [2] * (WIDE - 1)
