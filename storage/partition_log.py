@@ -2293,23 +2293,40 @@ def _anchor(pairs: Sequence[tuple[PartitionLog, LogSegment]]) -> CachedFile | No
 
 
 def sync_all(logs: Sequence[PartitionLog]) -> None:
-    """`sync()` every log, their fdatasyncs at once (`WriterHold`); the first failure (a window at a
-    time, in the order `take` holds them) is raised once every sync ended, so the caller's next step
-    is never written while one could still fail."""
+    """`sync()` every log, their fdatasyncs at once (`sync_each`); the first failure (in the order of
+    `logs`) is raised once every sync ended, so the caller's next step is never written while one
+    could still fail."""
+    for failure in sync_each(logs):
+        if failure is not None:
+            raise failure
+
+
+def sync_each(logs: Sequence[PartitionLog]) -> list[KafkaError | OSError | None]:
+    """`sync()` every log, a window at a time, each window's fdatasyncs one sync round (`WriterHold`: one
+    syncfs where allowed); each log's failure, or None, in the order of `logs`, once every sync ended."""
     if len(logs) == 1:
-        logs[0].sync()  # the same work, without a hold's bookkeeping: a one-partition commit pays nothing for it
-        return
-    errors: list[BaseException] = []
+        try:
+            logs[0].sync()  # the same work, without a hold's bookkeeping: a one-partition commit pays nothing for it
+        except (KafkaError, OSError) as exc:
+            return [exc]
+        return [None]
+    failures: dict[int, KafkaError | OSError | None] = {}  # id(log) -> its failure
     window = WriterHold.window()
     for start in range(0, len(logs), window):
-        try:
-            with WriterHold(logs[start : start + window]) as hold:
-                for log in hold.take():
-                    hold.sync(log)
-        except (KafkaError, OSError) as exc:
-            errors.append(exc)
-    if errors:
-        raise errors[0]
+        with WriterHold(logs[start : start + window]) as hold:
+            taken = list(hold.take())  # in directory order: the order of the `sync` calls below
+            for log in taken:
+                hold.sync(log)
+            for log, failure in zip(taken, hold.settle_each(), strict=True):
+                failures[id(log)] = _as_storage_failure(failure)
+    return [failures[id(log)] for log in logs]
+
+
+def _as_storage_failure(failure: BaseException | None) -> KafkaError | OSError | None:
+    """A hold's failure as `sync()` raises it (a lock or catch-up refused, an fsync failed)."""
+    if failure is None or isinstance(failure, (KafkaError, OSError)):
+        return failure
+    raise failure  # nothing else is kept by a hold: a bug, not a partition's failure
 
 
 def append_all(
@@ -2348,7 +2365,7 @@ def _append_window(
         for n, (log, data) in enumerate(appends):
             refusal = hold.refusal(log)
             if refusal is not None:
-                outcomes.append(_kafka_error(refusal))
+                outcomes.append(as_kafka_error(refusal))
                 continue
             try:
                 outcomes.append(log.append(data, sync=False, trusted=trusted))
@@ -2359,13 +2376,13 @@ def _append_window(
             hold.sync(log)
         for n, failure in zip(synced, hold.settle_each(), strict=True):
             if failure is not None:
-                outcomes[n] = _kafka_error(failure)
+                outcomes[n] = as_kafka_error(failure)
     return outcomes
 
 
-def _kafka_error(exc: BaseException) -> KafkaError:
+def as_kafka_error(exc: BaseException) -> KafkaError:
     """A partition's failure as its caller answers it: a KafkaError as it is, an OSError (a lock that
-    could not be taken) as KafkaStorageError."""
+    could not be taken) as KafkaStorageError (`append_all`; `Transport` for `sync_each`'s failures)."""
     if isinstance(exc, KafkaError):
         return exc
     return KafkaStorageError(f"{exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}")

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from storage.errors import KafkaError
-from storage.partition_log import AppendResult, PartitionLog, append_all, sync_all
+from storage.partition_log import AppendResult, PartitionLog, append_all, as_kafka_error, sync_all, sync_each
 from storage.producer_state import TxnVerifier
 from storage.records import ControlType
 from storage.store import Store
@@ -196,6 +196,27 @@ class Transport:
         the first failure is raised once every sync ended.
         """
         sync_all([self.store.partition(topic, partition) for topic, partition in partitions])
+
+    def sync_each_partition(self, partitions: Sequence[tuple[str, int]]) -> list[KafkaError | None]:
+        """`sync_partitions`, answering each partition apart: its failure (a partition this store does not
+        have, a refused lock, a failed fsync), or None once it is durable to its end, its HW published.
+
+        One sync round for all of them (`storage.partition_log.sync_each`: one syncfs where allowed),
+        for `txlog serve`'s Produce, which answers each partition of a request with its own error code.
+        """
+        failures: list[KafkaError | None] = [None] * len(partitions)
+        logs: list[PartitionLog] = []
+        placed: list[int] = []  # the partition of each log, in order
+        for n, (topic, partition) in enumerate(partitions):
+            try:
+                logs.append(self.store.partition(topic, partition))
+            except KafkaError as exc:
+                failures[n] = exc
+                continue
+            placed.append(n)
+        for n, failure in zip(placed, sync_each(logs), strict=True):
+            failures[n] = None if failure is None else as_kafka_error(failure)
+        return failures
 
     def _verifier(self, transactional_id: str | None, topic: str, partition: int) -> TxnVerifier | None:
         """What the partition asks the coordinator, under its own lock, before a transactional append."""

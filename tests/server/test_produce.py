@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import os
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -24,6 +27,7 @@ NONE, CORRUPT_MESSAGE, UNKNOWN_TOPIC_OR_PARTITION, MESSAGE_TOO_LARGE = 0, 2, 3, 
 INVALID_TOPIC_EXCEPTION, INVALID_REQUIRED_ACKS, OUT_OF_ORDER_SEQUENCE_NUMBER = 17, 21, 45
 INVALID_TXN_STATE = 48
 NOT_ENOUGH_REPLICAS = 19
+KAFKA_STORAGE_ERROR = 56
 
 
 def _create_topic(data_dir: str, name: str, partitions: int = 1, **config) -> None:
@@ -225,3 +229,112 @@ def test_produce_requests_arriving_during_an_fdatasync_share_the_next_one(tmp_pa
     assert [a.error_code for a in answers] == [0, 0, 0, 0]
     assert sorted(a.base_offset for a in answers) == [0, 1, 2, 3]
     assert len(syncs) == 2, f"{len(syncs)} fdatasyncs for the first request and the three that waited"
+
+
+# ---- a Produce over many partitions: one sync round (docs/DESIGN.md §3) ----------------------------------
+
+WIDE = 8  # partitions of one request: at least storage.durable.SYNCFS_MIN_FILES
+
+
+@contextlib.contextmanager
+def _in_process_server(data_dir: str) -> Iterator[str]:
+    """A server on `data_dir` in this process (so the test's patches of os and storage.durable reach its
+    syncs); its bootstrap address while the block runs."""
+    server = SocketServer(Broker(Store.open(data_dir)), [ListenerSpec("127.0.0.1", 0)], log=lambda _: None)
+    loop = asyncio.new_event_loop()
+    started = threading.Event()
+
+    async def serve() -> None:
+        await server.start()
+        started.set()
+        await server.serve_until_stopped()
+
+    thread = threading.Thread(target=loop.run_until_complete, args=(serve(),), daemon=True)
+    thread.start()
+    assert started.wait(60)
+    try:
+        yield f"127.0.0.1:{server.endpoints[0].port}"
+    finally:
+        loop.call_soon_threadsafe(server.stop)
+        thread.join(60)
+
+
+def _produce_wide(client: RawClient, topic: str) -> list:
+    """One acks=all Produce request with a batch for each of WIDE partitions; the partitions' answers."""
+    data = client.nested(
+        PRODUCE,
+        9,
+        "TopicProduceData",
+        name=topic,
+        partition_data=tuple(
+            client.nested(PRODUCE, 9, "PartitionProduceData", index=p, records=_batch([b"v%d" % p]))
+            for p in range(WIDE)
+        ),
+    )
+    response = client.send(PRODUCE, 9, transactional_id=None, acks=-1, timeout=30000, topic_data=(data,))
+    return list(response.responses[0].partition_responses)
+
+
+def _watch_wide_syncs(monkeypatch, fail: int | None) -> tuple[list[int], list[int]]:
+    """(partition of each data fdatasync, one entry per syncfs); `fail`: that partition's fdatasync and
+    any syncfs raise EIO (a lost page of that file fails the syncfs too)."""
+    from storage import durable
+
+    fdatasyncs: list[int] = []
+    syncfs_calls: list[int] = []
+    real_fdatasync, real_syncfs = os.fdatasync, durable.syncfs
+
+    def fdatasync(fd: int) -> None:
+        name = os.path.basename(os.path.dirname(os.readlink(f"/proc/self/fd/{fd}")))
+        if name.startswith("wide-"):
+            partition = int(name.rsplit("-", 1)[1])
+            fdatasyncs.append(partition)
+            if partition == fail:
+                raise OSError(errno.EIO, "Input/output error")
+        real_fdatasync(fd)
+
+    def syncfs(fd: int) -> None:
+        syncfs_calls.append(fd)
+        if fail is not None:
+            raise OSError(errno.EIO, "Input/output error")
+        real_syncfs(fd)
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    monkeypatch.setattr(durable, "syncfs", syncfs)
+    return fdatasyncs, syncfs_calls
+
+
+def test_a_produce_over_many_partitions_is_one_syncfs(tmp_path, monkeypatch):
+    """With syncfs allowed (`auto`, nothing else dirty), the WIDE partitions one request wrote are made
+    durable by one syncfs(2), no fdatasync each, before the answer."""
+    from storage import durable
+
+    if not durable.syncfs_usable():
+        pytest.skip("syncfs(2) reports no writeback error here")
+    monkeypatch.setenv(durable.SYNC_METHOD_ENV, "auto")
+    monkeypatch.setattr(durable, "dirty_bytes", lambda: 0)
+    data_dir = str(tmp_path / "store")
+    _create_topic(data_dir, "wide", WIDE)
+    with _in_process_server(data_dir) as bootstrap, RawClient(bootstrap) as client:
+        _produce_wide(client, "wide")  # the server opens the partitions (a first open syncs what it finds)
+        fdatasyncs, syncfs_calls = _watch_wide_syncs(monkeypatch, None)
+        answers = _produce_wide(client, "wide")
+    monkeypatch.undo()
+    assert len(syncfs_calls) == 1 and fdatasyncs == []
+    assert [(a.error_code, a.base_offset) for a in answers] == [(0, 1)] * WIDE
+    with Store.open(data_dir, read_only=True) as store:
+        assert [store.partition("wide", p).high_watermark for p in range(WIDE)] == [2] * WIDE
+
+
+def test_a_failed_sync_in_a_wide_produce_fails_only_its_partition(tmp_path, monkeypatch, sync_method):
+    data_dir = str(tmp_path / "store")
+    _create_topic(data_dir, "wide", WIDE)
+    with _in_process_server(data_dir) as bootstrap, RawClient(bootstrap) as client:
+        _produce_wide(client, "wide")  # the server opens the partitions (a first open syncs what it finds)
+        fdatasyncs, syncfs_calls = _watch_wide_syncs(monkeypatch, 3)
+        answers = _produce_wide(client, "wide")
+    monkeypatch.undo()
+    assert len(syncfs_calls) == (1 if sync_method == "syncfs" else 0)
+    assert sorted(fdatasyncs) == list(range(WIDE))  # every partition's own fdatasync ran, in one round
+    assert [a.error_code for a in answers] == [0, 0, 0, KAFKA_STORAGE_ERROR, 0, 0, 0, 0]
+    assert [a.base_offset for a in answers] == [1, 1, 1, -1, 1, 1, 1, 1]

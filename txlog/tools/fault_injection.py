@@ -38,7 +38,7 @@ import os
 import random
 import signal
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import TypeVar
@@ -271,6 +271,25 @@ class FaultInjectingTransport(Transport):
         if self.crashed:
             raise Crashed("sync after the process crashed")
         self.inner.sync_partitions(partitions)
+
+    def sync_each_partition(self, partitions: Sequence[tuple[str, int]]) -> list[KafkaError | None]:
+        """Passed through, as `sync_partitions`."""
+        if self.crashed:
+            raise Crashed("sync after the process crashed")
+        return self.inner.sync_each_partition(partitions)
+
+    def produce_durably(
+        self, requests: Sequence[tuple[str, int, bytes | bytearray]], *, trusted: bool = False
+    ) -> list[AppendResult | KafkaError]:
+        """One durable `produce` per partition, each a request of the plan's, in order (the sender gives
+        such a round to this wrapper one `produce` at a time anyway: `serves_concurrently`)."""
+        outcomes: list[AppendResult | KafkaError] = []
+        for topic, partition, data in requests:
+            try:
+                outcomes.append(self.produce(topic, partition, data, trusted=trusted))
+            except KafkaError as exc:
+                outcomes.append(exc)
+        return outcomes
 
     def txn_offset_commit(
         self, group: str, member: MemberRef | None, topic: str, partition: int, data: bytes, transactional_id: str

@@ -3,9 +3,10 @@
 Each partition's record set goes to the store as the client sent it (one or more RecordBatch
 v2): the partition validates it and assigns offsets (`Transport.produce`); a retry of one of
 a producer's last five batches is answered with its original offsets. Every partition of a
-request is written without fdatasync and then synced once before the answer, whatever `acks`
-says: the store's high watermark only covers synced data, so an acknowledged batch is both
-visible to readers and durable (docs/serve.md §3).
+request is written without fdatasync and then synced once before the answer (all the written
+partitions in one sync round: one syncfs where allowed), whatever `acks` says: the store's
+high watermark only covers synced data, so an acknowledged batch is both visible to readers and
+durable (docs/serve.md §3).
 
 Group commit: the appends and the sync are two turns on the store thread, with the loop in
 between, so the Produce requests of other connections that arrived meanwhile are appended
@@ -183,16 +184,20 @@ def _append(ctx: RequestContext, work: _Request, transactional_id: str | None) -
 
 
 def _sync(ctx: RequestContext, work: _Request) -> None:
-    """Sync each written partition once (store thread): nothing to do if another request's sync
-    since the append covered it. Readers and the answer wait for this."""
+    """Sync every written partition once (store thread), all in one sync round
+    (`Transport.sync_each_partition`: one syncfs where allowed, docs/DESIGN.md §3): nothing to do
+    for a partition another request's sync since the append covered. A failure fails its own
+    partition alone. Readers and the answer wait for this."""
     transport = ctx.broker.transport
     written = [(t, p) for (t, p), o in work.outcomes.items() if o.written]
-    for topic, index in written:
+    for (topic, index), failure in zip(written, transport.sync_each_partition(written), strict=True):
         outcome = work.outcomes[(topic, index)]
+        if failure is not None:  # the fsync failed: the write's durability is unknown
+            outcome.error, outcome.message, outcome.base_offset = error_code(failure), error_message(failure), -1
+            continue
         try:
-            transport.sync_partitions([(topic, index)])
             outcome.log_start_offset = ctx.broker.store.partition(topic, index).log_start_offset
-        except KafkaError as exc:  # the fsync failed: the write's durability is unknown
+        except KafkaError as exc:  # deleted since its sync
             outcome.error, outcome.message, outcome.base_offset = error_code(exc), error_message(exc), -1
     if written:
         ctx.broker.data_arrived.notify()
