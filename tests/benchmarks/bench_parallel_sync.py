@@ -13,14 +13,18 @@ Each part compares P partitions against 1 partition, in the same run on the same
                Issue 26's target: 100 partitions ≤ 5x one partition (63x before it).
   abort        the same transactions ended by `abort_transaction()` (timed): PREPARE_ABORT, the
                aborted partitions' `.txnindex` entries and markers and their syncs, COMPLETE_ABORT.
-  create_topic `Store.create_topic(name, P)` on a fresh name each repetition.
+  create_topic `Store.create_topic(name, P)` on a fresh name each repetition: every partition's
+               files, then their one sync round (a syncfs where allowed), the metadata.
   acks=all     a plain producer (acks=all, linger long enough that `flush()` makes one
                sender round of all of them) sends one record to each of P partitions;
-               `flush()` is timed: the write of every partition, their fdatasyncs, the futures.
+               `flush()` is timed: the write of every partition, their one sync round (a
+               syncfs where allowed, else their fdatasyncs at once), the futures.
 
 Variants are interleaved (1 partition, then P, repetition by repetition) so that the disk's
-mood hits both alike. Besides wall time the script prints the CPU seconds of this process and
-the fsync calls per operation (benchutil.FsyncMeter). `--big` adds 1,000 partitions.
+mood hits both alike. `TXLOG_SYNC_METHOD` (docs/cli-conventions.md) chooses how a round is made
+durable: `auto` by default, `syncfs` to take it whatever else is dirty. Besides wall time the
+script prints the CPU seconds of this process and the fsync calls per operation
+(benchutil.FsyncMeter). `--big` adds 1,000 partitions.
 """
 
 from __future__ import annotations
