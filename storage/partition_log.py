@@ -2335,7 +2335,7 @@ def append_all(
     """Each `(log, data)` appended and made durable, as `log.append(data)` would, with one sync round
     per window of partitions instead of one fdatasync each: each append's result, or its error.
 
-    An acks=all round over many partitions (txlog/clients/sender.py, the server's Produce). A window
+    An acks=all round over many partitions (txlog/clients/sender.py, through `Transport.produce_durably`). A window
     of logs is held (`WriterHold`: locks taken in directory order, each view caught up), each log
     appended to without an fdatasync of its own (the hold's lock is re-entered), then the round
     makes every written file durable at once (`sync_round`: one syncfs where allowed, else the
@@ -2343,7 +2343,7 @@ def append_all(
     HW, all before the locks are let go: no reader sees the data, and no other writer syncs it on
     our behalf, before it is durable (`_sync_for_reader` leaves a held partition alone). A failure
     fails only its own partition: a refused lock or append (nothing written) or a failed sync (the
-    partition then refuses writes, rule 4: a failed fsync is never retried). Results come back once
+    partition then refuses writes: rule 9 of docs/reliability-scenarios.md). Results come back once
     every window's round ended, so a caller acknowledges nothing that is not durable.
     """
     outcomes: list[AppendResult | KafkaError] = []
