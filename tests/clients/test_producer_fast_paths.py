@@ -9,12 +9,15 @@ thread in record order, and a partition's batches reach the log in the order the
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import pytest
 
 import txlog
 from storage import Store
 from storage.file_records import FileRecords
+from txlog.clients.record_accumulator import RecordAccumulator
+from txlog.clients.sender import THREAD_PREFIX as SENDER
 from txlog.errors import KafkaTimeoutError, UnknownTopicOrPartitionError
 from txlog.fetch import IsolationLevel, fetch
 from txlog.transport import Transport
@@ -207,3 +210,70 @@ def test_threads_sending_and_getting_at_once_keep_each_partitions_order(store):
         for rows in results.values():
             mine = [off for q, off in rows if q == part]
             assert mine == sorted(mine)
+
+
+# ---- the direct path of a lone durable get() (issue 26) ------------------------------------------------
+
+
+class _TakeCounter:
+    """Counts the accumulator's general hand-outs to a get()'s thread (`_take_for_caller`): the direct
+    path of a lone batch never reaches them, the general path of every other get() does."""
+
+    def __init__(self, monkeypatch):
+        self.calls = 0
+        real = RecordAccumulator._take_for_caller
+
+        def counted(accumulator, tp):
+            self.calls += 1
+            return real(accumulator, tp)
+
+        monkeypatch.setattr(RecordAccumulator, "_take_for_caller", counted)
+
+
+def test_a_lone_durable_get_takes_the_direct_path_and_anything_else_the_general_one(store, monkeypatch):
+    store.create_topic("t", 2)
+    takes = _TakeCounter(monkeypatch)
+    transport = ThreadNotingTransport(store)
+    p = txlog.Producer(store, transport=transport, linger_ms=60_000)
+    assert [p.send("t", b"v%d" % i, partition=0).get().offset for i in range(5)] == [0, 1, 2, 3, 4]
+    assert takes.calls == 0 and transport.threads == ["MainThread"] * 5
+    # Another partition's batch waits sealed (a full batch): the general path takes it along.
+    p.send("t", b"x" * 9000, partition=1)
+    p.send("t", b"x" * 9000, partition=1)  # does not fit: the first batch is sealed
+    assert p.send("t", b"v5", partition=0).get().offset == 5
+    assert takes.calls == 1 and len(transport.threads) == 7  # one round, both partitions (at once)
+    p.close()
+
+
+def _direct_or_pipeline(root: str, direct: bool) -> tuple[dict[str, bytes], list, list]:
+    """The same one-record sends, each durable before the next: `get()` after each (the direct path),
+    or `flush()` after each and `get()` once settled (the sender thread's pipeline). Every fourth
+    record has a callback (on both sides: such a get() leaves its batch to the sender)."""
+    with Store.open(root) as store:
+        store.create_topic("t", 2)
+        p = txlog.Producer(store)
+        answers, called = [], []
+        for i in range(40):
+            pairs = [("n", b"%d" % i)] if i % 3 else None
+            future = p.send("t", b"v%d" % i, key=b"k%d" % (i % 5), partition=i % 2, headers=pairs, timestamp_ms=TS + i)
+            if i % 4 == 0:
+                future.add_callback(lambda m, e, i=i: called.append((i, m.offset, threading.current_thread().name.startswith(SENDER))))
+            if not direct:
+                p.flush()
+            answers.append((future.get(), future.done(), future.exception()))
+        p.close()
+        files = {}
+        for segment_dir in sorted((Path(root) / "t-0").parent.glob("t-*")):
+            for f in sorted(segment_dir.iterdir()):
+                files[f"{segment_dir.name}/{f.name}"] = f.read_bytes()
+        return files, answers, called
+
+
+def test_the_direct_path_writes_and_answers_what_the_pipeline_does(tmp_path, monkeypatch):
+    takes = _TakeCounter(monkeypatch)
+    direct = _direct_or_pipeline(str(tmp_path / "direct"), True)
+    assert takes.calls == 10  # the get()s of the records with a callback only
+    pipeline = _direct_or_pipeline(str(tmp_path / "pipeline"), False)
+    assert any(name.endswith(".log") and len(data) > 20 * 60 for name, data in direct[0].items())
+    assert [on_sender for _, _, on_sender in direct[2]] == [True] * 10
+    assert direct == pipeline

@@ -20,12 +20,16 @@ Modes (first argument):
              record's callback appends `<partition> <offset> <value hex>` to `--log`. With
              `--one-at-a-time` every send is a durable one-record `send(...).get()` instead (no
              callbacks, so the get() sends its batch on the main thread: the accumulator's
-             caller-run round), and the main thread logs each record once get() returned;
+             direct path of a lone batch), and the main thread logs each record once get() returned;
              `--writer w` puts w in its values (several writers on one store), and `--quiet-log`
-             records the status of every native quiet append (scenario 83). With `--wide` it
-             sends one record to every partition, then flush(), over and over: each flush is one
-             acks=all round over every partition, one sync round (scenario 86); `--kill-sync n`
-             then SIGKILLs it just before the n-th fdatasync or syncfs after READY (`KILL <what>`).
+             records the status of every native quiet append (scenario 83); `--callback-every k`
+             gives every k-th record a callback (its get() leaves the batch to the sender thread:
+             the general path), and `--path-log` records the paths the get()s took: `d` for
+             each direct path of a lone batch, `g` for each look of the general one (scenario 85).
+             With `--wide` it sends one record to every partition, then flush(), over and over:
+             each flush is one acks=all round over every partition, one sync round (scenario 86);
+             `--kill-sync n` then SIGKILLs it just before the n-th fdatasync or syncfs after READY
+             (`KILL <what>`).
     read     a Consumer on a read-only view of the store (isolation `--isolation`) polls every
              partition of `--topic` and appends `<partition> <offset> <value hex>` per record.
     txn      a transactional Producer runs begin / k sends / commit in a loop and prints `C n`
@@ -104,6 +108,8 @@ def run_produce(args: argparse.Namespace) -> None:
 
     if args.quiet_log:
         _log_quiet_statuses(args.quiet_log)
+    if args.path_log:
+        _log_get_paths(args.path_log)
     store = Store.open(args.store)
     partitions = store.partition_count(args.topic)
     for p in range(partitions if args.wide else 0):
@@ -136,7 +142,10 @@ def run_produce(args: argparse.Namespace) -> None:
             producer.flush()
         while args.one_at_a_time:
             value = crash_worker.expected_value(args.writer, i, rng.randint(8, args.max_size))
-            metadata = producer.send(args.topic, value, partition=i % partitions).get()
+            future = producer.send(args.topic, value, partition=i % partitions)
+            if args.callback_every and i % args.callback_every == 0:
+                future.add_callback(lambda metadata, error: None)
+            metadata = future.get()
             out.write(_record_line(metadata.partition, metadata.offset, value))
             i += 1
         while True:
@@ -162,6 +171,29 @@ def _log_quiet_statuses(path: str) -> None:
         return status, errno
 
     partition_log.quiet_append = logged
+
+
+def _log_get_paths(path: str) -> None:
+    """Write the paths blocking get()s took to `path`, one byte each (`d`: a batch taken by the
+    accumulator's direct path of a lone batch, `g`: a look of the general path, which a get() whose
+    batch the sender must send makes more than once), so the parent knows both were exercised."""
+    from txlog.clients.record_accumulator import RecordAccumulator
+
+    out = open(path, "wb", buffering=0)  # noqa: SIM115 - open until the process dies
+    take_lone, take_for_caller = RecordAccumulator._take_lone, RecordAccumulator._take_for_caller
+
+    def logged_lone(accumulator, tp, result):
+        batch = take_lone(accumulator, tp, result)
+        if batch is not None:
+            out.write(b"d")
+        return batch
+
+    def logged_general(accumulator, tp):
+        out.write(b"g")
+        return take_for_caller(accumulator, tp)
+
+    RecordAccumulator._take_lone = logged_lone  # type: ignore[method-assign]
+    RecordAccumulator._take_for_caller = logged_general  # type: ignore[method-assign]
 
 
 def run_read(args: argparse.Namespace) -> None:
@@ -264,6 +296,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--wide", action="store_true", help="produce: one record a partition, then flush()")
     ap.add_argument("--kill-sync", type=int, default=0, help="produce: die before this fdatasync/syncfs (1-based)")
     ap.add_argument("--quiet-log", default="", help="produce: where each native quiet append's status goes")
+    ap.add_argument("--callback-every", type=int, default=0, help="produce (one at a time): a callback on every k-th")
+    ap.add_argument("--path-log", default="", help="produce: which path each blocking get() took (d or g)")
     ap.add_argument("--isolation", default="read_uncommitted", choices=["read_uncommitted", "read_committed"])
     ap.add_argument("--tid", default=TXN_ID)
     ap.add_argument("--max-records", type=int, default=8, help="txn: most records per transaction")

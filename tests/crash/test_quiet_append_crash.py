@@ -81,7 +81,14 @@ def _check(log: dict[int, list[tuple[int, bytes]]], acked: list[tuple[int, int, 
             assert at.get((p, offset)) == value, f"{what} record at {p}/{offset} is not in the log as sent"
 
 
-def _round(root: str, rng: random.Random, writers_count: int, segment_bytes: int | None, max_delay: float) -> dict:
+def _round(
+    root: str,
+    rng: random.Random,
+    writers_count: int,
+    segment_bytes: int | None,
+    max_delay: float,
+    callback_every: int = 0,
+) -> dict:
     with Store.open(root) as s:
         s.create_topic(TOPIC, PARTITIONS, {"segment.bytes": segment_bytes} if segment_bytes else None)
     seen_path = root + ".seen"
@@ -89,6 +96,7 @@ def _round(root: str, rng: random.Random, writers_count: int, segment_bytes: int
     reader.expect("READY")
     acks = [f"{root}.acks{w}" for w in range(writers_count)]
     quiet = [f"{root}.quiet{w}" for w in range(writers_count)]
+    paths = [f"{root}.paths{w}" for w in range(writers_count)]
     writers = [
         Worker(
             "produce",
@@ -102,6 +110,10 @@ def _round(root: str, rng: random.Random, writers_count: int, segment_bytes: int
             w,
             "--quiet-log",
             quiet[w],
+            "--path-log",
+            paths[w],
+            "--callback-every",
+            callback_every,
         )
         for w in range(writers_count)
     ]
@@ -118,12 +130,15 @@ def _round(root: str, rng: random.Random, writers_count: int, segment_bytes: int
     check_store(root)
     _check(log, acked, seen)
     statuses = b"".join(Path(path).read_bytes() for path in quiet)
+    taken = b"".join(Path(path).read_bytes() for path in paths)
     return {
         "acked": len(acked),
         "kept": sum(map(len, log.values())),
         "bytes_cut": sum(c for _, c in cut.values()),
         "native": statuses.count(b"0"),
         "fell_back": statuses.count(b"1"),
+        "direct": taken.count(b"d"),
+        "general": taken.count(b"g"),
     }
 
 
@@ -141,3 +156,22 @@ def test_scenario83_native_quiet_appends_survive_kill_and_power_loss(tmp_path, b
     print(f"scenario 83 seed={SEED} rounds={stats}")
     assert sum(s["native"] for s in stats) > 0, "no append took the native path"
     assert sum(s["fell_back"] for s in stats) > 0, "no native look fell back"
+
+
+def test_scenario85_direct_path_sends_survive_kill_and_power_loss(tmp_path, big):
+    """Scenario 85: durable one-record sends whose get() takes the direct path of a lone batch
+    (txlog/clients/record_accumulator.py `_take_lone`), every third record's get() the general path
+    instead (it has a callback, so the sender thread sends it), killed at a random moment and cut
+    back as in scenario 83: every acknowledged record survives, once, in order, whichever path sent it."""
+    rounds, max_delay = (20, 1.0) if big else (3, 0.4)
+    rng = random.Random(f"{SEED}-85")
+    stats = []
+    for r in range(rounds):
+        try:
+            writers = 1 if r % 2 == 0 else 2
+            stats.append(_round(str(tmp_path / f"r{r}"), rng, writers, SMALL_SEGMENT if r % 2 else None, max_delay, 3))
+        except AssertionError as exc:
+            raise AssertionError(f"[TXLOG_CRASH_SEED={SEED} round {r}] {exc}") from exc
+    print(f"scenario 85 seed={SEED} rounds={stats}")
+    assert sum(s["direct"] for s in stats) > 0, "no get() took the direct path"
+    assert sum(s["general"] for s in stats) > 0, "no get() took the general path"

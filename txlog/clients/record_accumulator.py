@@ -27,7 +27,9 @@ its batch on its own thread when no round is in progress and no callback waits o
 it would take (callbacks keep Kafka's rule: they run on the sender thread). The application
 thread would otherwise hand the batch to the sender and sleep until it is back: two thread
 switches for each durable one-record send. Rounds never overlap (`_in_round`), whichever thread runs them, so each
-partition's batches still reach the log in the order they were sealed.
+partition's batches still reach the log in the order they were sealed. When the get()'s batch is the
+only thing to send, it is taken directly (`_take_lone`: the durable one-record send's path, issue 26,
+docs/reliability-scenarios.md scenario 85).
 """
 
 from __future__ import annotations
@@ -255,6 +257,12 @@ class RecordAccumulator:
         (A round cannot be left halfway, so a get() with a timeout never runs one: it could
         not give up in time.)
         """
+        if timeout is None and self._run_round is not None:
+            batch = self._take_lone(tp, result)
+            if batch is not None:  # the direct path: nothing else to send, this thread sends it
+                self._run_round({tp: [batch]})  # ends with `completed`, which settled it or failed it
+                if result.done:
+                    return
         self._refuse_on_sender("a future's get()")
         deadline = None if timeout is None else time.monotonic() + timeout
         with self.cond:
@@ -270,6 +278,28 @@ class RecordAccumulator:
                 if left is not None and left <= 0:
                     raise KafkaTimeoutError(f"no acknowledgement for {tp.topic}-{tp.partition} within {timeout} s")
                 self.cond.wait(left)
+
+    def _take_lone(self, tp: TopicPartition, result: ProduceRequestResult) -> ProducerBatch | None:
+        """tp's open batch, sealed and taken as a round for the calling thread, when it is the only
+        thing to send: the durable one-record send's direct path (issue 26), what `_take_for_caller`
+        would hand out in this case, found without looking at every queue. None (nothing taken) unless
+        no round is in progress, no batch of any partition waits sealed, `result` is the open batch's
+        own, and no callback waits on it (callbacks run on the sender thread).
+
+        No round in progress also means this is not the sender thread in a callback (callbacks run
+        inside rounds): the general path refuses that case (`_refuse_on_sender`).
+        """
+        with self.lock:
+            if self._in_round or self._sealed:
+                return None
+            batch = self.open.get(tp)
+            if batch is None or batch.result is not result or result.callbacks is not None:
+                return None
+            del self.open[tp]
+            batch.close()
+            self._on_seal(tp)
+            self._in_round, self._round_thread = True, threading.current_thread()
+            return batch
 
     def _take_for_caller(self, tp: TopicPartition) -> Work | None:
         """tp's batch sealed and a round's work taken for the calling thread to send (caller holds

@@ -100,6 +100,7 @@ class Sender:
         self._txn = transaction_manager
         self._transport = transport
         self._config = config
+        self._lone_durable = config.acks == -1 and not transaction_manager.transactional  # see run_round
         self._thread = threading.Thread(target=self._run, name=f"{THREAD_PREFIX}{config.client_id}", daemon=True)
         accumulator.sender_thread = self._thread
         self._thread.start()
@@ -117,11 +118,20 @@ class Sender:
 
     def run_round(self, work: Work) -> None:
         """Send one round's batches and settle them; on this thread or on a blocking get()'s
-        (RecordAccumulator.await_result: the accumulator never lets two rounds overlap)."""
+        (RecordAccumulator.await_result: the accumulator never lets two rounds overlap).
+
+        A round of one batch, acks=all outside a transaction (a durable one-record send's, from a
+        get()'s direct path: RecordAccumulator._take_lone), is the partition's append alone: no
+        registration, no parallel appends, no sync after it; it goes straight there (issue 26: that
+        send pays for no step it skips)."""
         batches = [b for group in work.values() for b in group]
         try:
             with self._txn.lock:
-                self._round(work)
+                if self._lone_durable and len(batches) == 1:
+                    self._produce(batches[0].tp, batches)  # all `_round` does for it
+                    self._transport.deliver_delayed()
+                else:
+                    self._round(work)
         except BaseException as exc:  # noqa: BLE001 - a simulated crash (or a bug) kills the producer
             self._txn.died(exc)
             for batch in batches:
