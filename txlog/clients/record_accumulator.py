@@ -199,6 +199,10 @@ class RecordAccumulator:
         self._pool = BufferPool(batch_size)
         self._incomplete = 0  # batches made and not yet settled: what flush() waits for
         self._flushing = 0
+        # Threads waiting on `cond` (every wait on it is counted), so that `completed`, once per
+        # round, notifies only when somebody waits: a durable one-record send's get() sent its batch
+        # itself and waits for nothing, and Condition.notify_all is Python (issue 26).
+        self._result_waiters = 0
         self._expedite: set[TopicPartition] = set()
         self.closed = False
         self.sender_thread: threading.Thread | None = None
@@ -222,7 +226,7 @@ class RecordAccumulator:
                         f"the producer's buffer ({self._buffer_memory} bytes) stayed full for "
                         f"max_block_ms={int(self._max_block * 1000)}"
                     )
-                self.cond.wait(left)
+                self._wait_for_results(left)
         self._buffered += size
 
     def add_batch(self, batch: ProducerBatch, *, sealed: bool) -> None:
@@ -277,7 +281,7 @@ class RecordAccumulator:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     raise KafkaTimeoutError(f"no acknowledgement for {tp.topic}-{tp.partition} within {timeout} s")
-                self.cond.wait(left)
+                self._wait_for_results(left)
 
     def _take_lone(self, tp: TopicPartition, result: ProduceRequestResult) -> ProducerBatch | None:
         """tp's open batch, sealed and taken as a round for the calling thread, when it is the only
@@ -332,17 +336,27 @@ class RecordAccumulator:
         finally:
             self.lock.acquire()
 
+    def _wait_for_results(self, timeout: float | None) -> None:
+        """`cond.wait`, counted in `_result_waiters` (caller holds `cond`)."""
+        self._result_waiters += 1
+        try:
+            self.cond.wait(timeout)
+        finally:
+            self._result_waiters -= 1
+
     def flush(self, timeout: float | None) -> None:
         """Send every batch now and wait until each is settled (acknowledged or failed)."""
         self._refuse_on_sender("flush()")
         with self.cond:
             self._flushing += 1
             self._work.notify()
+            self._result_waiters += 1
             try:
                 if not self.cond.wait_for(lambda: self._incomplete == 0, timeout):
                     raise KafkaTimeoutError(f"flush() did not finish within {timeout} s")
             finally:
                 self._flushing -= 1
+                self._result_waiters -= 1
 
     def spare_buffers(self) -> list[bytearray]:
         """The pool's free buffers, for one `encode_batches` call; `return_spare` takes back the rest."""
@@ -424,7 +438,7 @@ class RecordAccumulator:
     def completed(self, batches: list[ProducerBatch], *, end_of_round: bool = False) -> None:
         """These were settled (by a round, `end_of_round`, or dropped unsent): release their
         buffer and wake whoever waits on results; after a get()'s round, the sender if it waited."""
-        with self.cond:
+        with self.lock:  # `cond`'s lock (the Condition's own enter and exit are Python calls)
             for batch in batches:
                 self._buffered -= batch.reserved
                 batch.reserved = 0
@@ -437,7 +451,8 @@ class RecordAccumulator:
                 self._in_round, self._round_thread = False, None
                 if self._sender_waits_round and (self.open or self._sealed or self._flushing or self.closed):
                     self._work.notify()
-            self.cond.notify_all()
+            if self._result_waiters:
+                self.cond.notify_all()
 
     def _seal_due(self, now: float) -> None:
         """Seal the open batches whose linger passed, or that a flush, get() or close wants now."""
