@@ -402,7 +402,8 @@ class Producer:
         Returns the batch and its builder."""
         _, max_message = self._topic_info(tp.topic)
         accumulator = self._accumulator
-        accumulator.seal(tp)
+        if tp in accumulator.open:  # a full batch; none after a get() took it (the durable one-record send)
+            accumulator.seal(tp)
         size = min(self.batch_size, max_message)
         accumulator.reserve(size)
         builder = BatchBuilder(
@@ -413,7 +414,8 @@ class Producer:
         )
         batch = ProducerBatch(tp, size, accumulator, builder=builder)
         accumulator.add_batch(batch, sealed=False)
-        self._start_sender()
+        if accumulator.sender_thread is None:  # checked here too: a running sender costs no call
+            self._start_sender()
         return batch, builder
 
     def _run_round(self, work: Work) -> None:

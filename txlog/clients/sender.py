@@ -39,6 +39,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import chain
 from typing import TypeVar
 
 from storage.errors import (
@@ -124,7 +125,7 @@ class Sender:
         get()'s direct path: RecordAccumulator._take_lone), is the partition's append alone: no
         registration, no parallel appends, no sync after it; it goes straight there (issue 26: that
         send pays for no step it skips)."""
-        batches = [b for group in work.values() for b in group]
+        batches = list(chain.from_iterable(work.values()))  # no comprehension frame (issue 26)
         try:
             with self._txn.lock:
                 if self._lone_durable and len(batches) == 1:
