@@ -13,6 +13,9 @@ from txlog.transport import Transport
 class DirectTxn:
     """One transactional id's requests on `transport`, writing one-record batches to `topic`."""
 
+    #: The records' timestamp; None stamps the wall clock at build (a subclass fixes it for equal bytes).
+    timestamp: int | None = None
+
     def __init__(self, transport: Transport, transactional_id: str, topic: str):
         self.transport = transport
         self.transactional_id = transactional_id
@@ -30,7 +33,7 @@ class DirectTxn:
         """One record, unsynced (the end's syncs are what the tests look at)."""
         seq = self.seq.get(partition, 0)
         data = build_batch(
-            [(None, value, None, None)],
+            [(None, value, None, self.timestamp)],
             producer_id=self.pid,
             producer_epoch=self.epoch,
             base_sequence=seq,

@@ -196,36 +196,23 @@ def test_produce_requests_arriving_during_an_fdatasync_share_the_next_one(tmp_pa
             release.wait(60)
         real_fdatasync(fd)
 
-    loop = asyncio.new_event_loop()
-    started = threading.Event()
-
-    async def serve() -> None:
-        await server.start()
-        started.set()
-        await server.serve_until_stopped()
-
-    thread = threading.Thread(target=loop.run_until_complete, args=(serve(),), daemon=True)
-    thread.start()
-    assert started.wait(60)
-    bootstrap = f"127.0.0.1:{server.endpoints[0].port}"
-    monkeypatch.setattr(os, "fdatasync", fdatasync)
-    clients = [RawClient(bootstrap) for _ in range(4)]
-    try:
-        with ThreadPoolExecutor(4) as pool:
-            first = pool.submit(_produce, clients[0], "t", 0, _batch([b"first"]))
-            assert held.wait(60), "the first request never reached its fdatasync"
-            others = [pool.submit(_produce, c, "t", 0, _batch([b"other"])) for c in clients[1:]]
-            deadline = time.monotonic() + 60  # a wait for the server to read them, not a timed assertion
-            while counting.submitted < submitted_when_held[0] + 3 and time.monotonic() < deadline:
-                time.sleep(0.01)
+    with _serving(server) as bootstrap:
+        monkeypatch.setattr(os, "fdatasync", fdatasync)
+        clients = [RawClient(bootstrap) for _ in range(4)]
+        try:
+            with ThreadPoolExecutor(4) as pool:
+                first = pool.submit(_produce, clients[0], "t", 0, _batch([b"first"]))
+                assert held.wait(60), "the first request never reached its fdatasync"
+                others = [pool.submit(_produce, c, "t", 0, _batch([b"other"])) for c in clients[1:]]
+                deadline = time.monotonic() + 60  # a wait for the server to read them, not a timed assertion
+                while counting.submitted < submitted_when_held[0] + 3 and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                release.set()
+                answers = [first.result(60), *(f.result(60) for f in others)]
+        finally:
             release.set()
-            answers = [first.result(60), *(f.result(60) for f in others)]
-    finally:
-        release.set()
-        for client in clients:
-            client.close()
-        loop.call_soon_threadsafe(server.stop)
-        thread.join(60)
+            for client in clients:
+                client.close()
     assert [a.error_code for a in answers] == [0, 0, 0, 0]
     assert sorted(a.base_offset for a in answers) == [0, 1, 2, 3]
     assert len(syncs) == 2, f"{len(syncs)} fdatasyncs for the first request and the three that waited"
@@ -240,7 +227,13 @@ WIDE = 8  # partitions of one request: at least storage.durable.SYNCFS_MIN_FILES
 def _in_process_server(data_dir: str) -> Iterator[str]:
     """A server on `data_dir` in this process (so the test's patches of os and storage.durable reach its
     syncs); its bootstrap address while the block runs."""
-    server = SocketServer(Broker(Store.open(data_dir)), [ListenerSpec("127.0.0.1", 0)], log=lambda _: None)
+    with _serving(SocketServer(Broker(Store.open(data_dir)), [ListenerSpec("127.0.0.1", 0)], log=lambda _: None)) as at:
+        yield at
+
+
+@contextlib.contextmanager
+def _serving(server: SocketServer) -> Iterator[str]:
+    """`server` serving on a thread of this process; its bootstrap address while the block runs."""
     loop = asyncio.new_event_loop()
     started = threading.Event()
 
