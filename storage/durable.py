@@ -13,7 +13,7 @@ import errno
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
 from typing import TypeVar
@@ -106,11 +106,16 @@ def in_parallel(calls: Sequence[Callable[[], T]]) -> list[T]:
     if len(calls) <= 1:
         return [call() for call in calls]
     futures = [_executor().submit(call) for call in calls]
-    errors = [f.exception() for f in futures]
-    for error in errors:
-        if error is not None:
-            raise error
+    raise_first([f.exception() for f in futures])
     return [f.result() for f in futures]
+
+
+def raise_first(failures: Iterable[BaseException | None]) -> None:
+    """Raise the first failure (in order) of calls that have all ended, if any: what `in_parallel`,
+    `each_in_parallel` and `sync_round` callers do once nothing is left in flight."""
+    for failure in failures:
+        if failure is not None:
+            raise failure
 
 
 def _executor() -> ThreadPoolExecutor:

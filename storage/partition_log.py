@@ -46,7 +46,7 @@ from storage._native import quiet_append
 from storage.checkpoint import LOG_START_CHECKPOINT, read_log_start_checkpoint, write_log_start_checkpoint
 from storage.config import TopicConfig
 from storage.descriptor_cache import CACHE, CachedFile
-from storage.durable import sync_round, write_refused
+from storage.durable import raise_first, sync_round, write_refused
 from storage.errors import (
     CorruptIndexError,
     CorruptRecordError,
@@ -2296,9 +2296,7 @@ def sync_all(logs: Sequence[PartitionLog]) -> None:
     """`sync()` every log, their fdatasyncs at once (`sync_each`); the first failure (in the order of
     `logs`) is raised once every sync ended, so the caller's next step is never written while one
     could still fail."""
-    for failure in sync_each(logs):
-        if failure is not None:
-            raise failure
+    raise_first(sync_each(logs))
 
 
 def sync_each(logs: Sequence[PartitionLog]) -> list[KafkaError | OSError | None]:

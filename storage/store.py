@@ -25,7 +25,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from storage.config import CONFIG_NAMES, ConfigValue, TopicConfig, validate_overrides
-from storage.durable import atomic_write, directory_fd, fsync_dir, fsync_file, in_parallel, sync_round
+from storage.durable import atomic_write, directory_fd, fsync_dir, fsync_file, in_parallel, raise_first, sync_round
 from storage.errors import (
     InconsistentTopicIdError,
     InvalidConfigurationError,
@@ -227,7 +227,7 @@ class Store:
         files against another's."""
         laid_out = in_parallel([partial(self._lay_out_partition, name, p) for p in partitions])
         syncs = [partial(fsync_file, path) for paths in laid_out for path in paths]
-        _raise_first(sync_round(syncs, directory_fd(self.root)))
+        raise_first(sync_round(syncs, directory_fd(self.root)))
 
     def _lay_out_partition(self, name: str, p: int) -> list[str]:
         """The directory with its first, empty segment, as Kafka creates it with the topic, nothing fsynced;
@@ -485,13 +485,6 @@ class Store:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _raise_first(outcomes: list[BaseException | None]) -> None:
-    """Raise the first failure of a `sync_round` (every call of it has ended), if any."""
-    for failure in outcomes:
-        if failure is not None:
-            raise failure
 
 
 def _check_partition_count(partitions: int) -> None:

@@ -25,7 +25,7 @@ snapshot of it (a cache file, never log data).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from storage.errors import KafkaError
 from storage.partition_log import AppendResult, PartitionLog, append_all, as_kafka_error, sync_all, sync_each
@@ -57,6 +57,8 @@ if TYPE_CHECKING:  # the coordinators (and the schemas under them) are imported 
     from txlog.coordinator.group_offsets import GroupOffsets
     from txlog.coordinator.transaction_coordinator import TransactionCoordinator
     from txlog.schemas.transaction_log import TxnLogValue
+
+_Answer = TypeVar("_Answer")  # what `Transport._answer_each`'s run gives each partition
 
 
 class Transport:
@@ -174,19 +176,12 @@ class Transport:
         is durable, its partition's HW published, when this returns; a partition this store does not
         have, an append refused or a failed sync answers its own request only.
         """
-        outcomes: list[AppendResult | KafkaError | None] = [None] * len(requests)
-        appends: list[tuple[PartitionLog, bytes | bytearray]] = []
-        placed: list[int] = []  # the request of each append, in order
-        for n, (topic, partition, data) in enumerate(requests):
-            try:
-                appends.append((self.store.partition(topic, partition), data))
-            except KafkaError as exc:
-                outcomes[n] = exc
-                continue
-            placed.append(n)
-        for n, outcome in zip(placed, append_all(appends, trusted=trusted), strict=True):
-            outcomes[n] = outcome
-        return [outcome for outcome in outcomes if outcome is not None]
+        return self._answer_each(
+            [(topic, partition) for topic, partition, _ in requests],
+            lambda found, logs: append_all(
+                [(log, requests[n][2]) for n, log in zip(found, logs, strict=True)], trusted=trusted
+            ),
+        )
 
     def sync_partitions(self, partitions: Iterable[tuple[str, int]]) -> None:
         """Make everything written to these partitions durable (one fdatasync each, none if already durable).
@@ -204,19 +199,31 @@ class Transport:
         One sync round for all of them (`storage.partition_log.sync_each`: one syncfs where allowed),
         for `txlog serve`'s Produce, which answers each partition of a request with its own error code.
         """
-        failures: list[KafkaError | None] = [None] * len(partitions)
+        return [
+            None if failure is None else as_kafka_error(failure)
+            for failure in self._answer_each(partitions, lambda _, logs: sync_each(logs))
+        ]
+
+    def _answer_each(
+        self,
+        partitions: Sequence[tuple[str, int]],
+        run: Callable[[list[int], list[PartitionLog]], Sequence[_Answer]],
+    ) -> list[_Answer | KafkaError]:
+        """Each partition's answer, in order: `run(found, logs)`'s, one per log, for the partitions this store
+        has (`found`: their places in `partitions`), and the lookup's error for any other (an unknown topic
+        or partition answers its own request only)."""
+        missing: dict[int, KafkaError] = {}
+        found: list[int] = []
         logs: list[PartitionLog] = []
-        placed: list[int] = []  # the partition of each log, in order
         for n, (topic, partition) in enumerate(partitions):
             try:
                 logs.append(self.store.partition(topic, partition))
             except KafkaError as exc:
-                failures[n] = exc
+                missing[n] = exc
                 continue
-            placed.append(n)
-        for n, failure in zip(placed, sync_each(logs), strict=True):
-            failures[n] = None if failure is None else as_kafka_error(failure)
-        return failures
+            found.append(n)
+        answered = dict(zip(found, run(found, logs), strict=True))
+        return [missing[n] if n in missing else answered[n] for n in range(len(partitions))]
 
     def _verifier(self, transactional_id: str | None, topic: str, partition: int) -> TxnVerifier | None:
         """What the partition asks the coordinator, under its own lock, before a transactional append."""
