@@ -320,11 +320,27 @@ class _KcatFormatter(_Writer):
 
 class _KcatJson(_Writer):
     """kcat's -J envelope, one object per line, keys in kcat's order (docs/cli-conventions.md §5):
-    headers a flat array of alternating names and values; `tstype`/`ts` left out without a timestamp."""
+    headers a flat array of alternating names and values; `tstype`/`ts` left out without a timestamp.
+
+    The lines are made natively in the fetch (`line_transport`: storage.console_format.row_formatter's
+    "kcat_json"); the Python lines below are the reference, and print where the Consumer's records
+    are needed (e@MS)."""
 
     TSTYPES = ("create", "logappend")
+    native: RowFormatter | None = None  # the native lines, once line_transport made them
+
+    def line_transport(self, store: Store, topic: str) -> Transport | None:
+        self.native, transport = _native_rows(self, "kcat_json", store, topic)
+        return transport
 
     def write(self, records: list[ConsumerRecord]) -> None:
+        if self.lines:  # the poll returned cli.console_lines.Line tuples: the lines made already
+            from cli.console_lines import joined
+
+            assert self.native is not None
+            self.out.write(joined(records))  # type: ignore[arg-type]  # Lines, not ConsumerRecords
+            self.replaced = self.native.replaced
+            return
         lines = []
         for r in records:
             doc: dict[str, Any] = {"topic": r.topic, "partition": r.partition, "offset": r.offset}
@@ -337,6 +353,18 @@ class _KcatJson(_Writer):
             doc["payload"] = self.text(r.value)
             lines.append(json.dumps(doc, ensure_ascii=False, separators=(",", ":")) + "\n")
         self.out.write("".join(lines).encode("utf-8"))
+
+
+def _native_rows(
+    writer: _Writer, output: Literal["jsonl", "json", "csv", "table", "kcat_json"], store: Store, topic: str
+) -> tuple[RowFormatter, Transport]:
+    """The native formatter of `writer`'s rows and the Transport whose fetches make them (cli/console_lines.py)."""
+    from cli.console_lines import LinesTransport
+    from storage.console_format import row_formatter
+
+    native = row_formatter(output, topic, writer.value_format.value, iso_timestamps=writer.iso_timestamps)
+    writer.lines = True
+    return native, LinesTransport(store, native)
 
 
 def iso_timestamp(ms: int) -> int | str:
@@ -388,13 +416,8 @@ class _Rows(_Writer):
         """A Transport whose fetches make the rows natively straight from the batches
         (storage.console_format.row_formatter; cli/console_lines.py). The Python rows below
         (`_row`) are the reference, and print where the Consumer's records are needed (e@MS)."""
-        from cli.console_lines import LinesTransport
-        from storage.console_format import row_formatter
-
-        output = NATIVE_ROWS[self.output]  # text is _KafkaFormatter's
-        self.native = row_formatter(output, topic, self.value_format.value, iso_timestamps=self.iso_timestamps)
-        self.lines = True
-        return LinesTransport(store, self.native)
+        self.native, transport = _native_rows(self, NATIVE_ROWS[self.output], store, topic)  # text is _KafkaFormatter's
+        return transport
 
     def write(self, records: list[ConsumerRecord]) -> None:
         if self.lines:  # the poll returned cli.console_lines.Line tuples: rows made already

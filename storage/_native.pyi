@@ -166,12 +166,12 @@ class ConsoleFormatter:
 
 @final
 class RowFormatter:
-    """`txlog consume --output jsonl|json|csv|table`'s rows straight from batches (storage.console_format)."""
+    """`txlog consume --output jsonl|json|csv|table`'s rows (or -J's kcat lines) straight from batches (storage.console_format)."""
 
     def __new__(
         cls,
         *,
-        output: Literal["jsonl", "json", "csv", "table"],
+        output: Literal["jsonl", "json", "csv", "table", "kcat_json"],
         topic: str,
         value_format: Literal["utf8", "base64", "hex"],
         csv_quoted: bytes,

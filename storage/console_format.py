@@ -11,7 +11,7 @@ names of the timestamp types, indexed by a record's timestamp_type). It writes l
   ConsumerRecord and no object per record, for a reader that only prints them.
 
 `row_formatter(output, topic, value_format, iso_timestamps=...)` makes `txlog consume --output
-jsonl|json|csv|table`'s rows the same way (`RowFormatter`, with `batch_lines` as above); its
+jsonl|json|csv|table`'s rows (and `-J`'s kcat lines) the same way (`RowFormatter`, with `batch_lines` as above); its
 `replaced` says whether some key or value was not UTF-8 and was shown with U+FFFD. A json row is
 an element of the array, led by `,` (the writer makes the first one's `[`); a table row is its
 cells, each a little-endian u32 length and UTF-8 text, which `table_widths_of` measures and
@@ -53,13 +53,14 @@ _T = TypeVar("_T", bound=tuple[object, ...])
 
 
 def row_formatter(
-    output: Literal["jsonl", "json", "csv", "table"],
+    output: Literal["jsonl", "json", "csv", "table", "kcat_json"],
     topic: str,
     value_format: Literal["utf8", "base64", "hex"],
     *,
     iso_timestamps: bool = False,
 ) -> RowFormatter:
-    """The native rows of `topic`'s records for `--output jsonl|json|csv|table` (cli/consume.py's `_Rows`' rows)."""
+    """The native rows of `topic`'s records for `--output jsonl|json|csv|table` (cli/consume.py's `_Rows`' rows),
+    or kcat's -J lines (`kcat_json`: cli/consume.py's `_KcatJson`)."""
     quoted = _csv_quoted() if output == "csv" else b""
     return RowFormatter(
         output=output, topic=topic, value_format=value_format, csv_quoted=quoted, iso_timestamps=iso_timestamps

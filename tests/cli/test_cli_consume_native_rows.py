@@ -1,4 +1,5 @@
-"""`txlog consume --output jsonl|json|csv|table` rows made natively against their Python reference, byte for byte.
+"""`txlog consume --output jsonl|json|csv|table` rows and kcat's -J lines made natively, against their Python
+reference, byte for byte.
 
 The native rows (storage.console_format.row_formatter, storage/native/src/format.rs `RowFormat`)
 are what cli/consume.py's `_Rows` prints through cli/output.py's RowWriter from ConsumerRecords:
@@ -104,20 +105,21 @@ def _consume(path: str, args: list[str], native: bool, monkeypatch: pytest.Monke
     """consume's run with the native rows (`native`) or with the Python rows over ConsumerRecords."""
     used = []
     with monkeypatch.context() as patch:
-        if native:
-            line_transport = consume_cli._Rows.line_transport
-            patch.setattr(
-                consume_cli._Rows,
-                "line_transport",
-                lambda self, store, topic: used.append(line_transport(self, store, topic)) or used[-1],
-            )
-        else:
-            patch.setattr(consume_cli._Rows, "line_transport", lambda self, store, topic: None)
+        for writer in (consume_cli._Rows, consume_cli._KcatJson):
+            if native:
+                patch.setattr(writer, "line_transport", _noted(writer.line_transport, used))
+            else:
+                patch.setattr(writer, "line_transport", lambda self, store, topic: None)
         proc = txlog("consume", "-t", TOPIC, *args, data_dir=path, text=False)
     assert b"Traceback" not in proc.stderr, proc.stderr
     if native:
         assert used and used[0] is not None, "the rows were not made in the fetch"
     return proc
+
+
+def _noted(line_transport, used: list):
+    """`line_transport`, noting each Transport it makes in `used`."""
+    return lambda self, store, topic: used.append(line_transport(self, store, topic)) or used[-1]
 
 
 def _cases() -> list[list[str]]:
@@ -127,11 +129,16 @@ def _cases() -> list[list[str]]:
             ROW_OUTPUTS, ValueFormat, ("read_committed", "read_uncommitted"), ([], ISO)
         )
     ]
+    cases += [  # kcat's -J lines
+        ["-J", "--value-format", value_format.value, "--isolation-level", isolation, *iso]
+        for value_format, isolation, iso in itertools.product(
+            ValueFormat, ("read_committed", "read_uncommitted"), ([], ISO)
+        )
+    ]
     # Fetches cut inside a batch (-c), starting inside one (-o N), one partition, the tail (-o -N).
-    for output in ROW_OUTPUTS:
+    for output in [*(["--output", output.value] for output in ROW_OUTPUTS), ["-J"]]:
         cases += [
-            ["--output", output.value, *cut]
-            for cut in (["-c", "5"], ["-o", "3", "-c", "9"], ["-p", "1"], ["-o", "-4"], ["-o", "end"])
+            [*output, *cut] for cut in (["-c", "5"], ["-o", "3", "-c", "9"], ["-p", "1"], ["-o", "-4"], ["-o", "end"])
         ]
     return cases
 
@@ -155,6 +162,11 @@ def _edge_cases() -> list[list[str]]:
         for output, isolation, iso in itertools.product(ROW_OUTPUTS, ("read_committed", "read_uncommitted"), ([], ISO))
     ]
     cases += [["--output", output.value, "-c", "5001", *ISO] for output in ROW_OUTPUTS]  # -c stops mid-batch
+    cases += [
+        ["-J", "--isolation-level", isolation, *iso]
+        for isolation in ("read_committed", "read_uncommitted")
+        for iso in ([], ISO)
+    ]
     return cases + [["--output", "table", "-p", "0", "-c", "6000"], ["--output", "table", "--value-format", "hex"]]
 
 
@@ -221,6 +233,17 @@ def test_the_rows_hold_what_the_comparison_is_about(store_dir, monkeypatch):
     assert NOTE not in hexed.stderr  # hex shows every byte: nothing replaced
 
 
+def test_the_kcat_lines_hold_what_the_comparison_is_about(store_dir, monkeypatch):
+    """-J's lines show both timestamp types, replaced bytes (and the note), nulls and flat headers."""
+    kcat = _consume(store_dir, ["-J"], True, monkeypatch)
+    assert NOTE in kcat.stderr
+    docs = [json.loads(line) for line in kcat.stdout.splitlines()]
+    assert {doc["tstype"] for doc in docs} == {"create", "logappend"}
+    assert any(doc["key"] is None for doc in docs) and any(doc["payload"] is None for doc in docs)
+    assert ["h", None, "\u00fc"] in [doc["headers"][:3] for doc in docs]
+    assert all(list(doc)[:3] == ["topic", "partition", "offset"] and doc["broker"] == 0 for doc in docs)
+
+
 def test_an_empty_topic_prints_what_each_output_prints_for_no_rows(tmp_path, monkeypatch):
     path = str(tmp_path / "store")
     from storage import Store
@@ -245,7 +268,7 @@ _name = st.text(max_size=5) | st.binary(max_size=5)  # header names that are not
     records=st.lists(st.tuples(_data, _data, st.lists(st.tuples(_name, _data), max_size=3)), min_size=1, max_size=6),
     codec=st.sampled_from(list(Compression)),
     log_append_time=st.booleans(),
-    output=st.sampled_from(ROW_OUTPUTS),
+    output=st.sampled_from([*ROW_OUTPUTS, "-J"]),
     value_format=st.sampled_from(list(ValueFormat)),
     partition=st.integers(0, 2**31 - 1),
     base_offset=st.integers(0, 2**40),
@@ -265,10 +288,11 @@ def test_random_batches_make_the_same_rows(
         )
     )
     end = base_offset + len(records)
-    reference = consume_cli._Rows(value_format, output, iso_timestamps=iso)
+    reference, native = (_row_writer(output, value_format, iso) for _ in range(2))
     ref_out = _written(reference, batch.consumer_records(ConsumerRecord, TOPIC, partition, base_offset, end))
-    native = consume_cli._Rows(value_format, output, iso_timestamps=iso)
-    native.native = row_formatter(output.value, TOPIC, value_format.value, iso_timestamps=iso)
+    native.native = row_formatter(
+        "kcat_json" if output == "-J" else output.value, TOPIC, value_format.value, iso_timestamps=iso
+    )
     native.lines = True
     lines, more = batch_lines(native.native, batch, Line, partition, base_offset, end, len(records))
     assert not more and len(lines) == len(records)
@@ -276,7 +300,14 @@ def test_random_batches_make_the_same_rows(
     assert native.replaced == reference.replaced
 
 
-def _written(writer: consume_cli._Rows, records: list) -> bytes:
+def _row_writer(output, value_format: ValueFormat, iso: bool) -> consume_cli._Rows | consume_cli._KcatJson:
+    """The writer of `--output output` (or of kcat's -J), with its Python rows."""
+    if output == "-J":
+        return consume_cli._KcatJson(value_format, iso_timestamps=iso)
+    return consume_cli._Rows(value_format, output, iso_timestamps=iso)
+
+
+def _written(writer: consume_cli._Rows | consume_cli._KcatJson, records: list) -> bytes:
     """What the writer prints for one poll's records, then its close."""
     out = io.BytesIO()
     with contextlib.redirect_stdout(io.TextIOWrapper(out, encoding="utf-8")) as stdout:

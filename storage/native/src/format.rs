@@ -277,6 +277,11 @@ fn push_base64(out: &mut Vec<u8>, data: &[u8]) {
 /// `--value-format`; utf8 shows bytes that are not UTF-8 with U+FFFD
 /// (`bytes.decode(errors="replace")`), and `write` says when it did, for the CLI's note.
 /// Header values are always UTF-8 text, replaced alike but never noted.
+///
+/// `KcatJson` is kcat's `-J` envelope instead, one object per line (cli/consume.py `_KcatJson`
+/// is its reference): `json.dumps(doc, ensure_ascii=False, separators=(",", ":"))` of topic,
+/// partition, offset, tstype and ts (both left out for a record without a timestamp), broker
+/// (a store's one, 0), the headers as one flat array of names and values, key and payload.
 #[derive(Clone, Debug)]
 pub struct RowFormat {
     pub style: RowStyle,
@@ -297,11 +302,14 @@ pub enum RowStyle {
         quoted: Vec<u8>,
     },
     Table,
+    KcatJson,
 }
 
 /// The parts of one record a row shows.
 pub struct RowFields<'a> {
     pub timestamp: i128,
+    /// The batch's timestamp type is LogAppendTime (kcat's `tstype` names it).
+    pub log_append_time: bool,
     pub partition: i64,
     pub offset: i128,
     pub key: Option<&'a [u8]>,
@@ -319,7 +327,42 @@ impl RowFormat {
             RowStyle::Json => self.write_json(out, f, scratch, JsonLayout::ARRAY_ELEMENT),
             RowStyle::Csv { quoted } => self.write_csv(out, f, scratch, quoted),
             RowStyle::Table => self.write_table(out, f),
+            RowStyle::KcatJson => self.write_kcat_json(out, f, scratch),
         }
+    }
+
+    fn write_kcat_json(&self, out: &mut Vec<u8>, f: &RowFields, scratch: &mut Vec<u8>) -> bool {
+        out.extend_from_slice(b"{\"topic\":");
+        push_json_str(out, self.topic.as_bytes());
+        out.extend_from_slice(b",\"partition\":");
+        push_int(out, f.partition as i128);
+        out.extend_from_slice(b",\"offset\":");
+        push_int(out, f.offset);
+        if f.timestamp >= 0 {
+            out.extend_from_slice(if f.log_append_time {
+                b",\"tstype\":\"logappend\""
+            } else {
+                b",\"tstype\":\"create\""
+            });
+            out.extend_from_slice(b",\"ts\":");
+            push_timestamp(out, f.timestamp, self.iso_timestamps, true);
+        }
+        out.extend_from_slice(b",\"broker\":0,\"headers\":[");
+        let mut text = Vec::new();
+        for (i, (name, value)) in f.headers.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            push_json_str(out, name);
+            out.push(b',');
+            push_json_header_value(out, &mut text, *value);
+        }
+        out.extend_from_slice(b"],\"key\":");
+        let mut replaced = self.json_data(out, f.key, scratch);
+        out.extend_from_slice(b",\"payload\":");
+        replaced |= self.json_data(out, f.value, scratch);
+        out.extend_from_slice(b"}\n");
+        replaced
     }
 
     fn write_json(&self, out: &mut Vec<u8>, f: &RowFields, scratch: &mut Vec<u8>, layout: JsonLayout) -> bool {
@@ -763,6 +806,7 @@ mod tests {
         let headers: [(&[u8], Option<&[u8]>); 2] = [(b"a\"", Some(b"1\xff")), (b"b", None)];
         let fields = RowFields {
             timestamp: -1,
+            log_append_time: false,
             partition: 3,
             offset: 9,
             key: None,
@@ -791,6 +835,40 @@ mod tests {
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "t,3,9,-1,,,\"[[\"\"a\\\"\"\"\", \"\"1\u{fffd}\"\"], [\"\"b\"\", null]]\"\n"
+        );
+    }
+
+    #[test]
+    fn kcat_json_is_kcats_envelope_in_pythons_compact_json() {
+        let headers: [(&[u8], Option<&[u8]>); 2] = [(b"a\"", Some(b"1\xff")), (b"b", None)];
+        let kcat = RowFormat {
+            style: RowStyle::KcatJson,
+            value_format: ValueFormat::Utf8,
+            topic: "t".into(),
+            iso_timestamps: true,
+        };
+        let fields = RowFields {
+            timestamp: 0,
+            log_append_time: true,
+            partition: 3,
+            offset: 9,
+            key: Some(b"k\n"),
+            value: None,
+            headers: &headers,
+        };
+        let (mut out, mut scratch) = (Vec::new(), Vec::new());
+        assert!(!kcat.write(&mut out, &fields, &mut scratch));
+        let expected = "{\"topic\":\"t\",\"partition\":3,\"offset\":9,\"tstype\":\"logappend\",\
+                        \"ts\":\"1970-01-01T00:00:00.000Z\",\"broker\":0,\"headers\":[\"a\\\"\",\"1\u{fffd}\",\"b\",null],\
+                        \"key\":\"k\\n\",\"payload\":null}\n";
+        assert_eq!(String::from_utf8(out).unwrap(), expected);
+        // No timestamp: no tstype and no ts; a value that is not UTF-8 is replaced and said to be.
+        let mut out = Vec::new();
+        let untimed = RowFields { timestamp: -1, headers: &[], value: Some(b"\xff"), ..fields };
+        assert!(kcat.write(&mut out, &untimed, &mut scratch));
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "{\"topic\":\"t\",\"partition\":3,\"offset\":9,\"broker\":0,\"headers\":[],\"key\":\"k\\n\",\"payload\":\"\u{fffd}\"}\n"
         );
     }
 
@@ -838,8 +916,15 @@ mod tests {
     #[test]
     fn a_json_element_is_indented_one_level_in() {
         let headers: [(&[u8], Option<&[u8]>); 2] = [(b"h", None), (b"a", Some(b"b"))];
-        let fields =
-            RowFields { timestamp: 7, partition: 0, offset: 1, key: None, value: Some(b"v"), headers: &headers };
+        let fields = RowFields {
+            timestamp: 7,
+            log_append_time: false,
+            partition: 0,
+            offset: 1,
+            key: None,
+            value: Some(b"v"),
+            headers: &headers,
+        };
         let json = RowFormat {
             style: RowStyle::Json,
             value_format: ValueFormat::Utf8,
@@ -868,8 +953,15 @@ mod tests {
             iso_timestamps: true,
         };
         let headers: [(&[u8], Option<&[u8]>); 2] = [(b"a", Some(b" 1")), (b"b", None)];
-        let fields =
-            RowFields { timestamp: -1, partition: 2, offset: 30, key: None, value: Some(b"\x01"), headers: &headers };
+        let fields = RowFields {
+            timestamp: -1,
+            log_append_time: false,
+            partition: 2,
+            offset: 30,
+            key: None,
+            value: Some(b"\x01"),
+            headers: &headers,
+        };
         let (mut data, mut scratch) = (Vec::new(), Vec::new());
         table.write(&mut data, &fields, &mut scratch);
         let first = data.len();

@@ -301,6 +301,7 @@ impl RowFormatter {
             "json" => RowStyle::Json,
             "csv" => RowStyle::Csv { quoted: csv_quoted },
             "table" => RowStyle::Table,
+            "kcat_json" => RowStyle::KcatJson,
             _ => return Err(PyValueError::new_err(format!("unknown row output {output:?}"))),
         };
         let format = RowFormat { style, value_format, topic, iso_timestamps };
@@ -336,6 +337,7 @@ impl RowFormatter {
                 names.iter().zip(&rec.headers).map(|(name, (_, value))| (name.as_bytes(), *value)).collect();
             let fields = RowFields {
                 timestamp: record_timestamp(base, rec),
+                log_append_time: !base.use_deltas,
                 partition,
                 offset: base.offset_of(rec),
                 key: rec.key,
