@@ -286,7 +286,22 @@ class _KcatFormatter(_Writer):
         if literal:
             self.parts.append(bytes(literal))
 
+    def line_transport(self, store: Store, topic: str) -> Transport | None:
+        """A Transport whose fetches make this format's text natively (storage.console_format
+        row_formatter's "kcat", given the parts parsed here); `write_reference` is the reference."""
+        self.native, transport = _native_rows(self, "kcat", store, topic, kcat_parts=self.parts)
+        return transport
+
     def write(self, records: list[ConsumerRecord]) -> None:
+        if self.lines:  # the poll returned cli.console_lines.Line tuples, formatted already
+            from cli.console_lines import joined
+
+            self.out.write(joined(records))  # type: ignore[arg-type]  # Lines, not ConsumerRecords
+            return
+        self.write_reference(records)
+
+    def write_reference(self, records: list[ConsumerRecord]) -> None:
+        """The same text from ConsumerRecords (where they are needed: e@MS), the native text's reference."""
         fmt = self.value_format
         buf = bytearray()  # the whole batch: one write
         for r in records:
@@ -329,8 +344,16 @@ class _KcatJson(_Writer):
     TSTYPES = ("create", "logappend")
     native: RowFormatter | None = None  # the native lines, once line_transport made them
 
+    def __init__(self, value_format: ValueFormat, *, iso_timestamps: bool = False):
+        super().__init__(value_format, iso_timestamps=iso_timestamps)
+        from txlog.server.broker import NODE_ID  # here: only -J needs it
+
+        # kcat names the broker it read from: the store's only one, as `txlog serve` numbers it
+        # by default, so that kcat through the server and consume on the store print alike.
+        self.broker = NODE_ID
+
     def line_transport(self, store: Store, topic: str) -> Transport | None:
-        self.native, transport = _native_rows(self, "kcat_json", store, topic)
+        self.native, transport = _native_rows(self, "kcat_json", store, topic, broker=self.broker)
         return transport
 
     def write(self, records: list[ConsumerRecord]) -> None:
@@ -347,7 +370,7 @@ class _KcatJson(_Writer):
             if r.timestamp >= 0:
                 doc["tstype"] = self.TSTYPES[r.timestamp_type] if 0 <= r.timestamp_type < 2 else "unknown"
                 doc["ts"] = self.ts(r.timestamp)
-            doc["broker"] = 0  # a store's one broker
+            doc["broker"] = self.broker
             doc["headers"] = [item for name, value in r.headers for item in (name, header_text(value))]
             doc["key"] = self.text(r.key)
             doc["payload"] = self.text(r.value)
@@ -356,13 +379,25 @@ class _KcatJson(_Writer):
 
 
 def _native_rows(
-    writer: _Writer, output: Literal["jsonl", "json", "csv", "table", "kcat_json"], store: Store, topic: str
+    writer: _Writer,
+    output: Literal["jsonl", "json", "csv", "table", "kcat_json", "kcat"],
+    store: Store,
+    topic: str,
+    kcat_parts: list[str | bytes] | None = None,
+    broker: int = 0,
 ) -> tuple[RowFormatter, Transport]:
     """The native formatter of `writer`'s rows and the Transport whose fetches make them (cli/console_lines.py)."""
     from cli.console_lines import LinesTransport
     from storage.console_format import row_formatter
 
-    native = row_formatter(output, topic, writer.value_format.value, iso_timestamps=writer.iso_timestamps)
+    native = row_formatter(
+        output,
+        topic,
+        writer.value_format.value,
+        iso_timestamps=writer.iso_timestamps,
+        kcat_parts=kcat_parts,
+        broker=broker,
+    )
     writer.lines = True
     return native, LinesTransport(store, native)
 

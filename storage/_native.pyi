@@ -166,19 +166,23 @@ class ConsoleFormatter:
 
 @final
 class RowFormatter:
-    """`txlog consume --output jsonl|json|csv|table`'s rows (or -J's kcat lines) straight from batches (storage.console_format)."""
+    """`txlog consume --output jsonl|json|csv|table`'s rows (or kcat's -J lines, or -f text) straight from
+    batches (storage.console_format)."""
 
     def __new__(
         cls,
         *,
-        output: Literal["jsonl", "json", "csv", "table", "kcat_json"],
+        output: Literal["jsonl", "json", "csv", "table", "kcat_json", "kcat"],
         topic: str,
         value_format: Literal["utf8", "base64", "hex"],
         csv_quoted: bytes,
         iso_timestamps: bool = False,
+        kcat_parts: Sequence[str | bytes] = ...,
+        broker: int = 0,
     ) -> Self:
         """csv_quoted: the characters that make Python's csv writer quote a field; iso_timestamps:
-        timestamps as ISO 8601 UTC text."""
+        timestamps as ISO 8601 UTC text; kcat_parts: a kcat -f format, bytes literal text and a str
+        the letter of a field (ValueError for an unknown one); broker: the id kcat_json's lines name."""
 
     @property
     def replaced(self) -> bool:

@@ -11,13 +11,14 @@ names of the timestamp types, indexed by a record's timestamp_type). It writes l
   ConsumerRecord and no object per record, for a reader that only prints them.
 
 `row_formatter(output, topic, value_format, iso_timestamps=...)` makes `txlog consume --output
-jsonl|json|csv|table`'s rows (and `-J`'s kcat lines) the same way (`RowFormatter`, with `batch_lines` as above); its
-`replaced` says whether some key or value was not UTF-8 and was shown with U+FFFD. A json row is
-an element of the array, led by `,` (the writer makes the first one's `[`); a table row is its
-cells, each a little-endian u32 length and UTF-8 text, which `table_widths_of` measures and
-`table_lines` lays out as tabulate's "simple" table once every row is known (cli/output.py
-`RenderedTable`; where a cell is not printable ASCII, only tabulate can, from `table_cells`).
-Both formatters print `--timestamp-format iso` themselves (cli/consume.py `iso_timestamp`).
+jsonl|json|csv|table`'s rows (and kcat's `-J` lines and `-f` text) the same way (`RowFormatter`,
+with `batch_lines` as above); its `replaced` says whether some key or value was not UTF-8 and was
+shown with U+FFFD. A json row is an element of the array, led by `,` (the writer makes the first
+one's `[`); a table row is its cells, each a little-endian u32 length and UTF-8 text, which
+`table_widths_of` measures and `table_lines` lays out as tabulate's "simple" table once every row
+is known (cli/output.py `RenderedTable`; where a cell is not printable ASCII, only tabulate can,
+from `table_cells`). Both formatters print `--timestamp-format iso` themselves (cli/consume.py
+`iso_timestamp`).
 
 `dump_record_lines(batch, ...)` is `txlog inspect --print-data-log`'s (kafka-dump-log's) record
 lines of a data batch, straight from its bytes, where keys and values are UTF-8; cli/dump_log.py
@@ -53,17 +54,27 @@ _T = TypeVar("_T", bound=tuple[object, ...])
 
 
 def row_formatter(
-    output: Literal["jsonl", "json", "csv", "table", "kcat_json"],
+    output: Literal["jsonl", "json", "csv", "table", "kcat_json", "kcat"],
     topic: str,
     value_format: Literal["utf8", "base64", "hex"],
     *,
     iso_timestamps: bool = False,
+    kcat_parts: list[str | bytes] | None = None,
+    broker: int = 0,
 ) -> RowFormatter:
     """The native rows of `topic`'s records for `--output jsonl|json|csv|table` (cli/consume.py's `_Rows`' rows),
-    or kcat's -J lines (`kcat_json`: cli/consume.py's `_KcatJson`)."""
+    kcat's -J lines (`kcat_json`: cli/consume.py's `_KcatJson`) or the text of a kcat -f format (`kcat`, its
+    parts as cli/consume.py's `_KcatFormatter` parsed them: bytes literal text, a str a field's letter);
+    `broker` is the id -J's lines name."""
     quoted = _csv_quoted() if output == "csv" else b""
     return RowFormatter(
-        output=output, topic=topic, value_format=value_format, csv_quoted=quoted, iso_timestamps=iso_timestamps
+        output=output,
+        topic=topic,
+        value_format=value_format,
+        csv_quoted=quoted,
+        iso_timestamps=iso_timestamps,
+        kcat_parts=kcat_parts or [],
+        broker=broker,
     )
 
 

@@ -19,7 +19,7 @@ One partition holds one segment of ~100 MB: `--records` records of a 10-byte key
   checkout (for example the code before a change) in the same sitting;
 * with `--rows`, also `txlog consume -t T --output jsonl`, `csv`, `json` and `table`, and
   `--timestamp-format iso` with jsonl and with Kafka's text formatter printing timestamps
-  (`--property print.timestamp=true`), and kcat's `-J` lines, for every tree (no target:
+  (`--property print.timestamp=true`), and kcat's `-J` lines and a `-f` format, for every tree (no target:
   their before/after).
 
 The first (cold) repetition writes every output to a file instead of /dev/null, and the
@@ -64,6 +64,7 @@ ROW_VARIANTS = {
     "jsonl-iso": ["--output", "jsonl", "--timestamp-format", "iso"],
     "text-iso": ["--property", "print.timestamp=true", "--timestamp-format", "iso"],
     "kcat-json": ["-J"],
+    "kcat-f": ["-f", "%t %p %o %k %s %h %T\\n"],
 }
 
 # The C floor: kafka-formats.md §1 batch framing and §2 record framing, values out, bounds-checked.

@@ -41,6 +41,8 @@ from txlog.consumer_record import ConsumerRecord
 store_dir = _text_tests_store  # the log the text lines are compared over (a module fixture), read here as rows
 
 ROW_OUTPUTS = (OutputFormat.jsonl, OutputFormat.csv, OutputFormat.json, OutputFormat.table)
+# kcat -f formats: every field between literal text, escapes and %%; one with no line separator at all.
+KCAT_FORMATS = ("%t|%p|%o|%T|%k|%K|%s|%S|%R|%h|%%\\t\\x41\\n", "%s", "Key %k\\r\\n%h:%S\\n\\\\")
 NOTE = b"not UTF-8 and were shown with U+FFFD"
 ISO = ["--timestamp-format", "iso"]
 # Timestamps at the edges of what ISO text shows: none (-1), the epoch, the last millisecond of
@@ -105,7 +107,7 @@ def _consume(path: str, args: list[str], native: bool, monkeypatch: pytest.Monke
     """consume's run with the native rows (`native`) or with the Python rows over ConsumerRecords."""
     used = []
     with monkeypatch.context() as patch:
-        for writer in (consume_cli._Rows, consume_cli._KcatJson):
+        for writer in (consume_cli._Rows, consume_cli._KcatJson, consume_cli._KcatFormatter):
             if native:
                 patch.setattr(writer, "line_transport", _noted(writer.line_transport, used))
             else:
@@ -135,8 +137,14 @@ def _cases() -> list[list[str]]:
             ValueFormat, ("read_committed", "read_uncommitted"), ([], ISO)
         )
     ]
+    cases += [  # kcat's -f text
+        ["-f", fmt, "--value-format", value_format.value, "--isolation-level", isolation]
+        for fmt, value_format, isolation in itertools.product(
+            KCAT_FORMATS, ValueFormat, ("read_committed", "read_uncommitted")
+        )
+    ]
     # Fetches cut inside a batch (-c), starting inside one (-o N), one partition, the tail (-o -N).
-    for output in [*(["--output", output.value] for output in ROW_OUTPUTS), ["-J"]]:
+    for output in [*(["--output", output.value] for output in ROW_OUTPUTS), ["-J"], ["-f", KCAT_FORMATS[0]]]:
         cases += [
             [*output, *cut] for cut in (["-c", "5"], ["-o", "3", "-c", "9"], ["-p", "1"], ["-o", "-4"], ["-o", "end"])
         ]
@@ -241,7 +249,17 @@ def test_the_kcat_lines_hold_what_the_comparison_is_about(store_dir, monkeypatch
     assert {doc["tstype"] for doc in docs} == {"create", "logappend"}
     assert any(doc["key"] is None for doc in docs) and any(doc["payload"] is None for doc in docs)
     assert ["h", None, "\u00fc"] in [doc["headers"][:3] for doc in docs]
-    assert all(list(doc)[:3] == ["topic", "partition", "offset"] and doc["broker"] == 0 for doc in docs)
+    assert all(list(doc)[:3] == ["topic", "partition", "offset"] and doc["broker"] == 1 for doc in docs)
+
+
+def test_the_kcat_text_holds_what_the_comparison_is_about(store_dir, monkeypatch):
+    """-f's text shows null keys and lengths, raw header values and bytes that are not UTF-8 as they are."""
+    kcat = _consume(store_dir, ["-f", KCAT_FORMATS[0]], True, monkeypatch)
+    assert NOTE not in kcat.stderr  # -f prints bytes as they are: nothing replaced
+    records = len(_consume(store_dir, ["-J"], True, monkeypatch).stdout.splitlines())
+    assert kcat.stdout.endswith(b"|%\tA\n") and kcat.stdout.count(b"|%\tA\n") == records > 10
+    assert b"||-1|" in kcat.stdout  # %k and %K of a null key
+    assert b"|h=NULL," in kcat.stdout and b"\xff" in kcat.stdout
 
 
 def test_an_empty_topic_prints_what_each_output_prints_for_no_rows(tmp_path, monkeypatch):
@@ -268,7 +286,7 @@ _name = st.text(max_size=5) | st.binary(max_size=5)  # header names that are not
     records=st.lists(st.tuples(_data, _data, st.lists(st.tuples(_name, _data), max_size=3)), min_size=1, max_size=6),
     codec=st.sampled_from(list(Compression)),
     log_append_time=st.booleans(),
-    output=st.sampled_from([*ROW_OUTPUTS, "-J"]),
+    output=st.sampled_from([*ROW_OUTPUTS, "-J", *KCAT_FORMATS]),
     value_format=st.sampled_from(list(ValueFormat)),
     partition=st.integers(0, 2**31 - 1),
     base_offset=st.integers(0, 2**40),
@@ -290,9 +308,12 @@ def test_random_batches_make_the_same_rows(
     end = base_offset + len(records)
     reference, native = (_row_writer(output, value_format, iso) for _ in range(2))
     ref_out = _written(reference, batch.consumer_records(ConsumerRecord, TOPIC, partition, base_offset, end))
-    native.native = row_formatter(
-        "kcat_json" if output == "-J" else output.value, TOPIC, value_format.value, iso_timestamps=iso
-    )
+    if isinstance(native, consume_cli._KcatFormatter):
+        native.native = row_formatter("kcat", TOPIC, value_format.value, kcat_parts=native.parts)
+    elif isinstance(native, consume_cli._KcatJson):
+        native.native = row_formatter("kcat_json", TOPIC, value_format.value, iso_timestamps=iso, broker=native.broker)
+    else:
+        native.native = row_formatter(output.value, TOPIC, value_format.value, iso_timestamps=iso)
     native.lines = True
     lines, more = batch_lines(native.native, batch, Line, partition, base_offset, end, len(records))
     assert not more and len(lines) == len(records)
@@ -300,14 +321,19 @@ def test_random_batches_make_the_same_rows(
     assert native.replaced == reference.replaced
 
 
-def _row_writer(output, value_format: ValueFormat, iso: bool) -> consume_cli._Rows | consume_cli._KcatJson:
-    """The writer of `--output output` (or of kcat's -J), with its Python rows."""
+Writer = consume_cli._Rows | consume_cli._KcatJson | consume_cli._KcatFormatter
+
+
+def _row_writer(output, value_format: ValueFormat, iso: bool) -> Writer:
+    """The writer of `--output output`, of kcat's -J or of a kcat -f format, with its Python rows."""
     if output == "-J":
         return consume_cli._KcatJson(value_format, iso_timestamps=iso)
+    if isinstance(output, str):
+        return consume_cli._KcatFormatter(value_format, output)
     return consume_cli._Rows(value_format, output, iso_timestamps=iso)
 
 
-def _written(writer: consume_cli._Rows | consume_cli._KcatJson, records: list) -> bytes:
+def _written(writer: Writer, records: list) -> bytes:
     """What the writer prints for one poll's records, then its close."""
     out = io.BytesIO()
     with contextlib.redirect_stdout(io.TextIOWrapper(out, encoding="utf-8")) as stdout:
@@ -338,3 +364,11 @@ def test_random_tables_lay_out_as_tabulate(rows, ascii_only):
 def _cell_bytes(cell: str) -> bytes:
     data = cell.encode()
     return len(data).to_bytes(4, "little") + data
+
+
+def test_a_kcat_format_with_an_unknown_field_is_refused():
+    """The CLI refuses it first (`Unsupported formatter`); the native formatter does not trust that."""
+    with pytest.raises(ValueError, match="unknown kcat field"):
+        row_formatter("kcat", TOPIC, "utf8", kcat_parts=[b"text", "x"])
+    proc = txlog("consume", "-t", TOPIC, "-f", "%x", data_dir="/nonexistent-store", text=True)
+    assert proc.returncode != 0 and proc.stderr.startswith("Error: Unsupported formatter: %x")

@@ -281,7 +281,10 @@ fn push_base64(out: &mut Vec<u8>, data: &[u8]) {
 /// `KcatJson` is kcat's `-J` envelope instead, one object per line (cli/consume.py `_KcatJson`
 /// is its reference): `json.dumps(doc, ensure_ascii=False, separators=(",", ":"))` of topic,
 /// partition, offset, tstype and ts (both left out for a record without a timestamp), broker
-/// (a store's one, 0), the headers as one flat array of names and values, key and payload.
+/// (the id `txlog serve` gives the store's only broker), the headers as one flat array of names
+/// and values, key and payload.
+/// `Kcat` is kcat's `-f` format (cli/consume.py `_KcatFormatter`, which parses it, is its
+/// reference): its literal text and fields in order, no line separator of its own.
 #[derive(Clone, Debug)]
 pub struct RowFormat {
     pub style: RowStyle,
@@ -302,8 +305,24 @@ pub enum RowStyle {
         quoted: Vec<u8>,
     },
     Table,
-    KcatJson,
+    KcatJson {
+        broker: i64,
+    },
+    Kcat {
+        parts: Vec<KcatPart>,
+    },
 }
+
+/// One piece of a kcat `-f` format: text written as is, or a field by its letter (`%t %p %o %k
+/// %K %s %S %R %h %T`; `KCAT_FIELDS`).
+#[derive(Clone, Debug)]
+pub enum KcatPart {
+    Literal(Vec<u8>),
+    Field(u8),
+}
+
+/// The letters of the fields kcat's `-f` knows (`%%` is literal text by the time it gets here).
+pub const KCAT_FIELDS: &[u8] = b"tpokKsSRhT";
 
 /// The parts of one record a row shows.
 pub struct RowFields<'a> {
@@ -327,11 +346,47 @@ impl RowFormat {
             RowStyle::Json => self.write_json(out, f, scratch, JsonLayout::ARRAY_ELEMENT),
             RowStyle::Csv { quoted } => self.write_csv(out, f, scratch, quoted),
             RowStyle::Table => self.write_table(out, f),
-            RowStyle::KcatJson => self.write_kcat_json(out, f, scratch),
+            RowStyle::KcatJson { broker } => self.write_kcat_json(out, f, scratch, *broker),
+            RowStyle::Kcat { parts } => {
+                self.write_kcat(out, f, parts);
+                false
+            }
         }
     }
 
-    fn write_kcat_json(&self, out: &mut Vec<u8>, f: &RowFields, scratch: &mut Vec<u8>) -> bool {
+    /// kcat's `-f` fields: keys and values through `--value-format` (as is by default), their
+    /// lengths -1 when null, `%R` the value's length as a big-endian i32, `%T` always epoch ms,
+    /// `%h` the headers as `name=value` joined by `,` (the values' bytes as they are, `NULL`).
+    fn write_kcat(&self, out: &mut Vec<u8>, f: &RowFields, parts: &[KcatPart]) {
+        let length = |data: Option<&[u8]>| data.map_or(-1, |d| d.len() as i64);
+        for part in parts {
+            match part {
+                KcatPart::Literal(text) => out.extend_from_slice(text),
+                KcatPart::Field(b't') => out.extend_from_slice(self.topic.as_bytes()),
+                KcatPart::Field(b'p') => push_int(out, f.partition as i128),
+                KcatPart::Field(b'o') => push_int(out, f.offset),
+                KcatPart::Field(b'T') => push_int(out, f.timestamp),
+                KcatPart::Field(b'k') => encode_value(out, f.key.unwrap_or_default(), self.value_format),
+                KcatPart::Field(b's') => encode_value(out, f.value.unwrap_or_default(), self.value_format),
+                KcatPart::Field(b'K') => push_int(out, length(f.key) as i128),
+                KcatPart::Field(b'S') => push_int(out, length(f.value) as i128),
+                KcatPart::Field(b'R') => out.extend_from_slice(&(length(f.value) as i32).to_be_bytes()),
+                KcatPart::Field(b'h') => {
+                    for (i, (name, value)) in f.headers.iter().enumerate() {
+                        if i > 0 {
+                            out.push(b',');
+                        }
+                        out.extend_from_slice(name);
+                        out.push(b'=');
+                        out.extend_from_slice(value.unwrap_or(b"NULL"));
+                    }
+                }
+                KcatPart::Field(_) => {} // refused when the format was made (`KCAT_FIELDS`)
+            }
+        }
+    }
+
+    fn write_kcat_json(&self, out: &mut Vec<u8>, f: &RowFields, scratch: &mut Vec<u8>, broker: i64) -> bool {
         out.extend_from_slice(b"{\"topic\":");
         push_json_str(out, self.topic.as_bytes());
         out.extend_from_slice(b",\"partition\":");
@@ -347,7 +402,9 @@ impl RowFormat {
             out.extend_from_slice(b",\"ts\":");
             push_timestamp(out, f.timestamp, self.iso_timestamps, true);
         }
-        out.extend_from_slice(b",\"broker\":0,\"headers\":[");
+        out.extend_from_slice(b",\"broker\":");
+        push_int(out, broker as i128);
+        out.extend_from_slice(b",\"headers\":[");
         let mut text = Vec::new();
         for (i, (name, value)) in f.headers.iter().enumerate() {
             if i > 0 {
@@ -842,7 +899,7 @@ mod tests {
     fn kcat_json_is_kcats_envelope_in_pythons_compact_json() {
         let headers: [(&[u8], Option<&[u8]>); 2] = [(b"a\"", Some(b"1\xff")), (b"b", None)];
         let kcat = RowFormat {
-            style: RowStyle::KcatJson,
+            style: RowStyle::KcatJson { broker: 1 },
             value_format: ValueFormat::Utf8,
             topic: "t".into(),
             iso_timestamps: true,
@@ -859,7 +916,7 @@ mod tests {
         let (mut out, mut scratch) = (Vec::new(), Vec::new());
         assert!(!kcat.write(&mut out, &fields, &mut scratch));
         let expected = "{\"topic\":\"t\",\"partition\":3,\"offset\":9,\"tstype\":\"logappend\",\
-                        \"ts\":\"1970-01-01T00:00:00.000Z\",\"broker\":0,\"headers\":[\"a\\\"\",\"1\u{fffd}\",\"b\",null],\
+                        \"ts\":\"1970-01-01T00:00:00.000Z\",\"broker\":1,\"headers\":[\"a\\\"\",\"1\u{fffd}\",\"b\",null],\
                         \"key\":\"k\\n\",\"payload\":null}\n";
         assert_eq!(String::from_utf8(out).unwrap(), expected);
         // No timestamp: no tstype and no ts; a value that is not UTF-8 is replaced and said to be.
@@ -868,8 +925,35 @@ mod tests {
         assert!(kcat.write(&mut out, &untimed, &mut scratch));
         assert_eq!(
             String::from_utf8(out).unwrap(),
-            "{\"topic\":\"t\",\"partition\":3,\"offset\":9,\"broker\":0,\"headers\":[],\"key\":\"k\\n\",\"payload\":\"\u{fffd}\"}\n"
+            "{\"topic\":\"t\",\"partition\":3,\"offset\":9,\"broker\":1,\"headers\":[],\"key\":\"k\\n\",\"payload\":\"\u{fffd}\"}\n"
         );
+    }
+
+    #[test]
+    fn kcat_format_writes_its_fields_between_its_text() {
+        let headers: [(&[u8], Option<&[u8]>); 2] = [(b"a", Some(b"1\xff")), (b"b", None)];
+        let parts = b"tpoTkKsSRh"
+            .iter()
+            .flat_map(|&letter| [KcatPart::Field(letter), KcatPart::Literal(b"|".to_vec())])
+            .collect();
+        let kcat = RowFormat {
+            style: RowStyle::Kcat { parts },
+            value_format: ValueFormat::Hex,
+            topic: "t".into(),
+            iso_timestamps: true,
+        };
+        let fields = RowFields {
+            timestamp: 5,
+            log_append_time: false,
+            partition: 3,
+            offset: 9,
+            key: None,
+            value: Some(b"\x01\xff"),
+            headers: &headers,
+        };
+        let (mut out, mut scratch) = (Vec::new(), Vec::new());
+        assert!(!kcat.write(&mut out, &fields, &mut scratch));
+        assert_eq!(out, b"t|3|9|5||-1|01ff|2|\x00\x00\x00\x02|a=1\xff,b=NULL|");
     }
 
     #[test]

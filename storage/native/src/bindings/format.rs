@@ -21,8 +21,8 @@ use super::header::BatchHeader;
 use crate::codec;
 use crate::codec::{RecordBase, RecordView, TIMESTAMP_TYPE_MASK};
 use crate::format::{
-    table_rows, table_widths, ConsoleFormat, DumpFields, DumpFormat, Fields, RowFields, RowFormat, RowStyle,
-    ValueFormat,
+    table_rows, table_widths, ConsoleFormat, DumpFields, DumpFormat, Fields, KcatPart, RowFields, RowFormat, RowStyle,
+    ValueFormat, KCAT_FIELDS,
 };
 
 // ConsumerRecord's field positions (txlog/consumer_record.py).
@@ -286,13 +286,16 @@ pub struct RowFormatter {
 #[pymethods]
 impl RowFormatter {
     #[new]
-    #[pyo3(signature = (*, output, topic, value_format, csv_quoted, iso_timestamps=false))]
+    #[pyo3(signature = (*, output, topic, value_format, csv_quoted, iso_timestamps=false, kcat_parts=Vec::new(), broker=0))]
+    #[allow(clippy::too_many_arguments)] // keyword-only: each output takes the ones it needs
     fn new(
         output: &str,
         topic: String,
         value_format: &str,
         csv_quoted: Vec<u8>,
         iso_timestamps: bool,
+        kcat_parts: Vec<Bound<'_, PyAny>>,
+        broker: i64,
     ) -> PyResult<Self> {
         let value_format = ValueFormat::parse(value_format)
             .ok_or_else(|| PyValueError::new_err(format!("unknown value format {value_format:?}")))?;
@@ -301,7 +304,8 @@ impl RowFormatter {
             "json" => RowStyle::Json,
             "csv" => RowStyle::Csv { quoted: csv_quoted },
             "table" => RowStyle::Table,
-            "kcat_json" => RowStyle::KcatJson,
+            "kcat_json" => RowStyle::KcatJson { broker },
+            "kcat" => RowStyle::Kcat { parts: kcat_parts.iter().map(kcat_part).collect::<PyResult<_>>()? },
             _ => return Err(PyValueError::new_err(format!("unknown row output {output:?}"))),
         };
         let format = RowFormat { style, value_format, topic, iso_timestamps };
@@ -350,6 +354,19 @@ impl RowFormatter {
             self.replaced.store(true, Ordering::Relaxed);
         }
         Ok(lines)
+    }
+}
+
+/// One part of a kcat `-f` format as cli/consume.py `_KcatFormatter` parsed it: bytes are
+/// literal text, a str the letter of a field.
+fn kcat_part(part: &Bound<'_, PyAny>) -> PyResult<KcatPart> {
+    if let Ok(text) = part.cast::<PyBytes>() {
+        return Ok(KcatPart::Literal(text.as_bytes().to_vec()));
+    }
+    let letter = part.extract::<String>()?;
+    match letter.as_bytes() {
+        [field] if KCAT_FIELDS.contains(field) => Ok(KcatPart::Field(*field)),
+        _ => Err(PyValueError::new_err(format!("unknown kcat field {letter:?}"))),
     }
 }
 
