@@ -169,6 +169,9 @@ def _scan_end(seg: LogSegment, position: int, end: int, budget: int) -> int:
 
 
 _P = ParamSpec("_P")
+# A marker appended now (`PartitionLog._plan_marker`): its staged producer state, its bytes, its segment, its
+# abort's `.txnindex` entry.
+_MarkerPlan = tuple[ProducerAppend, bytes, LogSegment, AbortedTxn | None]
 _R = TypeVar("_R")
 
 
@@ -335,6 +338,9 @@ class PartitionLog:
         # and whether its fsync ended: the marker then finds it in place and durable (`_index_abort`).
         self._staged_abort: tuple[LogSegment, AbortedTxn] | None = None
         self._staged_abort_durable = False
+        # The plan of the marker that staged entry was made for, and what it was planned from (the marker's
+        # arguments, the producer states, the offset): its marker reuses it rather than planning it again.
+        self._staged_plan: tuple[tuple[object, ...], _MarkerPlan] | None = None
         # A log start DeleteRecords moved inside a segment (LOG_START_CHECKPOINT), and which
         # version of that file this view read: the log start is the larger of it and the first
         # segment's base offset (`_log_start`).
@@ -1125,7 +1131,8 @@ class PartitionLog:
         """`append_marker`'s work, writer lock held and caught up: the marker's offset, or -1 when it repeats
         the producer's last one (nothing written). `template`: these very marker's bytes at another offset
         (`marker_template`), stamped here instead of encoded again."""
-        planned = self._plan_marker(control_type, producer_id, producer_epoch, coordinator_epoch, ts, template)
+        marker_key = (control_type, producer_id, producer_epoch, coordinator_epoch, ts)
+        planned = self._plan_staged_for(marker_key) or self._plan_marker(*marker_key, template)
         if planned is None:
             self._drop_staged_abort()
             return -1
@@ -1150,7 +1157,7 @@ class PartitionLog:
         coordinator_epoch: int,
         ts: int,
         template: bytes | None = None,
-    ) -> tuple[ProducerAppend, bytes, LogSegment, AbortedTxn | None] | None:
+    ) -> _MarkerPlan | None:
         """What a marker appended now would be (lock held, caught up): its staged producer state, its bytes,
         the segment it goes to (rolled first if it must be) and the abort's `.txnindex` entry, or None
         when it repeats the marker that ended the producer's last transaction (nothing to write)."""
@@ -1182,6 +1189,7 @@ class PartitionLog:
             self._stage_abort_entry(segment, entry)
             self._flush_staged_abort()
         self._staged_abort, self._staged_abort_durable = None, False  # the marker follows: nothing left to drop
+        self._staged_plan = None
 
     def _stage_abort_entry(self, segment: LogSegment, entry: AbortedTxn) -> None:
         """Append the entry without fsync (lock held); an entry a dead writer left at its offset goes first."""
@@ -1208,11 +1216,30 @@ class PartitionLog:
         as for `_marker_locked`."""
         self._drop_staged_abort()
         self._check_writable()
-        planned = self._plan_marker(ControlType.ABORT, producer_id, producer_epoch, coordinator_epoch, ts, template)
+        marker_key = (ControlType.ABORT, producer_id, producer_epoch, coordinator_epoch, ts)
+        planned = self._plan_marker(*marker_key, template)
         if planned is None or planned[3] is None:
             return None
         self._stage_abort_entry(planned[2], planned[3])
+        self._staged_plan = (self._plan_origin(marker_key), planned)
         return planned[2]
+
+    def _plan_origin(self, marker_key: tuple[object, ...]) -> tuple[object, ...]:
+        """What a marker's plan depends on (lock held): its arguments, the producer states and the offset it
+        takes. Producer states change only by a write (which moves the offset) or a reload (a new manager)."""
+        active = self._segments[-1]
+        return (marker_key, self._state, active, active.next_offset)
+
+    def _plan_staged_for(self, marker_key: tuple[object, ...]) -> _MarkerPlan | None:
+        """The plan `_stage_abort` made for this very marker, when nothing was written or reloaded since: an
+        abort's marker is then planned once, for its entry and for itself (issue 26)."""
+        staged = self._staged_plan
+        if staged is None or self._staged_abort is None:
+            return None
+        (key, state, active, offset), now = staged[0], self._plan_origin(marker_key)
+        if key != now[0] or state is not now[1] or active is not now[2] or offset != now[3]:
+            return None
+        return staged[1]
 
     def _staged_abort_synced(self, error: BaseException | None) -> None:
         """The staged entry's fsync ended (lock held): durable, so its marker may follow; or failed, so it goes."""
@@ -1224,6 +1251,7 @@ class PartitionLog:
     def _drop_staged_abort(self) -> None:
         """Take out an entry staged for a marker that was not written after it (lock held)."""
         staged, self._staged_abort, self._staged_abort_durable = self._staged_abort, None, False
+        self._staged_plan = None
         if staged is not None:
             segment, entry = staged
             segment.txn_index.truncate_to(entry.last_offset)

@@ -168,6 +168,8 @@ class TransactionIndex(EntryFileIndex[AbortedTxn]):
         """Drop the first entry with last_offset ≥ `offset` and all after it (the log is cut there)."""
         view = self._file.view()
         keep = bisect_left(view.entries, offset, hi=view.valid, key=_LAST)
+        if keep == len(view.entries) and view.length == keep * self.ENTRY_SIZE:
+            return  # every entry is below `offset` and no torn tail follows: nothing to cut (and no second look)
         self._file.truncate_entries(keep)
 
     def reset(self) -> None:

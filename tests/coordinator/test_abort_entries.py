@@ -24,6 +24,8 @@ import pytest
 
 from storage import Store, durable
 from storage.high_watermark import HighWatermarkFile
+from storage.partition_log import PartitionLog
+from storage.records import build_batch
 from storage.topic_name import TRANSACTION_STATE_TOPIC
 from tests.coordinator.direct_txn import DirectTxn
 from txlog.fetch import IsolationLevel, fetch
@@ -277,3 +279,49 @@ def test_entries_whose_markers_were_not_written_are_taken_out(opened, calls, sto
         assert not _last_is_abort_marker(store, p) and _aborts(store, p) == []
     store.close()
     _assert_rolled_forward_whole(store_path)
+
+
+class _WritesBeforeEachMarker(Transport):
+    """A wrapper that appends a plain record to the partition before passing its marker on: a write between the
+    entry the hold staged for the marker (and the marker planned with it) and the marker itself."""
+
+    def write_txn_markers(self, topic, partition, *args, **kwargs):
+        self.store.partition(topic, partition).append(build_batch([(None, b"between", None, None)]), sync=False)
+        return super().write_txn_markers(topic, partition, *args, **kwargs)
+
+
+def test_a_write_between_an_entry_and_its_marker_plans_the_marker_again(store_path):
+    """An abort's marker reuses the plan its staged entry was made for only while nothing was written since:
+    after a write in between, the marker takes the new log end and its entry is made again for that offset
+    (the stale one taken out), so every partition ends on its ABORT marker at its entry's offset."""
+    store = Store.open(store_path)
+    try:
+        store.create_topic(TOPIC, PARTITIONS)
+        txn = _txn(_WritesBeforeEachMarker(store))
+        txn.send_to(range(PARTITIONS), b"aborted")
+        txn.abort()
+        for p in range(PARTITIONS):
+            log = store.partition(TOPIC, p)
+            assert _last_is_abort_marker(store, p) and _aborts(store, p) == [log.log_end_offset - 1], p
+            assert _visible(store, p) == [b"between"] and log.open_transactions() == {}, p
+        assert [f for f in check_store(store, TOPIC).findings if f.severity is Severity.ERROR] == []
+    finally:
+        store.close()
+
+
+def test_a_wide_abort_plans_each_marker_once(opened, monkeypatch):
+    """The entry staged ahead of each marker and the marker itself come from one plan (issue 26: the
+    abort's CPU per partition down to the commit's)."""
+    store, transport, txn = opened
+    planned: list[str] = []
+    real = PartitionLog._plan_marker
+
+    def plan_marker(self, *args, **kwargs):
+        planned.append(self.directory)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(PartitionLog, "_plan_marker", plan_marker)
+    txn.abort()
+    assert sorted(planned) == sorted(store.partition(TOPIC, p).directory for p in range(PARTITIONS))
+    for p in range(PARTITIONS):
+        assert _last_is_abort_marker(store, p) and _aborts(store, p) == [store.partition(TOPIC, p).log_end_offset - 1]

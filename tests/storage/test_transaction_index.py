@@ -169,6 +169,15 @@ def test_partial_trailing_entry_is_ignored_and_cut_by_the_next_append(path):
     assert idx.entries() == TXNS[:2]
 
 
+def test_truncate_past_every_entry_still_cuts_a_partial_trailing_entry(path):
+    """Nothing to drop, but a torn tail (a writer's crash) is cut: what follows is appended at an entry boundary."""
+    write_raw(path, raw(0, *TXNS[0]) + raw(0, *TXNS[1])[:20])
+    idx = TransactionIndex(path, 0)
+    idx.truncate_to(TXNS[1].last_offset)
+    assert os.path.getsize(path) == 34
+    assert idx.entries() == TXNS[:1]
+
+
 @pytest.mark.parametrize(
     "bad",
     [
