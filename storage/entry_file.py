@@ -103,6 +103,9 @@ class EntryFile:
         # Says whether the file can have been created since a look found it absent (`vouch_absence_by`).
         self._absence_key: Callable[[], object | None] | None = None
         self._absent_under: object | None = None  # the key under which the last open found no file
+        # Says whether nobody else can have changed the file since this object last looked (`trust_while`).
+        self._hold_token: Callable[[], object | None] | None = None
+        self._fresh_under: object | None = None  # the token under which the cache was last made the file's
         self._closed = False
         self._forget()
         if writable and create:
@@ -132,6 +135,19 @@ class EntryFile:
     @property
     def exists(self) -> bool:
         return os.path.exists(self.path)
+
+    def length(self) -> int | None:
+        """The file's length in bytes, or None when there is no file: through the open descriptor when there
+        is one (a refresh, which a hold may vouch for: `trust_while`), else one stat of the path. An open
+        file is the path's: files of a partition's segments are replaced by rename only when the directory
+        changes, and removed only with their segment."""
+        self._check_open()
+        if self._file is None:
+            try:
+                return os.stat(self.path).st_size
+            except FileNotFoundError:
+                return None
+        return self.view().length
 
     def peek(self) -> tuple[int, Raw | None]:
         """(file length, last whole entry) read with one fstat and one pread, cache untouched.
@@ -225,6 +241,8 @@ class EntryFile:
             self._open(create=True)
         before = self._length
         cache_current = self._key is not None and self._key[0] == before
+        token = self._token()
+        fresh = token is not None and token is self._fresh_under  # the cache is the file, under this hold
         with self._opened_file as fd:
             try:
                 write_all(fd, data)
@@ -246,8 +264,10 @@ class EntryFile:
             if intact:
                 self._extend_valid()
             self._key = (st.st_size, st.st_mtime_ns) if st.st_size == self._length else None
+            self._fresh_under = token if fresh and self._key is not None else None
         else:
             self._key = None
+            self._fresh_under = None
 
     def truncate_entries(self, count: int) -> None:
         """Keep the first `count` entries and nothing else (garbage and torn tails go too)."""
@@ -282,6 +302,7 @@ class EntryFile:
     # ---- internals -----------------------------------------------------------
 
     def _forget(self) -> None:
+        self._fresh_under = None
         self._key = None
         self._raw = []
         self._valid = 0
@@ -328,6 +349,21 @@ class EntryFile:
         self._absence_key = key
         self._absent_under = None
 
+    def trust_while(self, token: Callable[[], object | None]) -> None:
+        """Let `token` say when the cache is still the file: no fstat is made then.
+
+        `token()` is an object that stays the same for as long as nobody but this object can change the
+        file (the partition's writer lock held by the thread asking, `PartitionLog.exclusive`), and None
+        otherwise. A cache made (read or written) under a token is the file while `token()` returns that
+        very object: the writer's catch-up looks once, and its own appends keep the cache current. An
+        abort's entry was otherwise preceded by three fstats of a file the same hold had just read (issue 26).
+        """
+        self._hold_token = token
+        self._fresh_under = None
+
+    def _token(self) -> object | None:
+        return None if self._hold_token is None else self._hold_token()
+
     def _open_existing(self) -> bool:
         """Open the file if it exists (False if not); not tried while the absence key vouches it is still absent."""
         vouch = self._absence_key
@@ -342,6 +378,10 @@ class EntryFile:
 
     def _refresh(self) -> None:
         self._check_open()
+        token = self._token()
+        if token is not None and token is self._fresh_under and self._key is not None:
+            return  # looked (or written) under this very hold: nobody else can have changed the file since
+        self._fresh_under = None
         if self._file is None and not self._open_existing():
             self._forget()
             return
@@ -352,11 +392,13 @@ class EntryFile:
             raise KafkaStorageError(f"cannot stat {self.path}: {exc.strerror}") from exc
         key = (st.st_size, st.st_mtime_ns)
         if key == self._key:
+            self._fresh_under = token
             return
         if st.st_size < self._length or not self._tail_unchanged():
             self._forget()
         complete = self._parse_from(len(self._raw), st.st_size)
         self._key = key if complete else None
+        self._fresh_under = token if complete else None
 
     def _tail_unchanged(self) -> bool:
         if not self._raw:

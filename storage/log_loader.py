@@ -222,6 +222,7 @@ class LogLoader:
         # The view's directory key while it vouches that no file was created since it was taken (else
         # None): segments' `.txnindex` lookups skip opening a file found absent under it (EntryFile).
         self.absence_key: Callable[[], object | None] | None = None
+        self.hold_token: Callable[[], object | None] | None = None  # for `EntryFile.trust_while`
         # Whether another process holds the partition's lock (a cleaner mid-swap): see _settled_listing.
         self._swap_in_flight = swap_in_flight
         # What `_swap_end` read of the `.log.swap` it read last (one swap at a time: the older ones are gone).
@@ -363,6 +364,8 @@ class LogLoader:
         seg.load_time_stats()
         if self.absence_key is not None:
             seg.txn_index.vouch_absence_by(self.absence_key)
+        if self.hold_token is not None:
+            seg.txn_index.trust_while(self.hold_token)
         return seg
 
     def segment_listing(self) -> SegmentListing:
@@ -704,11 +707,11 @@ class LogLoader:
         is unchanged (PartitionLog._catch_up).
         """
         active = self.segments[-1]
-        try:
-            if os.stat(active.txn_index.path).st_size == 0:
-                return False
-        except FileNotFoundError:
+        length = active.txn_index.length()  # the writer's one look at it in this lock hold
+        if length is None:
             return True  # the usual case: no abort has landed in this segment
+        if length == 0:
+            return False
         last = active.txn_index.last_entry()
         if last is None or last.last_offset < active.next_offset:
             return False

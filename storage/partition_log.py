@@ -290,6 +290,7 @@ class PartitionLog:
             swap_in_flight=self._locked_elsewhere,
         )
         self._loader.absence_key = self._absence_key
+        self._loader.hold_token = self._hold_token
         # The partition directory's (mtime, inode) when this view last compared its segments with
         # the files, and whether that look came too soon after the mtime to vouch for it
         # (`_directory_unchanged`): the view lists the directory only when the key moved.
@@ -305,6 +306,9 @@ class PartitionLog:
         # (`_catch_up`): while the key stays so, neither file can have been created since, and a writer's
         # catch-up skips both stats (the per-append cost, issue 26).
         self._tail_quiet_key: tuple[int, int] | None = None
+        # The same for the next segment alone: the directory key under which the writer's last walk found no
+        # segment after the active one (a partition whose active segment has a `.txnindex` is never quiet).
+        self._no_next_key: tuple[int, int] | None = None
         # Whether a snapshot off the segment bases may exist (a close's or recovery's at the log end):
         # only then does a roll list the snapshots to remove them (`_clean_snapshots`). Every roll
         # cleans them, so only this view's open, a change it did not make (another process's
@@ -338,6 +342,10 @@ class PartitionLog:
         # and whether its fsync ended: the marker then finds it in place and durable (`_index_abort`).
         self._staged_abort: tuple[LogSegment, AbortedTxn] | None = None
         self._staged_abort_durable = False
+        # While a thread holds the writer lock inside `exclusive`: (that thread, an object of that hold alone).
+        # Nobody else can change the partition's files then, so what its indexes read under it stays the file
+        # (`EntryFile.trust_while`).
+        self._hold: tuple[int, object] | None = None
         # The plan of the marker that staged entry was made for, and what it was planned from (the marker's
         # arguments, the producer states, the offset): its marker reuses it rather than planning it again.
         self._staged_plan: tuple[tuple[object, ...], _MarkerPlan] | None = None
@@ -587,27 +595,30 @@ class PartitionLog:
 
     def _catch_up_view(self, *, repair: bool) -> None:
         """`_catch_up`'s walk of the directory and of the tail."""
-        quiet = False
+        quiet = last = False
         if repair:
             quiet_key, self._tail_quiet_key = self._tail_quiet_key, None
+            no_next_key, self._no_next_key = self._no_next_key, None
             if self._sync_with_directory(repair=True):
                 return  # another process's cleaner replaced segments: the view was loaded afresh
             # Creating a file moves the directory's mtime: a trusted key equal to the one under which
             # the last walk found neither the next segment nor a `.txnindex` says neither exists now.
             quiet = quiet_key is not None and self._dir_trusted and self._dir_key == quiet_key
+            last = no_next_key is not None and self._dir_trusted and self._dir_key == no_next_key
         try:
-            self._catch_up_on_tail(repair=repair, quiet=quiet)
+            self._catch_up_on_tail(repair=repair, quiet=quiet, last=last)
         except FileReplacedError:
             # The view's last segment was rolled and cleaned since it looked (a reader far
             # behind): its file name holds the cleaned segment now. Start from the files.
             self._loader.load(repair=repair)
             self._dir_key = None
 
-    def _catch_up_on_tail(self, *, repair: bool, quiet: bool = False) -> None:
+    def _catch_up_on_tail(self, *, repair: bool, quiet: bool = False, last: bool = False) -> None:
         """`_catch_up`'s walk: replay what grew in the view's last segment, open the segments rolled after it.
 
         `quiet`: the directory vouches that no segment follows the active one and that the active
-        segment has no `.txnindex` (`_catch_up`), so neither is looked for.
+        segment has no `.txnindex` (`_catch_up`), so neither is looked for. `last`: it vouches for the
+        first alone (`_no_next_key`), so the next segment is not looked for.
         """
         while True:
             active = self._segments[-1]
@@ -621,10 +632,12 @@ class PartitionLog:
             if size > active.size:
                 self._loader.replay(len(self._segments) - 1, active.size, repair=repair)
             if quiet:
-                self._tail_quiet_key = self._dir_key
+                self._tail_quiet_key = self._no_next_key = self._dir_key
                 return
             following = log_file(self.directory, active.next_offset)
-            if active.next_offset == active.base_offset or not os.path.exists(following):
+            if active.next_offset == active.base_offset or last or not os.path.exists(following):
+                if repair and self._vouching_key():
+                    self._no_next_key = self._dir_key
                 if repair and self._loader.drop_stale_txn_entries() and self._vouching_key():
                     self._tail_quiet_key = self._dir_key
                 return
@@ -704,7 +717,7 @@ class PartitionLog:
         once per roll) before its look, so the key it keeps is one it can trust.
         """
         self._dir_key = None
-        self._tail_quiet_key = None
+        self._tail_quiet_key = self._no_next_key = None
         if len(self._segments) >= ADOPT_WAIT_SEGMENTS:
             self._wait_for_tick_after_mtime()
         self._directory_unchanged()
@@ -1266,14 +1279,25 @@ class PartitionLog:
         """
         self._check_writable()
         with self._mutex, self._writer_lock:
-            self._catch_up(repair=True)
-            outer, self._held_caught_up = self._held_caught_up, True
-            wrote, self._wrote_while_held = self._wrote_while_held, False
+            hold = self._hold
+            if hold is None:  # the outermost section: its hold's token lives until it lets the lock go
+                self._hold = (threading.get_ident(), object())
             try:
-                yield self
+                self._catch_up(repair=True)
+                outer, self._held_caught_up = self._held_caught_up, True
+                wrote, self._wrote_while_held = self._wrote_while_held, False
+                try:
+                    yield self
+                finally:
+                    self._held_caught_up = outer
+                    self._wrote_while_held = outer and (wrote or self._wrote_while_held)  # the outer section's
             finally:
-                self._held_caught_up = outer
-                self._wrote_while_held = outer and (wrote or self._wrote_while_held)  # the outer section's, if any
+                self._hold = hold
+
+    def _hold_token(self) -> object | None:
+        """The token of the `exclusive` section the calling thread is in (`EntryFile.trust_while`), or None."""
+        hold = self._hold
+        return hold[1] if hold is not None and hold[0] == threading.get_ident() else None
 
     def _segment_for_write(self, incoming: int, max_timestamp: int, last_offset: int) -> LogSegment:
         """The active segment, rolled first if the append would overflow it (docs/kafka-formats.md §3.2)."""
@@ -1469,6 +1493,7 @@ class PartitionLog:
         self._loader.snapshot()  # the state at the new base: that segment's rebuild starts there
         rolled = LogSegment.create(self.directory, base, index_interval_bytes=self.config.index_interval_bytes)
         rolled.txn_index.vouch_absence_by(self._absence_key)
+        rolled.txn_index.trust_while(self._hold_token)
         self._segments.append(rolled)
         self._txn_check.expect(rolled, 0, base)
         if self._strays_possible:

@@ -109,11 +109,19 @@ class TransactionIndex(EntryFileIndex[AbortedTxn]):
         """Lookups skip opening a file found absent while `key` vouches nothing was created since (EntryFile's)."""
         self._file.vouch_absence_by(key)
 
+    def trust_while(self, token: Callable[[], object | None]) -> None:
+        """No fstat while `token` says the cache is still the file (EntryFile's)."""
+        self._file.trust_while(token)
+
     def _convert(self, raw: Raw) -> AbortedTxn:
         return _txn(raw)
 
     def _convert_stored(self, raw: Raw) -> StoredAbortedTxn:
         return StoredAbortedTxn(*raw)
+
+    def length(self) -> int | None:
+        """The file's length in bytes, None when absent (EntryFile's)."""
+        return self._file.length()
 
     def last_entry(self) -> AbortedTxn | None:
         view = self._file.view()

@@ -7,7 +7,9 @@ next segment and the `.txnindex` are looked for only when the partition director
 a look that found neither (creating either moves the directory's mtime), and never on a key
 taken too soon after the mtime to vouch for it (the racy-mtime rule). These tests show the look
 is skipped on an unchanged directory, and that each change it detects is still seen when another
-process makes it: they fail if the skip ignored the directory.
+process makes it: they fail if the skip ignored the directory. A partition with a `.txnindex` in its
+active segment skips the next segment's look alone, and checks its `.txnindex` through the open
+descriptor once per writer hold; another process's dead entry is still seen by the next hold.
 """
 
 from __future__ import annotations
@@ -189,6 +191,86 @@ def test_a_dead_writer_txnindex_entry_is_dropped_by_the_next_append(store_path, 
             stored = fresh.segments[-1].txn_index.stored_entries()  # what the file holds
             assert [AbortedTxn(*entry[1:]) for entry in stored] == expected
             assert fresh.aborted_transactions(0, fresh.log_end_offset) == expected
+        finally:
+            fresh.close()
+        assert log.aborted_transactions(0, log.log_end_offset) == expected
+    finally:
+        store.close()
+
+
+def writer_with_an_abort_in_its_segment(store: Store, store_path: str) -> PartitionLog:
+    """`writer_with_quiet_directory`, then an abort of its own (the active segment has a `.txnindex`: the
+    tail is never quiet), then writes under holds on a directory whose key vouches again."""
+    log = writer_with_quiet_directory(store)
+    with log.exclusive():
+        log.append(batch(b"aborted", pid=OWN_PID, txn=True))
+        log.append_marker(ControlType.ABORT, OWN_PID, 0)
+    past = time.time_ns() - 5_000_000_000
+    os.utime(store.partition_dir(TOPIC, 0), ns=(past, past))
+    for value in (b"d", b"e"):
+        with log.exclusive():
+            log.append(batch(value))
+    return log
+
+
+def test_a_held_writer_with_an_abort_in_its_segment_looks_for_no_file_by_path(store_path, monkeypatch):
+    """With a `.txnindex` in the active segment the writer's catch-up still checks it for a dead writer's
+    entry, but through its open descriptor (one look per hold, `EntryFile.trust_while`), and the next
+    segment is not looked for while the directory vouches that the last walk found none (`_no_next_key`)."""
+    store = Store.open(store_path)
+    try:
+        log = writer_with_an_abort_in_its_segment(store, store_path)
+        for i in range(3):
+            with tail_looks(monkeypatch) as seen, log.exclusive():
+                log.append(batch(b"x%d" % i))
+            assert seen == []
+        assert log.aborted_transactions(0, log.log_end_offset) == [AbortedTxn(OWN_PID, 3, 4, 5)]
+    finally:
+        store.close()
+
+
+def test_another_process_roll_is_seen_by_a_held_writer_with_an_abort_in_its_segment(store_path):
+    store = Store.open(store_path)
+    try:
+        log = writer_with_an_abort_in_its_segment(store, store_path)
+        in_other_process(store_path, f"log.append({batch(b'other')!r})\nlog.roll()\nlog.append({batch(b'rolled')!r})")
+        with log.exclusive():
+            result = log.append(batch(b"mine"))
+        assert result.base_offset == 9
+        bases, values = fresh_bases_and_values(store)
+        assert [s.base_offset for s in log.segments] == bases == [0, 8]
+        assert values[-3:] == [(7, b"other"), (8, b"rolled"), (9, b"mine")]
+    finally:
+        store.close()
+
+
+def test_a_dead_writer_txnindex_entry_is_dropped_by_the_next_hold(store_path):
+    """The writer's `.txnindex` read under one hold is looked at again under the next: another process's
+    entry, left when it died before its ABORT marker, only grew the file (the directory did not change)."""
+    store = Store.open(store_path)
+    try:
+        log = writer_with_an_abort_in_its_segment(store, store_path)
+        directory = store.partition_dir(TOPIC, 0)
+        start = log.log_end_offset
+        in_other_process(
+            store_path,
+            f"""
+            first = log.append({batch(b"txn", pid=PID, txn=True)!r}).base_offset
+            active = log.segments[-1]
+            active.txn_index.append(AbortedTxn({PID}, first, log.log_end_offset, first))
+            active.txn_index.flush()
+            os._exit(0)
+            """,
+        )
+        past = time.time_ns() - 5_000_000_000
+        os.utime(directory, ns=(past, past))  # only the entry is new (the other process's open may write a snapshot)
+        with log.exclusive():
+            result = log.append(batch(b"mine"))
+        assert result.base_offset == start + 1
+        expected = [AbortedTxn(OWN_PID, 3, 4, 5)]
+        fresh = PartitionLog(store.partition_dir(TOPIC, 0), TOPIC, 0, TopicConfig(), read_only=True)
+        try:
+            assert [AbortedTxn(*entry[1:]) for entry in fresh.segments[-1].txn_index.stored_entries()] == expected
         finally:
             fresh.close()
         assert log.aborted_transactions(0, log.log_end_offset) == expected
