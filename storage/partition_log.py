@@ -634,8 +634,8 @@ class PartitionLog:
             if quiet:
                 self._tail_quiet_key = self._no_next_key = self._dir_key
                 return
-            following = log_file(self.directory, active.next_offset)
-            if active.next_offset == active.base_offset or last or not os.path.exists(following):
+            following = None if last else log_file(self.directory, active.next_offset)
+            if active.next_offset == active.base_offset or following is None or not os.path.exists(following):
                 if repair and self._vouching_key():
                     self._no_next_key = self._dir_key
                 if repair and self._loader.drop_stale_txn_entries() and self._vouching_key():
