@@ -37,32 +37,34 @@ class FileLock:
         self._thread_lock = threading.RLock()
         self._depth = 0
 
-    def acquire(self) -> None:
+    def acquire(self) -> FileLock:
+        """Take the lock (waiting for it); also `with lock:`, without a wrapper's frame: every write takes
+        it, a durable one-record send once per commit (issue 26)."""
         self._thread_lock.acquire()
-        try:
-            if self._depth == 0:
-                self._lock_file()
+        if self._depth:
             self._depth += 1
+            return self
+        try:
+            if self._file is None:
+                self._file = CachedFile(self.path, os.O_RDWR | os.O_CREAT)
+            fd = self._file.pin()  # pinned while held: eviction never closes a held lock's descriptor
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except BaseException:
+                self._file.unpin()
+                raise
         except OSError as exc:
             self._thread_lock.release()
             raise KafkaStorageError(f"cannot lock {self.path}: {exc.strerror}") from exc
         except BaseException:
             self._thread_lock.release()
             raise
-
-    def _lock_file(self) -> None:
-        """Pin the lock file's descriptor (opening the file on first use) and flock it."""
-        if self._file is None:
-            self._file = CachedFile(self.path, os.O_RDWR | os.O_CREAT)
-        fd = self._file.pin()
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        except BaseException:
-            self._file.unpin()
-            raise
         self._fd = fd
+        self._depth = 1
+        return self
 
-    def release(self) -> None:
+    def release(self, *_exc: object) -> None:
+        """Give the lock back (the last release of a re-entrant hold unlocks the file); also `with`'s exit."""
         self._depth -= 1
         if self._depth == 0 and self._fd is not None and self._file is not None:
             try:
@@ -84,12 +86,8 @@ class FileLock:
                 self._fd = None
                 self._depth = 0
 
-    def __enter__(self) -> FileLock:
-        self.acquire()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
+    __enter__ = acquire
+    __exit__ = release
 
 
 @contextmanager
