@@ -108,6 +108,26 @@ def _stage_batch(plan: ProducerAppend, batch: RecordBatch, base: int, last: int,
         )
 
 
+def _record_written(state: ProducerStateManager, batch: RecordBatch, base: int, last: int, max_ts: int) -> None:
+    """A lone batch, checked and now written at base..last, taken into its producer's entry in place.
+
+    What a replay of the batch from the log derives (`ProducerStateManager.replay_data`, which
+    recovery and catching up use): after the write nothing can fail before the state takes it, so
+    the quiet append (`PartitionLog._quiet_append`) stages no copy of the entry to commit (issue 26).
+    """
+    if batch.has_producer_id:
+        state.replay_data(
+            batch.producer_id,
+            batch.producer_epoch,
+            batch.base_sequence,
+            batch.last_sequence,
+            base,
+            last,
+            max_ts,
+            batch.is_transactional,
+        )
+
+
 def _os_calls_own() -> bool:
     """Whether the `os` functions the quiet append makes natively are still the interpreter's own.
 
@@ -983,11 +1003,13 @@ class PartitionLog:
         the view's length says nobody appended or cut. The append must need no roll or producer
         expiry, the active segment's indexes must be checked, and the batch must be no retry and
         not refused (the Python path judges those on the caught-up view). The checks against
-        producer state run on the view before the looks, which then prove the view was the files.
-        The bookkeeping after the write is the Python path's own (`LogSegment.wrote`, which writes an
-        index entry falling due, `_synced`, `_maybe_snapshot_active`): an index entry is written
-        after the fdatasync rather than before it, which no reader or recovery can tell (index
-        files are never synced with the log: a crash may lose the entry either way).
+        producer state run on the view before the looks, which then prove the view was the files;
+        the producer's entry takes the batch once it is durable, as a replay of it would
+        (`_record_written`). The rest of the bookkeeping after the write is the Python path's own
+        (`LogSegment.wrote`, which writes an index entry falling due, `_synced`,
+        `_maybe_snapshot_active`): an index entry is written after the fdatasync rather than before
+        it, which no reader or recovery can tell (index files are never synced with the log: a
+        crash may lose the entry either way).
         """
         key = self._tail_quiet_key
         if key is None or key != self._dir_key or not self._vouching_key() or self._loader.reads_swap:
@@ -1007,7 +1029,6 @@ class PartitionLog:
                 return None  # a retry: answered from the caught-up view
         except KafkaError:
             return None  # refused: judged, and raised, on the caught-up view
-        _stage_batch(plan, batch, base, last, max_ts)
         hw_file = self._hw_file.opened()
         if hw_file is None:
             return None
@@ -1034,7 +1055,7 @@ class PartitionLog:
             self._sync_failed(failure)
             raise failure
         self._synced(active, published=True)
-        plan.commit()
+        _record_written(self._state, batch, base, last, max_ts)
         self._state.end_offset = active.next_offset
         self._maybe_snapshot_active()
         return AppendResult(base, last, False, (BatchAppendResult(base, last, False),))

@@ -338,14 +338,33 @@ class ProducerAppend:
 
     def __init__(self, manager: ProducerStateManager, verify_txn: TxnVerifier | None = None):
         self._manager = manager
+        # Every producer the call looked at, in the order it first did, with the entry `commit` puts
+        # back: the manager's own while the call only read it, the call's copy once it staged a
+        # change (`_copied`). Copy on write: a check alone copies nothing, so a lone batch's check
+        # costs no copy of its producer's window (issue 26).
         self._staged: dict[int, ProducerStateEntry | None] = {}
+        self._copied: set[int] = set()
         self._verify_txn = verify_txn
 
     def _entry(self, producer_id: int) -> ProducerStateEntry | None:
-        if producer_id not in self._staged:
-            current = self._manager.get(producer_id)
-            self._staged[producer_id] = current.copy() if current is not None else None
-        return self._staged[producer_id]
+        """The producer's entry as this call sees it, to read (never to change: see `_writable`)."""
+        staged = self._staged
+        if producer_id in staged:
+            return staged[producer_id]
+        entry = staged[producer_id] = self._manager.get(producer_id)
+        return entry
+
+    def _writable(self, producer_id: int) -> ProducerStateEntry:
+        """The call's own copy of the producer's entry, made on its first change (a new entry if none)."""
+        if producer_id in self._copied:
+            entry = self._staged[producer_id]
+            assert entry is not None, "a copied entry is staged"
+            return entry
+        current = self._entry(producer_id)
+        entry = current.copy() if current is not None else ProducerStateEntry(producer_id)
+        self._staged[producer_id] = entry
+        self._copied.add(producer_id)
+        return entry
 
     def check_data(
         self, producer_id: int, epoch: int, base_seq: int, last_seq: int, is_transactional: bool
@@ -393,9 +412,7 @@ class ProducerAppend:
 
     def stage_data(self, producer_id: int, epoch: int, meta: BatchMetadata, is_transactional: bool) -> None:
         """Record an accepted batch (with its assigned offsets) in the staged entry."""
-        entry = self._entry(producer_id) or ProducerStateEntry(producer_id)
-        entry.add_batch(epoch, meta, is_transactional)
-        self._staged[producer_id] = entry
+        self._writable(producer_id).add_batch(epoch, meta, is_transactional)
 
     def check_marker(self, producer_id: int, epoch: int, coordinator_epoch: int) -> bool:
         """Validate a coordinator's marker; False means it repeats the last one and must not be written.
@@ -421,10 +438,7 @@ class ProducerAppend:
     def stage_marker(
         self, producer_id: int, epoch: int, control_type: int, coordinator_epoch: int, offset: int, timestamp: int
     ) -> CompletedTxn | None:
-        entry = self._entry(producer_id) or ProducerStateEntry(producer_id)
-        completed = _complete(entry, epoch, control_type, coordinator_epoch, offset, timestamp)
-        self._staged[producer_id] = entry
-        return completed
+        return _complete(self._writable(producer_id), epoch, control_type, coordinator_epoch, offset, timestamp)
 
     def commit(self) -> None:
         for entry in self._staged.values():

@@ -225,6 +225,28 @@ def test_a_refused_append_is_never_committed() -> None:
     assert m.get(PID).last_seq == 0
 
 
+def test_a_check_copies_nothing_and_commit_puts_back_every_producer_it_looked_at_in_order() -> None:
+    """Copy on write: until a call stages a change it reads the manager's own entry; a stage
+    changes only the call's copy. Commit then refreshes, in the order the call first looked at
+    them, every producer it looked at (the table is least recently written first: the cap's
+    eviction order and every snapshot's), as when each look took a copy."""
+    m = ProducerStateManager()
+    Partition(m).append(PID, 0, 0)
+    Partition(m).append(OTHER, 0, 0)
+    before = m.get(PID)
+    staged = ProducerAppend(m)
+    assert staged.check_data(OTHER, 0, 1, 1, False) is None
+    staged.stage_data(OTHER, 0, BatchMetadata(1, 1, 2, 2, 5), False)
+    assert staged.check_data(PID, 0, 0, 0, False) is not None  # a retry: looked at, not changed
+    assert m.get(OTHER).last_seq == 0 and m.get(PID) is before  # the stage changed a copy only
+    assert staged.check_data(OTHER, 0, 2, 2, False) is None  # later checks see the staged copy
+    assert staged.check_data(3000, 0, 0, 0, False) is None  # an unknown producer: nothing to put back
+    assert list(m.producers) == [PID, OTHER]
+    staged.commit()
+    assert list(m.producers) == [OTHER, PID] and m.get(OTHER).last_seq == 1
+    assert m.get(PID) is before and before.last_seq == 0
+
+
 # ---- epochs -------------------------------------------------------------------------------------
 
 

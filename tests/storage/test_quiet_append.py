@@ -121,6 +121,38 @@ def test_the_native_and_python_paths_leave_the_same_files_state_and_answers(tmp_
             s.close()
 
 
+def test_several_producers_under_a_cap_leave_the_same_state_in_the_same_order(tmp_path, statuses):
+    """Producers taking turns, with retries, under max.producer.ids: the order of the producer table
+    (least recently written first: who the cap evicts, and the order of every snapshot's entries,
+    compared in the files) must come out of the quiet append's bookkeeping as out of the Python path's."""
+    roots = [str(tmp_path / "native"), str(tmp_path / "python")]
+    stores = [Store.open(r) for r in roots]
+    try:
+        for s in stores:
+            s.create_topic(TOPIC, 1, {**CONFIG, "max.producer.ids": 3})
+        logs = [vouching(stores[0]), python_only(vouching(stores[1]))]
+        seqs = dict.fromkeys(range(4), 0)
+        for step in range(160):
+            pid = (step * 7) % 4 if step % 9 else 3  # four producers, three fit: one is evicted now and then
+            seq = seqs[pid] - 1 if step % 5 == 4 and seqs[pid] else seqs[pid]  # every fifth a retry
+            data = idempotent(b"%d-%d" % (pid, seq) + b"z" * (step % 30), seq, pid=pid, ts=TS + step)
+            answers = [outcome(log, data) for log in logs]
+            assert answers[0] == answers[1], f"step {step}"
+            if not isinstance(answers[0], tuple):
+                seqs[pid] = seq + 1
+            elif "UnknownProducerId" in answers[0][0]:  # evicted: it starts again, as a new producer would
+                seqs[pid] = 0
+            assert list(logs[0].producer_states().items()) == list(logs[1].producer_states().items()), step
+        assert statuses.count(0) > 40, statuses
+        assert len(logs[0].segments) >= 3  # rolls, so snapshots of the table, were on the way
+        for s in stores:
+            s.close()
+        assert files(os.path.join(roots[0], f"{TOPIC}-0")) == files(os.path.join(roots[1], f"{TOPIC}-0"))
+    finally:
+        for s in stores:
+            s.close()
+
+
 def test_an_epoch_bump_and_a_fenced_epoch_answer_alike(tmp_path, statuses):
     roots = [str(tmp_path / "native"), str(tmp_path / "python")]
     stores = [Store.open(r) for r in roots]
