@@ -415,8 +415,9 @@ class RecordBatchBuilder:
 
 @final
 class SendFastPath:
-    """Producer.send's usual record in one native call; every other call goes to `slow`
-    (storage.records.SendFastPath, installed by txlog.clients.producer.Producer)."""
+    """Producer.send's usual record in one native call (into the batch `append_new` opens when none
+    is open or it is full); every other call goes to `slow` (storage.records.SendFastPath,
+    installed by txlog.clients.producer.Producer)."""
 
     def __new__(
         cls,
@@ -427,6 +428,7 @@ class SendFastPath:
         open: dict[Any, Any],
         future: type[tuple[object, ...]],
         slow: Callable[..., object],
+        append_new: Callable[[Any, bytes | None, bytes | None, None, int | None], tuple[object, int]],
         custom_partitioner: bool,
         wall_clock: bool,
     ) -> Self: ...

@@ -55,6 +55,21 @@ def test_the_usual_record_does_not_run_the_python_send(store, partition):
     p.close()
 
 
+def test_a_batch_opened_for_the_next_record_does_not_run_the_python_send(store):
+    """Each record durable before the next (a get() after each takes its batch, so every record
+    opens one), then records that fill their batch (each full batch's successor opens one): only
+    the topic's first record, the one that looks the topic up, goes through Python."""
+    store.create_topic("t", 1)
+    p = txlog.Producer(store, linger_ms=60_000, batch_size=200)
+    with python_sends() as calls:
+        offsets = [p.send("t", b"v%d" % i, b"k").get().offset for i in range(20)]
+        futures = [p.send("t", b"w" * 50, b"k", 0) for _ in range(20)]  # about 3 to a batch
+    p.flush()
+    assert len(calls) == 1
+    assert offsets == list(range(20)) and [f.get().offset for f in futures] == list(range(20, 40))
+    p.close()
+
+
 def _calls() -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
     """Every spelling of send: those the native path takes and those it hands over."""
     calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = []

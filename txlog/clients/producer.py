@@ -244,10 +244,11 @@ class Producer:
         self._topic_meta: dict[str, tuple[int, int]] = {}
         self._tps: dict[tuple[str, int], TopicPartition] = {}  # made once per partition, not per send
         if type(self).send is Producer.send:  # a subclass's own send is left alone
-            # The usual record (bytes, no headers, a known partition with an open batch that
-            # takes it) in one native call, two thirds of the CPU of `send` below; every other
-            # call goes to `send`, the reference (issue 26: the sender thread shares the GIL with
-            # the send loop, so what `send` saves the sender's rounds get).
+            # The usual record (bytes, no headers, a known partition) in one native call, two
+            # thirds of the CPU of `send` below, into its open batch or, when none takes it, the
+            # one `_append_new` opens (send's own next step: a durable one-record send opens one
+            # per record); every other call goes to `send`, the reference (issue 26: the sender
+            # thread shares the GIL with the send loop, so what `send` saves the sender's rounds get).
             self.__dict__["send"] = SendFastPath(
                 status=self._txn,
                 single=self._single,
@@ -255,6 +256,7 @@ class Producer:
                 open=self._open,
                 future=FutureRecordMetadata,
                 slow=MethodType(Producer.send, self),
+                append_new=self._append_new,
                 custom_partitioner=self._partitioner is not None,
                 wall_clock=self._wall_clock,
             ).send
@@ -325,8 +327,9 @@ class Producer:
     def _append_new(
         self, tp: TopicPartition, key: bytes | None, value: bytes | None, headers: list | None, ts: int | None
     ) -> tuple[ProducerBatch, int]:
-        """The slow path of `send`, once per batch: under the accumulator's lock, the open batch
-        again (another thread may have opened it), else a new one, which always takes the record."""
+        """The slow path of `send` (and of the native SendFastPath), once per batch: under the
+        accumulator's lock, the open batch again (another thread may have opened it), else a new
+        one, which always takes the record."""
         with self._lock:
             batch = self._open.get(tp)
             if batch is not None:

@@ -351,11 +351,13 @@ type KnownPartition = (Py<PyAny>, i64, Py<PyAny>);
 /// The producer's `send` for its usual call, in one native call: a record of bytes (or None)
 /// key and value, no headers, no timestamp (the builder reads the clock) or an int one, to a
 /// partition whose TopicPartition the producer already knows, appended to that partition's
-/// open batch. Anything else - another type, headers, a partition not seen before, no open
-/// batch or a full one, a producer that may not send now - is handed, arguments unchanged, to
-/// `slow` (txlog.clients.producer.Producer.send, the reference, which decides every case this
-/// one does the same way). The record goes in under the GIL in this one call, as the Python
-/// path's `try_append` does, so a batch the sender has sealed still refuses it.
+/// open batch; with no open batch, or a full one, to the batch `append_new` opens
+/// (txlog.clients.producer.Producer._append_new, the reference's own next step in that case: a
+/// durable one-record send opens a batch for every record, issue 26). Anything else - another
+/// type, headers, a partition not seen before, a producer that may not send now - is handed,
+/// arguments unchanged, to `slow` (txlog.clients.producer.Producer.send, the reference, which
+/// decides every case this one does the same way). The record goes in under the GIL in this one
+/// call, as the Python path's `try_append` does, so a batch the sender has sealed still refuses it.
 ///
 /// What it reads of the producer, all live objects it shares with the Python path: `status`
 /// (its `sendable` must be True), `single` (topic -> TopicPartition of one-partition topics,
@@ -372,6 +374,7 @@ pub struct SendFastPath {
     future: Py<PyType>,
     future_alloc: pyo3::ffi::allocfunc,
     slow: Py<PyAny>,
+    append_new: Py<PyAny>,
     custom_partitioner: bool,
     wall_clock: bool,
     /// The last partition found in `known` (see `known_tp`).
@@ -412,14 +415,24 @@ impl SendFastPath {
             return Ok(None);
         };
         let Ok(Some(tp)) = tp else { return Ok(None) };
-        let Ok(Some(batch)) = self.open.bind(py).get_item(tp) else { return Ok(None) };
-        let Ok(builder) = batch.getattr(intern!(py, "builder")) else { return Ok(None) };
-        let Ok(builder) = builder.cast::<RecordBatchBuilder>() else { return Ok(None) };
-        let Ok(mut builder) = builder.try_borrow_mut() else { return Ok(None) };
         let timestamp = if timestamp_ms.is_none() { None } else { Some(timestamp_ms) };
-        // An error here is the one the Python path's try_append would raise (nothing appended).
-        let Some(index) = builder.append_record(key, value, None, timestamp)? else { return Ok(None) };
-        drop(builder);
+        let Ok(open) = self.open.bind(py).get_item(&tp) else { return Ok(None) };
+        if let Some(batch) = open {
+            let Ok(builder) = batch.getattr(intern!(py, "builder")) else { return Ok(None) };
+            let Ok(builder) = builder.cast::<RecordBatchBuilder>() else { return Ok(None) };
+            let Ok(mut builder) = builder.try_borrow_mut() else { return Ok(None) };
+            // An error here is the one the Python path's try_append would raise (nothing appended).
+            if let Some(index) = builder.append_record(key, value, None, timestamp)? {
+                drop(builder);
+                return self.future_of(py, batch, index).map(Some);
+            }
+        }
+        // No open batch, or a full one: the reference's own next step, `append_new`, with what it
+        // would pass (its timestamp is None on the wall clock, the int given otherwise, as here).
+        let none = py.None().into_bound(py);
+        let ts = timestamp.cloned().unwrap_or_else(|| none.clone());
+        let opened = self.append_new.bind(py).call1((tp, key, value, none, ts))?;
+        let (batch, index): (Bound<'py, PyAny>, usize) = opened.extract()?;
         self.future_of(py, batch, index).map(Some)
     }
 
@@ -477,7 +490,7 @@ impl SendFastPath {
 #[pymethods]
 impl SendFastPath {
     #[new]
-    #[pyo3(signature = (*, status, single, known, open, future, slow, custom_partitioner, wall_clock))]
+    #[pyo3(signature = (*, status, single, known, open, future, slow, append_new, custom_partitioner, wall_clock))]
     #[allow(clippy::too_many_arguments)] // keywords only: what the producer shares, by name
     fn new(
         status: Py<PyAny>,
@@ -486,6 +499,7 @@ impl SendFastPath {
         open: Py<PyDict>,
         future: &Bound<'_, PyAny>,
         slow: Py<PyAny>,
+        append_new: Py<PyAny>,
         custom_partitioner: bool,
         wall_clock: bool,
     ) -> PyResult<Self> {
@@ -499,6 +513,7 @@ impl SendFastPath {
             future,
             future_alloc,
             slow,
+            append_new,
             custom_partitioner,
             wall_clock,
             last_known: Mutex::new(None),
@@ -535,6 +550,7 @@ impl SendFastPath {
         visit.call(&self.open)?;
         visit.call(&self.future)?;
         visit.call(&self.slow)?;
+        visit.call(&self.append_new)?;
         if let Ok(last) = self.last_known.try_lock() {
             if let Some((topic, _, tp)) = last.as_ref() {
                 visit.call(topic)?;
