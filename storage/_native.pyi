@@ -35,6 +35,7 @@ __all__ = [
     "quiet_append",
     "retain_records",
     "stamp_batch",
+    "start_writeback",
     "table_lines",
     "table_widths_of",
     "walk_records",
@@ -464,3 +465,8 @@ def quiet_append(
     (status, errno): 0 written, 1 a look disagreed and nothing was written, 2 the write failed,
     3 the fdatasync failed (storage/native/src/bindings/append.rs).
     """
+
+def start_writeback(fd: int, offset: int, length: int) -> None:
+    """Start writing `length` bytes of `fd` from `offset` to disk without waiting (a hint:
+    sync_file_range(SYNC_FILE_RANGE_WRITE) on Linux, nothing elsewhere; failures ignored, the
+    caller's fdatasync makes the range durable; storage/native/src/bindings/writeback.rs)."""

@@ -143,7 +143,7 @@ class FileRecords:
         self.close()
 
     @staticmethod
-    def sole_batch(data: bytes, *, verify_crc: bool = True) -> RecordBatch | None:
+    def sole_batch(data: bytes | bytearray, *, verify_crc: bool = True) -> RecordBatch | None:
         """`data` parsed as the one batch it holds, when it holds exactly one well-framed magic-2 batch.
 
         The usual Produce request of a one-record durable send (issue 26): the same framing test and

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import TYPE_CHECKING, Concatenate, ParamSpec, TypeVar
 
-from storage._native import quiet_append
+from storage._native import quiet_append, start_writeback
 from storage.checkpoint import LOG_START_CHECKPOINT, read_log_start_checkpoint, write_log_start_checkpoint
 from storage.config import TopicConfig
 from storage.descriptor_cache import CACHE, CachedFile
@@ -227,13 +227,17 @@ def _consecutive(batches: list[tuple[RecordBatch, int]]) -> bool:
     )
 
 
-def _stamped(raw: bytes, stamps: list[tuple[RecordBatch, int, int]], *, whole: bool) -> bytearray:
+def _stamped(raw: bytes | bytearray, stamps: list[tuple[RecordBatch, int, int]], *, whole: bool) -> bytearray:
     """The bytes an append writes: its batches copied once into one buffer (all of `raw` when
     `whole`: every batch of the request is written) and their offsets, leader epoch and true
     maxTimestamp rewritten in place (storage.records.RecordBatch.stamp_offset_into). A batch
-    copied, sliced and joined again was three copies of every byte of a group commit."""
+    copied, sliced and joined again was three copies of every byte of a group commit.
+
+    A bytearray `raw` is a trusted request handed over whole (`PartitionLog.append`): written
+    as it is, stamped in place, with no copy at all (issue 26: two copies of every byte were a
+    third of produce_many's sender thread with 1 KiB values)."""
     if whole:
-        out = bytearray(raw)
+        out = raw if type(raw) is bytearray else bytearray(raw)
     else:
         view = memoryview(raw)
         out = bytearray().join([view[batch.position : batch.position + batch.size] for batch, _, _ in stamps])
@@ -899,8 +903,10 @@ class PartitionLog:
         been damaged on a wire, and the CRC is most of the check's cost.
         """
         batches = []
-        # A copy of a caller's mutable buffer: the batches must not change under the append.
-        data = bytes(data)
+        # A copy of a caller's mutable buffer: the batches must not change under the append
+        # (a trusted bytearray is handed over: `append` says why it is not copied).
+        if not (trusted and type(data) is bytearray):
+            data = bytes(data)
         sole = FileRecords.sole_batch(data, verify_crc=not trusted)
         walk = (
             (sole,)
@@ -949,10 +955,15 @@ class PartitionLog:
         file (they survive a kill -9, not a power loss) and readers do not see them until a
         later sync (`sync()`, a synced append or marker, a roll, close). `trusted`: the bytes
         were built by this process's own encoder, so their CRC is not recomputed; framing and
-        the checks against producer state run as for any request.
+        the checks against producer state run as for any request. A trusted bytearray is handed
+        over for the call: it is stamped with the offsets in place and written without a copy.
         """
         self._check_writable()
-        raw = data if type(data) is bytes else bytes(data)  # the batches must not change under the append
+        # The batches must not change under the append: a caller's buffer is copied, except a
+        # trusted bytearray, which the caller (the producer's sender, its own encoder's batch
+        # buffer) hands over for the call and touches again only after it returns; it is then
+        # written as it is and stamped in place (`_stamped`), no copy of its bytes at all.
+        raw = data if type(data) is bytes or (trusted and type(data) is bytearray) else bytes(data)
         batches = self._parse_client_batches(raw, trusted)
         with self._mutex, self._writer_lock:
             if sync and verify_txn is None and len(batches) == 1 and _os_calls_own():
@@ -991,7 +1002,53 @@ class PartitionLog:
         duplicate = results[0].duplicate if len(results) == 1 else all(r.duplicate for r in results)
         return AppendResult(results[0].base_offset, results[-1].last_offset, duplicate, tuple(results))
 
-    def _quiet_append(self, raw: bytes, batch: RecordBatch, max_ts: int) -> AppendResult | None:
+    def append_requests(
+        self, requests: Sequence[bytes | bytearray], *, trusted: bool = False
+    ) -> tuple[list[AppendResult], KafkaError | None]:
+        """Several Produce requests of one producer appended in order and made durable by ONE
+        fdatasync: what `append(data)` of each in turn does, without the fdatasyncs of all but the
+        last (issue 26: a producer's 1 MiB batches cost an fdatasync each, most of it a fixed cost).
+
+        Each request is appended as `append(data, sync=False)` appends it (its own checks, a roll
+        before it when one is due: a segment still overshoots by one request at most), all under one
+        hold of the writer lock, kept through the fdatasync and the HW's publication: no reader sees
+        any of it, and no other writer has its tail unsynced, before it is durable (as one append;
+        docs/reliability-scenarios.md scenario 90). Returns the results of the requests written, in
+        order, and the error of the first one refused (nothing of it written, the ones after it not
+        tried), else None. A failed fdatasync raises KafkaStorageError for all of them (rule 9: the
+        partition then refuses writes), so none is acknowledged.
+
+        Each request but the last has its writeback started as soon as it is written
+        (`start_writeback`, a hint): the disk writes it while the next ones are, and the fdatasync
+        then waits for little more than the last.
+        """
+        self._check_writable()
+        results: list[AppendResult] = []
+        refused: KafkaError | None = None
+        with self._mutex, self._writer_lock:
+            for n, data in enumerate(requests):
+                active, start = self._segments[-1], self._segments[-1].size
+                try:
+                    results.append(self.append(data, sync=False, trusted=trusted))
+                except KafkaError as exc:
+                    refused = exc
+                    break
+                if n + 1 < len(requests):
+                    self._start_writeback(active, start)
+            if results:
+                self._sync_locked()  # the lock was held since the appends caught up: no catch-up
+        return results, refused
+
+    def _start_writeback(self, before: LogSegment, start: int) -> None:
+        """Have the disk start on what the last append wrote: from `start` in `before` (the active
+        segment then), or from the start of the segment a roll made since (the roll synced `before`)."""
+        active = self._segments[-1]
+        if active is not before:
+            start = 0
+        with active.log as fd:
+            start_writeback(fd, start, active.size - start)
+
+    def _quiet_append(self, raw: bytes | bytearray, batch: RecordBatch, max_ts: int) -> AppendResult | None:
         """A lone batch's durable append whose looks, write, fdatasync and HW pwrite are one native call
         (the one-record durable send, issue 26); None when the quiet case does not hold, nothing
         written: the caller then appends as always, catching up first. Writer lock held.

@@ -165,6 +165,15 @@ class Transport:
         verify = None if transactional_id is None else self._verifier(transactional_id, topic, partition)
         return self.store.partition(topic, partition).append(data, verify_txn=verify, sync=sync, trusted=trusted)
 
+    def produce_requests(
+        self, topic: str, partition: int, requests: Sequence[bytes | bytearray], *, trusted: bool = False
+    ) -> tuple[list[AppendResult], KafkaError | None]:
+        """Several acks=all requests to one partition, outside a transaction, made durable by one
+        fdatasync (`PartitionLog.append_requests`): the results of those appended, in order, and the
+        error of the first one refused (the ones after it are not tried), else None. A failed sync
+        raises: then none of them is acknowledged."""
+        return self.store.partition(topic, partition).append_requests(requests, trusted=trusted)
+
     def produce_durably(
         self, requests: Sequence[tuple[str, int, bytes | bytearray]], *, trusted: bool = False
     ) -> list[AppendResult | KafkaError]:

@@ -15,22 +15,36 @@ from txlog.transport import Transport
 
 class KeepingTransport(Transport):
     """Keeps every Produce request's buffer and a copy of its bytes, as a request still in
-    flight somewhere would: the pool must never encode into one of them again."""
+    flight somewhere would: the pool must never encode into one of them again. The copy is taken
+    once the append returned: the log stamps the offsets into this process's own (trusted)
+    bytearray in place, rather than copy it (PartitionLog.append)."""
 
     def __init__(self, store):
         super().__init__(store)
         self.kept: list[tuple[bytes | bytearray, bytes]] = []
         self.lock = threading.Lock()
 
-    def produce(self, topic, partition, data, transactional_id=None, **kwargs):
+    def _keep(self, requests):
         with self.lock:
-            self.kept.append((data, bytes(data)))
-        return super().produce(topic, partition, data, transactional_id, **kwargs)
+            self.kept.extend((data, bytes(data)) for data in requests)
+
+    def produce(self, topic, partition, data, transactional_id=None, **kwargs):
+        try:
+            return super().produce(topic, partition, data, transactional_id, **kwargs)
+        finally:
+            self._keep([data])
+
+    def produce_requests(self, topic, partition, requests, **kwargs):
+        try:
+            return super().produce_requests(topic, partition, requests, **kwargs)
+        finally:
+            self._keep(requests)
 
     def produce_durably(self, requests, **kwargs):
-        with self.lock:
-            self.kept.extend((data, bytes(data)) for _, _, data in requests)
-        return super().produce_durably(requests, **kwargs)
+        try:
+            return super().produce_durably(requests, **kwargs)
+        finally:
+            self._keep([data for _, _, data in requests])
 
 
 def _values(store, topic, partition):

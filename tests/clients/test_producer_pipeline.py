@@ -37,12 +37,21 @@ class HeldTransport(Transport):
         self.hold.set()
         self.calls: list[tuple[str, int, int]] = []  # (topic, partition, bytes) per Produce
         self.entered = threading.Event()
+        self.rounds: list[int] = []  # appends per produce_requests call
 
     def produce(self, topic, partition, data, transactional_id=None, **kwargs):
         self.entered.set()
         assert self.hold.wait(30)
         self.calls.append((topic, partition, len(data)))
         return super().produce(topic, partition, data, transactional_id, **kwargs)
+
+    def produce_requests(self, topic, partition, requests, **kwargs):
+        """Several acks=all appends to one partition, one fdatasync: held as one; `rounds` notes each."""
+        self.entered.set()
+        assert self.hold.wait(30)
+        self.calls.extend((topic, partition, len(data)) for data in requests)
+        self.rounds.append(len(requests))
+        return super().produce_requests(topic, partition, requests, **kwargs)
 
     def produce_durably(self, requests, **kwargs):
         """A wide acks=all round: one Produce request over several partitions, held as one."""
@@ -69,7 +78,9 @@ def test_sealed_batches_of_a_partition_go_in_one_append_up_to_max_request_size(s
     syncs = []
     real = os.fdatasync
     monkeypatch.setattr(os, "fdatasync", lambda fd: (syncs.append(fd), real(fd))[1])
-    p, transport = _held_producer(store, batch_size=1024, linger_ms=60_000, max_request_size=4000)
+    p, transport = _held_producer(
+        store, batch_size=1024, linger_ms=60_000, max_request_size=4000, max_in_flight_requests_per_connection=1
+    )
     first = p.send("t", value=b"x" * 900)
     second = p.send("t", value=b"y" * 900)  # seals the first batch: the sender takes it and waits
     assert transport.entered.wait(30)
@@ -83,6 +94,35 @@ def test_sealed_batches_of_a_partition_go_in_one_append_up_to_max_request_size(s
     assert first.get().offset == 0 and second.get().offset == 1
     assert [f.get().offset for f in futures] == list(range(2, 14))
     assert _values(store, "t")[2:4] == [b"0" + b"z" * 900, b"1" + b"z" * 900]
+
+
+def test_a_round_makes_up_to_max_in_flight_appends_to_its_one_partition_with_one_fdatasync(store, monkeypatch):
+    """acks=all outside a transaction: the sender takes up to max_in_flight_requests_per_connection
+    groups of one partition in a round, appends them one after the other (each up to
+    max_request_size) and makes them durable with ONE fdatasync; offsets, values and futures are
+    those of one append per group (the same test with in-flight 1 above)."""
+    store.create_topic("t", 1)
+    store.partition("t", 0)
+    syncs = []
+    real = os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (syncs.append(fd), real(fd))[1])
+    p, transport = _held_producer(
+        store, batch_size=1024, linger_ms=60_000, max_request_size=4000, max_in_flight_requests_per_connection=3
+    )
+    first = p.send("t", value=b"x" * 900)
+    second = p.send("t", value=b"y" * 900)
+    assert transport.entered.wait(30)
+    futures = [p.send("t", value=b"%d" % i + b"z" * 900) for i in range(12)]
+    transport.hold.set()
+    p.flush()
+    # the first batch alone; then 3 appends of 4 batches in one round, one fdatasync; the last alone
+    assert [c[2] // 900 for c in transport.calls] == [1, 4, 4, 4, 1]
+    assert transport.rounds == [3]
+    assert len(syncs) == 3
+    assert first.get().offset == 0 and second.get().offset == 1
+    assert [f.get().offset for f in futures] == list(range(2, 14))
+    assert _values(store, "t") == [b"x" * 900, b"y" * 900] + [b"%d" % i + b"z" * 900 for i in range(12)]
+    assert HighWatermarkFile(store.partition_dir("t", 0), writable=False).read() == 14
 
 
 def test_callbacks_run_in_record_order_on_the_sender_thread(store):

@@ -29,7 +29,12 @@ Modes (first argument):
              With `--wide` it sends one record to every partition, then flush(), over and over:
              each flush is one acks=all round over every partition, one sync round (scenario 86);
              `--kill-sync n` then SIGKILLs it just before the n-th fdatasync or syncfs after READY
-             (`KILL <what>`).
+             (`KILL <what>`). With `--many k` it calls produce_many of k records (small batches and
+             requests: `--batch-size`, `--max-request-size`) to one partition at a time, a plain
+             send() to the same partition every other call, and logs every record of the call once
+             its get() returned; `--requests-log` records how many appends each sender round made
+             to its partition with one fdatasync (`PartitionLog.append_requests`, one digit a
+             round: scenario 90).
     read     a Consumer on a read-only view of the store (isolation `--isolation`) polls every
              partition of `--topic` and appends `<partition> <offset> <value hex>` per record.
     txn      a transactional Producer runs begin / k sends / commit in a loop and prints `C n`
@@ -110,12 +115,15 @@ def run_produce(args: argparse.Namespace) -> None:
         _log_quiet_statuses(args.quiet_log)
     if args.path_log:
         _log_get_paths(args.path_log)
+    if args.requests_log:
+        _log_request_rounds(args.requests_log)
     store = Store.open(args.store)
     partitions = store.partition_count(args.topic)
     for p in range(partitions if args.wide else 0):
         store.partition(args.topic, p)  # opened (its recovery synced) before READY: no such sync is counted
     # idempotent with acks=all; acks=1 cannot be (Kafka's rule). --wide sends each round by its flush()
-    producer = Producer(store, acks=args.acks, **({"linger_ms": 10**9} if args.wide else {}))
+    sizes = {"batch_size": args.batch_size, "max_request_size": args.max_request_size} if args.many else {}
+    producer = Producer(store, acks=args.acks, **({"linger_ms": 10**9} if args.wide else {}), **sizes)
     rng = random.Random(args.seed)
     with open(args.log, "w", buffering=1, encoding="ascii") as out:
 
@@ -140,6 +148,8 @@ def run_produce(args: argparse.Namespace) -> None:
                 producer.send(args.topic, value, partition=i % partitions).add_callback(on_ack(value))
                 i += 1
             producer.flush()
+        if args.many:
+            _produce_many_until_killed(producer, args, partitions, rng, out)
         while args.one_at_a_time:
             value = crash_worker.expected_value(args.writer, i, rng.randint(8, args.max_size))
             future = producer.send(args.topic, value, partition=i % partitions)
@@ -155,6 +165,51 @@ def run_produce(args: argparse.Namespace) -> None:
                 i += 1
             if rng.random() < 0.5:
                 time.sleep(rng.uniform(0, args.pause_ms / 1000))  # vary batch sizes: idle gaps, then bursts
+
+
+def _produce_many_until_killed(producer, args: argparse.Namespace, partitions: int, rng: random.Random, out) -> None:
+    """produce_many of `--many` records to one partition at a time (every record number n sent to
+    partition n % partitions, in increasing order there), every other call after a plain send() to
+    the same partition; each record is logged at its offset once the call's get() returned."""
+    numbers = list(range(partitions))  # each partition's next record number
+    calls = 0
+    while True:
+        p = rng.randrange(partitions)
+        sent: list[bytes] = []
+        if calls % 2:
+            value = crash_worker.expected_value(0, numbers[p], rng.randint(8, args.max_size))
+            numbers[p] += partitions
+            single = producer.send(args.topic, value, partition=p)
+            sent.append(value)
+        values = []
+        for _ in range(args.many):
+            values.append(crash_worker.expected_value(0, numbers[p], rng.randint(8, args.max_size)))
+            numbers[p] += partitions
+        future = producer.produce_many(args.topic, values, partition=p)
+        future.get()
+        if calls % 2:
+            out.write(_record_line(p, single.get().offset, sent[0]))
+        at = iter(values)
+        for partition, base, count, _ in future.batches():
+            for k in range(count):
+                out.write(_record_line(partition, base + k, next(at)))
+        calls += 1
+
+
+def _log_request_rounds(path: str) -> None:
+    """Write how many requests each `PartitionLog.append_requests` call appended (one digit a call, 9
+    for more) to `path` as it returns, so the parent knows rounds of several appends happened."""
+    from storage.partition_log import PartitionLog
+
+    out = open(path, "wb", buffering=0)  # noqa: SIM115 - open until the process dies
+    real = PartitionLog.append_requests
+
+    def logged(log, requests, **kwargs):
+        answer = real(log, requests, **kwargs)
+        out.write(b"%d" % min(len(answer[0]), 9))
+        return answer
+
+    PartitionLog.append_requests = logged  # type: ignore[method-assign]
 
 
 def _log_quiet_statuses(path: str) -> None:
@@ -298,6 +353,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--quiet-log", default="", help="produce: where each native quiet append's status goes")
     ap.add_argument("--callback-every", type=int, default=0, help="produce (one at a time): a callback on every k-th")
     ap.add_argument("--path-log", default="", help="produce: which path each blocking get() took (d or g)")
+    ap.add_argument("--many", type=int, default=0, help="produce: produce_many of this many records a call")
+    ap.add_argument("--batch-size", type=int, default=16384, help="produce (--many): the producer's batch_size")
+    ap.add_argument("--max-request-size", type=int, default=1024 * 1024, help="produce (--many): max_request_size")
+    ap.add_argument("--requests-log", default="", help="produce: appends per append_requests call (digits)")
     ap.add_argument("--isolation", default="read_uncommitted", choices=["read_uncommitted", "read_committed"])
     ap.add_argument("--tid", default=TXN_ID)
     ap.add_argument("--max-records", type=int, default=8, help="txn: most records per transaction")

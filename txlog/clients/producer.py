@@ -131,8 +131,9 @@ class Producer:
     `delivery_timeout_ms` (a batch not acknowledged by then
     fails with KafkaTimeoutError), `buffer_memory` and `max_block_ms` (how long `send` waits
     for room before KafkaTimeoutError), `max_in_flight_requests_per_connection` (checked as
-    Kafka checks it, at most 5 with idempotence; the sender has one append in flight at a
-    time, so it bounds nothing more), `client_id` (names the sender thread,
+    Kafka checks it, at most 5 with idempotence; with acks=all outside a transaction, a sender
+    round with one partition to send appends up to that many groups, one after the other, and
+    makes them durable with one fdatasync), `client_id` (names the sender thread,
     "txlog-producer-sender | <client_id>", as Kafka names its network thread).
 
     ::
@@ -234,6 +235,14 @@ class Producer:
             on_seal=self._sealed,
             run_round=self._run_round,
             batch_size=batch_size,
+            # Kafka's in-flight requests: a round appends up to that many groups to its one partition
+            # before one fdatasync acknowledges them all (durable ones only: the others sync no group;
+            # a fault plan's transport counts Produce requests one by one, so it gets them one by one)
+            requests_per_round=(
+                max_in_flight_requests_per_connection
+                if self.acks == -1 and transactional_id is None and self._transport.serves_concurrently
+                else 1
+            ),
         )
         self._sender: Sender | None = None
         self._open = self._accumulator.open  # read per send: one attribute lookup, not two

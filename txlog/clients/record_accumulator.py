@@ -7,7 +7,11 @@ it now (`flush()`, a future's `get()`); the sender takes every sealed batch of a
 up to `max.request.size` bytes, and appends them in one call (group commit: one write, one
 fdatasync). A retried group is recognised whole by the partition (its last batch is a
 duplicate: storage/partition_log.py `_retried_group`), so a group may hold more batches than
-the 5 a partition remembers per producer.
+the 5 a partition remembers per producer. When a round has one partition to send and the
+producer allows it (`requests_per_round`: acks=all outside a transaction, Kafka's in-flight
+requests), the sender takes up to that many such groups, appended one after the other and made
+durable by one fdatasync (`PartitionLog.append_requests`; issue 26: produce_many's 1 MiB batches
+were one fdatasync each).
 
 `buffer.memory` bounds the bytes held here (each batch counts its `batch.size`, as the Java
 producer's pool does); `send` blocks while it is full, for at most `max.block.ms`. The
@@ -38,7 +42,7 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from storage.records import BatchBuilder, stamp_batch
 from txlog.clients.future_record_metadata import ProduceRequestResult, run_settled_callbacks
@@ -50,8 +54,26 @@ SENDER_IDLE_S = 5.0
 
 WHOLE_OR_BUILT = "a batch without a builder holds the bytes produce_many encoded"
 
-#: What a round is given: per partition, its batches in order (one append each).
+#: What a round is given: per partition, its batches in order (one append each, or several:
+#: `split_requests` cuts them, RecordAccumulator.requests).
 Work = dict[TopicPartition, list["ProducerBatch"]]
+
+
+def split_requests(batches: Iterable[ProducerBatch], limit: int, most: int) -> list[list[ProducerBatch]]:
+    """The first of `batches`, in order, cut into at most `most` requests (appends) of up to `limit`
+    bytes each, a request taking one batch at least: the group-commit rule, in one place."""
+    requests: list[list[ProducerBatch]] = []
+    size = 0
+    for batch in batches:
+        if requests and size + batch.size <= limit:
+            requests[-1].append(batch)
+            size += batch.size
+            continue
+        if len(requests) == most:
+            break
+        requests.append([batch])
+        size = batch.size
+    return requests
 
 
 class BufferPool:
@@ -174,6 +196,7 @@ class RecordAccumulator:
         on_seal: Callable[[TopicPartition], None],
         run_round: Callable[[Work], None] | None = None,
         batch_size: int = 16384,
+        requests_per_round: int = 1,
     ):
         self.lock = threading.Lock()  # `send` takes it alone (cheaper than entering the condition)
         self.cond = threading.Condition(self.lock)  # results: get(), flush(), room in the buffer
@@ -190,6 +213,8 @@ class RecordAccumulator:
         self._sender_waits_round = False  # the sender sleeps until a get()'s round ends
         self._linger = linger_ms / 1000
         self._group_limit = group_limit  # bytes of one append to a partition (the producer's rule)
+        # Appends a round may make to its partition when it has only one (see the module's docstring).
+        self._requests_per_round = requests_per_round
         self._buffer_memory = buffer_memory
         self._max_block = max_block_ms / 1000
         self._on_seal = on_seal  # the sticky partitioner moves on when its batch is sealed
@@ -464,20 +489,21 @@ class RecordAccumulator:
         self._expedite.clear()
 
     def _take(self) -> Work:
-        """Every sealed batch of each partition, in order, up to its group limit in bytes (one at least)."""
+        """Every sealed batch of each partition, in order, up to its group limit in bytes (one at least);
+        up to `requests_per_round` such groups when only one partition has any."""
         work = {}
+        most = self._requests_per_round if sum(1 for queue in self._sealed.values() if queue) == 1 else 1
         for tp, queue in self._sealed.items():
             if queue:
-                group = [queue.popleft()]
-                size = group[0].size
-                limit = self._group_limit(tp)
-                while queue and size + queue[0].size <= limit:
-                    size += queue[0].size
-                    group.append(queue.popleft())
-                work[tp] = group
+                taken = sum(len(r) for r in split_requests(queue, self._group_limit(tp), most))
+                work[tp] = [queue.popleft() for _ in range(taken)]
         for tp in [tp for tp, queue in self._sealed.items() if not queue]:
             del self._sealed[tp]
         return work
+
+    def requests(self, tp: TopicPartition, group: list[ProducerBatch]) -> list[list[ProducerBatch]]:
+        """A round's batches of `tp` (`_take`) as the appends that carry them, in order."""
+        return split_requests(group, self._group_limit(tp), len(group))
 
     def _next_deadline(self) -> float:
         """Seconds until the oldest open batch's linger passes (the caller checked one is open)."""

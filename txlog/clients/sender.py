@@ -2,7 +2,10 @@
 
 Each round takes, per partition, the batches the accumulator says are due (up to
 `max.request.size` bytes) and appends them in ONE `Transport.produce` call: one write and,
-for acks=all outside a transaction, one fdatasync for all of them (group commit). Then it
+for acks=all outside a transaction, one fdatasync for all of them (group commit). Such a round
+with one partition may take up to max.in.flight.requests.per.connection groups: they are
+appended one after the other and made durable by one fdatasync (`Transport.produce_requests`,
+`storage.partition_log.PartitionLog.append_requests`; docs/reliability-scenarios.md scenario 90). Then it
 settles their futures, which runs the callbacks in record order, on this thread. A round of
 acks=all over several partitions makes its appends in one sync round
 (`Transport.produce_durably`, `storage.partition_log.append_all`): their writer locks taken in
@@ -196,8 +199,48 @@ class Sender:
             self._settle(tp, group, outcome.batches)
 
     def _produce(self, tp: TopicPartition, group: list[ProducerBatch]) -> None:
-        if not self._blocked(group):
+        if self._blocked(group):
+            return
+        requests = self._accumulator.requests(tp, group) if len(group) > 1 else [group]
+        if len(requests) == 1:
             self._settle(tp, group, self._attempt(tp, group))
+        else:
+            self._produce_requests(tp, requests)
+
+    def _produce_requests(self, tp: TopicPartition, requests: list[list[ProducerBatch]]) -> None:
+        """A round's several appends to one partition (acks=all outside a transaction, through a
+        transport serving them at once: RecordAccumulator._take took them), made durable by one
+        fdatasync (`Transport.produce_requests`), then settled in order: none before all are durable.
+
+        As Kafka's in-flight requests: those before a refused one are acknowledged, the refused one
+        is settled as a lone append's would be, and those after it are sent again (a sequence error
+        then fails them, as the broker answers requests behind a failed one)."""
+        txn = self._txn
+        built: list[tuple[bytes | bytearray, int]] = []
+        ahead = 0
+        for group in requests:
+            built.append(self._build(tp, group, ahead))
+            ahead += built[-1][1]
+        try:
+            results, refused = self._transport.produce_requests(
+                tp.topic, tp.partition, [data for data, _ in built], trusted=True
+            )
+        except KafkaError as exc:  # the fdatasync failed (or the partition refused before any write)
+            error = txn.batch_failed(exc)
+            for group in requests:
+                for batch in group:
+                    batch.settle(None, error)
+            return
+        for group, (_, records), result in zip(requests, built, results, strict=False):
+            if txn.idempotent:
+                txn.advance_sequence(tp, records)
+            self._settle(tp, group, result.batches)
+        if refused is None:
+            return
+        self._settle(tp, requests[len(results)], refused)
+        rest = [batch for group in requests[len(results) + 1 :] for batch in group]
+        if rest:
+            self._produce(tp, rest)
 
     def _blocked(self, group: list[ProducerBatch]) -> bool:
         """Settle the group now if it may not be sent (True); an acks=0 group is settled at hand-off."""
@@ -239,12 +282,13 @@ class Sender:
             # -1: a retried group's batch older than the partition's window (appended, offset unknown)
             batch.settle(result.base_offset if result.base_offset >= 0 else None, None)
 
-    def _build(self, tp: TopicPartition, group: list[ProducerBatch]) -> tuple[bytes | bytearray, int]:
+    def _build(self, tp: TopicPartition, group: list[ProducerBatch], ahead: int = 0) -> tuple[bytes | bytearray, int]:
         """The group's request bytes, stamped with the producer's ids and the partition's next
-        sequences, and how many records they hold (what the sequence advances by once appended)."""
+        sequences (after `ahead` records of requests going before it in the same call), and how
+        many records they hold (what the sequence advances by once appended)."""
         txn = self._txn
         ids, idempotent = txn.producer_id_and_epoch, txn.idempotent
-        base = txn.sequence(tp) if idempotent else -1
+        base = increment_sequence(txn.sequence(tp), ahead) if idempotent else -1
         parts = []
         records = 0
         for batch in group:
@@ -252,7 +296,9 @@ class Sender:
                 batch.build(ids.producer_id, ids.epoch, increment_sequence(base, records) if idempotent else -1)
             )
             records += batch.records
-        return (parts[0] if len(parts) == 1 else b"".join(parts)), records
+        # A bytearray either way: the log takes this process's own trusted bytearray as it is,
+        # stamped in place and written without a copy (`PartitionLog.append`).
+        return (parts[0] if len(parts) == 1 else bytearray().join(parts)), records
 
     def _append(self, tp: TopicPartition, group: list[ProducerBatch]) -> tuple[BatchAppendResult, ...]:
         """One append of the group, retrying timeouts with the same bytes (the log deduplicates

@@ -37,7 +37,7 @@ use pyo3::prelude::*;
 
 use bindings::{
     append, builder, columns as column_bindings, compression as codecs, decode, encode, errors, format as formatters,
-    hashes, header,
+    hashes, header, writeback,
 };
 
 #[pymodule]
@@ -68,5 +68,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(hashes::crc32c_py, m)?)?;
     m.add_function(wrap_pyfunction!(hashes::murmur2_partitions, m)?)?;
     m.add_function(wrap_pyfunction!(append::quiet_append, m)?)?;
+    m.add_function(wrap_pyfunction!(writeback::start_writeback, m)?)?;
     Ok(())
 }

@@ -7,7 +7,8 @@
 //! switches the cyclic collector off during a decode; encode.rs's `Column` borrows the bytes of
 //! items it holds strong references to and `encode_batches` fills bytearrays it just created;
 //! builder.rs's `Held` views a buffer it holds for one append; append.rs borrows the descriptors
-//! a caller pins for one quiet durable append.
+//! a caller pins for one quiet durable append; writeback.rs declares the one system call the
+//! std library lacks (sync_file_range), a hint on a descriptor number.
 
 pub mod append;
 pub mod builder;
@@ -20,3 +21,4 @@ pub mod ffi;
 pub mod format;
 pub mod hashes;
 pub mod header;
+pub mod writeback;
