@@ -291,6 +291,19 @@ class FaultInjectingTransport(Transport):
                 outcomes.append(exc)
         return outcomes
 
+    def produce_requests(
+        self, topic: str, partition: int, requests: Sequence[bytes | bytearray], *, trusted: bool = False
+    ) -> tuple[list[AppendResult], KafkaError | None]:
+        """One durable `produce` per request, each a request of the plan's, in order, up to the first
+        refused (the sender never gives this wrapper such a round: `serves_concurrently`)."""
+        results: list[AppendResult] = []
+        for data in requests:
+            try:
+                results.append(self.produce(topic, partition, data, trusted=trusted))
+            except KafkaError as exc:
+                return results, exc
+        return results, None
+
     def txn_offset_commit(
         self, group: str, member: MemberRef | None, topic: str, partition: int, data: bytes, transactional_id: str
     ) -> AppendResult:
