@@ -25,10 +25,8 @@ import random
 import time
 from pathlib import Path
 
-from power_loss import random_written_back, simulate_power_loss
-from producer_crash_worker import TOPIC, Worker, read_record_log
-from test_quiet_append_crash import PARTITIONS, SMALL_SEGMENT, _check, _kill, _records_after_recovery, _wait_for_acks
-from txn_crash_worker import check_store
+from producer_crash_worker import TOPIC, Worker
+from test_quiet_append_crash import PARTITIONS, SMALL_SEGMENT, _killed_cut_and_checked, _wait_for_acks
 
 from storage import Store
 
@@ -62,19 +60,10 @@ def _round(root: str, rng: random.Random, segment_bytes: int | None, max_delay: 
     writer.expect("READY")
     _wait_for_acks([acks], [writer], 50)
     time.sleep(rng.uniform(0, max_delay))
-    _kill([reader, writer])
-    acked = read_record_log(acks)
-    seen = read_record_log(seen_path)
-    policy = random_written_back(rng) if rng.random() < 0.5 else None
-    cut = simulate_power_loss(root, policy)
-    log = _records_after_recovery(root)
-    check_store(root)
-    _check(log, acked, seen)
+    outcome = _killed_cut_and_checked(root, rng, [reader, writer], [acks], seen_path)
     made = Path(rounds).read_bytes()
     return {
-        "acked": len(acked),
-        "kept": sum(map(len, log.values())),
-        "bytes_cut": sum(c for _, c in cut.values()),
+        **outcome,
         "rounds": len(made),
         "several": sum(1 for n in made if n > ord("1")),
     }

@@ -81,6 +81,22 @@ def _check(log: dict[int, list[tuple[int, bytes]]], acked: list[tuple[int, int, 
             assert at.get((p, offset)) == value, f"{what} record at {p}/{offset} is not in the log as sent"
 
 
+def _killed_cut_and_checked(
+    root: str, rng: random.Random, workers: list[Worker], acks: list[str], seen_path: str
+) -> dict[str, int]:
+    """SIGKILL every worker, cut the store as a power loss may (tests/crash/power_loss.py), reopen it and
+    check it against what the writers acknowledged (`acks`) and the reader saw: the round's counts."""
+    _kill(workers)
+    acked = [record for path in acks for record in read_record_log(path)]
+    seen = read_record_log(seen_path)
+    policy = random_written_back(rng) if rng.random() < 0.5 else None
+    cut = simulate_power_loss(root, policy)
+    log = _records_after_recovery(root)
+    check_store(root)
+    _check(log, acked, seen)
+    return {"acked": len(acked), "kept": sum(map(len, log.values())), "bytes_cut": sum(c for _, c in cut.values())}
+
+
 def _round(
     root: str,
     rng: random.Random,
@@ -121,20 +137,11 @@ def _round(
         w.expect("READY")
     _wait_for_acks(acks, writers, 5)
     time.sleep(rng.uniform(0, max_delay))
-    _kill([reader, *writers])
-    acked = [record for path in acks for record in read_record_log(path)]
-    seen = read_record_log(seen_path)
-    policy = random_written_back(rng) if rng.random() < 0.5 else None
-    cut = simulate_power_loss(root, policy)
-    log = _records_after_recovery(root)
-    check_store(root)
-    _check(log, acked, seen)
+    outcome = _killed_cut_and_checked(root, rng, [reader, *writers], acks, seen_path)
     statuses = b"".join(Path(path).read_bytes() for path in quiet)
     taken = b"".join(Path(path).read_bytes() for path in paths)
     return {
-        "acked": len(acked),
-        "kept": sum(map(len, log.values())),
-        "bytes_cut": sum(c for _, c in cut.values()),
+        **outcome,
         "native": statuses.count(b"0"),
         "fell_back": statuses.count(b"1"),
         "direct": taken.count(b"d"),
