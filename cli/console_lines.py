@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from storage.config import INT64_MAX
 from storage.console_format import ConsoleFormatter, RowFormatter, batch_lines
 from storage.partition_log import PartitionLog
 from storage.records import RecordBatch
@@ -31,14 +32,26 @@ class Line(NamedTuple):
 
 
 class LinesTransport(Transport):
-    """A Transport whose Fetch returns `Line`s instead of ConsumerRecords; every other request is the base's."""
+    """A Transport whose Fetch returns `Line`s instead of ConsumerRecords; every other request is the base's.
 
-    def __init__(self, store: Store, formatter: ConsoleFormatter | RowFormatter):
+    With `stop_at` (kcat's `-o e@MS`) a partition's lines end before its first record whose
+    timestamp is at or past it: the walk sees that batch as cut there (so the position stops
+    short of it and no later batch of that fetch is read), and `reached` keeps the record's
+    offset per partition until the caller takes it (cli/consume.py pauses the partition there).
+    """
+
+    def __init__(self, store: Store, formatter: ConsoleFormatter | RowFormatter, stop_at: int | None = None):
         super().__init__(store, decode_batch=self._lines)
         self._formatter = formatter
+        # A record's timestamp is a 64-bit number: a stop past the largest one stops at no record.
+        self._stop_at = stop_at if stop_at is None or stop_at <= INT64_MAX else None
+        self.reached: dict[tuple[str, int], int] = {}
 
     def _lines(self, log: PartitionLog, batch: RecordBatch, start: int, end: int, room: int) -> tuple[list[Line], bool]:
-        return batch_lines(self._formatter, batch, Line, log.partition, start, end, room)
+        lines, cut, stopped = batch_lines(self._formatter, batch, Line, log.partition, start, end, room, self._stop_at)
+        if stopped is not None:
+            self.reached[(log.topic, log.partition)] = stopped
+        return lines, cut
 
 
 def joined(lines: list[Line]) -> bytes:

@@ -45,12 +45,12 @@ from cli.record_format import (
 )
 
 if TYPE_CHECKING:  # the CLI imports txlog only when a command runs
+    from cli.console_lines import LinesTransport
     from storage.console_format import ConsoleFormatter, RowFormatter
     from storage.store import Store
     from txlog.clients.consumer import Consumer
     from txlog.consumer_record import ConsumerRecord
     from txlog.topic_partition import TopicPartition
-    from txlog.transport import Transport
 
 FORMATTER_PROPERTIES = {
     "print.timestamp": "false",
@@ -106,8 +106,9 @@ class _Writer:
     iso_timestamps = False  # --timestamp-format iso: timestamps as ISO 8601 UTC text, not epoch ms
     lines = False  # polls return cli.console_lines.Line tuples made by `line_transport`'s fetches
 
-    def line_transport(self, store: Store, topic: str) -> Transport | None:
-        """A Transport for the Consumer that makes what `write` prints of `topic` without ConsumerRecords, or None."""
+    def line_transport(self, store: Store, topic: str, stop_at: int | None = None) -> LinesTransport | None:
+        """A Transport for the Consumer that makes what `write` prints of `topic` without ConsumerRecords
+        (stopping each partition at the timestamp `stop_at`, e@MS: cli/console_lines.py), or None."""
         return None
 
     def __init__(self, value_format: ValueFormat, *, iso_timestamps: bool = False):
@@ -184,13 +185,13 @@ class _KafkaFormatter(_Writer):
             iso_timestamps=self.iso_timestamps,
         )
 
-    def line_transport(self, store: Store, topic: str) -> Transport | None:
+    def line_transport(self, store: Store, topic: str, stop_at: int | None = None) -> LinesTransport | None:
         """A Transport whose fetches make this formatter's lines straight from the batches (see
         cli/console_lines.py)."""
         from cli.console_lines import LinesTransport
 
         self.lines = True
-        return LinesTransport(store, self.native)
+        return LinesTransport(store, self.native, stop_at)
 
     def write(self, records: list[ConsumerRecord]) -> None:
         if self.lines:  # the poll returned cli.console_lines.Line tuples, formatted already
@@ -286,10 +287,10 @@ class _KcatFormatter(_Writer):
         if literal:
             self.parts.append(bytes(literal))
 
-    def line_transport(self, store: Store, topic: str) -> Transport | None:
+    def line_transport(self, store: Store, topic: str, stop_at: int | None = None) -> LinesTransport | None:
         """A Transport whose fetches make this format's text natively (storage.console_format
         row_formatter's "kcat", given the parts parsed here); `write_reference` is the reference."""
-        self.native, transport = _native_rows(self, "kcat", store, topic, kcat_parts=self.parts)
+        self.native, transport = _native_rows(self, "kcat", store, topic, stop_at, kcat_parts=self.parts)
         return transport
 
     def write(self, records: list[ConsumerRecord]) -> None:
@@ -301,7 +302,7 @@ class _KcatFormatter(_Writer):
         self.write_reference(records)
 
     def write_reference(self, records: list[ConsumerRecord]) -> None:
-        """The same text from ConsumerRecords (where they are needed: e@MS), the native text's reference."""
+        """The same text from ConsumerRecords: the native text's reference (tests/cli)."""
         fmt = self.value_format
         buf = bytearray()  # the whole batch: one write
         for r in records:
@@ -338,8 +339,7 @@ class _KcatJson(_Writer):
     headers a flat array of alternating names and values; `tstype`/`ts` left out without a timestamp.
 
     The lines are made natively in the fetch (`line_transport`: storage.console_format.row_formatter's
-    "kcat_json"); the Python lines below are the reference, and print where the Consumer's records
-    are needed (e@MS)."""
+    "kcat_json"); the Python lines below are the reference (tests/cli)."""
 
     TSTYPES = ("create", "logappend")
     native: RowFormatter | None = None  # the native lines, once line_transport made them
@@ -352,8 +352,8 @@ class _KcatJson(_Writer):
         # by default, so that kcat through the server and consume on the store print alike.
         self.broker = NODE_ID
 
-    def line_transport(self, store: Store, topic: str) -> Transport | None:
-        self.native, transport = _native_rows(self, "kcat_json", store, topic, broker=self.broker)
+    def line_transport(self, store: Store, topic: str, stop_at: int | None = None) -> LinesTransport | None:
+        self.native, transport = _native_rows(self, "kcat_json", store, topic, stop_at, broker=self.broker)
         return transport
 
     def write(self, records: list[ConsumerRecord]) -> None:
@@ -383,10 +383,12 @@ def _native_rows(
     output: Literal["jsonl", "json", "csv", "table", "kcat_json", "kcat"],
     store: Store,
     topic: str,
+    stop_at: int | None,
     kcat_parts: list[str | bytes] | None = None,
     broker: int = 0,
-) -> tuple[RowFormatter, Transport]:
-    """The native formatter of `writer`'s rows and the Transport whose fetches make them (cli/console_lines.py)."""
+) -> tuple[RowFormatter, LinesTransport]:
+    """The native formatter of `writer`'s rows and the Transport whose fetches make them, each partition
+    stopped at the timestamp `stop_at` if given (cli/console_lines.py)."""
     from cli.console_lines import LinesTransport
     from storage.console_format import row_formatter
 
@@ -399,7 +401,7 @@ def _native_rows(
         broker=broker,
     )
     writer.lines = True
-    return native, LinesTransport(store, native)
+    return native, LinesTransport(store, native, stop_at)
 
 
 def iso_timestamp(ms: int) -> int | str:
@@ -447,11 +449,12 @@ class _Rows(_Writer):
         self.output = output
         self.native: RowFormatter | None = None  # the native rows, once line_transport made them
 
-    def line_transport(self, store: Store, topic: str) -> Transport | None:
+    def line_transport(self, store: Store, topic: str, stop_at: int | None = None) -> LinesTransport | None:
         """A Transport whose fetches make the rows natively straight from the batches
         (storage.console_format.row_formatter; cli/console_lines.py). The Python rows below
-        (`_row`) are the reference, and print where the Consumer's records are needed (e@MS)."""
-        self.native, transport = _native_rows(self, NATIVE_ROWS[self.output], store, topic)  # text is _KafkaFormatter's
+        (`_row`) are the reference."""
+        # (the text output is _KafkaFormatter's)
+        self.native, transport = _native_rows(self, NATIVE_ROWS[self.output], store, topic, stop_at)
         return transport
 
     def write(self, records: list[ConsumerRecord]) -> None:
@@ -764,6 +767,7 @@ def consume(
     # Without a group nothing is written: the store opens read-only (safe beside writers, works on Kafka dirs).
     with open_store(ctx, read_only=group is None) as store:
         count = check_topic(store, topic, partition, reading=True)
+        lines = writer.line_transport(store, topic, stop_at)
         if group is not None and store.read_only:
             raise CommandError(
                 "this store is read-only (a Kafka data directory): group offsets cannot be committed; drop --group"
@@ -774,8 +778,7 @@ def consume(
             isolation_level=isolation_level.value,
             auto_offset_reset="earliest",
             enable_auto_commit=False,  # the loop commits what it printed, after printing it
-            # Lines made in the fetch, unless e@MS must look at each record's timestamp.
-            transport=writer.line_transport(store, topic) if stop_at is None else None,
+            transport=lines,  # lines made in the fetch, each partition stopped at e@MS there
         )
         tps = [TopicPartition(topic, p) for p in ([partition] if partition is not None else store.partitions(topic))]
         if partition is None and len(tps) < count:
@@ -795,6 +798,7 @@ def consume(
                 max_messages=max_messages,
                 timeout_ms=timeout_ms,
                 stop_at=stop_at,
+                lines=lines,
                 unbuffered=unbuffered,
                 member=member,
             )
@@ -830,6 +834,7 @@ def _loop(
     max_messages: int | None,
     timeout_ms: int | None,
     stop_at: int | None = None,
+    lines: LinesTransport | None = None,
     unbuffered: bool = False,
     member: bool = False,
 ) -> tuple[int, bool]:
@@ -848,7 +853,7 @@ def _loop(
             waiting = follow or timeout_ms is not None or not consumer.assignment_settled()
             records = consumer.poll(timeout_ms=FOLLOW_POLL_MS if waiting else 0, max_records=room)
             if stop_at is not None:
-                records = _before(consumer, records, stop_at)
+                records = _before(consumer, records, stop_at) if lines is None else _reached(consumer, lines, records)
                 if not consumer.assignment() - consumer.paused() and not records:
                     break  # every partition reached e@MS
             if records:
@@ -896,8 +901,8 @@ class _StartAt:
 
 
 def _before(consumer: Consumer, records: list[ConsumerRecord], stop_at: int) -> list[ConsumerRecord]:
-    """kcat's e@MS: keep records older than MS; a partition that reached MS is rewound to that record
-    (a --group commits up to it, not past it) and paused."""
+    """kcat's e@MS over ConsumerRecords (the reference of the lines' stop, `_reached`): keep records
+    older than MS; a partition that reached MS stops at that record (`_stop_at`)."""
     kept = []
     reached: set[tuple[str, int]] = set()
     for r in records:
@@ -906,9 +911,24 @@ def _before(consumer: Consumer, records: list[ConsumerRecord], stop_at: int) -> 
             continue
         if r.timestamp >= stop_at:
             reached.add(key)
-            tp = next(tp for tp in consumer.assignment() if (tp.topic, tp.partition) == key)
-            consumer.seek(tp, r.offset)
-            consumer.pause(tp)
+            _stop_at(consumer, key, r.offset)
             continue
         kept.append(r)
     return kept
+
+
+def _reached(consumer: Consumer, lines: LinesTransport, records: list[ConsumerRecord]) -> list[ConsumerRecord]:
+    """kcat's e@MS where the fetch made the lines: they end before each partition's first record at or
+    past MS already, and the partitions whose fetches found one stop there (`_stop_at`)."""
+    reached, lines.reached = lines.reached, {}
+    for key, offset in reached.items():
+        _stop_at(consumer, key, offset)
+    return records
+
+
+def _stop_at(consumer: Consumer, key: tuple[str, int], offset: int) -> None:
+    """A partition that reached e@MS at the record at `offset`: rewound to it (a --group commits up to
+    it, not past it) and paused."""
+    tp = next(tp for tp in consumer.assignment() if (tp.topic, tp.partition) == key)
+    consumer.seek(tp, offset)
+    consumer.pause(tp)

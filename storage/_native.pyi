@@ -159,11 +159,14 @@ class ConsoleFormatter:
         start_offset: int,
         end_offset: int,
         limit: int,
-    ) -> tuple[int, int | None, bytes, bool]:
+        stop_timestamp: int | None = None,
+    ) -> tuple[int, int | None, bytes, bool, int | None]:
         """The lines of the batch `header`'s records (parsed at `buf[position]`) at offsets in
-        [start_offset, end_offset), the first `limit` of them, back to back, each ending with the
+        [start_offset, end_offset), the first `limit` of them, ending before the first whose
+        timestamp is at or past `stop_timestamp` (kcat's e@MS), back to back, each ending with the
         line separator: (records written, the offset of the last one or None, the bytes, whether
-        records in the range were left past `limit`)."""
+        records in the range were left past `limit` or the stop, the offset of the record the stop
+        timestamp stopped at or None)."""
 
 @final
 class RowFormatter:
@@ -199,7 +202,8 @@ class RowFormatter:
         start_offset: int,
         end_offset: int,
         limit: int,
-    ) -> tuple[int, int | None, bytes, bool]:
+        stop_timestamp: int | None = None,
+    ) -> tuple[int, int | None, bytes, bool, int | None]:
         """ConsoleFormatter.batch_lines, with this formatter's rows for lines."""
 
 def table_widths_of(data: bytes, widths: list[int]) -> tuple[list[int], int, bool]:

@@ -115,9 +115,12 @@ def batch_lines(
     start: int,
     end: int,
     limit: int,
-) -> tuple[list[_T], bool]:
-    """The lines of the batch's records at offsets in [start, end), the first `limit` of them, and
-    whether records in that range were left past `limit`.
+    stop_timestamp: int | None = None,
+) -> tuple[list[_T], bool, int | None]:
+    """The lines of the batch's records at offsets in [start, end), the first `limit` of them,
+    whether records in that range were left past `limit`, and (with `stop_timestamp`, kcat's
+    `-o e@MS`) the offset of the first of those records whose timestamp is at or past it, where
+    the lines end (None when none is).
 
     The lines are made as one `cls` (offset of the last record, all the lines) tuple listed once
     per record: the list has one item per record and its last item's offset is the last record's,
@@ -127,14 +130,21 @@ def batch_lines(
     sees exactly the records, and the errors, a reader of ConsumerRecords would.
     """
     if not batch._has_record_bytes():
-        return [], False
+        return [], False, None
     try:
-        count, last, data, more = formatter.batch_lines(
-            batch._buf, batch._at, batch, partition=partition, start_offset=start, end_offset=end, limit=limit
+        count, last, data, more, stopped = formatter.batch_lines(
+            batch._buf,
+            batch._at,
+            batch,
+            partition=partition,
+            start_offset=start,
+            end_offset=end,
+            limit=limit,
+            stop_timestamp=stop_timestamp,
         )
     except CodecError as exc:
         raise batch._codec_error(exc) from None
-    return ([tuple.__new__(cls, (last, data))] * count if count else []), more  # as a native maker fills `cls`
+    return ([tuple.__new__(cls, (last, data))] * count if count else []), more, stopped  # as a native maker fills `cls`
 
 
 def dump_record_lines(batch: RecordBatch, *, skip_metadata: bool, print_data: bool) -> bytes | None:

@@ -19,8 +19,8 @@ One partition holds one segment of ~100 MB: `--records` records of a 10-byte key
   checkout (for example the code before a change) in the same sitting;
 * with `--rows`, also `txlog consume -t T --output jsonl`, `csv`, `json` and `table`, and
   `--timestamp-format iso` with jsonl and with Kafka's text formatter printing timestamps
-  (`--property print.timestamp=true`), and kcat's `-J` lines and a `-f` format, for every tree (no target:
-  their before/after).
+  (`--property print.timestamp=true`), kcat's `-J` lines and a `-f` format, and the text output with
+  kcat's `-o e@MS` (a stop no record reaches), for every tree (no target: their before/after).
 
 The first (cold) repetition writes every output to a file instead of /dev/null, and the
 script checks that each tree's consume output has the C floor's bytes and that the trees
@@ -65,6 +65,7 @@ ROW_VARIANTS = {
     "text-iso": ["--property", "print.timestamp=true", "--timestamp-format", "iso"],
     "kcat-json": ["-J"],
     "kcat-f": ["-f", "%t %p %o %k %s %h %T\\n"],
+    "text-e@": ["-o", f"e@{2**63 - 1}"],  # kcat's stop at a timestamp: every record checked, none reaches it
 }
 
 # The C floor: kafka-formats.md §1 batch framing and §2 record framing, values out, bounds-checked.

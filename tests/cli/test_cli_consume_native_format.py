@@ -97,31 +97,37 @@ def _consume(store_dir: str, args: list[str], mode: str, monkeypatch: pytest.Mon
     """consume's stdout written by one of the three writers of its text lines (`mode`):
 
     * "lines": the default, lines made in the fetch straight from the batches' bytes;
-    * "records": the native formatter over ConsumerRecords (what e@MS, which looks at each
-      record's timestamp, uses; e@ of the largest timestamp stops at no record);
+    * "records": the native formatter over ConsumerRecords (a writer whose `line_transport` makes
+      none: cli/consume.py's fallback);
     * "reference": the Python writer over ConsumerRecords.
     """
     used = []
     with monkeypatch.context() as patch:
         if mode == "reference":
             patch.setattr(consume_cli._KafkaFormatter, "write", consume_cli._KafkaFormatter.write_reference)
-            patch.setattr(consume_cli._KafkaFormatter, "line_transport", lambda self, store, topic: None)
         else:  # the run under test must not fall back to the reference
             patch.setattr(consume_cli._KafkaFormatter, "write_reference", _refuse)
+        if mode == "lines":
             line_transport = consume_cli._KafkaFormatter.line_transport
             patch.setattr(
                 consume_cli._KafkaFormatter,
                 "line_transport",
-                lambda self, store, topic: used.append(line_transport(self, store, topic)) or used[-1],
+                lambda self, store, topic, stop_at=None: (
+                    used.append(line_transport(self, store, topic, stop_at)) or used[-1]
+                ),
             )
-        extra = ["-o", f"e@{2**63 - 1}"] if mode == "records" else []
-        proc = txlog("consume", "-t", TOPIC, *args, *extra, data_dir=store_dir, text=False)
+        else:
+            patch.setattr(consume_cli._KafkaFormatter, "line_transport", _no_lines)
+        proc = txlog("consume", "-t", TOPIC, *args, data_dir=store_dir, text=False)
     assert proc.returncode == 0 and b"Traceback" not in proc.stderr, (proc.returncode, proc.stderr)
     if mode == "lines":
         assert used and used[0] is not None, "the lines were not made in the fetch"
-    if mode == "records":
-        assert not used, "e@MS must see ConsumerRecords"
     return proc.stdout
+
+
+def _no_lines(self, store, topic, stop_at=None) -> None:
+    """A writer's `line_transport` that makes no lines: the poll returns ConsumerRecords."""
+    return None
 
 
 def _refuse(self, records) -> None:
@@ -264,9 +270,9 @@ def test_a_batch_that_cannot_be_decoded_fails_alike(tmp_path, monkeypatch):
         with monkeypatch.context() as patch:
             if mode == "reference":
                 patch.setattr(consume_cli._KafkaFormatter, "write", consume_cli._KafkaFormatter.write_reference)
-                patch.setattr(consume_cli._KafkaFormatter, "line_transport", lambda self, store, topic: None)
-            extra = ["-o", f"e@{2**63 - 1}"] if mode == "records" else []
-            runs[mode] = txlog("consume", "-t", TOPIC, "--property", "print.offset=true", *extra, data_dir=path)
+            if mode != "lines":
+                patch.setattr(consume_cli._KafkaFormatter, "line_transport", _no_lines)
+            runs[mode] = txlog("consume", "-t", TOPIC, "--property", "print.offset=true", data_dir=path)
     reference = runs["reference"]
     assert reference.returncode != 0 and reference.stdout == "Offset:0\tv0a\nOffset:1\tv0b\n"
     assert reference.stderr.startswith("Error: ") and "Traceback" not in reference.stderr
@@ -407,10 +413,10 @@ def test_a_torn_tail_reads_alike(tmp_path, monkeypatch, cut):
         with monkeypatch.context() as patch:
             if mode == "reference":
                 patch.setattr(consume_cli._KafkaFormatter, "write", consume_cli._KafkaFormatter.write_reference)
-                patch.setattr(consume_cli._KafkaFormatter, "line_transport", lambda self, store, topic: None)
-            extra = ["-o", f"e@{2**63 - 1}"] if mode == "records" else []
+            if mode != "lines":
+                patch.setattr(consume_cli._KafkaFormatter, "line_transport", _no_lines)
             props = ["--property", "print.offset=true", "--property", "print.headers=true"]
-            proc = txlog("consume", "-t", TOPIC, *props, *extra, data_dir=path)
+            proc = txlog("consume", "-t", TOPIC, *props, data_dir=path)
             runs[mode] = (proc.returncode, proc.stdout, proc.stderr)
     assert "v1b" in runs["reference"][1] and "v2a" not in runs["reference"][1]
     assert runs["lines"] == runs["reference"] == runs["records"]

@@ -34,7 +34,7 @@ from cli.record_format import ValueFormat
 from storage.console_format import batch_lines, row_formatter
 from storage.records import Compression, RecordBatch, TimestampType, build_batch
 from tests.cli.cli_helpers import txlog
-from tests.cli.test_cli_consume_native_format import TOPIC
+from tests.cli.test_cli_consume_native_format import TOPIC, _no_lines
 from tests.cli.test_cli_consume_native_format import store_dir as _text_tests_store
 from txlog.consumer_record import ConsumerRecord
 
@@ -111,7 +111,7 @@ def _consume(path: str, args: list[str], native: bool, monkeypatch: pytest.Monke
             if native:
                 patch.setattr(writer, "line_transport", _noted(writer.line_transport, used))
             else:
-                patch.setattr(writer, "line_transport", lambda self, store, topic: None)
+                patch.setattr(writer, "line_transport", _no_lines)
         proc = txlog("consume", "-t", TOPIC, *args, data_dir=path, text=False)
     assert b"Traceback" not in proc.stderr, proc.stderr
     if native:
@@ -121,7 +121,7 @@ def _consume(path: str, args: list[str], native: bool, monkeypatch: pytest.Monke
 
 def _noted(line_transport, used: list):
     """`line_transport`, noting each Transport it makes in `used`."""
-    return lambda self, store, topic: used.append(line_transport(self, store, topic)) or used[-1]
+    return lambda self, store, topic, stop_at=None: used.append(line_transport(self, store, topic, stop_at)) or used[-1]
 
 
 def _cases() -> list[list[str]]:
@@ -292,10 +292,14 @@ _name = st.text(max_size=5) | st.binary(max_size=5)  # header names that are not
     base_offset=st.integers(0, 2**40),
     timestamp=st.sampled_from(EDGE_TIMESTAMPS) | st.integers(-(2**40), 2**62),
     iso=st.booleans(),
+    stop=st.none() | st.integers(-8, 8),
 )
 def test_random_batches_make_the_same_rows(
-    records, codec, log_append_time, output, value_format, partition, base_offset, timestamp, iso
+    records, codec, log_append_time, output, value_format, partition, base_offset, timestamp, iso, stop
 ):
+    """And with a stop timestamp (e@MS, `stop` ms from the batch's first timestamp; the records' go
+    down, or are all the same under LogAppendTime) the lines end where cli/consume.py `_before` would
+    end the reference's records, and say at which record."""
     batch = RecordBatch.parse(
         build_batch(
             [(k, v, h, timestamp - 7 * i) for i, (k, v, h) in enumerate(records)],  # down: no 64-bit overflow
@@ -307,7 +311,12 @@ def test_random_batches_make_the_same_rows(
     )
     end = base_offset + len(records)
     reference, native = (_row_writer(output, value_format, iso) for _ in range(2))
-    ref_out = _written(reference, batch.consumer_records(ConsumerRecord, TOPIC, partition, base_offset, end))
+    shown = batch.consumer_records(ConsumerRecord, TOPIC, partition, base_offset, end)
+    stop_at = None if stop is None else min(timestamp + stop, 2**63 - 1)  # e@ past 2**63 - 1: cli/console_lines.py
+    reached = next((r for r in shown if stop_at is not None and r.timestamp >= stop_at), None)
+    if reached is not None:
+        shown = shown[: reached.offset - base_offset]
+    ref_out = _written(reference, shown)
     if isinstance(native, consume_cli._KcatFormatter):
         native.native = row_formatter("kcat", TOPIC, value_format.value, kcat_parts=native.parts)
     elif isinstance(native, consume_cli._KcatJson):
@@ -315,8 +324,9 @@ def test_random_batches_make_the_same_rows(
     else:
         native.native = row_formatter(output.value, TOPIC, value_format.value, iso_timestamps=iso)
     native.lines = True
-    lines, more = batch_lines(native.native, batch, Line, partition, base_offset, end, len(records))
-    assert not more and len(lines) == len(records)
+    lines, more, stopped = batch_lines(native.native, batch, Line, partition, base_offset, end, len(records), stop_at)
+    assert (more, stopped) == (reached is not None, None if reached is None else reached.offset)
+    assert len(lines) == len(shown)
     assert _written(native, lines) == ref_out
     assert native.replaced == reference.replaced
 

@@ -34,8 +34,9 @@ const KEY: usize = 5;
 const VALUE: usize = 6;
 const HEADERS: usize = 7;
 
-/// What `batch_lines` returns: (records written, the last one's offset or None, their lines, records left).
-type BatchLines<'py> = (usize, Option<Bound<'py, PyAny>>, Bound<'py, PyBytes>, bool);
+/// What `batch_lines` returns: (records written, the last one's offset or None, their lines, records
+/// left, the offset of the record the stop timestamp stopped at or None).
+type BatchLines<'py> = (usize, Option<Bound<'py, PyAny>>, Bound<'py, PyBytes>, bool, Option<Bound<'py, PyAny>>);
 
 /// Kafka's console-consumer formatter with fixed options (cli/consume.py's `_KafkaFormatter`).
 #[pyclass(frozen, module = "storage._native")]
@@ -116,11 +117,13 @@ impl ConsoleFormatter {
     /// The lines of the batch `header`'s records (parsed at `buf[position]`) at offsets in
     /// [start_offset, end_offset), the first `limit` of them, back to back in one bytes, each
     /// ending with the line separator: what `format` writes for the ConsumerRecords of the same
-    /// records, with no object per record. Returns (records written, the offset of the last one
-    /// or None, the bytes, whether records in the range were left past `limit`). Every record
-    /// is decoded (and a batch that cannot be is refused) however many are written, as the
+    /// records, with no object per record. With `stop_timestamp` (kcat's `-o e@MS`) the lines end
+    /// before the first of those records whose timestamp is at or past it. Returns (records
+    /// written, the offset of the last one or None, the bytes, whether records in the range were
+    /// left, the offset of the record the stop timestamp stopped at or None). Every record is
+    /// decoded (and a batch that cannot be is refused) however many are written, as the
     /// ConsumerRecord decoders do.
-    #[pyo3(signature = (buf, position, header, *, partition, start_offset, end_offset, limit))]
+    #[pyo3(signature = (buf, position, header, *, partition, start_offset, end_offset, limit, stop_timestamp=None))]
     #[allow(clippy::too_many_arguments)] // the batch, then the keyword-only fields of its records
     fn batch_lines<'py>(
         &self,
@@ -132,10 +135,11 @@ impl ConsoleFormatter {
         start_offset: i64,
         end_offset: i64,
         limit: usize,
+        stop_timestamp: Option<i64>,
     ) -> PyResult<BatchLines<'py>> {
         let batch = &header.get().header;
         let kind = self.timestamp_kind(i64::from(batch.attributes & TIMESTAMP_TYPE_MASK != 0))?;
-        let range = LineRange { start_offset, end_offset, limit };
+        let range = LineRange { start_offset, end_offset, limit, stop_timestamp };
         lines_of_batch(py, buf, position, header, range, |out, base, rec| {
             self.write_record(out, kind, base, partition, rec)
         })
@@ -212,19 +216,23 @@ impl ConsoleFormatter {
     }
 }
 
-/// Which records of a batch `batch_lines` writes: offsets in [start_offset, end_offset), at most `limit`.
+/// Which records of a batch `batch_lines` writes: offsets in [start_offset, end_offset), at most
+/// `limit`, and none from the first whose timestamp is at or past `stop_timestamp` on (kcat's e@MS).
 #[derive(Clone, Copy)]
 struct LineRange {
     start_offset: i64,
     end_offset: i64,
     limit: usize,
+    stop_timestamp: Option<i64>,
 }
 
 /// The walk of both formatters' `batch_lines`: every record of the batch `header` (parsed at
 /// `buf[position]`) decoded (a batch that cannot be is refused, as the ConsumerRecord decoders
 /// refuse it), and `write` called for those in `range`, into one bytes. Returns (records written,
 /// the offset of the last one or None, the bytes, whether records in the range were left past
-/// the limit).
+/// the limit or the stop, the offset of the record the stop timestamp stopped at or None). The
+/// limit is looked at first: a record past it is the next fetch's, stop or not (as cli/consume.py
+/// `_before` sees only what a poll returned).
 fn lines_of_batch<'py>(
     py: Python<'py>,
     buf: &Bound<'py, PyAny>,
@@ -236,7 +244,7 @@ fn lines_of_batch<'py>(
     let header = &header.get().header;
     let base = header.record_base();
     let mut out = Vec::new();
-    let (mut count, mut last_delta, mut more) = (0usize, None, false);
+    let (mut count, mut last_delta, mut more, mut stopped) = (0usize, None, false, None);
     with_bytes(buf, |buf| {
         let mut owned = Vec::new();
         let data = codec::records_region(buf, position, header, &mut owned).map_err(to_py)?;
@@ -246,8 +254,15 @@ fn lines_of_batch<'py>(
             if offset < range.start_offset as i128 || offset >= range.end_offset as i128 {
                 return Ok(());
             }
+            if more {
+                return Ok(()); // past the limit or the stop: decoded (checked), not written
+            }
             if count >= range.limit {
                 more = true;
+                return Ok(());
+            }
+            if range.stop_timestamp.is_some_and(|stop| record_timestamp(&base, &rec) >= stop as i128) {
+                (more, stopped) = (true, Some(rec.offset_delta));
                 return Ok(());
             }
             write(&mut out, &base, &rec);
@@ -258,7 +273,8 @@ fn lines_of_batch<'py>(
         .map_err(to_py)
     })?;
     let last = last_delta.map(|delta| py_sum(py, base.offset, delta as i64)).transpose()?;
-    Ok((count, last, PyBytes::new(py, &out), more))
+    let stopped = stopped.map(|delta| py_sum(py, base.offset, delta as i64)).transpose()?;
+    Ok((count, last, PyBytes::new(py, &out), more, stopped))
 }
 
 /// A record's timestamp: the batch's base plus the record's delta, or the batch's own (LogAppendTime).
@@ -319,7 +335,7 @@ impl RowFormatter {
     }
 
     /// `ConsoleFormatter.batch_lines` with this formatter's rows for lines.
-    #[pyo3(signature = (buf, position, header, *, partition, start_offset, end_offset, limit))]
+    #[pyo3(signature = (buf, position, header, *, partition, start_offset, end_offset, limit, stop_timestamp=None))]
     #[allow(clippy::too_many_arguments)] // the batch, then the keyword-only fields of its records
     fn batch_lines<'py>(
         &self,
@@ -331,8 +347,9 @@ impl RowFormatter {
         start_offset: i64,
         end_offset: i64,
         limit: usize,
+        stop_timestamp: Option<i64>,
     ) -> PyResult<BatchLines<'py>> {
-        let range = LineRange { start_offset, end_offset, limit };
+        let range = LineRange { start_offset, end_offset, limit, stop_timestamp };
         let mut scratch = Vec::new();
         let mut replaced = false;
         let lines = lines_of_batch(py, buf, position, header, range, |out, base, rec| {
