@@ -76,3 +76,35 @@ def test_txlog_consume_prints_what_kcat_prints(txlog_server, request):
         assert ours.returncode == 0, ours.stderr
         assert sorted(ours.stdout.splitlines()) == sorted(kcat.stdout.splitlines())
         assert len(kcat.stdout.splitlines()) == len(lines)
+
+
+def test_txlog_consume_stops_where_kcat_stops(txlog_server, request):
+    """kcat's `-o e@MS` (stop at a timestamp) through `txlog serve` is the oracle of `txlog consume -o e@MS`
+    on the store: each partition ends before its first record at or past MS, mid-batch, whatever
+    timestamps follow it (they go up and down here), and -e exits once every partition has."""
+    import txlog as client
+
+    topic = topic_name(request.node.nodeid, "e")
+    t0 = 1_700_000_000_000
+    deltas = {0: [5, 1, 9, 3, 2, 8, 12, 4, 30], 1: [20, 25, 7, 6, 40, 1, 3]}
+    store = Store.open(txlog_server.data_dir)
+    try:
+        store.create_topic(topic, 2)
+        producer = client.Producer(store, linger_ms=1000)  # each partition's records in one batch
+        for partition, stamps in deltas.items():
+            for i, delta in enumerate(stamps):
+                producer.send(topic, value=f"p{partition}r{i}".encode(), partition=partition, timestamp_ms=t0 + delta)
+        producer.close()
+    finally:
+        store.close()
+    fmt = ["-f", "%p %o %T %s\n"]
+    shown = {}
+    for stop in (t0 + 1, t0 + 6, t0 + 21, t0 + 26, t0 + 100):
+        read = ["-b", txlog_server.bootstrap, "-C", "-t", topic, "-o", "beginning", "-o", f"e@{stop}", "-e", "-q"]
+        kcat = subprocess.run(["kcat", *read, *fmt], capture_output=True, timeout=KCAT_TIMEOUT_S)
+        assert kcat.returncode == 0, kcat.stderr
+        ours = txlog("consume", "-t", topic, "-o", f"e@{stop}", "-e", *fmt, data_dir=txlog_server.data_dir, text=False)
+        assert ours.returncode == 0, ours.stderr
+        assert sorted(ours.stdout.splitlines()) == sorted(kcat.stdout.splitlines()), stop
+        shown[stop] = len(kcat.stdout.splitlines())
+    assert shown == {t0 + 1: 0, t0 + 6: 2, t0 + 21: 8 + 1, t0 + 26: 8 + 4, t0 + 100: 16}
