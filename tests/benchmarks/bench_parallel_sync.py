@@ -1,7 +1,7 @@
 """On-demand benchmark of fsyncs over many partitions: commit latency, create_topic, an acks=all flush.
 
 Run: python tests/benchmarks/bench_parallel_sync.py [--partitions 1,10,100] [--big] [--reps R]
-         [--create-reps R] [--skip-abort] [--skip-flush] [--skip-create] [--dir DIR]
+         [--create-reps R] [--skip-abort] [--skip-floor] [--skip-flush] [--skip-create] [--dir DIR]
 
 Each part compares P partitions against 1 partition, in the same run on the same disk:
 
@@ -15,6 +15,9 @@ Each part compares P partitions against 1 partition, in the same run on the same
                aborted partitions' `.txnindex` entries and markers and their syncs, COMPLETE_ABORT.
   create_topic `Store.create_topic(name, P)` on a fresh name each repetition: every partition's
                files, then their one sync round (a syncfs where allowed), the metadata.
+  floor        (printed under the commit's and the abort's rows) the same I/O as that end with no txlog
+               code, at the same partition counts, interleaved with it, by the same sync method
+               (`Floor`): how much of a wide end's ratio is the disk's and how much is code's.
   acks=all     a plain producer (acks=all, linger long enough that `flush()` makes one
                sender round of all of them) sends one record to each of P partitions;
                `flush()` is timed: the write of every partition, their one sync round (a
@@ -30,9 +33,11 @@ script prints the CPU seconds of this process and the fsync calls per operation
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -41,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchutil import FsyncMeter, Sample, scratch_dir, timed
 
 import txlog
-from storage import Store
+from storage import Store, durable
 
 KEY = b"k" * 10
 VALUE = b"v" * 100
@@ -86,6 +91,97 @@ class Commits:
         self.producer.close()
 
 
+class Floor:
+    """The I/O of a transaction's end over P partitions with no txlog code: what the disk alone costs.
+
+    Files laid out once: per partition a log, a HW file and (abort) a `.txnindex`, plus one
+    `__transaction_state` log and its HW file. Per repetition a small record is written untimed to
+    every partition's log (the data, written unsynced as a transaction's is); then, timed, what
+    `commit_transaction()` makes of it: the data round's sync and the HW pwrites, PREPARE (one write,
+    one fdatasync, one HW pwrite), a marker written to every log, the markers round's sync and the
+    HW pwrites, COMPLETE (one write, unsynced). An abort has no data round; it makes every partition's
+    `.txnindex` entry durable in one round before its markers instead (rule 19). A round is synced as
+    `storage.durable.sync_round` would choose for the same `TXLOG_SYNC_METHOD`: one syncfs for 4 or
+    more files where allowed, else one fdatasync per file, at once on a share of 16 threads
+    (`each_in_parallel`'s shape), a lone file inline.
+    """
+
+    DATA = b"d" * 180  # about a one-record batch of a 10-byte key and a 100-byte value
+    MARKER = b"m" * 78  # a control batch
+    ENTRY = b"e" * 34  # a `.txnindex` entry
+    STATE = b"s" * 120  # a TransactionLog record
+    HW = b"h" * 14
+    THREADS = 16
+    _pool: ThreadPoolExecutor | None = None
+
+    def __init__(self, workdir: str, partitions: int, *, abort: bool = False):
+        self.partitions, self.abort = partitions, abort
+        self.dir = os.path.join(workdir, f"floor-{'abort' if abort else 'commit'}-{partitions}")
+        os.makedirs(self.dir)
+        self.logs = [self._file(f"{n}.log") for n in range(partitions)]
+        self.hws = [self._file(f"{n}.hw") for n in range(partitions)]
+        self.entries = [self._file(f"{n}.txnindex") for n in range(partitions)] if abort else []
+        self.state, self.state_hw = self._file("state.log"), self._file("state.hw")
+        for fd in [*self.logs, *self.hws, *self.entries, self.state, self.state_hw]:
+            os.fsync(fd)
+        os.fsync(os.open(self.dir, os.O_RDONLY))
+
+    def _file(self, name: str) -> int:
+        return os.open(os.path.join(self.dir, name), os.O_RDWR | os.O_CREAT | os.O_APPEND)
+
+    def once(self) -> Sample:
+        for fd in self.logs:
+            os.write(fd, self.DATA)
+        with timed() as out:
+            if self.abort:
+                self._prepare()
+                for fd in self.entries:
+                    os.write(fd, self.ENTRY)
+                self._round(self.entries)
+            else:
+                self._round(self.logs)
+                self._publish()
+                self._prepare()
+            for fd in self.logs:
+                os.write(fd, self.MARKER)
+            self._round(self.logs)
+            self._publish()
+            os.write(self.state, self.STATE)  # COMPLETE: not synced
+        return out[0]
+
+    def _prepare(self) -> None:
+        os.write(self.state, self.STATE)
+        os.fdatasync(self.state)
+        os.pwrite(self.state_hw, self.HW, 0)
+
+    def _publish(self) -> None:
+        for fd in self.hws:
+            os.pwrite(fd, self.HW, 0)
+
+    def _round(self, fds: list[int]) -> None:
+        if len(fds) >= durable.SYNCFS_MIN_FILES and durable.syncfs_allowed(len(fds)):
+            durable.syncfs(fds[0])  # the ctypes call of libc's syncfs (the FsyncMeter counts it)
+        elif len(fds) == 1:
+            os.fdatasync(fds[0])
+        else:
+            shares = min(self.THREADS, len(fds))
+
+            def share(first: int) -> None:
+                for fd in fds[first::shares]:
+                    os.fdatasync(fd)
+
+            if Floor._pool is None:
+                Floor._pool = ThreadPoolExecutor(self.THREADS - 1)
+            futures = [Floor._pool.submit(share, first) for first in range(1, shares)]
+            share(0)
+            for future in futures:
+                future.result()
+
+    def close(self) -> None:
+        for fd in [*self.logs, *self.hws, *self.entries, self.state, self.state_hw]:
+            os.close(fd)
+
+
 class Flushes:
     """An acks=all producer writing one record per partition, flushed as one round."""
 
@@ -121,29 +217,52 @@ class Creates:
         pass
 
 
-def run_part(name: str, make: Callable[[int], Commits | Flushes | Creates], counts: list[int], reps: int) -> None:
-    """Interleave the partition counts repetition by repetition; print p50/p99 and ratios against 1."""
+def _median(samples: list[Sample], field: str) -> float:
+    return statistics.median(getattr(s, field) for s in samples[1:])  # the cold one dropped
+
+
+def run_part(
+    name: str,
+    make: Callable[[int], Commits | Flushes | Creates],
+    counts: list[int],
+    reps: int,
+    floor: Callable[[int], Floor] | None = None,
+) -> None:
+    """Interleave the partition counts repetition by repetition (each count's `floor` run right after
+    it); print p50/p99 and ratios against 1, then the floor's rows and txlog against the floor."""
     runners = {n: make(n) for n in counts}
+    floors = {n: floor(n) for n in counts} if floor is not None else {}
     samples: dict[int, list[Sample]] = {n: [] for n in counts}
+    floor_samples: dict[int, list[Sample]] = {n: [] for n in floors}
     for _ in range(reps + 1):
         for n in counts:
             samples[n].append(runners[n].once())
-    for runner in runners.values():
+            if n in floors:
+                floor_samples[n].append(floors[n].once())
+    for runner in [*runners.values(), *floors.values()]:
         runner.close()
-    base = statistics.median(s.wall for s in samples[counts[0]][1:])
+    base = _median(samples[counts[0]], "wall")
     print(f"\n{name} (reps {reps} after a cold one; ratio = p50 / p50 at {counts[0]} partition(s))")
     print(f"{'partitions':>10} {'p50 ms':>9} {'p99 ms':>9} {'ratio':>7} {'cpu ms':>8} {'fsyncs':>7} {'fsync ms':>9}")
     for n in counts:
-        rest = samples[n][1:]
-        p50 = statistics.median(s.wall for s in rest)
-        cpu = statistics.median(s.cpu for s in rest)
-        fsyncs = statistics.median(s.fsyncs for s in rest)
-        fsync_ms = statistics.median(s.fsync for s in rest)
-        line = f"{n:>10} {p50 * 1e3:>9.1f} {_p99([s.wall for s in rest]) * 1e3:>9.1f} {p50 / base:>6.1f}x"
-        print(f"{line} {cpu * 1e3:>8.1f} {fsyncs:>7.0f} {fsync_ms * 1e3:>9.1f}")
+        _print_row(f"{n:>10}", samples[n], base)
         if name == "commit" and n == 100:
-            verdict = "ok" if p50 / base <= COMMIT_TARGET else "MISSED"
+            verdict = "ok" if _median(samples[n], "wall") / base <= COMMIT_TARGET else "MISSED"
             print(f"{'':>10} target: 100 partitions ≤ {COMMIT_TARGET:.0f}x one partition -> {verdict}")
+    if floors:
+        floor_base = _median(floor_samples[counts[0]], "wall")
+        print(f"{name} floor: the same I/O, no txlog code (ratio = floor p50 / floor p50 at {counts[0]})")
+        for n in counts:
+            over = _median(samples[n], "wall") / _median(floor_samples[n], "wall")
+            _print_row(f"{'floor ' + str(n):>10}", floor_samples[n], floor_base, f"  txlog/floor {over:.1f}x")
+
+
+def _print_row(label: str, samples: list[Sample], base: float, tail: str = "") -> None:
+    rest = samples[1:]
+    p50 = _median(samples, "wall")
+    line = f"{label} {p50 * 1e3:>9.1f} {_p99([s.wall for s in rest]) * 1e3:>9.1f} {p50 / base:>6.1f}x"
+    cpu, fsyncs, fsync_ms = _median(samples, "cpu"), _median(samples, "fsyncs"), _median(samples, "fsync")
+    print(f"{line} {cpu * 1e3:>8.1f} {fsyncs:>7.0f} {fsync_ms * 1e3:>9.1f}{tail}")
 
 
 def main() -> None:
@@ -154,6 +273,7 @@ def main() -> None:
     parser.add_argument("--create-reps", type=int, default=4, help="timed create_topic calls after the cold one")
     parser.add_argument("--skip-create", action="store_true", help="skip the create_topic part")
     parser.add_argument("--skip-abort", action="store_true", help="skip the abort part")
+    parser.add_argument("--skip-floor", action="store_true", help="skip the floor rows of the commit and abort")
     parser.add_argument("--skip-flush", action="store_true", help="skip the acks=all flush part")
     parser.add_argument("--dir", help="parent of the scratch directory (default <repo>/.bench-tmp)")
     args = parser.parse_args()
@@ -164,9 +284,11 @@ def main() -> None:
     with scratch_dir(args.dir, "parallel-sync-") as workdir:
         store = Store.open(workdir)
         try:
-            run_part("commit", lambda n: Commits(store, n), counts, args.reps)
+            floor = None if args.skip_floor else (lambda n: Floor(workdir, n))
+            run_part("commit", lambda n: Commits(store, n), counts, args.reps, floor)
             if not args.skip_abort:
-                run_part("abort", lambda n: Commits(store, n, abort=True), counts, args.reps)
+                abort_floor = None if args.skip_floor else (lambda n: Floor(workdir, n, abort=True))
+                run_part("abort", lambda n: Commits(store, n, abort=True), counts, args.reps, abort_floor)
             if not args.skip_flush:
                 run_part("acks=all flush", lambda n: Flushes(store, n), counts, args.reps)
             if not args.skip_create:
