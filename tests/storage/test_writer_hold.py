@@ -332,6 +332,40 @@ def test_a_marker_appended_after_a_hold_ended_catches_up_again(two_stores) -> No
     assert [(b.base_offset, b.is_control) for b in mine.read(0, 1 << 20)] == [(0, False), (1, True)]
 
 
+def test_a_section_whose_catch_up_fails_lets_the_lock_go_and_a_hold_goes_on(two_stores, monkeypatch) -> None:
+    """`exclusive()` takes the lock, then catches up: when the catch-up fails, the file lock and the view's
+    mutex are let go at once (another view, as another process, and another thread can write), and a hold
+    over several partitions holds the others and refuses that one with the error."""
+    first, second = two_stores
+    logs = [first.partition(TOPIC, p) for p in range(3)]
+    real_catch_up = PartitionLog._catch_up
+
+    def catch_up(self: PartitionLog, *, repair: bool) -> None:
+        if self is logs[1] and repair:
+            raise KafkaStorageError("the disk said no")
+        real_catch_up(self, repair=repair)
+
+    monkeypatch.setattr(PartitionLog, "_catch_up", catch_up)
+    with pytest.raises(KafkaStorageError, match="the disk said no"), logs[1].exclusive():
+        pass
+    with writer_lock_if_free(os.path.join(logs[1].directory, LOCK_FILE)) as free:
+        assert free
+    with WriterHold(logs) as hold:
+        taken = list(hold.take())
+        assert [type(hold.refusal(log)) for log in taken] == [type(None), KafkaStorageError, type(None)]
+        with writer_lock_if_free(os.path.join(logs[1].directory, LOCK_FILE)) as free:
+            assert free
+        with writer_lock_if_free(os.path.join(logs[0].directory, LOCK_FILE)) as free:
+            assert not free
+    monkeypatch.setattr(PartitionLog, "_catch_up", real_catch_up)
+    writer = threading.Thread(target=logs[1].append, args=(_batch(b"later"),), daemon=True)
+    writer.start()
+    writer.join(30)
+    assert not writer.is_alive(), "the view's mutex was kept by the failed section"
+    assert second.partition(TOPIC, 1).append(_batch(b"theirs")).base_offset == 1
+    assert [_hw_on_disk(log) for log in logs] == [0, 2, 0]
+
+
 # ---- one syncfs for a wide round (storage.durable.sync_round) ------------------------------------------------
 
 
