@@ -76,6 +76,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import ctypes
 import fcntl
 import os
 import pstats
@@ -86,9 +87,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -177,6 +178,67 @@ def txlog_encode(records: Records, batch_size: int) -> Sample:
     keys, values = [k for k, _, _ in records], [v for _, v, _ in records]
     with timed() as sample:
         encode_batches(values, keys, max_bytes=batch_size)
+    return sample[0]
+
+
+# The producer's defaults the disk floor copies: the bytes of one append (a sender's group commit) and the
+# appends a one-partition round makes durable with one fdatasync (max.in.flight.requests.per.connection).
+FLOOR_REQUEST_BYTES = 1024 * 1024
+FLOOR_REQUESTS_PER_SYNC = 5
+
+
+SYNC_FILE_RANGE_WRITE = 2  # linux/fs.h
+
+
+def _writeback_hint() -> Callable[..., int] | None:
+    """libc's sync_file_range, or None where there is none (the floor then leaves writeback to fdatasync)."""
+    try:
+        return ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (AttributeError, OSError):
+        return None
+
+
+def floor_requests(records: Records, batch_size: int) -> list[bytes]:
+    """produce_many's bytes for the disk floor: the records encoded as produce_many encodes them, the
+    batches joined into appends of at most FLOOR_REQUEST_BYTES (a batch larger than that is one alone)."""
+    keys, values = [k for k, _, _ in records], [v for _, v, _ in records]
+    requests: list[bytes] = []
+    pending: list[bytearray] = []
+    size = 0
+    for batch in encode_batches(values, keys, max_bytes=batch_size):
+        if pending and size + len(batch.data) > FLOOR_REQUEST_BYTES:
+            requests.append(b"".join(pending))
+            pending, size = [], 0
+        pending.append(batch.data)
+        size += len(batch.data)
+    if pending:
+        requests.append(b"".join(pending))
+    return requests
+
+
+def disk_floor(workdir: str, requests: list[bytes]) -> Sample:
+    """The disk alone under produce_many's writes, no txlog code: `requests` appended to a fresh file
+    on the same disk, one write each, the writeback of each started at once (sync_file_range, as the
+    sender's appends hint it: storage/native/src/bindings/writeback.rs) unless an fdatasync follows,
+    an fdatasync after every FLOOR_REQUESTS_PER_SYNC and after the last. It is the produce_many rows'
+    ceiling on this disk at this moment, give or take the noise (issue 26's 3x at 1 KiB values needs
+    about 1.3 GB/s written durably)."""
+    hint = _writeback_hint()
+    fd, path = tempfile.mkstemp(dir=workdir, prefix="floor-")
+    try:
+        with timed() as sample:
+            at = 0
+            for n, request in enumerate(requests, 1):
+                os.write(fd, request)
+                if n % FLOOR_REQUESTS_PER_SYNC == 0:
+                    os.fdatasync(fd)
+                elif hint is not None:
+                    hint(fd, ctypes.c_int64(at), ctypes.c_int64(len(request)), SYNC_FILE_RANGE_WRITE)
+                at += len(request)
+            os.fdatasync(fd)
+    finally:
+        os.close(fd)
+        os.unlink(path)
     return sample[0]
 
 
@@ -575,6 +637,7 @@ class SendRow:
     explicit: list[Sample]
     many_warm: list[Sample]
     encode: list[Sample]
+    floor: list[Sample] = field(default_factory=list)
     kp_batches: int = 0
     tx_batches: int = 0
 
@@ -654,10 +717,20 @@ def print_send(rows: list[SendRow], count: int, reps: int, value_bytes: int) -> 
             f"{label:<19}{'':>16}{count / kp:>20,.0f}{count / encode:>13,.0f}{ratio:>6.2f}x"
             f"{'':>14}{'-':>10}{'-':>8}{median_after_cold(row.encode, 'cpu') / count * 1e6:>12.2f}"
         )
+    for row in rows:
+        kp, floor = median_after_cold(row.kp), median_after_cold(row.floor)
+        label = f"{row.batch_size}:{row.linger_ms} disk"
+        print(
+            f"{label:<19}{'':>16}{count / kp:>20,.0f}{count / floor:>13,.0f}{kp / floor:>6.2f}x"
+            f"{'':>14}{median_after_cold(row.floor, 'fsync') * 1e3:>6.0f}{median_after_cold(row.floor, 'fsyncs'):>8.0f}"
+            f"{median_after_cold(row.floor, 'cpu') / count * 1e6:>12.2f}"
+        )
     print(
         "'warm': the second produce_many of a producer (its buffer pool holds the first call's buffers), "
         "as in a long-running producer; 'encode': produce_many's encoder alone (storage.records.encode_batches "
-        "into fresh buffers, nothing written), the like of kafka-python's encode-only baseline"
+        "into fresh buffers, nothing written), the like of kafka-python's encode-only baseline; 'disk': the "
+        "disk alone, no txlog code (the same bytes appended 1 MiB at a time, writeback started early, an "
+        "fdatasync per 5): the ceiling of the produce_many rows on this disk now"
     )
     for row in rows:
         lo, hi = spread(row.tx)
@@ -772,8 +845,10 @@ def main() -> None:
     with scratch_dir(args.dir, "bench-producer-") as workdir:
         if not args.skip_send:
             rows = [SendRow(size, linger, [], [], [], [], [], []) for size, linger in sizes]
+            floors = {row.batch_size: floor_requests(send_records, row.batch_size) for row in rows}
             for _ in range(args.reps + 1):
                 for row in rows:
+                    row.floor.append(disk_floor(workdir, floors[row.batch_size]))
                     sample, row.kp_batches = kafka_python_encode(send_records, row.batch_size)
                     row.kp.append(sample)
                     sample, row.tx_batches = txlog_send(
