@@ -39,7 +39,9 @@ and values as two columns, one call, then flush): whole batches encoded natively
 (>= 3x with `--value-bytes 1024`, where the batch buffers' page faults used to dominate);
 its "warm" row times a producer's second call, when its buffer pool holds the buffers of the
 first (a long-running producer's case; the plain row's producer is new, its pool empty); its
-"encode" row times the encoder alone (nothing written), the like of the encode-only baseline.
+"encode" row times the encoder alone (nothing written), the like of the encode-only baseline;
+its "disk" row times the disk alone under the same bytes, no txlog code (`disk_floor`): the
+ceiling the produce_many rows reach at best on the disk of the run.
 `--value-bytes` (default 100) sets the value size of every part.
 
 Part 4 - durable one-record sends. `--durable-sends` (default 300) times `send(...).get()` of
