@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from storage.config import INT64_MAX
 from storage.console_format import ConsoleFormatter, RowFormatter, batch_lines
 from storage.partition_log import PartitionLog
 from storage.records import RecordBatch
 from storage.store import Store
+from storage.varint import INT64_MAX
 from txlog.transport import Transport
 
 

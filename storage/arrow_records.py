@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import storage._native as _native
 from storage.records import RecordBatch, TimestampType
+from storage.varint import INT64_MAX, INT64_MIN
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -73,7 +74,7 @@ class RecordColumns:
     def rows(self) -> int:
         return self._builder.rows
 
-    def add(self, batch: RecordBatch, start: int = -(1 << 63), end: int = (1 << 63) - 1) -> int:
+    def add(self, batch: RecordBatch, start: int = INT64_MIN, end: int = INT64_MAX) -> int:
         """Add the batch's records at offsets in [start, end); CorruptRecordError (adding nothing)
         on damage. Returns the rows added."""
         before = self._builder.batches
@@ -84,7 +85,7 @@ class RecordColumns:
             )
         return added
 
-    def add_all(self, batches: Sequence[RecordBatch], start: int = -(1 << 63), end: int = (1 << 63) - 1) -> int:
+    def add_all(self, batches: Sequence[RecordBatch], start: int = INT64_MIN, end: int = INT64_MAX) -> int:
         """`add` for every batch, decoded in one native call (see RecordBatch.add_columns_of)."""
         numbered: list[RecordBatch] = []
         try:

@@ -19,6 +19,7 @@ import cramjam
 
 from storage.compression import Compression, _codec  # one rule for which codes name a codec
 from storage.errors import CorruptRecordError
+from storage.varint import INT32_MAX
 
 __all__ = ["compress", "decompress", "inflation_limit"]
 
@@ -27,7 +28,7 @@ __all__ = ["compress", "decompress", "inflation_limit"]
 
 _INFLATION_RATIO = 64
 _MIN_INFLATION_LIMIT = 64 << 20  # 64 times the default max.message.bytes (about 1 MiB)
-_MAX_INFLATED = (1 << 31) - 1  # what one Java ByteBuffer holds
+_MAX_INFLATED = INT32_MAX  # what one Java ByteBuffer holds
 
 
 def inflation_limit(compressed_len: int) -> int:

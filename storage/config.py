@@ -23,9 +23,7 @@ from enum import Enum
 from typing import Any
 
 from storage.errors import InvalidConfigurationError
-
-INT32_MAX = 2**31 - 1
-INT64_MAX = 2**63 - 1
+from storage.varint import INT32_MAX, INT64_MAX
 
 CLEANUP_POLICY_DELETE = "delete"
 CLEANUP_POLICY_COMPACT = "compact"

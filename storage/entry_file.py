@@ -17,10 +17,8 @@ from typing import Generic, NamedTuple, TypeVar
 from storage.descriptor_cache import CachedFile
 from storage.durable import create_durably, fsync_fd, unlink_durably, write_all
 from storage.errors import CorruptIndexError, KafkaStorageError, ReadOnlyStoreError
+from storage.varint import INT32_MAX
 
-INT32_MAX = 2**31 - 1
-INT64_MIN = -(2**63)
-INT64_MAX = 2**63 - 1
 DEFAULT_MAX_INDEX_SIZE = 10 * 1024 * 1024  # log.index.size.max.bytes
 
 Raw = tuple[int, ...]

@@ -65,6 +65,7 @@ from storage.segment import LogSegment
 from storage.time_index import TimeIndex
 from storage.topic_name import parse_partition_dir
 from storage.transaction_index import AbortedTxn, TransactionIndex
+from storage.varint import INT32_MAX, INT64_MAX
 
 #: The store-root file of per-partition cleaned-up-to offsets, as in a Kafka log dir.
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
@@ -72,8 +73,6 @@ CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 CLEANER_CHECKPOINT_LOCK = "txlog.cleaner.lock"
 #: Kafka's segment.index.bytes default: groupSegmentsBySize keeps a group's indexes under it.
 MAX_INDEX_SIZE = 10 * 1024 * 1024
-_INT32_MAX = 2**31 - 1
-_INT64_MAX = 2**63 - 1
 #: The order of the file steps of one group's swap (each a function of this module, see below).
 SWAP_STEPS: tuple[str, ...] = (
     "write_cleaned",  # <base>.log.cleaned and .index/.timeindex/.txnindex.cleaned written and fsynced
@@ -381,7 +380,7 @@ def group_segments_by_size(
                 log_size + head.size <= max_size
                 and index_size + _file_size(head.offset_index.path) <= max_index_size
                 and time_size + _file_size(head.time_index.path) <= max_index_size
-                and (head.size == 0 or last_offset - group[-1].base_offset <= _INT32_MAX)
+                and (head.size == 0 or last_offset - group[-1].base_offset <= INT32_MAX)
             ):
                 break
             group.append(rest.pop(0))
@@ -443,7 +442,7 @@ class BatchFilter:
                 return batch.buffer
             if needs_horizon:
                 # Clamped: delete.retention.ms may be Long.MAX (Java's sum would wrap negative).
-                horizon_ms: int | None = min(self.now + self.delete_retention_ms, _INT64_MAX)
+                horizon_ms: int | None = min(self.now + self.delete_retention_ms, INT64_MAX)
             else:
                 horizon_ms = batch.base_timestamp if batch.has_delete_horizon else None
             # Kafka's buildRetainedRecordsInto: offsets, producer fields and codec kept (natively encoded)

@@ -15,7 +15,6 @@ from operator import itemgetter, lt
 
 from storage.entry_file import (
     DEFAULT_MAX_INDEX_SIZE,
-    INT32_MAX,
     EntryFile,
     EntryFileIndex,
     IndexOrderError,
@@ -24,6 +23,7 @@ from storage.entry_file import (
     relative_offset,
 )
 from storage.errors import CorruptIndexError
+from storage.varint import INT32_MAX
 
 # ---- the offset index ---------------------------------------------------------
 

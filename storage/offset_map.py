@@ -14,20 +14,21 @@ from __future__ import annotations
 
 import hashlib
 
+from storage.varint import INT32_MAX
+
 #: Kafka's defaults: log.cleaner.dedupe.buffer.size, log.cleaner.threads, log.cleaner.io.buffer.load.factor.
 DEFAULT_DEDUPE_BUFFER_SIZE = 128 * 1024 * 1024
 DEFAULT_CLEANER_THREADS = 1
 DEFAULT_LOAD_FACTOR = 0.9
 HASH_SIZE = 16  # MD5
 BYTES_PER_ENTRY = HASH_SIZE + 8
-_INT32_MAX = 2**31 - 1
 
 
 def cleaner_buffer_size(
     dedupe_buffer_size: int = DEFAULT_DEDUPE_BUFFER_SIZE, threads: int = DEFAULT_CLEANER_THREADS
 ) -> int:
     """One cleaner's share of the dedupe buffer, as Kafka's LogCleaner splits it (at most 2 GiB)."""
-    return min(dedupe_buffer_size // threads, _INT32_MAX)
+    return min(dedupe_buffer_size // threads, INT32_MAX)
 
 
 class OffsetMap:

@@ -81,6 +81,7 @@ from storage.safe_open import refuse_links
 from storage.segment import LogSegment
 from storage.transaction_index import AbortedTxn, collect_aborted
 from storage.txnindex_check import AbortReplay, TxnIndexCheck, write_txn_counts
+from storage.varint import INT32_MAX
 
 if TYPE_CHECKING:  # the cleaner is imported by the compaction methods: a reader never loads it (~7 ms)
     from storage.log_cleaner import Cleanable, CleanerStats, PassPlan
@@ -88,7 +89,7 @@ if TYPE_CHECKING:  # the cleaner is imported by the compaction methods: a reader
 _log = logging.getLogger(__name__)
 
 LOCK_FILE = "txlog.lock"
-MAX_RELATIVE_OFFSET = 2**31 - 1
+MAX_RELATIVE_OFFSET = INT32_MAX  # an index entry keeps an offset as 4 bytes past its segment's base
 RELOAD_ON_SWAP_ATTEMPTS = 20
 EXPIRY_CHECK_INTERVAL_MS = 60_000
 # `quiet_append`'s answers (storage/native/src/bindings/append.rs): a look disagreed (nothing written),

@@ -41,6 +41,7 @@ from storage.errors import (
     UnsupportedCompressionTypeError,
 )
 from storage.sequence import inc_seq
+from storage.varint import INT64_MAX, INT64_MIN
 
 if TYPE_CHECKING:
     from _typeshed import ReadableBuffer
@@ -413,7 +414,7 @@ class RecordBatch(_native.BatchHeader):
         except CodecError as exc:
             raise self._codec_error(exc) from None
 
-    def add_columns(self, builder: _native.ColumnBuilder, start: int = -(1 << 63), end: int = (1 << 63) - 1) -> int:
+    def add_columns(self, builder: _native.ColumnBuilder, start: int = INT64_MIN, end: int = INT64_MAX) -> int:
         """Decode the records at offsets in [start, end) into an Arrow column builder (see
         storage.arrow_records); returns the rows added. A corrupt batch adds none."""
         if not self._has_record_bytes():
@@ -428,8 +429,8 @@ class RecordBatch(_native.BatchHeader):
         builder: _native.ColumnBuilder,
         batches: Sequence[RecordBatch],
         numbered: list[RecordBatch],
-        start: int = -(1 << 63),
-        end: int = (1 << 63) - 1,
+        start: int = INT64_MIN,
+        end: int = INT64_MAX,
     ) -> int:
         """`add_columns` for many batches in one native call (decoded without the GIL once
         they are large enough to be worth it); returns the rows added. The batches the builder
@@ -874,7 +875,6 @@ class EncodedBatch(NamedTuple):
     max_timestamp: int
 
 
-_INT64_MAX = (1 << 63) - 1
 _ONE_ITEM = (str, bytes, bytearray, memoryview)
 
 
@@ -915,7 +915,7 @@ def encode_batches(
             keys,
             headers,
             timestamps,
-            max_bytes=max(-_INT64_MAX, min(max_bytes, _INT64_MAX)),
+            max_bytes=max(-INT64_MAX, min(max_bytes, INT64_MAX)),
             codec=int(compression),
             is_transactional=bool(is_transactional),
             now_ms=_now_ms() if now_ms is None else now_ms,

@@ -8,7 +8,9 @@ plain `+`/`-` is wrong exactly at the wrap, which is where bugs hide.
 
 from __future__ import annotations
 
-INT32_MAX = 2147483647
+from storage.varint import INT32_MAX
+
+__all__ = ["INT32_MAX", "dec_seq", "inc_seq"]
 
 
 def inc_seq(sequence: int, delta: int) -> int:

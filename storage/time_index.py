@@ -15,8 +15,6 @@ from operator import itemgetter, le, lt
 
 from storage.entry_file import (
     DEFAULT_MAX_INDEX_SIZE,
-    INT64_MAX,
-    INT64_MIN,
     EntryFile,
     EntryFileIndex,
     Raw,
@@ -24,6 +22,7 @@ from storage.entry_file import (
     relative_offset,
 )
 from storage.errors import CorruptIndexError
+from storage.varint import INT64_MAX, INT64_MIN
 
 NO_TIMESTAMP = -1
 

@@ -20,10 +20,12 @@ from storage.errors import CorruptRecordError
 MAX_VARINT_BYTES = 5
 MAX_VARLONG_BYTES = 10
 
-_INT32_MIN = -(1 << 31)
-_INT32_MAX = (1 << 31) - 1
-_INT64_MIN = -(1 << 63)
-_INT64_MAX = (1 << 63) - 1
+# Java's int and long bounds: every int32/int64 field of Kafka's formats (and txlog's own settings
+# and offsets, which Kafka keeps in longs) is checked against these, and storage defines them only here.
+INT32_MIN = -(1 << 31)
+INT32_MAX = (1 << 31) - 1
+INT64_MIN = -(1 << 63)
+INT64_MAX = (1 << 63) - 1
 
 
 def _encode_unsigned(z: int) -> bytes:
@@ -40,14 +42,14 @@ def _encode_unsigned(z: int) -> bytes:
 
 def encode_varint(value: int) -> bytes:
     """ZigZag-encode an int32; out-of-range values are a caller bug, hence ValueError."""
-    if not _INT32_MIN <= value <= _INT32_MAX:
+    if not INT32_MIN <= value <= INT32_MAX:
         raise ValueError(f"varint out of int32 range: {value}")
     return _encode_unsigned((value << 1) ^ (value >> 31))
 
 
 def encode_varlong(value: int) -> bytes:
     """ZigZag-encode an int64; out-of-range values are a caller bug, hence ValueError."""
-    if not _INT64_MIN <= value <= _INT64_MAX:
+    if not INT64_MIN <= value <= INT64_MAX:
         raise ValueError(f"varlong out of int64 range: {value}")
     return _encode_unsigned((value << 1) ^ (value >> 63))
 

@@ -41,6 +41,7 @@ from storage.partition_log import PartitionLog
 from storage.records import RecordBatch, build_batch
 from storage.store import Store
 from storage.topic_name import CONSUMER_OFFSETS_TOPIC
+from storage.varint import INT32_MAX, INT64_MAX
 from txlog.coordinator.internal_topics import ensure_internal_topic, owner_partition
 from txlog.coordinator.replayed_state import SNAPSHOT_EVERY, ReplayedPartition
 from txlog.errors import (
@@ -483,7 +484,7 @@ def _check_tp(tp: TopicPartition) -> TopicPartition:
         raise IllegalArgumentError(f"expected a TopicPartition, not {tp!r}") from None
     if not isinstance(topic, str) or not topic or len(topic.encode("utf-8")) > MAX_STRING_BYTES:
         raise IllegalArgumentError(f"invalid topic name {topic!r}")
-    if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < 1 << 31:
+    if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition <= INT32_MAX:
         raise IllegalArgumentError(f"invalid partition {partition!r} of topic '{topic}'")
     return TopicPartition(topic, partition)
 
@@ -495,12 +496,16 @@ def _check_commit(tp: TopicPartition, offset: OffsetAndMetadata | int) -> tuple[
     if not isinstance(offset, tuple) or len(offset) != 3:
         raise IllegalArgumentError(f"offset for {tp} must be an int or OffsetAndMetadata, not {offset!r}")
     om = OffsetAndMetadata(*offset)
-    if isinstance(om.offset, bool) or not isinstance(om.offset, int) or not 0 <= om.offset < 1 << 63:
+    if isinstance(om.offset, bool) or not isinstance(om.offset, int) or not 0 <= om.offset <= INT64_MAX:
         raise IllegalArgumentError(f"invalid offset {om.offset!r} for {tp.topic}-{tp.partition}")
     if not isinstance(om.metadata, str):
         raise IllegalArgumentError(f"offset metadata must be a string, not {om.metadata!r}")
     if len(om.metadata.encode("utf-8")) > MAX_METADATA_BYTES:
         raise OffsetMetadataTooLargeError(f"metadata of {tp.topic}-{tp.partition} exceeds {MAX_METADATA_BYTES} bytes")
-    if isinstance(om.leader_epoch, bool) or not isinstance(om.leader_epoch, int) or not -1 <= om.leader_epoch < 1 << 31:
+    if (
+        isinstance(om.leader_epoch, bool)
+        or not isinstance(om.leader_epoch, int)
+        or not -1 <= om.leader_epoch <= INT32_MAX
+    ):
         raise IllegalArgumentError(f"invalid leader epoch {om.leader_epoch!r}")
     return tp, om

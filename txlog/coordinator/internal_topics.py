@@ -15,6 +15,7 @@ from __future__ import annotations
 from storage.errors import ReadOnlyStoreError, TopicAlreadyExistsError
 from storage.store import Store
 from storage.topic_name import CONSUMER_OFFSETS_TOPIC, INTERNAL_TOPICS, TRANSACTION_STATE_TOPIC  # noqa: F401 (re-exported)
+from storage.varint import INT32_MIN
 
 DEFAULT_PARTITIONS = 8
 # Kafka creates both topics compacted (GroupCoordinatorConfig / TransactionLogConfig: the
@@ -37,7 +38,7 @@ def java_string_hash(s: str) -> int:
 def owner_partition(key: str, partitions: int) -> int:
     """Partition of an internal topic that owns a transactional id or group id (Kafka's Utils.abs rule)."""
     h = java_string_hash(key)
-    return (0 if h == -(1 << 31) else abs(h)) % partitions
+    return (0 if h == INT32_MIN else abs(h)) % partitions
 
 
 def ensure_internal_topic(store: Store, name: str, partitions: int = DEFAULT_PARTITIONS) -> int:

@@ -29,6 +29,7 @@ from kio.schema.errors import ErrorCode
 from storage.errors import KafkaError
 from storage.records import BatchBuilder
 from storage.topic_name import CONSUMER_OFFSETS_TOPIC
+from storage.varint import INT32_MAX
 from txlog.errors import UnstableOffsetCommitError
 from txlog.requests import MemberRef
 from txlog.schemas.group_metadata import decode_subscription
@@ -39,7 +40,6 @@ from txlog.server.handlers.groups import classic_groups, consumer_group
 from txlog.server.request_context import RequestContext
 from txlog.topic_partition import OffsetAndMetadata, TopicPartition
 
-INT32_MAX = (1 << 31) - 1
 OFFSET_COMMIT_KEY = 8
 # KIP-890 part 2: from TxnOffsetCommit v5 the client sends no AddOffsetsToTxn; the commit itself adds
 # the group's `__consumer_offsets` partition to the transaction (Kafka's group coordinator asks the
