@@ -341,24 +341,10 @@ def main(argv: list[str] | None = None) -> None:
 WORKER = os.path.abspath(__file__)
 
 
-def _worker_env() -> dict[str, str]:
-    """The workers may cache bytecode outside the repository: dozens of short processes would
-    otherwise each recompile every module (PYTHONDONTWRITEBYTECODE is often set)."""
-    import tempfile
-
-    env = dict(os.environ)
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
-    env.setdefault("PYTHONPYCACHEPREFIX", os.path.join(tempfile.gettempdir(), f"txlog-tests-pycache-{os.getuid()}"))
-    return env
-
-
 class Worker(crash_worker.Worker):
     """A txn_crash_worker subprocess, driven like the storage crash workers."""
 
     SCRIPT = WORKER
-
-    def _env(self) -> dict[str, str]:
-        return _worker_env()
 
     def line(self, prefix: str) -> str | None:
         return next((line for line in self.lines if line.startswith(prefix)), None)
