@@ -278,7 +278,8 @@ class EntryFile:
         self._forget()
 
     def flush(self) -> None:
-        """fsync; used at roll and close, never on the append path."""
+        """fsync; used at roll and close, and for an ABORT marker's `.txnindex` entry before the marker
+        (`WriterHold.index_aborts`), never on a data append's path."""
         self._check_open()
         if self._file is not None:
             with self._file as fd:

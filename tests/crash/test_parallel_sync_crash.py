@@ -132,21 +132,32 @@ def test_scenario79_killed_during_wide_commits_every_transaction_is_whole(tmp_pa
 # ---- the power-loss variant -------------------------------------------------------------------------
 
 
-def phases(per_round: int) -> dict[str, tuple[int, int] | None]:
+def phases(per_round: int, index_rounds: int = 0) -> dict[str, tuple[int, int] | None]:
     """Where a kill is aimed: the range of the sync of the end to die before, counted from its BEGIN
     line, or None for a random moment after BEGIN (the kill-only test's). An end's syncs (a commit's;
     an abort, flushed first, has the same ones: the flush registers and syncs the data): 1 the ONGOING
     registration in `__transaction_state`, then the data partitions' round, then the PREPARE_* record
     (the decision), then the markers' round; past them, the worker dies once the end returned. A round
-    is `per_round` calls: one fdatasync per partition, or one syncfs. The worker's KILL line says which
-    step it met (`_step_of`), checked against this."""
+    is `per_round` calls: one fdatasync per partition, or one syncfs. `index_rounds` more rounds count
+    in the markers step: an abort's, which makes the `.txnindex` entries of its markers durable before
+    them (rule 19 of docs/reliability-scenarios.md, `WriterHold.index_aborts`), when the worker counts
+    that round (`_index_rounds`). The worker's KILL line says which step it met (`_step_of`), checked
+    against this."""
+    last_marker_sync = (2 + index_rounds) * per_round + 2
     return {
         "data": (2, per_round + 1),
         "decision": (per_round + 2, per_round + 2),
-        "markers": (per_round + 3, 2 * per_round + 2),
-        "after": (2 * per_round + 3, 2 * per_round + 3),
+        "markers": (per_round + 3, last_marker_sync),
+        "after": (last_marker_sync + 1, last_marker_sync + 1),
         "moment": None,
     }
+
+
+def _index_rounds(end: str, per_round: int) -> int:
+    """The counted rounds an end adds for its `.txnindex` entries (`phases`): an abort's entries round
+    is one syncfs with syncfs, counted; with fdatasync it is an fsync of each `.txnindex` file
+    (EntryFile.flush), which the worker's counter (`kill_before_sync`, fdatasync and syncfs) leaves out."""
+    return 1 if end == "abort" and per_round == 1 else 0  # a round of one call: syncfs (the test's per_round)
 
 
 #: (end, phase, writeback policy) of the default run, every step of both ends under a power loss.
@@ -212,7 +223,7 @@ def _power_loss_round(
     """One worker killed as `case` says, then the power loss; returns (next first, this round's facts)."""
     end, phase, policy = case
     target = _target(first, end, rng)
-    span = phases(per_round)[phase]
+    span = phases(per_round, _index_rounds(end, per_round))[phase]
     n = rng.randint(*span) if span else 0
     aimed = ("--kill-txn", target, "--kill-sync", n) if span else ()
     worker = Worker("run", root, "--topic", TOPIC, "--tid", TID, "--first", first, *aimed)
