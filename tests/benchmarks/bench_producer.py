@@ -50,10 +50,14 @@ loop of `os.write` + `os.fdatasync` of the same bytes to a file in the same dire
 interleaved in the same process: the loops take turns `--durable-block` (default 25) sends at a
 time, so a swing of the disk's latency falls on every row alike. Printed: commits/s, the ratio (target >= 0.9x), CPU and
 context switches per commit (`getrusage`, every thread of the process: a hand-off to the
-sender thread and back costs two). A third, informational row runs the raw loop with every
-system call a txlog append makes (flock, a stat of the directory, an fstat of the log, write,
-fdatasync, HW pwrite, unlock): its distance from the raw row is what those calls cost, txlog's
-distance from it what txlog's own code costs. Part 4 runs with the fsync meter's wrappers off
+sender thread and back costs two). Three informational rows between them say where txlog's
+distance from the raw row goes, layer by layer: the raw loop with every system call a txlog append
+makes (flock, a stat of the directory, an fstat of the log, write, fdatasync, HW pwrite, unlock)
+in straight-line Python; txlog's native append itself (`storage._native.quiet_append`: the same
+calls made natively, under the flock, with no other txlog code: the floor of any txlog append
+under the cross-process protocol of docs/DESIGN.md §3); and `PartitionLog.append` of one-record
+batches from the producer's encoder (the storage layer alone: no producer, accumulator, future
+or sender). Part 4 runs with the fsync meter's wrappers off
 (`FsyncMeter.suspended`): it prints no fsync column, and a replaced `os.fdatasync` would keep
 txlog's one-batch append off its native path.
 
@@ -109,8 +113,9 @@ from benchutil import (
 from kafka.record.default_records import DefaultRecordBatchBuilder  # baseline only
 
 from storage import Store
+from storage._native import quiet_append
 from storage.file_records import FileRecords
-from storage.records import encode_batches
+from storage.records import BatchBuilder, Compression, TimestampType, encode_batches
 from txlog.clients.producer import Producer
 
 TOPIC = "t"
@@ -481,6 +486,17 @@ def print_cli(lines: int, cli: list[Sample], plain: list[Sample], reps: int) -> 
 # ---- part 4: durable one-record sends ----------------------------------------------------------------
 
 
+#: Part 4's rows, each a loop of `durable_run`, by name and label: the raw floor, the informational
+#: layers (txlog's system calls from Python, its native append alone, its storage layer alone), txlog.
+DURABLE_ROWS = {
+    "raw": "raw write+fdatasync",
+    "syscalls": "raw, txlog's 7 syscalls",
+    "native": "txlog's native append",
+    "append": "PartitionLog.append",
+    "txlog": "send(...).get(), acks=all",
+}
+
+
 @dataclass(frozen=True)
 class DurableSample:
     sample: Sample
@@ -547,6 +563,75 @@ class SyscallLoop:
         shutil.rmtree(self.directory)
 
 
+class NativeLoop:
+    """txlog's own native durable append (`storage._native.quiet_append`, what PartitionLog's quiet
+    append calls) under the writer's flock, with no other txlog code: the looks at the directory
+    and the log, write, fdatasync, the HW's pwrite (an informational floor, no verdict).
+
+    The directory key and the log's size a view would hold are kept here, as the view keeps them;
+    what it costs is what any txlog append pays under the cross-process protocol of docs/DESIGN.md
+    §3, however little of txlog's code runs in Python.
+    """
+
+    def __init__(self, workdir: str):
+        self.directory = tempfile.mkdtemp(prefix="native-", dir=workdir)
+        appended = os.O_RDWR | os.O_CREAT | os.O_APPEND
+        self.log = os.open(os.path.join(self.directory, "log"), appended)
+        self.hw, self.lock = (os.open(os.path.join(self.directory, n), os.O_RDWR | os.O_CREAT) for n in ("hw", "lock"))
+        looked = os.stat(self.directory)  # no file is made in it from here on: the key stays
+        self.key, self.size = (looked.st_mtime_ns, looked.st_ino), 0
+
+    def send(self, records: Records) -> None:
+        directory, (mtime, ino), log, hw, lock = self.directory, self.key, self.log, self.hw, self.lock
+        mark = b"\0" * 14
+        for key, value, _ in records:
+            data = key + value
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            status, _ = quiet_append(directory, mtime, ino, log, self.size, data, hw, mark)
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            assert status == 0, f"the native append did not write: status {status} (append.rs WRITTEN is 0)"
+            self.size += len(data)
+
+    def close(self) -> None:
+        for fd in (self.log, self.hw, self.lock):
+            os.close(fd)
+        shutil.rmtree(self.directory)
+
+
+class AppendLoop:
+    """`PartitionLog.append` of one-record batches built by the producer's encoder, as its sender hands
+    them over (trusted, a producer id's next sequence): the storage layer alone, none of the producer,
+    its accumulator, futures or sender (an informational row, no verdict)."""
+
+    PRODUCER_ID = 1
+
+    def __init__(self, workdir: str):
+        self.root = tempfile.mkdtemp(prefix="append-", dir=workdir)
+        self.store = Store.open(self.root)
+        self.store.create_topic(TOPIC, 1)
+        self.log = self.store.partition(TOPIC, 0)
+        self.sequence = 0
+        self.send([(b"warm", b"up", None)])
+
+    def send(self, records: Records) -> None:
+        append = self.log.append
+        for key, value, _ in records:
+            builder = BatchBuilder(
+                max_bytes=16384, compression=Compression.NONE, timestamp_type=TimestampType.CREATE_TIME
+            )
+            builder.try_append(key, value, None, None)
+            batch = builder.build(producer_id=self.PRODUCER_ID, producer_epoch=0, base_sequence=self.sequence)
+            append(batch, trusted=True)
+            self.sequence += 1
+
+    def close(self) -> None:
+        try:
+            assert self.log.log_end_offset == self.sequence
+        finally:
+            self.store.close()
+            shutil.rmtree(self.root)
+
+
 class TxlogLoop:
     """`send(...).get()` of one record at a time, acks=all: each one durable before the next."""
 
@@ -581,9 +666,11 @@ def durable_run(workdir: str, records: Records, block: int) -> dict[str, Durable
     instead of on whichever loop ran through it (runs taken whole gave ratios from 0.35x to 2.2x in
     one sitting).
     """
-    loops: dict[str, RawLoop | SyscallLoop | TxlogLoop] = {
+    loops: dict[str, RawLoop | SyscallLoop | NativeLoop | AppendLoop | TxlogLoop] = {
         "raw": RawLoop(workdir),
         "syscalls": SyscallLoop(workdir),
+        "native": NativeLoop(workdir),
+        "append": AppendLoop(workdir),
         "txlog": TxlogLoop(workdir),
     }
     totals = {name: [0.0, 0.0, 0] for name in loops}
@@ -611,12 +698,7 @@ def print_durable(rows: dict[str, list[DurableSample]], count: int, reps: int) -
     print(f"\nPart 4: {count} one-record durable sends, one at a time; median of {reps} runs after a cold one")
     print(f"{'':<28}{'commits/s':>11}{'ratio':>7}{'target':>8}    {'CPU us/commit':>14}{'ctx sw/commit':>14}")
     raw_rate = count / median("raw", "wall")
-    rows_shown = (
-        ("raw", "raw write+fdatasync"),
-        ("syscalls", "raw, txlog's 7 syscalls"),
-        ("txlog", "send(...).get(), acks=all"),
-    )
-    for name, label in rows_shown:
+    for name, label in DURABLE_ROWS.items():
         rate = count / median(name, "wall")
         ratio = rate / raw_rate
         target = f"{DURABLE_TARGET:>6.1f}x {verdict(ratio, DURABLE_TARGET):<6}" if name == "txlog" else f"{'':<14}"
@@ -909,7 +991,7 @@ def main() -> None:
                 print_timed(timed_rows, args.commit_seconds, args.commit_ms, args.reps)
 
         if not args.skip_durable:
-            durable: dict[str, list[DurableSample]] = {"raw": [], "syscalls": [], "txlog": []}
+            durable: dict[str, list[DurableSample]] = {name: [] for name in DURABLE_ROWS}
             # Part 4 prints no fsync column: every row calls the interpreter's own fdatasync, as a
             # program using txlog does (the meter's wrapper is a Python call the raw row paid too, and
             # it keeps txlog's append off its native path: storage/partition_log.py `_os_calls_own`).
