@@ -26,7 +26,9 @@ The first (cold) repetition writes every output to a file instead of /dev/null, 
 script checks that each tree's consume output has the C floor's bytes and that the trees
 agree with each other byte for byte; that repetition is then dropped, and the median of
 the rest is reported. The CLI rows include the interpreter's start and imports, printed
-apart as `startup` (`python -c "import cli.main"`). Targets (issue 13): consume within 3x
+apart as `startup` (`python -c "import cli.main"`). Every CLI subprocess and the `startup` row
+run with bytecode caches whatever the caller's environment says (PYTHONDONTWRITEBYTECODE is
+dropped: benchutil.cli_env says why); the cold repetition writes them. Targets (issue 13): consume within 3x
 of the C floor; inspect --print-data-log of the 100 MB segment <= 1.5 s.
 """
 
@@ -44,7 +46,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchutil import ROOT, MiB, Sample, fsync_skipped, median_after_cold, scratch_dir, spread
+from benchutil import ROOT, MiB, Sample, cli_env, fsync_skipped, median_after_cold, scratch_dir, spread
 
 from storage.records import build_batch
 from storage.store import Store
@@ -184,8 +186,7 @@ def run(cmd: list[str], out_path: str | None, cwd: str | None = None, env: dict 
 
 
 def tree_env(tree: str) -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = tree + os.pathsep + env.get("PYTHONPATH", "")
+    env = cli_env(tree)  # with bytecode caches, as a user's interpreter has them
     env.pop("TXLOG_DATA_DIR", None)
     return env
 
