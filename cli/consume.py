@@ -66,9 +66,15 @@ FORMATTER_PROPERTIES = {
 }
 FIELDS = ("topic", "partition", "offset", "timestamp", "key", "value", "headers")
 FOLLOW_POLL_MS = 100  # how long one poll waits under --follow; signals are looked at between polls
-# Records per poll (and per write): each poll costs a look at the log's bounds and files, which
-# at Kafka's 500 was half of consume's CPU once decoding went native (bench_consume_inspect.py).
-POLL_RECORDS = 5000
+# A poll (and a write) ends at its bytes: one read of POLL_BYTES of batches (the Consumer's
+# fetch_max_bytes, over all partitions), every batch of it printed. Each poll costs a look at the
+# log's bounds and files (at Kafka's 500 records that was half of consume's CPU once decoding went
+# native), and a poll ended by a record count inside its read dropped the rest of the read, which
+# the next poll read and CRC-checked again (~40% of every read at 5000 records of 100 bytes and
+# Kafka's 1 MiB per partition); 1 MiB is where the 1 MiB preads of storage/file_records.py do best
+# (tests/benchmarks/bench_consume_inspect.py).
+POLL_BYTES = 1 << 20
+POLL_RECORDS = 1 << 17  # only bounds the poll's list of one item per record (tiny records)
 
 
 # `--output`: Kafka's formatter (text, the default) or structured records; no `-o` (kcat's -o is the offset).
@@ -779,6 +785,7 @@ def consume(
             auto_offset_reset="earliest",
             enable_auto_commit=False,  # the loop commits what it printed, after printing it
             transport=lines,  # lines made in the fetch, each partition stopped at e@MS there
+            fetch_max_bytes=POLL_BYTES,  # a poll's bytes, over all its partitions
         )
         tps = [TopicPartition(topic, p) for p in ([partition] if partition is not None else store.partitions(topic))]
         if partition is None and len(tps) < count:

@@ -334,7 +334,10 @@ def _reads(
     seventeen times the batches the fetch returned. Pieces sized to what the walk still
     needs stop the reading once it is full. They are the same batches, in the same order
     and under the same byte budget, as the single read: a later piece whose first batch
-    would overflow the budget ends the fetch exactly where that read would have ended.
+    would overflow the budget ends the fetch exactly where that read would have ended, and a
+    piece that was given the whole budget is the last (the batch after it did not fit: reading
+    it again only to drop it cost a poll of txlog consume, whose record room outlasts its bytes,
+    a read per fetch).
     """
     position, budget, first = start_offset, max_bytes, True
     want = min(max_bytes, max(_MIN_READ_BYTES, walk.room * _READ_BYTES_PER_RECORD))
@@ -353,6 +356,8 @@ def _reads(
             return
         yield position, batches
         first = False
+        if want >= budget:
+            return  # this read had the whole budget: the single read ends here too, its next batch too big
         used = sum(batch.size for batch in batches)
         budget -= used
         position = batches[-1].next_offset

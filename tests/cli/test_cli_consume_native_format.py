@@ -323,6 +323,36 @@ def test_the_records_taken_from_a_batch_are_one_line_listed_once_per_record(tmp_
         assert f"Processed a total of {printed} messages" in proc.stderr
 
 
+def test_consume_reads_every_batch_of_the_log_once(tmp_path, monkeypatch):
+    """A poll ends at its bytes (cli/consume.py POLL_BYTES), not at a record count that
+    stopped it inside a read: every batch the log holds is read once, none read and dropped to be read
+    again by the next poll; the output is every record's line, and -c still stops at its count."""
+    from storage.partition_log import PartitionLog
+
+    path = str(tmp_path / "store")
+    values = [f"{i:06d}".encode() * 16 for i in range(12_000)]  # 96-byte values: ~1.4 MB of batches
+    with Store.open(path) as store:
+        store.create_topic(TOPIC, 1)
+        log = store.partition(TOPIC, 0)
+        for at in range(0, len(values), 400):
+            log.append(build_batch([(None, value, [], 1) for value in values[at : at + 400]]))
+    read_bytes: list[int] = []
+    real = PartitionLog.read
+
+    def counted(self, *args, **kwargs):
+        batches = real(self, *args, **kwargs)
+        read_bytes.append(sum(batch.size for batch in batches))
+        return batches
+
+    monkeypatch.setattr(PartitionLog, "read", counted)
+    proc = txlog("consume", "-t", TOPIC, data_dir=path)
+    assert proc.returncode == 0 and proc.stdout.encode() == b"".join(value + b"\n" for value in values)
+    segment = sum(f.stat().st_size for f in (tmp_path / "store" / f"{TOPIC}-0").glob("*.log"))
+    assert sum(read_bytes) == segment and len(read_bytes) > 1, (sum(read_bytes), segment, len(read_bytes))
+    proc = txlog("consume", "-t", TOPIC, "-c", "7000", data_dir=path)
+    assert proc.returncode == 0 and proc.stdout.splitlines() == [value.decode() for value in values[:7000]]
+
+
 # ---- inspect --print-data-log: kafka-dump-log's record lines ----------------------------------------
 
 INSPECT_CASES = [

@@ -332,6 +332,28 @@ def test_max_bytes_returns_at_least_one_batch(log, w):
     assert [r.offset for r in res.records] == [0, 1, 2] and res.next_offset == 3
 
 
+def test_a_fetch_whose_first_read_had_the_whole_byte_budget_reads_once(log, w, monkeypatch):
+    """A record room larger than `max_bytes` holds (txlog consume's polls of lines) ends the fetch
+    with its one read: the batch that did not fit the budget is not read again only to be dropped."""
+    for _ in range(6):
+        w.plain(3)
+    size = log.read(0, 1)[0].size  # every batch holds three records of the same size
+    reads = []
+    real = type(log).read
+
+    def counted(self, *args, **kwargs):
+        reads.append(args)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(log), "read", counted)
+    res = fetch(log, 0, RU, max_records=1000, max_bytes=2 * size + size // 2)
+    assert [r.offset for r in res.records] == list(range(6)) and res.next_offset == 6
+    assert len(reads) == 1
+    reads.clear()
+    res = fetch(log, 6, RU, max_records=1000, max_bytes=1 << 20)  # the whole rest: one read too
+    assert res.next_offset == 18 and len(reads) == 1
+
+
 def test_aborted_batches_are_skipped_without_decoding(log, w, monkeypatch):
     w.txn(1, 3, Compression.GZIP)
     w.plain(1)
