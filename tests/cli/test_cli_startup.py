@@ -198,3 +198,23 @@ def test_consume_with_a_group_does_import_the_group_coordinator(tmp_path):
     assert_ok(txlog("produce", "-t", "t", data_dir=store, input="one\n"))
     modules, _ = _modules_after_run(["--data-dir", str(store), "consume", "-t", "t", "--group", "g", "-c", "1"])
     assert "txlog.coordinator.group_coordinator" in modules
+
+
+def test_a_run_of_the_script_ends_with_its_objects_frozen_and_its_output_whole(tmp_path):
+    """The script's app freezes what exists when the command ends (cli/main.py `TxlogApp`), so the
+    interpreter's exit does not walk it all in a last full collection; atexit handlers still run
+    after it, and the output is all there."""
+    store = tmp_path / "store"
+    make_store(store, t=1)
+    assert_ok(txlog("produce", "-t", "t", data_dir=store, input="one\ntwo\n"))
+    code = (
+        "import atexit, gc, sys\n"
+        f"sys.argv = ['txlog', '--data-dir', {str(store)!r}, 'consume', '-t', 't']\n"
+        "import cli.main\n"
+        "atexit.register(lambda: print('FROZEN', gc.get_freeze_count(), file=sys.stderr))\n"
+        "cli.main.app(prog_name='txlog')\n"
+    )
+    proc = python(code)
+    assert proc.returncode == 0 and proc.stdout == "one\ntwo\n", proc.stderr
+    (line,) = [line for line in proc.stderr.splitlines() if line.startswith("FROZEN ")]
+    assert int(line.split()[1]) > 1000, line  # the modules' objects, at least
