@@ -58,7 +58,6 @@ from storage.errors import (
     ReadOnlyStoreError,
     RecordTooLargeError,
 )
-from storage.extent import SegmentExtent, plan_extent
 from storage.file_records import FileRecords
 from storage.file_stamp import change_key, racy, stamp_clock_ns
 from storage.high_watermark import HighWatermarkFile
@@ -83,7 +82,10 @@ from storage.transaction_index import AbortedTxn, collect_aborted
 from storage.txnindex_check import AbortReplay, TxnIndexCheck, write_txn_counts
 from storage.varint import INT32_MAX
 
-if TYPE_CHECKING:  # the cleaner is imported by the compaction methods: a reader never loads it (~7 ms)
+# Imported where used, so that a reader never loads them: the cleaner by the compaction methods (~7 ms),
+# the extents of planned readers by `extents`.
+if TYPE_CHECKING:
+    from storage.extent import SegmentExtent
     from storage.log_cleaner import Cleanable, CleanerStats, PassPlan
 
 _log = logging.getLogger(__name__)
@@ -1672,6 +1674,8 @@ class PartitionLog:
         so a reader can tell a segment a cleaning replaced since and plan those offsets again.
         May rebuild a sealed segment's index files (see `_indexes_checked_repairing`).
         """
+        from storage.extent import plan_extent  # a planned reader's: a plain read never loads it
+
         with self._mutex:
             self._refresh_segment_list()
             if end_offset <= start_offset:

@@ -163,9 +163,18 @@ def test_a_verb_run_imports_no_heavy_module(tmp_path, args):
 
 
 # What a plain read must not import: the coordinators and the record schemas under them serve
-# groups and transactions (txlog/transport.py makes a coordinator on first use), and the crc32c
-# package (storage has the native CRC; the package's import alone costs ~10 ms).
-READER_NEEDS_NONE_OF = ("txlog.coordinator", "txlog.schemas", "crc32c")
+# groups and transactions (txlog/transport.py makes a coordinator on first use), as does a group
+# member's side of the Consumer (its membership and session file); the extents of readers that
+# plan their reads; and the crc32c package (storage has the native CRC; the package's import alone
+# costs ~10 ms).
+READER_NEEDS_NONE_OF = (
+    "txlog.coordinator",
+    "txlog.schemas",
+    "txlog.clients.membership",
+    "txlog.member_session",
+    "storage.extent",
+    "crc32c",
+)
 
 
 def _reader_extras(modules: set[str]) -> set[str]:
@@ -197,7 +206,7 @@ def test_consume_with_a_group_does_import_the_group_coordinator(tmp_path):
     make_store(store, t=1)
     assert_ok(txlog("produce", "-t", "t", data_dir=store, input="one\n"))
     modules, _ = _modules_after_run(["--data-dir", str(store), "consume", "-t", "t", "--group", "g", "-c", "1"])
-    assert "txlog.coordinator.group_coordinator" in modules
+    assert "txlog.coordinator.group_coordinator" in modules and "txlog.clients.membership" in modules
 
 
 def test_a_run_of_the_script_ends_with_its_objects_frozen_and_its_output_whole(tmp_path):

@@ -44,11 +44,10 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from typing import Any, TypedDict, cast, overload
+from typing import TYPE_CHECKING, Any, TypedDict, cast, overload
 
 from storage.errors import KafkaStorageError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from storage.store import Store
-from txlog.clients.membership import ConsumerGroupMetadata, Membership
 from txlog.consumer_record import ConsumerRecord
 from txlog.errors import (
     FencedMemberEpochError,
@@ -72,6 +71,9 @@ from txlog.requests import (
 )
 from txlog.topic_partition import OffsetAndMetadata, TopicPartition
 from txlog.transport import Transport
+
+if TYPE_CHECKING:  # a group member's, imported when one subscribes: a plain reader never loads them (~3 ms)
+    from txlog.clients.membership import ConsumerGroupMetadata, Membership
 
 _log = logging.getLogger(__name__)
 
@@ -218,6 +220,8 @@ class Consumer:
         self._pattern = re.compile(pattern) if pattern is not None else None
         self._listener = listener
         if self._group_id is not None and not self._store.read_only and self._membership is None:
+            from txlog.clients.membership import Membership
+
             self._membership = Membership(
                 self._store, self._transport, self._group_id, clock=self._clock, **self._member_settings
             )
@@ -251,6 +255,8 @@ class Consumer:
         if self._group_id is None:
             raise InvalidGroupIdError("group_metadata() needs a consumer with a group_id")
         if self._membership is None:
+            from txlog.clients.membership import ConsumerGroupMetadata
+
             return ConsumerGroupMetadata(self._group_id, group_instance_id=self._member_settings["instance_id"])
         return self._membership.metadata()
 
