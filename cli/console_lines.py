@@ -54,6 +54,14 @@ class LinesTransport(Transport):
         return lines, cut
 
 
+def chunks(lines: list[Line]) -> list[bytes]:
+    """The lines of one poll as the bytes the fetch made, in order, to be written one after the
+    other (`writelines`): each `Line`, listed once per record, once. A writer of bytes that need
+    not be one object takes these over `joined`: no buffer of the whole poll is made (zeroed, copied
+    into, written once and dropped: with 1 MiB polls, fresh pages for every poll)."""
+    return ConsoleFormatter.parts(lines)
+
+
 def joined(lines: list[Line]) -> bytes:
     """The lines of one poll as one bytes (each already ends with the line separator; a `Line`,
     listed once per record, is written once)."""

@@ -201,9 +201,9 @@ class _KafkaFormatter(_Writer):
 
     def write(self, records: list[ConsumerRecord]) -> None:
         if self.lines:  # the poll returned cli.console_lines.Line tuples, formatted already
-            from cli.console_lines import joined
+            from cli.console_lines import chunks
 
-            self.out.write(joined(records))  # type: ignore[arg-type]  # Lines, not ConsumerRecords
+            self.out.writelines(chunks(records))  # type: ignore[arg-type]  # Lines, not ConsumerRecords
             return
         self.out.write(self.native.format(records))
 
@@ -301,9 +301,9 @@ class _KcatFormatter(_Writer):
 
     def write(self, records: list[ConsumerRecord]) -> None:
         if self.lines:  # the poll returned cli.console_lines.Line tuples, formatted already
-            from cli.console_lines import joined
+            from cli.console_lines import chunks
 
-            self.out.write(joined(records))  # type: ignore[arg-type]  # Lines, not ConsumerRecords
+            self.out.writelines(chunks(records))  # type: ignore[arg-type]  # Lines, not ConsumerRecords
             return
         self.write_reference(records)
 
@@ -364,10 +364,10 @@ class _KcatJson(_Writer):
 
     def write(self, records: list[ConsumerRecord]) -> None:
         if self.lines:  # the poll returned cli.console_lines.Line tuples: the lines made already
-            from cli.console_lines import joined
+            from cli.console_lines import chunks
 
             assert self.native is not None
-            self.out.write(joined(records))  # type: ignore[arg-type]  # Lines, not ConsumerRecords
+            self.out.writelines(chunks(records))  # type: ignore[arg-type]  # Lines, not ConsumerRecords
             self.replaced = self.native.replaced
             return
         lines = []

@@ -149,6 +149,12 @@ class ConsoleFormatter:
         """The line (item 1) of every (offset, line) tuple of `lines`, as one bytes; an item
         repeated (the same object, one after the other) is written once."""
 
+    @staticmethod
+    def parts(lines: list[_T]) -> list[bytes]:
+        """What `join` joins: the line (item 1) of each distinct item of `lines` in order (an item
+        repeated, the same object one after the other, is taken once), for a writer that writes
+        them one after the other."""
+
     def batch_lines(
         self,
         buf: ReadableBuffer,

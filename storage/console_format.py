@@ -125,7 +125,8 @@ def batch_lines(
     The lines are made as one `cls` (offset of the last record, all the lines) tuple listed once
     per record: the list has one item per record and its last item's offset is the last record's,
     all a fetch's walk and the Consumer count and move by; `ConsoleFormatter.join` writes an item
-    repeated back to back once. Decoded as `RecordBatch.consumer_records` decodes (the same checks,
+    repeated back to back once (`ConsoleFormatter.parts` lists it once, for a writer that writes the
+    pieces one after the other). Decoded as `RecordBatch.consumer_records` decodes (the same checks,
     the same CorruptRecordError for a records region that cannot be decoded), so a reader of lines
     sees exactly the records, and the errors, a reader of ConsumerRecords would.
     """

@@ -289,7 +289,7 @@ def test_the_records_taken_from_a_batch_are_one_line_listed_once_per_record(tmp_
     bytes), whole or cut by the fetch's offsets or record limit, listed once per record so that the
     Consumer's and the CLI's counts stay counts of records. Two batches of the same bytes, one after
     the other, both print."""
-    from cli.console_lines import joined
+    from cli.console_lines import chunks, joined
     from txlog.topic_partition import TopicPartition
 
     path = str(tmp_path / "store")
@@ -316,6 +316,10 @@ def test_the_records_taken_from_a_batch_are_one_line_listed_once_per_record(tmp_
         assert joined(inside.records) == joined(full.records) + b"same\n" == b"same\n" * 5
         one = full.records[0]
         assert joined([one, one, whole.records[0], one]) == b"same\n" * 9  # only a repeat back to back is one
+        # What the text writers write one after the other instead of joining them: the same pieces.
+        assert chunks(whole.records) == [b"same\n" * 3, b"same\n" * 3, b"x\ny\n"]
+        assert chunks([one, one, whole.records[0], one]) == [b"same\n" * 3, b"same\n" * 3, b"same\n" * 3]
+        assert b"".join(chunks(inside.records)) == joined(inside.records) and chunks([]) == []
     for args, printed in (([], 8), (["-c", "4"], 4), (["-o", "4", "-c", "3"], 3)):
         proc = txlog("consume", "-t", TOPIC, *args, data_dir=path)
         lines = (["same"] * 6 + ["x", "y"])[int(args[1]) if args[:1] == ["-o"] else 0 :][:printed]

@@ -152,23 +152,7 @@ impl ConsoleFormatter {
     fn join<'py>(py: Python<'py>, lines: &Bound<'py, PyList>) -> PyResult<Bound<'py, PyBytes>> {
         // The distinct items' lines, then one copy of them into the bytes returned (a poll's
         // output is its records' bytes: one buffer, copied once).
-        let mut parts: Vec<Bound<'py, PyBytes>> = Vec::new();
-        let mut previous = std::ptr::null_mut();
-        for index in 0..lines.len() {
-            // SAFETY: `lines` is a live list and the GIL is held; PyList_GetItem returns a borrowed
-            // reference (or NULL with IndexError set, were the list shortened meanwhile).
-            let item = unsafe { pyo3::ffi::PyList_GetItem(lines.as_ptr(), index as pyo3::ffi::Py_ssize_t) };
-            if item.is_null() {
-                return Err(PyErr::fetch(py));
-            }
-            if item == previous {
-                continue; // the same item again, by identity: one per record of the lines it holds
-            }
-            previous = item;
-            // SAFETY: `item` is a borrowed reference, alive while the list holds it.
-            let item = unsafe { Borrowed::from_ptr(py, item) };
-            parts.push(item.cast::<PyTuple>()?.get_item(1)?.cast_into::<PyBytes>()?);
-        }
+        let mut parts = distinct_lines(py, lines)?;
         if parts.len() == 1 {
             return Ok(parts.swap_remove(0));
         }
@@ -183,6 +167,37 @@ impl ConsoleFormatter {
             Ok(())
         })
     }
+
+    /// What `join` joins, as a list of the distinct items' lines in order, for a writer that writes
+    /// them one after the other: no bytes of the whole poll made (and zeroed, and copied into) only
+    /// to be written once and dropped.
+    #[staticmethod]
+    fn parts<'py>(py: Python<'py>, lines: &Bound<'py, PyList>) -> PyResult<Bound<'py, PyList>> {
+        PyList::new(py, distinct_lines(py, lines)?)
+    }
+}
+
+/// The line (item 1) of each distinct item of `lines`, in order: an item repeated back to back (the
+/// same object) is taken once.
+fn distinct_lines<'py>(py: Python<'py>, lines: &Bound<'py, PyList>) -> PyResult<Vec<Bound<'py, PyBytes>>> {
+    let mut parts: Vec<Bound<'py, PyBytes>> = Vec::new();
+    let mut previous = std::ptr::null_mut();
+    for index in 0..lines.len() {
+        // SAFETY: `lines` is a live list and the GIL is held; PyList_GetItem returns a borrowed
+        // reference (or NULL with IndexError set, were the list shortened meanwhile).
+        let item = unsafe { pyo3::ffi::PyList_GetItem(lines.as_ptr(), index as pyo3::ffi::Py_ssize_t) };
+        if item.is_null() {
+            return Err(PyErr::fetch(py));
+        }
+        if item == previous {
+            continue; // the same item again, by identity: one per record of the lines it holds
+        }
+        previous = item;
+        // SAFETY: `item` is a borrowed reference, alive while the list holds it.
+        let item = unsafe { Borrowed::from_ptr(py, item) };
+        parts.push(item.cast::<PyTuple>()?.get_item(1)?.cast_into::<PyBytes>()?);
+    }
+    Ok(parts)
 }
 
 impl ConsoleFormatter {
