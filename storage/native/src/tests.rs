@@ -541,3 +541,49 @@ mod column_tests {
         assert_eq!(codec::records_region(&data, 0, &header, &mut owned).unwrap(), &data[codec::HEADER_SIZE..]);
     }
 }
+
+/// Kafka's varint reading as one plain loop (at most `groups` base-128 groups, bits past 64
+/// dropped): what `Reader`'s inlined one- and two-group reads and its long path must agree with.
+/// None where the bytes end inside the number or it has too many groups.
+fn plain_unsigned(data: &[u8], groups: u32) -> Option<(u64, usize)> {
+    let mut raw = 0u64;
+    for (i, &b) in data.iter().enumerate().take(groups as usize) {
+        let shift = 7 * i as u32;
+        if shift < 64 {
+            raw |= ((b & 0x7F) as u64) << shift;
+        }
+        if b < 0x80 {
+            return Some((raw, i + 1));
+        }
+    }
+    None
+}
+
+proptest! {
+    #[test]
+    fn varints_read_as_the_plain_loop_reads_them(
+        data in proptest::collection::vec(any::<u8>(), 0..13),
+        start in 0usize..3,
+    ) {
+        let start = start.min(data.len());
+        let mut r = codec::Reader { data: &data, pos: start };
+        match (r.varint(), plain_unsigned(&data[start..], 5)) {
+            (Ok(value), Some((raw, used))) => {
+                let raw = raw as u32;
+                prop_assert_eq!(value, ((raw >> 1) as i32) ^ -((raw & 1) as i32));
+                prop_assert_eq!(r.pos, start + used);
+            }
+            (Err(_), None) => {}
+            (got, want) => prop_assert!(false, "varint {:?} against {:?} at {} of {:?}", got, want, start, data),
+        }
+        let mut r = codec::Reader { data: &data, pos: start };
+        match (r.varlong(), plain_unsigned(&data[start..], 10)) {
+            (Ok(value), Some((raw, used))) => {
+                prop_assert_eq!(value, ((raw >> 1) as i64) ^ -((raw & 1) as i64));
+                prop_assert_eq!(r.pos, start + used);
+            }
+            (Err(_), None) => {}
+            (got, want) => prop_assert!(false, "varlong {:?} against {:?} at {} of {:?}", got, want, start, data),
+        }
+    }
+}

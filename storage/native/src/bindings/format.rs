@@ -205,7 +205,8 @@ impl ConsoleFormatter {
     /// the record's ConsumerRecord (`base` is its batch's, `kind` its timestamp type's name).
     fn write_record(&self, out: &mut Vec<u8>, kind: &[u8], base: &RecordBase, partition: i64, rec: &RecordView) {
         let timestamp = record_timestamp(base, rec);
-        let names = header_names(rec);
+        // Headers are looked at only where printed: two vectors per record with headers otherwise.
+        let names = if self.format.print_headers { header_names(rec) } else { Vec::new() };
         let headers: Vec<(&[u8], Option<&[u8]>)> =
             names.iter().zip(&rec.headers).map(|(name, (_, value))| (name.as_bytes(), *value)).collect();
         let fields = Fields {
