@@ -104,6 +104,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchutil import (
     FsyncMeter,
     Sample,
+    cli_env,
     median_after_cold,
     scratch_dir,
     spread,
@@ -465,10 +466,8 @@ def cli_produce(workdir: str, path: str) -> Sample:
         store = Store.open(root)
         store.create_topic(TOPIC, 1)
         store.close()
-        repo = str(Path(__file__).resolve().parents[2])
-        env = {**os.environ, "PYTHONPATH": repo + os.pathsep + os.environ.get("PYTHONPATH", "")}
         return run_with_input(
-            [sys.executable, "-m", "cli.main", "--data-dir", root, "produce", "-t", TOPIC, "-K", ":"], path, env
+            [sys.executable, "-m", "cli.main", "--data-dir", root, "produce", "-t", TOPIC, "-K", ":"], path, cli_env()
         )
     finally:
         shutil.rmtree(root)

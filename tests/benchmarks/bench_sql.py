@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchutil import scratch_dir  # noqa: E402
+from benchutil import cli_env, scratch_dir  # noqa: E402
 
 STATEMENT = (
     "SELECT partition, count(*) AS n, CAST(sum(octet_length(value)) AS BIGINT) AS bytes, max(`offset`) AS last "
@@ -79,7 +79,7 @@ def run_engine(store: str, engine: str, reps: int) -> tuple[float, float, float,
     cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     script = ";\n".join([STATEMENT] * (reps + 1)) + ";\n"
     argv = [sys.executable, "-m", "cli.main", "--data-dir", store, "sql", "--engine", engine, "--output", "csv", "-"]
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = cli_env()
     started = time.monotonic()
     proc = subprocess.Popen(
         argv, cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
