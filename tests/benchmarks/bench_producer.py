@@ -562,10 +562,11 @@ class SyscallLoop:
         shutil.rmtree(self.directory)
 
 
-class NativeLoop:
+class NativeLoop(SyscallLoop):
     """txlog's own native durable append (`storage._native.quiet_append`, what PartitionLog's quiet
     append calls) under the writer's flock, with no other txlog code: the looks at the directory
-    and the log, write, fdatasync, the HW's pwrite (an informational floor, no verdict).
+    and the log, write, fdatasync, the HW's pwrite (an informational floor, no verdict). The files
+    are SyscallLoop's; the calls are made natively instead of from Python.
 
     The directory key and the log's size a view would hold are kept here, as the view keeps them;
     what it costs is what any txlog append pays under the cross-process protocol of docs/DESIGN.md
@@ -573,10 +574,7 @@ class NativeLoop:
     """
 
     def __init__(self, workdir: str):
-        self.directory = tempfile.mkdtemp(prefix="native-", dir=workdir)
-        appended = os.O_RDWR | os.O_CREAT | os.O_APPEND
-        self.log = os.open(os.path.join(self.directory, "log"), appended)
-        self.hw, self.lock = (os.open(os.path.join(self.directory, n), os.O_RDWR | os.O_CREAT) for n in ("hw", "lock"))
+        super().__init__(workdir)
         looked = os.stat(self.directory)  # no file is made in it from here on: the key stays
         self.key, self.size = (looked.st_mtime_ns, looked.st_ino), 0
 
@@ -590,11 +588,6 @@ class NativeLoop:
             fcntl.flock(lock, fcntl.LOCK_UN)
             assert status == 0, f"the native append did not write: status {status} (append.rs WRITTEN is 0)"
             self.size += len(data)
-
-    def close(self) -> None:
-        for fd in (self.log, self.hw, self.lock):
-            os.close(fd)
-        shutil.rmtree(self.directory)
 
 
 class AppendLoop:
