@@ -6,10 +6,12 @@ against the built module (.ci/run).
 """
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Literal, Self, TypeAlias, TypedDict, TypeVar, final, overload
+from typing import Any, ClassVar, Literal, Self, TypeAlias, TypedDict, TypeVar, final, overload
 
 from _typeshed import ReadableBuffer, WriteableBuffer
 from typing_extensions import Unpack, disjoint_base
+
+from storage.producer_state import BatchMetadata
 
 __all__ = [
     "BatchHeader",
@@ -17,9 +19,12 @@ __all__ = [
     "ColumnBuffer",
     "ColumnBuilder",
     "ConsoleFormatter",
+    "ProducerStateEntry",
     "RecordBatchBuilder",
     "RowFormatter",
     "SendFastPath",
+    "check_batch",
+    "check_sequence",
     "compress",
     "crc32c",
     "decode_consumer_records",
@@ -469,12 +474,80 @@ def quiet_append(
     data: ReadableBuffer,
     hw_fd: int,
     hw: ReadableBuffer,
+    batch: BatchHeader,
+    entry: ProducerStateEntry | None,
+    base_offset: int,
+    max_timestamp: int,
 ) -> tuple[int, int]:
-    """A quiet durable append's looks, write, fdatasync and HW pwrite, the GIL released once.
+    """A quiet durable append of `batch` (its stamped bytes `data`): the check against its producer's
+    `entry` (`check_batch`'s), the looks, write, fdatasync and HW pwrite with the GIL released once,
+    then the batch recorded in `entry` at `base_offset` (None: the caller records it).
 
-    (status, errno): 0 written, 1 a look disagreed and nothing was written, 2 the write failed,
-    3 the fdatasync failed (storage/native/src/bindings/append.rs).
+    (status, errno): 0 written, 1 a retry, a refusal or a look that disagreed, and nothing was
+    written, 2 the write failed, 3 the fdatasync failed (storage/native/src/bindings/append.rs).
     """
+
+@final
+class ProducerStateEntry:
+    """What a partition remembers of one producer: epoch, coordinator epoch, last timestamp, open
+    transaction's first offset and the last 5 data batches (storage/native/src/producer.rs)."""
+
+    BATCH_WINDOW: ClassVar[int]
+    __hash__: ClassVar[None]  # type: ignore[assignment]
+    def __new__(
+        cls,
+        producer_id: int,
+        epoch: int = ...,
+        coordinator_epoch: int = ...,
+        last_timestamp: int = ...,
+        current_txn_first_offset: int = ...,
+    ) -> Self:
+        """A producer the partition knows nothing more of than these (-1: unknown, no open transaction)."""
+    def __eq__(self, other: object, /) -> bool: ...
+    @property
+    def producer_id(self) -> int: ...
+    @property
+    def epoch(self) -> int: ...
+    @epoch.setter
+    def epoch(self, value: int) -> None: ...
+    @property
+    def coordinator_epoch(self) -> int: ...
+    @coordinator_epoch.setter
+    def coordinator_epoch(self, value: int) -> None: ...
+    @property
+    def last_timestamp(self) -> int: ...
+    @last_timestamp.setter
+    def last_timestamp(self, value: int) -> None: ...
+    @property
+    def current_txn_first_offset(self) -> int: ...
+    @current_txn_first_offset.setter
+    def current_txn_first_offset(self, value: int) -> None: ...
+    @property
+    def batches(self) -> tuple[BatchMetadata, ...]:
+        """The remembered data batches, oldest first."""
+    @property
+    def last_seq(self) -> int: ...
+    @property
+    def has_open_txn(self) -> bool: ...
+    def copy(self) -> ProducerStateEntry: ...
+    def find_duplicate(self, epoch: int, first_seq: int, last_seq: int) -> BatchMetadata | None: ...
+    def update_epoch(self, epoch: int) -> None:
+        """Any change of epoch clears the sequence window: the new epoch starts at 0."""
+    def add_batch(self, epoch: int, meta: tuple[int, int, int, int, int], is_transactional: bool) -> None: ...
+
+def check_batch(
+    entry: ProducerStateEntry | None,
+    producer_id: int,
+    epoch: int,
+    base_seq: int,
+    last_seq: int,
+    is_transactional: bool,
+) -> BatchMetadata | bool:
+    """A client batch checked against its producer's entry (docs/kafka-formats.md §5.1): raises the
+    storage.errors refusal, returns a retry's original batch, else whether it opens a transaction."""
+
+def check_sequence(entry: ProducerStateEntry | None, epoch: int, first_seq: int) -> None:
+    """The sequence rule alone: raises OutOfOrderSequenceError or UnknownProducerIdError."""
 
 def start_writeback(fd: int, offset: int, length: int) -> None:
     """Start writing `length` bytes of `fd` from `offset` to disk without waiting (a hint:

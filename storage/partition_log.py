@@ -1062,12 +1062,13 @@ class PartitionLog:
         no roll, retention, DeleteRecords, cleaner's swap or ABORT entry happened since; a `.log` of
         the view's length says nobody appended or cut. The append must need no roll or producer
         expiry, the active segment's indexes must be checked, and the batch must be no retry and
-        not refused (the Python path judges those on the caught-up view). The checks against
-        producer state run on the view before the looks, which then prove the view was the files;
-        the producer's entry takes the batch once it is durable, as a replay of it would
-        (`_record_written`). The rest of the bookkeeping after the write is the Python path's own
-        (`LogSegment.wrote`, which writes an index entry falling due, `_synced`,
-        `_maybe_snapshot_active`): an index entry is written after the fdatasync rather than before
+        not refused (the Python path judges those on the caught-up view). The check against the
+        producer's entry (the one every append makes, storage/native/src/producer.rs) runs inside
+        the call on the view, before the looks, which then prove the view was the files; the entry
+        takes the batch in the call once it is durable, as a replay of it would (a producer with
+        no entry yet gets one here, `_record_written`). The rest of the bookkeeping after the write
+        is the Python path's own (`LogSegment.wrote`, which writes an index entry falling due,
+        `_synced`, `_maybe_snapshot_active`): an index entry is written after the fdatasync rather than before
         it, which no reader or recovery can tell (index files are never synced with the log: a
         crash may lose the entry either way).
         """
@@ -1083,20 +1084,27 @@ class PartitionLog:
         last = base + batch.last_offset_delta
         if self._roll_due(active, batch.size, max_ts, last) or self._expiry_due(self._clock()):
             return None
-        plan = ProducerAppend(self._state, None)
-        try:
-            if _duplicate_of(plan, batch) is not None:
-                return None  # a retry: answered from the caught-up view
-        except KafkaError:
-            return None  # refused: judged, and raised, on the caught-up view
         hw_file = self._hw_file.opened()
         if hw_file is None:
             return None
+        state = self._state
+        entry = state.producers.get(batch.producer_id)  # None too for a batch with no producer id
         data = _stamped(raw, [(batch, base, max_ts)], whole=True)
         looked = stamp_clock_ns()  # before the look, as `_directory_unchanged` takes it
         with active.log as log_fd, hw_file as hw_fd:
             status, errno = quiet_append(
-                self.directory, key[0], key[1], log_fd, start, data, hw_fd, encode_high_watermark(last + 1)
+                self.directory,
+                key[0],
+                key[1],
+                log_fd,
+                start,
+                data,
+                hw_fd,
+                encode_high_watermark(last + 1),
+                batch,
+                entry,
+                base,
+                max_ts,
             )
         if status == _QUIET_FALLBACK:
             return None
@@ -1115,8 +1123,11 @@ class PartitionLog:
             self._sync_failed(failure)
             raise failure
         self._synced(active, published=True)
-        _record_written(self._state, batch, base, last, max_ts)
-        self._state.end_offset = active.next_offset
+        if entry is not None:
+            state.wrote(entry)  # `quiet_append` recorded the batch in it
+        else:
+            _record_written(state, batch, base, last, max_ts)
+        state.end_offset = active.next_offset
         self._maybe_snapshot_active()
         return AppendResult(base, last, False, (BatchAppendResult(base, last, False),))
 

@@ -14,24 +14,22 @@ failed write or fsync leaves the state exactly as it was (the sequence is not co
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from storage._native import ProducerStateEntry, check_batch
+from storage._native import check_sequence as check_sequence  # the sequence rule alone, for its tests
 from storage.errors import (
     InvalidProducerEpochError,
-    InvalidRecordError,
     InvalidTxnStateError,
-    OutOfOrderSequenceError,
     TransactionCoordinatorFencedError,
-    UnknownProducerIdError,
 )
 from storage.producer_snapshot import SnapshotEntry
 from storage.records import ControlType, RecordBatch
-from storage.sequence import INT32_MAX, dec_seq
+from storage.sequence import dec_seq
 
-BATCH_WINDOW = 5
+# The size of a producer's duplicate window (storage/native/src/producer.rs holds the window).
+BATCH_WINDOW = ProducerStateEntry.BATCH_WINDOW
 NO_OFFSET = -1
 
 # Called with (producer_id, epoch) before a producer's first transactional write to the
@@ -58,115 +56,44 @@ class CompletedTxn(NamedTuple):
     is_aborted: bool
 
 
-@dataclass(slots=True)
-class ProducerStateEntry:
-    producer_id: int
-    epoch: int = -1
-    coordinator_epoch: int = -1
-    last_timestamp: int = -1
-    current_txn_first_offset: int = NO_OFFSET
-    batches: deque = field(default_factory=lambda: deque(maxlen=BATCH_WINDOW))
-
-    @property
-    def last_seq(self) -> int:
-        return self.batches[-1].last_seq if self.batches else -1
-
-    @property
-    def has_open_txn(self) -> bool:
-        return self.current_txn_first_offset >= 0
-
-    def copy(self) -> ProducerStateEntry:
-        return ProducerStateEntry(
-            self.producer_id,
-            self.epoch,
-            self.coordinator_epoch,
-            self.last_timestamp,
-            self.current_txn_first_offset,
-            deque(self.batches, maxlen=BATCH_WINDOW),
-        )
-
-    def find_duplicate(self, epoch: int, first_seq: int, last_seq: int) -> BatchMetadata | None:
-        if epoch != self.epoch:
-            return None
-        for meta in self.batches:
-            if meta.first_seq == first_seq and meta.last_seq == last_seq:
-                return meta
-        return None
-
-    def update_epoch(self, epoch: int) -> None:
-        """Any change of epoch clears the sequence window: the new epoch starts at 0."""
-        if epoch != self.epoch:
-            self.epoch = epoch
-            self.batches.clear()
-
-    def add_batch(self, epoch: int, meta: BatchMetadata, is_transactional: bool) -> None:
-        self.update_epoch(epoch)
-        self.batches.append(meta)
-        self.last_timestamp = meta.timestamp
-        if is_transactional and not self.has_open_txn:
-            self.current_txn_first_offset = meta.first_offset
-
-    def to_snapshot(self) -> SnapshotEntry:
-        """Kafka's snapshot keeps only the last data batch of each producer."""
-        if self.batches:
-            last = self.batches[-1]
-            return SnapshotEntry(
-                self.producer_id,
-                self.epoch,
-                last.last_seq,
-                last.last_offset,
-                last.last_offset - last.first_offset,
-                self.last_timestamp,
-                self.coordinator_epoch,
-                self.current_txn_first_offset,
-            )
+def to_snapshot(entry: ProducerStateEntry) -> SnapshotEntry:
+    """The entry as a snapshot keeps it: Kafka's snapshot keeps only the last data batch of each producer."""
+    batches = entry.batches
+    if batches:
+        last = batches[-1]
         return SnapshotEntry(
-            self.producer_id,
-            self.epoch,
-            -1,
-            -1,
-            0,
-            self.last_timestamp,
-            self.coordinator_epoch,
-            self.current_txn_first_offset,
+            entry.producer_id,
+            entry.epoch,
+            last.last_seq,
+            last.last_offset,
+            last.last_offset - last.first_offset,
+            entry.last_timestamp,
+            entry.coordinator_epoch,
+            entry.current_txn_first_offset,
         )
-
-    @classmethod
-    def from_snapshot(cls, s: SnapshotEntry) -> ProducerStateEntry:
-        entry = cls(s.producer_id, s.epoch, s.coordinator_epoch, s.timestamp, s.current_txn_first_offset)
-        if s.last_offset >= 0:
-            first_seq = dec_seq(s.last_sequence, s.offset_delta) if s.last_sequence >= 0 else -1
-            entry.batches.append(
-                BatchMetadata(first_seq, s.last_sequence, s.last_offset - s.offset_delta, s.last_offset, s.timestamp)
-            )
-        return entry
-
-
-def check_sequence(entry: ProducerStateEntry | None, epoch: int, first_seq: int) -> None:
-    """Kafka's client-origin sequence rule (docs/kafka-formats.md §5.1 step 3), with txlog's rule for unknown producers.
-
-    A producer the partition knows nothing of may only start at sequence 0: a
-    higher sequence means its state was expired or evicted, and accepting it could
-    let a retry of an old batch through as new data (docs/reliability-scenarios.md scenarios 5 and 9).
-    """
-    if entry is None:
-        if first_seq != 0:
-            raise UnknownProducerIdError(
-                f"partition has no state for this producer and the batch starts at sequence {first_seq}, not 0"
-            )
-        return
-    if epoch != entry.epoch:
-        if first_seq != 0 and entry.epoch != -1:
-            raise OutOfOrderSequenceError(f"new epoch {epoch} must start at sequence 0, got {first_seq}")
-        return
-    last = entry.last_seq
-    if first_seq == last + 1 or (first_seq == 0 and last == INT32_MAX):
-        return
-    if last == -1 and entry.epoch == -1:
-        return
-    raise OutOfOrderSequenceError(
-        f"expected sequence {0 if last == INT32_MAX else last + 1}, got {first_seq} (epoch {epoch})"
+    return SnapshotEntry(
+        entry.producer_id,
+        entry.epoch,
+        -1,
+        -1,
+        0,
+        entry.last_timestamp,
+        entry.coordinator_epoch,
+        entry.current_txn_first_offset,
     )
+
+
+def from_snapshot(s: SnapshotEntry) -> ProducerStateEntry:
+    """The entry a snapshot's line restores: its one batch is the window (`to_snapshot`)."""
+    entry = ProducerStateEntry(s.producer_id, s.epoch, s.coordinator_epoch, s.timestamp, s.current_txn_first_offset)
+    if s.last_offset >= 0:
+        first_seq = dec_seq(s.last_sequence, s.offset_delta) if s.last_sequence >= 0 else -1
+        entry.add_batch(
+            s.epoch,
+            BatchMetadata(first_seq, s.last_sequence, s.last_offset - s.offset_delta, s.last_offset, s.timestamp),
+            False,
+        )
+    return entry
 
 
 class ProducerStateManager:
@@ -210,10 +137,10 @@ class ProducerStateManager:
     # ---- snapshots -----------------------------------------------------------------------
 
     def snapshot_entries(self) -> list[SnapshotEntry]:
-        return [e.to_snapshot() for e in self.producers.values()]
+        return [to_snapshot(e) for e in self.producers.values()]
 
     def load(self, entries: Iterable[SnapshotEntry], end_offset: int, now_ms: int) -> None:
-        self.producers = {s.producer_id: ProducerStateEntry.from_snapshot(s) for s in entries}
+        self.producers = {s.producer_id: from_snapshot(s) for s in entries}
         self.end_offset = end_offset
         self.expire(now_ms)
 
@@ -249,6 +176,15 @@ class ProducerStateManager:
         self.producers.pop(entry.producer_id, None)
         self.producers[entry.producer_id] = entry
         self._make_room()
+
+    def wrote(self, entry: ProducerStateEntry) -> None:
+        """`_put` of an entry of this manager that just took a batch in place (the quiet append,
+        storage/native/src/bindings/append.rs): the most recently written now, and no new one to make room for."""
+        producers = self.producers
+        pid = entry.producer_id
+        if next(reversed(producers)) != pid:
+            del producers[pid]
+            producers[pid] = entry
 
     # ---- replay (recovery and catching up on other processes' appends): no checks ------------
 
@@ -369,46 +305,19 @@ class ProducerAppend:
     def check_data(
         self, producer_id: int, epoch: int, base_seq: int, last_seq: int, is_transactional: bool
     ) -> BatchMetadata | None:
-        """Raise if the batch must be refused; return the original batch if it is a retry."""
-        if producer_id < 0:
-            if is_transactional:
-                raise InvalidRecordError("a transactional batch must carry a producer id")
-            return None
-        if base_seq < 0 or epoch < 0:
-            raise InvalidRecordError("an idempotent batch needs a non-negative epoch and base sequence")
-        entry = self._entry(producer_id)
-        if entry is not None:
-            dup = entry.find_duplicate(epoch, base_seq, last_seq)
-            if dup is not None:
-                return dup
-            if epoch < entry.epoch:
-                raise InvalidProducerEpochError(
-                    f"producer {producer_id} epoch {epoch} is older than the partition's epoch {entry.epoch}"
-                )
-        check_sequence(entry, epoch, base_seq)
-        self._check_txn_state(producer_id, epoch, entry, is_transactional)
-        return None
+        """Raise if the batch must be refused; return the original batch if it is a retry.
 
-    def _check_txn_state(
-        self, producer_id: int, epoch: int, entry: ProducerStateEntry | None, is_transactional: bool
-    ) -> None:
-        open_epoch = entry.epoch if entry is not None and entry.has_open_txn else None
-        open_txn = open_epoch is not None
-        if not is_transactional:
-            if open_txn:
-                raise InvalidTxnStateError(
-                    f"producer {producer_id} sent a non-transactional batch while its transaction is open"
-                )
-            return
-        if open_epoch is not None and epoch != open_epoch:
-            raise InvalidTxnStateError(
-                f"producer {producer_id}'s transaction of epoch {open_epoch} is still open; "
-                f"epoch {epoch} cannot write before its marker"
-            )
-        if not open_txn and self._verify_txn is not None and not self._verify_txn(producer_id, epoch):
+        The rules (docs/kafka-formats.md §5.1) are storage/native/src/producer.rs `check`, the one the
+        quiet append (storage/native/src/bindings/append.rs) makes too; only the transaction
+        verifier, a Python callable, is consulted here, last, for a batch opening a transaction.
+        """
+        entry = self._entry(producer_id) if producer_id >= 0 else None
+        verdict = check_batch(entry, producer_id, epoch, base_seq, last_seq, is_transactional)
+        if verdict is True and self._verify_txn is not None and not self._verify_txn(producer_id, epoch):
             raise InvalidTxnStateError(
                 f"partition is not registered in a transaction of producer {producer_id} epoch {epoch}"
             )
+        return verdict if type(verdict) is BatchMetadata else None
 
     def stage_data(self, producer_id: int, epoch: int, meta: BatchMetadata, is_transactional: bool) -> None:
         """Record an accepted batch (with its assigned offsets) in the staged entry."""

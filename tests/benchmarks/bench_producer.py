@@ -116,7 +116,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder  # baseline o
 from storage import Store
 from storage._native import quiet_append
 from storage.file_records import FileRecords
-from storage.records import BatchBuilder, Compression, TimestampType, encode_batches
+from storage.records import BatchBuilder, Compression, TimestampType, build_batch, encode_batches
 from txlog.clients.producer import Producer
 
 TOPIC = "t"
@@ -570,13 +570,15 @@ class NativeLoop(SyscallLoop):
 
     The directory key and the log's size a view would hold are kept here, as the view keeps them;
     what it costs is what any txlog append pays under the cross-process protocol of docs/DESIGN.md
-    §3, however little of txlog's code runs in Python.
+    §3, however little of txlog's code runs in Python. The call's producer check is given a batch
+    header with no producer id (nothing to check) and no entry: the bytes written are SyscallLoop's.
     """
 
     def __init__(self, workdir: str):
         super().__init__(workdir)
         looked = os.stat(self.directory)  # no file is made in it from here on: the key stays
         self.key, self.size = (looked.st_mtime_ns, looked.st_ino), 0
+        self.header = FileRecords.sole_batch(build_batch([(b"k", b"v", (), 0)]), verify_crc=False)
 
     def send(self, records: Records) -> None:
         directory, (mtime, ino), log, hw, lock = self.directory, self.key, self.log, self.hw, self.lock
@@ -584,7 +586,7 @@ class NativeLoop(SyscallLoop):
         for key, value, _ in records:
             data = key + value
             fcntl.flock(lock, fcntl.LOCK_EX)
-            status, _ = quiet_append(directory, mtime, ino, log, self.size, data, hw, mark)
+            status, _ = quiet_append(directory, mtime, ino, log, self.size, data, hw, mark, self.header, None, 0, 0)
             fcntl.flock(lock, fcntl.LOCK_UN)
             assert status == 0, f"the native append did not write: status {status} (append.rs WRITTEN is 0)"
             self.size += len(data)

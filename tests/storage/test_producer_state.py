@@ -27,6 +27,8 @@ from storage.producer_state import (
     ProducerStateEntry,
     ProducerStateManager,
     check_sequence,
+    from_snapshot,
+    to_snapshot,
 )
 from storage.records import ControlType
 from storage.sequence import INT32_MAX
@@ -131,8 +133,8 @@ def test_batch_spanning_the_wrap_keeps_first_and_last_sequence() -> None:
     meta = p.append(PID, 0, INT32_MAX - 10, 20)
     assert (meta.first_seq, meta.last_seq) == (INT32_MAX - 10, 8)
     assert p.manager.get(PID).last_seq == 8
-    snapshot = p.manager.get(PID).to_snapshot()
-    back = ProducerStateEntry.from_snapshot(snapshot)
+    snapshot = to_snapshot(p.manager.get(PID))
+    back = from_snapshot(snapshot)
     assert (back.batches[-1].first_seq, back.batches[-1].last_seq) == (INT32_MAX - 10, 8)
 
 
@@ -484,7 +486,7 @@ def test_snapshot_of_a_marker_only_producer_has_no_batch() -> None:
     p.marker(PID, 3, ControlType.ABORT, coordinator_epoch=7, ts=333)
     [snap] = p.manager.snapshot_entries()
     assert snap == SnapshotEntry(PID, 3, -1, -1, 0, 333, 7, -1)
-    restored = ProducerStateEntry.from_snapshot(snap)
+    restored = from_snapshot(snap)
     assert not restored.batches and restored.epoch == 3 and restored.coordinator_epoch == 7
 
 
@@ -530,4 +532,6 @@ def test_entry_copy_is_independent_of_the_original() -> None:
     clone = entry.copy()
     clone.add_batch(1, BatchMetadata(0, 0, 1, 1, 2), True)
     assert entry.epoch == 0 and len(entry.batches) == 1 and not entry.has_open_txn
-    assert clone.batches.maxlen == BATCH_WINDOW
+    for seq in range(1, BATCH_WINDOW + 2):
+        clone.add_batch(1, BatchMetadata(seq, seq, seq + 1, seq + 1, 2), True)
+    assert [m.first_seq for m in clone.batches] == list(range(2, BATCH_WINDOW + 2))  # the window keeps the last 5

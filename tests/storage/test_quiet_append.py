@@ -14,6 +14,7 @@ failure does. Each test fails if the native path were taken where it must not be
 from __future__ import annotations
 
 import os
+import random
 import subprocess
 import sys
 import textwrap
@@ -27,7 +28,7 @@ import storage.partition_log as partition_log
 from storage import Store
 from storage.errors import KafkaError, KafkaStorageError
 from storage.partition_log import PartitionLog
-from storage.records import ControlType, build_batch
+from storage.records import ControlType, RecordBatch, build_batch
 
 ROOT = Path(__file__).resolve().parents[2]
 TOPIC = "t"
@@ -300,7 +301,7 @@ def test_a_failed_fdatasync_fails_the_partition_as_the_python_path_does(tmp_path
     same recovery at reopen."""
     import errno as errnos
 
-    def written_then_eio(directory, mtime, ino, log_fd, size, data, hw_fd, hw):
+    def written_then_eio(directory, mtime, ino, log_fd, size, data, hw_fd, hw, *_batch_entry_offsets):
         os.write(log_fd, data)
         return 3, errnos.EIO
 
@@ -350,3 +351,88 @@ def test_a_replaced_os_function_keeps_appends_on_the_python_path(store_path, sta
         assert statuses == [] and len(calls) == 3
     finally:
         store.close()
+
+
+def _random_step(rng: random.Random, producers: dict[int, list], sent: dict[int, list[bytes]], step: int):
+    """One random append or marker: (kind, pid, data or marker args). `producers`: pid -> [epoch, next
+    seq, transactional]; `sent`: pid -> the producer's last batches' bytes (retries re-send them)."""
+    pid = rng.choice(sorted(producers))
+    epoch, seq, txn = producers[pid]
+    count = rng.choice((1, 1, 2, 3))
+    ts = TS + step
+    roll = rng.random()
+    if roll < 0.12 and sent[pid]:
+        return "retry", pid, rng.choice(sent[pid][-6:])  # one of the last 5 (or the 6th: no longer a dup)
+    if roll < 0.18:
+        seq = rng.choice((seq + 1 + rng.randrange(3), max(seq - 1 - rng.randrange(3), 0)))  # out of order
+    elif roll < 0.23:
+        epoch, seq = epoch + 1, rng.choice((0, 0, 0, 2))  # a bump (a new epoch starts at 0)
+    elif roll < 0.27:
+        epoch = max(epoch - 1, 0)  # an older epoch: fenced
+    elif roll < 0.31:
+        pid, epoch, seq = 100 + step, 0, rng.choice((0, 1 + rng.randrange(5)))  # unknown: only 0 may start
+    elif roll < 0.36:
+        return "plain", -1, build_batch([(b"k", b"p%d" % step, (), ts)] * count)
+    elif roll < 0.45 and txn:
+        control = rng.choice((ControlType.COMMIT, ControlType.ABORT))
+        return "marker", pid, (control, pid, epoch, rng.choice((0, 1, 2)), ts)
+    elif roll < 0.5:
+        txn = not txn  # a non-transactional batch in an open transaction, or the reverse
+    records = [(b"k%d" % i, b"v%d-%d" % (step, i), (), ts) for i in range(count)]
+    data = build_batch(records, producer_id=pid, producer_epoch=epoch, base_sequence=seq, is_transactional=txn)
+    return "data", pid, data
+
+
+def _advance(producers: dict[int, list], sent: dict[int, list[bytes]], pid: int, data: bytes) -> None:
+    """What the producer side knows after an accepted new batch: its epoch and next sequence."""
+    batch = RecordBatch.parse(data, 0)
+    state = producers.setdefault(pid, [batch.producer_epoch, 0, batch.is_transactional])
+    state[0], state[1] = batch.producer_epoch, batch.last_sequence + 1
+    sent.setdefault(pid, []).append(data)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_lone_appends_and_markers_answer_alike_on_both_paths(tmp_path, statuses, seed):
+    """Differential: random lone appends (new data, retries of the last 5 and older, out-of-order
+    sequences, epoch bumps, fenced epochs, unknown producers starting at 0 or not, transactional
+    and not, batches of several records) with markers in between, through the quiet append and
+    through the Python path (the reference): every answer and error (type and message), the HW,
+    `producer_states()` and, at the end, every file's bytes (segments, indexes, snapshots) agree."""
+    rng = random.Random(seed)
+    roots = [str(tmp_path / "native"), str(tmp_path / "python")]
+    stores = [Store.open(r) for r in roots]
+    try:
+        for s in stores:
+            s.create_topic(TOPIC, 1, CONFIG)
+        logs = [vouching(stores[0]), python_only(vouching(stores[1]))]
+        producers: dict[int, list] = {7: [0, 0, False], 8: [0, 0, False], 9: [0, 0, True], 10: [3, 0, True]}
+        sent: dict[int, list[bytes]] = {pid: [] for pid in producers}
+        for step in range(160):
+            kind, pid, what = _random_step(rng, producers, sent, step)
+            if kind == "marker":
+                answers = [marker_outcome(log, what) for log in logs]
+            else:
+                answers = [outcome(log, what) for log in logs]
+            assert answers[0] == answers[1], f"step {step}: {kind} {answers}"
+            if kind == "data" and not isinstance(answers[0], tuple) and not answers[0].duplicate:
+                _advance(producers, sent, pid, what)
+            elif kind == "marker" and not isinstance(answers[0], tuple):
+                producers[pid][0] = what[2]
+            assert logs[0].high_watermark == logs[1].high_watermark, step
+            assert list(logs[0].producer_states().items()) == list(logs[1].producer_states().items()), step
+        assert statuses.count(0) > 40, statuses  # the quiet path really wrote many of them
+        assert statuses.count(1) > 10, statuses  # and judged retries and refusals to fall back
+        assert len(logs[0].segments) >= 3  # rolls, so producer snapshots, were on the way
+        for s in stores:
+            s.close()
+        assert files(os.path.join(roots[0], f"{TOPIC}-0")) == files(os.path.join(roots[1], f"{TOPIC}-0"))
+    finally:
+        for s in stores:
+            s.close()
+
+
+def marker_outcome(log: PartitionLog, args: tuple) -> object:
+    try:
+        return log.append_marker(*args)
+    except KafkaError as exc:
+        return (type(exc).__name__, str(exc))

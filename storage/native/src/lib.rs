@@ -2,8 +2,8 @@
 //!
 //! Two layers. The core - codec.rs (header, CRC, record decoding and encoding), compression.rs
 //! (the four codecs), format.rs (`txlog consume`'s text lines), encoder.rs (the producer's bulk path), batch_builder.rs (its per-record
-//! path), retain.rs (the log cleaner's re-encoding of a filtered batch) and columns.rs
-//! (Arrow-ready columns) - is safe Rust that never touches Python: the
+//! path), retain.rs (the log cleaner's re-encoding of a filtered batch), columns.rs
+//! (Arrow-ready columns) and producer.rs (a producer's state in a partition and the check of a batch against it) - is safe Rust that never touches Python: the
 //! property tests in tests.rs drive it directly, and a test there checks that it never uses
 //! PyO3. bindings/ is the Python face: conversions, the GIL, and `unsafe` at the FFI edge only.
 //! This file registers the bindings as the module; storage/_native.pyi is its typed interface.
@@ -23,6 +23,7 @@ mod format;
 mod golden_tests;
 #[cfg(test)]
 mod inflation_tests;
+mod producer;
 mod retain;
 #[cfg(test)]
 mod retain_tests;
@@ -37,7 +38,7 @@ use pyo3::prelude::*;
 
 use bindings::{
     append, builder, columns as column_bindings, compression as codecs, decode, encode, errors, format as formatters,
-    hashes, header, writeback,
+    hashes, header, producer as producers, writeback,
 };
 
 #[pymodule]
@@ -68,6 +69,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(hashes::crc32c_py, m)?)?;
     m.add_function(wrap_pyfunction!(hashes::murmur2_partitions, m)?)?;
     m.add_function(wrap_pyfunction!(append::quiet_append, m)?)?;
+    m.add_class::<producers::ProducerStateEntry>()?;
+    m.add_function(wrap_pyfunction!(producers::check_batch, m)?)?;
+    m.add_function(wrap_pyfunction!(producers::check_sequence, m)?)?;
     m.add_function(wrap_pyfunction!(writeback::start_writeback, m)?)?;
     Ok(())
 }

@@ -123,6 +123,7 @@ fn the_core_never_uses_pyo3() {
         ("columns.rs", include_str!("columns.rs")),
         ("retain.rs", include_str!("retain.rs")),
         ("format.rs", include_str!("format.rs")),
+        ("producer.rs", include_str!("producer.rs")),
     ];
     for (name, source) in core {
         assert!(!source.contains("pyo3"), "{name} uses pyo3: move the Python part to bindings/");

@@ -1,16 +1,20 @@
 //! The system calls of a writer's quiet durable append, made with the GIL released once
 //! (storage/partition_log.py `PartitionLog._quiet_append`, issue 26).
 //!
-//! Python decides everything before the call, under the partition's writer lock it holds: the
-//! batch is checked against the producer state and stamped with its offset, no roll, index entry
-//! or expiry is due, and the view's directory key vouched at its last look. Here the two looks
+//! Python decides everything else before the call, under the partition's writer lock it holds: the
+//! batch is stamped with its offset, no roll, index entry or expiry is due, and the view's
+//! directory key vouched at its last look. Here the batch is first checked against its producer's
+//! entry (producer.rs `check`, the check every append makes: a retry or a refusal answers FALLBACK,
+//! for the Python path to judge on the caught-up view), then the two looks
 //! that prove the view is still the files are made, and only if both agree the bytes go in:
 //! the directory's (mtime, inode) must equal the key (a roll, retention, DeleteRecords or a
 //! cleaner's swap moves it), and the `.log`'s length must equal the view's (another process's
 //! append or a cut changes it) with the file still linked (scenario 71). Then the write, the
 //! fdatasync and the high watermark's pwrite. Any look that disagrees, or fails, writes nothing
 //! and answers FALLBACK: the caller then takes the Python path, which catches up and judges the
-//! append on the files.
+//! append on the files. Once the bytes are durable the entry takes the batch, as a replay of it
+//! from the log would (`Entry::add_batch`); with no entry (a producer new to the partition, or
+//! none) the caller records it.
 //!
 //! The descriptors are the caller's (pinned by it for the call) and are never closed here.
 
@@ -23,11 +27,16 @@ use std::os::unix::io::FromRawFd;
 use pyo3::prelude::*;
 
 use super::ffi::with_bytes;
+use super::header::BatchHeader;
+use super::producer::ProducerStateEntry;
+use crate::codec;
+use crate::producer::{self, BatchMeta, Verdict};
 
 /// The bytes are in, fdatasync'ed, and the high watermark's pwrite was made (its failure is not
 /// the append's: HighWatermarkFile.publish ignores it too).
 pub const WRITTEN: i32 = 0;
-/// A look disagreed with the caller's view (or failed): nothing was written.
+/// The batch is a retry or refused, or a look disagreed with the caller's view (or failed): nothing
+/// was written.
 pub const FALLBACK: i32 = 1;
 /// The write failed (the errno, 0 for a write of no bytes); part of the bytes may be in the file.
 pub const WRITE_FAILED: i32 = 2;
@@ -63,8 +72,22 @@ fn write_all(mut log: &File, mut data: &[u8]) -> Result<(), i32> {
     Ok(())
 }
 
-/// The looks, the write, the fdatasync and the high watermark's pwrite of one quiet durable append,
-/// the GIL released once; (status, errno), status one of WRITTEN, FALLBACK, WRITE_FAILED, SYNC_FAILED.
+/// The batch's producer fields as producer.rs checks them.
+fn producer_fields(h: &codec::Header) -> producer::Batch {
+    producer::Batch {
+        producer_id: h.producer_id,
+        epoch: h.producer_epoch.into(),
+        base_seq: h.base_sequence.into(),
+        last_seq: codec::sequence_of(h.base_sequence, h.last_offset_delta),
+        is_transactional: h.is_transactional(),
+    }
+}
+
+/// The producer check, the looks, the write, the fdatasync and the high watermark's pwrite of one
+/// quiet durable append of `batch` (its bytes `data`, stamped with base offset `base_offset` and
+/// maxTimestamp `max_timestamp`), the GIL released once for the system calls; then, once durable,
+/// the batch recorded in `entry`, its producer's entry (None: the partition has none, or the batch
+/// no producer id). (status, errno), status one of WRITTEN, FALLBACK, WRITE_FAILED, SYNC_FAILED.
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
 pub fn quiet_append(
@@ -77,8 +100,23 @@ pub fn quiet_append(
     data: &Bound<'_, PyAny>,
     hw_fd: i32,
     hw: &Bound<'_, PyAny>,
+    batch: &Bound<'_, BatchHeader>,
+    entry: Option<&Bound<'_, ProducerStateEntry>>,
+    base_offset: i64,
+    max_timestamp: i64,
 ) -> PyResult<(i32, i32)> {
-    with_bytes(data, |data| {
+    let header = batch.get().header;
+    let fields = producer_fields(&header);
+    let verdict = match entry {
+        Some(e) => producer::check(Some(&e.borrow().entry), &fields),
+        None => producer::check(None, &fields),
+    };
+    // A retry is answered, and a refusal raised, by the Python path on the caught-up view (the
+    // quiet append is never given a transaction verifier: a new transaction's batch needs none).
+    if !matches!(verdict, Ok(Verdict::New { .. })) {
+        return Ok((FALLBACK, 0));
+    }
+    let status = with_bytes(data, |data| {
         with_bytes(hw, |hw| {
             Ok(py.detach(|| {
                 let log = borrowed(log_fd);
@@ -99,5 +137,17 @@ pub fn quiet_append(
                 (WRITTEN, 0)
             }))
         })
-    })
+    })?;
+    if let (Some(e), (WRITTEN, _)) = (entry, status) {
+        let last_offset = base_offset + i64::from(header.last_offset_delta);
+        let meta = BatchMeta {
+            first_seq: fields.base_seq,
+            last_seq: fields.last_seq,
+            first_offset: base_offset,
+            last_offset,
+            timestamp: max_timestamp,
+        };
+        e.borrow_mut().entry.add_batch(fields.epoch, meta, fields.is_transactional);
+    }
+    Ok(status)
 }

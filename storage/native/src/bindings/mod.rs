@@ -21,4 +21,5 @@ pub mod ffi;
 pub mod format;
 pub mod hashes;
 pub mod header;
+pub mod producer;
 pub mod writeback;
