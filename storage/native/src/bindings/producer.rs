@@ -4,12 +4,15 @@
 //!
 //! A refusal is raised as its storage.errors class (imported only when raised, as builder.rs does
 //! for its one typed error), so callers see the same exceptions and messages wherever the check
-//! ran. `BatchMetadata` (a NamedTuple of storage/producer_state.py) is built only when Python asks
-//! for a batch (`batches`, a duplicate): the quiet append never makes one.
+//! ran. `BatchMetadata` (a NamedTuple of storage/producer_state.py, its class looked up once) is
+//! built only when Python asks for a batch (`batches`, a duplicate): the quiet append never makes one.
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyInt, PyTuple, PyType};
+
+use super::ffi::SubclassTuples;
 
 use crate::producer::{self, Batch, BatchMeta, Entry, Refusal, Verdict, BATCH_WINDOW};
 
@@ -23,9 +26,20 @@ pub fn refusal_to_py(py: Python<'_>, refusal: &Refusal) -> PyErr {
     }
 }
 
+/// storage.producer_state.BatchMetadata, looked up once (a duplicate's answer is on the retry path
+/// of every append, and a NamedTuple's own `__new__` is a Python call: ffi.rs fills it directly).
+static BATCH_METADATA: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+
 fn meta_to_py<'py>(py: Python<'py>, m: &BatchMeta) -> PyResult<Bound<'py, PyAny>> {
-    let cls = py.import("storage.producer_state")?.getattr("BatchMetadata")?;
-    cls.call1((m.first_seq, m.last_seq, m.first_offset, m.last_offset, m.timestamp))
+    let cls = BATCH_METADATA.import(py, "storage.producer_state", "BatchMetadata")?;
+    let int = |v: i64| PyInt::new(py, v).into_any();
+    SubclassTuples::new(cls.as_any())?.make([
+        int(m.first_seq),
+        int(m.last_seq),
+        int(m.first_offset),
+        int(m.last_offset),
+        int(m.timestamp),
+    ])
 }
 
 /// What the partition remembers of one producer (storage/producer_state.py; docs/kafka-formats.md §5.1).
