@@ -282,3 +282,28 @@ def test_the_direct_path_writes_and_answers_what_the_pipeline_does(tmp_path, mon
     assert any(name.endswith(".log") and len(data) > 20 * 60 for name, data in direct[0].items())
     assert [on_sender for _, _, on_sender in direct[2]] == [True] * 10
     assert direct == pipeline
+
+
+class _DeliveryCounter(Transport):
+    """A transport with requests of its own to deliver late (as a fault plan's): counts the calls."""
+
+    def __init__(self, store):
+        super().__init__(store)
+        self.deliveries = 0
+
+    def deliver_delayed(self) -> None:
+        self.deliveries += 1
+
+
+def test_a_transport_with_late_requests_gets_every_round_end_on_either_path(store):
+    """The sender skips Transport's own no-op deliver_delayed (issue 26), never one a transport
+    defines: a durable get()'s direct path and the sender thread's rounds each end with it."""
+    store.create_topic("t", 2)
+    transport = _DeliveryCounter(store)
+    p = txlog.Producer(store, transport=transport, linger_ms=60_000)
+    assert [p.send("t", b"v%d" % i, partition=0).get().offset for i in range(3)] == [0, 1, 2]
+    assert transport.deliveries == 3  # one direct round each
+    p.send("t", b"w", partition=1)
+    p.flush()  # the sender thread's round
+    assert transport.deliveries == 4
+    p.close()

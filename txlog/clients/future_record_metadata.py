@@ -24,33 +24,38 @@ Callback = Callable[[RecordMetadata | None, BaseException | None], Any]
 
 _log = logging.getLogger("txlog.clients.producer")
 
+#: ProduceRequestResult's lock, shared by every result (see the class).
+_LOCK = threading.Lock()
+
 
 class ProduceRequestResult:
     """How one batch ended, shared by the futures of its records, and the callbacks waiting on it.
 
     Callbacks are kept here, by record index, not on the futures: a future is then only
     (batch, index), made by one C-level call per `send`.
+
+    Made once per batch (a durable one-record send makes one per record: issue 26), so it has no
+    `__init__`: the class attributes are the initial state, and `ProduceRequestResult()` is one
+    C-level call. Every result shares one lock (`_LOCK`) for `settle` against `add`: either holds
+    it for a few attribute reads and writes and calls nothing under it, so sharing costs no wait
+    worth a lock of its own, and a batch allocates none.
     """
 
-    __slots__ = ("base_offset", "error", "done", "callbacks", "_lock")
-
-    def __init__(self) -> None:
-        self.base_offset: int | None = None
-        self.error: BaseException | None = None
-        self.done = False
-        self.callbacks: dict[int, list[Callback]] | None = None
-        self._lock = threading.Lock()  # settle (sender) against add_callback (any thread)
+    base_offset: int | None = None
+    error: BaseException | None = None
+    done = False
+    callbacks: dict[int, list[Callback]] | None = None
 
     def settle(self, base_offset: int | None, error: BaseException | None) -> dict[int, list[Callback]]:
         """Record the outcome; returns the callbacks to run, each once, in record order."""
-        with self._lock:
+        with _LOCK:
             self.base_offset, self.error, self.done = base_offset, error, True
             callbacks, self.callbacks = self.callbacks, None
         return callbacks or {}
 
     def add(self, index: int, fn: Callback) -> bool:
         """Keep `fn` for record `index`; False if the batch has settled (the caller runs it now)."""
-        with self._lock:
+        with _LOCK:
             if self.done:
                 return False
             if self.callbacks is None:
@@ -115,13 +120,18 @@ def record_metadata(batch: BatchView, index: int) -> RecordMetadata | None:
     offset = -1 if result.base_offset is None else result.base_offset + index
     tp, builder = batch.tp, batch.builder
     assert builder is not None, "only send() makes per-record futures, and its batches have builders"
-    return RecordMetadata(
-        tp.topic,
-        tp.partition,
-        offset,
-        builder.timestamp_at(index),
-        builder.key_size_at(index),
-        builder.value_size_at(index),
+    # tuple.__new__ with every field, not RecordMetadata(...): the NamedTuple's own __new__ is a
+    # Python function that only binds the arguments, one more call per durable send (issue 26).
+    return tuple.__new__(
+        RecordMetadata,
+        (
+            tp.topic,
+            tp.partition,
+            offset,
+            builder.timestamp_at(index),
+            builder.key_size_at(index),
+            builder.value_size_at(index),
+        ),
     )
 
 

@@ -60,7 +60,7 @@ from txlog.clients.future_record_metadata import FutureProduceMany, FutureRecord
 from txlog.clients.membership import ConsumerGroupMetadata
 from txlog.clients.partitioner import DEFAULT_PARTITIONER, PARTITIONER_NAMES, named_partitioner, partition_many
 from txlog.clients.prepared_txn_state import PreparedTxnState
-from txlog.clients.record_accumulator import ProducerBatch, RecordAccumulator, Work
+from txlog.clients.record_accumulator import ProducerBatch, RecordAccumulator
 from txlog.clients.sender import Sender, SenderConfig, retry_timeouts
 from txlog.clients.transaction_manager import FENCING_ERRORS, TransactionManager, TransactionState
 from txlog.errors import (
@@ -227,13 +227,18 @@ class Producer:
         )
         self._max_request_size = max_request_size
         self._group_limits: dict[str, int] = {}
+        # Kafka's sticky partitioner for keyless records: each topic's chosen partition, in use while
+        # it is in `_sticky_live` (until the accumulator seals its batch)
+        self._sticky: dict[str, TopicPartition] = {}
+        self._sticky_live: set[TopicPartition] = set()
         self._accumulator = RecordAccumulator(
             linger_ms=linger_ms,
             group_limit=self._group_limit,
             buffer_memory=buffer_memory,
             max_block_ms=max_block_ms,
-            on_seal=self._sealed,
-            run_round=self._run_round,
+            # the sticky partitioner moves on once its partition's batch is sealed: a C-level call
+            # per sealed batch (a durable one-record send seals one per record)
+            on_seal=self._sticky_live.discard,
             batch_size=batch_size,
             # Kafka's in-flight requests: a round appends up to that many groups to its one partition
             # before one fdatasync acknowledges them all (durable ones only: the others sync no group;
@@ -248,7 +253,6 @@ class Producer:
         self._open = self._accumulator.open  # read per send: one attribute lookup, not two
         self._lock = self._accumulator.lock
         self._single: dict[str, TopicPartition] = {}  # one-partition topics, partition 0
-        self._sticky: dict[str, int] = {}
         self._sticky_next: dict[str, int] = {}
         self._topic_meta: dict[str, tuple[int, int]] = {}
         self._tps: dict[tuple[str, int], TopicPartition] = {}  # made once per partition, not per send
@@ -338,7 +342,11 @@ class Producer:
     ) -> tuple[ProducerBatch, int]:
         """The slow path of `send` (and of the native SendFastPath), once per batch: under the
         accumulator's lock, the open batch again (another thread may have opened it), else a new
-        one, which always takes the record."""
+        one (the full one sealed, buffer.memory held: `RecordAccumulator.open_batch`), which always
+        takes the record; starts the sender on first use.
+
+        A durable one-record send, whose get() took the last batch, comes here for every record
+        (issue 26): the topic's batch size is read from `_topic_meta` without a call when known."""
         with self._lock:
             batch = self._open.get(tp)
             if batch is not None:
@@ -347,7 +355,17 @@ class Producer:
                 index = builder.try_append(key, value, headers, ts)
                 if index >= 0:
                     return batch, index
-            batch, builder = self._new_batch(tp)
+            _, max_message = self._topic_meta.get(tp.topic) or self._topic_info(tp.topic)
+            builder = BatchBuilder(
+                max_bytes=min(self.batch_size, max_message),
+                compression=self.compression,
+                timestamp_type=TimestampType.CREATE_TIME,
+                is_transactional=self.transactional_id is not None,
+            )
+            accumulator = self._accumulator
+            batch = accumulator.open_batch(tp, builder)
+            if accumulator.sender_thread is None:  # checked here too: a running sender costs no call
+                self._start_sender()
             return batch, builder.try_append(key, value, headers, ts)
 
     def _group_limit(self, tp: TopicPartition) -> int:
@@ -397,44 +415,15 @@ class Producer:
 
     def _sticky_partition(self, topic: str, count: int) -> int:
         """Kafka's sticky partitioner for keyless records: fill one batch, then move on."""
-        sticky = self._sticky.get(topic)
-        if sticky is None:
-            sticky = self._sticky_next.get(topic, 0) % count
-            self._sticky[topic] = sticky
-            self._sticky_next[topic] = sticky + 1
+        tp = self._sticky.get(topic)
+        if tp is not None and tp in self._sticky_live:
+            return tp.partition
+        sticky = self._sticky_next.get(topic, 0) % count
+        tp = self._tp(topic, sticky)
+        self._sticky[topic] = tp
+        self._sticky_live.add(tp)
+        self._sticky_next[topic] = sticky + 1
         return sticky
-
-    def _sealed(self, tp: TopicPartition) -> None:
-        """The accumulator sealed tp's batch: keyless records of its topic move to the next partition."""
-        if self._sticky.get(tp.topic) == tp.partition:
-            self._sticky.pop(tp.topic, None)
-
-    def _new_batch(self, tp: TopicPartition) -> tuple[ProducerBatch, BatchBuilder]:
-        """Open a batch for tp (the caller holds the accumulator's lock); starts the sender on first use.
-        Returns the batch and its builder."""
-        _, max_message = self._topic_info(tp.topic)
-        accumulator = self._accumulator
-        if tp in accumulator.open:  # a full batch; none after a get() took it (the durable one-record send)
-            accumulator.seal(tp)
-        size = min(self.batch_size, max_message)
-        accumulator.reserve(size)
-        builder = BatchBuilder(
-            max_bytes=size,
-            compression=self.compression,
-            timestamp_type=TimestampType.CREATE_TIME,
-            is_transactional=self.transactional_id is not None,
-        )
-        batch = ProducerBatch(tp, size, accumulator, builder=builder)
-        accumulator.add_batch(batch, sealed=False)
-        if accumulator.sender_thread is None:  # checked here too: a running sender costs no call
-            self._start_sender()
-        return batch, builder
-
-    def _run_round(self, work: Work) -> None:
-        """A round on the calling thread (a blocking get(): RecordAccumulator.await_result), by
-        the sender's code; a batch exists, so `_start_sender` has made the sender."""
-        assert self._sender is not None, "every batch is queued with _start_sender"
-        self._sender.run_round(work)
 
     def _start_sender(self) -> None:
         """A sender thread for the batches just queued, if none is running (the caller holds the
@@ -551,7 +540,7 @@ class Producer:
                 batch = ProducerBatch(
                     tp, len(piece.data), accumulator, encoded=piece.data, record_count=piece.record_count
                 )
-                accumulator.add_batch(batch, sealed=True)
+                accumulator.add_sealed(batch)
                 out.append((tp, piece.record_count, batch.result))
                 # now, not after the loop: the next reserve may wait for buffer.memory, which only
                 # the sender frees (a large record behind a small one waited for a sender never started)

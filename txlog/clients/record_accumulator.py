@@ -43,6 +43,8 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
+from threading import get_ident
+from typing import Protocol
 
 from storage.records import BatchBuilder, stamp_batch
 from txlog.clients.future_record_metadata import ProduceRequestResult, run_settled_callbacks
@@ -57,6 +59,13 @@ WHOLE_OR_BUILT = "a batch without a builder holds the bytes produce_many encoded
 #: What a round is given: per partition, its batches in order (one append each, or several:
 #: `split_requests` cuts them, RecordAccumulator.requests).
 Work = dict[TopicPartition, list["ProducerBatch"]]
+
+
+class RoundRunner(Protocol):
+    """The sender's `run_round`: one round's work, and optionally its batches in order (a caller
+    that has them spares the round collecting them)."""
+
+    def __call__(self, work: Work, batches: list[ProducerBatch] | None = None, /) -> None: ...
 
 
 def split_requests(batches: Iterable[ProducerBatch], limit: int, most: int) -> list[list[ProducerBatch]]:
@@ -123,7 +132,7 @@ class ProducerBatch:
     """One batch of one partition: records in a builder (`send`), or bytes already encoded
     natively (`produce_many`) whose producer id, epoch and sequence are stamped when sent."""
 
-    __slots__ = ("tp", "builder", "encoded", "record_count", "created", "result", "reserved", "waiter", "max_bytes")
+    __slots__ = ("tp", "builder", "encoded", "record_count", "created", "result", "reserved", "waiter")
 
     def __init__(
         self,
@@ -138,7 +147,6 @@ class ProducerBatch:
         self.tp = tp
         self.waiter = waiter  # what a future's get() waits on
         self.builder = builder
-        self.max_bytes = builder.max_bytes if builder is not None else 0
         self.encoded = encoded
         self.record_count = record_count  # of an encoded batch; a builder counts its own
         self.created = time.monotonic()
@@ -157,16 +165,17 @@ class ProducerBatch:
     def records(self) -> int:
         return self.builder.record_count if self.builder is not None else self.record_count
 
-    def build(self, producer_id: int, producer_epoch: int, base_sequence: int) -> bytes | bytearray:
+    def build(self, producer_id: int, producer_epoch: int, base_sequence: int) -> tuple[bytes | bytearray, int]:
         """The batch's bytes with the ids and sequence it is sent with (decided only now: a
-        KIP-360 epoch bump between `send` and the write must not reach old batches)."""
-        if self.builder is not None:
-            return self.builder.build(
-                producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence
-            )
+        KIP-360 epoch bump between `send` and the write must not reach old batches), and its
+        record count (`records`, read here: the sender needs both, and a call less per batch)."""
+        builder = self.builder
+        if builder is not None:
+            data = builder.build(producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence)
+            return data, builder.record_count
         assert self.encoded is not None, WHOLE_OR_BUILT
         stamp_batch(self.encoded, producer_id, producer_epoch, base_sequence)
-        return self.encoded
+        return self.encoded, self.record_count
 
     def settle(self, base_offset: int | None, error: BaseException | None) -> None:
         """Resolve every future of the batch: one shared write, then the callbacks in record order."""
@@ -194,18 +203,19 @@ class RecordAccumulator:
         buffer_memory: int,
         max_block_ms: int,
         on_seal: Callable[[TopicPartition], None],
-        run_round: Callable[[Work], None] | None = None,
         batch_size: int = 16384,
         requests_per_round: int = 1,
     ):
         self.lock = threading.Lock()  # `send` takes it alone (cheaper than entering the condition)
         self.cond = threading.Condition(self.lock)  # results: get(), flush(), room in the buffer
         self._work = threading.Condition(self.lock)  # the sender's: something to send, or sooner
-        # The sender's round, run by a blocking get() on its own thread (None: always hand off).
-        # It ends with `completed`, as the sender's own rounds do.
-        self._run_round = run_round
+        # The sender's round, run by a blocking get() on its own thread: the running sender's own
+        # `run_round` (`sender_started`: no wrapper between them; None until a sender started, when
+        # no batch exists either). It ends with `completed`, as the sender's own rounds do.
+        self._run_round: RoundRunner | None = None
         self._in_round = False  # a round is in progress (on the sender or on a get()'s thread)
-        self._round_thread: threading.Thread | None = None  # who runs it: callbacks may run there
+        # get_ident() of who runs it (callbacks may run there): a C call, where current_thread() is Python
+        self._round_ident: int | None = None
         # When the sleeping sender wakes on its own (monotonic seconds); -inf while it is awake
         # (it looks at everything before it sleeps again, under the lock) or waits for a get()'s
         # round to end (the end wakes it if anything is left), so a new batch need not wake it.
@@ -232,6 +242,12 @@ class RecordAccumulator:
         self.closed = False
         self.sender_thread: threading.Thread | None = None
 
+    def sender_started(self, thread: threading.Thread, run_round: RoundRunner) -> None:
+        """A Sender was made for `thread` (not started yet): it is the sender thread now, and its
+        `run_round` what a blocking get() runs on its own thread (`await_result`)."""
+        self.sender_thread = thread
+        self._run_round = run_round
+
     # ---- the application side (caller holds `cond` where noted) --------------------------------------------
 
     def reserve(self, size: int) -> None:
@@ -254,18 +270,30 @@ class RecordAccumulator:
                 self._wait_for_results(left)
         self._buffered += size
 
-    def add_batch(self, batch: ProducerBatch, *, sealed: bool) -> None:
-        """A new batch of its partition (caller holds `cond`): open for appends, or ready to send."""
+    def open_batch(self, tp: TopicPartition, builder: BatchBuilder) -> ProducerBatch:
+        """A new open batch of tp around `builder` (caller holds `cond`), holding `builder.max_bytes`
+        of buffer.memory (`reserve`: it may wait); a full batch still open is sealed first.
+
+        One call for what `send` needs once per batch, which a durable one-record send needs once
+        per record (issue 26)."""
+        if tp in self.open:  # a full batch; none after a get() took it (the durable one-record send)
+            self.seal(tp)
+        size = builder.max_bytes
+        self.reserve(size)
+        batch = ProducerBatch(tp, size, self, builder=builder)
+        self._incomplete += 1
+        self.open[tp] = batch
+        if batch.created + self._linger < self._sender_wake_at:
+            self._work.notify()  # its linger ends before the sender would look again
+        return batch
+
+    def add_sealed(self, batch: ProducerBatch) -> None:
+        """A new batch of its partition, ready to send (caller holds `cond`): behind what `send` left open."""
         tp = batch.tp
         self._incomplete += 1
-        if sealed:
-            self.seal(tp)  # anything `send` left open goes first: order within a partition holds
-            self._sealed.setdefault(tp, deque()).append(batch)
-            self._work.notify()  # ready work
-        else:
-            self.open[tp] = batch
-            if batch.created + self._linger < self._sender_wake_at:
-                self._work.notify()  # its linger ends before the sender would look again
+        self.seal(tp)  # anything `send` left open goes first: order within a partition holds
+        self._sealed.setdefault(tp, deque()).append(batch)
+        self._work.notify()  # ready work
 
     def seal(self, tp: TopicPartition, *, notify: bool = True) -> None:
         """Close the partition's open batch to appends and queue it (caller holds `cond`); the
@@ -289,7 +317,8 @@ class RecordAccumulator:
         if timeout is None and self._run_round is not None:
             batch = self._take_lone(tp, result)
             if batch is not None:  # the direct path: nothing else to send, this thread sends it
-                self._run_round({tp: [batch]})  # ends with `completed`, which settled it or failed it
+                group = [batch]
+                self._run_round({tp: group}, group)  # ends with `completed`, which settled it or failed it
                 if result.done:
                     return
         self._refuse_on_sender("a future's get()")
@@ -327,7 +356,7 @@ class RecordAccumulator:
             del self.open[tp]
             batch.close()
             self._on_seal(tp)
-            self._in_round, self._round_thread = True, threading.current_thread()
+            self._in_round, self._round_ident = True, get_ident()
             return batch
 
     def _take_for_caller(self, tp: TopicPartition) -> Work | None:
@@ -341,7 +370,7 @@ class RecordAccumulator:
         work = self._take()
         if not work:
             return None
-        self._in_round, self._round_thread = True, threading.current_thread()
+        self._in_round, self._round_ident = True, get_ident()
         return work
 
     def _callbacks_waiting(self, tp: TopicPartition) -> bool:
@@ -415,8 +444,8 @@ class RecordAccumulator:
 
     def _on_io_thread(self) -> bool:
         """Whether the calling thread sends batches: the sender, or a get() running a round."""
-        thread = threading.current_thread()
-        return thread is self.sender_thread or (self._in_round and thread is self._round_thread)
+        # the sender by identity (a dead thread's ident may be reused), a round's runner by ident (alive meanwhile)
+        return threading.current_thread() is self.sender_thread or (self._in_round and get_ident() == self._round_ident)
 
     def _refuse_on_sender(self, what: str) -> None:
         if self._on_io_thread():
@@ -440,7 +469,7 @@ class RecordAccumulator:
                     self._seal_due(now)
                     work = self._take()
                     if work:
-                        self._in_round, self._round_thread = True, self.sender_thread
+                        self._in_round, self._round_ident = True, get_ident()
                         return work
                 if self.open or self._incomplete:
                     idle_since = now
@@ -473,7 +502,7 @@ class RecordAccumulator:
                     batch.encoded = None  # settled: its bytes were written (or never will be)
             self._incomplete -= len(batches)
             if end_of_round:
-                self._in_round, self._round_thread = False, None
+                self._in_round, self._round_ident = False, None
                 if self._sender_waits_round and (self.open or self._sealed or self._flushing or self.closed):
                     self._work.notify()
             if self._result_waiters:

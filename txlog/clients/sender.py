@@ -56,7 +56,7 @@ from storage.errors import (
 from storage.partition_log import BatchAppendResult
 from txlog.clients.record_accumulator import ProducerBatch, RecordAccumulator, Work
 from txlog.clients.transaction_manager import TransactionManager, increment_sequence
-from txlog.errors import KafkaTimeoutError, RequestTimedOutError
+from txlog.errors import IllegalStateError, KafkaTimeoutError, RequestTimedOutError
 from txlog.topic_partition import TopicPartition
 from txlog.transport import Transport
 
@@ -105,8 +105,12 @@ class Sender:
         self._transport = transport
         self._config = config
         self._lone_durable = config.acks == -1 and not transaction_manager.transactional  # see run_round
+        # A transport whose deliver_delayed is Transport's no-op (no fault plan) is not called for it
+        self._deliver_delayed = (
+            transport.deliver_delayed if type(transport).deliver_delayed is not Transport.deliver_delayed else None
+        )
         self._thread = threading.Thread(target=self._run, name=f"{THREAD_PREFIX}{config.client_id}", daemon=True)
-        accumulator.sender_thread = self._thread
+        accumulator.sender_started(self._thread, self.run_round)
         self._thread.start()
 
     def join(self, timeout: float | None = None) -> None:
@@ -120,20 +124,23 @@ class Sender:
                 return
             self.run_round(work)
 
-    def run_round(self, work: Work) -> None:
+    def run_round(self, work: Work, batches: list[ProducerBatch] | None = None) -> None:
         """Send one round's batches and settle them; on this thread or on a blocking get()'s
         (RecordAccumulator.await_result: the accumulator never lets two rounds overlap).
+        `batches`: every batch of `work`, in order, when the caller has them (a get()'s lone batch).
 
         A round of one batch, acks=all outside a transaction (a durable one-record send's, from a
         get()'s direct path: RecordAccumulator._take_lone), is the partition's append alone: no
         registration, no parallel appends, no sync after it; it goes straight there (issue 26: that
         send pays for no step it skips)."""
-        batches = list(chain.from_iterable(work.values()))  # no comprehension frame (issue 26)
+        if batches is None:
+            batches = list(chain.from_iterable(work.values()))  # no comprehension frame (issue 26)
         try:
             with self._txn.lock:
                 if self._lone_durable and len(batches) == 1:
                     self._produce(batches[0].tp, batches)  # all `_round` does for it
-                    self._transport.deliver_delayed()
+                    if self._deliver_delayed is not None:
+                        self._deliver_delayed()
                 else:
                     self._round(work)
         except BaseException as exc:  # noqa: BLE001 - a simulated crash (or a bug) kills the producer
@@ -163,7 +170,8 @@ class Sender:
             # acks=0/1 acknowledged before the fdatasync; it follows at once so the high
             # watermark (what readers may see) catches up without waiting for another writer.
             txn.sync(list(work))
-        self._transport.deliver_delayed()
+        if self._deliver_delayed is not None:
+            self._deliver_delayed()
 
     def _in_one_round(self, work: dict[TopicPartition, list[ProducerBatch]]) -> bool:
         """Whether the round's appends go in one sync round: durable ones (acks=all outside a
@@ -203,7 +211,11 @@ class Sender:
             return
         requests = self._accumulator.requests(tp, group) if len(group) > 1 else [group]
         if len(requests) == 1:
-            self._settle(tp, group, self._attempt(tp, group))
+            try:
+                outcome: tuple[BatchAppendResult, ...] | KafkaError = self._append(tp, group)
+            except KafkaError as exc:  # what the log answered: the group's outcome
+                outcome = exc
+            self._settle(tp, group, outcome)
         else:
             self._produce_requests(tp, requests)
 
@@ -257,13 +269,6 @@ class Sender:
                 batch.settle(None, None)
         return False
 
-    def _attempt(self, tp: TopicPartition, group: list[ProducerBatch]) -> tuple[BatchAppendResult, ...] | KafkaError:
-        """The group's append: its per-batch results, or the error the log answered."""
-        try:
-            return self._append(tp, group)
-        except KafkaError as exc:
-            return exc
-
     def _settle(
         self, tp: TopicPartition, group: list[ProducerBatch], outcome: tuple[BatchAppendResult, ...] | KafkaError
     ) -> None:
@@ -278,7 +283,11 @@ class Sender:
             for batch in group:
                 batch.settle(None, error)
             return
-        for batch, result in zip(group, outcome, strict=True):  # one result per batch, in order
+        # One result per batch, in order. Checked here, not by zip(strict=True): a keyword makes
+        # zip parse a dict, a cost on every durable send (issue 26).
+        if len(outcome) != len(group):
+            raise IllegalStateError(f"{len(outcome)} append results for {len(group)} batches")
+        for batch, result in zip(group, outcome):  # noqa: B905 - the lengths are checked just above
             # -1: a retried group's batch older than the partition's window (appended, offset unknown)
             batch.settle(result.base_offset if result.base_offset >= 0 else None, None)
 
@@ -288,14 +297,18 @@ class Sender:
         many records they hold (what the sequence advances by once appended)."""
         txn = self._txn
         ids, idempotent = txn.producer_id_and_epoch, txn.idempotent
-        base = increment_sequence(txn.sequence(tp), ahead) if idempotent else -1
+        base = txn.sequence(tp) if idempotent else -1
+        if ahead and idempotent:  # (0 ahead, the usual case, is the sequence itself: no call)
+            base = increment_sequence(base, ahead)
         parts = []
         records = 0
         for batch in group:
-            parts.append(
-                batch.build(ids.producer_id, ids.epoch, increment_sequence(base, records) if idempotent else -1)
-            )
-            records += batch.records
+            # the first batch's sequence is the base (a call saved on a durable one-record send's
+            # batch), and without idempotence every batch's is -1
+            sequence = increment_sequence(base, records) if records and idempotent else base
+            data, count = batch.build(ids.producer_id, ids.epoch, sequence)
+            parts.append(data)
+            records += count
         # A bytearray either way: the log takes this process's own trusted bytearray as it is,
         # stamped in place and written without a copy (`PartitionLog.append`).
         return (parts[0] if len(parts) == 1 else bytearray().join(parts)), records
