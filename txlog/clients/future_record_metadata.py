@@ -48,9 +48,12 @@ class ProduceRequestResult:
 
     def settle(self, base_offset: int | None, error: BaseException | None) -> dict[int, list[Callback]]:
         """Record the outcome; returns the callbacks to run, each once, in record order."""
-        with _LOCK:
+        _LOCK.acquire()  # not `with`: txlog/clients/record_accumulator.py's docstring says why
+        try:
             self.base_offset, self.error, self.done = base_offset, error, True
             callbacks, self.callbacks = self.callbacks, None
+        finally:
+            _LOCK.release()
         return callbacks or {}
 
     def add(self, index: int, fn: Callback) -> bool:

@@ -135,14 +135,18 @@ class Sender:
         send pays for no step it skips)."""
         if batches is None:
             batches = list(chain.from_iterable(work.values()))  # no comprehension frame (issue 26)
+        lock = self._txn.lock
         try:
-            with self._txn.lock:
+            lock.acquire()  # not `with`: txlog/clients/record_accumulator.py's docstring says why
+            try:
                 if self._lone_durable and len(batches) == 1:
                     self._produce(batches[0].tp, batches)  # all `_round` does for it
                     if self._deliver_delayed is not None:
                         self._deliver_delayed()
                 else:
                     self._round(work)
+            finally:
+                lock.release()
         except BaseException as exc:  # noqa: BLE001 - a simulated crash (or a bug) kills the producer
             self._txn.died(exc)
             for batch in batches:
