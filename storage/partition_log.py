@@ -440,7 +440,8 @@ class PartitionLog:
     def log_end_offset(self) -> int:
         """Offset the next appended record gets; includes what other processes appended."""
         with self._mutex:
-            self._catch_up(repair=False)
+            if not self._held_caught_up:  # inside `exclusive` the view is the file: nobody else can write
+                self._catch_up(repair=False)
             return self._segments[-1].next_offset
 
     @property
@@ -973,7 +974,8 @@ class PartitionLog:
                 quiet = self._quiet_append(raw, *batches[0])
                 if quiet is not None:
                     return quiet
-            self._catch_up(repair=True)
+            if not self._held_caught_up:  # inside `exclusive` the view is caught up (as in `append_marker`)
+                self._catch_up(repair=True)
             self._check_writable()
             self._maybe_expire_producers()
             plan = ProducerAppend(self._state, verify_txn)

@@ -176,10 +176,11 @@ class ReplayedPartition:
         """Apply every whole batch past `position`; returns how many batches were applied."""
         applied = 0
         cleaned = self.cleaned_up_to()
+        # The cleaner's comparison first: the log start costs a look at the directory, asked only
+        # when the cleaner has passed `position` (almost never: every transaction step goes here).
         if (
-            self.position > self.log.log_start_offset
-            and (cleaned if cleaned is not None else self._cleaned_to) > self.position
-        ):
+            cleaned if cleaned is not None else self._cleaned_to
+        ) > self.position and self.position > self.log.log_start_offset:
             # the cleaner went past what was applied: what follows may lack tombstones (module doc);
             # a replay from the log start reads the cleaned log whole, which is always right
             self._reset()
