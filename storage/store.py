@@ -35,6 +35,7 @@ from storage.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
+from storage.file_stamp import change_key
 from storage.lock import FileLock
 from storage.log_loader import lay_out_empty_log
 from storage.partition_log import PartitionLog
@@ -85,6 +86,8 @@ class Store:
         self._pids = None if read_only else ProducerIdAllocator(root)
         self.unwritable: str | None = None  # why `open_for_reading` opened it read-only
         self._closed = False
+        # The topics as last read, under the file's change key (`_known_topics`): (key, topics).
+        self._read_topics: tuple[tuple[int, int, int, int], dict[str, dict[str, Any]]] | None = None
 
     @staticmethod
     def exists(path: str | os.PathLike) -> bool:
@@ -142,6 +145,7 @@ class Store:
         return os.path.join(self.root, META_FILE)
 
     def _topics(self) -> dict[str, dict[str, Any]]:
+        """The topics as the file says now: a fresh dict of the caller's own (a change writes it back)."""
         if self.kafka_layout:
             return _infer_kafka_topics(self.root)
         try:
@@ -151,6 +155,28 @@ class Store:
         if meta.get("version", 0) > FORMAT_VERSION:
             raise KafkaStorageError(f"{self._meta_path} has format version {meta['version']}, newer than this txlog")
         return meta.get("topics", {})
+
+    def _known_topics(self) -> dict[str, dict[str, Any]]:
+        """The topics for a look that changes nothing (shared: never modify it): read again only when the file
+        changed since the last read, one stat otherwise.
+
+        Every AddPartitionsToTxn checks its partitions against the topics (issue 26: the read and parse
+        were a tenth of a one-record transaction's registration). Another process's change replaces
+        the file by rename (`_write_meta`), which gives it another change key; a key too fresh to
+        vouch for that (storage/file_stamp.py) is not kept, and the file is read.
+        """
+        if self.kafka_layout:
+            return self._topics()
+        try:
+            key = change_key(self._meta_path)
+        except OSError:
+            key = None  # the read says what is wrong
+        cached = self._read_topics
+        if key is not None and cached is not None and cached[0] == key:
+            return cached[1]
+        topics = self._topics()
+        self._read_topics = None if key is None else (key, topics)
+        return topics
 
     def _write_meta(self, topics: dict[str, dict[str, Any]]) -> None:
         body = {"format": "txlog", "version": FORMAT_VERSION, "topics": topics}
@@ -176,7 +202,7 @@ class Store:
             raise ReadOnlyStoreError(f"{self.root} is {what}; it cannot be written{why}")
 
     def _topic(self, name: str) -> dict[str, Any]:
-        topic = self._topics().get(name)
+        topic = self._known_topics().get(name)
         if topic is None:
             raise UnknownTopicOrPartitionError(f"topic '{name}' does not exist")
         return topic
@@ -247,11 +273,11 @@ class Store:
         return os.path.join(self.root, f"{name}-{p}")
 
     def list_topics(self, *, include_internal: bool = True) -> list[str]:
-        names = sorted(self._topics())
+        names = sorted(self._known_topics())
         return names if include_internal else [n for n in names if not n.startswith("__")]
 
     def has_topic(self, name: str) -> bool:
-        return name in self._topics()
+        return name in self._known_topics()
 
     def partition_count(self, name: str) -> int:
         return int(self._topic(name)["partitions"])
