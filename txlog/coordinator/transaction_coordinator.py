@@ -44,7 +44,8 @@ threads (`storage.partition_log.WriterHold`, `sync_all`; a wide round may be one
 PREPARE_COMMIT is written; a commit whose partitions fit one window keeps them held from there to
 its markers' syncs (`_end`). The markers are appended on this thread, without fdatasync, in
 partition order, while a window of their partitions is held (locks taken and caught up once,
-before the markers), then synced together: one call per window (`WriterHold.mark`, the marker
+before the markers), then synced together (a one-partition transaction's marker is appended
+with its own fdatasync instead, one lock round: `_write_markers`): one call per window (`WriterHold.mark`, the marker
 encoded once) when nobody watches them one by one, else one `write_marker` call per partition
 (so a fault plan or a transport's wrapper sees each as before); COMPLETE_* is written only after
 every marker's sync ended. For an abort, the window's `.txnindex` entries (each durable before its
@@ -399,16 +400,18 @@ class TransactionCoordinator:
         markers (`WriterHold.index_aborts`; every marker of the window carries one timestamp, the one
         its entry was staged for); a partition whose entry could not be made durable gets no marker,
         and its failure is raised once the others' syncs ended. A one-partition transaction takes no
-        hold: its marker, then `sync()` (a hold's bookkeeping would cost it more than the lock round
-        it saves). A commit whose data partitions are still `held` since their syncs (`_end`) writes
-        its markers under that hold and settles their syncs before returning. `_mark_held` says who
-        writes a held window's markers.
+        hold: its marker is appended with its fdatasync, one lock round (a hold's bookkeeping would
+        cost it more than the lock round it saves); a repeat, which writes nothing, then `sync()`.
+        A commit whose data partitions are still `held` since their syncs (`_end`) writes its markers
+        under that hold and settles their syncs before returning. `_mark_held` says who writes a
+        held window's markers.
         """
         targets = self._partition_logs(prepared.partitions)
         if len(targets) == 1:
             topic, partition, log = targets[0]
-            if self._mark(topic, partition, prepared):
-                log.sync()
+            marked = self._mark(topic, partition, prepared, sync=True)
+            if marked is not None and marked.duplicate:
+                log.sync()  # a repeat wrote nothing: its writer may have died before its sync (`_mark`)
             return
         if held is not None and held.covers([log for _, _, log in targets]):
             try:
@@ -445,18 +448,21 @@ class TransactionCoordinator:
             refusal = hold.refusal(log)
             if refusal is not None:
                 raise refusal  # the markers before it are synced, as when a marker write fails
-            if hold.index_failure(log) is not None or self._mark(topic, partition, prepared, ts):
+            if hold.index_failure(log) is not None or self._mark(topic, partition, prepared, ts) is not None:
                 hold.sync(log)  # no marker after a failed entry: its sync raises that failure on exit
 
-    def _mark(self, topic: str, partition: int, prepared: TxnLogValue, timestamp: int | None = None) -> bool:
-        """Write the partition's marker without fdatasync; False when its topic was deleted (nothing to mark).
+    def _mark(
+        self, topic: str, partition: int, prepared: TxnLogValue, timestamp: int | None = None, *, sync: bool = False
+    ) -> AppendResult | None:
+        """Write the partition's marker, without fdatasync unless `sync`; None when its topic was deleted
+        (nothing to mark).
 
         The caller syncs the partition even when the marker was there already (a roll-forward's
-        repeat writes nothing): a writer that died before its sync may have left it unsynced; a
-        durable one costs no fsync.
+        repeat writes nothing, `duplicate`, and syncs nothing even with `sync`): a writer that died
+        before its sync may have left it unsynced; a durable one costs no fsync.
         """
         try:
-            self._write_marker(
+            return self._write_marker(
                 topic,
                 partition,
                 _control_of(prepared),
@@ -464,11 +470,10 @@ class TransactionCoordinator:
                 prepared.producer_epoch,
                 0,
                 self._clock() if timestamp is None else timestamp,
-                sync=False,
+                sync=sync,
             )
         except UnknownTopicOrPartitionError:
-            return False
-        return True
+            return None
 
     def _partition_logs(self, partitions: Iterable[tuple[str, int]]) -> list[tuple[str, int, PartitionLog]]:
         """(topic, partition, log) of each partition whose topic still exists (a deleted one needs nothing)."""
