@@ -224,19 +224,28 @@ def _tag_payloads(value: TxnLogValue) -> list[tuple[int, bytes]]:
     return out
 
 
+#: The fixed fields around the partitions, each run packed at once (a coordinator writes three values per
+#: transaction, issue 26): version (i16), ProducerId (i64), ProducerEpoch (i16), TransactionTimeoutMs
+#: (i32), TransactionStatus (i8); after the partitions TransactionLastUpdateTimestampMs and
+#: TransactionStartTimestampMs (i64 each).
+_HEAD = struct.Struct(">hqhib")
+_TIMES = struct.Struct(">qq")
+
+
 def encode_value(value: TxnLogValue, version: int = 1) -> bytes:
     """Version-prefixed TransactionLogValue; v1 is what a transaction.version >= 1 cluster writes."""
     _check_encodable(value, version)
     flexible = version >= _FLEXIBLE_VALUE_VERSION
+    state = TxnState(value.state)  # a stray int would only fail later, on read
+    try:
+        head = _HEAD.pack(version, value.producer_id, value.producer_epoch, value.timeout_ms, state)
+        times = _TIMES.pack(value.last_update_ms, value.start_ms)
+    except struct.error as exc:
+        raise ValueError(f"a field of {value!r} is out of range for its type ({exc})") from None
     w = SchemaWriter()
-    w.i16(version)
-    w.i64(value.producer_id)
-    w.i16(value.producer_epoch)
-    w.i32(value.timeout_ms)
-    w.i8(TxnState(value.state))  # a stray int would only fail later, on read
+    w.raw(head)
     _write_partitions(w, value, flexible)
-    w.i64(value.last_update_ms)
-    w.i64(value.start_ms)
+    w.raw(times)
     if flexible:
         w.tagged_fields(_tag_payloads(value))
     return w.getvalue()
