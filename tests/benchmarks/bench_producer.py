@@ -30,7 +30,9 @@ Part 2 - transactions. A transactional producer runs begin / K sends / commit fo
 `--txn-sizes`, against an idempotent non-transactional producer sending the same records in
 the same run. A one-partition transaction costs 4 fsyncs whatever its size: the
 registration (AddPartitionsToTxn), one fdatasync of its data at commit, PREPARE_COMMIT and
-the COMMIT marker (COMPLETE_COMMIT needs none). The fsyncs per transaction are printed.
+the COMMIT marker (COMPLETE_COMMIT needs none). The fsyncs per transaction are printed, and the
+CPU per transaction (`process_time`: every thread, the caller's and the sender's; with `--dir` on
+a tmpfs such as /dev/shm the disk is out and this is what a transaction costs).
 The target is part 2b's (below).
 
 Part 1 also times `send(..., partition=0)` (an explicit partition, which must take the same
@@ -834,7 +836,7 @@ def print_transactions(
     )
     print(
         f"{'records/txn':<22}{'records':>9}{'records/s':>12}{'txn/s':>9}{'ratio':>7}{'target':>8}    "
-        f"{'fsyncs/txn':>11}{'fsync share':>12}{'ratio w/o fsync':>16}"
+        f"{'fsyncs/txn':>11}{'fsync share':>12}{'ratio w/o fsync':>16}{'CPU us/txn':>12}"
     )
     for size, rows in samples.items():
         wall = median_after_cold(rows)
@@ -849,9 +851,10 @@ def print_transactions(
         label = "idempotent (baseline)" if size == 0 else str(size)
         per_txn = f"{fsyncs / txns:.1f}" if txns else "-"
         txn_rate = f"{txns / wall:,.1f}" if txns else "-"
+        cpu = f"{median_after_cold(rows, 'cpu') / txns * 1e6:,.0f}" if txns else "-"  # every thread's
         print(
             f"{label:<22}{counts[size]:>9,}{rate:>12,.0f}{txn_rate:>9}{ratio:>7.2f}{target:<12}"
-            f"{per_txn:>11}{share:>11.0%}{ratio_nofsync:>16.2f}"
+            f"{per_txn:>11}{share:>11.0%}{ratio_nofsync:>16.2f}{cpu:>12}"
         )
     print(
         "ratio = records/s against the idempotent producer's; 'w/o fsync' compares the rates with the time "
