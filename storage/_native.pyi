@@ -28,11 +28,13 @@ __all__ = [
     "compress",
     "crc32c",
     "decode_consumer_records",
+    "decode_high_watermark",
     "decode_records",
     "decompress",
     "dump_record_lines",
     "encode_batch",
     "encode_batches",
+    "encode_high_watermark",
     "inflated_size",
     "inflation_limit",
     "murmur2_partitions",
@@ -40,6 +42,7 @@ __all__ = [
     "quiet_append",
     "retain_records",
     "stamp_batch",
+    "stamp_offset",
     "start_writeback",
     "table_lines",
     "table_widths_of",
@@ -356,6 +359,22 @@ def encode_batches(
 def stamp_batch(data: WriteableBuffer, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
     """Set the producer fields of the one batch in `data` in place, its CRC updated."""
 
+def encode_high_watermark(high_watermark: int) -> bytes:
+    """The high watermark file's 14 bytes for `high_watermark` (storage/high_watermark.py's layout)."""
+
+def decode_high_watermark(data: ReadableBuffer) -> int:
+    """The HW the file's bytes hold, or -1: short, another version, a bad CRC, a negative value."""
+
+def stamp_offset(
+    out: WriteableBuffer,
+    at: int,
+    base_offset: int,
+    partition_leader_epoch: int | None = None,
+    max_timestamp: int | None = None,
+) -> None:
+    """The leader's stamp on the batch at `out[at]`, in place: base offset, partition leader epoch
+    unless None, maxTimestamp unless None or the header's (the CRC recomputed then)."""
+
 def retain_records(
     buf: ReadableBuffer, position: int, keep: ReadableBuffer, delete_horizon: int | None = None
 ) -> bytes:
@@ -471,16 +490,19 @@ def quiet_append(
     dir_ino: int,
     log_fd: int,
     log_size: int,
-    data: ReadableBuffer,
+    data: WriteableBuffer,
+    leader_epoch: int,
     hw_fd: int,
-    hw: ReadableBuffer,
+    high_watermark: int,
     batch: BatchHeader,
     entry: ProducerStateEntry | None,
     base_offset: int,
     max_timestamp: int,
 ) -> tuple[int, int]:
-    """A quiet durable append of `batch` (its stamped bytes `data`): the check against its producer's
-    `entry` (`check_batch`'s), the looks, write, fdatasync and HW pwrite with the GIL released once,
+    """A quiet durable append of `batch` (its bytes `data`, the batch alone, stamped in place as
+    `stamp_offset` stamps it: `base_offset`, `leader_epoch`, `max_timestamp`): the check against its
+    producer's `entry` (`check_batch`'s), the stamp, the looks, write, fdatasync and the pwrite of
+    `high_watermark` (encoded as `encode_high_watermark` encodes it) with the GIL released once,
     then the batch recorded in `entry` at `base_offset` (None: the caller records it).
 
     (status, errno): 0 written, 1 a retry, a refusal or a look that disagreed, and nothing was

@@ -21,40 +21,28 @@ HW is the log end (every append of the old code was fsynced; Kafka's HW is not k
 from __future__ import annotations
 
 import os
-import struct
 
+import storage._native as _native
 from storage.descriptor_cache import CachedFile
 from storage.errors import KafkaStorageError
 from storage.log_files import HIGH_WATERMARK_FILE
-from storage.records import crc32c
 
 __all__ = ["HIGH_WATERMARK_FILE", "UNREADABLE", "HighWatermarkFile", "decode", "encode"]
 
 #: What `read()` answers for a file that exists but does not hold a valid value (never a real HW, which is ≥ 0).
 UNREADABLE = -1
 
-_VERSION = 0
-_BODY = struct.Struct(">hq")
-_CRC = struct.Struct(">I")
-_SIZE = _BODY.size + _CRC.size
+_SIZE = 14  # the layout above; its encoding lives once, in storage/native/src/high_watermark.rs
 
 
 def encode(high_watermark: int) -> bytes:
-    """The file's 14 bytes for `high_watermark`."""
-    body = _BODY.pack(_VERSION, high_watermark)
-    return body + _CRC.pack(crc32c(body))
+    """The file's 14 bytes for `high_watermark` (the quiet append's pwrite encodes with the same code)."""
+    return _native.encode_high_watermark(high_watermark)
 
 
 def decode(data: bytes) -> int:
     """The HW the bytes hold, or UNREADABLE (short, another version, a bad CRC, a negative value)."""
-    if len(data) < _SIZE:
-        return UNREADABLE
-    body = data[: _BODY.size]
-    version, value = _BODY.unpack(body)
-    (crc,) = _CRC.unpack_from(data, _BODY.size)
-    if version != _VERSION or crc != crc32c(body) or value < 0:
-        return UNREADABLE
-    return value
+    return _native.decode_high_watermark(data)
 
 
 class HighWatermarkFile:

@@ -61,7 +61,6 @@ from storage.errors import (
 from storage.file_records import FileRecords
 from storage.file_stamp import change_key, racy, stamp_clock_ns
 from storage.high_watermark import HighWatermarkFile
-from storage.high_watermark import encode as encode_high_watermark
 from storage.legacy_records import LegacyMessage
 from storage.lock import FileLock, writer_lock_if_free
 from storage.log_files import log_file
@@ -1091,7 +1090,9 @@ class PartitionLog:
             return None
         state = self._state
         entry = state.producers.get(batch.producer_id)  # None too for a batch with no producer id
-        data = _stamped(raw, [(batch, base, max_ts)], whole=True)
+        # The bytes written: a bytearray is a trusted request handed over (`_stamped`), which
+        # `quiet_append` stamps in place as `_stamped` would.
+        data = raw if type(raw) is bytearray else bytearray(raw)
         looked = stamp_clock_ns()  # before the look, as `_directory_unchanged` takes it
         with active.log as log_fd, hw_file as hw_fd:
             status, errno = quiet_append(
@@ -1101,8 +1102,9 @@ class PartitionLog:
                 log_fd,
                 start,
                 data,
+                LEADER_EPOCH,
                 hw_fd,
-                encode_high_watermark(last + 1),
+                last + 1,  # the HW, encoded by the call (storage/native/src/high_watermark.rs)
                 batch,
                 entry,
                 base,

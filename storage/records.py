@@ -581,14 +581,10 @@ class RecordBatch(_native.BatchHeader):
         max_timestamp: int | None = None,
     ) -> None:
         """`with_offset`'s rewrite made in place, on a copy of this batch's bytes at out[at:]
-        (an append of several batches copies them all once, not each batch twice)."""
-        epoch = self.partition_leader_epoch if partition_leader_epoch is None else partition_leader_epoch
-        _OFFSET_LENGTH_EPOCH.pack_into(out, at, base_offset, self.batch_length, epoch)
-        if max_timestamp is not None and max_timestamp != self.max_timestamp:
-            struct.pack_into(">q", out, at + MAX_TIMESTAMP_OFFSET, max_timestamp)
-            covered = memoryview(out)[at + CRC_COVERED_START : at + self.size]
-            struct.pack_into(">I", out, at + CRC_OFFSET, crc32c(covered))
-            covered.release()  # a live view would keep `out` from being resized
+        (an append of several batches copies them all once, not each batch twice). The rule is
+        the native one the quiet append stamps with too (storage/native/src/codec.rs `stamp_offset`:
+        the CRC is recomputed only when maxTimestamp changes)."""
+        _native.stamp_offset(out, at, base_offset, partition_leader_epoch, max_timestamp)
 
 
 class BatchHeader(NamedTuple):

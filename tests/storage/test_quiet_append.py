@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import random
+import struct
 import subprocess
 import sys
 import textwrap
@@ -27,8 +28,9 @@ import pytest
 import storage.partition_log as partition_log
 from storage import Store
 from storage.errors import KafkaError, KafkaStorageError
+from storage.high_watermark import HIGH_WATERMARK_FILE, UNREADABLE, decode, encode
 from storage.partition_log import PartitionLog
-from storage.records import ControlType, RecordBatch, build_batch
+from storage.records import ControlType, RecordBatch, build_batch, crc32c
 
 ROOT = Path(__file__).resolve().parents[2]
 TOPIC = "t"
@@ -301,7 +303,8 @@ def test_a_failed_fdatasync_fails_the_partition_as_the_python_path_does(tmp_path
     same recovery at reopen."""
     import errno as errnos
 
-    def written_then_eio(directory, mtime, ino, log_fd, size, data, hw_fd, hw, *_batch_entry_offsets):
+    def written_then_eio(directory, mtime, ino, log_fd, size, data, epoch, hw_fd, hw, batch, entry, base, max_ts):
+        batch.stamp_offset_into(data, 0, base, epoch, max_ts)  # as the native call stamps before its write
         os.write(log_fd, data)
         return 3, errnos.EIO
 
@@ -436,3 +439,69 @@ def marker_outcome(log: PartitionLog, args: tuple) -> object:
         return log.append_marker(*args)
     except KafkaError as exc:
         return (type(exc).__name__, str(exc))
+
+
+def understated(seq: int) -> bytearray:
+    """A producer's two-record batch whose header maxTimestamp is its first record's, not its last's
+    (its CRC made to match): the leader must stamp the true one (docs/kafka-formats.md §1.2)."""
+    data = bytearray(
+        build_batch(
+            [(b"k", b"a", (), TS), (b"k", b"b", (), TS + 500)], producer_id=7, producer_epoch=0, base_sequence=seq
+        )
+    )
+    data[35:43] = TS.to_bytes(8, "big", signed=True)
+    data[17:21] = crc32c(bytes(data[21:])).to_bytes(4, "big")
+    return data
+
+
+def test_the_quiet_stamp_corrects_an_understated_max_timestamp_as_the_python_path_does(tmp_path, statuses):
+    """The quiet call stamps the batch itself (codec::stamp_offset, the rule stamp_offset_into calls):
+    base offset, leader epoch, and a maxTimestamp the header understated, with the CRC recomputed for
+    it. Both paths, given a trusted bytearray and untrusted bytes, leave the same bytes, and the
+    batch read back has the true maxTimestamp and a valid CRC."""
+    roots = [str(tmp_path / "native"), str(tmp_path / "python")]
+    stores = [Store.open(r) for r in roots]
+    try:
+        for s in stores:
+            s.create_topic(TOPIC, 1, CONFIG)
+        logs = vouching(stores[0]), python_only(vouching(stores[1]))
+        statuses.clear()
+        for log in logs:
+            assert log.append(understated(0), trusted=True).base_offset == 2
+            assert log.append(bytes(understated(2))).base_offset == 4
+        assert statuses == [0, 0]  # both appends of the native side were quiet
+        for log in logs:
+            stamped = log.read(2)
+            assert [(b.base_offset, b.max_timestamp, b.partition_leader_epoch) for b in stamped] == [
+                (2, TS + 500, partition_log.LEADER_EPOCH),
+                (4, TS + 500, partition_log.LEADER_EPOCH),
+            ]
+            assert all(b.is_valid() for b in stamped)
+        for s in stores:
+            s.close()
+        assert files(os.path.join(roots[0], f"{TOPIC}-0")) == files(os.path.join(roots[1], f"{TOPIC}-0"))
+    finally:
+        for s in stores:
+            s.close()
+
+
+def test_the_quiet_pwrite_leaves_the_documented_hw_file(tmp_path, statuses):
+    """The quiet call encodes the HW itself (storage/native/src/high_watermark.rs, the code
+    storage.high_watermark's encode and decode call): the file holds storage/high_watermark.py's
+    layout, spelled out here independently (int16 version 0, int64 HW, CRC-32C of those 10 bytes)."""
+    with Store.open(str(tmp_path)) as s:
+        s.create_topic(TOPIC, 1)
+        log = vouching(s)
+        statuses.clear()
+        log.append(idempotent(b"v", 0))
+        assert statuses == [0]
+        with open(os.path.join(s.partition_dir(TOPIC, 0), HIGH_WATERMARK_FILE), "rb") as f:
+            stored = f.read()
+    body = struct.pack(">hq", 0, 3)
+    assert stored == body + struct.pack(">I", crc32c(body))
+    assert (decode(stored), decode(stored[:13]), decode(stored[:9] + bytes([stored[9] ^ 1]) + stored[10:])) == (
+        3,
+        UNREADABLE,
+        UNREADABLE,
+    )
+    assert encode(3) == stored

@@ -712,6 +712,45 @@ pub fn set_producer(batch: &mut [u8], producer_id: i64, producer_epoch: i16, bas
     batch[17..21].copy_from_slice(&crc.to_be_bytes());
 }
 
+/// The leader's stamp on the batch at `buf[at]` as it appends it (storage/records.py
+/// `RecordBatch.stamp_offset_into`, and the quiet append's, bindings/append.rs): its base offset,
+/// its partition leader epoch when given, and its maxTimestamp when given and not the header's
+/// (the leader corrects a header that understates it, docs/kafka-formats.md §1.2), the CRC then
+/// recomputed (maxTimestamp is inside its range; base offset and epoch are not). The header's
+/// batchLength says how far the batch extends, which must fit in `buf` when the CRC is recomputed.
+pub fn stamp_offset(
+    buf: &mut [u8],
+    at: usize,
+    base_offset: i64,
+    leader_epoch: Option<i32>,
+    max_timestamp: Option<i64>,
+) -> Result<()> {
+    let available = buf.len().saturating_sub(at);
+    if available < HEADER_SIZE {
+        return Err(CodecError::corrupt(
+            format!("need {HEADER_SIZE} bytes for a batch header, {available} available"),
+            at,
+        ));
+    }
+    let batch = &mut buf[at..];
+    batch[0..8].copy_from_slice(&base_offset.to_be_bytes());
+    if let Some(epoch) = leader_epoch {
+        batch[12..16].copy_from_slice(&epoch.to_be_bytes());
+    }
+    let Some(max_ts) = max_timestamp.filter(|&ts| ts != i64::from_be_bytes(be(batch, 35))) else {
+        return Ok(());
+    };
+    let length = i32::from_be_bytes(be(batch, 8));
+    let size = usize::try_from(length).ok().map(|n| n + LOG_OVERHEAD);
+    let Some(size) = size.filter(|&n| (HEADER_SIZE..=available).contains(&n)) else {
+        return Err(CodecError::corrupt(format!("batch length {length} does not fit the {available} bytes given"), at));
+    };
+    batch[35..43].copy_from_slice(&max_ts.to_be_bytes());
+    let crc = crc32c::crc32c(&batch[CRC_COVERED_START..size]);
+    batch[17..21].copy_from_slice(&crc.to_be_bytes());
+    Ok(())
+}
+
 /// Header bytes of producer id (8), producer epoch (2) and base sequence (4).
 pub const PRODUCER_FIELDS: std::ops::Range<usize> = 43..57;
 

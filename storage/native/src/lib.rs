@@ -3,7 +3,8 @@
 //! Two layers. The core - codec.rs (header, CRC, record decoding and encoding), compression.rs
 //! (the four codecs), format.rs (`txlog consume`'s text lines), encoder.rs (the producer's bulk path), batch_builder.rs (its per-record
 //! path), retain.rs (the log cleaner's re-encoding of a filtered batch), columns.rs
-//! (Arrow-ready columns) and producer.rs (a producer's state in a partition and the check of a batch against it) - is safe Rust that never touches Python: the
+//! (Arrow-ready columns), producer.rs (a producer's state in a partition and the check of a batch against it)
+//! and high_watermark.rs (the high watermark file's bytes) - is safe Rust that never touches Python: the
 //! property tests in tests.rs drive it directly, and a test there checks that it never uses
 //! PyO3. bindings/ is the Python face: conversions, the GIL, and `unsafe` at the FFI edge only.
 //! This file registers the bindings as the module; storage/_native.pyi is its typed interface.
@@ -21,6 +22,7 @@ mod encoder;
 mod format;
 #[cfg(test)]
 mod golden_tests;
+mod high_watermark;
 #[cfg(test)]
 mod inflation_tests;
 mod producer;
@@ -38,7 +40,7 @@ use pyo3::prelude::*;
 
 use bindings::{
     append, builder, columns as column_bindings, compression as codecs, decode, encode, errors, format as formatters,
-    hashes, header, producer as producers, writeback,
+    hashes, header, high_watermark as hw_file, producer as producers, writeback,
 };
 
 #[pymodule]
@@ -58,6 +60,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(encode::encode_batch, m)?)?;
     m.add_function(wrap_pyfunction!(encode::encode_batches, m)?)?;
     m.add_function(wrap_pyfunction!(encode::stamp_batch, m)?)?;
+    m.add_function(wrap_pyfunction!(encode::stamp_offset, m)?)?;
     m.add_function(wrap_pyfunction!(encode::retain_records, m)?)?;
     m.add_class::<builder::RecordBatchBuilder>()?;
     m.add_class::<builder::SendFastPath>()?;
@@ -69,6 +72,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(hashes::crc32c_py, m)?)?;
     m.add_function(wrap_pyfunction!(hashes::murmur2_partitions, m)?)?;
     m.add_function(wrap_pyfunction!(append::quiet_append, m)?)?;
+    m.add_function(wrap_pyfunction!(hw_file::encode_high_watermark, m)?)?;
+    m.add_function(wrap_pyfunction!(hw_file::decode_high_watermark, m)?)?;
     m.add_class::<producers::ProducerStateEntry>()?;
     m.add_function(wrap_pyfunction!(producers::check_batch, m)?)?;
     m.add_function(wrap_pyfunction!(producers::check_sequence, m)?)?;

@@ -111,6 +111,48 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(500))]
+
+    /// The leader's stamp, at any place in a buffer: the batch keeps a valid CRC and its records,
+    /// takes the base offset always, the epoch when given, the maxTimestamp when given; the CRC
+    /// changes only with a maxTimestamp that differs (base offset and epoch are outside its range).
+    #[test]
+    fn stamp_offset_sets_the_leader_fields_and_keeps_the_crc_valid(
+        rows in rows(), codec_id in 0u8..5, lead in 0usize..20, base in any::<i64>(),
+        epoch in proptest::option::of(any::<i32>()), max_ts in proptest::option::of(any::<i64>()),
+    ) {
+        let batch = encode(&rows, codec_id);
+        let mut buf = vec![0xAB; lead];
+        buf.extend_from_slice(&batch);
+        buf.extend_from_slice(&[0xCD; 7]); // what follows the batch is not its own
+        codec::stamp_offset(&mut buf, lead, base, epoch, max_ts).unwrap();
+        let before = codec::parse_header(&batch, 0, true).unwrap();
+        let after = codec::parse_header(&buf, lead, true).unwrap(); // verifies the CRC
+        prop_assert_eq!(after.base_offset, base);
+        prop_assert_eq!(after.partition_leader_epoch, epoch.unwrap_or(before.partition_leader_epoch));
+        prop_assert_eq!(after.max_timestamp, max_ts.unwrap_or(before.max_timestamp));
+        prop_assert_eq!(after.crc == before.crc, after.max_timestamp == before.max_timestamp);
+        prop_assert_eq!(&buf[..lead], &vec![0xAB; lead][..]);
+        prop_assert_eq!(&buf[lead + batch.len()..], &[0xCD; 7][..]);
+        prop_assert_eq!(&buf[lead + 43..lead + batch.len()], &batch[43..]); // the records, untouched
+    }
+}
+
+/// A stamp needs a header, and a new maxTimestamp (whose CRC covers the whole batch) the whole batch.
+#[test]
+fn stamp_offset_refuses_what_is_not_a_whole_batch() {
+    let batch = encode(&[(None, Some(b"v".to_vec()), vec![], 1_003)], 0);
+    let mut short = batch[..codec::HEADER_SIZE - 1].to_vec();
+    assert!(codec::stamp_offset(&mut short, 0, 5, None, None).is_err());
+    let mut header_only = batch[..codec::HEADER_SIZE].to_vec();
+    codec::stamp_offset(&mut header_only, 0, 5, Some(1), Some(1_005)).unwrap(); // unchanged: no CRC to compute
+    assert!(codec::stamp_offset(&mut header_only, 0, 5, Some(1), Some(2_000)).is_err());
+    let mut whole = batch.clone();
+    assert!(codec::stamp_offset(&mut whole, batch.len() - codec::HEADER_SIZE + 1, 5, None, None).is_err());
+    codec::stamp_offset(&mut whole, 0, 5, None, Some(2_000)).unwrap();
+}
+
 /// The core is Python-free: only lib.rs and bindings/ may use PyO3, so the codec stays testable
 /// (and reusable) without an interpreter, and every Python conversion lives in one layer.
 #[test]
@@ -124,6 +166,7 @@ fn the_core_never_uses_pyo3() {
         ("retain.rs", include_str!("retain.rs")),
         ("format.rs", include_str!("format.rs")),
         ("producer.rs", include_str!("producer.rs")),
+        ("high_watermark.rs", include_str!("high_watermark.rs")),
     ];
     for (name, source) in core {
         assert!(!source.contains("pyo3"), "{name} uses pyo3: move the Python part to bindings/");

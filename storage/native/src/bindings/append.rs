@@ -26,11 +26,12 @@ use std::os::unix::io::FromRawFd;
 
 use pyo3::prelude::*;
 
-use super::ffi::with_bytes;
+use super::errors::to_py;
+use super::ffi::with_bytes_mut;
 use super::header::BatchHeader;
 use super::producer::ProducerStateEntry;
-use crate::codec;
 use crate::producer::{self, BatchMeta, Verdict};
+use crate::{codec, high_watermark};
 
 /// The bytes are in, fdatasync'ed, and the high watermark's pwrite was made (its failure is not
 /// the append's: HighWatermarkFile.publish ignores it too).
@@ -83,9 +84,11 @@ fn producer_fields(h: &codec::Header) -> producer::Batch {
     }
 }
 
-/// The producer check, the looks, the write, the fdatasync and the high watermark's pwrite of one
-/// quiet durable append of `batch` (its bytes `data`, stamped with base offset `base_offset` and
-/// maxTimestamp `max_timestamp`), the GIL released once for the system calls; then, once durable,
+/// The producer check, the stamp, the looks, the write, the fdatasync and the high watermark's
+/// pwrite of one quiet durable append of `batch` (its bytes `data`, a writable buffer holding it
+/// alone, stamped in place as every append stamps a batch, codec::stamp_offset: base offset
+/// `base_offset`, `leader_epoch`, maxTimestamp `max_timestamp`), the GIL released once for the
+/// system calls; then, once durable,
 /// the batch recorded in `entry`, its producer's entry (None: the partition has none, or the batch
 /// no producer id). (status, errno), status one of WRITTEN, FALLBACK, WRITE_FAILED, SYNC_FAILED.
 #[pyfunction]
@@ -98,8 +101,9 @@ pub fn quiet_append(
     log_fd: i32,
     log_size: u64,
     data: &Bound<'_, PyAny>,
+    leader_epoch: i32,
     hw_fd: i32,
-    hw: &Bound<'_, PyAny>,
+    high_watermark: i64,
     batch: &Bound<'_, BatchHeader>,
     entry: Option<&Bound<'_, ProducerStateEntry>>,
     base_offset: i64,
@@ -116,27 +120,28 @@ pub fn quiet_append(
     if !matches!(verdict, Ok(Verdict::New { .. })) {
         return Ok((FALLBACK, 0));
     }
-    let status = with_bytes(data, |data| {
-        with_bytes(hw, |hw| {
-            Ok(py.detach(|| {
-                let log = borrowed(log_fd);
-                if !view_is_current(directory, dir_mtime_ns, dir_ino, &log, log_size) {
-                    return (FALLBACK, 0);
+    let status = with_bytes_mut(data, |data| {
+        codec::stamp_offset(data, 0, base_offset, Some(leader_epoch), Some(max_timestamp)).map_err(to_py)?;
+        let data: &[u8] = data;
+        let hw = high_watermark::encode(high_watermark);
+        Ok(py.detach(|| {
+            let log = borrowed(log_fd);
+            if !view_is_current(directory, dir_mtime_ns, dir_ino, &log, log_size) {
+                return (FALLBACK, 0);
+            }
+            if let Err(errno) = write_all(&log, data) {
+                return (WRITE_FAILED, errno);
+            }
+            loop {
+                match log.sync_data() {
+                    Ok(()) => break,
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(e) => return (SYNC_FAILED, e.raw_os_error().unwrap_or(0)),
                 }
-                if let Err(errno) = write_all(&log, data) {
-                    return (WRITE_FAILED, errno);
-                }
-                loop {
-                    match log.sync_data() {
-                        Ok(()) => break,
-                        Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                        Err(e) => return (SYNC_FAILED, e.raw_os_error().unwrap_or(0)),
-                    }
-                }
-                let _ = borrowed(hw_fd).write_at(hw, 0); // a lagging HW file is no failure (see WRITTEN)
-                (WRITTEN, 0)
-            }))
-        })
+            }
+            let _ = borrowed(hw_fd).write_at(&hw, 0); // a lagging HW file is no failure (see WRITTEN)
+            (WRITTEN, 0)
+        }))
     })?;
     if let (Some(e), (WRITTEN, _)) = (entry, status) {
         let last_offset = base_offset + i64::from(header.last_offset_delta);

@@ -375,6 +375,24 @@ pub fn stamp_batch(data: &Bound<'_, PyAny>, producer_id: i64, producer_epoch: i1
     with_bytes_mut(data, |d| encoder::stamp(d, producer_id, producer_epoch, base_sequence).map_err(to_py))
 }
 
+/// The leader's stamp on the batch at `out[at]`, in place (codec::stamp_offset): its base
+/// offset, its partition leader epoch unless None, and its maxTimestamp unless None or the
+/// header's, the CRC recomputed then. CodecError if `out` holds no header (or, for a
+/// maxTimestamp to set, not the whole batch) at `at`.
+#[pyfunction]
+#[pyo3(signature = (out, at, base_offset, partition_leader_epoch=None, max_timestamp=None))]
+pub fn stamp_offset(
+    out: &Bound<'_, PyAny>,
+    at: usize,
+    base_offset: i64,
+    partition_leader_epoch: Option<i32>,
+    max_timestamp: Option<i64>,
+) -> PyResult<()> {
+    with_bytes_mut(out, |d| {
+        codec::stamp_offset(d, at, base_offset, partition_leader_epoch, max_timestamp).map_err(to_py)
+    })
+}
+
 /// The batch at `buf[position]` rebuilt with the records whose byte in `keep` is non-zero
 /// (retain::retain: the log cleaner's re-encoding, offsets and producer fields kept; with no
 /// record kept, Kafka's empty header). `delete_horizon` sets the KIP-534 bit and base

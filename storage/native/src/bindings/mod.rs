@@ -21,5 +21,6 @@ pub mod ffi;
 pub mod format;
 pub mod hashes;
 pub mod header;
+pub mod high_watermark;
 pub mod producer;
 pub mod writeback;
