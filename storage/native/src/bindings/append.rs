@@ -2,10 +2,11 @@
 //! (storage/partition_log.py `PartitionLog._quiet_append`, issue 26).
 //!
 //! Python decides everything else before the call, under the partition's writer lock it holds: the
-//! batch is stamped with its offset, no roll, index entry or expiry is due, and the view's
-//! directory key vouched at its last look. Here the batch is first checked against its producer's
-//! entry (producer.rs `check`, the check every append makes: a retry or a refusal answers FALLBACK,
-//! for the Python path to judge on the caught-up view), then the two looks
+//! batch's offset, no roll, index entry or expiry due, and the view's directory key vouched at its
+//! last look. Here the batch is first checked against its producer's entry (producer.rs `check`,
+//! the check every append makes: a retry or a refusal answers FALLBACK, for the Python path to
+//! judge on the caught-up view), then stamped in place (codec.rs `stamp_offset`, every append's
+//! stamp; the HW's bytes are high_watermark.rs's, as every publish's), then the two looks
 //! that prove the view is still the files are made, and only if both agree the bytes go in:
 //! the directory's (mtime, inode) must equal the key (a roll, retention, DeleteRecords or a
 //! cleaner's swap moves it), and the `.log`'s length must equal the view's (another process's
