@@ -445,8 +445,14 @@ class RecordBatchBuilder:
     def timestamp_at(self, index: int) -> int: ...
     def key_size_at(self, index: int) -> int: ...
     def value_size_at(self, index: int) -> int: ...
+    def metadata_at(self, index: int) -> tuple[int, int, int]:
+        """Record `index`'s (timestamp, key size, value size): the three `*_at` reads in one call."""
+
     def build(self, **overrides: Unpack[_BuildOptions]) -> bytes:
         """The batch, with `overrides` replacing constructor options (the builder is unchanged)."""
+
+    def stamp_build(self, producer_id: int, producer_epoch: int, base_sequence: int) -> bytes:
+        """`build(producer_id=..., producer_epoch=..., base_sequence=...)`, positionally (no keyword dict)."""
 
 @final
 class SendFastPath:

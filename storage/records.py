@@ -843,7 +843,9 @@ def with_base_offset(batch: bytes, base_offset: int) -> bytes:
 #: `try_append(key, value, headers=None, timestamp=None) -> int` (the record's index, -1 when
 #: closed or full; atomic under the GIL), `append(...) -> bool`, `close()` / `closed`,
 #: `record_count`, `estimated_size`, `max_bytes`, `max_timestamp`, `timestamp_at(i)`,
-#: `key_size_at(i)`, `value_size_at(i)` (-1 for null). Keys and values are bytes, bytearray,
+#: `key_size_at(i)`, `value_size_at(i)` (-1 for null), `metadata_at(i)` (the three in one call),
+#: `stamp_build(producer_id, producer_epoch, base_sequence)` (build with the producer's stamp,
+#: positional: no keyword dict on the per-batch path). Keys and values are bytes, bytearray,
 #: memoryview, str (UTF-8) or None; headers None or (str | bytes name, value) pairs; a None
 #: timestamp means now (ms). A wrong type is a TypeError, an unknown compression an
 #: UnsupportedCompressionTypeError, a header field out of range a ValueError; an append that

@@ -307,3 +307,23 @@ def test_a_transport_with_late_requests_gets_every_round_end_on_either_path(stor
     p.flush()  # the sender thread's round
     assert transport.deliveries == 4
     p.close()
+
+
+def test_record_metadata_reads_each_records_timestamp_and_sizes(store):
+    """RecordMetadata's last three fields, read from the batch's builder (metadata_at), for a
+    lone durable get and for records of one batch settled by callbacks, by record index."""
+    store.create_topic("t", 1)
+    p = txlog.Producer(store)
+    got = p.send("t", b"vvv", b"kk", timestamp_ms=TS + 1).get()
+    assert tuple(got) == ("t", 0, 0, TS + 1, 2, 3)
+    p.close()
+    p = txlog.Producer(store, linger_ms=60_000)
+    seen = []
+    futures = [
+        p.send("t", value, key, timestamp_ms=TS + i).add_callback(lambda m, e: seen.append(tuple(m)))
+        for i, (key, value) in enumerate([(None, b"v" * 5), (b"k" * 7, None), (b"", b"")])
+    ]
+    p.flush()
+    expected = [("t", 0, 1, TS, -1, 5), ("t", 0, 2, TS + 1, 7, -1), ("t", 0, 3, TS + 2, 0, 0)]
+    assert [tuple(f.get()) for f in futures] == expected == seen
+    p.close()

@@ -346,6 +346,39 @@ def test_try_append_returns_indexes_then_minus_one_when_full_or_closed():
     assert builder.record_count == 3 and builder.build() == full  # closed still builds, unchanged
 
 
+def test_metadata_at_is_the_three_accessors_in_one_call():
+    """What the producer's RecordMetadata reads (txlog/clients/future_record_metadata.py)."""
+    builder = BatchBuilder()
+    builder.append("ké", None, None, NOW + 7)
+    builder.append(None, b"abcd", None, NOW - 3)
+    for i in (0, 1, -1, -2):
+        assert builder.metadata_at(i) == (builder.timestamp_at(i), builder.key_size_at(i), builder.value_size_at(i))
+    assert builder.metadata_at(0) == (NOW + 7, 3, -1) and builder.metadata_at(1) == (NOW - 3, -1, 4)
+    for bad in (2, -3):
+        with pytest.raises(IndexError):
+            builder.metadata_at(bad)
+
+
+@pytest.mark.parametrize("codec", [Compression.NONE, Compression.GZIP])
+def test_stamp_build_is_build_with_the_producer_stamp(codec):
+    """The producer's positional stamp (ProducerBatch.build) gives build(**stamp)'s bytes, and
+    like build leaves the builder's own options alone."""
+    builder = BatchBuilder(compression=codec, is_transactional=True, base_offset=5)
+    builder.append(b"k", b"v" * 300, None, NOW)
+    builder.append(None, b"w", None, NOW + 1)
+    stamped = builder.stamp_build(1 << 40, 7, (1 << 31) - 1)
+    assert stamped == builder.build(producer_id=1 << 40, producer_epoch=7, base_sequence=(1 << 31) - 1)
+    batch = RecordBatch.parse(stamped)
+    assert (batch.producer_id, batch.producer_epoch, batch.base_sequence) == (1 << 40, 7, (1 << 31) - 1)
+    assert batch.is_transactional and batch.base_offset == 5
+    unstamped = RecordBatch.parse(builder.build())
+    assert (unstamped.producer_id, unstamped.producer_epoch, unstamped.base_sequence) == (
+        NO_PRODUCER_ID,
+        NO_PRODUCER_EPOCH,
+        NO_SEQUENCE,
+    )
+
+
 def test_a_closed_empty_builder_refuses_its_first_record():
     builder = BatchBuilder(max_bytes=1 << 20)
     builder.close()

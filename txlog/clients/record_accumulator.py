@@ -176,7 +176,7 @@ class ProducerBatch:
         record count (`records`, read here: the sender needs both, and a call less per batch)."""
         builder = self.builder
         if builder is not None:
-            data = builder.build(producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence)
+            data = builder.stamp_build(producer_id, producer_epoch, base_sequence)  # positional: no keyword dict
             return data, builder.record_count
         assert self.encoded is not None, WHOLE_OR_BUILT
         stamp_batch(self.encoded, producer_id, producer_epoch, base_sequence)

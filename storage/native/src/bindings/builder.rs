@@ -206,6 +206,26 @@ impl RecordBatchBuilder {
         Ok(())
     }
 
+    /// The batch with `options` (build's and stamp_build's one body).
+    fn build_with<'py>(slf: &Bound<'py, Self>, options: BatchOptions) -> PyResult<Bound<'py, PyBytes>> {
+        let py = slf.py();
+        let this = slf.borrow();
+        options.check().and_then(|_| this.batch.check_not_empty()).map_err(to_py)?;
+        let fields = this.batch.fields(&options);
+        let count = this.batch.record_count();
+        let payload: Cow<'_, [u8]> = if options.codec != compression::NONE && this.batch.records().len() >= DETACH_BYTES
+        {
+            let copy = this.batch.records().to_vec();
+            drop(this);
+            Cow::Owned(py.detach(move || compression::compress(options.codec, &copy)).map_err(to_py)?)
+        } else {
+            payload_of(this.batch.records(), options.codec).map_err(to_py)?
+        };
+        PyBytes::new_with(py, codec::HEADER_SIZE + payload.len(), |out| {
+            write_batch(out, &payload, count, &fields).map_err(to_py)
+        })
+    }
+
     fn checked_index(&self, index: isize) -> PyResult<Appended> {
         let count = self.batch.record_count() as isize;
         let at = if index < 0 { index + count } else { index };
@@ -312,26 +332,34 @@ impl RecordBatchBuilder {
     /// its records (an append meanwhile must neither wait nor see a borrowed builder).
     #[pyo3(signature = (**overrides))]
     fn build<'py>(slf: &Bound<'py, Self>, overrides: Option<&Bound<'py, PyDict>>) -> PyResult<Bound<'py, PyBytes>> {
-        let py = slf.py();
-        let this = slf.borrow();
-        let mut options = this.options;
+        let mut options = slf.borrow().options;
         if let Some(overrides) = overrides {
             Self::apply(&mut options, overrides, "build")?;
         }
-        options.check().and_then(|_| this.batch.check_not_empty()).map_err(to_py)?;
-        let fields = this.batch.fields(&options);
-        let count = this.batch.record_count();
-        let payload: Cow<'_, [u8]> = if options.codec != compression::NONE && this.batch.records().len() >= DETACH_BYTES
-        {
-            let copy = this.batch.records().to_vec();
-            drop(this);
-            Cow::Owned(py.detach(move || compression::compress(options.codec, &copy)).map_err(to_py)?)
-        } else {
-            payload_of(this.batch.records(), options.codec).map_err(to_py)?
-        };
-        PyBytes::new_with(py, codec::HEADER_SIZE + payload.len(), |out| {
-            write_batch(out, &payload, count, &fields).map_err(to_py)
-        })
+        Self::build_with(slf, options)
+    }
+
+    /// `build(producer_id=, producer_epoch=, base_sequence=)` with positional arguments: the
+    /// producer's stamp of every batch it sends, without the keyword dict `build` parses (about
+    /// a third of a microsecond of a durable one-record send, issue 26).
+    fn stamp_build<'py>(
+        slf: &Bound<'py, Self>,
+        producer_id: i64,
+        producer_epoch: i16,
+        base_sequence: i32,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let mut options = slf.borrow().options;
+        options.producer_id = producer_id;
+        options.producer_epoch = producer_epoch;
+        options.base_sequence = base_sequence;
+        Self::build_with(slf, options)
+    }
+
+    /// Record `index`'s (timestamp, key size, value size), what the producer's RecordMetadata
+    /// reads of it: one call instead of `timestamp_at`, `key_size_at` and `value_size_at`.
+    fn metadata_at(&self, index: isize) -> PyResult<(i64, i32, i32)> {
+        let record = self.checked_index(index)?;
+        Ok((record.timestamp, record.key_size, record.value_size))
     }
 
     fn __repr__(&self) -> String {
