@@ -21,6 +21,7 @@ import sys
 import textwrap
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -86,6 +87,24 @@ def files(directory: str) -> dict[str, bytes]:
     return out
 
 
+@contextmanager
+def twin_logs(tmp_path: Path, config: dict | None = None) -> Iterator[list[PartitionLog]]:
+    """Partition 0 of TOPIC in two stores, [quiet path on, Python path only], each vouching; closed at
+    the end, after which every file of the two partitions must hold the same bytes."""
+    roots = [str(tmp_path / "native"), str(tmp_path / "python")]
+    stores = [Store.open(r) for r in roots]
+    try:
+        for s in stores:
+            s.create_topic(TOPIC, 1, config)
+        yield [vouching(stores[0]), python_only(vouching(stores[1]))]
+        for s in stores:
+            s.close()
+        assert files(os.path.join(roots[0], f"{TOPIC}-0")) == files(os.path.join(roots[1], f"{TOPIC}-0"))
+    finally:
+        for s in stores:
+            s.close()
+
+
 def outcome(log: PartitionLog, data: bytes) -> object:
     try:
         return log.append(data)
@@ -94,12 +113,7 @@ def outcome(log: PartitionLog, data: bytes) -> object:
 
 
 def test_the_native_and_python_paths_leave_the_same_files_state_and_answers(tmp_path, statuses):
-    roots = [str(tmp_path / "native"), str(tmp_path / "python")]
-    stores = [Store.open(r) for r in roots]
-    try:
-        for s in stores:
-            s.create_topic(TOPIC, 1, CONFIG)
-        native, python = vouching(stores[0]), python_only(vouching(stores[1]))
+    with twin_logs(tmp_path, CONFIG) as (native, python):
         seq = 0
         for step in range(120):
             if step % 4 == 0:
@@ -116,24 +130,13 @@ def test_the_native_and_python_paths_leave_the_same_files_state_and_answers(tmp_
             assert native.producer_states() == python.producer_states()
         assert statuses.count(0) > 40, statuses  # the native path really wrote most of them
         assert len(native.segments) >= 3  # rolls, and index entries, were on the way
-        for s in stores:
-            s.close()
-        assert files(os.path.join(roots[0], f"{TOPIC}-0")) == files(os.path.join(roots[1], f"{TOPIC}-0"))
-    finally:
-        for s in stores:
-            s.close()
 
 
 def test_several_producers_under_a_cap_leave_the_same_state_in_the_same_order(tmp_path, statuses):
     """Producers taking turns, with retries, under max.producer.ids: the order of the producer table
     (least recently written first: who the cap evicts, and the order of every snapshot's entries,
     compared in the files) must come out of the quiet append's bookkeeping as out of the Python path's."""
-    roots = [str(tmp_path / "native"), str(tmp_path / "python")]
-    stores = [Store.open(r) for r in roots]
-    try:
-        for s in stores:
-            s.create_topic(TOPIC, 1, {**CONFIG, "max.producer.ids": 3})
-        logs = [vouching(stores[0]), python_only(vouching(stores[1]))]
+    with twin_logs(tmp_path, {**CONFIG, "max.producer.ids": 3}) as logs:
         seqs = dict.fromkeys(range(4), 0)
         for step in range(160):
             pid = (step * 7) % 4 if step % 9 else 3  # four producers, three fit: one is evicted now and then
@@ -148,21 +151,10 @@ def test_several_producers_under_a_cap_leave_the_same_state_in_the_same_order(tm
             assert list(logs[0].producer_states().items()) == list(logs[1].producer_states().items()), step
         assert statuses.count(0) > 40, statuses
         assert len(logs[0].segments) >= 3  # rolls, so snapshots of the table, were on the way
-        for s in stores:
-            s.close()
-        assert files(os.path.join(roots[0], f"{TOPIC}-0")) == files(os.path.join(roots[1], f"{TOPIC}-0"))
-    finally:
-        for s in stores:
-            s.close()
 
 
 def test_an_epoch_bump_and_a_fenced_epoch_answer_alike(tmp_path, statuses):
-    roots = [str(tmp_path / "native"), str(tmp_path / "python")]
-    stores = [Store.open(r) for r in roots]
-    try:
-        for s in stores:
-            s.create_topic(TOPIC, 1)
-        logs = [vouching(stores[0]), python_only(vouching(stores[1]))]
+    with twin_logs(tmp_path) as logs:
         steps = [
             idempotent(b"a", 0),
             idempotent(b"b", 0, epoch=1),  # a bump: sequence 0 again
@@ -174,9 +166,6 @@ def test_an_epoch_bump_and_a_fenced_epoch_answer_alike(tmp_path, statuses):
         assert isinstance(answers[2][0], tuple)  # the fenced one was refused
         assert statuses.count(0) >= 3
         assert logs[0].producer_states() == logs[1].producer_states()
-    finally:
-        for s in stores:
-            s.close()
 
 
 def other_change(store: Store, how: str) -> None:
@@ -402,12 +391,7 @@ def test_random_lone_appends_and_markers_answer_alike_on_both_paths(tmp_path, st
     through the Python path (the reference): every answer and error (type and message), the HW,
     `producer_states()` and, at the end, every file's bytes (segments, indexes, snapshots) agree."""
     rng = random.Random(seed)
-    roots = [str(tmp_path / "native"), str(tmp_path / "python")]
-    stores = [Store.open(r) for r in roots]
-    try:
-        for s in stores:
-            s.create_topic(TOPIC, 1, CONFIG)
-        logs = [vouching(stores[0]), python_only(vouching(stores[1]))]
+    with twin_logs(tmp_path, CONFIG) as logs:
         producers: dict[int, list] = {7: [0, 0, False], 8: [0, 0, False], 9: [0, 0, True], 10: [3, 0, True]}
         sent: dict[int, list[bytes]] = {pid: [] for pid in producers}
         for step in range(160):
@@ -426,12 +410,6 @@ def test_random_lone_appends_and_markers_answer_alike_on_both_paths(tmp_path, st
         assert statuses.count(0) > 40, statuses  # the quiet path really wrote many of them
         assert statuses.count(1) > 10, statuses  # and judged retries and refusals to fall back
         assert len(logs[0].segments) >= 3  # rolls, so producer snapshots, were on the way
-        for s in stores:
-            s.close()
-        assert files(os.path.join(roots[0], f"{TOPIC}-0")) == files(os.path.join(roots[1], f"{TOPIC}-0"))
-    finally:
-        for s in stores:
-            s.close()
 
 
 def marker_outcome(log: PartitionLog, args: tuple) -> object:
@@ -459,12 +437,7 @@ def test_the_quiet_stamp_corrects_an_understated_max_timestamp_as_the_python_pat
     base offset, leader epoch, and a maxTimestamp the header understated, with the CRC recomputed for
     it. Both paths, given a trusted bytearray and untrusted bytes, leave the same bytes, and the
     batch read back has the true maxTimestamp and a valid CRC."""
-    roots = [str(tmp_path / "native"), str(tmp_path / "python")]
-    stores = [Store.open(r) for r in roots]
-    try:
-        for s in stores:
-            s.create_topic(TOPIC, 1, CONFIG)
-        logs = vouching(stores[0]), python_only(vouching(stores[1]))
+    with twin_logs(tmp_path, CONFIG) as logs:
         statuses.clear()
         for log in logs:
             assert log.append(understated(0), trusted=True).base_offset == 2
@@ -477,12 +450,6 @@ def test_the_quiet_stamp_corrects_an_understated_max_timestamp_as_the_python_pat
                 (4, TS + 500, partition_log.LEADER_EPOCH),
             ]
             assert all(b.is_valid() for b in stamped)
-        for s in stores:
-            s.close()
-        assert files(os.path.join(roots[0], f"{TOPIC}-0")) == files(os.path.join(roots[1], f"{TOPIC}-0"))
-    finally:
-        for s in stores:
-            s.close()
 
 
 def test_the_quiet_pwrite_leaves_the_documented_hw_file(tmp_path, statuses):
