@@ -126,7 +126,6 @@ DELETE_HORIZON_MASK = 0x40
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")  # all 61 header bytes
 _CRC_COVERED_HEADER = struct.Struct(">hiqqqhii")  # bytes 21..61
-_OFFSET_LENGTH_EPOCH = struct.Struct(">qii")  # bytes 0..16, the part with_offset rewrites
 _BASE_OFFSET = struct.Struct(">q")  # bytes 0..8
 _CONTROL_KEY = struct.Struct(">hh")
 _CONTROL_VALUE = struct.Struct(">hi")
@@ -564,12 +563,8 @@ class RecordBatch(_native.BatchHeader):
         Giving a `max_timestamp` that differs from the header's also rewrites that field
         and the CRC, as Kafka's leader does for a batch that understates it.
         """
-        epoch = self.partition_leader_epoch if partition_leader_epoch is None else partition_leader_epoch
-        body = memoryview(self.buffer)[MAGIC_OFFSET:]
-        if max_timestamp is None or max_timestamp == self.max_timestamp:
-            return b"".join((_OFFSET_LENGTH_EPOCH.pack(base_offset, self.batch_length, epoch), body))
         out = bytearray(self.buffer)
-        self.stamp_offset_into(out, 0, base_offset, epoch, max_timestamp)
+        self.stamp_offset_into(out, 0, base_offset, partition_leader_epoch, max_timestamp)
         return bytes(out)
 
     def stamp_offset_into(
