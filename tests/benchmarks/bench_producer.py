@@ -4,7 +4,7 @@ Run: python tests/benchmarks/bench_producer.py [--records N] [--sizes 16384:5,10
          [--txn-sizes 1,10,100,1000,10000] [--txn-records N] [--max-txns N] [--commit-ms MS]
          [--lines N] [--reps R] [--profile] [--partitions P] [--partitioner murmur2|murmur3]
          [--distinct-keys K] [--value-bytes B] [--durable-sends N] [--durable-block B] [--skip-send] [--skip-txn]
-         [--skip-cli] [--skip-durable]
+         [--skip-cli] [--skip-durable] [--cold-sleep-us US] [--cold-dir DIR]
 
 Part 1 - durable send throughput. `Producer.send` of N records (10-byte key, 100-byte
 value, one partition) followed by one `flush`, timed from the first send until flush
@@ -62,6 +62,14 @@ batches from the producer's encoder (the storage layer alone: no producer, accum
 or sender). Part 4 runs with the fsync meter's wrappers off
 (`FsyncMeter.suspended`): it prints no fsync column, and a replaced `os.fdatasync` would keep
 txlog's one-batch append off its native path.
+
+Part 4c (with `--cold-sleep-us US`) - why Part 4's txlog rows cost more CPU than the same code
+does back to back. Part 4's txlog layers (the native append, `PartitionLog.append`, `send(...).get()`)
+run on `--cold-dir` (default /dev/shm, a tmpfs: its fdatasync returns at once), each loop once back
+to back and once with US microseconds of `time.sleep` after every send, standing in for a disk's
+fdatasync; the sleeps' own CPU, timed alone in the same turn, is taken out. Printed: CPU µs per send
+both ways and their ratio. Informational, no target: it says how much a microsecond of Python saved
+back to back is worth on a disk.
 
 Part 2b sends for `--commit-seconds` (default 3) with a transactional producer committing
 every `--commit-ms` (default 100 ms, Kafka Streams' commit interval under exactly-once)
@@ -717,6 +725,59 @@ def print_durable(rows: dict[str, list[DurableSample]], count: int, reps: int) -
         )
 
 
+# ---- part 4c: txlog's layers cold, after a sleep ------------------------------------------------------
+
+
+#: Part 4c's rows: Part 4's txlog layers, timed on a tmpfs (its fdatasync returns at once).
+COLD_ROWS = {"native": NativeLoop, "append": AppendLoop, "txlog": TxlogLoop}
+
+
+def sleep_between(loop: NativeLoop | AppendLoop | TxlogLoop | None, records: Records, pause: float) -> None:
+    """Each record sent alone by `loop` (None: no send), then `pause` seconds asleep: a disk's
+    fdatasync, but for its CPU."""
+    for record in records:
+        if loop is not None:
+            loop.send([record])
+        time.sleep(pause)
+
+
+def cold_run(workdir: str, records: Records, pause: float, block: int) -> dict[str, tuple[float, float]]:
+    """One run of Part 4c: (CPU seconds back to back, CPU seconds with `pause` asleep after each send,
+    the sleeps' own CPU taken out) of each COLD_ROWS loop over `records`, taking turns `block` sends
+    at a time as Part 4's loops do."""
+    loops = {name: make(workdir) for name, make in COLD_ROWS.items()}
+    warm, cold = dict.fromkeys(loops, 0.0), dict.fromkeys(loops, 0.0)
+    try:
+        for start in range(0, len(records), block):
+            part = records[start : start + block]
+            with timed() as asleep:
+                sleep_between(None, part, pause)
+            for name, loop in loops.items():
+                with timed() as back_to_back:
+                    loop.send(part)
+                with timed() as after_sleep:
+                    sleep_between(loop, part, pause)
+                warm[name] += back_to_back[0].cpu
+                cold[name] += after_sleep[0].cpu - asleep[0].cpu
+    finally:
+        for loop in loops.values():
+            loop.close()
+    return {name: (warm[name], cold[name]) for name in loops}
+
+
+def print_cold(rows: dict[str, list[tuple[float, float]]], count: int, pause_us: float, directory: str) -> None:
+    def median(name: str, which: int) -> float:
+        samples = rows[name][1:] or rows[name]
+        return statistics.median(s[which] for s in samples) / count * 1e6
+
+    print(f"\nPart 4c: {count} one-record sends on {directory}, back to back and {pause_us:.0f} us asleep after each")
+    print(f"{'':<28}{'CPU us/send':>12}{'after a sleep':>15}{'x':>7}")
+    for name, label in DURABLE_ROWS.items():
+        if name in rows:
+            warm, cold = median(name, 0), median(name, 1)
+            print(f"{label:<28}{warm:>12.0f}{cold:>15.0f}{cold / warm:>6.1f}x")
+
+
 # ---- report -----------------------------------------------------------------------------------------
 
 
@@ -923,6 +984,13 @@ def main() -> None:
     )
     parser.add_argument("--skip-durable", action="store_true", help="skip part 4")
     parser.add_argument(
+        "--cold-sleep-us",
+        type=float,
+        default=0,
+        help="part 4c: time txlog's layers on --cold-dir, this many us asleep after each send (default 0: off)",
+    )
+    parser.add_argument("--cold-dir", default="/dev/shm", help="part 4c's directory, a tmpfs (default /dev/shm)")
+    parser.add_argument(
         "--profile",
         action="store_true",
         help="also cProfile one send+flush run (first --sizes entry) and one run at 1000 records/txn",
@@ -1010,6 +1078,17 @@ def main() -> None:
                     for name, result in durable_run(workdir, records[: args.durable_sends], args.durable_block).items():
                         durable[name].append(result)
             print_durable(durable, args.durable_sends, args.reps)
+
+        if args.cold_sleep_us > 0:
+            cold: dict[str, list[tuple[float, float]]] = {name: [] for name in COLD_ROWS}
+            pause = args.cold_sleep_us / 1e6
+            with FsyncMeter.suspended(), scratch_dir(args.cold_dir, "bench-cold-") as colddir:
+                for _ in range(args.reps + 1):
+                    for name, pair in cold_run(
+                        colddir, records[: args.durable_sends], pause, args.durable_block
+                    ).items():
+                        cold[name].append(pair)
+            print_cold(cold, args.durable_sends, args.cold_sleep_us, args.cold_dir)
 
         if not args.skip_cli:
             path = os.path.join(workdir, "lines.txt")
