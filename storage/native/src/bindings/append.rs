@@ -30,7 +30,7 @@ use pyo3::prelude::*;
 use super::errors::to_py;
 use super::ffi::with_bytes_mut;
 use super::header::BatchHeader;
-use super::producer::ProducerStateEntry;
+use super::producer::{with_entry, ProducerStateEntry};
 use crate::producer::{self, BatchMeta, Verdict};
 use crate::{codec, high_watermark};
 
@@ -112,10 +112,7 @@ pub fn quiet_append(
 ) -> PyResult<(i32, i32)> {
     let header = batch.get().header;
     let fields = producer_fields(&header);
-    let verdict = match entry {
-        Some(e) => producer::check(Some(&e.borrow().entry), &fields),
-        None => producer::check(None, &fields),
-    };
+    let verdict = with_entry(entry, |e| producer::check(e, &fields));
     // A retry is answered, and a refusal raised, by the Python path on the caught-up view (the
     // quiet append is never given a transaction verifier: a new transaction's batch needs none).
     if !matches!(verdict, Ok(Verdict::New { .. })) {

@@ -181,6 +181,13 @@ impl ProducerStateEntry {
     const BATCH_WINDOW: usize = BATCH_WINDOW;
 }
 
+/// `f` on the producer's entry a Python caller passed (None: the partition has none), borrowed only
+/// for the call: the one way check_batch, check_sequence and append.rs's quiet_append reach it.
+pub fn with_entry<R>(entry: Option<&Bound<'_, ProducerStateEntry>>, f: impl FnOnce(Option<&Entry>) -> R) -> R {
+    let borrowed = entry.map(|e| e.borrow());
+    f(borrowed.as_ref().map(|e| &e.entry))
+}
+
 /// Check a client batch against its producer's entry (None: the partition has none): raises the
 /// storage.errors refusal, returns the original BatchMetadata of a retry, else whether the batch
 /// opens a transaction (transactional, none open: the caller's verifier has the last word).
@@ -196,11 +203,7 @@ pub fn check_batch<'py>(
     is_transactional: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
     let batch = Batch { producer_id, epoch, base_seq, last_seq, is_transactional };
-    let verdict = match entry {
-        Some(e) => producer::check(Some(&e.borrow().entry), &batch),
-        None => producer::check(None, &batch),
-    };
-    match verdict {
+    match with_entry(entry, |e| producer::check(e, &batch)) {
         Ok(Verdict::Duplicate(m)) => meta_to_py(py, &m),
         Ok(Verdict::New { opens_txn }) => Ok(pyo3::types::PyBool::new(py, opens_txn).to_owned().into_any()),
         Err(refusal) => Err(refusal_to_py(py, &refusal)),
@@ -215,9 +218,5 @@ pub fn check_sequence(
     epoch: i64,
     first_seq: i64,
 ) -> PyResult<()> {
-    let result = match entry {
-        Some(e) => producer::check_sequence(Some(&e.borrow().entry), epoch, first_seq),
-        None => producer::check_sequence(None, epoch, first_seq),
-    };
-    result.map_err(|r| refusal_to_py(py, &r))
+    with_entry(entry, |e| producer::check_sequence(e, epoch, first_seq)).map_err(|r| refusal_to_py(py, &r))
 }
