@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any
 
@@ -102,6 +102,16 @@ class TopicConfig:
     min_compaction_lag_ms: int = int(_SPEC["min.compaction.lag.ms"].default)
     max_compaction_lag_ms: int = int(_SPEC["max.compaction.lag.ms"].default)
     delete_retention_ms: int = int(_SPEC["delete.retention.ms"].default)
+    # cleanup.policy split once: every append asks `compact` (its key check) and the roll check
+    # asks it again (max_segment_ms). Not fields of the setting: neither compared, hashed, shown
+    # nor in to_dict; __post_init__ derives them from cleanup_policy whenever one is built.
+    _compact: bool = field(init=False, repr=False, compare=False)
+    _delete: bool = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        policies = self.cleanup_policy.split(",")
+        object.__setattr__(self, "_compact", CLEANUP_POLICY_COMPACT in policies)
+        object.__setattr__(self, "_delete", CLEANUP_POLICY_DELETE in policies)
 
     @classmethod
     def from_overrides(cls, overrides: Mapping[str, Any] | None) -> TopicConfig:
@@ -122,12 +132,12 @@ class TopicConfig:
     @property
     def compact(self) -> bool:
         """Whether the cleaner compacts this topic (`compact` in cleanup.policy)."""
-        return CLEANUP_POLICY_COMPACT in self.cleanup_policy.split(",")
+        return self._compact
 
     @property
     def delete(self) -> bool:
         """Whether retention deletes this topic's old segments (`delete` in cleanup.policy)."""
-        return CLEANUP_POLICY_DELETE in self.cleanup_policy.split(",")
+        return self._delete
 
     @property
     def max_segment_ms(self) -> int:
@@ -139,7 +149,7 @@ class TopicConfig:
 
     def to_dict(self) -> dict[str, ConfigValue]:
         """Kafka-named view of every setting, as `topics describe` shows it."""
-        return {f.name.replace("_", "."): getattr(self, f.name) for f in fields(self)}
+        return {f.name.replace("_", "."): getattr(self, f.name) for f in fields(self) if f.init}
 
 
 def validate_overrides(overrides: Mapping[str, Any]) -> dict[str, ConfigValue]:

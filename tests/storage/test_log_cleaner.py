@@ -4,6 +4,7 @@ the dirty section, multi-pass cleaning, and the files a cleaning leaves (storage
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 
 from storage import Store
 from storage.checkpoint import read_offset_checkpoint
+from storage.config import CONFIG_NAMES, TopicConfig
 from storage.errors import InvalidConfigurationError, InvalidRecordError, UnknownTopicOrPartitionError
 from storage.file_check import Findings, PartitionFileCheck
 from storage.log_cleaner import CLEANER_CHECKPOINT, SWAP_STEPS, segments_overlapping
@@ -96,6 +98,20 @@ def test_compact_configs_have_kafkas_defaults_and_are_normalised(store):
     assert store.topic_config("p").max_segment_ms == 60_000
     with pytest.raises(InvalidConfigurationError):
         store.alter_topic_config("p", {"min.compaction.lag.ms": 6000, "max.compaction.lag.ms": 5000})
+
+
+def test_the_policy_flags_follow_cleanup_policy_and_are_no_setting_of_their_own():
+    """compact/delete are parsed once from cleanup.policy (storage/config.py): a copy with another
+    policy gets its own flags, and the flags are neither shown, compared nor a config name."""
+    both, same = (
+        TopicConfig.from_overrides({"cleanup.policy": "delete,compact"}),
+        TopicConfig(cleanup_policy="compact,delete"),
+    )
+    assert both == same and hash(both) == hash(same) and "_compact=" not in repr(both)
+    assert list(both.to_dict()) == list(CONFIG_NAMES)
+    copies = (both, replace(both, cleanup_policy="delete"), TopicConfig(cleanup_policy=""))
+    flags = [(c.compact, c.delete) for c in copies]
+    assert flags == [(True, True), (False, True), (False, False)]
 
 
 def test_a_compacted_topic_refuses_records_without_a_key(store):
