@@ -13,6 +13,7 @@ from storage.records import Compression
 from txlog.errors import (
     IllegalStateError,
     InvalidConfigurationError,
+    InvalidRecordError,
     InvalidRequestError,
     RecordTooLargeError,
     TransactionAbortableError,
@@ -116,6 +117,20 @@ def test_bad_arguments_are_rejected_before_anything_is_written(store):
         txlog.Producer(store, compression_type="brotli")
     p.flush()
     assert store.partition("t", 0).log_end_offset == 0 == store.partition("t", 1).log_end_offset
+
+
+def test_a_compacted_topic_refuses_the_producers_keyless_record(store):
+    """The producer's appends are `trusted` (its own encoder built the bytes: no CRC check), but the
+    keys are the application's: the compacted topic's key rule (storage/partition_log.py) still
+    applies, so `trusted` can never be what skips it."""
+    store.create_topic("c", 1, {"cleanup.policy": "compact"})
+    p = txlog.Producer(store, linger_ms=10_000)
+    keyless = p.send("c", value=b"v")
+    p.flush()
+    with pytest.raises(InvalidRecordError, match="without key"):
+        keyless.get()
+    assert p.send("c", key=b"k", value=b"v").get().offset == 0
+    assert _values(store, "c") == [b"v"]
 
 
 def test_oversized_record_fails_alone_and_does_not_consume_a_sequence(store):

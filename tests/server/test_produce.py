@@ -27,6 +27,7 @@ NONE, CORRUPT_MESSAGE, UNKNOWN_TOPIC_OR_PARTITION, MESSAGE_TOO_LARGE = 0, 2, 3, 
 INVALID_TOPIC_EXCEPTION, INVALID_REQUIRED_ACKS, OUT_OF_ORDER_SEQUENCE_NUMBER = 17, 21, 45
 INVALID_TXN_STATE = 48
 NOT_ENOUGH_REPLICAS = 19
+INVALID_RECORD = 87
 KAFKA_STORAGE_ERROR = 56
 
 
@@ -122,6 +123,17 @@ def test_produce_errors_are_per_partition_kafka_codes_and_never_create_a_topic(t
     with Store.open(txlog_server.data_dir, read_only=True) as store:
         assert not store.has_topic("nowhere")
     assert read_values(txlog_server.data_dir, TopicPartition("t", 0), "read_uncommitted") == [b"ok"]
+
+
+def test_a_compacted_topic_refuses_a_clients_keyless_record(txlog_server):
+    """Kafka's LogValidator rule for a client's batch (storage/partition_log.py's key check): a record
+    without a key fails the whole batch with INVALID_RECORD, a keyed one is written."""
+    _create_topic(txlog_server.data_dir, "c", **{"cleanup.policy": "compact"})
+    mixed = build_batch([(b"k", b"a", None, None), (None, b"b", None, None)])
+    with RawClient(txlog_server.bootstrap) as client:
+        assert _produce(client, "c", 0, mixed).error_code == INVALID_RECORD
+        assert _produce(client, "c", 0, build_batch([(b"k", b"c", None, None)])).error_code == NONE
+    assert read_values(txlog_server.data_dir, TopicPartition("c", 0), "read_uncommitted") == [b"c"]
 
 
 def test_min_insync_replicas_above_one_refuses_acks_all_but_not_acks_one(tmp_path):
