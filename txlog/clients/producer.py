@@ -618,7 +618,8 @@ class Producer:
         if not builder.record_count:
             return
         ids = txn.producer_id_and_epoch
-        data = builder.build(producer_id=ids.producer_id, producer_epoch=ids.epoch, base_sequence=txn.sequence(tp))
+        # The producer's one stamp of a batch, as its sender's (record_accumulator.py's build).
+        data = builder.stamp_build(ids.producer_id, ids.epoch, txn.sequence(tp))
         transactional_id = txn.required_transactional_id()
         try:
             # Registration takes the transaction coordinator's lock, so it happens before the

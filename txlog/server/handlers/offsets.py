@@ -201,7 +201,7 @@ def _append_txn_offsets(broker: Broker, request: Any, offsets: Offsets, member: 
         key, value = transport.encode_offset_commit(request.group_id, tp, om, now)
         builder.append(key, value, None, now)
     sequence = _next_sequence(broker, target, request.producer_id, request.producer_epoch)
-    data = builder.build(producer_id=request.producer_id, producer_epoch=request.producer_epoch, base_sequence=sequence)
+    data = builder.stamp_build(request.producer_id, request.producer_epoch, sequence)  # as the producer stamps it
     transport.txn_offset_commit(
         request.group_id, member, target.topic, target.partition, data, request.transactional_id
     )
