@@ -252,7 +252,7 @@ def _on_sender_thread() -> bool:
 
 def _direct_or_pipeline(root: str, direct: bool) -> tuple[dict[str, bytes], list, list]:
     """The same one-record sends, each durable before the next: `get()` after each (the direct path),
-    or `flush()` after each and `get()` once settled (the sender thread's pipeline). Every fourth
+    or `flush()` after each and `get()` once settled (the general path: `_take_for_caller`). Every fourth
     record has a callback (on both sides: such a get() leaves its batch to the sender)."""
     with Store.open(root) as store:
         store.create_topic("t", 2)
@@ -304,7 +304,7 @@ def test_a_transport_with_late_requests_gets_every_round_end_on_either_path(stor
     assert [p.send("t", b"v%d" % i, partition=0).get().offset for i in range(3)] == [0, 1, 2]
     assert transport.deliveries == 3  # one direct round each
     p.send("t", b"w", partition=1)
-    p.flush()  # the sender thread's round
+    p.flush()  # a general round (not the direct path)
     assert transport.deliveries == 4
     p.close()
 

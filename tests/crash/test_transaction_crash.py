@@ -111,7 +111,13 @@ POINTS = {
     "34-after-all-abort-markers": ("abort", "markers", "all", None),
     "35-offsets-appended-before-commit": ("commit", "data", None, True),
     "35-offsets-partition-unmarked": ("commit", "markers", "before-offsets", True),
+    # No flush() first: commit_transaction registers and sends the records itself, on the
+    # caller's thread (RecordAccumulator.flush), so the kill lands inside the commit.
+    "28-registered-by-the-commit": ("commit", "register", None, False),
+    "31-prepared-after-the-commit-sent-its-data": ("commit", "prepare", None, False),
 }
+#: The points whose records the commit sends (`--sent-by commit`); the others flush() them first.
+SENT_BY_COMMIT = {"28-registered-by-the-commit", "31-prepared-after-the-commit-sent-its-data"}
 # How the crash is recovered: "retry" reruns EndTxn with the dead process's ids, "forced" is the
 # operator's `commit|abort --transactional-id` (no ids), "opposite" asks for the other outcome first.
 DECIDED_HOWS = ["retry", "sweep", "init", "opposite", "producer", "forced"]
@@ -181,6 +187,8 @@ def spawn(root: str, case: dict) -> Worker:
         case["warmup"],
         "--seed",
         case["seed"],
+        "--sent-by",
+        "commit" if case["name"] in SENT_BY_COMMIT else "flush",
     )
 
 
@@ -341,6 +349,13 @@ def test_scenarios28_29_killed_before_the_decision(template, tmp_path, big):
     """28 (after registration, before data) and 29 (after data, before EndTxn): Ongoing after the
     kill, LSO pinned at the data, aborted by the next init / a sweep past the timeout."""
     run_points(["28-after-registration", "29-after-data"], template, tmp_path, big)
+
+
+def test_scenarios28_31_killed_inside_a_commit_that_sends_its_own_records(template, tmp_path, big):
+    """The commit itself registers the partitions and appends the data (no flush before it), on
+    the calling thread: killed after the registration it leaves 28's state, killed after
+    PREPARE_COMMIT 31's (the data appended before the decision, which rolls forward)."""
+    run_points(["28-registered-by-the-commit", "31-prepared-after-the-commit-sent-its-data"], template, tmp_path, big)
 
 
 def test_scenario30_torn_prepare(template, tmp_path, big):

@@ -17,7 +17,8 @@ Modes (first argument):
 
     txn      the crash matrix (docs/reliability-scenarios.md scenarios 23, 26, 28-35): optional warm-up transactions,
              then one transaction over `--parts` (and optionally group offsets) that is
-             committed or aborted, with a real SIGKILL of the process itself at `--kill`:
+             committed or aborted (its records sent by a flush() first, or by the commit
+             itself with `--sent-by commit`), with a real SIGKILL of the process itself at `--kill`:
                register      right after the coordinator registered the partitions, before data
                data          after the records (and offsets) were appended, before EndTxn
                prepare-torn  in the middle of writing PREPARE_* (part of the batch is on disk)
@@ -175,8 +176,11 @@ def run_txn(args) -> None:
     state["armed"] = True
     if state["fault"] is not None:
         plan.arm(state["fault"])  # counted from here: the target transaction's requests only
-    producer.flush()
-    _say("DATA")
+    if args.sent_by == "flush":
+        producer.flush()
+        _say("DATA")
+    # else the commit registers and sends them itself, on this thread (its flush's rounds,
+    # RecordAccumulator.flush): a kill at `register` or `prepare` then lands inside commit_transaction
     if offsets:
         producer.send_offsets_to_transaction({TopicPartition(*offsets["tp"]): offsets["offset"]}, offsets["group"])
         _say("OFFSETS")
@@ -321,6 +325,9 @@ def main(argv: list[str] | None = None) -> None:
         "--kill", default="none", choices=["none", "register", "data", "prepare", "prepare-torn", "markers"]
     )
     ap.add_argument("--kill-n", type=int, default=1)
+    ap.add_argument(
+        "--sent-by", choices=["flush", "commit"], default="flush", help="who sends the target's records (txn mode)"
+    )
     ap.add_argument("--torn-frac", type=float, default=0.5)
     ap.add_argument("--warmup", type=int, default=0)
     ap.add_argument("--seed", type=int, default=0)

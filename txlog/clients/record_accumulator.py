@@ -30,7 +30,9 @@ A blocking `get()` (without a timeout, which a round could outlast) runs the rou
 its batch on its own thread when no round is in progress and no callback waits on the batches
 it would take (callbacks keep Kafka's rule: they run on the sender thread). The application
 thread would otherwise hand the batch to the sender and sleep until it is back: two thread
-switches for each durable one-record send. Rounds never overlap (`_in_round`), whichever thread runs them, so each
+switches for each durable one-record send. A `flush()` without a timeout (a transaction's
+commit) runs its rounds by the same rule (`_take_for_caller`), every open batch at once.
+Rounds never overlap (`_in_round`), whichever thread runs them, so each
 partition's batches still reach the log in the order they were sealed. When the get()'s batch is the
 only thing to send, it is taken directly (`_take_lone`: the durable one-record send's path, issue 26,
 docs/reliability-scenarios.md scenario 85).
@@ -226,6 +228,7 @@ class RecordAccumulator:
         # round to end (the end wakes it if anything is left), so a new batch need not wake it.
         self._sender_wake_at = -math.inf
         self._sender_waits_round = False  # the sender sleeps until a get()'s round ends
+        self._sender_round_wake = -math.inf  # when that sleep ends on its own (see `ready`)
         self._linger = linger_ms / 1000
         self._group_limit = group_limit  # bytes of one append to a partition (the producer's rule)
         # Appends a round may make to its partition when it has only one (see the module's docstring).
@@ -367,24 +370,27 @@ class RecordAccumulator:
         finally:
             self.lock.release()
 
-    def _take_for_caller(self, tp: TopicPartition) -> Work | None:
-        """tp's batch sealed and a round's work taken for the calling thread to send (caller holds
-        `cond`); None when it must be left to the sender: a round is in progress (rounds never
-        overlap), there is no round runner, or a callback waits on a batch (callbacks run on the
-        sender thread)."""
+    def _take_for_caller(self, tp: TopicPartition | None) -> Work | None:
+        """tp's batch (every open batch for None: a flush) sealed and a round's work taken for the
+        calling thread to send (caller holds `cond`); None when it must be left to the sender: a
+        round is in progress (rounds never overlap), there is no round runner, or a callback waits
+        on a batch (callbacks run on the sender thread). The one rule for whether a blocking get()
+        or flush() may run a round itself."""
         if self._in_round or self._run_round is None or self._callbacks_waiting(tp):
             return None
-        self.seal(tp, notify=False)
+        for sealed in list(self.open) if tp is None else (tp,):
+            self.seal(sealed, notify=False)
         work = self._take()
         if not work:
             return None
         self._in_round, self._round_ident = True, get_ident()
         return work
 
-    def _callbacks_waiting(self, tp: TopicPartition) -> bool:
-        """Whether a callback was added to tp's open batch or to any sealed batch (caller holds `cond`)."""
-        batch = self.open.get(tp)
-        if batch is not None and batch.result.callbacks:
+    def _callbacks_waiting(self, tp: TopicPartition | None) -> bool:
+        """Whether a callback was added to tp's open batch (any open batch for None) or to any
+        sealed batch (caller holds `cond`)."""
+        opened = self.open.values() if tp is None else [self.open[tp]] if tp in self.open else []
+        if any(batch.result.callbacks for batch in opened):
             return True
         return any(b.result.callbacks for queue in self._sealed.values() for b in queue)
 
@@ -407,18 +413,34 @@ class RecordAccumulator:
             self._result_waiters -= 1
 
     def flush(self, timeout: float | None) -> None:
-        """Send every batch now and wait until each is settled (acknowledged or failed)."""
+        """Send every batch now and wait until each is settled (acknowledged or failed).
+
+        Without a timeout, this thread runs the rounds itself while `_take_for_caller` lets it
+        (a get()'s rule: no round in progress, no callback waiting), so a transaction's commit
+        sends its records without a hand-off to the sender thread and back (issue 26); the
+        sender is woken only when this thread must leave a round to it. Rounds never overlap
+        either way, so each partition's batches reach the log in the order they were sealed.
+        """
         self._refuse_on_sender("flush()")
+        deadline = None if timeout is None else time.monotonic() + timeout
         with self.cond:
             self._flushing += 1
-            self._work.notify()
-            self._result_waiters += 1
+            asked = False  # whether the sender was told to send everything (once is enough)
             try:
-                if not self.cond.wait_for(lambda: self._incomplete == 0, timeout):
-                    raise KafkaTimeoutError(f"flush() did not finish within {timeout} s")
+                while self._incomplete:
+                    work = self._take_for_caller(None) if timeout is None else None
+                    if work is not None:
+                        self._run_here(work)  # ends with `completed`
+                        continue
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        raise KafkaTimeoutError(f"flush() did not finish within {timeout} s")
+                    if not asked:  # the sender seals and sends everything while `_flushing`
+                        self._work.notify()
+                        asked = True
+                    self._wait_for_results(left)
             finally:
                 self._flushing -= 1
-                self._result_waiters -= 1
 
     def spare_buffers(self) -> list[bytearray]:
         """The pool's free buffers, for one `encode_batches` call; `return_spare` takes back the rest."""
@@ -485,10 +507,14 @@ class RecordAccumulator:
                     self.sender_thread = None
                     return None
                 if self._in_round:
-                    # Nothing can be taken until a get()'s round ends, and its end wakes the
-                    # sender if anything is left for it: a send meanwhile need not.
-                    wait = SENDER_IDLE_S
-                    self._sender_waits_round = True
+                    # Nothing can be taken until a get()'s or flush()'s round ends, and its end
+                    # wakes the sender if anything is left for it: a send meanwhile need not. A
+                    # batch opened after that end need not either: this sleep lasts one linger at
+                    # most (`completed` hands its end to `open_batch`), so a caller running round
+                    # after round (a commit per transaction) wakes the sender once a linger, not
+                    # once a round (issue 26).
+                    wait = min(self._linger, SENDER_IDLE_S) or SENDER_IDLE_S
+                    self._sender_waits_round, self._sender_round_wake = True, now + wait
                 else:
                     wait = self._next_deadline() if self.open else SENDER_IDLE_S
                     self._sender_wake_at = now + wait
@@ -513,8 +539,11 @@ class RecordAccumulator:
             self._incomplete -= len(batches)
             if end_of_round:
                 self._in_round, self._round_ident = False, None
-                if self._sender_waits_round and (self.open or self._sealed or self._flushing or self.closed):
-                    self._work.notify()
+                if self._sender_waits_round:
+                    if self.open or self._sealed or self.closed:
+                        self._work.notify()
+                    else:  # it sleeps on as an idle sender: a batch whose linger ends sooner wakes it
+                        self._sender_waits_round, self._sender_wake_at = False, self._sender_round_wake
             if self._result_waiters:
                 self.cond.notify_all()
         finally:

@@ -17,8 +17,9 @@ the locks let go, so no partition's tail is ever left unsynced with its lock fre
 are settled here, partition by partition in the round's order; a failure (a refused append, a
 failed sync) fails that partition's futures alone. Only a transport that may serve such a round
 (`Transport.serves_concurrently`) gets it; a fault plan counts Produce requests one by one. A
-blocking `get()` may run a round itself, by `run_round`, when the accumulator lets it (no round
-in progress, no callback waiting: RecordAccumulator.await_result).
+blocking `get()` or `flush()` (a transaction's commit) may run a round itself, by `run_round`, when
+the accumulator lets it (no round in progress, no callback waiting:
+RecordAccumulator._take_for_caller).
 
 What a transaction changes: new partitions are registered first (one AddPartitionsToTxn
 for the round), and the data is written without an fdatasync of its own; the coordinator
@@ -125,8 +126,8 @@ class Sender:
             self.run_round(work)
 
     def run_round(self, work: Work, batches: list[ProducerBatch] | None = None) -> None:
-        """Send one round's batches and settle them; on this thread or on a blocking get()'s
-        (RecordAccumulator.await_result: the accumulator never lets two rounds overlap).
+        """Send one round's batches and settle them; on this thread or on a blocking get()'s or
+        flush()'s (RecordAccumulator.await_result, .flush: the accumulator never lets two rounds overlap).
         `batches`: every batch of `work`, in order, when the caller has them (a get()'s lone batch).
 
         A round of one batch, acks=all outside a transaction (a durable one-record send's, from a
