@@ -341,8 +341,9 @@ def _send_all(
 
 def txlog_transactions(
     workdir: str, records: Records, per_txn: int, batch_size: int, profiler: cProfile.Profile | None = None
-) -> Sample:
-    """begin / `per_txn` sends / commit until every record is sent, on a fresh store.
+) -> DurableSample:
+    """begin / `per_txn` sends / commit until every record is sent, on a fresh store; the sample
+    and the context switches of every thread meanwhile (a hand-off to the sender thread costs two).
 
     per_txn = 0 means the idempotent, non-transactional baseline (one flush at the end).
     """
@@ -360,7 +361,7 @@ def txlog_transactions(
         send = producer.send
         if profiler is not None:
             profiler.enable()
-        with timed() as sample:
+        with counted_switches() as switches, timed() as sample:
             for chunk in chunks:
                 if per_txn:
                     producer.begin_transaction()
@@ -377,7 +378,7 @@ def txlog_transactions(
         markers = len(chunks) if per_txn else 0
         assert log.log_end_offset == len(records) + markers, (log.log_end_offset, len(records), markers)
         assert log.last_stable_offset == log.log_end_offset
-        return sample[0]
+        return DurableSample(sample[0], switches[0])
     finally:
         store.close()
         shutil.rmtree(root)
@@ -517,6 +518,8 @@ DURABLE_ROWS = {
 
 @dataclass(frozen=True)
 class DurableSample:
+    """A timed repetition and its context switches (Part 4's, and Part 2's transactions)."""
+
     sample: Sample
     switches: int  # voluntary + involuntary context switches of every thread of the process
 
@@ -899,8 +902,9 @@ def print_send(rows: list[SendRow], count: int, reps: int, value_bytes: int) -> 
 
 
 def print_transactions(
-    samples: dict[int, list[Sample]], counts: dict[int, int], batch_size: int, reps: int, value_bytes: int
+    runs: dict[int, list[DurableSample]], counts: dict[int, int], batch_size: int, reps: int, value_bytes: int
 ) -> None:
+    samples = {size: [run.sample for run in rows] for size, rows in runs.items()}
     base = samples[0]
     base_rate = counts[0] / median_after_cold(base)
     base_rate_nofsync = counts[0] / median_after_cold(base, "without_fsync")
@@ -910,7 +914,7 @@ def print_transactions(
     )
     print(
         f"{'records/txn':<22}{'records':>9}{'records/s':>12}{'txn/s':>9}{'ratio':>7}{'target':>8}    "
-        f"{'fsyncs/txn':>11}{'fsync share':>12}{'ratio w/o fsync':>16}{'CPU us/txn':>12}"
+        f"{'fsyncs/txn':>11}{'fsync share':>12}{'ratio w/o fsync':>16}{'CPU us/txn':>12}{'ctx sw/txn':>12}"
     )
     for size, rows in samples.items():
         wall = median_after_cold(rows)
@@ -926,9 +930,10 @@ def print_transactions(
         per_txn = f"{fsyncs / txns:.1f}" if txns else "-"
         txn_rate = f"{txns / wall:,.1f}" if txns else "-"
         cpu = f"{median_after_cold(rows, 'cpu') / txns * 1e6:,.0f}" if txns else "-"  # every thread's
+        switches = f"{statistics.median(r.switches for r in runs[size][1:] or runs[size]) / txns:.1f}" if txns else "-"
         print(
             f"{label:<22}{counts[size]:>9,}{rate:>12,.0f}{txn_rate:>9}{ratio:>7.2f}{target:<12}"
-            f"{per_txn:>11}{share:>11.0%}{ratio_nofsync:>16.2f}{cpu:>12}"
+            f"{per_txn:>11}{share:>11.0%}{ratio_nofsync:>16.2f}{cpu:>12}{switches:>12}"
         )
     print(
         "ratio = records/s against the idempotent producer's; 'w/o fsync' compares the rates with the time "
@@ -1047,7 +1052,7 @@ def main() -> None:
             )
 
         if not args.skip_txn:
-            samples: dict[int, list[Sample]] = {size: [] for size in counts}
+            samples: dict[int, list[DurableSample]] = {size: [] for size in counts}
             for _ in range(args.reps + 1):
                 for size, rows in samples.items():
                     rows.append(txlog_transactions(workdir, records[: counts[size]], size, args.txn_batch_size))
