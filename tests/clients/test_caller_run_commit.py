@@ -11,6 +11,7 @@ order, before the commit returns.
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -152,4 +153,26 @@ def test_callbacks_of_the_transaction_run_on_the_sender_thread_in_order_before_t
     assert [i for i, _, _ in seen if i % 2 == 1] == [1, 3, 5]
     assert sorted(seen) == [(i, i // 2, True) for i in range(6)]
     assert _committed(store, "t", 0) == [b"v0", b"v2", b"v4"]
+    p.close()
+
+
+@pytest.mark.parametrize("linger_ms", [50, 0])
+def test_a_batch_opened_after_a_callers_round_still_goes_at_its_linger(store, linger_ms):
+    """The sender woke during a round run by the caller (its linger deadline passed meanwhile) and
+    sleeps until that round ends; the round ends with nothing left, so nothing wakes it then. A
+    batch opened afterwards must still be sent about a linger later, by the sender, with nobody
+    asking for it (no get(), no flush): not after the sender's 5 s idle sleep. (With linger_ms=0
+    the sender may take `a` itself before the get() does: then the case is the ordinary one.)"""
+    store.create_topic("t", 1)
+    transport = NotingTransport(store)
+    p = txlog.Producer(store, transport=transport, linger_ms=linger_ms)
+    transport.hold.clear()
+    threading.Timer(0.3, transport.hold.set).start()  # longer than a linger: the sender wakes meanwhile
+    assert p.send("t", b"a").get().offset == 0  # the caller's round, held in its Produce for 0.3 s
+    later = p.send("t", b"b")
+    deadline = time.monotonic() + 3  # well inside SENDER_IDLE_S, well past linger_ms
+    while not later.done() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert later.done() and later.get().offset == 1
+    assert transport.calls[-1] == ("produce", f"{SENDER}{p.client_id}")
     p.close()
