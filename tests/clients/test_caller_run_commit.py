@@ -20,6 +20,7 @@ from storage.errors import KafkaStorageError
 from txlog.clients.sender import THREAD_PREFIX as SENDER
 from txlog.errors import TransactionAbortableError
 from txlog.fetch import IsolationLevel, fetch
+from txlog.tools.fault_injection import Action, Crashed, FaultInjectingTransport, FaultPlan, Step, StepFault
 from txlog.transport import Transport
 
 
@@ -176,3 +177,24 @@ def test_a_batch_opened_after_a_callers_round_still_goes_at_its_linger(store, li
     assert later.done() and later.get().offset == 1
     assert transport.calls[-1] == ("produce", f"{SENDER}{p.client_id}")
     p.close()
+
+
+@pytest.mark.parametrize("step", [Step.ADD_PARTITIONS_TO_TXN, Step.PRODUCE])
+def test_a_simulated_crash_in_the_commits_own_round_kills_the_producer_and_the_commit_raises_it(store, step):
+    """A fault plan's Crashed (a BaseException) inside the round the commit runs itself is the
+    producer's death, as on the sender thread: the commit raises it, no EndTxn follows (nothing
+    of the transaction becomes visible), and every later call raises it too."""
+    store.create_topic("t", 1)
+    plan = FaultPlan()
+    transport = FaultInjectingTransport(Transport(store), plan)
+    p = txlog.Producer(store, transactional_id="tx", transport=transport, linger_ms=60_000)
+    p.init_transactions()
+    p.begin_transaction()
+    future = p.send("t", b"v", partition=0)
+    plan.arm(StepFault(step, Action.CRASH_AFTER))
+    with pytest.raises(Crashed):
+        p.commit_transaction()
+    assert isinstance(future.exception(), Crashed)
+    with pytest.raises(Crashed):
+        p.send("t", b"after", partition=0)
+    assert _committed(store, "t", 0) == []
