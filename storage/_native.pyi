@@ -496,6 +496,9 @@ def quiet_append(
     dir_ino: int,
     log_fd: int,
     log_size: int,
+    txn_path: str,
+    txn_size: int,
+    txn_mtime_ns: int,
     data: WriteableBuffer,
     leader_epoch: int,
     hw_fd: int,
@@ -509,7 +512,9 @@ def quiet_append(
     `stamp_offset` stamps it: `base_offset`, `leader_epoch`, `max_timestamp`): the check against its
     producer's `entry` (`check_batch`'s), the stamp, the looks, write, fdatasync and the pwrite of
     `high_watermark` (encoded as `encode_high_watermark` encodes it) with the GIL released once,
-    then the batch recorded in `entry` at `base_offset` (None: the caller records it).
+    then the batch recorded in `entry` at `base_offset` (None: the caller records it). The looks
+    include the `.txnindex` at `txn_path` keeping (`txn_size`, `txn_mtime_ns`), unless `txn_size`
+    is -1 (the view found none).
 
     (status, errno): 0 written, 1 a retry, a refusal or a look that disagreed, and nothing was
     written, 2 the write failed, 3 the fdatasync failed (storage/native/src/bindings/append.rs).

@@ -147,6 +147,12 @@ class EntryFile:
                 return None
         return self.view().length
 
+    def change_key(self) -> tuple[int, int] | None:
+        """(size, mtime_ns) of the file as the cache was last made from it, brought up to date first;
+        None when there is no file or the cache is not the whole file (it shrank while being read)."""
+        self._refresh()
+        return self._key
+
     def peek(self) -> tuple[int, Raw | None]:
         """(file length, last whole entry) read with one fstat and one pread, cache untouched.
 

@@ -71,6 +71,9 @@ from storage.txnindex_check import TxnIndexCheck, abort_replayer, read_txn_count
 
 LEADER_EPOCH = 0  # a single "broker" that never changes leadership
 RELOAD_ATTEMPTS = 20
+# What `drop_stale_txn_entries` answers for an active segment with no `.txnindex`: a (size, mtime_ns)
+# no file has, which the quiet append (storage/native/src/bindings/append.rs) takes as "look at none".
+NO_TXNINDEX = (-1, 0)
 #: How long a reader waits (at most) for a cleaner's swap in flight to end before listing anyway.
 SWAP_WAIT_ATTEMPTS = 5000
 SWAP_WAIT_S = 0.001
@@ -697,31 +700,30 @@ class LogLoader:
         """Rewrite a segment's `.txnindex` from its batches, durably (caller holds the lock)."""
         self.txn_check.rewrite(seg, self.state_at_segment_start(seg), readable_end(self.segments, seg))
 
-    def drop_stale_txn_entries(self) -> bool:
+    def drop_stale_txn_entries(self) -> tuple[int, int] | None:
         """Remove `.txnindex` entries of the active segment for markers that never reached the log.
 
         append_marker makes the entry durable before the marker; a writer that died in
         between leaves an entry at an offset the next append would reuse. Lock held.
-        True when the active segment has no `.txnindex` at all: only creating one can then
-        bring such an entry, so a writer's catch-up may skip this look while the directory
-        is unchanged (PartitionLog._catch_up).
+        Returns the file's (size, mtime_ns) when it holds no such entry (NO_TXNINDEX when there
+        is no file), None when it held one (dropped now) or the look was cut short. Only appending
+        to the file brings such an entry, and that changes its size and mtime (creating it moves
+        the directory's): while the file keeps that key (and the `.log` its length), a writer's
+        catch-up may skip this look (PartitionLog._quiet_append).
         """
         active = self.segments[-1]
-        length = active.txn_index.length()  # the writer's one look at it in this lock hold
-        if length is None:
-            return True  # the usual case: no abort has landed in this segment
-        if length == 0:
-            return False
+        if active.txn_index.length() is None:  # the writer's one look at it in this lock hold
+            return NO_TXNINDEX  # the usual case: no abort has landed in this segment
         last = active.txn_index.last_entry()
         if last is None or last.last_offset < active.next_offset:
-            return False
+            return active.txn_index.change_key()
         if self._dead_writers_entry(active, last):
             active.txn_index.truncate_to(active.next_offset)
         else:
             # An entry past the log end that no dying writer leaves: damage, which truncating
             # would turn into a lost abort. Rebuild from the log instead.
             self.rewrite_txn_index(active)
-        return False
+        return None
 
     def _dead_writers_entry(self, active: LogSegment, last: AbortedTxn) -> bool:
         """Whether `last` is what append_marker leaves when it dies before the marker.

@@ -64,7 +64,7 @@ from storage.high_watermark import HighWatermarkFile
 from storage.legacy_records import LegacyMessage
 from storage.lock import FileLock, writer_lock_if_free
 from storage.log_files import log_file
-from storage.log_loader import LEADER_EPOCH, LogLoader, SegmentList, readable_end, segment_index_for
+from storage.log_loader import LEADER_EPOCH, NO_TXNINDEX, LogLoader, SegmentList, readable_end, segment_index_for
 from storage.producer_snapshot import list_snapshots
 from storage.producer_state import (
     BatchMetadata,
@@ -322,18 +322,25 @@ class PartitionLog:
         # (`_directory_unchanged`): the view lists the directory only when the key moved.
         self._dir_key: tuple[int, int] | None = None
         self._dir_key_racy = True
+        # The stamping clock just before the directory key was taken (`_directory_unchanged`): a file the walk
+        # after that stat looks at is vouched for by its mtime only when that mtime is older (`racy`).
+        self._dir_looked = 0
         # Whether the last `_directory_unchanged` vouched for the directory (the key it took is trusted).
         self._dir_trusted = False
         # Whether the key was taken by this look at the view (`_catch_up` clears it, the stat sets it):
         # only such a key may say a file is still absent (`_absence_key`).
         self._dir_key_fresh = False
         # The directory key under which a writer's catch-up last found no segment after the active one
-        # and no `.txnindex` of the active segment, the key taken before it looked and not racy
-        # (`_catch_up`): while the key stays so, neither file can have been created since, and a writer's
-        # catch-up skips both stats (the per-append cost, issue 26).
+        # and no `.txnindex` entry of the active segment past the log end, the key taken before it looked
+        # and not racy (`_catch_up`): while the key stays so, no file can have been created since. With
+        # no `.txnindex` at all the writer's catch-up skips both stats (the per-append cost, issue 26).
         self._tail_quiet_key: tuple[int, int] | None = None
+        # The active segment's `.txnindex` as that catch-up found it, (size, mtime_ns) not racy, or
+        # NO_TXNINDEX: while the file keeps it, no entry can have been added since (`_quiet_append`).
+        self._tail_txn_key = NO_TXNINDEX
         # The same for the next segment alone: the directory key under which the writer's last walk found no
-        # segment after the active one (a partition whose active segment has a `.txnindex` is never quiet).
+        # segment after the active one (it spares that look to a catch-up that still checks the active segment's
+        # `.txnindex`).
         self._no_next_key: tuple[int, int] | None = None
         # Whether a snapshot off the segment bases may exist (a close's or recovery's at the log end):
         # only then does a roll list the snapshots to remove them (`_clean_snapshots`). Every roll
@@ -630,7 +637,13 @@ class PartitionLog:
                 return  # another process's cleaner replaced segments: the view was loaded afresh
             # Creating a file moves the directory's mtime: a trusted key equal to the one under which
             # the last walk found neither the next segment nor a `.txnindex` says neither exists now.
-            quiet = quiet_key is not None and self._dir_trusted and self._dir_key == quiet_key
+            # A `.txnindex` present is looked at (one fstat) by every catch-up of the Python path.
+            quiet = (
+                quiet_key is not None
+                and self._dir_trusted
+                and self._dir_key == quiet_key
+                and self._tail_txn_key == NO_TXNINDEX
+            )
             last = no_next_key is not None and self._dir_trusted and self._dir_key == no_next_key
         try:
             self._catch_up_on_tail(repair=repair, quiet=quiet, last=last)
@@ -665,8 +678,8 @@ class PartitionLog:
             if active.next_offset == active.base_offset or following is None or not os.path.exists(following):
                 if repair and self._vouching_key():
                     self._no_next_key = self._dir_key
-                if repair and self._loader.drop_stale_txn_entries() and self._vouching_key():
-                    self._tail_quiet_key = self._dir_key
+                if repair:
+                    self._note_quiet_tail(self._loader.drop_stale_txn_entries())
                 return
             try:
                 rolled = self._loader.open_segment(active.next_offset, writable=not self.read_only)
@@ -675,6 +688,17 @@ class PartitionLog:
                 return
             self._segments.append(rolled)
             self._txn_check.expect(rolled, 0, rolled.base_offset)  # this view replays all of it
+
+    def _note_quiet_tail(self, txn_key: tuple[int, int] | None) -> None:
+        """After a writer's walk found no next segment: make the tail quiet (`_quiet_append`) when the
+        directory key vouches for that and `txn_key`, the active `.txnindex`'s key from the stale-entry
+        check, vouches for the file; a key whose mtime is not older than the look (`racy`) does not, as a
+        later change in the same clock tick could leave it as it is (the next catch-up looks again)."""
+        if txn_key is None or not self._vouching_key():
+            return
+        if txn_key != NO_TXNINDEX and racy(txn_key[1], self._dir_looked):
+            return
+        self._tail_quiet_key, self._tail_txn_key = self._dir_key, txn_key
 
     def _vouching_key(self) -> bool:
         """Whether the directory key this catch-up took can vouch for what the walk then found absent.
@@ -729,6 +753,7 @@ class PartitionLog:
         trusted = key == self._dir_key and not self._dir_key_racy and not self._loader.reads_swap
         self._dir_key = key
         self._dir_key_racy = racy(st.st_mtime_ns, before)
+        self._dir_looked = before
         self._dir_trusted = trusted
         self._dir_key_fresh = True
         return trusted
@@ -1057,11 +1082,30 @@ class PartitionLog:
         (the one-record durable send, issue 26); None when the quiet case does not hold, nothing
         written: the caller then appends as always, catching up first. Writer lock held.
 
-        Taken only when the two looks `quiet_append` makes (storage/native/src/bindings/append.rs)
+        Taken only when the looks `quiet_append` makes (storage/native/src/bindings/append.rs)
         cover everything the catch-up would: the directory key vouched at the view's last look and
-        found no next segment and no `.txnindex` then (`_tail_quiet_key`), so an equal key now says
-        no roll, retention, DeleteRecords, cleaner's swap or ABORT entry happened since; a `.log` of
-        the view's length says nobody appended or cut. The append must need no roll or producer
+        found no next segment then (`_tail_quiet_key`), so an equal key now says no roll, retention,
+        DeleteRecords or cleaner's swap happened since (each creates, renames or unlinks a name); a
+        `.log` of the view's length says nobody appended or cut.
+
+        The active segment's `.txnindex` is the third look. What a writer's catch-up does with it is
+        drop an entry past the log end (`LogLoader.drop_stale_txn_entries`): an abort's entry is made
+        durable before its marker (docs/reliability-scenarios.md rule 19; scenario 89 (c)), and a
+        writer that died in between leaves one at the offset this append would take, which would then
+        name this batch as the abort's marker and hide that transaction's records from read_committed
+        readers. Nothing else in the append depends on the file: readers read it afresh on every
+        abort lookup, and every other change of it comes with a change the two looks see (an ABORT's
+        marker grows the `.log`; a cut of the log shortens it; a cleaner's swap renames). Only such an
+        entry is the change neither look sees: it is appended to a `.txnindex` already there without
+        touching the `.log`, and appending to a file moves no directory mtime. So the catch-up that
+        made the tail quiet keeps the file's (size, mtime_ns) (`_tail_txn_key`, its mtime older than
+        the look began: `_note_quiet_tail`), and the call compares the file with it: any append moves
+        the size (and the mtime), and an equal pair says nothing was added since. With no file
+        (NO_TXNINDEX) there is no look: creating one moves the directory key. The stale-entry check
+        cuts such an entry back to the same size and contents, which is the file as the view knew it;
+        the size alone is not enough for a file another process both repaired shorter (a rewrite from
+        the log, `LogLoader.rewrite_txn_index`) and then grew by a dead writer's entry, which the mtime
+        tells. The append must need no roll or producer
         expiry, the active segment's indexes must be checked, and the batch must be no retry and
         not refused (the Python path judges those on the caught-up view). The check against the
         producer's entry (the one every append makes, storage/native/src/producer.rs) runs inside
@@ -1094,6 +1138,7 @@ class PartitionLog:
         # `quiet_append` stamps in place as `_stamped` would.
         data = raw if type(raw) is bytearray else bytearray(raw)
         looked = stamp_clock_ns()  # before the look, as `_directory_unchanged` takes it
+        txn_size, txn_mtime_ns = self._tail_txn_key
         with active.log as log_fd, hw_file as hw_fd:
             status, errno = quiet_append(
                 self.directory,
@@ -1101,6 +1146,9 @@ class PartitionLog:
                 key[1],
                 log_fd,
                 start,
+                active.txn_index.path,
+                txn_size,
+                txn_mtime_ns,
                 data,
                 LEADER_EPOCH,
                 hw_fd,

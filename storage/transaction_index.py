@@ -123,6 +123,10 @@ class TransactionIndex(EntryFileIndex[AbortedTxn]):
         """The file's length in bytes, None when absent (EntryFile's)."""
         return self._file.length()
 
+    def change_key(self) -> tuple[int, int] | None:
+        """The file's (size, mtime_ns) as last looked at, None when absent (EntryFile's `change_key`)."""
+        return self._file.change_key()
+
     def last_entry(self) -> AbortedTxn | None:
         view = self._file.view()
         return _txn(view.entries[view.valid - 1]) if view.valid else None

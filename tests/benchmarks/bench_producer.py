@@ -611,8 +611,8 @@ class NativeLoop(SyscallLoop):
             (max_ts,) = _MAX_TIMESTAMP.unpack_from(data, MAX_TIMESTAMP_OFFSET)
             fcntl.flock(lock, fcntl.LOCK_EX)
             status, _ = quiet_append(
-                directory, mtime, ino, log, self.size, data, 0, hw, 0, self.header, None, 0, max_ts
-            )
+                directory, mtime, ino, log, self.size, "", -1, 0, data, 0, hw, 0, self.header, None, 0, max_ts
+            )  # no `.txnindex` (size -1): none looked at
             fcntl.flock(lock, fcntl.LOCK_UN)
             assert status == 0, f"the native append did not write: status {status} (append.rs WRITTEN is 0)"
             self.size += len(data)

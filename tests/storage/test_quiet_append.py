@@ -32,6 +32,8 @@ from storage.errors import KafkaError, KafkaStorageError
 from storage.high_watermark import HIGH_WATERMARK_FILE, UNREADABLE, decode, encode
 from storage.partition_log import PartitionLog
 from storage.records import ControlType, RecordBatch, build_batch, crc32c
+from storage.transaction_index import AbortedTxn
+from txlog.fetch import IsolationLevel, fetch
 
 ROOT = Path(__file__).resolve().parents[2]
 TOPIC = "t"
@@ -211,11 +213,11 @@ def test_a_change_by_another_store_makes_the_next_append_fall_back(store_path, s
         mine.append(plain(b"quiet again"))
         mine.append(plain(b"and again"))
         if how == "abort":
-            # An active segment with a `.txnindex` is looked at by every catch-up (a dead writer's
-            # entry may need dropping: `_tail_quiet_key`), so it gets no quiet append until a roll.
-            assert statuses == []
-        else:
-            assert statuses[-1:] == [0]  # the view caught up, looked again, and vouches again
+            settle_txn_index(mine)  # the abort's `.txnindex`, as the directory, no longer of this clock tick
+            mine.append(plain(b"looks at the file once more"))
+            statuses.clear()
+            mine.append(plain(b"quiet with a .txnindex"))
+        assert statuses[-1:] == [0]  # the view caught up, looked again, and vouches again
     finally:
         other.close()
         store.close()
@@ -292,7 +294,24 @@ def test_a_failed_fdatasync_fails_the_partition_as_the_python_path_does(tmp_path
     same recovery at reopen."""
     import errno as errnos
 
-    def written_then_eio(directory, mtime, ino, log_fd, size, data, epoch, hw_fd, hw, batch, entry, base, max_ts):
+    def written_then_eio(
+        directory,
+        mtime,
+        ino,
+        log_fd,
+        size,
+        txn_path,
+        txn_size,
+        txn_mtime,
+        data,
+        epoch,
+        hw_fd,
+        hw,
+        batch,
+        entry,
+        base,
+        max_ts,
+    ):
         batch.stamp_offset_into(data, 0, base, epoch, max_ts)  # as the native call stamps before its write
         os.write(log_fd, data)
         return 3, errnos.EIO
@@ -472,3 +491,201 @@ def test_the_quiet_pwrite_leaves_the_documented_hw_file(tmp_path, statuses):
         UNREADABLE,
     )
     assert encode(3) == stored
+
+
+# ---- an abort in the active segment: the `.txnindex` look (PartitionLog._quiet_append) -------------------
+
+PAST = time.time_ns() - 20_000_000_000  # a directory and `.txnindex` mtime whose key can vouch
+
+
+def settle_txn_index(log: PartitionLog) -> None:
+    """Put the active segment's `.txnindex` mtime (and the directory's) at PAST: a key taken of them
+    now is no longer of this clock tick (`racy`), as it is once a tick has passed after an abort."""
+    os.utime(log.segments[-1].txn_index.path, ns=(PAST, PAST))
+    os.utime(log.directory, ns=(PAST, PAST))
+
+
+def transactional(value: bytes, pid: int, seq: int = 0) -> bytes:
+    return build_batch(
+        [(None, value, (), TS)], producer_id=pid, producer_epoch=0, base_sequence=seq, is_transactional=True
+    )
+
+
+def abort_in_active_segment(log: PartitionLog, pid: int) -> None:
+    """A transaction of `pid` written and aborted in the active segment (which then has a `.txnindex`),
+    then looked at by two appends on a settled directory: the next lone append may be quiet."""
+    log.append(transactional(b"aborted", pid), sync=False)
+    log.append_marker(ControlType.ABORT, pid, 0, timestamp=TS)  # the same marker bytes in twin logs
+    settle_txn_index(log)
+    log.append(plain(b"looks"))
+    log.append(plain(b"vouched"))
+
+
+def committed_values(log: PartitionLog) -> list[bytes | None]:
+    """What a read_committed fetch of the partition gives, from its start."""
+    out: list[bytes | None] = []
+    offset = log.log_start_offset
+    while True:
+        res = fetch(log, offset, IsolationLevel.READ_COMMITTED, max_records=50)
+        if res.next_offset == offset:
+            return out
+        out.extend(r.value for r in res.records)
+        offset = res.next_offset
+
+
+def test_after_an_abort_in_the_active_segment_both_paths_agree(tmp_path, statuses):
+    """Differential after an abort with data in the active segment (no roll: the `.txnindex` stays the
+    active one's): idempotent sends, retries, refused sequences, plain batches and another transaction
+    aborted, through the quiet path and the Python path. Every answer, the HW, `producer_states()`, the
+    aborted transactions and read_committed reads agree, and at the end every file's bytes; and the
+    quiet path really wrote (before the `.txnindex` look it never did until the next roll)."""
+    with twin_logs(tmp_path) as logs:
+        for log in logs:
+            abort_in_active_segment(log, 99)
+        statuses.clear()
+        seq = 0
+        for step in range(60):
+            if step == 30:
+                for log in logs:
+                    abort_in_active_segment(log, 98)
+                continue
+            if step % 3 == 0:
+                data = idempotent(b"v%03d" % seq, seq, ts=TS + step)
+                seq += 1
+            elif step % 3 == 1:
+                data = idempotent(b"v%03d" % (seq - 1), seq - 1, ts=TS + step - 1)  # a retry
+            elif step % 6 == 2:
+                data = idempotent(b"gap", seq + 3)  # out of order: refused
+            else:
+                data = plain(b"p%03d" % step)
+            assert outcome(logs[0], data) == outcome(logs[1], data), f"step {step}"
+            assert logs[0].high_watermark == logs[1].high_watermark
+            assert list(logs[0].producer_states().items()) == list(logs[1].producer_states().items())
+        assert [len(log.segments) for log in logs] == [1, 1]
+        aborted = [log.aborted_transactions(0, log.log_end_offset) for log in logs]
+        assert aborted[0] == aborted[1] and [a.producer_id for a in aborted[0]] == [99, 98]
+        assert committed_values(logs[0]) == committed_values(logs[1])
+        assert b"aborted" not in committed_values(logs[0])
+        assert statuses.count(0) >= 25, statuses  # the quiet path wrote the new batches
+        assert statuses.count(1) >= 10, statuses  # and sent retries and refusals to the Python path
+
+
+def in_second_process(store_path: str, code: str) -> None:
+    """Run `code` in a fresh process with `log` = partition 0 of TOPIC open for writing; it may end the
+    process with os._exit (no close, as after kill -9: its flock dies with it)."""
+    program = (
+        "import os\nfrom storage import Store\nfrom storage.records import ControlType\n"
+        "from storage.transaction_index import AbortedTxn\n"
+        f"store = Store.open({store_path!r})\nlog = store.partition({TOPIC!r}, 0)\n"
+        + textwrap.dedent(code)
+        + "\nstore.close()\n"
+    )
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    subprocess.run([sys.executable, "-c", program], check=True, env=env)
+
+
+def test_a_second_process_abort_between_two_quiet_appends_is_seen(store_path, statuses):
+    """A real second process writes a transaction and aborts it (its `.txnindex` entry and marker)
+    between two quiet appends of a writer whose active segment already has a `.txnindex`: the next
+    append falls back, lands after the marker, and the next read_committed read drops the aborted
+    records; once the view looked again the quiet path resumes, with the new abort still seen."""
+    store = Store.open(store_path)
+    try:
+        store.create_topic(TOPIC, 1)
+        mine = vouching(store)
+        abort_in_active_segment(mine, 99)
+        statuses.clear()
+        mine.append(plain(b"quiet"))
+        assert statuses == [0]
+        in_second_process(
+            store_path,
+            f"""
+            log.append({transactional(b"theirs aborted", 98)!r}, sync=False)
+            log.append_marker(ControlType.ABORT, 98, 0)
+            """,
+        )
+        statuses.clear()
+        assert mine.append(plain(b"after")).base_offset == 9  # past their data (7) and their marker (8)
+        assert statuses in ([], [1])  # never written natively
+        assert [a.producer_id for a in mine.aborted_transactions(0, mine.log_end_offset)] == [99, 98]
+        expected = [b"first", b"second", b"looks", b"vouched", b"quiet", b"after"]
+        assert committed_values(mine) == expected
+        settle_txn_index(mine)
+        mine.append(plain(b"looks again"))
+        statuses.clear()
+        mine.append(plain(b"quiet again"))
+        assert statuses == [0]
+        assert committed_values(mine) == [*expected, b"looks again", b"quiet again"]
+    finally:
+        store.close()
+
+
+def test_a_dead_writer_abort_entry_between_two_quiet_appends_is_dropped(store_path, statuses):
+    """A second process makes an abort's `.txnindex` entry durable for a transaction whose data the
+    writer has already seen, and dies before the marker (os._exit, its flock gone as with kill -9):
+    the entry names the offset the writer's next append takes, and only grew a `.txnindex` already
+    there (the directory and the `.log` unchanged). The next append must not be quiet: it falls back,
+    its catch-up drops the entry, and the batch is no abort marker to any reader. Written natively
+    (the `.txnindex` look left out, tried as a mutation), the entry would stay and hide the open
+    transaction's records and name the batch its marker."""
+    store = Store.open(store_path)
+    try:
+        store.create_topic(TOPIC, 1)
+        mine = vouching(store)
+        abort_in_active_segment(mine, 99)
+        in_second_process(store_path, f"log.append({transactional(b'open txn', 98)!r})")
+        open_at = mine.append(plain(b"sees their data")).base_offset - 1
+        settle_txn_index(mine)
+        mine.append(plain(b"looks"))
+        statuses.clear()
+        mine.append(plain(b"quiet"))
+        assert statuses == [0]
+        start = mine.log_end_offset
+        in_second_process(
+            store_path,
+            f"""
+            active = log.segments[-1]
+            active.txn_index.append(AbortedTxn(98, {open_at}, log.log_end_offset, {open_at}))
+            active.txn_index.flush()
+            os._exit(0)
+            """,
+        )
+        os.utime(mine.directory, ns=(PAST, PAST))  # as before: their open may have written a snapshot
+        statuses.clear()
+        assert mine.append(plain(b"mine")).base_offset == start
+        assert statuses == [1]  # the look at the `.txnindex` fell back
+        own = mine.aborted_transactions(0, mine.log_end_offset)
+        assert [a.producer_id for a in own] == [99]
+        fresh = PartitionLog(mine.directory, TOPIC, 0, mine.config, read_only=True)
+        try:
+            stored = fresh.segments[-1].txn_index.stored_entries()
+            assert [AbortedTxn(*entry[1:]) for entry in stored] == own
+        finally:
+            fresh.close()
+    finally:
+        store.close()
+
+
+def test_a_txnindex_changed_in_place_makes_the_next_append_fall_back(store_path, statuses):
+    """The look compares the `.txnindex`'s mtime as well as its size: a file of the same size written
+    again (another process's repair rewrites it in place, `LogLoader.rewrite_txn_index`) is not the
+    one the view checked, and the next append takes the Python path, which looks at it again."""
+    store = Store.open(store_path)
+    try:
+        store.create_topic(TOPIC, 1)
+        mine = vouching(store)
+        abort_in_active_segment(mine, 99)
+        path = mine.segments[-1].txn_index.path
+        with open(path, "r+b") as f:
+            content = f.read()
+            f.seek(0)
+            f.write(content)  # the same bytes: only the mtime moves
+        statuses.clear()
+        mine.append(plain(b"after the rewrite"))
+        assert statuses == [1]
+        settle_txn_index(mine)  # a tick later, as far as the file's mtime can tell
+        mine.append(plain(b"looks again"))  # the Python path's look takes the new key
+        mine.append(plain(b"quiet again"))
+        assert statuses[-1] == 0
+    finally:
+        store.close()

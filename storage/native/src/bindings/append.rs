@@ -6,11 +6,14 @@
 //! last look. Here the batch is first checked against its producer's entry (producer.rs `check`,
 //! the check every append makes: a retry or a refusal answers FALLBACK, for the Python path to
 //! judge on the caught-up view), then stamped in place (codec.rs `stamp_offset`, every append's
-//! stamp; the HW's bytes are high_watermark.rs's, as every publish's), then the two looks
-//! that prove the view is still the files are made, and only if both agree the bytes go in:
+//! stamp; the HW's bytes are high_watermark.rs's, as every publish's), then the looks
+//! that prove the view is still the files are made, and only if all agree the bytes go in:
 //! the directory's (mtime, inode) must equal the key (a roll, retention, DeleteRecords or a
-//! cleaner's swap moves it), and the `.log`'s length must equal the view's (another process's
-//! append or a cut changes it) with the file still linked (scenario 71). Then the write, the
+//! cleaner's swap moves it), the `.log`'s length must equal the view's (another process's
+//! append or a cut changes it) with the file still linked (scenario 71), and the active
+//! segment's `.txnindex`, when the view found one, must keep the (size, mtime) the view found
+//! (a dead writer's abort entry, appended without its marker, changes neither other look; see
+//! `PartitionLog._quiet_append`). Then the write, the
 //! fdatasync and the high watermark's pwrite. Any look that disagrees, or fails, writes nothing
 //! and answers FALLBACK: the caller then takes the Python path, which catches up and judges the
 //! append on the files. Once the bytes are durable the entry takes the batch, as a replay of it
@@ -51,14 +54,37 @@ fn borrowed(fd: i32) -> ManuallyDrop<File> {
     ManuallyDrop::new(unsafe { File::from_raw_fd(fd) })
 }
 
-/// Whether the directory still has the key the view vouched with, and the log the view's length.
-fn view_is_current(directory: &str, dir_mtime_ns: i64, dir_ino: u64, log: &File, log_size: u64) -> bool {
-    let Ok(dir) = std::fs::metadata(directory) else { return false };
-    let mtime_ns = dir.mtime().saturating_mul(1_000_000_000).saturating_add(dir.mtime_nsec());
-    if mtime_ns != dir_mtime_ns || dir.ino() != dir_ino {
+/// What the view last found of the files a quiet append looks at.
+struct ViewKey<'a> {
+    directory: &'a str,
+    dir_mtime_ns: i64,
+    dir_ino: u64,
+    log_size: u64,
+    /// The active segment's `.txnindex`, and its (size, mtime) then; size -1: there was none (the
+    /// directory key vouches it is still absent, so it is not looked at).
+    txn_path: &'a str,
+    txn_size: i64,
+    txn_mtime_ns: i64,
+}
+
+/// A file's mtime in nanoseconds, as Python's `st_mtime_ns` gives it.
+fn mtime_ns(st: &std::fs::Metadata) -> i64 {
+    st.mtime().saturating_mul(1_000_000_000).saturating_add(st.mtime_nsec())
+}
+
+/// Whether the directory still has the key the view vouched with, the log the view's length, and the
+/// `.txnindex` the view's (size, mtime).
+fn view_is_current(view: &ViewKey<'_>, log: &File) -> bool {
+    let Ok(dir) = std::fs::metadata(view.directory) else { return false };
+    if mtime_ns(&dir) != view.dir_mtime_ns || dir.ino() != view.dir_ino {
         return false;
     }
-    matches!(log.metadata(), Ok(st) if st.size() == log_size && st.nlink() > 0)
+    if !matches!(log.metadata(), Ok(st) if st.size() == view.log_size && st.nlink() > 0) {
+        return false;
+    }
+    view.txn_size < 0
+        || matches!(std::fs::metadata(view.txn_path),
+            Ok(st) if i64::try_from(st.size()) == Ok(view.txn_size) && mtime_ns(&st) == view.txn_mtime_ns)
 }
 
 /// Every byte of `data` appended to `log`, or the errno of the failure (0: a write of no bytes).
@@ -91,7 +117,8 @@ fn producer_fields(h: &codec::Header) -> producer::Batch {
 /// `base_offset`, `leader_epoch`, maxTimestamp `max_timestamp`), the GIL released once for the
 /// system calls; then, once durable,
 /// the batch recorded in `entry`, its producer's entry (None: the partition has none, or the batch
-/// no producer id). (status, errno), status one of WRITTEN, FALLBACK, WRITE_FAILED, SYNC_FAILED.
+/// no producer id). `txn_path`, `txn_size`, `txn_mtime_ns`: the active segment's `.txnindex` as the
+/// view found it (`ViewKey`). (status, errno), status one of WRITTEN, FALLBACK, WRITE_FAILED, SYNC_FAILED.
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
 pub fn quiet_append(
@@ -101,6 +128,9 @@ pub fn quiet_append(
     dir_ino: u64,
     log_fd: i32,
     log_size: u64,
+    txn_path: &str,
+    txn_size: i64,
+    txn_mtime_ns: i64,
     data: &Bound<'_, PyAny>,
     leader_epoch: i32,
     hw_fd: i32,
@@ -118,13 +148,14 @@ pub fn quiet_append(
     if !matches!(verdict, Ok(Verdict::New { .. })) {
         return Ok((FALLBACK, 0));
     }
+    let view = ViewKey { directory, dir_mtime_ns, dir_ino, log_size, txn_path, txn_size, txn_mtime_ns };
     let status = with_bytes_mut(data, |data| {
         codec::stamp_offset(data, 0, base_offset, Some(leader_epoch), Some(max_timestamp)).map_err(to_py)?;
         let data: &[u8] = data;
         let hw = high_watermark::encode(high_watermark);
         Ok(py.detach(|| {
             let log = borrowed(log_fd);
-            if !view_is_current(directory, dir_mtime_ns, dir_ino, &log, log_size) {
+            if !view_is_current(&view, &log) {
                 return (FALLBACK, 0);
             }
             if let Err(errno) = write_all(&log, data) {
