@@ -689,3 +689,28 @@ def test_a_txnindex_changed_in_place_makes_the_next_append_fall_back(store_path,
         assert statuses[-1] == 0
     finally:
         store.close()
+
+
+def test_a_txnindex_key_from_the_clock_tick_of_its_look_does_not_vouch(store_path, statuses, monkeypatch):
+    """A `.txnindex` whose mtime is not older than the look that took its key (`racy`) keeps the tail
+    from being quiet: another process's entry in the same tick could leave size and mtime as they
+    were. The look is put in the tick of the file's mtime (the stamping clock frozen there, the
+    directory's mtime well before it, so its key can vouch); no append is quiet then, and once the
+    clock moves on the next look vouches. Kept without the check (tried as a mutation), it is quiet."""
+    store = Store.open(store_path)
+    try:
+        store.create_topic(TOPIC, 1)
+        mine = vouching(store)
+        abort_in_active_segment(mine, 99)
+        os.utime(mine.directory, ns=(PAST - 10_000_000_000, PAST - 10_000_000_000))
+        statuses.clear()
+        with monkeypatch.context() as m:
+            m.setattr(partition_log, "stamp_clock_ns", lambda: PAST)  # every look in the file's tick
+            mine.append(plain(b"looks"))  # tried on the old key: the moved directory makes it fall back
+            mine.append(plain(b"not quiet"))  # that look kept no key: not even tried
+        assert statuses == [1]
+        mine.append(plain(b"looks a tick later"))
+        mine.append(plain(b"quiet"))
+        assert statuses == [1, 0]
+    finally:
+        store.close()
