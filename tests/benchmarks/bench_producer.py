@@ -52,14 +52,16 @@ loop of `os.write` + `os.fdatasync` of the same bytes to a file in the same dire
 interleaved in the same process: the loops take turns `--durable-block` (default 25) sends at a
 time, so a swing of the disk's latency falls on every row alike. Printed: commits/s, the ratio (target >= 0.9x), CPU and
 context switches per commit (`getrusage`, every thread of the process: a hand-off to the
-sender thread and back costs two). Three informational rows between them say where txlog's
+sender thread and back costs two). Informational rows between them say where txlog's
 distance from the raw row goes, layer by layer: the raw loop with every system call a txlog append
 makes (flock, a stat of the directory, an fstat of the log, write, fdatasync, HW pwrite, unlock)
 in straight-line Python; txlog's native append itself (`storage._native.quiet_append`: the same
 calls made natively, under the flock, with no other txlog code: the floor of any txlog append
 under the cross-process protocol of docs/DESIGN.md §3); and `PartitionLog.append` of one-record
 batches from the producer's encoder (the storage layer alone: no producer, accumulator, future
-or sender). Part 4 runs with the fsync meter's wrappers off
+or sender), and the same on a partition whose active segment holds an aborted transaction (its
+`.txnindex` is the quiet append's third look; before round ten such a partition took the Python
+path until its next roll). Part 4 runs with the fsync meter's wrappers off
 (`FsyncMeter.suspended`): it prints no fsync column, and a replaced `os.fdatasync` would keep
 txlog's one-batch append off its native path.
 
@@ -131,6 +133,7 @@ from storage.records import (
     MAX_TIMESTAMP_OFFSET,
     BatchBuilder,
     Compression,
+    ControlType,
     TimestampType,
     build_batch,
     encode_batches,
@@ -512,6 +515,7 @@ DURABLE_ROWS = {
     "syscalls": "raw, txlog's 7 syscalls",
     "native": "txlog's native append",
     "append": "PartitionLog.append",
+    "append_abort": "  the same, after an abort",
     "txlog": "send(...).get(), acks=all",
 }
 
@@ -630,8 +634,13 @@ class AppendLoop:
         self.store = Store.open(self.root)
         self.store.create_topic(TOPIC, 1)
         self.log = self.store.partition(TOPIC, 0)
+        self.offset = self._prepare()  # the log end offset before the loop's first batch
         self.sequence = 0
         self.send([(b"warm", b"up", None)])
+
+    def _prepare(self) -> int:
+        """What a subclass writes to the partition before the loop; the log end offset after it."""
+        return 0
 
     def send(self, records: Records) -> None:
         append = self.log.append
@@ -646,10 +655,25 @@ class AppendLoop:
 
     def close(self) -> None:
         try:
-            assert self.log.log_end_offset == self.sequence
+            assert self.log.log_end_offset == self.offset + self.sequence
         finally:
             self.store.close()
             shutil.rmtree(self.root)
+
+
+class AbortedAppendLoop(AppendLoop):
+    """AppendLoop on a partition whose active segment holds an aborted transaction (so a `.txnindex`):
+    the quiet append looks at that file too (`PartitionLog._quiet_append`), and before round ten took the
+    Python path until the next roll (an informational row, no verdict)."""
+
+    ABORTED_ID = 2
+
+    def _prepare(self) -> int:
+        builder = BatchBuilder(max_bytes=16384, compression=Compression.NONE, timestamp_type=TimestampType.CREATE_TIME)
+        builder.try_append(b"k", b"aborted", None, None)
+        txn = builder.build(producer_id=self.ABORTED_ID, producer_epoch=0, base_sequence=0, is_transactional=True)
+        self.log.append(txn, sync=False)
+        return self.log.append_marker(ControlType.ABORT, self.ABORTED_ID, 0).last_offset + 1
 
 
 class TxlogLoop:
@@ -691,6 +715,7 @@ def durable_run(workdir: str, records: Records, block: int) -> dict[str, Durable
         "syscalls": SyscallLoop(workdir),
         "native": NativeLoop(workdir),
         "append": AppendLoop(workdir),
+        "append_abort": AbortedAppendLoop(workdir),
         "txlog": TxlogLoop(workdir),
     }
     totals = {name: [0.0, 0.0, 0] for name in loops}
