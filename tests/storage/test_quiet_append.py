@@ -33,6 +33,7 @@ from storage.high_watermark import HIGH_WATERMARK_FILE, UNREADABLE, decode, enco
 from storage.partition_log import PartitionLog
 from storage.records import ControlType, RecordBatch, build_batch, crc32c
 from storage.transaction_index import AbortedTxn
+from tests.storage.second_process import in_other_process
 from txlog.fetch import IsolationLevel, fetch
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -570,20 +571,6 @@ def test_after_an_abort_in_the_active_segment_both_paths_agree(tmp_path, statuse
         assert statuses.count(1) >= 10, statuses  # and sent retries and refusals to the Python path
 
 
-def in_second_process(store_path: str, code: str) -> None:
-    """Run `code` in a fresh process with `log` = partition 0 of TOPIC open for writing; it may end the
-    process with os._exit (no close, as after kill -9: its flock dies with it)."""
-    program = (
-        "import os\nfrom storage import Store\nfrom storage.records import ControlType\n"
-        "from storage.transaction_index import AbortedTxn\n"
-        f"store = Store.open({store_path!r})\nlog = store.partition({TOPIC!r}, 0)\n"
-        + textwrap.dedent(code)
-        + "\nstore.close()\n"
-    )
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    subprocess.run([sys.executable, "-c", program], check=True, env=env)
-
-
 def test_a_second_process_abort_between_two_quiet_appends_is_seen(store_path, statuses):
     """A real second process writes a transaction and aborts it (its `.txnindex` entry and marker)
     between two quiet appends of a writer whose active segment already has a `.txnindex`: the next
@@ -597,8 +584,9 @@ def test_a_second_process_abort_between_two_quiet_appends_is_seen(store_path, st
         statuses.clear()
         mine.append(plain(b"quiet"))
         assert statuses == [0]
-        in_second_process(
+        in_other_process(
             store_path,
+            TOPIC,
             f"""
             log.append({transactional(b"theirs aborted", 98)!r}, sync=False)
             log.append_marker(ControlType.ABORT, 98, 0)
@@ -633,7 +621,7 @@ def test_a_dead_writer_abort_entry_between_two_quiet_appends_is_dropped(store_pa
         store.create_topic(TOPIC, 1)
         mine = vouching(store)
         abort_in_active_segment(mine, 99)
-        in_second_process(store_path, f"log.append({transactional(b'open txn', 98)!r})")
+        in_other_process(store_path, TOPIC, f"log.append({transactional(b'open txn', 98)!r})")
         open_at = mine.append(plain(b"sees their data")).base_offset - 1
         settle_txn_index(mine)
         mine.append(plain(b"looks"))
@@ -641,8 +629,9 @@ def test_a_dead_writer_abort_entry_between_two_quiet_appends_is_dropped(store_pa
         mine.append(plain(b"quiet"))
         assert statuses == [0]
         start = mine.log_end_offset
-        in_second_process(
+        in_other_process(
             store_path,
+            TOPIC,
             f"""
             active = log.segments[-1]
             active.txn_index.append(AbortedTxn(98, {open_at}, log.log_end_offset, {open_at}))

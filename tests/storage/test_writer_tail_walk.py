@@ -15,9 +15,6 @@ descriptor once per writer hold; another process's dead entry is still seen by t
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-import textwrap
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -30,6 +27,7 @@ from storage.config import TopicConfig
 from storage.partition_log import PartitionLog
 from storage.records import ControlType, build_batch
 from storage.transaction_index import AbortedTxn
+from tests.storage.second_process import in_other_process
 
 ROOT = Path(__file__).resolve().parents[2]
 TOPIC = "t"
@@ -42,21 +40,6 @@ def batch(value: bytes, *, pid: int = -1, txn: bool = False) -> bytes:
     if pid < 0:
         return build_batch(records)
     return build_batch(records, producer_id=pid, producer_epoch=0, base_sequence=0, is_transactional=txn)
-
-
-def in_other_process(root: str, code: str) -> None:
-    """Run `code` in a fresh process with `log` = partition 0 of TOPIC open for writing.
-
-    `code` may end the process with os._exit (no close, as after kill -9: its flock dies with it).
-    """
-    program = (
-        "import os\nfrom storage import Store\nfrom storage.transaction_index import AbortedTxn\n"
-        f"store = Store.open({root!r})\nlog = store.partition({TOPIC!r}, 0)\n"
-        + textwrap.dedent(code)
-        + "\nstore.close()\n"
-    )
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    subprocess.run([sys.executable, "-c", program], check=True, env=env)
 
 
 @contextmanager
@@ -117,7 +100,9 @@ def test_another_process_roll_is_seen_by_the_next_append(store_path):
     store = Store.open(store_path)
     try:
         log = writer_with_quiet_directory(store)
-        in_other_process(store_path, f"log.append({batch(b'other')!r})\nlog.roll()\nlog.append({batch(b'rolled')!r})")
+        in_other_process(
+            store_path, TOPIC, f"log.append({batch(b'other')!r})\nlog.roll()\nlog.append({batch(b'rolled')!r})"
+        )
         result = log.append(batch(b"mine"))
         assert result.base_offset == 5
         bases, values = fresh_bases_and_values(store)
@@ -139,7 +124,7 @@ def test_a_roll_in_the_same_mtime_tick_as_the_writer_look_is_seen(store_path):
         for value in (b"a", b"b", b"c"):
             os.utime(directory, ns=(seen, seen))
             log.append(batch(value))
-        in_other_process(store_path, f"log.roll()\nlog.append({batch(b'rolled')!r})")
+        in_other_process(store_path, TOPIC, f"log.roll()\nlog.append({batch(b'rolled')!r})")
         os.utime(directory, ns=(seen, seen))  # the key is as the writer left it
         result = log.append(batch(b"mine"))
         assert result.base_offset == 4
@@ -172,6 +157,7 @@ def test_a_dead_writer_txnindex_entry_is_dropped_by_the_next_append(store_path, 
         start = log.log_end_offset
         in_other_process(
             store_path,
+            TOPIC,
             f"""
             first = log.append({batch(b"txn", pid=PID, txn=True)!r}).base_offset
             active = log.segments[-1]
@@ -233,7 +219,9 @@ def test_another_process_roll_is_seen_by_a_held_writer_with_an_abort_in_its_segm
     store = Store.open(store_path)
     try:
         log = writer_with_an_abort_in_its_segment(store, store_path)
-        in_other_process(store_path, f"log.append({batch(b'other')!r})\nlog.roll()\nlog.append({batch(b'rolled')!r})")
+        in_other_process(
+            store_path, TOPIC, f"log.append({batch(b'other')!r})\nlog.roll()\nlog.append({batch(b'rolled')!r})"
+        )
         with log.exclusive():
             result = log.append(batch(b"mine"))
         assert result.base_offset == 9
@@ -254,6 +242,7 @@ def test_a_dead_writer_txnindex_entry_is_dropped_by_the_next_hold(store_path):
         start = log.log_end_offset
         in_other_process(
             store_path,
+            TOPIC,
             f"""
             first = log.append({batch(b"txn", pid=PID, txn=True)!r}).base_offset
             active = log.segments[-1]
