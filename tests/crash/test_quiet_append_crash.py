@@ -15,7 +15,9 @@ the workers' logs of the native call's answers show that both the native writes 
 fallbacks were exercised.
 
 The reader is killed first (tests/crash/test_producer_crash.py says why). `--big` runs more rounds;
-TXLOG_CRASH_SEED replays a run.
+TXLOG_CRASH_SEED replays a run. The same rounds run once more with an aborted transaction written
+to every partition before the producers start (scenario 83 (g)): its active segment then has a
+`.txnindex`, whose size and mtime are the native call's third look.
 """
 
 from __future__ import annotations
@@ -32,10 +34,14 @@ from producer_crash_worker import TOPIC, Worker, count_lines, read_record_log
 from txn_crash_worker import check_store, fetch_all, partition_dirs
 
 from storage import Store
+from txlog.clients.producer import Producer
 
 SEED = int(os.environ.get("TXLOG_CRASH_SEED") or random.randrange(1 << 30))
 PARTITIONS = 2
 SMALL_SEGMENT = 8192  # some rounds roll: a roll is a fallback, and the cut may drop whole segments
+# Scenario 83 (g)'s aborted transaction, written before the producers start: in every partition its
+# one record is at offset 0 and its marker at 1.
+ABORTED_VALUE, AFTER_ABORT = b"aborted before the round", 2
 
 
 def _wait_for_acks(paths: list[str], workers: list[Worker], count: int) -> None:
@@ -56,19 +62,44 @@ def _kill(workers: list[Worker]) -> None:
         assert not failures and w.proc.returncode == -9, (w.cmd, w.proc.returncode, failures, w.stderr)
 
 
-def _records_after_recovery(root: str) -> dict[int, list[tuple[int, bytes]]]:
+def _abort_in_every_partition(root: str) -> None:
+    """Scenario 83 (g): a transaction of one record in every partition, aborted through the coordinator
+    (so `check_store` finds its decision for the markers): the record at offset 0, its marker at 1."""
+    with Store.open(root) as s:
+        producer = Producer(s, transactional_id="aborted-before-the-round")
+        try:
+            producer.init_transactions()
+            producer.begin_transaction()
+            for p in range(PARTITIONS):
+                producer.send(TOPIC, ABORTED_VALUE, partition=p)
+            producer.flush()
+            producer.abort_transaction()
+        finally:
+            producer.close()
+
+
+def _records_after_recovery(root: str, aborted: bool) -> dict[int, list[tuple[int, bytes]]]:
+    """Each partition's records after recovery, read_committed after an abort (which must hide its
+    record, and only it) and read_uncommitted otherwise."""
     with Store.open(root) as s:
         for topic, p, _ in partition_dirs(root):
             s.partition(topic, p)  # recovery at the first writable open
     with Store.open(root, read_only=True) as s:
-        return {p: fetch_all(s.partition(TOPIC, p), "read_uncommitted") for p in range(PARTITIONS)}
+        logs = {p: s.partition(TOPIC, p) for p in range(PARTITIONS)}
+        if not aborted:
+            return {p: fetch_all(log, "read_uncommitted") for p, log in logs.items()}
+        for p, log in logs.items():
+            assert fetch_all(log, "read_uncommitted")[:1] == [(0, ABORTED_VALUE)], f"partition {p} lost its abort"
+        return {p: fetch_all(log, "read_committed") for p, log in logs.items()}
 
 
-def _check(log: dict[int, list[tuple[int, bytes]]], acked: list[tuple[int, int, bytes]], seen: list) -> None:
+def _check(
+    log: dict[int, list[tuple[int, bytes]]], acked: list[tuple[int, int, bytes]], seen: list, first: int = 0
+) -> None:
     at: dict[tuple[int, int], bytes] = {}
     for p, records in log.items():
         last: dict[int, int] = defaultdict(lambda: -1)  # writer -> its last record number in p
-        for expected, (offset, value) in enumerate(records):
+        for expected, (offset, value) in enumerate(records, first):
             assert offset == expected, f"partition {p}: offset {offset} where {expected} was expected"
             writer, number = parse_value(value)  # the bytes are intact
             assert number % PARTITIONS == p, f"partition {p} holds writer {writer}'s record {number}"
@@ -82,18 +113,19 @@ def _check(log: dict[int, list[tuple[int, bytes]]], acked: list[tuple[int, int, 
 
 
 def _killed_cut_and_checked(
-    root: str, rng: random.Random, workers: list[Worker], acks: list[str], seen_path: str
+    root: str, rng: random.Random, workers: list[Worker], acks: list[str], seen_path: str, aborted: bool = False
 ) -> dict[str, int]:
     """SIGKILL every worker, cut the store as a power loss may (tests/crash/power_loss.py), reopen it and
-    check it against what the writers acknowledged (`acks`) and the reader saw: the round's counts."""
+    check it against what the writers acknowledged (`acks`) and the reader saw: the round's counts.
+    `aborted`: the round began with scenario 83 (g)'s abort, which the read_uncommitted reader saw too."""
     _kill(workers)
     acked = [record for path in acks for record in read_record_log(path)]
-    seen = read_record_log(seen_path)
+    seen = [record for record in read_record_log(seen_path) if record[2] != ABORTED_VALUE]
     policy = random_written_back(rng) if rng.random() < 0.5 else None
     cut = simulate_power_loss(root, policy)
-    log = _records_after_recovery(root)
+    log = _records_after_recovery(root, aborted)
     check_store(root)
-    _check(log, acked, seen)
+    _check(log, acked, seen, AFTER_ABORT if aborted else 0)
     return {"acked": len(acked), "kept": sum(map(len, log.values())), "bytes_cut": sum(c for _, c in cut.values())}
 
 
@@ -104,9 +136,12 @@ def _round(
     segment_bytes: int | None,
     max_delay: float,
     callback_every: int = 0,
+    aborted: bool = False,
 ) -> dict:
     with Store.open(root) as s:
         s.create_topic(TOPIC, PARTITIONS, {"segment.bytes": segment_bytes} if segment_bytes else None)
+    if aborted:
+        _abort_in_every_partition(root)
     seen_path = root + ".seen"
     reader = Worker("read", root, "--log", seen_path, "--isolation", "read_uncommitted")
     reader.expect("READY")
@@ -137,7 +172,7 @@ def _round(
         w.expect("READY")
     _wait_for_acks(acks, writers, 5)
     time.sleep(rng.uniform(0, max_delay))
-    outcome = _killed_cut_and_checked(root, rng, [reader, *writers], acks, seen_path)
+    outcome = _killed_cut_and_checked(root, rng, [reader, *writers], acks, seen_path, aborted)
     statuses = b"".join(Path(path).read_bytes() for path in quiet)
     taken = b"".join(Path(path).read_bytes() for path in paths)
     return {
@@ -163,6 +198,24 @@ def test_scenario83_native_quiet_appends_survive_kill_and_power_loss(tmp_path, b
     print(f"scenario 83 seed={SEED} rounds={stats}")
     assert sum(s["native"] for s in stats) > 0, "no append took the native path"
     assert sum(s["fell_back"] for s in stats) > 0, "no native look fell back"
+
+
+def test_scenario83_quiet_appends_after_an_abort_survive_kill_and_power_loss(tmp_path, big):
+    """Scenario 83 (g): (a)'s rounds on partitions whose active segment holds an aborted transaction,
+    so a `.txnindex` the native call looks at: every acknowledged record survives as in (a), the
+    aborted record stays in the log and out of read_committed reads, and the appends went native."""
+    rounds, max_delay = (20, 1.0) if big else (3, 0.4)
+    rng = random.Random(f"{SEED}-83g")
+    stats = []
+    for r in range(rounds):
+        try:
+            writers = 1 if r % 3 != 2 else 2  # mostly alone: the native path is what is under test
+            segment_bytes = SMALL_SEGMENT if r % 2 else None
+            stats.append(_round(str(tmp_path / f"r{r}"), rng, writers, segment_bytes, max_delay, aborted=True))
+        except AssertionError as exc:
+            raise AssertionError(f"[TXLOG_CRASH_SEED={SEED} round {r}] {exc}") from exc
+    print(f"scenario 83 (g) seed={SEED} rounds={stats}")
+    assert stats[0]["native"] > 0, "no append after the abort took the native path"
 
 
 def test_scenario85_direct_path_sends_survive_kill_and_power_loss(tmp_path, big):
