@@ -25,7 +25,6 @@ import cProfile
 import os
 import pstats
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -33,6 +32,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from benchutil import after_cold, warm_median
 
 from storage import Store
 from storage.records import BatchBuilder, RecordBatch, build_batch
@@ -126,7 +128,7 @@ class TxlogRun:
 
 def median_after_cold(samples: list[tuple[float, float]], which: int = 0) -> float:
     """Median wall (which=0) or CPU (which=1) seconds, the cold first repetition dropped."""
-    return statistics.median(s[which] for s in samples[1:])
+    return warm_median([s[which] for s in samples])
 
 
 def main() -> None:
@@ -197,7 +199,9 @@ def main() -> None:
             "ratio = baseline wall time / variant wall time (the target); CPU = this process's user+sys time, "
             "which fdatasync latency does not inflate (CPU x = multiple of the baseline's)"
         )
-        spread = {name: (min(w for w, _ in s[1:]), max(w for w, _ in s[1:])) for name, s in samples.items()}
+        spread = {
+            name: (min(w for w, _ in after_cold(s)), max(w for w, _ in after_cold(s))) for name, s in samples.items()
+        }
         print(
             "run-to-run spread (min..max seconds): "
             + "; ".join(f"{n.split(' (')[0]} {lo:.3f}..{hi:.3f}" for n, (lo, hi) in spread.items())

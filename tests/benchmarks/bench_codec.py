@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from benchutil import warm_median
 from kafka.record import MemoryRecords  # test oracle only
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
@@ -44,7 +45,7 @@ def median_seconds(fn: Callable[[], object], reps: int) -> float:
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)
-    return statistics.median(times[1:])  # drop the cold first run
+    return warm_median(times)
 
 
 def kafka_python_encode(batches: list[list[tuple]]) -> list[bytes]:

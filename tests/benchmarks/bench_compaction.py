@@ -46,7 +46,6 @@ import glob
 import os
 import re
 import shutil
-import statistics
 import sys
 import time
 from datetime import datetime
@@ -55,7 +54,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path[:0] = [ROOT, HERE]
 
-from benchutil import FsyncMeter, MiB, Sample, fsync_skipped, median_after_cold, scratch_dir, timed  # noqa: E402
+from benchutil import FsyncMeter, MiB, Sample, fsync_skipped, median_after_cold, scratch_dir, timed, warm_median  # noqa: E402
 
 from storage import Store  # noqa: E402
 from storage.records import build_batch  # noqa: E402
@@ -228,13 +227,11 @@ def bench_cleaner(args: argparse.Namespace, scratch: str) -> None:
             broker.stop()
     print()
     print("(a) cleaner throughput, MiB/s of dirty log (median after the cold repetition)")
-    tx = statistics.median(txlog_rates[1:] or txlog_rates)
-    print(
-        f"    txlog Store.compact     {tx:8.1f} MiB/s   ({statistics.median(txlog_cpu[1:] or txlog_cpu):.1f} per CPU s)"
-    )
+    tx = warm_median(txlog_rates)
+    print(f"    txlog Store.compact     {tx:8.1f} MiB/s   ({warm_median(txlog_cpu):.1f} per CPU s)")
     if kafka_rates:
-        ka = statistics.median(kafka_rates[1:] or kafka_rates)
-        ks = statistics.median(kafka_self[1:] or kafka_self)
+        ka = warm_median(kafka_rates)
+        ks = warm_median(kafka_self)
         print(f"    Kafka 4.4 log cleaner   {ka:8.1f} MiB/s   (self-reported {ks:.1f} MB/sec)")
         print(f"    txlog / Kafka           {tx / ka:8.2f}x")
     print()

@@ -47,7 +47,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchutil import ROOT, MiB, Sample, cli_env, fsync_skipped, median_after_cold, scratch_dir, spread
+from benchutil import ROOT, MiB, Sample, after_cold, cli_env, fsync_skipped, median_after_cold, scratch_dir, spread
 
 from storage.records import build_batch
 from storage.store import Store
@@ -301,7 +301,7 @@ def main() -> None:
             wall = median_after_cold(samples)
             cpu = median_after_cold(samples, "cpu")
             lo, hi = spread(samples)
-            cpus_seen = [sample.cpu for sample in samples[1:] or samples]
+            cpus_seen = [sample.cpu for sample in after_cold(samples)]
             medians[label] = wall
             rate = "" if label.startswith("startup") else f"{size / MiB / wall:8.0f} {wall / args.records * 1e9:7.0f}"
             cpu_lo, cpu_hi = min(cpus_seen), max(cpus_seen)

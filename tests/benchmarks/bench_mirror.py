@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import time
 import uuid
@@ -45,7 +44,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path[:0] = [ROOT, HERE]
 
-from benchutil import fsync_skipped, scratch_dir  # noqa: E402
+from benchutil import after_cold, fsync_skipped, scratch_dir, warm_median  # noqa: E402
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
 
 from tests.kafka_rig.broker import KafkaBroker  # noqa: E402
@@ -247,10 +246,10 @@ def report(
         f"\n{records:,} records (10 B key, 100 B value), transactions of {args.txn_records}, "
         f"{args.partitions} partitions; median of {max(args.reps - 1, 1)} after the cold repetition"
     )
-    wall = {name: statistics.median(values[1:] or values) for name, values in rates.items()}
-    cpu = {name: statistics.median(values[1:] or values) for name, values in cpu_rates.items()}
+    wall = {name: warm_median(values) for name, values in rates.items()}
+    cpu = {name: warm_median(values) for name, values in cpu_rates.items()}
     for name, values in rates.items():
-        kept = values[1:] or values
+        kept = after_cold(values)
         print(
             f"  {name:14} {wall[name]:>10,.0f} rec/s (min {min(kept):,.0f}, max {max(kept):,.0f})"
             f"   {cpu[name]:>10,.0f} rec per CPU-s"

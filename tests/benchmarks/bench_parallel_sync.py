@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -43,7 +42,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchutil import FsyncMeter, Sample, scratch_dir, timed
+from benchutil import FsyncMeter, Sample, after_cold, median_after_cold, scratch_dir, timed
 
 import txlog
 from storage import Store, durable
@@ -217,10 +216,6 @@ class Creates:
         pass
 
 
-def _median(samples: list[Sample], field: str) -> float:
-    return statistics.median(getattr(s, field) for s in samples[1:])  # the cold one dropped
-
-
 def run_part(
     name: str,
     make: Callable[[int], Commits | Flushes | Creates],
@@ -241,27 +236,31 @@ def run_part(
                 floor_samples[n].append(floors[n].once())
     for runner in [*runners.values(), *floors.values()]:
         runner.close()
-    base = _median(samples[counts[0]], "wall")
+    base = median_after_cold(samples[counts[0]], "wall")
     print(f"\n{name} (reps {reps} after a cold one; ratio = p50 / p50 at {counts[0]} partition(s))")
     print(f"{'partitions':>10} {'p50 ms':>9} {'p99 ms':>9} {'ratio':>7} {'cpu ms':>8} {'fsyncs':>7} {'fsync ms':>9}")
     for n in counts:
         _print_row(f"{n:>10}", samples[n], base)
         if name == "commit" and n == 100:
-            verdict = "ok" if _median(samples[n], "wall") / base <= COMMIT_TARGET else "MISSED"
+            verdict = "ok" if median_after_cold(samples[n], "wall") / base <= COMMIT_TARGET else "MISSED"
             print(f"{'':>10} target: 100 partitions ≤ {COMMIT_TARGET:.0f}x one partition -> {verdict}")
     if floors:
-        floor_base = _median(floor_samples[counts[0]], "wall")
+        floor_base = median_after_cold(floor_samples[counts[0]], "wall")
         print(f"{name} floor: the same I/O, no txlog code (ratio = floor p50 / floor p50 at {counts[0]})")
         for n in counts:
-            over = _median(samples[n], "wall") / _median(floor_samples[n], "wall")
+            over = median_after_cold(samples[n], "wall") / median_after_cold(floor_samples[n], "wall")
             _print_row(f"{'floor ' + str(n):>10}", floor_samples[n], floor_base, f"  txlog/floor {over:.1f}x")
 
 
 def _print_row(label: str, samples: list[Sample], base: float, tail: str = "") -> None:
-    rest = samples[1:]
-    p50 = _median(samples, "wall")
+    rest = after_cold(samples)
+    p50 = median_after_cold(samples, "wall")
     line = f"{label} {p50 * 1e3:>9.1f} {_p99([s.wall for s in rest]) * 1e3:>9.1f} {p50 / base:>6.1f}x"
-    cpu, fsyncs, fsync_ms = _median(samples, "cpu"), _median(samples, "fsyncs"), _median(samples, "fsync")
+    cpu, fsyncs, fsync_ms = (
+        median_after_cold(samples, "cpu"),
+        median_after_cold(samples, "fsyncs"),
+        median_after_cold(samples, "fsync"),
+    )
     print(f"{line} {cpu * 1e3:>8.1f} {fsyncs:>7.0f} {fsync_ms * 1e3:>9.1f}{tail}")
 
 

@@ -100,7 +100,6 @@ import os
 import pstats
 import resource
 import shutil
-import statistics
 import struct
 import subprocess
 import sys
@@ -123,6 +122,7 @@ from benchutil import (
     spread,
     timed,
     verdict,
+    warm_median,
 )
 from kafka.record.default_records import DefaultRecordBatchBuilder  # baseline only
 
@@ -438,10 +438,10 @@ def txlog_for_duration(
 
 def print_timed(rows: dict[bool, list[tuple[int, int, Sample]]], seconds: float, commit_ms: int, reps: int) -> None:
     def rate(transactional: bool) -> float:
-        return statistics.median(n / sample.wall for n, _, sample in rows[transactional][1:] or rows[transactional])
+        return warm_median([n / sample.wall for n, _, sample in rows[transactional]])
 
-    commits = statistics.median(c for _, c, _ in rows[True][1:] or rows[True])
-    fsyncs = statistics.median(sample.fsyncs for _, _, sample in rows[True][1:] or rows[True])
+    commits = warm_median([c for _, c, _ in rows[True]])
+    fsyncs = warm_median([sample.fsyncs for _, _, sample in rows[True]])
     idem, txn = rate(False), rate(True)
     print(
         f"\nPart 2b: {seconds:g} s of sends, a commit every {commit_ms} ms against an idempotent producer "
@@ -737,8 +737,7 @@ def durable_run(workdir: str, records: Records, block: int) -> dict[str, Durable
 
 def print_durable(rows: dict[str, list[DurableSample]], count: int, reps: int) -> None:
     def median(name: str, field: str) -> float:
-        samples = rows[name][1:] or rows[name]
-        return statistics.median(getattr(s.sample, field) if field != "switches" else s.switches for s in samples)
+        return warm_median([getattr(s.sample, field) if field != "switches" else s.switches for s in rows[name]])
 
     print(f"\nPart 4: {count} one-record durable sends, one at a time; median of {reps} runs after a cold one")
     print(f"{'':<28}{'commits/s':>11}{'ratio':>7}{'target':>8}    {'CPU us/commit':>14}{'ctx sw/commit':>14}")
@@ -795,8 +794,7 @@ def cold_run(workdir: str, records: Records, pause: float, block: int) -> dict[s
 
 def print_cold(rows: dict[str, list[tuple[float, float]]], count: int, pause_us: float, directory: str) -> None:
     def median(name: str, which: int) -> float:
-        samples = rows[name][1:] or rows[name]
-        return statistics.median(s[which] for s in samples) / count * 1e6
+        return warm_median([s[which] for s in rows[name]]) / count * 1e6
 
     print(f"\nPart 4c: {count} one-record sends on {directory}, back to back and {pause_us:.0f} us asleep after each")
     print(f"{'':<28}{'CPU us/send':>12}{'after a sleep':>15}{'x':>7}")
@@ -955,7 +953,7 @@ def print_transactions(
         per_txn = f"{fsyncs / txns:.1f}" if txns else "-"
         txn_rate = f"{txns / wall:,.1f}" if txns else "-"
         cpu = f"{median_after_cold(rows, 'cpu') / txns * 1e6:,.0f}" if txns else "-"  # every thread's
-        switches = f"{statistics.median(r.switches for r in runs[size][1:] or runs[size]) / txns:.1f}" if txns else "-"
+        switches = f"{warm_median([r.switches for r in runs[size]]) / txns:.1f}" if txns else "-"
         print(
             f"{label:<22}{counts[size]:>9,}{rate:>12,.0f}{txn_rate:>9}{ratio:>7.2f}{target:<12}"
             f"{per_txn:>11}{share:>11.0%}{ratio_nofsync:>16.2f}{cpu:>12}{switches:>12}"

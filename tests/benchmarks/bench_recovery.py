@@ -52,7 +52,6 @@ import os
 import pstats
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -61,7 +60,9 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from benchutil import after_cold, warm_median
 from crc32c import crc32c
 
 from storage import Store
@@ -337,12 +338,12 @@ class Open:
 
 def median_open(samples: list[Open]) -> Open:
     """The run with the median time (after dropping the cold first one), so its byte counts go with it."""
-    rest = sorted(samples[1:], key=lambda o: o.seconds)
+    rest = sorted(after_cold(samples), key=lambda o: o.seconds)
     return rest[len(rest) // 2]
 
 
 def median_time(samples: list[Open], attr: str = "seconds") -> float:
-    return statistics.median(getattr(o, attr) for o in samples[1:])
+    return warm_median([getattr(o, attr) for o in samples])
 
 
 def read_and_crc(paths: list[str], cold: bool, store_root: str) -> float:
@@ -398,7 +399,7 @@ def measure_size(parent: str, log_mb: float, args: argparse.Namespace) -> dict:
         delete_snapshots(clean_root)
         full.append(Open(clean_root, end, args.cold))
         floor.append(read_and_crc(log_files(clean_root), args.cold, clean_root))
-    baseline = statistics.median(floor[1:])
+    baseline = warm_median(floor)
 
     profiles = {}
     if args.profile:

@@ -37,7 +37,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchutil import FsyncMeter, fsync_skipped, scratch_dir
+from benchutil import FsyncMeter, fsync_skipped, scratch_dir, warm_median
 
 from storage import Store
 from storage.partition_log import PartitionLog
@@ -150,7 +150,7 @@ def roll_costs(root: str, segments: int, rolls: int) -> tuple[float, float]:
             wall = time.perf_counter() - start - (FsyncMeter.reading()[1] - fsync_before)
             cpus.append(time.process_time() - cpu)
             walls.append(wall)
-        return statistics.median(cpus[1:]), statistics.median(walls[1:])
+        return warm_median(cpus), warm_median(walls)
     finally:
         store.close()
 

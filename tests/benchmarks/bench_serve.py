@@ -51,7 +51,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path[:0] = [ROOT, HERE]
 
-from benchutil import scratch_dir  # noqa: E402
+from benchutil import after_cold, scratch_dir  # noqa: E402
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
@@ -494,7 +494,7 @@ def _many_producers(result: Result, target: Target, bootstrap: str, records: int
 
 def _keep(result: Result, metric: str, phase_name: str, rates: list[float]) -> None:
     """The median of the repetitions but the first (cold), and their spread."""
-    kept = rates[1:] or rates
+    kept = after_cold(rates)
     if kept and phase_name not in result.errors:
         result.values[metric] = statistics.median(kept)
         result.spread[metric] = min(kept), max(kept)

@@ -76,7 +76,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchutil import MiB, Sample, fsync_skipped, median_after_cold, scratch_dir, spread, verdict
+from benchutil import (
+    MiB,
+    Sample,
+    after_cold,
+    fsync_skipped,
+    median_after_cold,
+    scratch_dir,
+    spread,
+    verdict,
+    warm_median,
+)
 
 from storage import Store
 from storage.records import ControlType, build_batch
@@ -429,7 +439,7 @@ def report_spark(
     )
     rate, cpu_rate, med = {}, {}, {}
     for name, rs in runs.items():
-        rest = rs[1:] or rs
+        rest = after_cold(rs)
         wall, cpu = median_after_cold([r.sample for r in rs]), median_after_cold([r.sample for r in rs], "cpu")
         med[name] = (
             wall,
@@ -525,7 +535,7 @@ def median_of(step: Callable[[], int], rows: int, runs: int = 4) -> tuple[float,
             walls.append(time.process_time() - start)
         gcs.append(meter.seconds)
         assert got == rows, (got, rows)
-    return statistics.median(walls[1:]), statistics.median(gcs[1:])
+    return warm_median(walls), warm_median(gcs)
 
 
 def profile_read(

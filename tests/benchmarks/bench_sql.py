@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import statistics
 import subprocess
 import sys
 import time
@@ -39,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchutil import cli_env, scratch_dir  # noqa: E402
+from benchutil import cli_env, scratch_dir, warm_median  # noqa: E402
 
 STATEMENT = (
     "SELECT partition, count(*) AS n, CAST(sum(octet_length(value)) AS BIGINT) AS bytes, max(`offset`) AS last "
@@ -101,7 +100,7 @@ def run_engine(store: str, engine: str, reps: int) -> tuple[float, float, float,
     cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (cpu_after.ru_utime + cpu_after.ru_stime) - (cpu_before.ru_utime + cpu_before.ru_stime)
     assert proc.returncode == 0 and first is not None, (engine, proc.returncode, out)
-    return first, statistics.median(times[1:]), cpu, out.split("\n\n")[0]
+    return first, warm_median(times), cpu, out.split("\n\n")[0]
 
 
 def rows(store: str, committed: int, reps: int, engines: list[str]) -> list[tuple[str, float, float, float]]:

@@ -8,8 +8,8 @@ their numbers mean the same thing:
   spent inside fsync/fdatasync. On a shared VM disk fsync latency varies by an order of
   magnitude from minute to minute; printing it apart from the rest shows how much of a
   ratio is the disk and how much is our own code.
-* `median_after_cold`: the repetition rule of every script here (drop the first, cold
-  repetition, take the median of the rest).
+* `after_cold` / `warm_median` / `median_after_cold`: the repetition rule of every script here
+  (drop the first, cold repetition, take the median of the rest), over any numbers or over Samples.
 * `scratch_dir`: `<repo>/.bench-tmp/<prefix>*` (or under `--dir`), removed afterwards.
 * `cli_env`: the environment of a CLI subprocess, with bytecode caches whatever the caller's says.
 """
@@ -21,13 +21,15 @@ import shutil
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 ROOT = Path(__file__).resolve().parents[2]
 MiB = 1 << 20
+T = TypeVar("T")
 
 
 class FsyncMeter:
@@ -116,15 +118,25 @@ def timed() -> Iterator[list[Sample]]:
     out.append(Sample(wall, cpu, seconds2 - seconds, calls2 - calls))
 
 
-def median_after_cold(samples: list[Sample], field: str = "wall") -> float:
-    """Median of `field` over the repetitions after the first (cold) one."""
-    rest = samples[1:] or samples
-    return statistics.median(getattr(s, field) for s in rest)
+def after_cold(repetitions: Sequence[T]) -> Sequence[T]:
+    """The repetitions after the first (cold) one: the ones every script here reports. All of them
+    when only one ran, so a `--reps 1` run still prints a number (a cold one)."""
+    return repetitions[1:] or repetitions
 
 
-def spread(samples: list[Sample]) -> tuple[float, float]:
+def warm_median(values: Sequence[float]) -> float:
+    """The median of per-repetition numbers (rates, seconds, counts), the cold first one dropped."""
+    return statistics.median(after_cold(values))
+
+
+def median_after_cold(samples: Sequence[Sample], field: str = "wall") -> float:
+    """Median of a Sample `field` over the repetitions after the first (cold) one."""
+    return warm_median([getattr(s, field) for s in samples])
+
+
+def spread(samples: Sequence[Sample]) -> tuple[float, float]:
     """(min, max) wall seconds of the repetitions after the cold one."""
-    rest = samples[1:] or samples
+    rest = after_cold(samples)
     return min(s.wall for s in rest), max(s.wall for s in rest)
 
 
