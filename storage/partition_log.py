@@ -330,14 +330,14 @@ class PartitionLog:
         # Whether the key was taken by this look at the view (`_catch_up` clears it, the stat sets it):
         # only such a key may say a file is still absent (`_absence_key`).
         self._dir_key_fresh = False
-        # The directory key under which a writer's catch-up last found no segment after the active one
-        # and no `.txnindex` entry of the active segment past the log end, the key taken before it looked
-        # and not racy (`_catch_up`): while the key stays so, no file can have been created since. With
-        # no `.txnindex` at all the writer's catch-up skips both stats (the per-append cost, issue 26).
-        self._tail_quiet_key: tuple[int, int] | None = None
-        # The active segment's `.txnindex` as that catch-up found it, (size, mtime_ns) not racy, or
-        # NO_TXNINDEX: while the file keeps it, no entry can have been added since (`_quiet_append`).
-        self._tail_txn_key = NO_TXNINDEX
+        # The tail a writer's catch-up last found quiet, None when none is: (the directory key under
+        # which it found no segment after the active one and no `.txnindex` entry of the active segment
+        # past the log end, the key taken before it looked and not racy (`_catch_up`): while the key
+        # stays so, no file can have been created since; the active segment's `.txnindex` as it found
+        # it, (size, mtime_ns) not racy, or NO_TXNINDEX: while the file keeps it, no entry can have been
+        # added since (`_quiet_append`)). One field, so the two are always of the same look. With no
+        # `.txnindex` at all the writer's catch-up skips both stats (the per-append cost, issue 26).
+        self._quiet_tail: tuple[tuple[int, int], tuple[int, int]] | None = None
         # The same for the next segment alone: the directory key under which the writer's last walk found no
         # segment after the active one (it spares that look to a catch-up that still checks the active segment's
         # `.txnindex`).
@@ -631,7 +631,7 @@ class PartitionLog:
         """`_catch_up`'s walk of the directory and of the tail."""
         quiet = last = False
         if repair:
-            quiet_key, self._tail_quiet_key = self._tail_quiet_key, None
+            quiet_tail, self._quiet_tail = self._quiet_tail, None
             no_next_key, self._no_next_key = self._no_next_key, None
             if self._sync_with_directory(repair=True):
                 return  # another process's cleaner replaced segments: the view was loaded afresh
@@ -639,26 +639,33 @@ class PartitionLog:
             # the last walk found neither the next segment nor a `.txnindex` says neither exists now.
             # A `.txnindex` present is looked at (one fstat) by every catch-up of the Python path.
             quiet = (
-                quiet_key is not None
+                quiet_tail is not None
                 and self._dir_trusted
-                and self._dir_key == quiet_key
-                and self._tail_txn_key == NO_TXNINDEX
+                and self._dir_key == quiet_tail[0]
+                and quiet_tail[1] == NO_TXNINDEX
             )
             last = no_next_key is not None and self._dir_trusted and self._dir_key == no_next_key
         try:
-            self._catch_up_on_tail(repair=repair, quiet=quiet, last=last)
+            self._catch_up_on_tail(repair=repair, quiet=quiet_tail if quiet else None, last=last)
         except FileReplacedError:
             # The view's last segment was rolled and cleaned since it looked (a reader far
             # behind): its file name holds the cleaned segment now. Start from the files.
             self._loader.load(repair=repair)
             self._dir_key = None
 
-    def _catch_up_on_tail(self, *, repair: bool, quiet: bool = False, last: bool = False) -> None:
+    def _catch_up_on_tail(
+        self,
+        *,
+        repair: bool,
+        quiet: tuple[tuple[int, int], tuple[int, int]] | None = None,
+        last: bool = False,
+    ) -> None:
         """`_catch_up`'s walk: replay what grew in the view's last segment, open the segments rolled after it.
 
-        `quiet`: the directory vouches that no segment follows the active one and that the active
-        segment has no `.txnindex` (`_catch_up`), so neither is looked for. `last`: it vouches for the
-        first alone (`_no_next_key`), so the next segment is not looked for.
+        `quiet`: the quiet tail (`_quiet_tail`) under whose directory key, the one just taken, the
+        directory vouches that no segment follows the active one and that the active segment has no
+        `.txnindex` (`_catch_up`), so neither is looked for. `last`: it vouches for the first alone
+        (`_no_next_key`), so the next segment is not looked for.
         """
         while True:
             active = self._segments[-1]
@@ -671,8 +678,8 @@ class PartitionLog:
                 return
             if size > active.size:
                 self._loader.replay(len(self._segments) - 1, active.size, repair=repair)
-            if quiet:
-                self._tail_quiet_key = self._no_next_key = self._dir_key
+            if quiet is not None:
+                self._quiet_tail, self._no_next_key = quiet, quiet[0]
                 return
             following = None if last else log_file(self.directory, active.next_offset)
             if active.next_offset == active.base_offset or following is None or not os.path.exists(following):
@@ -694,11 +701,12 @@ class PartitionLog:
         directory key vouches for that and `txn_key`, the active `.txnindex`'s key from the stale-entry
         check, vouches for the file; a key whose mtime is not older than the look (`racy`) does not, as a
         later change in the same clock tick could leave it as it is (the next catch-up looks again)."""
-        if txn_key is None or not self._vouching_key():
+        key = self._dir_key
+        if txn_key is None or key is None or not self._vouching_key():
             return
         if txn_key != NO_TXNINDEX and racy(txn_key[1], self._dir_looked):
             return
-        self._tail_quiet_key, self._tail_txn_key = self._dir_key, txn_key
+        self._quiet_tail = (key, txn_key)
 
     def _vouching_key(self) -> bool:
         """Whether the directory key this catch-up took can vouch for what the walk then found absent.
@@ -769,7 +777,7 @@ class PartitionLog:
         once per roll) before its look, so the key it keeps is one it can trust.
         """
         self._dir_key = None
-        self._tail_quiet_key = self._no_next_key = None
+        self._quiet_tail = self._no_next_key = None
         if len(self._segments) >= ADOPT_WAIT_SEGMENTS:
             self._wait_for_tick_after_mtime()
         self._directory_unchanged()
@@ -1084,7 +1092,7 @@ class PartitionLog:
 
         Taken only when the looks `quiet_append` makes (storage/native/src/bindings/append.rs)
         cover everything the catch-up would: the directory key vouched at the view's last look and
-        found no next segment then (`_tail_quiet_key`), so an equal key now says no roll, retention,
+        found no next segment then (`_quiet_tail`), so an equal key now says no roll, retention,
         DeleteRecords or cleaner's swap happened since (each creates, renames or unlinks a name); a
         `.log` of the view's length says nobody appended or cut.
 
@@ -1098,7 +1106,7 @@ class PartitionLog:
         marker grows the `.log`; a cut of the log shortens it; a cleaner's swap renames). Only such an
         entry is the change neither look sees: it is appended to a `.txnindex` already there without
         touching the `.log`, and appending to a file moves no directory mtime. So the catch-up that
-        made the tail quiet keeps the file's (size, mtime_ns) (`_tail_txn_key`, its mtime older than
+        made the tail quiet keeps the file's (size, mtime_ns) (`_quiet_tail`, its mtime older than
         the look began: `_note_quiet_tail`), and the call compares the file with it: any append moves
         the size (and the mtime), and an equal pair says nothing was added since. With no file
         (NO_TXNINDEX) there is no look: creating one moves the directory key. The stale-entry check
@@ -1117,9 +1125,10 @@ class PartitionLog:
         it, which no reader or recovery can tell (index files are never synced with the log: a
         crash may lose the entry either way).
         """
-        key = self._tail_quiet_key
-        if key is None or key != self._dir_key or not self._vouching_key() or self._loader.reads_swap:
+        tail = self._quiet_tail
+        if tail is None or tail[0] != self._dir_key or not self._vouching_key() or self._loader.reads_swap:
             return None
+        key, (txn_size, txn_mtime_ns) = tail
         self._check_writable()
         active = self._segments[-1]
         indexed = active.known_indexed_position()
@@ -1138,7 +1147,6 @@ class PartitionLog:
         # `quiet_append` stamps in place as `_stamped` would.
         data = raw if type(raw) is bytearray else bytearray(raw)
         looked = stamp_clock_ns()  # before the look, as `_directory_unchanged` takes it
-        txn_size, txn_mtime_ns = self._tail_txn_key
         with active.log as log_fd, hw_file as hw_fd:
             status, errno = quiet_append(
                 self.directory,
