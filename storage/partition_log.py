@@ -2348,6 +2348,9 @@ class WriterHold:
         self._held: dict[int, BaseException | None] = {}  # id(log) -> None when held, else why it is not
         self._todo: list[tuple[int, PartitionLog, LogSegment]] = []
         self._errors: dict[int, BaseException] = {}  # by the order of `sync` calls
+        # Failures to take out a staged abort entry whose marker was not written (`_run_round`): no `sync`
+        # call's, so apart from `_errors`, raised after them (`_first_failure`).
+        self._cleanup_errors: list[BaseException] = []
         self._calls = 0  # `sync` calls since the last round settled (one that found the log durable included)
         self._staged: list[PartitionLog] = []  # logs given an abort's `.txnindex` entry by `index_aborts`
         self._index_errors: dict[int, BaseException] = {}  # id(log) -> why its entry is not durable
@@ -2483,37 +2486,47 @@ class WriterHold:
         first failure. For a commit holding its data partitions from their syncs (before PREPARE_COMMIT)
         to their markers' syncs: one lock and one catch-up per partition serve both rounds."""
         self._run_round()
-        errors, self._errors, self._calls = self._errors, {}, 0
-        if errors:
-            raise errors[min(errors)]
+        failure = self._first_failure()
+        self._errors, self._cleanup_errors, self._calls = {}, [], 0
+        if failure is not None:
+            raise failure
 
     def settle_each(self) -> list[BaseException | None]:
         """Run the syncs asked for so far now, as `settle` does, and raise nothing: each `sync` call's failure
         (its partition's refusal, or its file's failed sync), or None, in the order of the calls. For
         `append_all`, whose callers answer each partition apart (an acks=all round's futures). Not for
-        a hold with abort entries staged (`index_aborts`): their clean-up failures have no call to go to."""
+        a hold with abort entries staged (`index_aborts`): their clean-up failures have no call to go to (they
+        stay for the hold's exit to raise)."""
         self._run_round()
         errors, self._errors, calls, self._calls = self._errors, {}, self._calls, 0
         return [errors.get(n) for n in range(calls)]
+
+    def _first_failure(self) -> BaseException | None:
+        """What `settle` and the exit raise: the failure of the first `sync` call that failed, else the first
+        clean-up failure of a staged abort entry, else None."""
+        if self._errors:
+            return self._errors[min(self._errors)]
+        return self._cleanup_errors[0] if self._cleanup_errors else None
 
     def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
         with self._stack:
             if kind is not None and not issubclass(kind, (KafkaError, OSError)):
                 return
             self._run_round()
-        if self._errors and kind is None:
-            raise self._errors[min(self._errors)]
+        failure = self._first_failure()
+        if failure is not None and kind is None:
+            raise failure
 
     def _run_round(self) -> None:
         """The round's work: staged abort entries whose markers were not written taken out, every file
         `sync` asked for made durable at once (`sync_round`), each synced log's HW published; the
         failures kept in `_errors`."""
         staged, self._staged = self._staged, []
-        for n, log in enumerate(staged):
+        for log in staged:
             try:
                 log._drop_staged_abort()  # its marker was not written (a written one consumed its entry)
             except (KafkaError, OSError) as exc:  # the markers written are still synced below
-                self._errors[len(self._logs) + n] = exc
+                self._cleanup_errors.append(exc)
         todo, self._todo = self._todo, []
         pairs = [(log, segment) for _, log, segment in todo]
         outcomes = sync_round([segment.sync for _, segment in pairs], _anchor(pairs))

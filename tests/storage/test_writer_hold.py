@@ -496,3 +496,37 @@ def test_an_unknown_sync_method_is_refused(store, monkeypatch) -> None:
     monkeypatch.setenv(durable.SYNC_METHOD_ENV, "sometimes")
     with pytest.raises(KafkaStorageError, match="TXLOG_SYNC_METHOD='sometimes' is not one of auto, syncfs, fdatasync"):
         sync_all(logs)
+
+
+# ---- a staged abort entry whose marker was never written -----------------------------------------------------
+
+
+def test_a_failed_clean_up_of_an_abort_entry_with_no_marker_is_no_sync_calls_failure_and_the_exit_raises_it(
+    store, monkeypatch
+) -> None:
+    """An abort's `.txnindex` entry staged by `index_aborts` whose marker never came is taken out when the
+    round runs; when that fails, the failure belongs to no `sync` call: `settle_each` reports each call's
+    own outcome (here none failed, although the hold synced its one partition twice, more calls than it
+    has partitions), and the hold's exit raises the clean-up's failure rather than dropping it."""
+    from storage.transaction_index import TransactionIndex
+
+    store.create_topic(TOPIC, 1)
+    log = store.partition(TOPIC, 0)
+    txn = build_batch(
+        [(None, b"open", None, None)], producer_id=7, producer_epoch=0, base_sequence=0, is_transactional=True
+    )
+    log.append(txn)
+    full = OSError(errno.ENOSPC, "No space left on device")
+
+    def refuse(self: TransactionIndex, offset: int) -> None:
+        raise full
+
+    with pytest.raises(OSError) as raised, WriterHold([log]) as hold:
+        for taken in hold.take():
+            assert hold.refusal(taken) is None
+        hold.index_aborts(7, 0, 0, 1000)  # the entry is staged and durable; no marker follows it
+        hold.sync(log)
+        hold.sync(log)
+        monkeypatch.setattr(TransactionIndex, "truncate_to", refuse)
+        assert hold.settle_each() == [None, None]
+    assert raised.value is full
