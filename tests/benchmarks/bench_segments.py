@@ -19,8 +19,11 @@ Roll cost: a log is grown to each count of --rolls-at; then R times, one small a
 forced roll (`PartitionLog.roll`) are timed (CPU and wall minus fsync, the fsync being the
 disk's). Ratio of the p50 at the largest count to the smallest (goal: <= 1.5x at 2,000 vs 15).
 
-Repetitions: the first (cold) one is dropped, the median of the rest is shown. Sizes are
-small by default (the whole run takes about a minute on an idle machine).
+Repetitions: every count's partition is built first, then the counts take turns, one repetition
+(a roll, for the roll part) each, so a burst of load on the shared machine falls on every count
+alike instead of on one count's block (in blocks, the poll ratio at 2,500 segments read 0.65x to
+1.68x in one sitting). The first (cold) repetition is dropped, the median of the rest is shown.
+Sizes are small by default (the whole run takes about a minute on an idle machine).
 """
 
 from __future__ import annotations
@@ -132,27 +135,33 @@ def full_read(root: str) -> tuple[int, float]:
         store.close()
 
 
-def roll_costs(root: str, segments: int, rolls: int) -> tuple[float, float]:
-    """p50 (CPU, wall minus fsync) seconds of one small append and a forced roll at about `segments` segments."""
-    store = Store.open(root)
+def roll_costs(root: str, counts: list[int], rolls: int) -> list[tuple[float, float]]:
+    """Per segment count, p50 (CPU, wall minus fsync) seconds of one small append and a forced roll at about
+    that many segments: a log per count is grown first, then the counts take turns, one roll each, so a
+    burst of load on the shared machine falls on every count alike rather than on one count's block."""
+    stores = [Store.open(os.path.join(root, f"roll-{count}")) for count in counts]
     try:
-        store.create_topic(TOPIC, 1)
-        log = store.partition(TOPIC, 0)
-        with fsync_skipped():
-            grow(log, segments)
+        logs = []
+        for store, count in zip(stores, counts, strict=True):
+            store.create_topic(TOPIC, 1)
+            logs.append(store.partition(TOPIC, 0))
+            with fsync_skipped():
+                grow(logs[-1], count)
         small = _batch(1)
-        cpus, walls = [], []
+        cpus: list[list[float]] = [[] for _ in counts]
+        walls: list[list[float]] = [[] for _ in counts]
         for _ in range(rolls + 1):
-            _, fsync_before = FsyncMeter.reading()
-            cpu, start = time.process_time(), time.perf_counter()
-            log.append(small, sync=False)
-            log.roll()
-            wall = time.perf_counter() - start - (FsyncMeter.reading()[1] - fsync_before)
-            cpus.append(time.process_time() - cpu)
-            walls.append(wall)
-        return warm_median(cpus), warm_median(walls)
+            for n, log in enumerate(logs):
+                _, fsync_before = FsyncMeter.reading()
+                cpu, start = time.process_time(), time.perf_counter()
+                log.append(small, sync=False)
+                log.roll()
+                walls[n].append(time.perf_counter() - start - (FsyncMeter.reading()[1] - fsync_before))
+                cpus[n].append(time.process_time() - cpu)
+        return [(warm_median(c), warm_median(w)) for c, w in zip(cpus, walls, strict=True)]
     finally:
-        store.close()
+        for store in stores:
+            store.close()
 
 
 def _counts(text: str) -> list[int]:
@@ -169,51 +178,62 @@ def main() -> None:
     parser.add_argument("--dir", help="parent of the scratch directory (default <repo>/.bench-tmp)")
     parser.add_argument("--profile", action="store_true", help="cProfile the polls at the largest count")
     args = parser.parse_args()
+    if args.records <= SPILL_RECORDS:  # the timed polls stop SPILL_RECORDS short of the end (`poll_times`)
+        parser.error(f"--records must be more than {SPILL_RECORDS}: fewer leave no poll to time")
     FsyncMeter.install()
 
     print(f"poll: default Consumer, read_committed, {args.records} records in the first segment, polled from 0")
-    base_wall = base_cpu = None
-    for count in args.segments:
-        with scratch_dir(args.dir, f"bench-seg-{count}-") as root:
-            started = time.perf_counter()
-            first_end = build(root, count, args.records)
-            built = time.perf_counter() - started
-            walls, cpus = [], []
-            for rep in range(args.reps + 1):
-                w, c, _ = poll_times(root, first_end)
-                if rep:  # the first repetition is cold
-                    walls += w
-                    cpus += c
-            if args.profile and count == args.segments[-1]:
-                profiler = cProfile.Profile()
-                profiler.runcall(poll_times, root, first_end)
-                pstats.Stats(profiler).sort_stats("cumulative").print_stats(25)
-            records, seconds = full_read(root)
-            wall, cpu = statistics.median(walls) * 1e3, statistics.median(cpus) * 1e3
-            base_wall, base_cpu = base_wall or wall, base_cpu or cpu
-            print(
-                f"  {count:>5} segments: poll p50 {wall:7.3f} ms wall ({wall / base_wall:5.2f}x), "
-                f"{cpu:7.3f} ms CPU ({cpu / base_cpu:5.2f}x); full read {records / seconds:9.0f} records/s; "
-                f"built in {built:.1f} s"
-            )
-    if len(args.segments) > 1:
-        ratio = wall / base_wall
-        verdict = "ok" if ratio <= POLL_RATIO_GOAL else "MISSED"
-        counts = f"{args.segments[-1]} vs {args.segments[0]} segments"
-        print(f"  poll p50 at {counts}: {ratio:.2f}x (goal <= {POLL_RATIO_GOAL}x) {verdict}")
+    with scratch_dir(args.dir, "bench-seg-") as parent:
+        polls(parent, args)
 
     print(f"roll: one small append + a forced roll, p50 of {args.rolls}")
-    costs = []
-    for count in args.rolls_at:
-        with scratch_dir(args.dir, f"bench-roll-{count}-") as root:
-            cpu, wall = roll_costs(root, count, args.rolls)
-            costs.append((cpu, wall))
-            print(f"  {count:>5} segments: {cpu * 1e3:7.3f} ms CPU, {wall * 1e3:7.3f} ms wall without fsync")
+    with scratch_dir(args.dir, "bench-roll-") as root:
+        costs = roll_costs(root, args.rolls_at, args.rolls)
+    for count, (cpu, wall) in zip(args.rolls_at, costs, strict=True):
+        print(f"  {count:>5} segments: {cpu * 1e3:7.3f} ms CPU, {wall * 1e3:7.3f} ms wall without fsync")
     if len(costs) > 1:
         ratio = costs[-1][0] / costs[0][0]
         verdict = "ok" if ratio <= ROLL_RATIO_GOAL else "MISSED"
         counts = f"{args.rolls_at[-1]} vs {args.rolls_at[0]} segments"
         print(f"  roll CPU at {counts}: {ratio:.2f}x (goal <= {ROLL_RATIO_GOAL}x) {verdict}")
+
+
+def polls(parent: str, args: argparse.Namespace) -> None:
+    """The poll part: a partition per segment count built first, then the counts take turns, one
+    repetition each (the first, cold, dropped), so a burst of load falls on every count alike."""
+    roots, ends, built = [], [], []
+    for count in args.segments:
+        roots.append(os.path.join(parent, f"seg-{count}"))
+        started = time.perf_counter()
+        ends.append(build(roots[-1], count, args.records))
+        built.append(time.perf_counter() - started)
+    walls: list[list[float]] = [[] for _ in roots]
+    cpus: list[list[float]] = [[] for _ in roots]
+    for rep in range(args.reps + 1):
+        for n, (root, first_end) in enumerate(zip(roots, ends, strict=True)):
+            w, c, _ = poll_times(root, first_end)
+            if rep:  # the first repetition is cold
+                walls[n] += w
+                cpus[n] += c
+    if args.profile:
+        profiler = cProfile.Profile()
+        profiler.runcall(poll_times, roots[-1], ends[-1])
+        pstats.Stats(profiler).sort_stats("cumulative").print_stats(25)
+    base_wall = base_cpu = None
+    for n, count in enumerate(args.segments):
+        records, seconds = full_read(roots[n])
+        wall, cpu = statistics.median(walls[n]) * 1e3, statistics.median(cpus[n]) * 1e3
+        base_wall, base_cpu = base_wall or wall, base_cpu or cpu
+        print(
+            f"  {count:>5} segments: poll p50 {wall:7.3f} ms wall ({wall / base_wall:5.2f}x), "
+            f"{cpu:7.3f} ms CPU ({cpu / base_cpu:5.2f}x); full read {records / seconds:9.0f} records/s; "
+            f"built in {built[n]:.1f} s"
+        )
+    if len(args.segments) > 1:
+        ratio = wall / base_wall
+        verdict = "ok" if ratio <= POLL_RATIO_GOAL else "MISSED"
+        counts = f"{args.segments[-1]} vs {args.segments[0]} segments"
+        print(f"  poll p50 at {counts}: {ratio:.2f}x (goal <= {POLL_RATIO_GOAL}x) {verdict}")
 
 
 if __name__ == "__main__":
