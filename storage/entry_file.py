@@ -473,15 +473,32 @@ class EntryFileIndex(Generic[EntryT]):
 
     base_offset: int
     _file: EntryFile
+    # The entries converted so far (`entries`), with the raw list they came from: the cache's list is only
+    # ever extended, or replaced by a new one when the file is re-read from the start (EntryFile._forget),
+    # so while it is the same object the converted prefix still holds.
+    _converted: tuple[list[Raw], list[EntryT]] | None = None
 
     @property
     def path(self) -> str:
         return self._file.path
 
     def entries(self) -> list[EntryT]:
-        """Every trustworthy entry, as the index's API presents it."""
+        """Every trustworthy entry, as the index's API presents it (a list of the caller's own).
+
+        Each entry is converted once: a read_committed poll asks for a segment's aborts at least
+        once, and converting the whole `.txnindex` every time was most of what such a poll cost more
+        than a read_uncommitted one (issue 26).
+        """
         view = self._file.view()
-        return [self._convert(raw) for raw in view.entries[: view.valid]]
+        raw = view.entries
+        cached = self._converted
+        if cached is None or cached[0] is not raw:
+            cached = self._converted = (raw, [])
+        done = cached[1]
+        if len(done) < view.valid:
+            convert = self._convert
+            done.extend([convert(entry) for entry in raw[len(done) : view.valid]])
+        return done[: view.valid]
 
     def stored_entries(self) -> list[object]:
         """Every whole entry in the file, trusted or not (a trailing partial entry is not one).

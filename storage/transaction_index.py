@@ -155,6 +155,11 @@ class TransactionIndex(EntryFileIndex[AbortedTxn]):
         """Aborted transactions overlapping [fetch_offset, upper_bound_offset), for a read_committed fetch."""
         return collect_aborted(self.entries(), fetch_offset, upper_bound_offset)
 
+    def count_below(self, offset: int) -> int:
+        """How many trusted entries have their ABORT marker below `offset` (a bisection, nothing converted)."""
+        view = self._file.view()
+        return bisect_left(view.entries, offset, hi=view.valid, key=_LAST)
+
     def entry_at(self, last_offset: int) -> AbortedTxn | None:
         """The trusted entry whose ABORT marker is at `last_offset`, found by bisection."""
         view = self._file.view()

@@ -25,7 +25,6 @@ does; the log loader's replay and the store's integrity check use it too.
 from __future__ import annotations
 
 import os
-from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass
 from weakref import WeakKeyDictionary
@@ -338,11 +337,7 @@ def _starts_txn(offset: int, producer_id: int, log_start: int, batch_at: BatchLo
 
 def _entries_below(seg: LogSegment, offset: int) -> int:
     """Entries of `seg`'s `.txnindex` whose ABORT marker lies below `offset`."""
-    return bisect_left(seg.txn_index.entries(), offset, key=_marker_offset)
-
-
-def _marker_offset(txn: AbortedTxn) -> int:
-    return txn.last_offset
+    return seg.txn_index.count_below(offset)
 
 
 def is_abort_of(batch: RecordBatch | None, offset: int, producer_id: int) -> bool:

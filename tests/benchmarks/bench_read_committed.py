@@ -22,7 +22,12 @@ Each repetition then reads the whole partition (page cache warm) with:
 
 Rates are records returned per second (each reader's own count; read_committed returns
 fewer records, since it drops the aborted ones). Targets: read_committed >= 0.95 of
-read_uncommitted, and read_committed >= 2.5x kafka-python. Variants are interleaved
+read_uncommitted, and read_committed >= 2.5x kafka-python. The first compares the time each
+takes to read the same partition to its end (RU seconds / RC seconds), not records/s: with 10%
+of the records aborted, read_committed returns 90% of the records for the same bytes read, so
+its records/s could not pass 0.9 even at no cost at all (the first measurement, with a reader
+that decoded every record in Python, gave 0.97-0.98 in records/s only because skipping an aborted
+batch saved more than filtering cost). Variants are interleaved
 inside a repetition; the first (cold) repetition is dropped and the median is shown.
 """
 
@@ -222,25 +227,28 @@ def report(
         f"{counts['aborted_transactions']} aborted ({counts['aborted_transactions'] / counts['transactions']:.0%}); "
         f"written in {written_s:.1f} s"
     )
-    print(f"median of {args.reps} reads after a cold one; records/s = records returned / second")
+    print(
+        f"median of {args.reps} reads after a cold one; records/s = records returned / second; "
+        "RU s/RC s = the time to read the whole partition, read_uncommitted over read_committed"
+    )
     rate = {name: expected[name] / median_after_cold(rows) for name, rows in samples.items()}
     kp = rate["kafka-python"]
     print(
-        f"{'reader':<14}{'records':>10}{'seconds':>9}{'records/s':>12}{'CPU s':>7}{'vs RU':>7}{'target':>8}"
+        f"{'reader':<14}{'records':>10}{'seconds':>9}{'records/s':>12}{'CPU s':>7}{'RU s/RC s':>10}{'target':>8}"
         f"{'':<8}{'vs kafka-python':>16}{'target':>8}"
     )
     for name, rows in samples.items():
         wall, cpu = median_after_cold(rows), median_after_cold(rows, "cpu")
         line = f"{name:<14}{expected[name]:>10,}{wall:>9.3f}{rate[name]:>12,.0f}{cpu:>7.3f}"
         if name.endswith("RC"):
-            vs_ru = rate[name] / rate[name.replace("RC", "RU")]
+            vs_ru = median_after_cold(samples[name.replace("RC", "RU")]) / wall  # the same log read: its time
             vs_kp = rate[name] / kp
             line += (
-                f"{vs_ru:>7.2f}{RC_VS_RU_TARGET:>7.2f} {verdict(vs_ru, RC_VS_RU_TARGET):<7}"
+                f"{vs_ru:>10.2f}{RC_VS_RU_TARGET:>7.2f} {verdict(vs_ru, RC_VS_RU_TARGET):<7}"
                 f"{vs_kp:>15.2f}x{RC_VS_KP_TARGET:>6.1f}x {verdict(vs_kp, RC_VS_KP_TARGET)}"
             )
         elif name.endswith("RU"):
-            line += f"{'':>30}{rate[name] / kp:>15.2f}x"
+            line += f"{'':>33}{rate[name] / kp:>15.2f}x"
         print(line)
     print(
         "run-to-run spread (min..max s): "
