@@ -134,24 +134,13 @@ class EntryFile:
     def exists(self) -> bool:
         return os.path.exists(self.path)
 
-    def length(self) -> int | None:
-        """The file's length in bytes, or None when there is no file: through the open descriptor when there
-        is one (a refresh, which a hold may vouch for: `trust_while`), else one stat of the path. An open
-        file is the path's: files of a partition's segments are replaced by rename only when the directory
-        changes, and removed only with their segment."""
-        self._check_open()
-        if self._file is None:
-            try:
-                return os.stat(self.path).st_size
-            except FileNotFoundError:
-                return None
-        return self.view().length
-
-    def change_key(self) -> tuple[int, int] | None:
-        """(size, mtime_ns) of the file as the cache was last made from it, brought up to date first;
-        None when there is no file or the cache is not the whole file (it shrank while being read)."""
+    def look(self) -> tuple[EntryView, tuple[int, int] | None] | None:
+        """One refresh: the cache, and the file's (size, mtime_ns) it was made from (None when the cache is
+        not the whole file: it shrank while being read); None when there is no file."""
         self._refresh()
-        return self._key
+        if self._file is None:
+            return None
+        return EntryView(self._raw, self._valid, self._length), self._key
 
     def peek(self) -> tuple[int, Raw | None]:
         """(file length, last whole entry) read with one fstat and one pread, cache untouched.

@@ -712,11 +712,12 @@ class LogLoader:
         catch-up may skip this look (PartitionLog._quiet_append).
         """
         active = self.segments[-1]
-        if active.txn_index.length() is None:  # the writer's one look at it in this lock hold
+        looked = active.txn_index.last_look()  # the writer's one look at it in this lock hold
+        if looked is None:
             return NO_TXNINDEX  # the usual case: no abort has landed in this segment
-        last = active.txn_index.last_entry()
+        last, key = looked
         if last is None or last.last_offset < active.next_offset:
-            return active.txn_index.change_key()
+            return key
         if self._dead_writers_entry(active, last):
             active.txn_index.truncate_to(active.next_offset)
         else:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from operator import itemgetter
 from typing import NamedTuple
 
-from storage.entry_file import EntryFile, EntryFileIndex, IndexOrderError, Raw
+from storage.entry_file import EntryFile, EntryFileIndex, EntryView, IndexOrderError, Raw
 from storage.errors import CorruptIndexError
 
 # Kafka's reader looks only at the first byte of the i16 version, so the second is
@@ -62,6 +62,10 @@ def _follows(prev: Raw | None, cur: Raw) -> bool:
 
 def _txn(raw: Raw) -> AbortedTxn:
     return AbortedTxn(*raw[1:])
+
+
+def _last_trusted(view: EntryView) -> AbortedTxn | None:
+    return _txn(view.entries[view.valid - 1]) if view.valid else None
 
 
 def collect_aborted(
@@ -119,17 +123,17 @@ class TransactionIndex(EntryFileIndex[AbortedTxn]):
     def _convert_stored(self, raw: Raw) -> StoredAbortedTxn:
         return StoredAbortedTxn(*raw)
 
-    def length(self) -> int | None:
-        """The file's length in bytes, None when absent (EntryFile's)."""
-        return self._file.length()
-
-    def change_key(self) -> tuple[int, int] | None:
-        """The file's (size, mtime_ns) as last looked at, None when absent (EntryFile's `change_key`)."""
-        return self._file.change_key()
+    def last_look(self) -> tuple[AbortedTxn | None, tuple[int, int] | None] | None:
+        """One look at the file (EntryFile's `look`): its last trusted entry and its (size, mtime_ns), or
+        None when there is no file."""
+        looked = self._file.look()
+        if looked is None:
+            return None
+        view, key = looked
+        return _last_trusted(view), key
 
     def last_entry(self) -> AbortedTxn | None:
-        view = self._file.view()
-        return _txn(view.entries[view.valid - 1]) if view.valid else None
+        return _last_trusted(self._file.view())
 
     def append(self, entry: AbortedTxn) -> None:
         """Record an aborted transaction; creates the file on first use.
