@@ -412,13 +412,15 @@ def txlog_for_duration(
                     sent += 1
                     if sent & 63 == 0:
                         now = clock()
+                        # The end first: a commit here would leave the final commit an empty transaction,
+                        # which writes no marker (as Kafka's EndTxn of no partitions writes none).
+                        if now - started >= seconds:
+                            break
                         if transactional and now - last_commit >= interval:
                             producer.commit_transaction()
                             commits += 1
                             producer.begin_transaction()
                             last_commit = now
-                        if now - started >= seconds:
-                            break
                 else:
                     continue
                 break
