@@ -128,6 +128,7 @@ def run(bootstrap: str, work_dir: str, tests: list[str] | None = None) -> SuiteR
     """Each test number in its own test-runner process (two at a time): the runner's exit check
     (no librdkafka thread left) then blames the test that leaked, and one failure spoils no other."""
     tests_dir = prepare()
+    work_dir = os.path.abspath(work_dir)  # each runner runs in its own directory (fresh_cwd)
     conf = os.path.join(work_dir, "librdkafka-test.conf")
     with open(conf, "w") as f:
         # random topic names: a target that keeps state between runs starts each run afresh
@@ -150,11 +151,28 @@ def _run_one(number: str, tests_dir: str, conf: str, work_dir: str) -> list[Outc
     }
     env.pop("CI", None)  # the runner changes its timeouts and output under CI=...
     command = [os.path.join(tests_dir, "test-runner"), "-L", "-E"]
-    code, _ = run_logged(command, log_path=log, timeout=TIMEOUT_S, env=env, cwd=tests_dir)
+    code, _ = run_logged(command, log_path=log, timeout=TIMEOUT_S, env=env, cwd=fresh_cwd(work_dir, number))
     outcomes = parse_log(log)
     if not outcomes:
         return [Outcome(number, FAILED, f"test-runner exited {code} before starting a test; see {log}")]
     return outcomes
+
+
+def fresh_cwd(work_dir: str, number: str) -> str:
+    """An empty working directory for one test-runner process, under the run's work directory.
+
+    The runner writes into its working directory, and a test can read back what an earlier run left
+    there: 0014_reconsume_191's `offset.store.method=file` half keeps its offsets in
+    `<topic>-<partition>.offset` there and starts from the offset it finds. Its topic names are not
+    unique across runs (librdkafka's first rd_kafka_new reseeds rand() with the milliseconds of the
+    current second, leaving about 1,000 names for that topic), so in the shared build directory,
+    where 82 earlier runs had left their files, 4 of 30 runs found an earlier topic's file, started
+    at its end and waited there until the test timed out (a CI failure of 2026-11-28).
+    """
+    path = os.path.join(work_dir, f"librdkafka-{number}.cwd")
+    shutil.rmtree(path, ignore_errors=True)
+    os.makedirs(path)
+    return path
 
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")

@@ -67,3 +67,36 @@ def test_a_server_that_dies_during_the_run_is_in_the_notes(tmp_path) -> None:
         died = [note for note in target.notes() if "during the run" in note]
     assert died and "exited -9" in died[0]
     assert target.stop_problems and "during the run" in target.stop_problems[0]
+
+
+FAKE_RUNNER = """#!/bin/sh
+# stands in for librdkafka's tests/test-runner: like 0014_reconsume_191's file offset store, it
+# reads back a file an earlier run left in its working directory, and fails if it finds one
+echo "[<MAIN> / 0.000s] ============ Running test ${TESTS}_fake ============"
+if ls ./*.offset >/dev/null 2>&1; then
+    echo "### Test \\"${TESTS}_fake\\" failed at fake.c:1: ###"
+    echo "found an earlier run's offset file in $(pwd)"
+    exit 1
+fi
+echo 100 > ./topic-0.offset
+echo "[${TESTS}_fake / 0.001s] ============ Test ${TESTS}_fake PASSED ============"
+"""
+
+
+def test_each_librdkafka_run_starts_in_an_empty_working_directory(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two suite runs (the baseline's and txlog's, or two CI runs sharing the build cache) must not
+    see each other's files: librdkafka's test-runner leaves state in its working directory that a
+    later test reads back (compat.librdkafka.fresh_cwd)."""
+    import compat.librdkafka as librdkafka
+
+    tests_dir = tmp_path / "build" / "tests"
+    tests_dir.mkdir(parents=True)
+    runner = tests_dir / "test-runner"
+    runner.write_text(FAKE_RUNNER)
+    runner.chmod(0o755)
+    monkeypatch.setattr(librdkafka, "prepare", lambda: str(tests_dir))
+    for run in ("first", "second", "first"):  # the same work directory twice, too
+        (tmp_path / run).mkdir(exist_ok=True)
+        result = librdkafka.run("127.0.0.1:9", str(tmp_path / run), tests=["0014", "0015"])
+        assert [(o.test, o.status) for o in result.outcomes] == [("0014_fake", "passed"), ("0015_fake", "passed")]
+    assert os.listdir(tests_dir) == ["test-runner"], "a run wrote into the shared build directory"
