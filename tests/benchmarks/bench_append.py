@@ -34,7 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchutil import after_cold, warm_median
+from benchutil import after_cold, scratch_dir, warm_median
 
 from storage import Store
 from storage.records import BatchBuilder, RecordBatch, build_batch
@@ -155,11 +155,7 @@ def main() -> None:
     total_bytes = sum(map(len, idem))
     total_records = count * per_batch
 
-    parent = args.dir or str(ROOT / ".bench-tmp")
-    made_parent = not os.path.exists(parent)
-    os.makedirs(parent, exist_ok=True)
-    workdir = tempfile.mkdtemp(prefix="bench-append-", dir=parent)
-    try:
+    with scratch_dir(args.dir, "bench-append-") as workdir:
         idem_indexed = TxlogRun(workdir, idem, None)
         idem_unindexed = TxlogRun(workdir, idem, NO_INDEX)
         plain_indexed = TxlogRun(workdir, plain, None)
@@ -220,13 +216,6 @@ def main() -> None:
             TxlogRun(workdir, idem, None)(profiler)
             print("\ncProfile of one idempotent run (index entry/call), top 20 by own time:")
             pstats.Stats(profiler, stream=sys.stdout).strip_dirs().sort_stats("tottime").print_stats(20)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-        if made_parent:
-            try:
-                os.rmdir(parent)
-            except OSError:
-                pass
 
 
 if __name__ == "__main__":

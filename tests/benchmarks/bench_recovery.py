@@ -54,7 +54,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -62,7 +61,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchutil import after_cold, warm_median
+from benchutil import after_cold, scratch_dir, warm_median
 from crc32c import crc32c
 
 from storage import Store
@@ -614,12 +613,8 @@ def main() -> None:
 
     sizes = [args.size_mb] if args.size_mb is not None else [float(s) for s in args.sizes_mb.split(",")]
     COUNTER.install()
-    parent_dir = args.dir or str(ROOT / ".bench-tmp")
-    made_parent = not os.path.exists(parent_dir)
-    os.makedirs(parent_dir, exist_ok=True)
-    workdir = tempfile.mkdtemp(prefix="bench-recovery-", dir=parent_dir)
     active = [10.0, 1024.0] if args.big else [float(s) for s in args.active_mb.split(",")]
-    try:
+    with scratch_dir(args.dir, "bench-recovery-") as workdir:
         if not args.only_active:
             results = []
             for i, size in enumerate(sorted(sizes)):
@@ -628,13 +623,6 @@ def main() -> None:
                 results.append(measure_size(workdir, size, args_for_size))
             report(results, args)
         report_active([measure_active(workdir, size, args) for size in sorted(active)], args)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-        if made_parent:
-            try:
-                os.rmdir(parent_dir)
-            except OSError:
-                pass
 
 
 if __name__ == "__main__":

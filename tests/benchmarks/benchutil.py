@@ -10,7 +10,7 @@ their numbers mean the same thing:
   ratio is the disk and how much is our own code.
 * `after_cold` / `warm_median` / `median_after_cold`: the repetition rule of every script here
   (drop the first, cold repetition, take the median of the rest), over any numbers or over Samples.
-* `scratch_dir`: `<repo>/.bench-tmp/<prefix>*` (or under `--dir`), removed afterwards.
+* `scratch_dir`: `<repo>/.bench-tmp/<prefix>*` (or under `--dir`), removed afterwards, on SIGTERM too.
 * `cli_env`: the environment of a CLI subprocess, with bytecode caches whatever the caller's says.
 """
 
@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import statistics
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -142,13 +144,16 @@ def spread(samples: Sequence[Sample]) -> tuple[float, float]:
 
 @contextmanager
 def scratch_dir(parent: str | None, prefix: str) -> Iterator[str]:
-    """A fresh directory under `parent` (default <repo>/.bench-tmp), deleted with everything in it."""
+    """A fresh directory under `parent` (default <repo>/.bench-tmp), deleted with everything in it,
+    also when the script is stopped with SIGTERM (`kill`, `timeout`), which would otherwise end the
+    interpreter without unwinding and leave the directory behind."""
     parent = parent or str(ROOT / ".bench-tmp")
     made_parent = not os.path.exists(parent)
     os.makedirs(parent, exist_ok=True)
     workdir = tempfile.mkdtemp(prefix=prefix, dir=parent)
     try:
-        yield workdir
+        with _sigterm_unwinds():
+            yield workdir
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
         if made_parent:
@@ -156,6 +161,24 @@ def scratch_dir(parent: str | None, prefix: str) -> Iterator[str]:
                 os.rmdir(parent)
             except OSError:
                 pass
+
+
+@contextmanager
+def _sigterm_unwinds() -> Iterator[None]:
+    """SIGTERM raises SystemExit(143) in the main thread meanwhile, so `finally` blocks run; a
+    handler the script set itself, or a call from another thread, is left alone."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        yield
+        return
+
+    def unwind(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, unwind)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def cli_env(tree: str | Path = ROOT) -> dict[str, str]:

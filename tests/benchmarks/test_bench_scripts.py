@@ -12,8 +12,10 @@ broker) run with `--big`.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 
 import pytest
@@ -87,3 +89,25 @@ def test_the_script_runs_to_its_report(script: Script, tmp_path, big: bool) -> N
     assert "Traceback" not in done.stderr, done.stderr[-4000:]
     assert script.printed in done.stdout, done.stdout[-2000:]
     assert os.listdir(scratch) == [], f"{script.name} left {os.listdir(scratch)} in its scratch directory"
+
+
+def test_a_script_stopped_with_sigterm_removes_its_scratch_directory(tmp_path) -> None:
+    """`kill` or `timeout` ends a long run half-way; its scratch directory (gigabytes with --big) goes
+    with it (benchutil.scratch_dir), where it used to stay under .bench-tmp."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    argv = [sys.executable, os.path.join(HERE, "bench_append.py"), "--records", "200000", "--reps", "50", "--dir"]
+    proc = subprocess.Popen([*argv, str(scratch)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 120
+        while not any(os.scandir(scratch)) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert any(os.scandir(scratch)), "the script made no scratch directory: nothing to stop half-way"
+        time.sleep(0.5)  # into its timed appends
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, stderr.decode(errors="replace")[-2000:]
+    assert b"Traceback" not in stderr, stderr.decode(errors="replace")[-2000:]
+    assert os.listdir(scratch) == [], f"left {os.listdir(scratch)} in its scratch directory"
