@@ -166,8 +166,8 @@ def fresh_cwd(work_dir: str, number: str) -> str:
     `<topic>-<partition>.offset` there and starts from the offset it finds. Its topic names are not
     unique across runs (librdkafka's first rd_kafka_new reseeds rand() with the milliseconds of the
     current second, leaving about 1,000 names for that topic), so in the shared build directory,
-    where 82 earlier runs had left their files, 4 of 30 runs found an earlier topic's file, started
-    at its end and waited there until the test timed out (a CI failure of 2026-11-28).
+    where earlier runs had left 52 such files (82 by the end), 4 of 30 runs found an earlier topic's
+    file, started at its end and waited there until the test timed out (a CI failure of 2026-11-28).
     """
     path = os.path.join(work_dir, f"librdkafka-{number}.cwd")
     shutil.rmtree(path, ignore_errors=True)
