@@ -6,6 +6,9 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
+import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -40,6 +43,33 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--big", action="store_true", default=False, help="run soak and crash-matrix tests at full size (slow)"
     )
+
+
+# kafka-python 3 runs one I/O thread per client, named after its client id (kafka/net/selector.py)
+KAFKA_PYTHON_IO_THREAD = "kafka-io-"
+
+
+def _kafka_python_io_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name.startswith(KAFKA_PYTHON_IO_THREAD) and t.is_alive()}
+
+
+@pytest.fixture(autouse=True)
+def _kafka_python_clients_closed() -> Iterator[None]:
+    """A test fails if it leaves a kafka-python client open. The client's I/O thread outlives the
+    test: once the test's server is gone, it retries its metadata refresh for the rest of the run,
+    logging ECONNREFUSED into later tests' output and changing the global `random` state while
+    Hypothesis draws (which Hypothesis warns of). Three tests did so until 2026-11-28."""
+    before = _kafka_python_io_threads()
+    yield
+    deadline = time.monotonic() + 5.0  # close() ends the thread at once; allow a loaded machine
+    while (left := _kafka_python_io_threads() - before) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if left:
+        pytest.fail(
+            "kafka-python client(s) left open (their I/O threads still run): "
+            + ", ".join(sorted(t.name for t in left))
+            + "; close each one, in a finally or with contextlib.closing"
+        )
 
 
 @pytest.fixture

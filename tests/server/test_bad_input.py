@@ -17,6 +17,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import closing
 
 import pytest
 from confluent_kafka.admin import AdminClient
@@ -340,7 +341,8 @@ def client_frames(server) -> list[bytes]:
     """Frames real clients sent the server (librdkafka and kafka-python's bootstrap), captured by a proxy."""
     with _CapturingProxy(server.bootstrap) as proxy:
         AdminClient({"bootstrap.servers": proxy.address}).list_topics(timeout=60)
-        KafkaAdminClient(bootstrap_servers=proxy.address).list_topics()
+        with closing(KafkaAdminClient(bootstrap_servers=proxy.address)) as admin:
+            admin.list_topics()
     frames = proxy.frames()
     assert len(frames) >= 2
     return frames

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import struct
+from contextlib import closing
 
 from confluent_kafka.admin import AdminClient
 from kafka import KafkaAdminClient
@@ -36,7 +37,8 @@ def _exchange(bootstrap: str, frame: bytes) -> bytes:
 def test_librdkafka_and_kafka_python_discover_the_server(txlog_server):
     metadata = AdminClient({"bootstrap.servers": txlog_server.bootstrap}).list_topics(timeout=30)
     assert [b.port for b in metadata.brokers.values()] == [txlog_server.port]
-    assert KafkaAdminClient(bootstrap_servers=txlog_server.bootstrap).list_topics() == []
+    with closing(KafkaAdminClient(bootstrap_servers=txlog_server.bootstrap)) as admin:
+        assert admin.list_topics() == []
 
 
 def test_an_unsupported_api_versions_version_is_answered_in_v0_with_the_table(txlog_server):
@@ -61,6 +63,7 @@ def test_sigterm_stops_the_server_cleanly_and_a_restart_keeps_the_store(tmp_path
     assert server.stop() == 0
     server.start()
     try:
-        assert "auto-made" in KafkaAdminClient(bootstrap_servers=server.bootstrap).list_topics()
+        with closing(KafkaAdminClient(bootstrap_servers=server.bootstrap)) as admin:
+            assert "auto-made" in admin.list_topics()
     finally:
         server.kill()
