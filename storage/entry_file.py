@@ -137,10 +137,8 @@ class EntryFile:
     def look(self) -> tuple[EntryView, tuple[int, int] | None] | None:
         """One refresh: the cache, and the file's (size, mtime_ns) it was made from (None when the cache is
         not the whole file: it shrank while being read); None when there is no file."""
-        self._refresh()
-        if self._file is None:
-            return None
-        return EntryView(self._raw, self._valid, self._length), self._key
+        view = self.view()
+        return None if self._file is None else (view, self._key)
 
     def peek(self) -> tuple[int, Raw | None]:
         """(file length, last whole entry) read with one fstat and one pread, cache untouched.
